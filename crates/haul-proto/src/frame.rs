@@ -1,0 +1,408 @@
+//! Bytes ↔ [`Message`]s. `len: u32 BE | kind: u8 | body`.
+//!
+//! [`decode_frame`] never allocates more than the frame it was given, and
+//! rejects any length above its limit before looking further.
+
+use crate::message::{ChunkHeader, Digest, Entry, EntryKind, ErrorCode, Message, Request};
+
+/// Largest frame body accepted (kind byte included).
+pub const MAX_FRAME_LEN: u32 = 4 << 20;
+/// Largest string inside a frame.
+const MAX_STRING: u32 = 64 << 10;
+
+/// Why bytes could not be decoded. The connection that sent them is closed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DecodeError {
+    /// The length prefix is 0 or above [`MAX_FRAME_LEN`].
+    #[error("frame length {0} is outside 1..={MAX_FRAME_LEN}")]
+    BadLength(u32),
+    /// Unknown message kind byte.
+    #[error("unknown message kind {0}")]
+    UnknownKind(u8),
+    /// The body ended early or has bytes left over.
+    #[error("malformed {0} message")]
+    Malformed(&'static str),
+    /// A string is not UTF-8 or too long.
+    #[error("bad string in {0} message")]
+    BadString(&'static str),
+}
+
+/// Result of trying to decode from a buffer.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Decoded {
+    /// A whole message, and how many bytes it used.
+    Message(Message, usize),
+    /// More bytes are needed; at least this many in total.
+    NeedMore(usize),
+}
+
+mod kind {
+    pub const HELLO: u8 = 1;
+    pub const WELCOME: u8 = 2;
+    pub const REFUSED: u8 = 3;
+    pub const OFFER: u8 = 4;
+    pub const NEED: u8 = 5;
+    pub const CHUNK: u8 = 6;
+    pub const RANGE_END: u8 = 7;
+    pub const RANGE_STATUS: u8 = 8;
+    pub const FINISH: u8 = 9;
+    pub const COMMIT: u8 = 10;
+    pub const DONE: u8 = 11;
+    pub const FILE_ERROR: u8 = 12;
+    pub const BYE: u8 = 13;
+}
+
+/// Appends the frame for `msg` to `out`.
+pub fn encode(msg: &Message, out: &mut Vec<u8>) {
+    let start = out.len();
+    out.extend_from_slice(&[0; 4]);
+    let mut w = Writer(out);
+    match msg {
+        Message::Hello {
+            version,
+            token,
+            request,
+        } => {
+            w.u8(kind::HELLO);
+            w.u16(*version);
+            w.str(token);
+            match request {
+                Request::Push { dest } => {
+                    w.u8(1);
+                    w.str(dest);
+                }
+                Request::Pull {
+                    path,
+                    shard,
+                    shards,
+                    split_at,
+                } => {
+                    w.u8(2);
+                    w.str(path);
+                    w.u16(*shard);
+                    w.u16(*shards);
+                    w.u64(*split_at);
+                }
+            }
+        }
+        Message::Welcome { version } => {
+            w.u8(kind::WELCOME);
+            w.u16(*version);
+        }
+        Message::Refused { code, message } => {
+            w.u8(kind::REFUSED);
+            w.u16(code.to_u16());
+            w.str(message);
+        }
+        Message::Offer {
+            id,
+            entry,
+            first,
+            end,
+        } => {
+            w.u8(kind::OFFER);
+            w.u32(*id);
+            w.entry(entry);
+            w.u32(*first);
+            w.u32(*end);
+        }
+        Message::Need { id, skip, have } => {
+            w.u8(kind::NEED);
+            w.u32(*id);
+            w.u8(u8::from(*skip));
+            w.u32(have.len() as u32);
+            for (index, digest) in have {
+                w.u32(*index);
+                w.0.extend_from_slice(digest);
+            }
+        }
+        Message::Chunk(h) => {
+            w.u8(kind::CHUNK);
+            w.u32(h.id);
+            w.u32(h.index);
+            w.u32(h.len);
+            w.0.extend_from_slice(&h.digest);
+        }
+        Message::RangeEnd { id } => {
+            w.u8(kind::RANGE_END);
+            w.u32(*id);
+        }
+        Message::RangeStatus { id, bad } => {
+            w.u8(kind::RANGE_STATUS);
+            w.u32(*id);
+            w.u32(bad.len() as u32);
+            for b in bad {
+                w.u32(*b);
+            }
+        }
+        Message::Finish { id } => {
+            w.u8(kind::FINISH);
+            w.u32(*id);
+        }
+        Message::Commit { id, root } => {
+            w.u8(kind::COMMIT);
+            w.u32(*id);
+            w.0.extend_from_slice(root);
+        }
+        Message::Done {
+            id,
+            ok,
+            root,
+            message,
+        } => {
+            w.u8(kind::DONE);
+            w.u32(*id);
+            w.u8(u8::from(*ok));
+            w.0.extend_from_slice(root);
+            w.str(message);
+        }
+        Message::FileError { id, code, message } => {
+            w.u8(kind::FILE_ERROR);
+            w.u32(*id);
+            w.u16(code.to_u16());
+            w.str(message);
+        }
+        Message::Bye => w.u8(kind::BYE),
+    }
+    let len = (out.len() - start - 4) as u32;
+    out[start..start + 4].copy_from_slice(&len.to_be_bytes());
+}
+
+/// Decodes one frame from the front of `buf`.
+pub fn decode_frame(buf: &[u8]) -> Result<Decoded, DecodeError> {
+    let Some(prefix) = buf.get(..4) else {
+        return Ok(Decoded::NeedMore(4));
+    };
+    let len = u32::from_be_bytes([prefix[0], prefix[1], prefix[2], prefix[3]]);
+    if len == 0 || len > MAX_FRAME_LEN {
+        return Err(DecodeError::BadLength(len));
+    }
+    let total = 4 + len as usize;
+    let Some(body) = buf.get(4..total) else {
+        return Ok(Decoded::NeedMore(total));
+    };
+    let msg = decode_body(body)?;
+    Ok(Decoded::Message(msg, total))
+}
+
+fn decode_body(body: &[u8]) -> Result<Message, DecodeError> {
+    let (&k, rest) = body.split_first().ok_or(DecodeError::Malformed("empty"))?;
+    let name = kind_name(k)?;
+    let mut r = Reader { buf: rest, name };
+    let msg = match k {
+        kind::HELLO => {
+            let version = r.u16()?;
+            let token = r.str()?;
+            let request = match r.u8()? {
+                1 => Request::Push { dest: r.str()? },
+                2 => Request::Pull {
+                    path: r.str()?,
+                    shard: r.u16()?,
+                    shards: r.u16()?,
+                    split_at: r.u64()?,
+                },
+                _ => return Err(DecodeError::Malformed(name)),
+            };
+            Message::Hello {
+                version,
+                token,
+                request,
+            }
+        }
+        kind::WELCOME => Message::Welcome { version: r.u16()? },
+        kind::REFUSED => Message::Refused {
+            code: ErrorCode::from_u16(r.u16()?),
+            message: r.str()?,
+        },
+        kind::OFFER => Message::Offer {
+            id: r.u32()?,
+            entry: r.entry()?,
+            first: r.u32()?,
+            end: r.u32()?,
+        },
+        kind::NEED => {
+            let id = r.u32()?;
+            let skip = r.bool()?;
+            let n = r.count(36)?;
+            let mut have = Vec::with_capacity(n);
+            for _ in 0..n {
+                have.push((r.u32()?, r.digest()?));
+            }
+            Message::Need { id, skip, have }
+        }
+        kind::CHUNK => Message::Chunk(ChunkHeader {
+            id: r.u32()?,
+            index: r.u32()?,
+            len: r.u32()?,
+            digest: r.digest()?,
+        }),
+        kind::RANGE_END => Message::RangeEnd { id: r.u32()? },
+        kind::RANGE_STATUS => {
+            let id = r.u32()?;
+            let n = r.count(4)?;
+            let mut bad = Vec::with_capacity(n);
+            for _ in 0..n {
+                bad.push(r.u32()?);
+            }
+            Message::RangeStatus { id, bad }
+        }
+        kind::FINISH => Message::Finish { id: r.u32()? },
+        kind::COMMIT => Message::Commit {
+            id: r.u32()?,
+            root: r.digest()?,
+        },
+        kind::DONE => Message::Done {
+            id: r.u32()?,
+            ok: r.bool()?,
+            root: r.digest()?,
+            message: r.str()?,
+        },
+        kind::FILE_ERROR => Message::FileError {
+            id: r.u32()?,
+            code: ErrorCode::from_u16(r.u16()?),
+            message: r.str()?,
+        },
+        kind::BYE => Message::Bye,
+        other => return Err(DecodeError::UnknownKind(other)),
+    };
+    if !r.buf.is_empty() {
+        return Err(DecodeError::Malformed(name));
+    }
+    Ok(msg)
+}
+
+fn kind_name(k: u8) -> Result<&'static str, DecodeError> {
+    Ok(match k {
+        kind::HELLO => "Hello",
+        kind::WELCOME => "Welcome",
+        kind::REFUSED => "Refused",
+        kind::OFFER => "Offer",
+        kind::NEED => "Need",
+        kind::CHUNK => "Chunk",
+        kind::RANGE_END => "RangeEnd",
+        kind::RANGE_STATUS => "RangeStatus",
+        kind::FINISH => "Finish",
+        kind::COMMIT => "Commit",
+        kind::DONE => "Done",
+        kind::FILE_ERROR => "FileError",
+        kind::BYE => "Bye",
+        other => return Err(DecodeError::UnknownKind(other)),
+    })
+}
+
+struct Writer<'a>(&'a mut Vec<u8>);
+
+impl Writer<'_> {
+    fn u8(&mut self, v: u8) {
+        self.0.push(v);
+    }
+    fn u16(&mut self, v: u16) {
+        self.0.extend_from_slice(&v.to_be_bytes());
+    }
+    fn u32(&mut self, v: u32) {
+        self.0.extend_from_slice(&v.to_be_bytes());
+    }
+    fn u64(&mut self, v: u64) {
+        self.0.extend_from_slice(&v.to_be_bytes());
+    }
+    fn str(&mut self, s: &str) {
+        self.u32(s.len() as u32);
+        self.0.extend_from_slice(s.as_bytes());
+    }
+    fn entry(&mut self, e: &Entry) {
+        self.str(&e.path);
+        match &e.kind {
+            EntryKind::File => self.u8(1),
+            EntryKind::Dir => self.u8(2),
+            EntryKind::Symlink { target } => {
+                self.u8(3);
+                self.str(target);
+            }
+        }
+        self.u64(e.size);
+        self.u32(e.mode);
+        self.u64(e.mtime_sec as u64);
+        self.u32(e.mtime_nsec);
+        self.u32(e.chunk_size);
+    }
+}
+
+struct Reader<'a> {
+    buf: &'a [u8],
+    name: &'static str,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], DecodeError> {
+        if self.buf.len() < n {
+            return Err(DecodeError::Malformed(self.name));
+        }
+        let (head, tail) = self.buf.split_at(n);
+        self.buf = tail;
+        Ok(head)
+    }
+    fn arr<const N: usize>(&mut self) -> Result<[u8; N], DecodeError> {
+        let mut a = [0u8; N];
+        a.copy_from_slice(self.take(N)?);
+        Ok(a)
+    }
+    fn u8(&mut self) -> Result<u8, DecodeError> {
+        Ok(self.arr::<1>()?[0])
+    }
+    fn bool(&mut self) -> Result<bool, DecodeError> {
+        match self.u8()? {
+            0 => Ok(false),
+            1 => Ok(true),
+            _ => Err(DecodeError::Malformed(self.name)),
+        }
+    }
+    fn u16(&mut self) -> Result<u16, DecodeError> {
+        Ok(u16::from_be_bytes(self.arr()?))
+    }
+    fn u32(&mut self) -> Result<u32, DecodeError> {
+        Ok(u32::from_be_bytes(self.arr()?))
+    }
+    fn u64(&mut self) -> Result<u64, DecodeError> {
+        Ok(u64::from_be_bytes(self.arr()?))
+    }
+    fn digest(&mut self) -> Result<Digest, DecodeError> {
+        self.arr()
+    }
+    /// A element count, checked against the bytes actually left.
+    fn count(&mut self, elem_size: usize) -> Result<usize, DecodeError> {
+        let n = self.u32()? as usize;
+        if n.saturating_mul(elem_size) > self.buf.len() {
+            return Err(DecodeError::Malformed(self.name));
+        }
+        Ok(n)
+    }
+    fn str(&mut self) -> Result<String, DecodeError> {
+        let n = self.u32()?;
+        if n > MAX_STRING {
+            return Err(DecodeError::BadString(self.name));
+        }
+        let bytes = self.take(n as usize)?;
+        String::from_utf8(bytes.to_vec()).map_err(|_| DecodeError::BadString(self.name))
+    }
+    fn entry(&mut self) -> Result<Entry, DecodeError> {
+        let path = self.str()?;
+        let kind = match self.u8()? {
+            1 => EntryKind::File,
+            2 => EntryKind::Dir,
+            3 => EntryKind::Symlink { target: self.str()? },
+            _ => return Err(DecodeError::Malformed(self.name)),
+        };
+        Ok(Entry {
+            path,
+            kind,
+            size: self.u64()?,
+            mode: self.u32()?,
+            mtime_sec: self.u64()? as i64,
+            mtime_nsec: self.u32()?,
+            chunk_size: self.u32()?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;

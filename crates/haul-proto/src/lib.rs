@@ -1,0 +1,83 @@
+//! # The haul wire protocol
+//!
+//! This crate is haul's protocol with no I/O in it (like `quinn-proto`): typed
+//! [`Message`]s, the byte framing that carries them ([`frame`]), and the rules a
+//! receiver applies to every path a peer names ([`path`]). It has no tokio, no
+//! sockets and no clock, so every rule here is tested and fuzzed on plain bytes.
+//!
+//! ## Goals
+//! - Move files and trees so that nothing wrong or partial is ever delivered:
+//!   every chunk carries a BLAKE3 digest checked on receipt, every file ends with
+//!   a whole-file BLAKE3 hash checked before the file gets its final name.
+//! - Resume: a receiver says which chunks it already holds (with their digests),
+//!   the sender sends only the rest.
+//! - No round trip per file: a sender keeps a window of files in flight.
+//! - Zero copy: chunk payloads are raw bytes after a small header, so a sender
+//!   can `sendfile(2)` them and a receiver can read them in one large read.
+//! - Bounded: every length on the wire is checked against a limit before
+//!   anything is allocated.
+//!
+//! ## Non-goals
+//! - Encryption and server identity: the transport (TLS 1.3) provides them.
+//! - Delta transfer inside changed files (rsync's rolling checksum).
+//!
+//! ## Framing
+//! Every message is a frame: `len: u32 BE | kind: u8 | body[len - 1]`, with
+//! `len <= MAX_FRAME_LEN`. Integers are big-endian; strings are `u32 BE length`
+//! + UTF-8; digests are 32 raw bytes. A [`Message::Chunk`] frame is followed by
+//!   exactly `len` raw payload bytes that are *not* part of the frame.
+//!
+//! ## Digests
+//! A file is cut into chunks of `chunk_size` bytes (a power of two, at least
+//! 1 KiB; the last chunk may be shorter). A chunk's digest is its BLAKE3
+//! *chaining value* at its offset in the file, and the file hash is the
+//! ordinary BLAKE3 hash of the whole file (what `b3sum` prints), computed from
+//! the chunk chaining values by merging them up the BLAKE3 tree. A file of one
+//! chunk uses its root hash as the chunk digest. So each byte is hashed once on
+//! each side, and the file hash is checked without reading the file again.
+//!
+//! ## Message flow
+//! ```text
+//! client                                   server
+//!   Hello{version, token, Push{dest}} ->
+//!                                       <- Welcome{version}      (or Refused, then close)
+//! push: the client is the *sender*, the server the *receiver*.
+//! pull: Hello{.., Pull{path, shard}}; the server is the sender.
+//!
+//! sender                                   receiver
+//!   Offer{id, entry, chunks a..b}   ->                 (up to a window of offers ahead)
+//!                                   <- Need{id, have[(index, digest)], skip}
+//!   Chunk{id, i, len, digest}+bytes ->                 (each chunk not held)
+//!   RangeEnd{id}                    ->
+//!                                   <- RangeStatus{id, bad[]}   (bad chunks are sent again)
+//!   Commit{id, root}                ->                 (sender knows every chunk digest)
+//!                                   <- Done{id, ok, root, message}
+//!   ... more offers ...
+//!   Bye                             ->
+//!                                   <- Bye
+//! ```
+//! A directory or symlink offer is answered by `Done` at once. A range offer
+//! (`a..b` not the whole file, used by `--streams`) ends at a clean
+//! `RangeStatus`; the side that drives the transfer then asks for the commit on
+//! one connection (`Finish{id}` from a pulling receiver; a pushing sender sends
+//! `Commit` itself once all its ranges are clean).
+//!
+//! A peer that breaks a rule gets `Refused`/`FileError` with a reason and, for
+//! framing errors, the connection is closed; other connections go on.
+
+pub mod frame;
+pub mod message;
+pub mod path;
+
+pub use frame::{decode_frame, encode, DecodeError, Decoded, MAX_FRAME_LEN};
+pub use message::{
+    ChunkHeader, Digest, Entry, EntryKind, ErrorCode, Message, Request, PROTOCOL_VERSION,
+};
+pub use path::{
+    validate_rel_path, validate_symlink_target, PathError, MAX_NAME_LEN, MAX_PATH_LEN, STATE_DIR,
+};
+
+/// Largest chunk a peer may announce (payload bytes after a [`Message::Chunk`]).
+pub const MAX_CHUNK_LEN: u32 = 64 << 20;
+/// Smallest chunk size (one BLAKE3 chunk).
+pub const MIN_CHUNK_SIZE: u32 = 1024;

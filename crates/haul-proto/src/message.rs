@@ -1,0 +1,238 @@
+//! The messages peers exchange (see the crate docs for the flow).
+
+/// Protocol version spoken by this build. A peer with another version is refused.
+pub const PROTOCOL_VERSION: u16 = 1;
+
+/// A 32-byte BLAKE3 hash or chaining value.
+pub type Digest = [u8; 32];
+
+/// What a client asks of a server in its [`Message::Hello`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Request {
+    /// The client will send entries into `dest` (relative to the server root; empty = root).
+    Push {
+        /// Destination directory under the server root.
+        dest: String,
+    },
+    /// The client wants the server to send `path` (relative to the server root).
+    Pull {
+        /// Path under the server root; a trailing `/` means "its contents".
+        path: String,
+        /// This connection carries the files with `index % shards == shard`.
+        shard: u16,
+        /// Number of connections the client splits the tree across (>= 1).
+        shards: u16,
+        /// Files at least this large are split into ranges across shards (0 = never).
+        split_at: u64,
+    },
+}
+
+/// Kind of a tree entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EntryKind {
+    /// A regular file.
+    File,
+    /// A directory (created even when empty).
+    Dir,
+    /// A symbolic link with its target, recreated as a link.
+    Symlink {
+        /// The link target, as stored in the link.
+        target: String,
+    },
+}
+
+/// One file, directory or symlink offered by a sender.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// Path relative to the transfer destination, `/`-separated.
+    pub path: String,
+    /// Kind of entry.
+    pub kind: EntryKind,
+    /// Size in bytes (0 for non-files).
+    pub size: u64,
+    /// Unix permission bits (`0o7777` mask).
+    pub mode: u32,
+    /// Modification time, seconds since the epoch.
+    pub mtime_sec: i64,
+    /// Modification time, nanoseconds part.
+    pub mtime_nsec: u32,
+    /// Chunk size used for this file (power of two, >= 1 KiB).
+    pub chunk_size: u32,
+}
+
+impl Entry {
+    /// Number of chunks of this entry (a 0-byte file has none).
+    pub fn chunk_count(&self) -> u32 {
+        if self.chunk_size == 0 {
+            return 0;
+        }
+        let n = self.size.div_ceil(u64::from(self.chunk_size));
+        u32::try_from(n).unwrap_or(u32::MAX)
+    }
+
+    /// Length of chunk `index` (the last one may be short).
+    pub fn chunk_len(&self, index: u32) -> u32 {
+        let start = u64::from(index) * u64::from(self.chunk_size);
+        let len = self.size.saturating_sub(start).min(u64::from(self.chunk_size));
+        // Bounded by chunk_size, which is a u32.
+        len as u32
+    }
+}
+
+/// Header of one chunk; `len` raw payload bytes follow the frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChunkHeader {
+    /// File id from the [`Message::Offer`].
+    pub id: u32,
+    /// Chunk index in the file.
+    pub index: u32,
+    /// Payload length.
+    pub len: u32,
+    /// BLAKE3 chaining value of the payload at its offset (root hash for 1-chunk files).
+    pub digest: Digest,
+}
+
+/// Why a peer refused a request or a file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorCode {
+    /// Token missing or wrong.
+    Unauthorized,
+    /// Protocol version not supported.
+    Version,
+    /// A path breaks the rules (escape, NUL, too long...).
+    BadPath,
+    /// The named path does not exist.
+    NotFound,
+    /// An I/O error on the peer (disk full, permission denied...).
+    Io,
+    /// The peer broke the protocol.
+    Protocol,
+    /// The peer is shutting down.
+    ShuttingDown,
+    /// A code this build does not know.
+    Other(u16),
+}
+
+impl ErrorCode {
+    /// Wire value.
+    pub fn to_u16(self) -> u16 {
+        match self {
+            Self::Unauthorized => 1,
+            Self::Version => 2,
+            Self::BadPath => 3,
+            Self::NotFound => 4,
+            Self::Io => 5,
+            Self::Protocol => 6,
+            Self::ShuttingDown => 7,
+            Self::Other(v) => v,
+        }
+    }
+
+    /// From the wire value.
+    pub fn from_u16(v: u16) -> Self {
+        match v {
+            1 => Self::Unauthorized,
+            2 => Self::Version,
+            3 => Self::BadPath,
+            4 => Self::NotFound,
+            5 => Self::Io,
+            6 => Self::Protocol,
+            7 => Self::ShuttingDown,
+            v => Self::Other(v),
+        }
+    }
+}
+
+/// Every message of the protocol.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Message {
+    /// Client's first message.
+    Hello {
+        /// Client protocol version.
+        version: u16,
+        /// Authentication token (empty when none).
+        token: String,
+        /// What the client wants.
+        request: Request,
+    },
+    /// Server accepts the [`Message::Hello`].
+    Welcome {
+        /// Server protocol version.
+        version: u16,
+    },
+    /// The peer refuses the whole connection; it closes after this.
+    Refused {
+        /// Reason class.
+        code: ErrorCode,
+        /// Human-readable reason.
+        message: String,
+    },
+    /// Sender offers an entry (and for files, chunks `first..end`).
+    Offer {
+        /// Connection-scoped id the rest of this file's messages use.
+        id: u32,
+        /// The entry.
+        entry: Entry,
+        /// First chunk this connection will carry.
+        first: u32,
+        /// One past the last chunk this connection will carry.
+        end: u32,
+    },
+    /// Receiver tells what it already holds of the offered range.
+    Need {
+        /// File id.
+        id: u32,
+        /// The identical file is already in place: nothing to send.
+        skip: bool,
+        /// Chunks already verified on the receiver, with their digests.
+        have: Vec<(u32, Digest)>,
+    },
+    /// A chunk header; the payload follows.
+    Chunk(ChunkHeader),
+    /// Sender has sent every chunk of the range the receiver needs.
+    RangeEnd {
+        /// File id.
+        id: u32,
+    },
+    /// Receiver's verdict on the range: these chunks failed verification.
+    RangeStatus {
+        /// File id.
+        id: u32,
+        /// Chunks to send again.
+        bad: Vec<u32>,
+    },
+    /// Receiver asks for the commit of a file whose ranges came over several connections.
+    Finish {
+        /// File id.
+        id: u32,
+    },
+    /// Sender's whole-file hash; the receiver checks it, then renames into place.
+    Commit {
+        /// File id.
+        id: u32,
+        /// BLAKE3 of the whole file.
+        root: Digest,
+    },
+    /// Receiver's final word on an entry.
+    Done {
+        /// File id.
+        id: u32,
+        /// Delivered and verified (or already identical).
+        ok: bool,
+        /// BLAKE3 of the delivered file (zeros for non-files or failures).
+        root: Digest,
+        /// Why it failed, empty when ok.
+        message: String,
+    },
+    /// Either side: this entry failed; the connection goes on.
+    FileError {
+        /// File id.
+        id: u32,
+        /// Reason class.
+        code: ErrorCode,
+        /// Human-readable reason.
+        message: String,
+    },
+    /// No more offers (from the sender) / all done (from the receiver).
+    Bye,
+}

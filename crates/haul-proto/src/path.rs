@@ -1,0 +1,148 @@
+//! Rules for every path a peer names. A receiver applies them before it
+//! touches the filesystem, so nothing can be created outside its root.
+
+/// Longest path component in bytes (Linux `NAME_MAX`).
+pub const MAX_NAME_LEN: usize = 255;
+/// Longest relative path in bytes.
+pub const MAX_PATH_LEN: usize = 4096;
+
+/// Why a path is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PathError {
+    /// Starts with `/`.
+    #[error("absolute path {0:?} refused: paths must be relative to the destination")]
+    Absolute(String),
+    /// Has a `..` component.
+    #[error("path {0:?} refused: `..` would leave the destination")]
+    ParentDir(String),
+    /// Has `.` or an empty component (`a//b`).
+    #[error("path {0:?} refused: empty or `.` component")]
+    EmptyComponent(String),
+    /// Contains a NUL byte.
+    #[error("path refused: it contains a NUL byte")]
+    Nul,
+    /// Contains a backslash (a Windows separator that could mean `..\`).
+    #[error("path {0:?} refused: backslash in a name")]
+    Backslash(String),
+    /// A component is longer than [`MAX_NAME_LEN`].
+    #[error("path refused: a name is longer than {MAX_NAME_LEN} bytes")]
+    NameTooLong,
+    /// The whole path is longer than [`MAX_PATH_LEN`].
+    #[error("path refused: longer than {MAX_PATH_LEN} bytes")]
+    PathTooLong,
+    /// Names the receiver's private state directory.
+    #[error("path {0:?} refused: `.haul` is reserved for haul's own state")]
+    Reserved(String),
+    /// A symlink target that is absolute or climbs out of the destination.
+    #[error("symlink {link:?} -> {target:?} refused: it points outside the destination")]
+    UnsafeLink {
+        /// The link's path.
+        link: String,
+        /// Its target.
+        target: String,
+    },
+}
+
+/// The name of the receiver's private directory at the top of its root.
+pub const STATE_DIR: &str = ".haul";
+
+/// Checks a `/`-separated relative path and returns its components.
+///
+/// An empty path means the root itself and yields no components.
+pub fn validate_rel_path(path: &str) -> Result<Vec<&str>, PathError> {
+    if path.contains('\0') {
+        return Err(PathError::Nul);
+    }
+    if path.len() > MAX_PATH_LEN {
+        return Err(PathError::PathTooLong);
+    }
+    if path.starts_with('/') {
+        return Err(PathError::Absolute(path.to_owned()));
+    }
+    if path.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut parts = Vec::new();
+    for comp in path.split('/') {
+        match comp {
+            "" | "." => return Err(PathError::EmptyComponent(path.to_owned())),
+            ".." => return Err(PathError::ParentDir(path.to_owned())),
+            c if c.len() > MAX_NAME_LEN => return Err(PathError::NameTooLong),
+            c if c.contains('\\') => return Err(PathError::Backslash(path.to_owned())),
+            c => parts.push(c),
+        }
+    }
+    if parts.first() == Some(&STATE_DIR) {
+        return Err(PathError::Reserved(path.to_owned()));
+    }
+    Ok(parts)
+}
+
+/// Checks that a symlink at `link` (a valid relative path) with `target` stays
+/// inside the destination: the target is relative and never climbs above the root.
+pub fn validate_symlink_target(link: &str, target: &str) -> Result<(), PathError> {
+    let unsafe_link = || PathError::UnsafeLink {
+        link: link.to_owned(),
+        target: target.to_owned(),
+    };
+    if target.is_empty() || target.contains('\0') || target.len() > MAX_PATH_LEN {
+        return Err(unsafe_link());
+    }
+    if target.starts_with('/') {
+        return Err(unsafe_link());
+    }
+    // Depth of the directory holding the link, then walk the target.
+    let mut depth = link.split('/').count() as i64 - 1;
+    for comp in target.split('/') {
+        match comp {
+            "" | "." => {}
+            ".." => {
+                depth -= 1;
+                if depth < 0 {
+                    return Err(unsafe_link());
+                }
+            }
+            _ => depth += 1,
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accepts_plain_paths() {
+        assert_eq!(validate_rel_path("a/b c/ü.txt").unwrap(), ["a", "b c", "ü.txt"]);
+        assert!(validate_rel_path("").unwrap().is_empty());
+        assert!(validate_rel_path("..hidden").is_ok());
+    }
+
+    #[test]
+    fn refuses_escapes() {
+        assert!(matches!(validate_rel_path("../x"), Err(PathError::ParentDir(_))));
+        assert!(matches!(validate_rel_path("a/../../x"), Err(PathError::ParentDir(_))));
+        assert!(matches!(validate_rel_path("/etc/passwd"), Err(PathError::Absolute(_))));
+        assert!(matches!(validate_rel_path("a//b"), Err(PathError::EmptyComponent(_))));
+        assert!(matches!(validate_rel_path("a/./b"), Err(PathError::EmptyComponent(_))));
+        assert!(matches!(validate_rel_path("a/"), Err(PathError::EmptyComponent(_))));
+        assert_eq!(validate_rel_path("a\0b"), Err(PathError::Nul));
+        assert!(matches!(validate_rel_path("..\\x"), Err(PathError::Backslash(_))));
+        assert_eq!(validate_rel_path(&"n".repeat(256)), Err(PathError::NameTooLong));
+        let long = vec!["d"; 2100].join("/");
+        assert_eq!(validate_rel_path(&long), Err(PathError::PathTooLong));
+        assert!(matches!(validate_rel_path(".haul/x"), Err(PathError::Reserved(_))));
+    }
+
+    #[test]
+    fn symlink_targets() {
+        assert!(validate_symlink_target("a/link", "target").is_ok());
+        assert!(validate_symlink_target("a/link", "../b/target").is_ok());
+        assert!(validate_symlink_target("a/link", "../../x").is_err());
+        assert!(validate_symlink_target("link", "../x").is_err());
+        assert!(validate_symlink_target("link", "/etc/passwd").is_err());
+        assert!(validate_symlink_target("a/b/link", "c/../../x").is_ok());
+        assert!(validate_symlink_target("a/link", "").is_err());
+    }
+}
