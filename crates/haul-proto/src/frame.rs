@@ -389,7 +389,9 @@ impl<'a> Reader<'a> {
         let kind = match self.u8()? {
             1 => EntryKind::File,
             2 => EntryKind::Dir,
-            3 => EntryKind::Symlink { target: self.str()? },
+            3 => EntryKind::Symlink {
+                target: self.str()?,
+            },
             _ => return Err(DecodeError::Malformed(self.name)),
         };
         Ok(Entry {

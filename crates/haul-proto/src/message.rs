@@ -73,7 +73,10 @@ impl Entry {
     /// Length of chunk `index` (the last one may be short).
     pub fn chunk_len(&self, index: u32) -> u32 {
         let start = u64::from(index) * u64::from(self.chunk_size);
-        let len = self.size.saturating_sub(start).min(u64::from(self.chunk_size));
+        let len = self
+            .size
+            .saturating_sub(start)
+            .min(u64::from(self.chunk_size));
         // Bounded by chunk_size, which is a u32.
         len as u32
     }

@@ -114,25 +114,55 @@ mod tests {
 
     #[test]
     fn accepts_plain_paths() {
-        assert_eq!(validate_rel_path("a/b c/ü.txt").unwrap(), ["a", "b c", "ü.txt"]);
+        assert_eq!(
+            validate_rel_path("a/b c/ü.txt").unwrap(),
+            ["a", "b c", "ü.txt"]
+        );
         assert!(validate_rel_path("").unwrap().is_empty());
         assert!(validate_rel_path("..hidden").is_ok());
     }
 
     #[test]
     fn refuses_escapes() {
-        assert!(matches!(validate_rel_path("../x"), Err(PathError::ParentDir(_))));
-        assert!(matches!(validate_rel_path("a/../../x"), Err(PathError::ParentDir(_))));
-        assert!(matches!(validate_rel_path("/etc/passwd"), Err(PathError::Absolute(_))));
-        assert!(matches!(validate_rel_path("a//b"), Err(PathError::EmptyComponent(_))));
-        assert!(matches!(validate_rel_path("a/./b"), Err(PathError::EmptyComponent(_))));
-        assert!(matches!(validate_rel_path("a/"), Err(PathError::EmptyComponent(_))));
+        assert!(matches!(
+            validate_rel_path("../x"),
+            Err(PathError::ParentDir(_))
+        ));
+        assert!(matches!(
+            validate_rel_path("a/../../x"),
+            Err(PathError::ParentDir(_))
+        ));
+        assert!(matches!(
+            validate_rel_path("/etc/passwd"),
+            Err(PathError::Absolute(_))
+        ));
+        assert!(matches!(
+            validate_rel_path("a//b"),
+            Err(PathError::EmptyComponent(_))
+        ));
+        assert!(matches!(
+            validate_rel_path("a/./b"),
+            Err(PathError::EmptyComponent(_))
+        ));
+        assert!(matches!(
+            validate_rel_path("a/"),
+            Err(PathError::EmptyComponent(_))
+        ));
         assert_eq!(validate_rel_path("a\0b"), Err(PathError::Nul));
-        assert!(matches!(validate_rel_path("..\\x"), Err(PathError::Backslash(_))));
-        assert_eq!(validate_rel_path(&"n".repeat(256)), Err(PathError::NameTooLong));
+        assert!(matches!(
+            validate_rel_path("..\\x"),
+            Err(PathError::Backslash(_))
+        ));
+        assert_eq!(
+            validate_rel_path(&"n".repeat(256)),
+            Err(PathError::NameTooLong)
+        );
         let long = vec!["d"; 2100].join("/");
         assert_eq!(validate_rel_path(&long), Err(PathError::PathTooLong));
-        assert!(matches!(validate_rel_path(".haul/x"), Err(PathError::Reserved(_))));
+        assert!(matches!(
+            validate_rel_path(".haul/x"),
+            Err(PathError::Reserved(_))
+        ));
     }
 
     #[test]

@@ -13,7 +13,10 @@ fn roundtrip(msg: &Message) {
     }
     // Every strict prefix asks for more bytes, never errors or panics.
     for cut in 0..buf.len() {
-        assert!(matches!(decode_frame(&buf[..cut]), Ok(Decoded::NeedMore(_))));
+        assert!(matches!(
+            decode_frame(&buf[..cut]),
+            Ok(Decoded::NeedMore(_))
+        ));
     }
 }
 
@@ -27,10 +30,7 @@ fn hex_of(msg: &Message) -> String {
 fn hex_snapshots() {
     // These bytes are the protocol: changing them breaks old peers.
     assert_eq!(hex_of(&Message::Bye), "000000010d");
-    assert_eq!(
-        hex_of(&Message::Welcome { version: 1 }),
-        "00000003020001"
-    );
+    assert_eq!(hex_of(&Message::Welcome { version: 1 }), "00000003020001");
     assert_eq!(
         hex_of(&Message::Hello {
             version: 1,
@@ -40,19 +40,30 @@ fn hex_snapshots() {
         "0000000e0100010000000174010000000164"
     );
     assert_eq!(
-        hex_of(&Message::RangeStatus { id: 7, bad: vec![1, 2] }),
-        "0000001108000000070000000200000001" .to_owned() + "00000002"
+        hex_of(&Message::RangeStatus {
+            id: 7,
+            bad: vec![1, 2]
+        }),
+        "0000001108000000070000000200000001".to_owned() + "00000002"
     );
     let digest = [0xab; 32];
     assert_eq!(
-        hex_of(&Message::Chunk(ChunkHeader { id: 1, index: 2, len: 3, digest })),
+        hex_of(&Message::Chunk(ChunkHeader {
+            id: 1,
+            index: 2,
+            len: 3,
+            digest
+        })),
         format!("0000002d06000000010000000200000003{}", "ab".repeat(32))
     );
 }
 
 #[test]
 fn rejects_bad_lengths_before_allocating() {
-    assert_eq!(decode_frame(&[0, 0, 0, 0, 1]), Err(DecodeError::BadLength(0)));
+    assert_eq!(
+        decode_frame(&[0, 0, 0, 0, 1]),
+        Err(DecodeError::BadLength(0))
+    );
     assert_eq!(
         decode_frame(&[0xff, 0xff, 0xff, 0xff]),
         Err(DecodeError::BadLength(u32::MAX))
@@ -66,7 +77,10 @@ fn rejects_trailing_bytes_and_bad_kinds() {
     buf[3] = 2;
     buf.push(0);
     assert_eq!(decode_frame(&buf), Err(DecodeError::Malformed("Bye")));
-    assert_eq!(decode_frame(&[0, 0, 0, 1, 99]), Err(DecodeError::UnknownKind(99)));
+    assert_eq!(
+        decode_frame(&[0, 0, 0, 1, 99]),
+        Err(DecodeError::UnknownKind(99))
+    );
 }
 
 #[test]
@@ -94,48 +108,87 @@ fn arb_entry() -> impl Strategy<Value = Entry> {
         any::<u32>(),
         any::<u32>(),
     )
-        .prop_map(|(path, kind, size, mode, mtime_sec, mtime_nsec, chunk_size)| Entry {
-            path,
-            kind,
-            size,
-            mode,
-            mtime_sec,
-            mtime_nsec,
-            chunk_size,
-        })
+        .prop_map(
+            |(path, kind, size, mode, mtime_sec, mtime_nsec, chunk_size)| Entry {
+                path,
+                kind,
+                size,
+                mode,
+                mtime_sec,
+                mtime_nsec,
+                chunk_size,
+            },
+        )
 }
 
 fn arb_message() -> impl Strategy<Value = Message> {
     let digest = any::<[u8; 32]>();
     prop_oneof![
         (any::<u16>(), arb_string(), arb_string()).prop_map(|(version, token, dest)| {
-            Message::Hello { version, token, request: Request::Push { dest } }
+            Message::Hello {
+                version,
+                token,
+                request: Request::Push { dest },
+            }
         }),
         (arb_string(), any::<u16>(), any::<u16>(), any::<u64>()).prop_map(
             |(path, shard, shards, split_at)| Message::Hello {
                 version: 1,
                 token: String::new(),
-                request: Request::Pull { path, shard, shards, split_at }
+                request: Request::Pull {
+                    path,
+                    shard,
+                    shards,
+                    split_at
+                }
             }
         ),
         any::<u16>().prop_map(|version| Message::Welcome { version }),
-        (any::<u16>(), arb_string())
-            .prop_map(|(c, message)| Message::Refused { code: ErrorCode::from_u16(c), message }),
-        (any::<u32>(), arb_entry(), any::<u32>(), any::<u32>())
-            .prop_map(|(id, entry, first, end)| Message::Offer { id, entry, first, end }),
-        (any::<u32>(), any::<bool>(), proptest::collection::vec((any::<u32>(), any::<[u8; 32]>()), 0..5))
+        (any::<u16>(), arb_string()).prop_map(|(c, message)| Message::Refused {
+            code: ErrorCode::from_u16(c),
+            message
+        }),
+        (any::<u32>(), arb_entry(), any::<u32>(), any::<u32>()).prop_map(
+            |(id, entry, first, end)| Message::Offer {
+                id,
+                entry,
+                first,
+                end
+            }
+        ),
+        (
+            any::<u32>(),
+            any::<bool>(),
+            proptest::collection::vec((any::<u32>(), any::<[u8; 32]>()), 0..5)
+        )
             .prop_map(|(id, skip, have)| Message::Need { id, skip, have }),
-        (any::<u32>(), any::<u32>(), any::<u32>(), digest.clone())
-            .prop_map(|(id, index, len, digest)| Message::Chunk(ChunkHeader { id, index, len, digest })),
+        (any::<u32>(), any::<u32>(), any::<u32>(), digest.clone()).prop_map(
+            |(id, index, len, digest)| Message::Chunk(ChunkHeader {
+                id,
+                index,
+                len,
+                digest
+            })
+        ),
         any::<u32>().prop_map(|id| Message::RangeEnd { id }),
         (any::<u32>(), proptest::collection::vec(any::<u32>(), 0..8))
             .prop_map(|(id, bad)| Message::RangeStatus { id, bad }),
         any::<u32>().prop_map(|id| Message::Finish { id }),
         (any::<u32>(), digest.clone()).prop_map(|(id, root)| Message::Commit { id, root }),
-        (any::<u32>(), any::<bool>(), digest, arb_string())
-            .prop_map(|(id, ok, root, message)| Message::Done { id, ok, root, message }),
+        (any::<u32>(), any::<bool>(), digest, arb_string()).prop_map(|(id, ok, root, message)| {
+            Message::Done {
+                id,
+                ok,
+                root,
+                message,
+            }
+        }),
         (any::<u32>(), any::<u16>(), arb_string()).prop_map(|(id, c, message)| {
-            Message::FileError { id, code: ErrorCode::from_u16(c), message }
+            Message::FileError {
+                id,
+                code: ErrorCode::from_u16(c),
+                message,
+            }
         }),
         Just(Message::Bye),
     ]

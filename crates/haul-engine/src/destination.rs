@@ -1,0 +1,299 @@
+//! The receiving side's filesystem: a root that nothing escapes, and
+//! [`PartialFile`]s that become final files only once verified.
+//!
+//! Invariants:
+//! - Every path is checked by [`haul_proto::validate_rel_path`], and every
+//!   directory on the way is a real directory (a symlink there is refused),
+//!   so nothing is created or written outside the root.
+//! - File data goes to `ROOT/.haul/partial/<id>.part`; a file appears under its
+//!   final name only after every chunk and the whole-file hash verified, the
+//!   data was fsynced, and the rename was atomic.
+//! - Resume state (`<id>.state`) is an append-only log of verified chunks; it is
+//!   re-verified against the partial data when reopened, so a log that got ahead
+//!   of the data (a crash) costs a re-send, never a wrong byte.
+
+use std::collections::HashMap;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, ErrorKind};
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use haul_proto::{validate_rel_path, validate_symlink_target, Entry, PathError, STATE_DIR};
+
+use crate::partial::PartialFile;
+
+/// Why the receiver refused or failed an entry.
+#[derive(Debug, thiserror::Error)]
+pub enum ReceiveError {
+    /// The peer named a path that breaks the rules.
+    #[error(transparent)]
+    BadPath(#[from] PathError),
+    /// A directory on the way is a symlink: following it could leave the root.
+    #[error("refusing to write through symlink {0}")]
+    SymlinkInPath(String),
+    /// A file stands where a directory is needed, or the reverse.
+    #[error("{0} exists and is not a {1}")]
+    WrongType(String, &'static str),
+    /// The peer's metadata is inconsistent (chunk size, ranges...).
+    #[error("invalid offer: {0}")]
+    BadOffer(String),
+    /// Not every chunk was verified when the commit came.
+    #[error("{0}: commit before every chunk was verified")]
+    Incomplete(String),
+    /// Whole-file hash differs from the sender's.
+    #[error("{0}: whole-file BLAKE3 differs from the sender's (did the source change?); partial data discarded")]
+    RootMismatch(String),
+    /// Disk full: the partial file stays and the transfer resumes later.
+    #[error(
+        "disk full while writing {0}: free some space and run the same command again to resume"
+    )]
+    DiskFull(String),
+    /// Any other I/O error.
+    #[error("{op} {path}: {source}")]
+    Io {
+        /// What was being done.
+        op: &'static str,
+        /// Path concerned.
+        path: String,
+        /// Underlying error.
+        source: io::Error,
+    },
+}
+
+impl ReceiveError {
+    pub(crate) fn io(op: &'static str, path: &Path, source: io::Error) -> Self {
+        if source.raw_os_error() == Some(libc::ENOSPC) {
+            return Self::DiskFull(path.display().to_string());
+        }
+        Self::Io {
+            op,
+            path: path.display().to_string(),
+            source,
+        }
+    }
+}
+
+/// A directory whose mode and mtime are set once all its content is in place.
+#[derive(Debug)]
+struct PendingDir {
+    path: PathBuf,
+    mode: u32,
+    mtime: SystemTime,
+}
+
+/// The receiver's root directory, shared by every connection writing into it.
+#[derive(Debug)]
+pub struct Destination {
+    root: PathBuf,
+    partial_dir: PathBuf,
+    open: Mutex<HashMap<String, Weak<PartialFile>>>,
+    pending_dirs: Mutex<Vec<PendingDir>>,
+    sessions: Mutex<usize>,
+}
+
+/// Converts an entry's mtime to a `SystemTime`.
+pub fn entry_mtime(entry: &Entry) -> SystemTime {
+    let nanos = Duration::new(0, entry.mtime_nsec.min(999_999_999));
+    if entry.mtime_sec >= 0 {
+        UNIX_EPOCH + Duration::from_secs(entry.mtime_sec as u64) + nanos
+    } else {
+        UNIX_EPOCH - Duration::from_secs(entry.mtime_sec.unsigned_abs()) + nanos
+    }
+}
+
+impl Destination {
+    /// Opens (creating if needed) a destination root.
+    pub fn open(root: &Path) -> Result<Arc<Self>, ReceiveError> {
+        fs::create_dir_all(root).map_err(|e| ReceiveError::io("create", root, e))?;
+        let root = root
+            .canonicalize()
+            .map_err(|e| ReceiveError::io("resolve", root, e))?;
+        let partial_dir = root.join(STATE_DIR).join("partial");
+        fs::create_dir_all(&partial_dir)
+            .map_err(|e| ReceiveError::io("create", &partial_dir, e))?;
+        Ok(Arc::new(Self {
+            root,
+            partial_dir,
+            open: Mutex::new(HashMap::new()),
+            pending_dirs: Mutex::new(Vec::new()),
+            sessions: Mutex::new(0),
+        }))
+    }
+
+    /// The canonical root.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// Resolves `rel` (checked) under the root, creating missing parent
+    /// directories and refusing symlinks on the way. Returns the full path.
+    pub fn resolve(&self, rel: &str) -> Result<PathBuf, ReceiveError> {
+        let comps = validate_rel_path(rel)?;
+        let mut dir = self.root.clone();
+        let Some((last, parents)) = comps.split_last() else {
+            return Ok(dir);
+        };
+        for comp in parents {
+            dir.push(comp);
+            ensure_real_dir(&dir, true)?;
+        }
+        dir.push(last);
+        Ok(dir)
+    }
+
+    /// Creates directory `entry.path` (idempotent); its mode and mtime are
+    /// applied when the last session on this destination ends.
+    pub fn make_dir(&self, entry: &Entry) -> Result<(), ReceiveError> {
+        let path = self.resolve(&entry.path)?;
+        ensure_real_dir(&path, true)?;
+        if let Ok(mut pending) = self.pending_dirs.lock() {
+            pending.push(PendingDir {
+                path,
+                mode: entry.mode & 0o1777,
+                mtime: entry_mtime(entry),
+            });
+        }
+        Ok(())
+    }
+
+    /// Creates symlink `entry.path -> target` if the target stays inside the root.
+    pub fn make_symlink(&self, entry: &Entry, target: &str) -> Result<(), ReceiveError> {
+        validate_symlink_target(&entry.path, target)?;
+        let path = self.resolve(&entry.path)?;
+        if let Ok(meta) = fs::symlink_metadata(&path) {
+            if meta.is_dir() {
+                return Err(ReceiveError::WrongType(entry.path.clone(), "symlink"));
+            }
+        }
+        let tmp = path.with_file_name(format!(".haul-link-{}", std::process::id()));
+        let _ = fs::remove_file(&tmp);
+        std::os::unix::fs::symlink(target, &tmp)
+            .map_err(|e| ReceiveError::io("symlink", &tmp, e))?;
+        fs::rename(&tmp, &path).map_err(|e| ReceiveError::io("rename", &path, e))?;
+        Ok(())
+    }
+
+    /// True when the final file already exists with this size and mtime
+    /// (rsync's quick check): nothing needs sending.
+    pub fn quick_check(&self, entry: &Entry) -> bool {
+        let Ok(path) = self.resolve(&entry.path) else {
+            return false;
+        };
+        match fs::symlink_metadata(&path) {
+            Ok(m) if m.is_file() => {
+                m.len() == entry.size && m.modified().ok() == Some(entry_mtime(entry))
+            }
+            _ => false,
+        }
+    }
+
+    /// Opens the partial file for `entry` (shared with other connections that
+    /// carry other ranges of it), reloading and re-verifying resume state.
+    pub fn begin_file(&self, entry: &Entry) -> Result<Arc<PartialFile>, ReceiveError> {
+        let final_path = self.resolve(&entry.path)?;
+        if let Ok(meta) = fs::symlink_metadata(&final_path) {
+            if meta.is_dir() {
+                return Err(ReceiveError::WrongType(entry.path.clone(), "file"));
+            }
+        }
+        let mut open = self
+            .open
+            .lock()
+            .map_err(|_| ReceiveError::BadOffer("internal lock poisoned".into()))?;
+        open.retain(|_, weak| weak.strong_count() > 0);
+        if let Some(existing) = open.get(&entry.path).and_then(Weak::upgrade) {
+            if existing.entry() == entry {
+                return Ok(existing);
+            }
+        }
+        let id = &blake3::hash(entry.path.as_bytes()).to_hex()[..32];
+        let part = PartialFile::open(
+            entry.clone(),
+            final_path,
+            self.partial_dir.join(format!("{id}.part")),
+            self.partial_dir.join(format!("{id}.state")),
+        )?;
+        let part = Arc::new(part);
+        open.insert(entry.path.clone(), Arc::downgrade(&part));
+        Ok(part)
+    }
+
+    /// Marks a session (connection) as writing into this destination.
+    pub fn session_started(&self) {
+        if let Ok(mut n) = self.sessions.lock() {
+            *n += 1;
+        }
+    }
+
+    /// Marks a session as finished; the last one applies directory metadata.
+    pub fn session_ended(&self) {
+        let last = match self.sessions.lock() {
+            Ok(mut n) => {
+                *n = n.saturating_sub(1);
+                *n == 0
+            }
+            Err(_) => false,
+        };
+        if last {
+            self.apply_dir_metadata();
+        }
+    }
+
+    /// Sets the mode and mtime of every directory created so far, deepest first.
+    pub fn apply_dir_metadata(&self) {
+        let Ok(mut pending) = self.pending_dirs.lock() else {
+            return;
+        };
+        pending.sort_by_key(|d| std::cmp::Reverse(d.path.components().count()));
+        for d in pending.drain(..) {
+            let mode = d.mode | 0o700;
+            if let Err(e) = fs::set_permissions(&d.path, fs::Permissions::from_mode(mode)) {
+                tracing::warn!("cannot set mode of {}: {e}", d.path.display());
+            }
+            if let Ok(f) = File::open(&d.path) {
+                if let Err(e) = f.set_modified(d.mtime) {
+                    tracing::warn!("cannot set mtime of {}: {e}", d.path.display());
+                }
+            }
+        }
+    }
+}
+
+/// Makes sure `path` is a real directory (not a symlink), creating it if asked.
+fn ensure_real_dir(path: &Path, create: bool) -> Result<(), ReceiveError> {
+    match fs::symlink_metadata(path) {
+        Ok(m) if m.file_type().is_symlink() => {
+            Err(ReceiveError::SymlinkInPath(path.display().to_string()))
+        }
+        Ok(m) if m.is_dir() => Ok(()),
+        Ok(_) => Err(ReceiveError::WrongType(
+            path.display().to_string(),
+            "directory",
+        )),
+        Err(e) if e.kind() == ErrorKind::NotFound && create => {
+            match fs::DirBuilder::new().mode(0o755).create(path) {
+                Ok(()) => Ok(()),
+                // Another connection created it meanwhile.
+                Err(e) if e.kind() == ErrorKind::AlreadyExists => ensure_real_dir(path, false),
+                Err(e) => Err(ReceiveError::io("create directory", path, e)),
+            }
+        }
+        Err(e) => Err(ReceiveError::io("stat", path, e)),
+    }
+}
+
+/// Opens a file for read+write without truncating, creating it if missing.
+pub(crate) fn open_rw(path: &Path) -> Result<File, ReceiveError> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .map_err(|e| ReceiveError::io("open", path, e))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,154 @@
+use super::*;
+use crate::hash::{chunk_digest, root_from_digests};
+use crate::partial::ChunkVerdict;
+use haul_proto::EntryKind;
+
+fn file_entry(path: &str, size: u64, chunk_size: u32) -> Entry {
+    Entry {
+        path: path.into(),
+        kind: EntryKind::File,
+        size,
+        mode: 0o640,
+        mtime_sec: 1_700_000_000,
+        mtime_nsec: 5,
+        chunk_size,
+    }
+}
+
+fn digests(data: &[u8], cs: u32) -> Vec<Digest> {
+    data.chunks(cs as usize)
+        .enumerate()
+        .map(|(i, c)| chunk_digest(c, i as u32, cs, data.len() as u64))
+        .collect()
+}
+
+use haul_proto::Digest;
+
+#[test]
+fn receive_verify_commit_and_resume() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dest = Destination::open(tmp.path()).unwrap();
+    let data: Vec<u8> = (0..10_000u32).map(|i| (i % 253) as u8).collect();
+    let cs = 1024;
+    let entry = file_entry("dir/sub/f.bin", data.len() as u64, cs);
+    let ds = digests(&data, cs);
+
+    let part = dest.begin_file(&entry).unwrap();
+    // A corrupted chunk is refused and not recorded.
+    let mut bad = data[..1024].to_vec();
+    bad[7] ^= 1;
+    assert_eq!(
+        part.write_chunk(0, &bad, &ds[0]).unwrap(),
+        ChunkVerdict::Bad
+    );
+    for i in 0..5u32 {
+        let c = &data[i as usize * 1024..(i as usize + 1) * 1024];
+        assert_eq!(
+            part.write_chunk(i, c, &ds[i as usize]).unwrap(),
+            ChunkVerdict::Good
+        );
+    }
+    drop(part);
+
+    // "Restart": a fresh Destination finds the five verified chunks.
+    let dest = Destination::open(tmp.path()).unwrap();
+    let part = dest.begin_file(&entry).unwrap();
+    assert_eq!(part.resumed_bytes(), 5 * 1024);
+    assert_eq!(part.have(0, 10).len(), 5);
+    let root = root_from_digests(&ds, cs, data.len() as u64).unwrap();
+    assert!(matches!(
+        part.commit(&root),
+        Err(ReceiveError::Incomplete(_))
+    ));
+    for (i, c) in data.chunks(1024).enumerate().skip(5) {
+        assert_eq!(
+            part.write_chunk(i as u32, c, &ds[i]).unwrap(),
+            ChunkVerdict::Good
+        );
+    }
+    assert!(
+        !tmp.path().join("dir/sub/f.bin").exists(),
+        "nothing under the final name before commit"
+    );
+    assert_eq!(part.commit(&root).unwrap(), *blake3::hash(&data).as_bytes());
+    assert_eq!(
+        std::fs::read(tmp.path().join("dir/sub/f.bin")).unwrap(),
+        data
+    );
+    assert!(dest.quick_check(&entry));
+}
+
+#[test]
+fn tampered_partial_data_is_not_trusted() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dest = Destination::open(tmp.path()).unwrap();
+    let data = vec![9u8; 4096];
+    let entry = file_entry("f", 4096, 1024);
+    let ds = digests(&data, 1024);
+    let part = dest.begin_file(&entry).unwrap();
+    for i in 0..4 {
+        part.write_chunk(i, &data[..1024], &ds[i as usize]).unwrap();
+    }
+    drop(part);
+    // Flip a byte of chunk 2 on disk behind haul's back.
+    let id = &blake3::hash(b"f").to_hex()[..32];
+    let p = tmp.path().join(format!(".haul/partial/{id}.part"));
+    let mut bytes = std::fs::read(&p).unwrap();
+    bytes[2048] ^= 0xff;
+    std::fs::write(&p, bytes).unwrap();
+    let part = Destination::open(tmp.path())
+        .unwrap()
+        .begin_file(&entry)
+        .unwrap();
+    let have: Vec<u32> = part.have(0, 4).into_iter().map(|(i, _)| i).collect();
+    assert_eq!(have, [0, 1, 3]);
+}
+
+#[test]
+fn wrong_root_discards_and_never_delivers() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dest = Destination::open(tmp.path()).unwrap();
+    let data = vec![1u8; 100];
+    let entry = file_entry("x", 100, 1024);
+    let part = dest.begin_file(&entry).unwrap();
+    let d = chunk_digest(&data, 0, 1024, 100);
+    part.write_chunk(0, &data, &d).unwrap();
+    assert!(matches!(
+        part.commit(&[0; 32]),
+        Err(ReceiveError::RootMismatch(_))
+    ));
+    assert!(!tmp.path().join("x").exists());
+}
+
+#[test]
+fn refuses_escapes_and_symlinked_dirs() {
+    let tmp = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("root");
+    let dest = Destination::open(&root).unwrap();
+    for bad in ["../x", "/etc/x", "a/../../x", ".haul/partial/x", "a\0b"] {
+        assert!(dest.resolve(bad).is_err(), "{bad}");
+    }
+    std::os::unix::fs::symlink(outside.path(), root.join("evil")).unwrap();
+    assert!(matches!(
+        dest.resolve("evil/x"),
+        Err(ReceiveError::SymlinkInPath(_))
+    ));
+    let link = Entry {
+        kind: EntryKind::Symlink {
+            target: "../../etc".into(),
+        },
+        ..file_entry("l", 0, 1024)
+    };
+    assert!(dest.make_symlink(&link, "../../etc").is_err());
+    let ok = Entry {
+        kind: EntryKind::Symlink { target: "x".into() },
+        ..file_entry("d/l", 0, 1024)
+    };
+    dest.make_symlink(&ok, "x").unwrap();
+    assert_eq!(
+        std::fs::read_link(root.join("d/l")).unwrap(),
+        std::path::Path::new("x")
+    );
+    assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0);
+}

@@ -1,0 +1,63 @@
+//! Events a transfer reports: the binary turns them into progress bars or
+//! `--json` lines.
+
+use serde::Serialize;
+
+/// One thing that happened during a transfer.
+#[derive(Debug, Clone, Serialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum Event {
+    /// An entry starts moving.
+    FileStart {
+        /// Path relative to the destination.
+        path: String,
+        /// Size in bytes.
+        size: u64,
+    },
+    /// Verified payload bytes moved for an entry.
+    Progress {
+        /// Path relative to the destination.
+        path: String,
+        /// Bytes moved since the last progress event for this path.
+        bytes: u64,
+    },
+    /// An entry was delivered and verified (or already identical).
+    FileDone {
+        /// Path relative to the destination.
+        path: String,
+        /// Size in bytes.
+        size: u64,
+        /// BLAKE3 of the file, hex (empty for directories and symlinks).
+        blake3: String,
+        /// Bytes that crossed the network for it.
+        sent: u64,
+        /// True if it was already in place and nothing was sent.
+        skipped: bool,
+    },
+    /// An entry failed; the others go on.
+    FileError {
+        /// Path relative to the destination (or the source path).
+        path: String,
+        /// What went wrong and what to do.
+        error: String,
+    },
+    /// Something worth knowing that is not a failure.
+    Warning {
+        /// The message.
+        message: String,
+    },
+}
+
+/// Receives events; must be cheap and thread-safe.
+pub trait Observer: Send + Sync {
+    /// Called for every event.
+    fn event(&self, event: &Event);
+}
+
+/// An observer that drops everything.
+#[derive(Debug, Default)]
+pub struct Quiet;
+
+impl Observer for Quiet {
+    fn event(&self, _event: &Event) {}
+}

@@ -1,0 +1,251 @@
+//! Where entries come from. [`Source`] is the abstraction every origin
+//! implements (local trees today; FTP, SFTP, HTTP and S3 build on it);
+//! [`LocalTree`] walks a local path.
+//!
+//! ## Tree rules (as rsync)
+//! - `dir` sends the directory itself: entries are `dir/...`.
+//! - `dir/` (trailing slash) sends its contents: entries are `...`.
+//! - A file sends just the file, under its own name.
+//! - Symlinks are sent as symlinks (never followed); the receiver recreates
+//!   them only when their target stays inside the destination.
+//! - Devices, FIFOs and sockets are skipped with a warning.
+//! - Names must be UTF-8 (the wire carries UTF-8); others are reported and skipped.
+
+use std::fs::{File, Metadata};
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use haul_proto::{Entry, EntryKind};
+
+use crate::hash::chunk_size_for;
+
+/// An error from a source: the entry it concerns is skipped, the rest goes on.
+#[derive(Debug, thiserror::Error)]
+pub enum SourceError {
+    /// The source path does not exist or cannot be read.
+    #[error("cannot read {path}: {source}")]
+    Io {
+        /// Path concerned.
+        path: String,
+        /// Underlying error.
+        source: std::io::Error,
+    },
+    /// A name that cannot travel (not UTF-8).
+    #[error("skipping {0}: the name is not valid UTF-8")]
+    BadName(String),
+    /// A device, FIFO or socket.
+    #[error("skipping {0}: special files (devices, FIFOs, sockets) are not transferred")]
+    Special(String),
+}
+
+/// One entry found by a source: the wire [`Entry`] plus how to read it.
+#[derive(Debug, Clone)]
+pub struct SourceEntry {
+    /// The entry as offered to a receiver.
+    pub entry: Entry,
+    /// Local path of the data (for local sources).
+    pub local: PathBuf,
+}
+
+/// Anything haul can read entries from.
+pub trait Source: Send {
+    /// Human-readable description (never containing credentials).
+    fn describe(&self) -> String;
+    /// Every entry, parents before children, in a stable order.
+    fn entries(&self) -> Box<dyn Iterator<Item = Result<SourceEntry, SourceError>> + Send + '_>;
+}
+
+/// A local file or directory tree.
+#[derive(Debug, Clone)]
+pub struct LocalTree {
+    path: PathBuf,
+    prefix: String,
+}
+
+impl LocalTree {
+    /// A tree rooted at `path`; a trailing `/` in `path` means "its contents".
+    pub fn new(path: &str) -> Result<Self, SourceError> {
+        let contents_only = path.ends_with('/') && path.len() > 1;
+        let pb = PathBuf::from(path);
+        std::fs::symlink_metadata(&pb).map_err(|source| SourceError::Io {
+            path: path.to_owned(),
+            source,
+        })?;
+        let prefix = if contents_only {
+            String::new()
+        } else {
+            let name = pb
+                .canonicalize()
+                .ok()
+                .and_then(|c| c.file_name().map(|n| n.to_owned()))
+                .or_else(|| pb.file_name().map(|n| n.to_owned()))
+                .unwrap_or_default();
+            name.into_string()
+                .map_err(|n| SourceError::BadName(format!("{n:?}")))?
+        };
+        Ok(Self { path: pb, prefix })
+    }
+
+    /// A tree whose entries are named `prefix/...` (empty prefix: bare names).
+    pub fn with_prefix(path: PathBuf, prefix: String) -> Self {
+        Self { path, prefix }
+    }
+
+    fn make(&self, local: &Path, rel: &Path, meta: &Metadata) -> Result<SourceEntry, SourceError> {
+        let rel_str = rel
+            .to_str()
+            .ok_or_else(|| SourceError::BadName(local.display().to_string()))?;
+        let path = match (self.prefix.is_empty(), rel_str.is_empty()) {
+            (true, _) => rel_str.to_owned(),
+            (false, true) => self.prefix.clone(),
+            (false, false) => format!("{}/{}", self.prefix, rel_str),
+        };
+        let ft = meta.file_type();
+        let kind = if ft.is_dir() {
+            EntryKind::Dir
+        } else if ft.is_file() {
+            EntryKind::File
+        } else if ft.is_symlink() {
+            let target = std::fs::read_link(local).map_err(|source| SourceError::Io {
+                path: local.display().to_string(),
+                source,
+            })?;
+            let target = target
+                .into_os_string()
+                .into_string()
+                .map_err(|_| SourceError::BadName(local.display().to_string()))?;
+            EntryKind::Symlink { target }
+        } else {
+            return Err(SourceError::Special(local.display().to_string()));
+        };
+        let size = if kind == EntryKind::File {
+            meta.len()
+        } else {
+            0
+        };
+        Ok(SourceEntry {
+            entry: Entry {
+                path,
+                kind,
+                size,
+                mode: meta.permissions().mode() & 0o7777,
+                mtime_sec: meta.mtime(),
+                mtime_nsec: meta.mtime_nsec().clamp(0, 999_999_999) as u32,
+                chunk_size: chunk_size_for(size),
+            },
+            local: local.to_path_buf(),
+        })
+    }
+}
+
+impl Source for LocalTree {
+    fn describe(&self) -> String {
+        self.path.display().to_string()
+    }
+
+    fn entries(&self) -> Box<dyn Iterator<Item = Result<SourceEntry, SourceError>> + Send + '_> {
+        let walker = walkdir::WalkDir::new(&self.path)
+            .follow_links(false)
+            .sort_by_file_name()
+            .into_iter();
+        let contents_only = self.prefix.is_empty();
+        Box::new(walker.filter_map(move |item| {
+            let item = match item {
+                Ok(item) => item,
+                Err(e) => {
+                    let path = e
+                        .path()
+                        .map(|p| p.display().to_string())
+                        .unwrap_or_default();
+                    let source = e
+                        .into_io_error()
+                        .unwrap_or_else(|| std::io::Error::other("filesystem loop"));
+                    return Some(Err(SourceError::Io { path, source }));
+                }
+            };
+            // With "contents only", the top directory itself is not an entry.
+            if item.depth() == 0 && contents_only && item.file_type().is_dir() {
+                return None;
+            }
+            let rel = item
+                .path()
+                .strip_prefix(&self.path)
+                .unwrap_or(Path::new(""));
+            let rel = if item.depth() == 0 && !item.file_type().is_dir() && contents_only {
+                // `file/` is not meaningful; treat as the file under its own name.
+                Path::new(item.file_name())
+            } else {
+                rel
+            };
+            let meta = match item.metadata() {
+                Ok(m) => m,
+                Err(e) => {
+                    return Some(Err(SourceError::Io {
+                        path: item.path().display().to_string(),
+                        source: e
+                            .into_io_error()
+                            .unwrap_or_else(|| std::io::Error::other("stat")),
+                    }))
+                }
+            };
+            Some(self.make(item.path(), rel, &meta))
+        }))
+    }
+}
+
+/// Opens a local entry's data for reading.
+pub fn open_local(entry: &SourceEntry) -> Result<File, SourceError> {
+    File::open(&entry.local).map_err(|source| SourceError::Io {
+        path: entry.local.display().to_string(),
+        source,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn walks_dir_and_contents() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path().join("data");
+        std::fs::create_dir_all(d.join("sub/empty")).unwrap();
+        std::fs::write(d.join("a b.txt"), b"hello").unwrap();
+        std::fs::write(d.join("sub/ü"), b"").unwrap();
+        std::os::unix::fs::symlink("a b.txt", d.join("link")).unwrap();
+
+        let tree = LocalTree::new(d.to_str().unwrap()).unwrap();
+        let names: Vec<String> = tree.entries().map(|e| e.unwrap().entry.path).collect();
+        assert_eq!(
+            names,
+            [
+                "data",
+                "data/a b.txt",
+                "data/link",
+                "data/sub",
+                "data/sub/empty",
+                "data/sub/ü"
+            ]
+        );
+
+        let tree = LocalTree::new(&format!("{}/", d.display())).unwrap();
+        let entries: Vec<Entry> = tree.entries().map(|e| e.unwrap().entry).collect();
+        assert_eq!(entries[0].path, "a b.txt");
+        assert_eq!(entries[0].size, 5);
+        assert_eq!(
+            entries[1].kind,
+            EntryKind::Symlink {
+                target: "a b.txt".into()
+            }
+        );
+
+        let file = LocalTree::new(d.join("a b.txt").to_str().unwrap()).unwrap();
+        let names: Vec<String> = file.entries().map(|e| e.unwrap().entry.path).collect();
+        assert_eq!(names, ["a b.txt"]);
+    }
+
+    #[test]
+    fn missing_path_is_an_error() {
+        assert!(LocalTree::new("/definitely/not/here").is_err());
+    }
+}
