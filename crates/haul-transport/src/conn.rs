@@ -1,0 +1,273 @@
+//! A framed connection: [`FrameReader`] turns bytes into messages and chunk
+//! payloads, [`FrameWriter`] batches messages and sends payloads (with
+//! `sendfile(2)` on plaintext TCP). Every wait is bounded by a timeout.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::AsRawFd;
+use std::time::Duration;
+
+use haul_proto::{decode_frame, encode, Decoded, Message, MAX_CHUNK_LEN};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::tcp::OwnedWriteHalf;
+
+use crate::TransportError;
+
+/// Time limits for every network wait.
+#[derive(Debug, Clone, Copy)]
+pub struct Timeouts {
+    /// TCP connect.
+    pub connect: Duration,
+    /// TLS and protocol handshake.
+    pub handshake: Duration,
+    /// Longest silence while a read or write is pending.
+    pub idle: Duration,
+}
+
+impl Default for Timeouts {
+    fn default() -> Self {
+        Self {
+            connect: Duration::from_secs(10),
+            handshake: Duration::from_secs(15),
+            idle: Duration::from_secs(60),
+        }
+    }
+}
+
+pub(crate) type BoxRead = Box<dyn AsyncRead + Unpin + Send>;
+pub(crate) type BoxWrite = Box<dyn AsyncWrite + Unpin + Send>;
+
+async fn within<T>(
+    limit: Duration,
+    what: &'static str,
+    fut: impl std::future::Future<Output = io::Result<T>>,
+) -> Result<T, TransportError> {
+    match tokio::time::timeout(limit, fut).await {
+        Ok(r) => r.map_err(TransportError::from),
+        Err(_) => Err(TransportError::Timeout {
+            what,
+            secs: limit.as_secs(),
+        }),
+    }
+}
+
+/// Reads messages and payloads from one connection.
+pub struct FrameReader {
+    inner: BoxRead,
+    buf: Vec<u8>,
+    start: usize,
+    end: usize,
+    idle: Duration,
+}
+
+impl FrameReader {
+    pub(crate) fn new(inner: BoxRead, idle: Duration) -> Self {
+        Self {
+            inner,
+            buf: vec![0; 256 << 10],
+            start: 0,
+            end: 0,
+            idle,
+        }
+    }
+
+    /// Changes the idle limit.
+    pub fn set_idle(&mut self, idle: Duration) {
+        self.idle = idle;
+    }
+
+    /// The next message. A malformed frame is an error; the caller closes.
+    pub async fn recv(&mut self) -> Result<Message, TransportError> {
+        loop {
+            match decode_frame(&self.buf[self.start..self.end])? {
+                Decoded::Message(msg, used) => {
+                    self.start += used;
+                    return Ok(msg);
+                }
+                Decoded::NeedMore(n) => self.fill(n).await?,
+            }
+        }
+    }
+
+    async fn fill(&mut self, need: usize) -> Result<(), TransportError> {
+        if self.start > 0 {
+            self.buf.copy_within(self.start..self.end, 0);
+            self.end -= self.start;
+            self.start = 0;
+        }
+        if self.buf.len() < need {
+            // `need` is bounded by MAX_FRAME_LEN + 4 by the decoder.
+            self.buf.resize(need, 0);
+        }
+        while self.end < need {
+            let n = within(
+                self.idle,
+                "data from the peer",
+                self.inner.read(&mut self.buf[self.end..]),
+            )
+            .await?;
+            if n == 0 {
+                return Err(TransportError::Closed);
+            }
+            self.end += n;
+        }
+        Ok(())
+    }
+
+    /// Reads exactly `out.len()` payload bytes (after a chunk header).
+    pub async fn recv_payload(&mut self, out: &mut [u8]) -> Result<(), TransportError> {
+        if out.len() > MAX_CHUNK_LEN as usize {
+            return Err(TransportError::ChunkTooLarge(out.len() as u32));
+        }
+        let buffered = (self.end - self.start).min(out.len());
+        out[..buffered].copy_from_slice(&self.buf[self.start..self.start + buffered]);
+        self.start += buffered;
+        let mut got = buffered;
+        while got < out.len() {
+            let n = within(
+                self.idle,
+                "chunk data from the peer",
+                self.inner.read(&mut out[got..]),
+            )
+            .await?;
+            if n == 0 {
+                return Err(TransportError::Closed);
+            }
+            got += n;
+        }
+        Ok(())
+    }
+}
+
+pub(crate) enum Sink {
+    Plain(OwnedWriteHalf),
+    Boxed(BoxWrite),
+}
+
+/// Writes messages and payloads to one connection.
+pub struct FrameWriter {
+    sink: Sink,
+    buf: Vec<u8>,
+    idle: Duration,
+    zero_copy: bool,
+}
+
+/// Flush queued messages once this many bytes wait.
+const BATCH: usize = 64 << 10;
+
+impl FrameWriter {
+    pub(crate) fn new(sink: Sink, idle: Duration) -> Self {
+        let zero_copy = matches!(sink, Sink::Plain(_));
+        Self {
+            sink,
+            buf: Vec::with_capacity(BATCH * 2),
+            idle,
+            zero_copy,
+        }
+    }
+
+    /// True when payloads go out with `sendfile(2)`.
+    pub fn zero_copy(&self) -> bool {
+        self.zero_copy
+    }
+
+    /// Turns `sendfile(2)` off (payloads are then written from memory).
+    pub fn set_zero_copy(&mut self, on: bool) {
+        self.zero_copy = on && matches!(self.sink, Sink::Plain(_));
+    }
+
+    /// Queues a message; it leaves at the next flush (or when the batch is full).
+    pub async fn queue(&mut self, msg: &Message) -> Result<(), TransportError> {
+        encode(msg, &mut self.buf);
+        if self.buf.len() >= BATCH {
+            self.flush().await?;
+        }
+        Ok(())
+    }
+
+    /// Sends a message now.
+    pub async fn send(&mut self, msg: &Message) -> Result<(), TransportError> {
+        encode(msg, &mut self.buf);
+        self.flush().await
+    }
+
+    /// Writes everything queued.
+    pub async fn flush(&mut self) -> Result<(), TransportError> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        let buf = std::mem::take(&mut self.buf);
+        let r = self.write_raw(&buf).await;
+        self.buf = buf;
+        self.buf.clear();
+        r
+    }
+
+    async fn write_raw(&mut self, data: &[u8]) -> Result<(), TransportError> {
+        match &mut self.sink {
+            Sink::Plain(w) => within(self.idle, "the peer to accept data", w.write_all(data)).await,
+            Sink::Boxed(w) => {
+                within(self.idle, "the peer to accept data", async {
+                    w.write_all(data).await?;
+                    w.flush().await
+                })
+                .await
+            }
+        }
+    }
+
+    /// Sends a chunk payload: from `file` at `offset` with `sendfile(2)` when
+    /// zero copy is on, else from `data` (which must hold the same bytes).
+    pub async fn send_payload(
+        &mut self,
+        file: &File,
+        offset: u64,
+        data: &[u8],
+    ) -> Result<(), TransportError> {
+        self.flush().await?;
+        let (true, Sink::Plain(w)) = (self.zero_copy, &mut self.sink) else {
+            return self.write_raw(data).await;
+        };
+        let stream = w.as_ref();
+        let mut off = offset;
+        let mut left = data.len();
+        while left > 0 {
+            within(self.idle, "the peer to accept data", stream.writable()).await?;
+            let res = stream.try_io(tokio::io::Interest::WRITABLE, || {
+                let mut o = off as libc::off_t;
+                // SAFETY: both descriptors are open for the duration of the call;
+                // `o` is a valid pointer to a local.
+                let n =
+                    unsafe { libc::sendfile(stream.as_raw_fd(), file.as_raw_fd(), &mut o, left) };
+                if n < 0 {
+                    Err(io::Error::last_os_error())
+                } else {
+                    Ok(n as usize)
+                }
+            });
+            match res {
+                Ok(0) => {
+                    return Err(TransportError::Io(io::Error::other(
+                        "source file shrank while sending",
+                    )))
+                }
+                Ok(n) => {
+                    off += n as u64;
+                    left -= n;
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                Err(e) => return Err(TransportError::Io(e)),
+            }
+        }
+        Ok(())
+    }
+
+    /// Flushes and shuts the write side down.
+    pub async fn close(&mut self) -> Result<(), TransportError> {
+        self.flush().await?;
+        match &mut self.sink {
+            Sink::Plain(w) => within(self.idle, "shutdown", w.shutdown()).await,
+            Sink::Boxed(w) => within(self.idle, "shutdown", w.shutdown()).await,
+        }
+    }
+}

@@ -1,0 +1,70 @@
+//! Transport errors, each saying what to do next.
+
+use std::io;
+
+/// What can go wrong below the protocol.
+#[derive(Debug, thiserror::Error)]
+pub enum TransportError {
+    /// Could not reach the peer in time.
+    #[error(
+        "cannot connect to {addr}: {source} (is `haul serve` running there, and the port open?)"
+    )]
+    Connect {
+        /// Address tried.
+        addr: String,
+        /// Underlying error.
+        source: io::Error,
+    },
+    /// A wait ran past its limit.
+    #[error("timed out after {secs}s waiting for {what} (the peer stopped answering; retry, or raise --timeout)")]
+    Timeout {
+        /// What was awaited.
+        what: &'static str,
+        /// The limit.
+        secs: u64,
+    },
+    /// The server presented a key other than the pinned one.
+    #[error("the server at {host} presented key {got}, but {expected} is pinned for it{hint}. This may be an attack. If the server's key was replaced on purpose, remove its line from {file} or pass --fingerprint {got}")]
+    KeyChanged {
+        /// host:port.
+        host: String,
+        /// Fingerprint seen.
+        got: String,
+        /// Fingerprint expected.
+        expected: String,
+        /// Where the pin came from.
+        hint: String,
+        /// The known-hosts file.
+        file: String,
+    },
+    /// TLS failed for another reason.
+    #[error("TLS handshake with {host} failed: {source} (does the server run with --plaintext? then pass --plaintext too)")]
+    Tls {
+        /// host:port.
+        host: String,
+        /// Underlying error.
+        source: io::Error,
+    },
+    /// The peer sent bytes that are not the protocol.
+    #[error("protocol error from peer: {0}")]
+    Decode(#[from] haul_proto::DecodeError),
+    /// The peer closed the connection.
+    #[error("the peer closed the connection")]
+    Closed,
+    /// A chunk payload longer than allowed.
+    #[error("peer announced a {0}-byte chunk, above the limit")]
+    ChunkTooLarge(u32),
+    /// Identity or config files could not be read or written.
+    #[error("{what} {path}: {source}")]
+    File {
+        /// What was being done.
+        what: &'static str,
+        /// Path concerned.
+        path: String,
+        /// Underlying error.
+        source: io::Error,
+    },
+    /// Any other I/O error on the connection.
+    #[error("connection error: {0}")]
+    Io(#[from] io::Error),
+}

@@ -1,0 +1,223 @@
+//! Connecting and accepting: TCP with tuned sockets, then TLS unless plaintext.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use rustls::pki_types::ServerName;
+use tokio::net::{TcpListener, TcpStream};
+use tokio_rustls::{TlsAcceptor, TlsConnector};
+
+use crate::conn::{FrameReader, FrameWriter, Sink, Timeouts};
+use crate::identity::ServerIdentity;
+use crate::known_hosts::{KnownHosts, TrustDecision};
+use crate::tls::{client_config, server_config, PinVerifier};
+use crate::TransportError;
+
+/// How a client secures its connection.
+#[derive(Debug, Clone)]
+pub enum Security {
+    /// No TLS (trusted networks; both sides must agree).
+    Plaintext,
+    /// TLS 1.3; the server key is pinned by `fingerprint` if given, else by
+    /// `known_hosts` (trust on first use).
+    Tls {
+        /// Explicit pin (`--fingerprint`).
+        fingerprint: Option<String>,
+        /// The known-hosts file.
+        known_hosts: KnownHosts,
+    },
+}
+
+fn tune(stream: &TcpStream, buffer: Option<usize>) {
+    let _ = stream.set_nodelay(true);
+    if let Some(size) = buffer {
+        let sock = socket2::SockRef::from(stream);
+        let _ = sock.set_send_buffer_size(size);
+        let _ = sock.set_recv_buffer_size(size);
+    }
+}
+
+/// Connects to `addr` (host:port), returning the framed halves and the
+/// server's fingerprint (TLS only).
+pub async fn connect(
+    addr: &str,
+    security: &Security,
+    timeouts: Timeouts,
+    socket_buffer: Option<usize>,
+) -> Result<(FrameReader, FrameWriter, Option<String>), TransportError> {
+    let connect_err = |source| TransportError::Connect {
+        addr: addr.to_owned(),
+        source,
+    };
+    let stream = match tokio::time::timeout(timeouts.connect, TcpStream::connect(addr)).await {
+        Ok(r) => r.map_err(connect_err)?,
+        Err(_) => {
+            return Err(TransportError::Timeout {
+                what: "the TCP connection",
+                secs: timeouts.connect.as_secs(),
+            })
+        }
+    };
+    tune(&stream, socket_buffer);
+    let (fingerprint, known_hosts) = match security {
+        Security::Plaintext => {
+            let (r, w) = stream.into_split();
+            return Ok((
+                FrameReader::new(Box::new(r), timeouts.idle),
+                FrameWriter::new(Sink::Plain(w), timeouts.idle),
+                None,
+            ));
+        }
+        Security::Tls {
+            fingerprint,
+            known_hosts,
+        } => (fingerprint, known_hosts),
+    };
+    let pinned = fingerprint
+        .clone()
+        .map(|fp| (fp, "(from --fingerprint)".to_owned()))
+        .or_else(|| known_hosts.lookup(addr).map(|fp| (fp, String::new())));
+    let verifier = PinVerifier::new(pinned.as_ref().map(|(fp, _)| fp.clone()));
+    let cfg = client_config(verifier.clone()).map_err(|e| TransportError::Tls {
+        host: addr.to_owned(),
+        source: std::io::Error::other(e),
+    })?;
+    let name = ServerName::try_from("haul").map_err(|e| TransportError::Tls {
+        host: addr.to_owned(),
+        source: std::io::Error::other(e),
+    })?;
+    let handshake = TlsConnector::from(cfg).connect(name, stream);
+    let tls = match tokio::time::timeout(timeouts.handshake, handshake).await {
+        Err(_) => {
+            return Err(TransportError::Timeout {
+                what: "the TLS handshake",
+                secs: timeouts.handshake.as_secs(),
+            })
+        }
+        Ok(Err(e)) => {
+            if let (Some(got), Some((expected, hint))) = (verifier.seen(), pinned) {
+                if got != expected {
+                    return Err(TransportError::KeyChanged {
+                        host: addr.to_owned(),
+                        got,
+                        expected,
+                        hint: if hint.is_empty() {
+                            String::new()
+                        } else {
+                            format!(" {hint}")
+                        },
+                        file: known_hosts.path().display().to_string(),
+                    });
+                }
+            }
+            return Err(TransportError::Tls {
+                host: addr.to_owned(),
+                source: e,
+            });
+        }
+        Ok(Ok(tls)) => tls,
+    };
+    let seen = verifier.seen().unwrap_or_default();
+    if fingerprint.is_none() {
+        if let TrustDecision::Changed { expected } = known_hosts.check(addr, &seen)? {
+            return Err(TransportError::KeyChanged {
+                host: addr.to_owned(),
+                got: seen,
+                expected,
+                hint: String::new(),
+                file: known_hosts.path().display().to_string(),
+            });
+        }
+    }
+    let (r, w) = tokio::io::split(tls);
+    Ok((
+        FrameReader::new(Box::new(r), timeouts.idle),
+        FrameWriter::new(Sink::Boxed(Box::new(w)), timeouts.idle),
+        Some(seen),
+    ))
+}
+
+/// A listening socket with its TLS acceptor (none when plaintext).
+pub struct Listener {
+    tcp: TcpListener,
+    tls: Option<TlsAcceptor>,
+    socket_buffer: Option<usize>,
+}
+
+impl Listener {
+    /// Binds `addr`; `identity` is `None` for plaintext.
+    pub async fn bind(
+        addr: SocketAddr,
+        identity: Option<&ServerIdentity>,
+        socket_buffer: Option<usize>,
+    ) -> Result<Self, TransportError> {
+        let tcp = TcpListener::bind(addr)
+            .await
+            .map_err(|source| TransportError::Connect {
+                addr: addr.to_string(),
+                source,
+            })?;
+        let tls = match identity {
+            Some(id) => Some(TlsAcceptor::from(server_config(id).map_err(|e| {
+                TransportError::Tls {
+                    host: addr.to_string(),
+                    source: std::io::Error::other(e),
+                }
+            })?)),
+            None => None,
+        };
+        Ok(Self {
+            tcp,
+            tls,
+            socket_buffer,
+        })
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.tcp.local_addr()
+    }
+
+    /// Waits for the next TCP connection (handshake happens in [`accept_stream`]).
+    pub async fn accept(&self) -> std::io::Result<(TcpStream, SocketAddr, Option<TlsAcceptor>)> {
+        let (s, peer) = self.tcp.accept().await?;
+        tune(&s, self.socket_buffer);
+        Ok((s, peer, self.tls.clone()))
+    }
+}
+
+/// Runs the server side of TLS (if any) on an accepted stream.
+pub async fn accept_stream(
+    stream: TcpStream,
+    tls: Option<TlsAcceptor>,
+    timeouts: Timeouts,
+) -> Result<(FrameReader, FrameWriter), TransportError> {
+    let Some(acceptor) = tls else {
+        let (r, w) = stream.into_split();
+        return Ok((
+            FrameReader::new(Box::new(r), timeouts.idle),
+            FrameWriter::new(Sink::Plain(w), timeouts.idle),
+        ));
+    };
+    let peer = stream
+        .peer_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
+    let tls = match tokio::time::timeout(timeouts.handshake, acceptor.accept(stream)).await {
+        Err(_) => {
+            return Err(TransportError::Timeout {
+                what: "the TLS handshake",
+                secs: timeouts.handshake.as_secs(),
+            })
+        }
+        Ok(r) => r.map_err(|source| TransportError::Tls { host: peer, source })?,
+    };
+    let (r, w) = tokio::io::split(tls);
+    Ok((
+        FrameReader::new(Box::new(r), timeouts.idle),
+        FrameWriter::new(Sink::Boxed(Box::new(w)), timeouts.idle),
+    ))
+}
+
+/// Shares a listener between tasks.
+pub type SharedListener = Arc<Listener>;
