@@ -297,3 +297,29 @@ pub(crate) fn open_rw(path: &Path) -> Result<File, ReceiveError> {
 
 #[cfg(test)]
 mod tests;
+
+/// Resolves an existing `rel` path under `root` for reading, refusing any
+/// symlink on the way or at the end (a link must not lead a reader out of
+/// the root).
+pub fn resolve_existing(root: &Path, rel: &str) -> Result<PathBuf, ReceiveError> {
+    let comps = validate_rel_path(rel)?;
+    let mut path = root.to_path_buf();
+    for comp in comps {
+        path.push(comp);
+        match fs::symlink_metadata(&path) {
+            Ok(m) if m.file_type().is_symlink() => {
+                return Err(ReceiveError::SymlinkInPath(rel.to_owned()))
+            }
+            Ok(_) => {}
+            Err(e) => return Err(ReceiveError::io("stat", &path, e)),
+        }
+    }
+    Ok(path)
+}
+
+/// Removes `ROOT/.haul/partial` and `ROOT/.haul` if nothing is left in them.
+pub fn tidy_state_dir(root: &Path) {
+    let state = root.join(STATE_DIR);
+    let _ = fs::remove_dir(state.join("partial"));
+    let _ = fs::remove_dir(state);
+}

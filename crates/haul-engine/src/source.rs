@@ -47,12 +47,15 @@ pub struct SourceEntry {
     pub local: PathBuf,
 }
 
+/// A stream of entries from a source.
+pub type EntryIter = Box<dyn Iterator<Item = Result<SourceEntry, SourceError>> + Send>;
+
 /// Anything haul can read entries from.
 pub trait Source: Send {
     /// Human-readable description (never containing credentials).
     fn describe(&self) -> String;
-    /// Every entry, parents before children, in a stable order.
-    fn entries(&self) -> Box<dyn Iterator<Item = Result<SourceEntry, SourceError>> + Send + '_>;
+    /// Every entry, parents before children, in a stable order, streamed.
+    fn entries(self: Box<Self>) -> EntryIter;
 }
 
 /// A local file or directory tree.
@@ -143,7 +146,7 @@ impl Source for LocalTree {
         self.path.display().to_string()
     }
 
-    fn entries(&self) -> Box<dyn Iterator<Item = Result<SourceEntry, SourceError>> + Send + '_> {
+    fn entries(self: Box<Self>) -> EntryIter {
         let walker = walkdir::WalkDir::new(&self.path)
             .follow_links(false)
             .sort_by_file_name()
@@ -214,7 +217,7 @@ mod tests {
         std::fs::write(d.join("sub/ü"), b"").unwrap();
         std::os::unix::fs::symlink("a b.txt", d.join("link")).unwrap();
 
-        let tree = LocalTree::new(d.to_str().unwrap()).unwrap();
+        let tree = Box::new(LocalTree::new(d.to_str().unwrap()).unwrap());
         let names: Vec<String> = tree.entries().map(|e| e.unwrap().entry.path).collect();
         assert_eq!(
             names,
@@ -228,7 +231,7 @@ mod tests {
             ]
         );
 
-        let tree = LocalTree::new(&format!("{}/", d.display())).unwrap();
+        let tree = Box::new(LocalTree::new(&format!("{}/", d.display())).unwrap());
         let entries: Vec<Entry> = tree.entries().map(|e| e.unwrap().entry).collect();
         assert_eq!(entries[0].path, "a b.txt");
         assert_eq!(entries[0].size, 5);
@@ -239,7 +242,7 @@ mod tests {
             }
         );
 
-        let file = LocalTree::new(d.join("a b.txt").to_str().unwrap()).unwrap();
+        let file = Box::new(LocalTree::new(d.join("a b.txt").to_str().unwrap()).unwrap());
         let names: Vec<String> = file.entries().map(|e| e.unwrap().entry.path).collect();
         assert_eq!(names, ["a b.txt"]);
     }
@@ -247,5 +250,30 @@ mod tests {
     #[test]
     fn missing_path_is_an_error() {
         assert!(LocalTree::new("/definitely/not/here").is_err());
+    }
+}
+
+/// Splits chunks `0..count` into at most `parts` contiguous, near-equal ranges.
+pub fn split_ranges(count: u32, parts: u32) -> Vec<(u32, u32)> {
+    let parts = parts.clamp(1, count.max(1));
+    let base = count / parts;
+    let extra = count % parts;
+    let mut out = Vec::with_capacity(parts as usize);
+    let mut start = 0;
+    for p in 0..parts {
+        let len = base + u32::from(p < extra);
+        out.push((start, start + len));
+        start += len;
+    }
+    out
+}
+
+#[cfg(test)]
+mod split_tests {
+    #[test]
+    fn ranges_cover_everything() {
+        assert_eq!(super::split_ranges(10, 3), [(0, 4), (4, 7), (7, 10)]);
+        assert_eq!(super::split_ranges(2, 4), [(0, 1), (1, 2)]);
+        assert_eq!(super::split_ranges(0, 4), [(0, 0)]);
     }
 }

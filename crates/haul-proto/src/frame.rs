@@ -50,6 +50,8 @@ mod kind {
     pub const DONE: u8 = 11;
     pub const FILE_ERROR: u8 = 12;
     pub const BYE: u8 = 13;
+    pub const LISTING: u8 = 14;
+    pub const WANT: u8 = 15;
 }
 
 /// Appends the frame for `msg` to `out`.
@@ -71,18 +73,11 @@ pub fn encode(msg: &Message, out: &mut Vec<u8>) {
                     w.u8(1);
                     w.str(dest);
                 }
-                Request::Pull {
-                    path,
-                    shard,
-                    shards,
-                    split_at,
-                } => {
+                Request::List { path } => {
                     w.u8(2);
                     w.str(path);
-                    w.u16(*shard);
-                    w.u16(*shards);
-                    w.u64(*split_at);
                 }
+                Request::Fetch => w.u8(3),
             }
         }
         Message::Welcome { version } => {
@@ -163,6 +158,24 @@ pub fn encode(msg: &Message, out: &mut Vec<u8>) {
             w.str(message);
         }
         Message::Bye => w.u8(kind::BYE),
+        Message::Listing { entry } => {
+            w.u8(kind::LISTING);
+            w.entry(entry);
+        }
+        Message::Want {
+            id,
+            path,
+            dest,
+            first,
+            end,
+        } => {
+            w.u8(kind::WANT);
+            w.u32(*id);
+            w.str(path);
+            w.str(dest);
+            w.u32(*first);
+            w.u32(*end);
+        }
     }
     let len = (out.len() - start - 4) as u32;
     out[start..start + 4].copy_from_slice(&len.to_be_bytes());
@@ -195,12 +208,8 @@ fn decode_body(body: &[u8]) -> Result<Message, DecodeError> {
             let token = r.str()?;
             let request = match r.u8()? {
                 1 => Request::Push { dest: r.str()? },
-                2 => Request::Pull {
-                    path: r.str()?,
-                    shard: r.u16()?,
-                    shards: r.u16()?,
-                    split_at: r.u64()?,
-                },
+                2 => Request::List { path: r.str()? },
+                3 => Request::Fetch,
                 _ => return Err(DecodeError::Malformed(name)),
             };
             Message::Hello {
@@ -263,6 +272,14 @@ fn decode_body(body: &[u8]) -> Result<Message, DecodeError> {
             message: r.str()?,
         },
         kind::BYE => Message::Bye,
+        kind::LISTING => Message::Listing { entry: r.entry()? },
+        kind::WANT => Message::Want {
+            id: r.u32()?,
+            path: r.str()?,
+            dest: r.str()?,
+            first: r.u32()?,
+            end: r.u32()?,
+        },
         other => return Err(DecodeError::UnknownKind(other)),
     };
     if !r.buf.is_empty() {
@@ -286,6 +303,8 @@ fn kind_name(k: u8) -> Result<&'static str, DecodeError> {
         kind::DONE => "Done",
         kind::FILE_ERROR => "FileError",
         kind::BYE => "Bye",
+        kind::LISTING => "Listing",
+        kind::WANT => "Want",
         other => return Err(DecodeError::UnknownKind(other)),
     })
 }

@@ -42,7 +42,10 @@
 //!   Hello{version, token, Push{dest}} ->
 //!                                       <- Welcome{version}      (or Refused, then close)
 //! push: the client is the *sender*, the server the *receiver*.
-//! pull: Hello{.., Pull{path, shard}}; the server is the sender.
+//! pull: Hello{.., List{path}} -> Listing{entry}... Bye   (one connection lists)
+//!       Hello{.., Fetch} on each worker connection; the server is the sender:
+//!       Want{id, path, dest, a..b} ->      (a window of wants ahead)
+//!                                   <- Offer{id, ...} and the flow below
 //!
 //! sender                                   receiver
 //!   Offer{id, entry, chunks a..b}   ->                 (up to a window of offers ahead)
@@ -59,7 +62,8 @@
 //! A directory or symlink offer is answered by `Done` at once. A range offer
 //! (`a..b` not the whole file, used by `--streams`) ends at a clean
 //! `RangeStatus`; the side that drives the transfer then asks for the commit on
-//! one connection (`Finish{id}` from a pulling receiver; a pushing sender sends
+//! one connection (`Finish{id}` from a fetching receiver, answered by a `Commit` computed by
+//! reading the whole file; a pushing sender sends
 //! `Commit` itself once all its ranges are clean).
 //!
 //! A peer that breaks a rule gets `Refused`/`FileError` with a reason and, for

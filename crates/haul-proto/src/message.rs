@@ -14,17 +14,14 @@ pub enum Request {
         /// Destination directory under the server root.
         dest: String,
     },
-    /// The client wants the server to send `path` (relative to the server root).
-    Pull {
+    /// The client wants the listing of `path` (relative to the server root):
+    /// the server answers with [`Message::Listing`]s, then [`Message::Bye`].
+    List {
         /// Path under the server root; a trailing `/` means "its contents".
         path: String,
-        /// This connection carries the files with `index % shards == shard`.
-        shard: u16,
-        /// Number of connections the client splits the tree across (>= 1).
-        shards: u16,
-        /// Files at least this large are split into ranges across shards (0 = never).
-        split_at: u64,
     },
+    /// The client will ask for files with [`Message::Want`]; the server is the sender.
+    Fetch,
 }
 
 /// Kind of a tree entry.
@@ -169,6 +166,24 @@ pub enum Message {
         code: ErrorCode,
         /// Human-readable reason.
         message: String,
+    },
+    /// One entry of a listing (answer to [`Request::List`]).
+    Listing {
+        /// The entry; its path is where it lands under the client's destination.
+        entry: Entry,
+    },
+    /// A fetching receiver asks for chunks `first..end` of `path`.
+    Want {
+        /// Id the sender's [`Message::Offer`] will use.
+        id: u32,
+        /// Path under the server root.
+        path: String,
+        /// Name the entry gets in the offer (its path under the destination).
+        dest: String,
+        /// First chunk wanted.
+        first: u32,
+        /// One past the last chunk wanted (`u32::MAX`: to the end).
+        end: u32,
     },
     /// Sender offers an entry (and for files, chunks `first..end`).
     Offer {

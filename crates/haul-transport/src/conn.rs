@@ -271,3 +271,20 @@ impl FrameWriter {
         }
     }
 }
+
+/// Two connected in-memory framed ends (for local copies through the same engine).
+pub fn memory_pair(timeouts: Timeouts) -> ((FrameReader, FrameWriter), (FrameReader, FrameWriter)) {
+    let (a, b) = tokio::io::duplex(8 << 20);
+    let (ar, aw) = tokio::io::split(a);
+    let (br, bw) = tokio::io::split(b);
+    (
+        (
+            FrameReader::new(Box::new(ar), timeouts.idle),
+            FrameWriter::new(Sink::Boxed(Box::new(aw)), timeouts.idle),
+        ),
+        (
+            FrameReader::new(Box::new(br), timeouts.idle),
+            FrameWriter::new(Sink::Boxed(Box::new(bw)), timeouts.idle),
+        ),
+    )
+}

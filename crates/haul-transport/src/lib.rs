@@ -12,7 +12,7 @@ pub mod known_hosts;
 pub mod socket;
 pub mod tls;
 
-pub use conn::{FrameReader, FrameWriter, Timeouts};
+pub use conn::{memory_pair, FrameReader, FrameWriter, Timeouts};
 pub use error::TransportError;
 pub use identity::{fingerprint_of, ServerIdentity};
 pub use known_hosts::{KnownHosts, TrustDecision};

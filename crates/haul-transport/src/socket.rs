@@ -5,7 +5,8 @@ use std::sync::Arc;
 
 use rustls::pki_types::ServerName;
 use tokio::net::{TcpListener, TcpStream};
-use tokio_rustls::{TlsAcceptor, TlsConnector};
+pub use tokio_rustls::TlsAcceptor;
+use tokio_rustls::TlsConnector;
 
 use crate::conn::{FrameReader, FrameWriter, Sink, Timeouts};
 use crate::identity::ServerIdentity;

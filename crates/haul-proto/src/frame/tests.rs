@@ -131,18 +131,31 @@ fn arb_message() -> impl Strategy<Value = Message> {
                 request: Request::Push { dest },
             }
         }),
-        (arb_string(), any::<u16>(), any::<u16>(), any::<u64>()).prop_map(
-            |(path, shard, shards, split_at)| Message::Hello {
-                version: 1,
-                token: String::new(),
-                request: Request::Pull {
-                    path,
-                    shard,
-                    shards,
-                    split_at
-                }
-            }
-        ),
+        arb_string().prop_map(|path| Message::Hello {
+            version: 1,
+            token: String::new(),
+            request: Request::List { path }
+        }),
+        Just(Message::Hello {
+            version: 1,
+            token: "x".into(),
+            request: Request::Fetch
+        }),
+        arb_entry().prop_map(|entry| Message::Listing { entry }),
+        (
+            any::<u32>(),
+            arb_string(),
+            arb_string(),
+            any::<u32>(),
+            any::<u32>()
+        )
+            .prop_map(|(id, path, dest, first, end)| Message::Want {
+                id,
+                path,
+                dest,
+                first,
+                end
+            }),
         any::<u16>().prop_map(|version| Message::Welcome { version }),
         (any::<u16>(), arb_string()).prop_map(|(c, message)| Message::Refused {
             code: ErrorCode::from_u16(c),

@@ -1,0 +1,606 @@
+//! `haul push`, `haul pull` and local copies: a pool of connections sharing
+//! one work queue, with retries and the `auto` concurrency controller.
+
+use std::future::Future;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use haul_engine::{
+    split_ranges, Destination, EntryIter, Event, LocalTree, Observer, Source, SourceEntry,
+};
+use haul_proto::{EntryKind, Message, Request, PROTOCOL_VERSION};
+use haul_transport::{connect, memory_pair, FrameReader, FrameWriter, Security, Timeouts};
+use tokio::task::JoinSet;
+
+use crate::jobs::{FetchGroup, FetchJob, RangeGroup, SendJob, WorkQueue};
+use crate::receiver::{run_receiver, ReceiverCtx};
+use crate::sender::{run_sender, JobFeed, SenderCtx};
+use crate::summary::{Summary, Tally};
+use crate::{NodeError, Remote};
+
+/// How many connections a transfer uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Concurrency {
+    /// Exactly this many.
+    Fixed(u32),
+    /// Start with one; add connections while throughput keeps rising.
+    Auto {
+        /// Upper bound.
+        max: u32,
+    },
+}
+
+/// Everything a client needs to know.
+#[derive(Debug, Clone)]
+pub struct ClientOptions {
+    /// TLS (with pinning) or plaintext.
+    pub security: Security,
+    /// Token presented to the node (empty: none).
+    pub token: String,
+    /// Time limits.
+    pub timeouts: Timeouts,
+    /// Connections (files in flight across connections).
+    pub jobs: Concurrency,
+    /// Connections that share one large file (`--streams`).
+    pub streams: u32,
+    /// Files at least this large are split across `streams` connections.
+    pub split_min: u64,
+    /// Offers or wants in flight per connection.
+    pub window: usize,
+    /// Resends of a failing range before its file fails.
+    pub max_retries: u32,
+    /// Reconnects of one connection before it gives up.
+    pub connect_attempts: u32,
+    /// Explicit socket buffer size (default: kernel autotuning).
+    pub socket_buffer: Option<usize>,
+    /// Use `sendfile(2)` on plaintext connections.
+    pub zero_copy: bool,
+}
+
+impl Default for ClientOptions {
+    fn default() -> Self {
+        Self {
+            security: Security::Plaintext,
+            token: String::new(),
+            timeouts: Timeouts::default(),
+            jobs: Concurrency::Auto { max: 16 },
+            streams: 1,
+            split_min: 64 << 20,
+            window: 32,
+            max_retries: 5,
+            connect_attempts: 5,
+            socket_buffer: None,
+            zero_copy: true,
+        }
+    }
+}
+
+async fn open_session(
+    addr: &str,
+    opts: &ClientOptions,
+    request: Request,
+) -> Result<(FrameReader, FrameWriter), NodeError> {
+    let (mut r, mut w, fingerprint) =
+        connect(addr, &opts.security, opts.timeouts, opts.socket_buffer).await?;
+    if let Some(fp) = fingerprint {
+        tracing::debug!("connected to {addr}, server key {fp}");
+    }
+    w.set_zero_copy(opts.zero_copy);
+    w.send(&Message::Hello {
+        version: PROTOCOL_VERSION,
+        token: opts.token.clone(),
+        request,
+    })
+    .await?;
+    r.set_idle(opts.timeouts.handshake);
+    let answer = r.recv().await?;
+    r.set_idle(opts.timeouts.idle);
+    match answer {
+        Message::Welcome { .. } => Ok((r, w)),
+        Message::Refused { code, message } => Err(NodeError::Refused { code, message }),
+        other => Err(NodeError::Protocol(format!(
+            "expected Welcome, got {other:?}"
+        ))),
+    }
+}
+
+/// Backoff before reconnect `attempt` (1-based): 0.25 s doubling to 8 s, with jitter.
+fn backoff(attempt: u32) -> Duration {
+    let base = 250u64.saturating_mul(1 << attempt.min(5)).min(8000);
+    let jitter =
+        u64::from(std::process::id().wrapping_mul(attempt.wrapping_add(7))) % (base / 4 + 1);
+    Duration::from_millis(base + jitter)
+}
+
+/// Runs one connection's worth of work, reconnecting with backoff; `attempt`
+/// runs a session and returns the jobs to give back when it breaks.
+async fn with_retries<J, Fut>(
+    queue: &WorkQueue<J>,
+    tally: &Tally,
+    opts: &ClientOptions,
+    mut attempt: impl FnMut() -> Fut,
+) -> Result<(), NodeError>
+where
+    J: crate::jobs::Job,
+    Fut: Future<Output = Result<(), (NodeError, Vec<J>)>>,
+{
+    let mut failures = 0;
+    loop {
+        let moved_before = tally.moved();
+        let (err, unfinished) = match attempt().await {
+            Ok(()) => return Ok(()),
+            Err(e) => e,
+        };
+        for job in unfinished {
+            queue.give_back(job);
+        }
+        if err.is_permanent() {
+            return Err(err);
+        }
+        // A connection that moved data before breaking starts its count again.
+        if tally.moved() > moved_before {
+            failures = 0;
+        }
+        failures += 1;
+        if failures > opts.connect_attempts {
+            return Err(err);
+        }
+        let wait = backoff(failures);
+        tally.event(&Event::Warning {
+            message: format!(
+                "connection failed: {err}; retry {failures}/{} in {:.1}s",
+                opts.connect_attempts,
+                wait.as_secs_f64()
+            ),
+        });
+        tokio::time::sleep(wait).await;
+        if queue.is_drained() {
+            return Ok(());
+        }
+    }
+}
+
+/// Runs workers made by `spawn` under the concurrency policy; returns the most
+/// connections used at once and the first error a worker gave up with.
+async fn run_pool<F, Fut>(
+    jobs: Concurrency,
+    tally: &Tally,
+    mut spawn: F,
+) -> (u32, Option<NodeError>)
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<(), NodeError>> + Send + 'static,
+{
+    let mut set = JoinSet::new();
+    let (start, max) = match jobs {
+        Concurrency::Fixed(n) => (n.max(1), n.max(1)),
+        Concurrency::Auto { max } => (1, max.max(1)),
+    };
+    for _ in 0..start {
+        set.spawn(spawn());
+    }
+    let mut workers = start;
+    let mut first_error = None;
+    // Auto: add a connection while the last addition raised throughput by >= 10 %.
+    let tick = Duration::from_millis(400);
+    let mut ramping = matches!(jobs, Concurrency::Auto { .. }) && workers < max;
+    let mut last = (Instant::now(), tally.moved());
+    let mut best_rate = 0.0f64;
+    let mut settle_ticks = 1u32;
+    loop {
+        tokio::select! {
+            joined = set.join_next() => match joined {
+                None => break,
+                Some(Ok(Ok(()))) => {}
+                Some(Ok(Err(e))) => { first_error.get_or_insert(e); }
+                Some(Err(e)) => { first_error.get_or_insert(NodeError::Protocol(format!("worker crashed: {e}"))); }
+            },
+            _ = tokio::time::sleep(tick), if ramping => {
+                let now = (Instant::now(), tally.moved());
+                let rate = (now.1 - last.1) as f64 / now.0.duration_since(last.0).as_secs_f64();
+                last = now;
+                if settle_ticks > 0 {
+                    settle_ticks -= 1;
+                    continue;
+                }
+                if rate > best_rate * 1.10 {
+                    best_rate = rate;
+                    if workers < max && !set.is_empty() {
+                        set.spawn(spawn());
+                        workers += 1;
+                        settle_ticks = 1;
+                        tracing::debug!("auto: {workers} connections at {:.1} MB/s", rate / 1e6);
+                    } else {
+                        ramping = false;
+                    }
+                } else {
+                    tracing::debug!("auto: throughput stopped rising at {workers} connections");
+                    ramping = false;
+                }
+            }
+        }
+    }
+    (workers, first_error)
+}
+
+/// Expands a source entry into send jobs (one per range when split).
+fn send_jobs(src: SourceEntry, streams: u32, split_min: u64) -> Vec<SendJob> {
+    let count = src.entry.chunk_count();
+    if src.entry.kind != EntryKind::File || streams < 2 || src.entry.size < split_min || count < 2 {
+        return vec![SendJob {
+            src,
+            first: 0,
+            end: count,
+            group: None,
+        }];
+    }
+    let ranges = split_ranges(count, streams);
+    let group = RangeGroup::new(src.entry.clone(), ranges.len() as u32);
+    ranges
+        .into_iter()
+        .map(|(first, end)| SendJob {
+            src: src.clone(),
+            first,
+            end,
+            group: Some(group.clone()),
+        })
+        .collect()
+}
+
+fn send_queue(
+    sources: &[String],
+    opts: &ClientOptions,
+    tally: &Arc<Tally>,
+) -> Result<Arc<WorkQueue<SendJob>>, NodeError> {
+    let mut iters: Vec<EntryIter> = Vec::new();
+    for s in sources {
+        let tree = LocalTree::new(s).map_err(|e| NodeError::Usage(e.to_string()))?;
+        iters.push(Box::new(tree).entries());
+    }
+    let observer = tally.clone();
+    let (streams, split_min) = (opts.streams, opts.split_min);
+    let feed = iters
+        .into_iter()
+        .flatten()
+        .flat_map(move |item| match item {
+            Ok(src) => send_jobs(src, streams, split_min),
+            Err(e) => {
+                observer.event(&Event::FileError {
+                    path: String::new(),
+                    error: e.to_string(),
+                });
+                Vec::new()
+            }
+        });
+    Ok(WorkQueue::from_iter(feed))
+}
+
+/// Fails whatever is left in a queue after every worker gave up.
+fn fail_leftovers<J: crate::jobs::Job>(
+    queue: &WorkQueue<J>,
+    tally: &Tally,
+    err: &Option<NodeError>,
+    path_of: impl Fn(&J) -> String,
+) {
+    let reason = err
+        .as_ref()
+        .map(|e| e.to_string())
+        .unwrap_or_else(|| "not transferred".into());
+    while let Some(job) = queue.try_take(&[]) {
+        tally.event(&Event::FileError {
+            path: path_of(&job),
+            error: format!("not transferred: {reason}"),
+        });
+    }
+}
+
+/// Pushes local `sources` into `remote` (a directory under the node's root).
+pub async fn push(
+    sources: &[String],
+    remote: &Remote,
+    opts: &ClientOptions,
+    observer: Arc<dyn Observer>,
+) -> Result<Summary, NodeError> {
+    let started = Instant::now();
+    let dest = remote.path.trim_matches('/').to_owned();
+    haul_proto::validate_rel_path(&dest).map_err(|e| NodeError::Usage(e.to_string()))?;
+    let tally = Tally::new(observer);
+    let queue = send_queue(sources, opts, &tally)?;
+    // Fail fast on a wrong address, token or key before spawning workers.
+    let first = open_session(&remote.addr, opts, Request::Push { dest: dest.clone() }).await?;
+    let mut first = Some(first);
+    let ctx = SenderCtx {
+        observer: tally.clone(),
+        window: opts.window,
+        max_retries: opts.max_retries,
+        idle: opts.timeouts.idle,
+    };
+    let (workers, err) = run_pool(opts.jobs, &tally, || {
+        let (queue, tally, opts, ctx, addr, dest) = (
+            queue.clone(),
+            tally.clone(),
+            opts.clone(),
+            ctx.clone(),
+            remote.addr.clone(),
+            dest.clone(),
+        );
+        let mut ready = first.take();
+        async move {
+            with_retries(&queue, &tally, &opts, || {
+                let conn = ready.take();
+                let (queue, opts, ctx, addr, dest) = (
+                    queue.clone(),
+                    opts.clone(),
+                    ctx.clone(),
+                    addr.clone(),
+                    dest.clone(),
+                );
+                async move {
+                    let (r, w) = match conn {
+                        Some(c) => c,
+                        None => open_session(&addr, &opts, Request::Push { dest })
+                            .await
+                            .map_err(|e| (e, Vec::new()))?,
+                    };
+                    run_sender(r, w, JobFeed::Queue(queue), ctx)
+                        .await
+                        .map_err(|i| (i.error, i.unfinished))
+                }
+            })
+            .await
+        }
+    })
+    .await;
+    fail_leftovers(&queue, &tally, &err, |j| j.src.entry.path.clone());
+    finish(&tally, started, workers, err)
+}
+
+fn finish(
+    tally: &Tally,
+    started: Instant,
+    workers: u32,
+    err: Option<NodeError>,
+) -> Result<Summary, NodeError> {
+    let summary = tally.finish(started.elapsed(), workers);
+    match err {
+        Some(e) if summary.entries_ok == 0 && summary.failed == 0 => Err(e),
+        Some(e) if e.is_permanent() => Err(e),
+        _ => Ok(summary),
+    }
+}
+
+/// Pulls `remote` (a path under the node's root) into local directory `dest`.
+pub async fn pull(
+    remote: &Remote,
+    dest: &Path,
+    opts: &ClientOptions,
+    observer: Arc<dyn Observer>,
+) -> Result<Summary, NodeError> {
+    let started = Instant::now();
+    let destination = Destination::open(dest)?;
+    let tally = Tally::new(observer);
+    let (mut lr, mut lw) = open_session(
+        &remote.addr,
+        opts,
+        Request::List {
+            path: remote.path.clone(),
+        },
+    )
+    .await?;
+    let queue: Arc<WorkQueue<FetchJob>> = WorkQueue::open();
+    let base = list_base(&remote.path);
+    let lister = {
+        let (queue, tally, destination, opts) = (
+            queue.clone(),
+            tally.clone(),
+            destination.clone(),
+            opts.clone(),
+        );
+        tokio::spawn(async move {
+            let r = read_listing(&mut lr, &queue, &tally, &destination, &base, &opts).await;
+            let _ = lw.send(&Message::Bye).await;
+            queue.close();
+            r
+        })
+    };
+    let ctx = ReceiverCtx {
+        observer: tally.clone(),
+        dest: destination.clone(),
+        prefix: String::new(),
+        window: opts.window,
+    };
+    let (workers, mut err) = run_pool(opts.jobs, &tally, || {
+        let (queue, tally, opts, ctx, addr) = (
+            queue.clone(),
+            tally.clone(),
+            opts.clone(),
+            ctx.clone(),
+            remote.addr.clone(),
+        );
+        async move {
+            with_retries(&queue, &tally, &opts, || {
+                let (queue, opts, ctx, addr) =
+                    (queue.clone(), opts.clone(), ctx.clone(), addr.clone());
+                async move {
+                    queue.wait().await;
+                    if queue.is_drained() {
+                        return Ok(());
+                    }
+                    let (r, w) = open_session(&addr, &opts, Request::Fetch)
+                        .await
+                        .map_err(|e| (e, Vec::new()))?;
+                    run_receiver(r, w, Some(queue), ctx)
+                        .await
+                        .map_err(|i| (i.error, i.unfinished))
+                }
+            })
+            .await
+        }
+    })
+    .await;
+    match lister.await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => err = Some(e),
+        Err(e) => err = Some(NodeError::Protocol(format!("lister crashed: {e}"))),
+    }
+    fail_leftovers(&queue, &tally, &err, |j| j.entry.path.clone());
+    destination.apply_dir_metadata();
+    haul_engine::tidy_state_dir(destination.root());
+    finish(&tally, started, workers, err)
+}
+
+/// The server directory listing paths are relative to.
+fn list_base(path: &str) -> String {
+    if path.ends_with('/') || path.is_empty() {
+        return path.trim_end_matches('/').to_owned();
+    }
+    match path.rfind('/') {
+        Some(i) => path[..i].to_owned(),
+        None => String::new(),
+    }
+}
+
+async fn read_listing(
+    rd: &mut FrameReader,
+    queue: &WorkQueue<FetchJob>,
+    tally: &Tally,
+    dest: &Destination,
+    base: &str,
+    opts: &ClientOptions,
+) -> Result<(), NodeError> {
+    loop {
+        let entry = match rd.recv().await? {
+            Message::Listing { entry } => entry,
+            Message::FileError { message, .. } => {
+                tally.event(&Event::FileError {
+                    path: String::new(),
+                    error: format!("server: {message}"),
+                });
+                continue;
+            }
+            Message::Bye => return Ok(()),
+            other => {
+                return Err(NodeError::Protocol(format!(
+                    "unexpected {other:?} in a listing"
+                )))
+            }
+        };
+        let path = entry.path.clone();
+        let done = |path: String| Event::FileDone {
+            path,
+            size: 0,
+            blake3: String::new(),
+            sent: 0,
+            skipped: false,
+        };
+        let result = match &entry.kind {
+            EntryKind::Dir => dest
+                .make_dir(&entry)
+                .map(|()| tally.event(&done(path.clone()))),
+            EntryKind::Symlink { target } => dest
+                .make_symlink(&entry, target)
+                .map(|()| tally.event(&done(path.clone()))),
+            EntryKind::File => {
+                if let Err(e) = haul_proto::validate_rel_path(&entry.path) {
+                    Err(e.into())
+                } else if dest.quick_check(&entry) {
+                    tally.event(&Event::FileDone {
+                        path: path.clone(),
+                        size: entry.size,
+                        blake3: String::new(),
+                        sent: 0,
+                        skipped: true,
+                    });
+                    Ok(())
+                } else {
+                    let server_path = if base.is_empty() {
+                        entry.path.clone()
+                    } else {
+                        format!("{base}/{}", entry.path)
+                    };
+                    let count = entry.chunk_count();
+                    if opts.streams > 1 && entry.size >= opts.split_min && count >= 2 {
+                        let ranges = split_ranges(count, opts.streams);
+                        let group = FetchGroup::new(ranges.len() as u32);
+                        for (first, end) in ranges {
+                            queue.push(FetchJob {
+                                path: server_path.clone(),
+                                entry: entry.clone(),
+                                first,
+                                end,
+                                group: Some(group.clone()),
+                            });
+                        }
+                    } else {
+                        queue.push(FetchJob {
+                            path: server_path,
+                            entry,
+                            first: 0,
+                            end: u32::MAX,
+                            group: None,
+                        });
+                    }
+                    Ok(())
+                }
+            }
+        };
+        if let Err(e) = result {
+            tally.event(&Event::FileError {
+                path,
+                error: e.to_string(),
+            });
+        }
+    }
+}
+
+/// Copies local `sources` into local directory `dest` through the same
+/// sender and receiver the network uses (in-memory connections).
+pub async fn copy_local(
+    sources: &[String],
+    dest: &Path,
+    opts: &ClientOptions,
+    observer: Arc<dyn Observer>,
+) -> Result<Summary, NodeError> {
+    let started = Instant::now();
+    let destination = Destination::open(dest)?;
+    let tally = Tally::new(observer);
+    let queue = send_queue(sources, opts, &tally)?;
+    let sctx = SenderCtx {
+        observer: tally.clone(),
+        window: opts.window,
+        max_retries: opts.max_retries,
+        idle: opts.timeouts.idle,
+    };
+    let rctx = ReceiverCtx {
+        observer: Arc::new(haul_engine::event::Quiet),
+        dest: destination.clone(),
+        prefix: String::new(),
+        window: opts.window,
+    };
+    let timeouts: Timeouts = opts.timeouts;
+    let (workers, err) = run_pool(opts.jobs, &tally, || {
+        let (queue, sctx, rctx) = (queue.clone(), sctx.clone(), rctx.clone());
+        async move {
+            let ((sr, sw), (rr, rw)) = memory_pair(timeouts);
+            let receiver = tokio::spawn(run_receiver(rr, rw, None, rctx));
+            let sent = run_sender(sr, sw, JobFeed::Queue(queue.clone()), sctx).await;
+            let received = receiver.await;
+            match (sent, received) {
+                (Ok(()), Ok(Ok(()))) => Ok(()),
+                (Err(i), _) => {
+                    for j in i.unfinished {
+                        queue.give_back(j);
+                    }
+                    Err(i.error)
+                }
+                (_, Ok(Err(i))) => Err(i.error),
+                (_, Err(e)) => Err(NodeError::Protocol(format!("receiver crashed: {e}"))),
+            }
+        }
+    })
+    .await;
+    fail_leftovers(&queue, &tally, &err, |j| j.src.entry.path.clone());
+    haul_engine::tidy_state_dir(destination.root());
+    finish(&tally, started, workers, err)
+}

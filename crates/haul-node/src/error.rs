@@ -1,0 +1,42 @@
+//! Errors of a node.
+
+use haul_proto::ErrorCode;
+use haul_transport::TransportError;
+
+/// What stops a connection or a whole transfer.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    /// Below the protocol.
+    #[error(transparent)]
+    Transport(#[from] TransportError),
+    /// The peer refused us.
+    #[error("the server refused: {message}")]
+    Refused {
+        /// Reason class.
+        code: ErrorCode,
+        /// Its words.
+        message: String,
+    },
+    /// The peer broke the protocol.
+    #[error("protocol violation by peer: {0}")]
+    Protocol(String),
+    /// A URL or path given by the user is wrong.
+    #[error("{0}")]
+    Usage(String),
+    /// Local filesystem trouble outside any single file.
+    #[error(transparent)]
+    Receive(#[from] haul_engine::ReceiveError),
+}
+
+impl NodeError {
+    /// True when retrying cannot help (wrong token, changed key, bad usage).
+    pub fn is_permanent(&self) -> bool {
+        matches!(
+            self,
+            Self::Refused { .. }
+                | Self::Usage(_)
+                | Self::Transport(TransportError::KeyChanged { .. })
+                | Self::Transport(TransportError::Tls { .. })
+        )
+    }
+}

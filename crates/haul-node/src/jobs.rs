@@ -1,0 +1,224 @@
+//! Work shared by the connections of one transfer.
+//!
+//! A [`WorkQueue`] hands jobs to connections. It is fed lazily from a source
+//! walk (push) or by a lister task (pull), so a tree is never held in memory
+//! whole. A job that failed with its connection is given back and retried on
+//! the next connection; a large file split by `--streams` becomes one job per
+//! range, and a connection never holds two ranges of the same file.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+
+use haul_engine::hash::root_from_digests;
+use haul_engine::SourceEntry;
+use haul_proto::{Digest, Entry};
+
+/// Jobs that may belong to a group (ranges of one file).
+pub trait Job: Send + 'static {
+    /// Identity of the group, if this job is one range of a split file.
+    fn group_key(&self) -> Option<usize>;
+}
+
+/// Ranges of one file sent over several connections by a pushing client.
+#[derive(Debug)]
+pub struct RangeGroup {
+    entry: Entry,
+    digests: Mutex<Vec<Option<Digest>>>,
+    remaining: AtomicU32,
+}
+
+impl RangeGroup {
+    /// A group of `ranges` ranges of `entry`.
+    pub fn new(entry: Entry, ranges: u32) -> Arc<Self> {
+        Arc::new(Self {
+            digests: Mutex::new(vec![None; entry.chunk_count() as usize]),
+            entry,
+            remaining: AtomicU32::new(ranges),
+        })
+    }
+
+    /// Records a clean range's digests; returns the whole-file hash if this
+    /// was the last range.
+    pub fn finish_range(&self, digests: &[Option<Digest>]) -> Option<Digest> {
+        let all = {
+            let mut mine = self.digests.lock().ok()?;
+            for (slot, d) in mine.iter_mut().zip(digests) {
+                if d.is_some() {
+                    *slot = *d;
+                }
+            }
+            if self.remaining.fetch_sub(1, Ordering::AcqRel) != 1 {
+                return None;
+            }
+            mine.iter().copied().collect::<Option<Vec<Digest>>>()?
+        };
+        root_from_digests(&all, self.entry.chunk_size, self.entry.size)
+    }
+}
+
+/// What a sending connection transfers: one entry, or a range of its chunks.
+#[derive(Debug, Clone)]
+pub struct SendJob {
+    /// The entry and where to read it.
+    pub src: SourceEntry,
+    /// First chunk.
+    pub first: u32,
+    /// One past the last chunk.
+    pub end: u32,
+    /// Set when the file is split across connections.
+    pub group: Option<Arc<RangeGroup>>,
+}
+
+impl Job for SendJob {
+    fn group_key(&self) -> Option<usize> {
+        self.group.as_ref().map(|g| Arc::as_ptr(g) as usize)
+    }
+}
+
+/// Counts the ranges of a pulled file still to verify; the last one asks for the commit.
+#[derive(Debug)]
+pub struct FetchGroup {
+    remaining: AtomicU32,
+}
+
+impl FetchGroup {
+    /// A group of `ranges` ranges.
+    pub fn new(ranges: u32) -> Arc<Self> {
+        Arc::new(Self {
+            remaining: AtomicU32::new(ranges),
+        })
+    }
+
+    /// Marks one range verified; true if it was the last.
+    pub fn finish_range(&self) -> bool {
+        self.remaining.fetch_sub(1, Ordering::AcqRel) == 1
+    }
+}
+
+/// What a fetching connection asks for.
+#[derive(Debug, Clone)]
+pub struct FetchJob {
+    /// Path under the server root.
+    pub path: String,
+    /// The entry as listed (its path is the destination path).
+    pub entry: Entry,
+    /// First chunk.
+    pub first: u32,
+    /// One past the last chunk.
+    pub end: u32,
+    /// Set when the file is split across connections.
+    pub group: Option<Arc<FetchGroup>>,
+}
+
+impl Job for FetchJob {
+    fn group_key(&self) -> Option<usize> {
+        self.group.as_ref().map(|g| Arc::as_ptr(g) as usize)
+    }
+}
+
+struct Inner<J> {
+    deferred: VecDeque<J>,
+    feed: Option<Box<dyn Iterator<Item = J> + Send>>,
+    closed: bool,
+}
+
+/// A queue of jobs shared by connections.
+pub struct WorkQueue<J> {
+    inner: Mutex<Inner<J>>,
+    notify: tokio::sync::Notify,
+}
+
+impl<J: Job> WorkQueue<J> {
+    /// A queue fed lazily by `feed` (closed when it ends).
+    pub fn from_iter(feed: impl Iterator<Item = J> + Send + 'static) -> Arc<Self> {
+        Arc::new(Self {
+            inner: Mutex::new(Inner {
+                deferred: VecDeque::new(),
+                feed: Some(Box::new(feed)),
+                closed: true,
+            }),
+            notify: tokio::sync::Notify::new(),
+        })
+    }
+
+    /// An open queue fed with [`WorkQueue::push`] until [`WorkQueue::close`].
+    pub fn open() -> Arc<Self> {
+        Arc::new(Self {
+            inner: Mutex::new(Inner {
+                deferred: VecDeque::new(),
+                feed: None,
+                closed: false,
+            }),
+            notify: tokio::sync::Notify::new(),
+        })
+    }
+
+    /// Adds a job.
+    pub fn push(&self, job: J) {
+        if let Ok(mut inner) = self.inner.lock() {
+            inner.deferred.push_back(job);
+        }
+        self.notify.notify_waiters();
+    }
+
+    /// Gives back a job whose connection failed; it goes first.
+    pub fn give_back(&self, job: J) {
+        if let Ok(mut inner) = self.inner.lock() {
+            inner.deferred.push_front(job);
+        }
+        self.notify.notify_waiters();
+    }
+
+    /// No more pushes will come.
+    pub fn close(&self) {
+        if let Ok(mut inner) = self.inner.lock() {
+            inner.closed = true;
+        }
+        self.notify.notify_waiters();
+    }
+
+    /// The next job whose group is not in `busy`, without waiting.
+    pub fn try_take(&self, busy: &[usize]) -> Option<J> {
+        let mut inner = self.inner.lock().ok()?;
+        let ok = |j: &J| j.group_key().is_none_or(|k| !busy.contains(&k));
+        if let Some(pos) = inner.deferred.iter().position(ok) {
+            return inner.deferred.remove(pos);
+        }
+        for _ in 0..256 {
+            let next = inner.feed.as_mut().and_then(|f| f.next());
+            match next {
+                None => {
+                    inner.feed = None;
+                    return None;
+                }
+                Some(j) if ok(&j) => return Some(j),
+                Some(j) => inner.deferred.push_back(j),
+            }
+        }
+        None
+    }
+
+    /// True when no job is left and none can come, except ones given back later.
+    pub fn is_drained(&self) -> bool {
+        self.inner
+            .lock()
+            .map(|i| i.closed && i.feed.is_none() && i.deferred.is_empty())
+            .unwrap_or(true)
+    }
+
+    /// Waits until a job may be available or the queue is drained.
+    pub async fn wait(&self) {
+        let notified = self.notify.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        let ready = self
+            .inner
+            .lock()
+            .map(|i| !i.deferred.is_empty() || i.feed.is_some() || i.closed)
+            .unwrap_or(true);
+        if !ready {
+            notified.await;
+        }
+    }
+}

@@ -1,0 +1,475 @@
+//! The receiving half of a transfer on one connection.
+//!
+//! A node receiving a push just answers offers. A pulling client also drives:
+//! it sends `Want`s from a shared [`WorkQueue`], a window at a time, and asks
+//! for the commit (`Finish`) when the last range of a split file verified.
+//! Every chunk is verified before it is written; nothing gets its final name
+//! before the whole-file hash matched.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use haul_engine::{ChunkVerdict, Destination, Event, Observer, PartialFile, ReceiveError};
+use haul_proto::{ChunkHeader, Entry, EntryKind, ErrorCode, Message};
+use haul_transport::{FrameReader, FrameWriter};
+
+use crate::jobs::{FetchJob, WorkQueue};
+use crate::NodeError;
+
+/// Settings of a receiver.
+#[derive(Clone)]
+pub struct ReceiverCtx {
+    /// Where events go.
+    pub observer: Arc<dyn Observer>,
+    /// The destination root.
+    pub dest: Arc<Destination>,
+    /// Prepended to every offered path (a push's destination directory).
+    pub prefix: String,
+    /// Wants in flight at most (pulling client).
+    pub window: usize,
+}
+
+struct Open {
+    part: Option<Arc<PartialFile>>,
+    entry: Entry,
+    first: u32,
+    end: u32,
+    bad: Vec<u32>,
+    error: Option<String>,
+    received: u64,
+}
+
+/// How a fetching receiver ended when its connection broke.
+pub struct Interrupted {
+    /// What broke.
+    pub error: NodeError,
+    /// Jobs to give back to the queue.
+    pub unfinished: Vec<FetchJob>,
+}
+
+/// Runs the receiver until the sender says `Bye` (push) or, when `wants` is
+/// given, until every job of the queue is done.
+pub async fn run_receiver(
+    mut reader: FrameReader,
+    mut writer: FrameWriter,
+    wants: Option<Arc<WorkQueue<FetchJob>>>,
+    ctx: ReceiverCtx,
+) -> Result<(), Interrupted> {
+    let mut r = Receiver {
+        open: HashMap::new(),
+        asked: HashMap::new(),
+        next_id: 1,
+        buf: Vec::new(),
+        ctx,
+    };
+    r.ctx.dest.session_started();
+    let result = r.run(&mut reader, &mut writer, wants.as_deref()).await;
+    r.ctx.dest.session_ended();
+    result.map_err(|error| Interrupted {
+        error,
+        unfinished: r.asked.into_values().collect(),
+    })
+}
+
+struct Receiver {
+    open: HashMap<u32, Open>,
+    /// Wants sent and not yet finished (pulling client).
+    asked: HashMap<u32, FetchJob>,
+    next_id: u32,
+    buf: Vec<u8>,
+    ctx: ReceiverCtx,
+}
+
+impl Receiver {
+    async fn run(
+        &mut self,
+        rd: &mut FrameReader,
+        w: &mut FrameWriter,
+        wants: Option<&WorkQueue<FetchJob>>,
+    ) -> Result<(), NodeError> {
+        loop {
+            if let Some(queue) = wants {
+                while self.asked.len() < self.ctx.window {
+                    let busy: Vec<usize> = self
+                        .asked
+                        .values()
+                        .filter_map(|j| j.group.as_ref().map(|g| Arc::as_ptr(g) as usize))
+                        .collect();
+                    let Some(job) = queue.try_take(&busy) else {
+                        break;
+                    };
+                    let id = self.next_id;
+                    self.next_id += 1;
+                    w.queue(&Message::Want {
+                        id,
+                        path: job.path.clone(),
+                        dest: job.entry.path.clone(),
+                        first: job.first,
+                        end: job.end,
+                    })
+                    .await?;
+                    self.asked.insert(id, job);
+                }
+                if self.asked.is_empty() {
+                    if queue.is_drained() {
+                        w.send(&Message::Bye).await?;
+                        return match rd.recv().await? {
+                            Message::Bye => Ok(()),
+                            other => {
+                                Err(NodeError::Protocol(format!("expected Bye, got {other:?}")))
+                            }
+                        };
+                    }
+                    w.flush().await?;
+                    queue.wait().await;
+                    continue;
+                }
+            }
+            w.flush().await?;
+            let msg = rd.recv().await?;
+            if self.handle(rd, w, msg).await? {
+                return Ok(());
+            }
+        }
+    }
+
+    fn full_path(&self, path: &str) -> String {
+        match (self.ctx.prefix.is_empty(), path.is_empty()) {
+            (true, _) => path.to_owned(),
+            (false, true) => self.ctx.prefix.clone(),
+            (false, false) => format!("{}/{}", self.ctx.prefix, path),
+        }
+    }
+
+    /// Ends an entry: reports it, forgets it, frees its Want slot.
+    fn settle(&mut self, id: u32, event: Event) {
+        self.open.remove(&id);
+        self.asked.remove(&id);
+        self.ctx.observer.event(&event);
+    }
+
+    async fn refuse_entry(
+        &mut self,
+        w: &mut FrameWriter,
+        id: u32,
+        path: &str,
+        err: &ReceiveError,
+    ) -> Result<(), NodeError> {
+        let code = match err {
+            ReceiveError::BadPath(_) | ReceiveError::SymlinkInPath(_) => ErrorCode::BadPath,
+            _ => ErrorCode::Io,
+        };
+        tracing::warn!("refused {path:?}: {err}");
+        w.queue(&Message::FileError {
+            id,
+            code,
+            message: err.to_string(),
+        })
+        .await?;
+        self.settle(
+            id,
+            Event::FileError {
+                path: path.to_owned(),
+                error: err.to_string(),
+            },
+        );
+        Ok(())
+    }
+
+    async fn handle(
+        &mut self,
+        rd: &mut FrameReader,
+        w: &mut FrameWriter,
+        msg: Message,
+    ) -> Result<bool, NodeError> {
+        match msg {
+            Message::Offer {
+                id,
+                mut entry,
+                first,
+                end,
+            } => {
+                entry.path = self.full_path(&entry.path);
+                self.offer(w, id, entry, first, end).await?;
+            }
+            Message::Chunk(h) => self.chunk(rd, h).await?,
+            Message::RangeEnd { id } => self.range_end(w, id).await?,
+            Message::Commit { id, root } => {
+                let Some(o) = self.open.get(&id) else {
+                    return Err(NodeError::Protocol(format!(
+                        "Commit for unknown file id {id}"
+                    )));
+                };
+                let (path, size) = (o.entry.path.clone(), o.entry.size);
+                let result = match &o.part {
+                    Some(part) => {
+                        let part = part.clone();
+                        tokio::task::block_in_place(|| part.commit(&root))
+                    }
+                    None => Err(ReceiveError::Incomplete(path.clone())),
+                };
+                match result {
+                    Ok(root) => {
+                        w.queue(&Message::Done {
+                            id,
+                            ok: true,
+                            root,
+                            message: String::new(),
+                        })
+                        .await?;
+                        tracing::info!(
+                            "received {path} ({size} bytes, blake3 {})",
+                            hex::encode(root)
+                        );
+                        self.settle(
+                            id,
+                            Event::FileDone {
+                                path,
+                                size,
+                                blake3: hex::encode(root),
+                                sent: 0,
+                                skipped: false,
+                            },
+                        );
+                    }
+                    Err(e) => {
+                        w.queue(&Message::Done {
+                            id,
+                            ok: false,
+                            root: [0; 32],
+                            message: e.to_string(),
+                        })
+                        .await?;
+                        self.settle(
+                            id,
+                            Event::FileError {
+                                path,
+                                error: e.to_string(),
+                            },
+                        );
+                    }
+                }
+            }
+            Message::FileError { id, message, .. } => {
+                let path = self
+                    .open
+                    .get(&id)
+                    .map(|o| o.entry.path.clone())
+                    .or_else(|| self.asked.get(&id).map(|j| j.entry.path.clone()))
+                    .unwrap_or_default();
+                self.settle(
+                    id,
+                    Event::FileError {
+                        path,
+                        error: format!("sender: {message}"),
+                    },
+                );
+            }
+            Message::Bye => {
+                w.send(&Message::Bye).await?;
+                return Ok(true);
+            }
+            Message::Refused { code, message } => return Err(NodeError::Refused { code, message }),
+            other => {
+                return Err(NodeError::Protocol(format!(
+                    "unexpected {other:?} at the receiver"
+                )))
+            }
+        }
+        Ok(false)
+    }
+
+    async fn offer(
+        &mut self,
+        w: &mut FrameWriter,
+        id: u32,
+        entry: Entry,
+        first: u32,
+        end: u32,
+    ) -> Result<(), NodeError> {
+        let path = entry.path.clone();
+        let done = |path: String| Event::FileDone {
+            path,
+            size: 0,
+            blake3: String::new(),
+            sent: 0,
+            skipped: false,
+        };
+        match &entry.kind {
+            EntryKind::Dir => match self.ctx.dest.make_dir(&entry) {
+                Ok(()) => {
+                    w.queue(&Message::Done {
+                        id,
+                        ok: true,
+                        root: [0; 32],
+                        message: String::new(),
+                    })
+                    .await?;
+                    self.settle(id, done(path));
+                }
+                Err(e) => self.refuse_entry(w, id, &path, &e).await?,
+            },
+            EntryKind::Symlink { target } => match self.ctx.dest.make_symlink(&entry, target) {
+                Ok(()) => {
+                    w.queue(&Message::Done {
+                        id,
+                        ok: true,
+                        root: [0; 32],
+                        message: String::new(),
+                    })
+                    .await?;
+                    self.settle(id, done(path));
+                }
+                Err(e) => self.refuse_entry(w, id, &path, &e).await?,
+            },
+            EntryKind::File => {
+                let count = entry.chunk_count();
+                if first > end || end > count {
+                    return Err(NodeError::Protocol(format!(
+                        "offer range {first}..{end} outside 0..{count}"
+                    )));
+                }
+                let whole = first == 0 && end == count;
+                if whole && self.ctx.dest.quick_check(&entry) {
+                    w.queue(&Message::Need {
+                        id,
+                        skip: true,
+                        have: Vec::new(),
+                    })
+                    .await?;
+                    w.queue(&Message::Done {
+                        id,
+                        ok: true,
+                        root: [0; 32],
+                        message: String::new(),
+                    })
+                    .await?;
+                    let size = entry.size;
+                    self.settle(
+                        id,
+                        Event::FileDone {
+                            path,
+                            size,
+                            blake3: String::new(),
+                            sent: 0,
+                            skipped: true,
+                        },
+                    );
+                    return Ok(());
+                }
+                let dest = self.ctx.dest.clone();
+                match tokio::task::block_in_place(|| dest.begin_file(&entry)) {
+                    Ok(part) => {
+                        let have = part.have(first, end);
+                        w.queue(&Message::Need {
+                            id,
+                            skip: false,
+                            have,
+                        })
+                        .await?;
+                        if first == 0 {
+                            self.ctx.observer.event(&Event::FileStart {
+                                path,
+                                size: entry.size,
+                            });
+                        }
+                        self.open.insert(
+                            id,
+                            Open {
+                                part: Some(part),
+                                entry,
+                                first,
+                                end,
+                                bad: Vec::new(),
+                                error: None,
+                                received: 0,
+                            },
+                        );
+                    }
+                    Err(e) => self.refuse_entry(w, id, &path, &e).await?,
+                }
+            }
+        }
+        Ok(())
+    }
+
+    async fn chunk(&mut self, rd: &mut FrameReader, h: ChunkHeader) -> Result<(), NodeError> {
+        let Some(o) = self.open.get_mut(&h.id) else {
+            return Err(NodeError::Protocol(format!(
+                "chunk for unknown file id {}",
+                h.id
+            )));
+        };
+        if h.index < o.first || h.index >= o.end || h.len != o.entry.chunk_len(h.index) {
+            return Err(NodeError::Protocol(format!(
+                "chunk {} ({} bytes) does not fit {} ({}..{})",
+                h.index, h.len, o.entry.path, o.first, o.end
+            )));
+        }
+        self.buf.resize(h.len as usize, 0);
+        rd.recv_payload(&mut self.buf).await?;
+        if o.error.is_some() {
+            return Ok(());
+        }
+        let Some(part) = o.part.clone() else {
+            return Ok(());
+        };
+        let buf = &self.buf;
+        match tokio::task::block_in_place(|| part.write_chunk(h.index, buf, &h.digest)) {
+            Ok(ChunkVerdict::Good) => {
+                o.received += u64::from(h.len);
+                self.ctx.observer.event(&Event::Progress {
+                    path: o.entry.path.clone(),
+                    bytes: u64::from(h.len),
+                });
+            }
+            Ok(ChunkVerdict::Bad) => {
+                tracing::warn!(
+                    "chunk {} of {} failed verification; asking again",
+                    h.index,
+                    o.entry.path
+                );
+                o.bad.push(h.index);
+            }
+            Err(e) => o.error = Some(e.to_string()),
+        }
+        Ok(())
+    }
+
+    async fn range_end(&mut self, w: &mut FrameWriter, id: u32) -> Result<(), NodeError> {
+        let Some(o) = self.open.get_mut(&id) else {
+            return Err(NodeError::Protocol(format!(
+                "RangeEnd for unknown file id {id}"
+            )));
+        };
+        if let Some(error) = o.error.take() {
+            let path = o.entry.path.clone();
+            w.queue(&Message::FileError {
+                id,
+                code: ErrorCode::Io,
+                message: error.clone(),
+            })
+            .await?;
+            self.settle(id, Event::FileError { path, error });
+            return Ok(());
+        }
+        let bad = std::mem::take(&mut o.bad);
+        let clean = bad.is_empty();
+        w.queue(&Message::RangeStatus { id, bad }).await?;
+        let whole = o.first == 0 && o.end == o.entry.chunk_count();
+        if !clean || whole {
+            return Ok(());
+        }
+        // A clean range of a split file. When pulling, the last one asks for the commit.
+        match self.asked.get(&id).and_then(|j| j.group.clone()) {
+            Some(group) if group.finish_range() => w.queue(&Message::Finish { id }).await?,
+            Some(_) => {
+                self.open.remove(&id);
+                self.asked.remove(&id);
+            }
+            // Pushed range: the sender commits on whichever connection ends last.
+            None => {}
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,573 @@
+//! The sending half of a transfer on one connection.
+//!
+//! Jobs come from a shared [`WorkQueue`] (a pushing client) or from the
+//! peer's `Want`s (a node serving a pull). Up to `window` offers are in flight
+//! so small files do not pay a round trip each. A reader task drains the
+//! peer's messages so neither side can block the other.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use haul_engine::hash::{chunk_digest, chunk_size_for, root_from_digests};
+use haul_engine::{resolve_existing, Event, Observer, SourceEntry};
+use haul_proto::{ChunkHeader, Digest, EntryKind, ErrorCode, Message};
+use haul_transport::{FrameReader, FrameWriter, TransportError};
+use tokio::sync::mpsc;
+
+use crate::jobs::{SendJob, WorkQueue};
+use crate::NodeError;
+
+/// Where a sender's jobs come from.
+pub enum JobFeed {
+    /// A pushing client's shared queue.
+    Queue(Arc<WorkQueue<SendJob>>),
+    /// A serving node: the peer's `Want`s name files under `root`.
+    Wants {
+        /// The served root.
+        root: PathBuf,
+    },
+}
+
+/// Settings of a sender.
+#[derive(Clone)]
+pub struct SenderCtx {
+    /// Where events go.
+    pub observer: Arc<dyn Observer>,
+    /// Offers in flight at most.
+    pub window: usize,
+    /// Times a chunk range may fail verification before the file fails.
+    pub max_retries: u32,
+    /// Longest wait for the peer.
+    pub idle: Duration,
+}
+
+struct Flight {
+    job: SendJob,
+    file: Option<File>,
+    digests: Vec<Option<Digest>>,
+    retries: u32,
+    sent: u64,
+}
+
+/// How a sender ended when its connection broke: the jobs it still held.
+pub struct Interrupted {
+    /// What broke.
+    pub error: NodeError,
+    /// Jobs to give back to the queue.
+    pub unfinished: Vec<SendJob>,
+}
+
+/// Runs the sender until its work is done and the peer said `Bye`.
+pub async fn run_sender(
+    reader: FrameReader,
+    mut writer: FrameWriter,
+    feed: JobFeed,
+    ctx: SenderCtx,
+) -> Result<(), Interrupted> {
+    let mut s = Sender {
+        inflight: HashMap::new(),
+        parked: HashMap::new(),
+        next_id: 1,
+        buf: Vec::new(),
+        ctx,
+    };
+    let (tx, mut rx) = mpsc::unbounded_channel();
+    let reader_task = tokio::spawn(read_messages(reader, tx));
+    let result = s.run(&mut writer, &feed, &mut rx).await;
+    reader_task.abort();
+    result.map_err(|error| Interrupted {
+        error,
+        unfinished: s
+            .inflight
+            .into_values()
+            .chain(s.parked.into_values())
+            .map(|f| f.job)
+            .collect(),
+    })
+}
+
+async fn read_messages(
+    mut reader: FrameReader,
+    tx: mpsc::UnboundedSender<Result<Message, TransportError>>,
+) {
+    // The main loop bounds every wait; this task only forwards.
+    reader.set_idle(Duration::from_secs(24 * 3600));
+    loop {
+        let msg = reader.recv().await;
+        let stop = msg.is_err();
+        if tx.send(msg).is_err() || stop {
+            return;
+        }
+    }
+}
+
+struct Sender {
+    inflight: HashMap<u32, Flight>,
+    /// Ranges verified on a fetching peer, kept in case it asks to `Finish`.
+    parked: HashMap<u32, Flight>,
+    next_id: u32,
+    buf: Vec<u8>,
+    ctx: SenderCtx,
+}
+
+impl Sender {
+    async fn run(
+        &mut self,
+        w: &mut FrameWriter,
+        feed: &JobFeed,
+        rx: &mut mpsc::UnboundedReceiver<Result<Message, TransportError>>,
+    ) -> Result<(), NodeError> {
+        loop {
+            if let JobFeed::Queue(queue) = feed {
+                while self.inflight.len() < self.ctx.window {
+                    let busy: Vec<usize> = self
+                        .inflight
+                        .values()
+                        .filter_map(|f| f.job.group.as_ref().map(|g| Arc::as_ptr(g) as usize))
+                        .collect();
+                    let Some(job) = queue.try_take(&busy) else {
+                        break;
+                    };
+                    let id = self.next_id;
+                    self.next_id += 1;
+                    self.offer(w, id, job).await?;
+                }
+                if self.inflight.is_empty() {
+                    if queue.is_drained() {
+                        w.send(&Message::Bye).await?;
+                        return self.await_bye(rx).await;
+                    }
+                    queue.wait().await;
+                    continue;
+                }
+            }
+            w.flush().await?;
+            let msg = match tokio::time::timeout(self.ctx.idle, rx.recv()).await {
+                Err(_) => {
+                    return Err(NodeError::Transport(TransportError::Timeout {
+                        what: "the receiver's answer",
+                        secs: self.ctx.idle.as_secs(),
+                    }))
+                }
+                Ok(None) => return Err(NodeError::Transport(TransportError::Closed)),
+                Ok(Some(m)) => m?,
+            };
+            if self.handle(w, feed, msg).await? {
+                return Ok(());
+            }
+        }
+    }
+
+    async fn await_bye(
+        &mut self,
+        rx: &mut mpsc::UnboundedReceiver<Result<Message, TransportError>>,
+    ) -> Result<(), NodeError> {
+        match tokio::time::timeout(self.ctx.idle, rx.recv()).await {
+            Ok(Some(Ok(Message::Bye))) => Ok(()),
+            Ok(Some(Ok(other))) => Err(NodeError::Protocol(format!("expected Bye, got {other:?}"))),
+            Ok(Some(Err(e))) => Err(e.into()),
+            Ok(None) => Err(TransportError::Closed.into()),
+            Err(_) => Err(TransportError::Timeout {
+                what: "the receiver's goodbye",
+                secs: self.ctx.idle.as_secs(),
+            }
+            .into()),
+        }
+    }
+
+    /// Queues an offer for `job`; a job whose file cannot be opened fails alone.
+    async fn offer(&mut self, w: &mut FrameWriter, id: u32, job: SendJob) -> Result<(), NodeError> {
+        let entry = &job.src.entry;
+        let file = if entry.kind == EntryKind::File {
+            match File::open(&job.src.local) {
+                Ok(f) => Some(f),
+                Err(e) => {
+                    self.fail_local(
+                        w,
+                        id,
+                        &entry.path.clone(),
+                        format!("cannot read {}: {e}", job.src.local.display()),
+                    )
+                    .await?;
+                    return Ok(());
+                }
+            }
+        } else {
+            None
+        };
+        w.queue(&Message::Offer {
+            id,
+            entry: entry.clone(),
+            first: job.first,
+            end: job.end,
+        })
+        .await?;
+        if job.first == 0 {
+            self.ctx.observer.event(&Event::FileStart {
+                path: entry.path.clone(),
+                size: entry.size,
+            });
+        }
+        let digests = vec![None; entry.chunk_count() as usize];
+        self.inflight.insert(
+            id,
+            Flight {
+                job,
+                file,
+                digests,
+                retries: 0,
+                sent: 0,
+            },
+        );
+        Ok(())
+    }
+
+    async fn fail_local(
+        &mut self,
+        w: &mut FrameWriter,
+        id: u32,
+        path: &str,
+        error: String,
+    ) -> Result<(), NodeError> {
+        self.ctx.observer.event(&Event::FileError {
+            path: path.to_owned(),
+            error: error.clone(),
+        });
+        if self.inflight.remove(&id).is_some() || self.parked.remove(&id).is_some() {
+            w.queue(&Message::FileError {
+                id,
+                code: ErrorCode::Io,
+                message: error,
+            })
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// Handles one message; true when the conversation is over.
+    async fn handle(
+        &mut self,
+        w: &mut FrameWriter,
+        feed: &JobFeed,
+        msg: Message,
+    ) -> Result<bool, NodeError> {
+        match msg {
+            Message::Need { id, skip, have } => {
+                if !skip {
+                    self.send_range(w, id, &have).await?;
+                }
+            }
+            Message::RangeStatus { id, bad } => self.range_status(w, id, bad).await?,
+            Message::Finish { id } => self.finish(w, id).await?,
+            Message::Done {
+                id,
+                ok,
+                root,
+                message,
+            } => {
+                if let Some(f) = self.inflight.remove(&id) {
+                    let e = &f.job.src.entry;
+                    if ok {
+                        let is_file = e.kind == EntryKind::File;
+                        let skipped = is_file && root == [0; 32];
+                        self.ctx.observer.event(&Event::FileDone {
+                            path: e.path.clone(),
+                            size: e.size,
+                            blake3: if is_file && !skipped {
+                                hex::encode(root)
+                            } else {
+                                String::new()
+                            },
+                            sent: f.sent,
+                            skipped,
+                        });
+                    } else {
+                        self.ctx.observer.event(&Event::FileError {
+                            path: e.path.clone(),
+                            error: message,
+                        });
+                    }
+                }
+            }
+            Message::FileError { id, message, .. } => {
+                if let Some(f) = self
+                    .inflight
+                    .remove(&id)
+                    .or_else(|| self.parked.remove(&id))
+                {
+                    self.ctx.observer.event(&Event::FileError {
+                        path: f.job.src.entry.path.clone(),
+                        error: format!("receiver: {message}"),
+                    });
+                }
+            }
+            Message::Want {
+                id,
+                path,
+                dest,
+                first,
+                end,
+            } => {
+                let JobFeed::Wants { root } = feed else {
+                    return Err(NodeError::Protocol("Want on a push connection".into()));
+                };
+                match want_job(root, &path, &dest, first, end) {
+                    Ok(job) => self.offer(w, id, job).await?,
+                    Err((code, message)) => {
+                        w.queue(&Message::FileError { id, code, message }).await?;
+                    }
+                }
+            }
+            Message::Bye => {
+                if matches!(feed, JobFeed::Wants { .. }) {
+                    w.send(&Message::Bye).await?;
+                    return Ok(true);
+                }
+                return Err(NodeError::Protocol(
+                    "receiver said Bye with files in flight".into(),
+                ));
+            }
+            Message::Refused { code, message } => return Err(NodeError::Refused { code, message }),
+            other => {
+                return Err(NodeError::Protocol(format!(
+                    "unexpected {other:?} at the sender"
+                )))
+            }
+        }
+        Ok(false)
+    }
+
+    /// Sends every chunk of the offered range the receiver does not hold.
+    async fn send_range(
+        &mut self,
+        w: &mut FrameWriter,
+        id: u32,
+        have: &[(u32, Digest)],
+    ) -> Result<(), NodeError> {
+        let Some(f) = self.inflight.get_mut(&id) else {
+            return Err(NodeError::Protocol(format!(
+                "Need for unknown file id {id}"
+            )));
+        };
+        let (first, end) = (f.job.first, f.job.end);
+        let mut held = vec![false; (end - first) as usize];
+        for (i, d) in have {
+            if *i < first || *i >= end {
+                return Err(NodeError::Protocol(format!(
+                    "Need names chunk {i} outside {first}..{end}"
+                )));
+            }
+            // Trust a held chunk only if it matches our data now.
+            match read_and_hash(f, *i, &mut self.buf) {
+                Ok(mine) if mine == *d => {
+                    f.digests[*i as usize] = Some(mine);
+                    held[(*i - first) as usize] = true;
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    let path = f.job.src.entry.path.clone();
+                    return self.fail_local(w, id, &path, e).await;
+                }
+            }
+        }
+        let todo: Vec<u32> = (first..end)
+            .filter(|i| !held[(*i - first) as usize])
+            .collect();
+        self.send_chunks(w, id, &todo).await
+    }
+
+    async fn send_chunks(
+        &mut self,
+        w: &mut FrameWriter,
+        id: u32,
+        chunks: &[u32],
+    ) -> Result<(), NodeError> {
+        for &index in chunks {
+            let Some(f) = self.inflight.get_mut(&id) else {
+                return Ok(());
+            };
+            let digest =
+                match tokio::task::block_in_place(|| read_and_hash(f, index, &mut self.buf)) {
+                    Ok(d) => d,
+                    Err(e) => {
+                        let path = f.job.src.entry.path.clone();
+                        return self.fail_local(w, id, &path, e).await;
+                    }
+                };
+            f.digests[index as usize] = Some(digest);
+            let len = self.buf.len() as u32;
+            w.queue(&Message::Chunk(ChunkHeader {
+                id,
+                index,
+                len,
+                digest,
+            }))
+            .await?;
+            let offset = u64::from(index) * u64::from(f.job.src.entry.chunk_size);
+            let Some(file) = f.file.as_ref() else {
+                return Err(NodeError::Protocol("chunk of a non-file".into()));
+            };
+            w.send_payload(file, offset, &self.buf).await?;
+            f.sent += u64::from(len);
+            self.ctx.observer.event(&Event::Progress {
+                path: f.job.src.entry.path.clone(),
+                bytes: u64::from(len),
+            });
+        }
+        w.queue(&Message::RangeEnd { id }).await?;
+        Ok(())
+    }
+
+    async fn range_status(
+        &mut self,
+        w: &mut FrameWriter,
+        id: u32,
+        bad: Vec<u32>,
+    ) -> Result<(), NodeError> {
+        let Some(f) = self.inflight.get_mut(&id) else {
+            return Err(NodeError::Protocol(format!(
+                "RangeStatus for unknown file id {id}"
+            )));
+        };
+        if !bad.is_empty() {
+            f.retries += 1;
+            if bad.iter().any(|i| *i < f.job.first || *i >= f.job.end) {
+                return Err(NodeError::Protocol(
+                    "RangeStatus names a chunk outside the range".into(),
+                ));
+            }
+            if f.retries > self.ctx.max_retries {
+                let path = f.job.src.entry.path.clone();
+                let msg = format!(
+                    "chunks kept failing verification after {} resends (corrupting link?)",
+                    self.ctx.max_retries
+                );
+                return self.fail_local(w, id, &path, msg).await;
+            }
+            tracing::debug!(
+                "resending {} chunk(s) of {}",
+                bad.len(),
+                f.job.src.entry.path
+            );
+            return self.send_chunks(w, id, &bad).await;
+        }
+        let count = f.job.src.entry.chunk_count();
+        let whole = f.job.first == 0 && f.job.end == count;
+        if whole {
+            let all: Option<Vec<Digest>> = f.digests.iter().copied().collect();
+            let root = all.and_then(|d| {
+                root_from_digests(&d, f.job.src.entry.chunk_size, f.job.src.entry.size)
+            });
+            let Some(root) = root else {
+                return Err(NodeError::Protocol("range clean but chunks missing".into()));
+            };
+            w.queue(&Message::Commit { id, root }).await?;
+        } else if let Some(group) = f.job.group.clone() {
+            match group.finish_range(&f.digests) {
+                Some(root) => w.queue(&Message::Commit { id, root }).await?,
+                None => {
+                    // Another connection commits this file; this range is done.
+                    self.inflight.remove(&id);
+                }
+            }
+        } else if let Some(f) = self.inflight.remove(&id) {
+            self.parked.insert(id, f);
+        }
+        Ok(())
+    }
+
+    /// A fetching receiver verified every range: hash the whole file and commit.
+    async fn finish(&mut self, w: &mut FrameWriter, id: u32) -> Result<(), NodeError> {
+        let Some(mut f) = self
+            .parked
+            .remove(&id)
+            .or_else(|| self.inflight.remove(&id))
+        else {
+            return Err(NodeError::Protocol(format!(
+                "Finish for unknown file id {id}"
+            )));
+        };
+        let count = f.job.src.entry.chunk_count();
+        let mut digests = Vec::with_capacity(count as usize);
+        for i in 0..count {
+            match tokio::task::block_in_place(|| read_and_hash(&mut f, i, &mut self.buf)) {
+                Ok(d) => digests.push(d),
+                Err(e) => {
+                    let path = f.job.src.entry.path.clone();
+                    self.inflight.insert(id, f);
+                    return self.fail_local(w, id, &path, e).await;
+                }
+            }
+        }
+        let e = &f.job.src.entry;
+        let Some(root) = root_from_digests(&digests, e.chunk_size, e.size) else {
+            return Err(NodeError::Protocol("cannot compute file hash".into()));
+        };
+        w.queue(&Message::Commit { id, root }).await?;
+        self.inflight.insert(id, f);
+        Ok(())
+    }
+}
+
+/// Reads chunk `index` into `buf` and returns its digest.
+fn read_and_hash(f: &mut Flight, index: u32, buf: &mut Vec<u8>) -> Result<Digest, String> {
+    let e = &f.job.src.entry;
+    let Some(file) = f.file.as_ref() else {
+        return Err(format!("{} is not a file", e.path));
+    };
+    let len = e.chunk_len(index) as usize;
+    buf.resize(len, 0);
+    let offset = u64::from(index) * u64::from(e.chunk_size);
+    file.read_exact_at(buf, offset).map_err(|err| {
+        format!(
+            "cannot read {} at {offset}: {err} (did it shrink while sending?)",
+            f.job.src.local.display()
+        )
+    })?;
+    Ok(chunk_digest(buf, index, e.chunk_size, e.size))
+}
+
+/// Builds the job a `Want` asks for, checking the path stays inside `root`.
+fn want_job(
+    root: &std::path::Path,
+    path: &str,
+    dest: &str,
+    first: u32,
+    end: u32,
+) -> Result<SendJob, (ErrorCode, String)> {
+    let local = resolve_existing(root, path).map_err(|e| (ErrorCode::BadPath, e.to_string()))?;
+    haul_proto::validate_rel_path(dest).map_err(|e| (ErrorCode::BadPath, e.to_string()))?;
+    let meta =
+        std::fs::metadata(&local).map_err(|e| (ErrorCode::NotFound, format!("{path}: {e}")))?;
+    if !meta.is_file() {
+        return Err((ErrorCode::BadPath, format!("{path} is not a regular file")));
+    }
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let entry = haul_proto::Entry {
+        path: dest.to_owned(),
+        kind: EntryKind::File,
+        size: meta.len(),
+        mode: meta.permissions().mode() & 0o7777,
+        mtime_sec: meta.mtime(),
+        mtime_nsec: meta.mtime_nsec().clamp(0, 999_999_999) as u32,
+        chunk_size: chunk_size_for(meta.len()),
+    };
+    let count = entry.chunk_count();
+    let end = end.min(count);
+    if first > end {
+        return Err((
+            ErrorCode::Protocol,
+            format!("range {first}..{end} is empty"),
+        ));
+    }
+    Ok(SendJob {
+        src: SourceEntry { entry, local },
+        first,
+        end,
+        group: None,
+    })
+}

@@ -1,0 +1,264 @@
+//! `haul serve`: accepts pushes into its root and serves pulls from it.
+//!
+//! Each connection: (TLS) → `Hello` within the handshake timeout → version and
+//! token checks → `Welcome` or `Refused` → the sender or receiver loop. A
+//! connection that breaks the rules is closed; the others go on.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use haul_engine::{Destination, Event, LocalTree, Observer, Source};
+use haul_proto::{ErrorCode, Message, Request, PROTOCOL_VERSION};
+use haul_transport::{accept_stream, FrameReader, FrameWriter, Listener, Timeouts};
+use tokio::task::JoinSet;
+
+use crate::receiver::{run_receiver, ReceiverCtx};
+use crate::sender::{run_sender, JobFeed, SenderCtx};
+use crate::NodeError;
+
+/// How a node serves.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// The served root.
+    pub root: PathBuf,
+    /// Accepted tokens; empty means no token is needed (only with `open`).
+    pub tokens: Vec<String>,
+    /// Time limits.
+    pub timeouts: Timeouts,
+    /// Offers in flight per connection.
+    pub window: usize,
+    /// Resends of a failing range before its file fails.
+    pub max_retries: u32,
+    /// How long to let transfers finish after SIGINT/SIGTERM.
+    pub grace: Duration,
+}
+
+/// A serving node.
+pub struct Server {
+    opts: ServeOptions,
+    dest: Arc<Destination>,
+}
+
+struct LogObserver;
+
+impl Observer for LogObserver {
+    fn event(&self, event: &Event) {
+        match event {
+            Event::FileError { path, error } => tracing::warn!("{path}: {error}"),
+            Event::Warning { message } => tracing::warn!("{message}"),
+            _ => {}
+        }
+    }
+}
+
+/// Compares without leaking the position of the first difference.
+fn token_matches(given: &str, accepted: &[String]) -> bool {
+    accepted.iter().any(|t| {
+        let (a, b) = (t.as_bytes(), given.as_bytes());
+        a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    })
+}
+
+impl Server {
+    /// A node serving `opts.root` (created if missing).
+    pub fn new(opts: ServeOptions) -> Result<Arc<Self>, NodeError> {
+        let dest = Destination::open(&opts.root)?;
+        Ok(Arc::new(Self { opts, dest }))
+    }
+
+    /// Accepts connections until `shutdown` resolves, then lets transfers in
+    /// flight finish for up to the grace period (their progress is on disk
+    /// either way, so an interrupted one resumes).
+    pub async fn serve(
+        self: Arc<Self>,
+        listener: Listener,
+        shutdown: impl std::future::Future<Output = ()>,
+    ) {
+        let mut conns = JoinSet::new();
+        tokio::pin!(shutdown);
+        loop {
+            tokio::select! {
+                _ = &mut shutdown => break,
+                accepted = listener.accept() => match accepted {
+                    Ok((stream, peer, tls)) => {
+                        let me = self.clone();
+                        conns.spawn(async move {
+                            if let Err(e) = me.connection(stream, tls).await {
+                                tracing::warn!("connection from {peer}: {e}");
+                            }
+                        });
+                    }
+                    Err(e) => {
+                        tracing::warn!("accept failed: {e}");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                    }
+                },
+                Some(_) = conns.join_next(), if !conns.is_empty() => {}
+            }
+        }
+        if !conns.is_empty() {
+            tracing::info!(
+                "shutting down: waiting up to {:?} for {} connection(s)",
+                self.opts.grace,
+                conns.len()
+            );
+            let drain = async { while conns.join_next().await.is_some() {} };
+            if tokio::time::timeout(self.opts.grace, drain).await.is_err() {
+                tracing::info!("grace period over; partial files stay resumable");
+                conns.abort_all();
+            }
+        }
+        self.dest.apply_dir_metadata();
+    }
+
+    async fn connection(
+        &self,
+        stream: tokio::net::TcpStream,
+        tls: Option<haul_transport::socket::TlsAcceptor>,
+    ) -> Result<(), NodeError> {
+        let t = self.opts.timeouts;
+        let (mut reader, mut writer) = accept_stream(stream, tls, t).await?;
+        reader.set_idle(t.handshake);
+        let hello = reader.recv().await?;
+        reader.set_idle(t.idle);
+        let Message::Hello {
+            version,
+            token,
+            request,
+        } = hello
+        else {
+            return refuse(&mut writer, ErrorCode::Protocol, "expected Hello".into()).await;
+        };
+        if version != PROTOCOL_VERSION {
+            let msg = format!("protocol version {version} is not supported (this node speaks {PROTOCOL_VERSION}); upgrade the older side");
+            return refuse(&mut writer, ErrorCode::Version, msg).await;
+        }
+        if !self.opts.tokens.is_empty() && !token_matches(&token, &self.opts.tokens) {
+            tracing::warn!("refused a client with a wrong or missing token");
+            let msg = "wrong or missing token: pass --token, HAUL_TOKEN or --token-file with the node's token".into();
+            return refuse(&mut writer, ErrorCode::Unauthorized, msg).await;
+        }
+        match request {
+            Request::Push { dest } => {
+                if let Err(e) = haul_proto::validate_rel_path(&dest) {
+                    return refuse(&mut writer, ErrorCode::BadPath, e.to_string()).await;
+                }
+                writer
+                    .send(&Message::Welcome {
+                        version: PROTOCOL_VERSION,
+                    })
+                    .await?;
+                let ctx = ReceiverCtx {
+                    observer: Arc::new(LogObserver),
+                    dest: self.dest.clone(),
+                    prefix: dest,
+                    window: self.opts.window,
+                };
+                run_receiver(reader, writer, None, ctx)
+                    .await
+                    .map_err(|i| i.error)
+            }
+            Request::List { path } => self.list(reader, writer, &path).await,
+            Request::Fetch => {
+                writer
+                    .send(&Message::Welcome {
+                        version: PROTOCOL_VERSION,
+                    })
+                    .await?;
+                let ctx = SenderCtx {
+                    observer: Arc::new(LogObserver),
+                    window: self.opts.window,
+                    max_retries: self.opts.max_retries,
+                    idle: t.idle,
+                };
+                let feed = JobFeed::Wants {
+                    root: self.dest.root().to_path_buf(),
+                };
+                run_sender(reader, writer, feed, ctx)
+                    .await
+                    .map_err(|i| i.error)
+            }
+        }
+    }
+
+    /// Streams the listing of `path`, then `Bye`.
+    async fn list(
+        &self,
+        mut reader: FrameReader,
+        mut writer: FrameWriter,
+        path: &str,
+    ) -> Result<(), NodeError> {
+        let trimmed = path.trim_end_matches('/');
+        let local = match haul_engine::resolve_existing(self.dest.root(), trimmed) {
+            Ok(p) => p,
+            Err(e) => {
+                let code = if matches!(&e, haul_engine::ReceiveError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound)
+                {
+                    ErrorCode::NotFound
+                } else {
+                    ErrorCode::BadPath
+                };
+                let msg = format!("{path}: {e}");
+                return refuse(&mut writer, code, msg).await;
+            }
+        };
+        let mut spec = local.display().to_string();
+        if path.ends_with('/') || trimmed.is_empty() {
+            spec.push('/');
+        }
+        let tree = match LocalTree::new(&spec) {
+            Ok(t) => t,
+            Err(e) => return refuse(&mut writer, ErrorCode::NotFound, e.to_string()).await,
+        };
+        writer
+            .send(&Message::Welcome {
+                version: PROTOCOL_VERSION,
+            })
+            .await?;
+        // The walk is blocking filesystem work: run it on a blocking thread
+        // and stream entries through a bounded channel.
+        let (tx, mut rx) = tokio::sync::mpsc::channel(1024);
+        let walker = tokio::task::spawn_blocking(move || {
+            for item in Box::new(tree).entries() {
+                if tx.blocking_send(item).is_err() {
+                    return;
+                }
+            }
+        });
+        while let Some(item) = rx.recv().await {
+            let msg = match item {
+                Ok(src) => Message::Listing { entry: src.entry },
+                Err(e) => Message::FileError {
+                    id: 0,
+                    code: ErrorCode::Io,
+                    message: e.to_string(),
+                },
+            };
+            writer.queue(&msg).await?;
+        }
+        let _ = walker.await;
+        writer.send(&Message::Bye).await?;
+        match reader.recv().await {
+            Ok(Message::Bye) | Err(_) => Ok(()),
+            Ok(other) => Err(NodeError::Protocol(format!(
+                "expected Bye after listing, got {other:?}"
+            ))),
+        }
+    }
+}
+
+async fn refuse(
+    writer: &mut FrameWriter,
+    code: ErrorCode,
+    message: String,
+) -> Result<(), NodeError> {
+    writer
+        .send(&Message::Refused {
+            code,
+            message: message.clone(),
+        })
+        .await?;
+    let _ = writer.close().await;
+    Err(NodeError::Refused { code, message })
+}

@@ -1,0 +1,139 @@
+//! The outcome of a transfer, gathered from its events.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use haul_engine::{Event, Observer};
+use serde::Serialize;
+
+/// One delivered file.
+#[derive(Debug, Clone, Serialize)]
+pub struct FileRecord {
+    /// Path under the destination.
+    pub path: String,
+    /// Size in bytes.
+    pub size: u64,
+    /// BLAKE3, hex (empty when skipped as already identical).
+    pub blake3: String,
+}
+
+/// One failed entry.
+#[derive(Debug, Clone, Serialize)]
+pub struct Failure {
+    /// Path concerned.
+    pub path: String,
+    /// Why.
+    pub error: String,
+}
+
+/// What a transfer did.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Summary {
+    /// Entries delivered and verified (files, dirs, links).
+    pub entries_ok: u64,
+    /// Files delivered and verified.
+    pub files_ok: u64,
+    /// Files already identical at the destination.
+    pub files_skipped: u64,
+    /// Entries that failed.
+    pub failed: u64,
+    /// Bytes of files now verified at the destination.
+    pub bytes_verified: u64,
+    /// Payload bytes that crossed the network (resends included).
+    pub bytes_transferred: u64,
+    /// Wall time in seconds.
+    pub seconds: f64,
+    /// Connections used at most at once.
+    pub connections: u32,
+    /// Files delivered, with hashes.
+    pub files: Vec<FileRecord>,
+    /// Failures with reasons.
+    pub failures: Vec<Failure>,
+}
+
+impl Summary {
+    /// Verified bytes per second.
+    pub fn rate(&self) -> f64 {
+        if self.seconds > 0.0 {
+            self.bytes_verified as f64 / self.seconds
+        } else {
+            0.0
+        }
+    }
+}
+
+/// Gathers a [`Summary`] from events and forwards them to another observer.
+pub struct Tally {
+    inner: Arc<dyn Observer>,
+    summary: Mutex<Summary>,
+    moved: AtomicU64,
+}
+
+impl Tally {
+    /// Wraps `inner`.
+    pub fn new(inner: Arc<dyn Observer>) -> Arc<Self> {
+        Arc::new(Self {
+            inner,
+            summary: Mutex::new(Summary::default()),
+            moved: AtomicU64::new(0),
+        })
+    }
+
+    /// Payload bytes moved so far (for the concurrency controller).
+    pub fn moved(&self) -> u64 {
+        self.moved.load(Ordering::Relaxed)
+    }
+
+    /// The summary so far, with its wall time set.
+    pub fn finish(&self, elapsed: Duration, connections: u32) -> Summary {
+        let mut s = self.summary.lock().map(|s| s.clone()).unwrap_or_default();
+        s.seconds = elapsed.as_secs_f64();
+        s.bytes_transferred = self.moved();
+        s.connections = connections;
+        s
+    }
+}
+
+impl Observer for Tally {
+    fn event(&self, event: &Event) {
+        match event {
+            Event::Progress { bytes, .. } => {
+                self.moved.fetch_add(*bytes, Ordering::Relaxed);
+            }
+            Event::FileDone {
+                path,
+                size,
+                blake3,
+                skipped,
+                ..
+            } => {
+                if let Ok(mut s) = self.summary.lock() {
+                    s.entries_ok += 1;
+                    if *skipped {
+                        s.files_skipped += 1;
+                    } else if !blake3.is_empty() {
+                        s.files_ok += 1;
+                        s.bytes_verified += size;
+                        s.files.push(FileRecord {
+                            path: path.clone(),
+                            size: *size,
+                            blake3: blake3.clone(),
+                        });
+                    }
+                }
+            }
+            Event::FileError { path, error } => {
+                if let Ok(mut s) = self.summary.lock() {
+                    s.failed += 1;
+                    s.failures.push(Failure {
+                        path: path.clone(),
+                        error: error.clone(),
+                    });
+                }
+            }
+            _ => {}
+        }
+        self.inner.event(event);
+    }
+}
