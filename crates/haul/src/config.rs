@@ -1,0 +1,134 @@
+//! Raw flags → validated options for the library.
+
+use std::path::Path;
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use haul_node::{ClientOptions, Concurrency};
+use haul_transport::{KnownHosts, Security, Timeouts};
+
+use crate::cli::TransferArgs;
+
+/// Parses `123`, `64K`, `16M`, `2G` (binary units).
+pub fn parse_size(s: &str) -> Result<u64> {
+    let s = s.trim();
+    let (num, mult) = match s.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => {
+            let m = match c.to_ascii_uppercase() {
+                'K' => 1u64 << 10,
+                'M' => 1 << 20,
+                'G' => 1 << 30,
+                'T' => 1 << 40,
+                _ => bail!("unknown size suffix in {s:?} (use K, M, G or T)"),
+            };
+            (&s[..i], m)
+        }
+        _ => (s, 1),
+    };
+    let n: u64 = num
+        .parse()
+        .with_context(|| format!("{s:?} is not a size (e.g. 64M)"))?;
+    n.checked_mul(mult)
+        .with_context(|| format!("{s:?} is too large"))
+}
+
+/// Reads a token from `--token`/`HAUL_TOKEN` or the first line of `--token-file`.
+pub fn token(token: &Option<String>, file: &Option<std::path::PathBuf>) -> Result<Option<String>> {
+    if let Some(path) = file {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read token file {}", path.display()))?;
+        let line = text.lines().next().unwrap_or("").trim().to_owned();
+        if line.is_empty() {
+            bail!("token file {} is empty", path.display());
+        }
+        return Ok(Some(line));
+    }
+    Ok(token.clone().filter(|t| !t.is_empty()))
+}
+
+/// Builds client options from the shared transfer flags.
+pub fn client_options(t: &TransferArgs) -> Result<ClientOptions> {
+    let jobs = match t.jobs.as_str() {
+        "auto" => Concurrency::Auto { max: 16 },
+        n => {
+            let n: u32 = n
+                .parse()
+                .with_context(|| format!("-j takes a number or `auto`, not {n:?}"))?;
+            if n == 0 || n > 256 {
+                bail!("-j must be between 1 and 256");
+            }
+            Concurrency::Fixed(n)
+        }
+    };
+    if t.streams == 0 || t.streams > 64 {
+        bail!("--streams must be between 1 and 64");
+    }
+    // More streams than connections would leave ranges waiting.
+    let jobs = match jobs {
+        Concurrency::Fixed(n) if n < t.streams => Concurrency::Fixed(t.streams),
+        other => other,
+    };
+    if t.timeout == 0 {
+        bail!("--timeout must be at least 1 second");
+    }
+    let security = if t.plaintext {
+        Security::Plaintext
+    } else {
+        let known_hosts = match &t.known_hosts {
+            Some(p) => KnownHosts::new(p.clone()),
+            None => KnownHosts::default_file(),
+        };
+        if let Some(fp) = &t.fingerprint {
+            if !fp.starts_with("SHA256:") {
+                bail!("--fingerprint takes the SHA256:... value `haul serve` prints");
+            }
+        }
+        Security::Tls {
+            fingerprint: t.fingerprint.clone(),
+            known_hosts,
+        }
+    };
+    let idle = Duration::from_secs(t.timeout);
+    Ok(ClientOptions {
+        security,
+        token: token(&t.token, &t.token_file)?.unwrap_or_default(),
+        timeouts: Timeouts {
+            connect: idle.min(Duration::from_secs(10)),
+            handshake: idle.min(Duration::from_secs(15)),
+            idle,
+        },
+        jobs,
+        streams: t.streams,
+        split_min: parse_size(&t.split_min)?,
+        socket_buffer: t
+            .socket_buffer
+            .as_deref()
+            .map(parse_size)
+            .transpose()?
+            .map(|s| s as usize),
+        connect_attempts: t.retries,
+        zero_copy: !t.no_zero_copy,
+        ..ClientOptions::default()
+    })
+}
+
+/// Checks a local source exists, with a helpful error.
+pub fn check_local_source(path: &str) -> Result<()> {
+    if std::fs::symlink_metadata(Path::new(path)).is_err() {
+        bail!("source {path:?} does not exist (check the path; remote sources start with haul://)");
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("64M").unwrap(), 64 << 20);
+        assert_eq!(parse_size("10").unwrap(), 10);
+        assert!(parse_size("1X").is_err());
+        assert!(parse_size("M").is_err());
+    }
+}

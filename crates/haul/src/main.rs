@@ -1,0 +1,271 @@
+//! The `haul` binary: flags → validated options → library calls. No transfer
+//! logic lives here.
+
+mod cli;
+mod config;
+mod demo;
+mod output;
+
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::{CommandFactory, Parser};
+use haul_node::{NodeError, Remote, ServeOptions, Server, Summary};
+use haul_proto::ErrorCode;
+use haul_transport::{Listener, ServerIdentity, Timeouts, TransportError};
+
+use cli::{Cli, Command, PullArgs, PushArgs, ServeArgs};
+use output::{Display, Mode};
+
+/// Exit code: every file verified.
+const EXIT_OK: u8 = 0;
+/// Exit code: some files failed (or the transfer could not run).
+const EXIT_FAILED: u8 = 1;
+/// Exit code: usage or configuration error.
+const EXIT_USAGE: u8 = 2;
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let mode = if cli.json {
+        Mode::Json
+    } else if cli.quiet {
+        Mode::Quiet
+    } else {
+        Mode::Human
+    };
+    init_logging(&cli);
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::from(EXIT_FAILED);
+        }
+    };
+    let result = runtime.block_on(run(cli, mode));
+    let code = match result {
+        Ok(code) => code,
+        Err(err) => {
+            let code = exit_code_for(&err);
+            if mode == Mode::Json {
+                output::json_line(
+                    &serde_json::json!({"event": "error", "message": format!("{err:#}"), "exit_code": code}),
+                );
+            } else {
+                eprintln!("error: {err:#}");
+            }
+            code
+        }
+    };
+    runtime.shutdown_timeout(Duration::from_millis(200));
+    ExitCode::from(code)
+}
+
+fn init_logging(cli: &Cli) {
+    let default = match (cli.verbose, &cli.command) {
+        (0, Command::Serve(_)) => "info",
+        (0, _) => "warn",
+        (1, _) => "info",
+        (2, _) => "debug",
+        _ => "trace",
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("HAUL_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .try_init();
+}
+
+/// Usage and configuration problems exit 2; everything else 1.
+fn exit_code_for(err: &anyhow::Error) -> u8 {
+    if let Some(e) = err.downcast_ref::<NodeError>() {
+        return match e {
+            NodeError::Usage(_) => EXIT_USAGE,
+            NodeError::Refused {
+                code: ErrorCode::Unauthorized | ErrorCode::BadPath | ErrorCode::Version,
+                ..
+            } => EXIT_USAGE,
+            NodeError::Transport(TransportError::KeyChanged { .. }) => EXIT_USAGE,
+            _ => EXIT_FAILED,
+        };
+    }
+    if err.downcast_ref::<UsageError>().is_some() {
+        return EXIT_USAGE;
+    }
+    EXIT_FAILED
+}
+
+/// An error in how haul was invoked.
+#[derive(Debug)]
+struct UsageError(String);
+
+impl std::fmt::Display for UsageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
+
+fn usage<T>(r: Result<T>) -> Result<T> {
+    r.map_err(|e| anyhow::Error::new(UsageError(format!("{e:#}"))))
+}
+
+async fn run(cli: Cli, mode: Mode) -> Result<u8> {
+    match cli.command {
+        Command::Serve(args) => serve(args, mode).await,
+        Command::Push(args) => push(args, mode).await,
+        Command::Pull(args) => pull(args, mode).await,
+        Command::Demo(args) => demo::run(args, mode).await,
+        Command::Completions { shell } => {
+            clap_complete::generate(shell, &mut Cli::command(), "haul", &mut std::io::stdout());
+            Ok(EXIT_OK)
+        }
+    }
+}
+
+fn report(mode: Mode, display: &Display, summary: &Summary) -> u8 {
+    display.finish();
+    output::print_summary(mode, summary);
+    if summary.failed == 0 {
+        EXIT_OK
+    } else {
+        EXIT_FAILED
+    }
+}
+
+async fn push(args: PushArgs, mode: Mode) -> Result<u8> {
+    let mut paths = args.paths;
+    let target = paths.pop().unwrap_or_default();
+    if !Remote::is_remote(&target) {
+        return Err(UsageError(format!("the last argument of push must be haul://HOST:PORT/DEST, not {target:?} (for a local copy use `haul pull SRC DEST`)")).into());
+    }
+    let remote = Remote::parse(&target)?;
+    for p in &paths {
+        usage(config::check_local_source(p))?;
+    }
+    let opts = usage(config::client_options(&args.transfer))?;
+    let display = Arc::new(Display::new(mode));
+    if mode == Mode::Json {
+        output::json_line(
+            &serde_json::json!({"event": "start", "command": "push", "sources": paths, "dest": target}),
+        );
+    }
+    let summary = haul_node::push(&paths, &remote, &opts, display.clone()).await;
+    display.finish();
+    Ok(report(mode, &display, &summary?))
+}
+
+async fn pull(args: PullArgs, mode: Mode) -> Result<u8> {
+    let opts = usage(config::client_options(&args.transfer))?;
+    let display = Arc::new(Display::new(mode));
+    if mode == Mode::Json {
+        output::json_line(
+            &serde_json::json!({"event": "start", "command": "pull", "source": args.source, "dest": args.dest}),
+        );
+    }
+    let summary = if Remote::is_remote(&args.source) {
+        let remote = Remote::parse(&args.source)?;
+        haul_node::pull(&remote, &args.dest, &opts, display.clone()).await
+    } else if args.source.contains("://") {
+        return Err(UsageError(format!(
+            "{:?}: only haul:// URLs and local paths are supported by this build",
+            args.source
+        ))
+        .into());
+    } else {
+        usage(config::check_local_source(&args.source))?;
+        haul_node::copy_local(
+            std::slice::from_ref(&args.source),
+            &args.dest,
+            &opts,
+            display.clone(),
+        )
+        .await
+    };
+    display.finish();
+    Ok(report(mode, &display, &summary?))
+}
+
+async fn serve(args: ServeArgs, mode: Mode) -> Result<u8> {
+    let token = usage(config::token(&args.token, &args.token_file))?;
+    if token.is_none() && !args.open {
+        return Err(UsageError("haul serve needs a token (--token, HAUL_TOKEN or --token-file) or --open to run without authentication".into()).into());
+    }
+    let addr: SocketAddr = usage(
+        args.listen
+            .parse()
+            .with_context(|| format!("--listen {:?} is not ADDR:PORT", args.listen)),
+    )?;
+    let identity = if args.plaintext {
+        None
+    } else {
+        let dir = args
+            .identity
+            .clone()
+            .unwrap_or_else(|| haul_transport::config_dir().join("identity"));
+        Some(
+            ServerIdentity::load_or_create(&dir)
+                .context("cannot load or create the node's TLS identity (pass --identity DIR)")?,
+        )
+    };
+    let idle = Duration::from_secs(args.timeout.max(1));
+    let opts = ServeOptions {
+        root: args.root.clone(),
+        tokens: token.into_iter().collect(),
+        timeouts: Timeouts {
+            idle,
+            ..Timeouts::default()
+        },
+        window: 32,
+        max_retries: 5,
+        grace: Duration::from_secs(args.grace),
+    };
+    let server = Server::new(opts)
+        .with_context(|| format!("cannot use {} as the node's root", args.root.display()))?;
+    let listener = Listener::bind(addr, identity.as_ref(), None).await?;
+    let local = listener.local_addr()?;
+    let fingerprint = identity.as_ref().map(|i| i.fingerprint());
+    match mode {
+        Mode::Json => output::json_line(&serde_json::json!({
+            "event": "listening", "addr": local.to_string(), "fingerprint": fingerprint,
+            "root": args.root, "tls": !args.plaintext, "auth": !args.open,
+        })),
+        _ => {
+            println!("haul node listening on {local}");
+            match &fingerprint {
+                Some(fp) => println!("fingerprint {fp}"),
+                None => println!("fingerprint none (plaintext: trusted networks only)"),
+            }
+            println!("root {}", args.root.display());
+        }
+    }
+    server.serve(listener, shutdown_signal()).await;
+    tracing::info!("stopped");
+    Ok(EXIT_OK)
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let term = signal(SignalKind::terminate());
+    let int = signal(SignalKind::interrupt());
+    match (term, int) {
+        (Ok(mut term), Ok(mut int)) => {
+            tokio::select! {
+                _ = term.recv() => {}
+                _ = int.recv() => {}
+            }
+        }
+        _ => {
+            let _ = tokio::signal::ctrl_c().await;
+        }
+    }
+    tracing::info!("signal received: finishing transfers in flight");
+}

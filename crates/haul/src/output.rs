@@ -1,0 +1,194 @@
+//! How a transfer shows itself: progress bars on a TTY, JSON lines for
+//! scripts, nothing with `-q`.
+
+use std::collections::HashMap;
+use std::io::{IsTerminal, Write};
+use std::sync::Mutex;
+
+use haul_engine::{Event, Observer};
+use haul_node::Summary;
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+/// Output mode chosen from the flags.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Bars and a human summary.
+    Human,
+    /// One JSON object per line on stdout.
+    Json,
+    /// Errors only.
+    Quiet,
+}
+
+/// Prints one JSON line.
+pub fn json_line(value: &serde_json::Value) {
+    let mut out = std::io::stdout().lock();
+    let _ = serde_json::to_writer(&mut out, value);
+    let _ = out.write_all(b"\n");
+    let _ = out.flush();
+}
+
+/// Observer for the chosen mode.
+pub struct Display {
+    mode: Mode,
+    bars: Option<Bars>,
+}
+
+struct Bars {
+    multi: MultiProgress,
+    total: ProgressBar,
+    files: Mutex<HashMap<String, ProgressBar>>,
+}
+
+impl Display {
+    /// A display for `mode`; bars only when stderr is a terminal.
+    pub fn new(mode: Mode) -> Self {
+        let bars = (mode == Mode::Human && std::io::stderr().is_terminal()).then(|| {
+            let multi = MultiProgress::with_draw_target(ProgressDrawTarget::stderr());
+            let total = multi.add(ProgressBar::new(0));
+            total.set_style(
+                ProgressStyle::with_template(
+                    "{prefix:>5} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} ETA {eta}  {msg}",
+                )
+                .unwrap_or_else(|_| ProgressStyle::default_bar())
+                .progress_chars("=> "),
+            );
+            total.set_prefix("total");
+            Bars {
+                multi,
+                total,
+                files: Mutex::new(HashMap::new()),
+            }
+        });
+        Self { mode, bars }
+    }
+
+    /// Clears the bars.
+    pub fn finish(&self) {
+        if let Some(b) = &self.bars {
+            b.total.finish_and_clear();
+            let _ = b.multi.clear();
+        }
+    }
+}
+
+impl Observer for Display {
+    fn event(&self, event: &Event) {
+        match self.mode {
+            Mode::Json => {
+                if !matches!(event, Event::Progress { .. }) {
+                    if let Ok(v) = serde_json::to_value(event) {
+                        json_line(&v);
+                    }
+                }
+            }
+            Mode::Quiet => {
+                if let Event::FileError { path, error } = event {
+                    eprintln!("error: {path}: {error}");
+                }
+            }
+            Mode::Human => self.human(event),
+        }
+    }
+}
+
+impl Display {
+    fn human(&self, event: &Event) {
+        let Some(b) = &self.bars else {
+            match event {
+                Event::FileError { path, error } => eprintln!("error: {path}: {error}"),
+                Event::Warning { message } => eprintln!("warning: {message}"),
+                _ => {}
+            }
+            return;
+        };
+        match event {
+            Event::FileStart { path, size } => {
+                b.total.inc_length(*size);
+                if *size >= 8 << 20 {
+                    let bar = b.multi.add(ProgressBar::new(*size));
+                    bar.set_style(
+                        ProgressStyle::with_template(
+                            "{prefix:>5} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec}  {msg}",
+                        )
+                        .unwrap_or_else(|_| ProgressStyle::default_bar())
+                        .progress_chars("=> "),
+                    );
+                    bar.set_prefix("file");
+                    bar.set_message(path.clone());
+                    if let Ok(mut f) = b.files.lock() {
+                        f.insert(path.clone(), bar);
+                    }
+                }
+            }
+            Event::Progress { path, bytes } => {
+                b.total.inc(*bytes);
+                if let Ok(f) = b.files.lock() {
+                    if let Some(bar) = f.get(path) {
+                        bar.inc(*bytes);
+                    }
+                }
+            }
+            Event::FileDone { path, .. } | Event::FileError { path, .. } => {
+                if let Ok(mut f) = b.files.lock() {
+                    if let Some(bar) = f.remove(path) {
+                        bar.finish_and_clear();
+                    }
+                }
+                if let Event::FileError { error, .. } = event {
+                    b.multi.suspend(|| eprintln!("error: {path}: {error}"));
+                }
+            }
+            Event::Warning { message } => b.multi.suspend(|| eprintln!("warning: {message}")),
+        }
+    }
+}
+
+/// Formats bytes for people.
+pub fn human_bytes(n: u64) -> String {
+    let units = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1024.0 && u < units.len() - 1 {
+        v /= 1024.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", units[u])
+    }
+}
+
+/// Prints the end-of-transfer summary in the chosen mode.
+pub fn print_summary(mode: Mode, s: &Summary) {
+    match mode {
+        Mode::Json => {
+            if let Ok(mut v) = serde_json::to_value(s) {
+                if let Some(o) = v.as_object_mut() {
+                    o.insert("event".into(), "summary".into());
+                }
+                json_line(&v);
+            }
+        }
+        Mode::Quiet => {}
+        Mode::Human => {
+            let mark = if s.failed == 0 { "ok" } else { "FAILED" };
+            eprintln!(
+                "{mark}: {} files ({}) verified, {} already up to date, {} failed; {} sent in {:.2}s ({}/s, {} connection{})",
+                s.files_ok,
+                human_bytes(s.bytes_verified),
+                s.files_skipped,
+                s.failed,
+                human_bytes(s.bytes_transferred),
+                s.seconds,
+                human_bytes(s.rate() as u64),
+                s.connections,
+                if s.connections == 1 { "" } else { "s" }
+            );
+            for f in &s.failures {
+                eprintln!("  failed: {}: {}", f.path, f.error);
+            }
+        }
+    }
+}
