@@ -63,6 +63,7 @@ pub trait Source: Send {
 pub struct LocalTree {
     path: PathBuf,
     prefix: String,
+    exclude: Option<PathBuf>,
 }
 
 impl LocalTree {
@@ -86,12 +87,26 @@ impl LocalTree {
             name.into_string()
                 .map_err(|n| SourceError::BadName(format!("{n:?}")))?
         };
-        Ok(Self { path: pb, prefix })
+        Ok(Self {
+            path: pb,
+            prefix,
+            exclude: None,
+        })
+    }
+
+    /// Leaves out the subtree at `path` (a node's own `.haul` state directory).
+    pub fn excluding(mut self, path: PathBuf) -> Self {
+        self.exclude = Some(path);
+        self
     }
 
     /// A tree whose entries are named `prefix/...` (empty prefix: bare names).
     pub fn with_prefix(path: PathBuf, prefix: String) -> Self {
-        Self { path, prefix }
+        Self {
+            path,
+            prefix,
+            exclude: None,
+        }
     }
 
     fn make(&self, local: &Path, rel: &Path, meta: &Metadata) -> Result<SourceEntry, SourceError> {
@@ -151,6 +166,8 @@ impl Source for LocalTree {
             .follow_links(false)
             .sort_by_file_name()
             .into_iter();
+        let exclude = self.exclude.clone();
+        let walker = walker.filter_entry(move |e| exclude.as_deref() != Some(e.path()));
         let contents_only = self.prefix.is_empty();
         Box::new(walker.filter_map(move |item| {
             let item = match item {

@@ -415,14 +415,13 @@ impl Receiver {
             return Ok(());
         };
         let buf = &self.buf;
+        // Every payload byte that crossed the network counts, good or bad.
+        self.ctx.observer.event(&Event::Progress {
+            path: o.entry.path.clone(),
+            bytes: u64::from(h.len),
+        });
         match tokio::task::block_in_place(|| part.write_chunk(h.index, buf, &h.digest)) {
-            Ok(ChunkVerdict::Good) => {
-                o.received += u64::from(h.len);
-                self.ctx.observer.event(&Event::Progress {
-                    path: o.entry.path.clone(),
-                    bytes: u64::from(h.len),
-                });
-            }
+            Ok(ChunkVerdict::Good) => o.received += u64::from(h.len),
             Ok(ChunkVerdict::Bad) => {
                 tracing::warn!(
                     "chunk {} of {} failed verification; asking again",

@@ -207,8 +207,9 @@ impl Server {
         if path.ends_with('/') || trimmed.is_empty() {
             spec.push('/');
         }
+        let state_dir = self.dest.root().join(haul_proto::STATE_DIR);
         let tree = match LocalTree::new(&spec) {
-            Ok(t) => t,
+            Ok(t) => t.excluding(state_dir),
             Err(e) => return refuse(&mut writer, ErrorCode::NotFound, e.to_string()).await,
         };
         writer

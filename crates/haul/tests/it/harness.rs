@@ -1,0 +1,233 @@
+//! Small helpers: temp trees, a node process, running the client.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::Duration;
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_haul");
+
+/// A running `haul serve`, killed and waited for on drop.
+pub struct Node {
+    pub child: Child,
+    pub addr: String,
+    pub fingerprint: Option<String>,
+}
+
+impl Node {
+    pub fn url(&self, path: &str) -> String {
+        format!("haul://{}/{}", self.addr, path)
+    }
+
+    /// Starts a node; `extra` are more flags (e.g. --plaintext, --token T).
+    pub fn start(root: &Path, config: &Path, extra: &[&str]) -> Node {
+        Self::start_on(root, config, "127.0.0.1:0", extra)
+    }
+
+    pub fn start_on(root: &Path, config: &Path, listen: &str, extra: &[&str]) -> Node {
+        let mut cmd = Command::new(BIN);
+        cmd.args(["serve", "--root"])
+            .arg(root)
+            .args(["--listen", listen, "--identity"]);
+        cmd.arg(config.join("identity"));
+        cmd.args(extra)
+            .env("HAUL_CONFIG_DIR", config)
+            .env_remove("HAUL_TOKEN");
+        cmd.stdout(Stdio::piped()).stderr(Stdio::null());
+        let mut child = cmd.spawn().expect("spawn haul serve");
+        let stdout = child.stdout.take().expect("stdout");
+        let mut lines = BufReader::new(stdout).lines();
+        let first = lines.next().expect("serve printed nothing").expect("read");
+        let addr = first.rsplit(' ').next().expect("addr").to_owned();
+        let second = lines.next().expect("fingerprint line").expect("read");
+        let fingerprint = second
+            .strip_prefix("fingerprint ")
+            .filter(|f| f.starts_with("SHA256:"))
+            .map(str::to_owned);
+        // Keep draining stdout so the node never blocks on a full pipe.
+        std::thread::spawn(move || for _ in lines {});
+        Node {
+            child,
+            addr,
+            fingerprint,
+        }
+    }
+
+    pub fn kill9(&mut self) {
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGKILL) };
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A client command with its own config dir (known hosts).
+pub fn haul(config: &Path) -> Command {
+    let mut c = Command::new(BIN);
+    c.env("HAUL_CONFIG_DIR", config).env_remove("HAUL_TOKEN");
+    c
+}
+
+/// Runs to completion with a deadline (tests never hang). Output is drained
+/// while it runs, so a chatty child never blocks on a full pipe.
+pub fn run(mut cmd: Command, limit: Duration) -> Output {
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let mut child = cmd.spawn().expect("spawn haul");
+    let drain = |r: Option<Box<dyn std::io::Read + Send>>| {
+        std::thread::spawn(move || {
+            let mut v = Vec::new();
+            if let Some(mut r) = r {
+                let _ = r.read_to_end(&mut v);
+            }
+            v
+        })
+    };
+    let out = drain(
+        child
+            .stdout
+            .take()
+            .map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
+    );
+    let err = drain(
+        child
+            .stderr
+            .take()
+            .map(|s| Box::new(s) as Box<dyn std::io::Read + Send>),
+    );
+    let start = std::time::Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("wait") {
+            break status;
+        }
+        if start.elapsed() > limit {
+            let _ = child.kill();
+            let _ = child.wait();
+            let (o, e) = (
+                out.join().unwrap_or_default(),
+                err.join().unwrap_or_default(),
+            );
+            panic!(
+                "haul ran longer than {limit:?}\nstdout: {}\nstderr: {}",
+                String::from_utf8_lossy(&o),
+                String::from_utf8_lossy(&e)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    Output {
+        status,
+        stdout: out.join().unwrap_or_default(),
+        stderr: err.join().unwrap_or_default(),
+    }
+}
+
+/// The `summary` event of a `--json` run.
+pub fn summary(out: &Output) -> serde_json::Value {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|v| v["event"] == "summary")
+        .unwrap_or_else(|| {
+            panic!(
+                "no summary; stdout {} stderr {}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            )
+        })
+}
+
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Writes `len` pseudo-random bytes.
+pub fn write_file(path: &Path, len: u64, seed: u64) {
+    if let Some(p) = path.parent() {
+        std::fs::create_dir_all(p).expect("mkdir");
+    }
+    let mut f = std::io::BufWriter::new(std::fs::File::create(path).expect("create"));
+    let mut xof = blake3::Hasher::new()
+        .update(&seed.to_le_bytes())
+        .finalize_xof();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut left = len;
+    while left > 0 {
+        let n = left.min(buf.len() as u64) as usize;
+        xof.fill(&mut buf[..n]);
+        f.write_all(&buf[..n]).expect("write");
+        left -= n as u64;
+    }
+}
+
+pub fn b3(path: &Path) -> String {
+    let mut h = blake3::Hasher::new();
+    h.update_reader(std::fs::File::open(path).expect("open"))
+        .expect("read");
+    h.finalize().to_hex().to_string()
+}
+
+/// Every file, dir and link under `root` (relative), excluding haul's state dir.
+pub fn listing(root: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).expect("read_dir") {
+            let e = e.expect("entry");
+            let rel = e
+                .path()
+                .strip_prefix(root)
+                .expect("rel")
+                .to_string_lossy()
+                .into_owned();
+            if rel == ".haul" {
+                continue;
+            }
+            let ft = e.file_type().expect("ft");
+            if ft.is_dir() {
+                out.push(format!("{rel}/"));
+                stack.push(e.path());
+            } else if ft.is_symlink() {
+                out.push(format!(
+                    "{rel} -> {}",
+                    std::fs::read_link(e.path()).expect("link").display()
+                ));
+            } else {
+                out.push(format!("{rel} {}", b3(&e.path())));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+/// A scratch area with src/, node/, config/.
+pub struct Scratch {
+    pub dir: tempfile::TempDir,
+}
+
+impl Scratch {
+    pub fn new() -> Self {
+        Scratch {
+            dir: tempfile::tempdir().expect("tempdir"),
+        }
+    }
+    pub fn path(&self, p: &str) -> PathBuf {
+        self.dir.path().join(p)
+    }
+}
+
+/// Waits until `f` is true or panics after `limit`.
+pub fn wait_for(limit: Duration, what: &str, mut f: impl FnMut() -> bool) {
+    let start = std::time::Instant::now();
+    while !f() {
+        if start.elapsed() > limit {
+            panic!("timed out waiting for {what}");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

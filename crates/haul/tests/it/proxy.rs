@@ -1,0 +1,153 @@
+//! An in-test TCP proxy between a client and a node that can throttle,
+//! flip a byte, or stall: faults on a real connection, no test hooks in haul.
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// What the proxy does to traffic.
+#[derive(Clone, Default)]
+pub struct Faults {
+    /// Bytes per second in each direction (None: unlimited).
+    pub rate: Option<u64>,
+    /// Flip one byte at this offset of the client→node stream (once overall).
+    pub flip_up_at: Option<u64>,
+    /// Flip one byte at this offset of the node→client stream (once overall).
+    pub flip_down_at: Option<u64>,
+    /// While set, nothing is forwarded (a peer that stops answering).
+    pub stall: Arc<AtomicBool>,
+}
+
+pub struct Proxy {
+    pub addr: String,
+    stop: Arc<AtomicBool>,
+    pub up_bytes: Arc<AtomicU64>,
+}
+
+impl Proxy {
+    pub fn start(target: &str, faults: Faults) -> Proxy {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind proxy");
+        listener.set_nonblocking(true).expect("nonblocking");
+        let addr = listener.local_addr().expect("addr").to_string();
+        let stop = Arc::new(AtomicBool::new(false));
+        let up_bytes = Arc::new(AtomicU64::new(0));
+        let flipped_up = Arc::new(AtomicBool::new(false));
+        let flipped_down = Arc::new(AtomicBool::new(false));
+        let (target, stop2, up2) = (target.to_owned(), stop.clone(), up_bytes.clone());
+        std::thread::spawn(move || {
+            while !stop2.load(Ordering::Relaxed) {
+                match listener.accept() {
+                    Ok((client, _)) => {
+                        let Ok(node) = TcpStream::connect(&target) else {
+                            continue;
+                        };
+                        let _ = client.set_nonblocking(false);
+                        let pipes = [
+                            (
+                                client.try_clone(),
+                                node.try_clone(),
+                                faults.flip_up_at,
+                                flipped_up.clone(),
+                                Some(up2.clone()),
+                            ),
+                            (
+                                node.try_clone(),
+                                client.try_clone(),
+                                faults.flip_down_at,
+                                flipped_down.clone(),
+                                None,
+                            ),
+                        ];
+                        for (from, to, flip, flipped, counter) in pipes {
+                            let (Ok(from), Ok(to)) = (from, to) else {
+                                continue;
+                            };
+                            let (rate, stall, stop) =
+                                (faults.rate, faults.stall.clone(), stop2.clone());
+                            std::thread::spawn(move || {
+                                pump(from, to, rate, flip, flipped, stall, stop, counter)
+                            });
+                        }
+                    }
+                    Err(_) => std::thread::sleep(Duration::from_millis(5)),
+                }
+            }
+        });
+        Proxy {
+            addr,
+            stop,
+            up_bytes,
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("haul://{}/{}", self.addr, path)
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn pump(
+    mut from: TcpStream,
+    mut to: TcpStream,
+    rate: Option<u64>,
+    flip: Option<u64>,
+    flipped: Arc<AtomicBool>,
+    stall: Arc<AtomicBool>,
+    stop: Arc<AtomicBool>,
+    counter: Option<Arc<AtomicU64>>,
+) {
+    let _ = from.set_read_timeout(Some(Duration::from_millis(100)));
+    let mut buf = vec![0u8; 64 << 10];
+    let mut total = 0u64;
+    let start = Instant::now();
+    loop {
+        if stop.load(Ordering::Relaxed) {
+            break;
+        }
+        if stall.load(Ordering::Relaxed) {
+            std::thread::sleep(Duration::from_millis(20));
+            continue;
+        }
+        let n = match from.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                continue
+            }
+            Err(_) => break,
+        };
+        if let Some(at) = flip {
+            if at >= total && at < total + n as u64 && !flipped.swap(true, Ordering::SeqCst) {
+                buf[(at - total) as usize] ^= 0x5a;
+            }
+        }
+        total += n as u64;
+        if let Some(c) = &counter {
+            c.fetch_add(n as u64, Ordering::Relaxed);
+        }
+        if to.write_all(&buf[..n]).is_err() {
+            break;
+        }
+        if let Some(rate) = rate {
+            let due = Duration::from_secs_f64(total as f64 / rate as f64);
+            if let Some(wait) = due.checked_sub(start.elapsed()) {
+                std::thread::sleep(wait);
+            }
+        }
+    }
+    let _ = to.shutdown(Shutdown::Write);
+    let _ = from.shutdown(Shutdown::Read);
+}

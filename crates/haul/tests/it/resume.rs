@@ -1,0 +1,151 @@
+//! Kill either side mid-transfer; the same command again sends only what
+//! was not yet verified.
+
+use std::time::Duration;
+
+use crate::harness::*;
+use crate::proxy::{Faults, Proxy};
+
+const SIZE: u64 = 100 << 20;
+const T: Duration = Duration::from_secs(120);
+
+fn slow(node: &Node) -> Proxy {
+    Proxy::start(
+        &node.addr,
+        Faults {
+            rate: Some(25 << 20),
+            ..Faults::default()
+        },
+    )
+}
+
+fn partial_bytes(root: &std::path::Path) -> u64 {
+    std::fs::read_dir(root.join(".haul/partial"))
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .filter_map(|e| e.metadata().ok())
+                .filter(|m| m.is_file())
+                .map(|m| m.len())
+                .max()
+                .unwrap_or(0)
+        })
+        .unwrap_or(0)
+}
+
+fn push_cmd(s: &Scratch, url: &str, retries: &str) -> std::process::Command {
+    let mut c = haul(&s.path("config"));
+    c.args([
+        "push",
+        "--json",
+        "--plaintext",
+        "-j",
+        "1",
+        "--retries",
+        retries,
+    ])
+    .arg(s.path("src/file.bin"))
+    .arg(url);
+    c
+}
+
+#[test]
+fn resume_after_sigkill_of_the_sender() {
+    let s = Scratch::new();
+    write_file(&s.path("src/file.bin"), SIZE, 7);
+    let node = Node::start(
+        &s.path("node"),
+        &s.path("config"),
+        &["--open", "--plaintext"],
+    );
+    let proxy = slow(&node);
+    let mut cmd = push_cmd(&s, &proxy.url(""), "0");
+    cmd.stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    let mut child = cmd.spawn().expect("spawn");
+    wait_for(T, "40 MiB to arrive", || {
+        partial_bytes(&s.path("node")) >= 40 << 20
+    });
+    unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+    let _ = child.wait();
+    assert!(!s.path("node/file.bin").exists());
+
+    let out = run(push_cmd(&s, &node.url(""), "3"), T);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let sent = summary(&out)["bytes_transferred"].as_u64().expect("bytes");
+    assert!(
+        sent <= SIZE - (32 << 20),
+        "re-sent {sent} bytes of {SIZE}: verified chunks were sent again"
+    );
+    assert_eq!(b3(&s.path("node/file.bin")), b3(&s.path("src/file.bin")));
+}
+
+#[test]
+fn resume_after_sigkill_of_the_receiving_node() {
+    let s = Scratch::new();
+    write_file(&s.path("src/file.bin"), SIZE, 8);
+    let mut node = Node::start(
+        &s.path("node"),
+        &s.path("config"),
+        &["--open", "--plaintext"],
+    );
+    let proxy = slow(&node);
+    let mut cmd = push_cmd(&s, &proxy.url(""), "0");
+    cmd.stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    let mut child = cmd.spawn().expect("spawn");
+    wait_for(T, "40 MiB to arrive", || {
+        partial_bytes(&s.path("node")) >= 40 << 20
+    });
+    node.kill9();
+    let status = child.wait().expect("wait");
+    assert!(!status.success(), "the client must report the lost node");
+    drop(proxy);
+
+    let node = Node::start(
+        &s.path("node"),
+        &s.path("config"),
+        &["--open", "--plaintext"],
+    );
+    let out = run(push_cmd(&s, &node.url(""), "3"), T);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let sent = summary(&out)["bytes_transferred"].as_u64().expect("bytes");
+    assert!(sent <= SIZE - (32 << 20), "re-sent {sent} bytes of {SIZE}");
+    assert_eq!(b3(&s.path("node/file.bin")), b3(&s.path("src/file.bin")));
+}
+
+#[test]
+fn resume_a_pull_after_sigkill_of_the_puller() {
+    let s = Scratch::new();
+    write_file(&s.path("node/file.bin"), SIZE, 9);
+    let node = Node::start(
+        &s.path("node"),
+        &s.path("config"),
+        &["--open", "--plaintext"],
+    );
+    let proxy = slow(&node);
+    let pull = |url: String| {
+        let mut c = haul(&s.path("config"));
+        c.args(["pull", "--json", "--plaintext", "-j", "1"])
+            .arg(url)
+            .arg(s.path("dst"));
+        c
+    };
+    let mut cmd = pull(proxy.url("file.bin"));
+    cmd.stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    let mut child = cmd.spawn().expect("spawn");
+    wait_for(T, "40 MiB to arrive", || {
+        partial_bytes(&s.path("dst")) >= 40 << 20
+    });
+    unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+    let _ = child.wait();
+
+    let out = run(pull(node.url("file.bin")), T);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let sent = summary(&out)["bytes_transferred"].as_u64().expect("bytes");
+    assert!(
+        sent <= SIZE - (32 << 20),
+        "re-fetched {sent} bytes of {SIZE}"
+    );
+    assert_eq!(b3(&s.path("dst/file.bin")), b3(&s.path("node/file.bin")));
+}

@@ -1,0 +1,429 @@
+//! Untrusted peers: path escapes from a hand-built client, malformed frames,
+//! wrong tokens, changed keys, peers that stop answering.
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use haul_proto::{
+    decode_frame, encode, ChunkHeader, Decoded, Entry, EntryKind, ErrorCode, Message, Request,
+};
+
+use crate::harness::*;
+use crate::proxy::{Faults, Proxy};
+
+const T: Duration = Duration::from_secs(60);
+
+/// A hand-built protocol client.
+struct Raw {
+    s: TcpStream,
+    buf: Vec<u8>,
+}
+
+impl Raw {
+    fn connect(addr: &str) -> Raw {
+        let s = TcpStream::connect(addr).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(10)))
+            .expect("timeout");
+        Raw { s, buf: Vec::new() }
+    }
+    fn send(&mut self, m: &Message) {
+        let mut b = Vec::new();
+        encode(m, &mut b);
+        self.s.write_all(&b).expect("write");
+    }
+    fn recv(&mut self) -> Option<Message> {
+        loop {
+            if let Ok(Decoded::Message(m, used)) = decode_frame(&self.buf) {
+                self.buf.drain(..used);
+                return Some(m);
+            }
+            let mut tmp = [0u8; 4096];
+            match self.s.read(&mut tmp) {
+                Ok(0) | Err(_) => return None,
+                Ok(n) => self.buf.extend_from_slice(&tmp[..n]),
+            }
+        }
+    }
+    fn hello(&mut self, request: Request) -> Message {
+        self.send(&Message::Hello {
+            version: 1,
+            token: String::new(),
+            request,
+        });
+        self.recv().expect("answer to hello")
+    }
+}
+
+fn file(path: &str, size: u64) -> Entry {
+    Entry {
+        path: path.into(),
+        kind: EntryKind::File,
+        size,
+        mode: 0o644,
+        mtime_sec: 0,
+        mtime_nsec: 0,
+        chunk_size: 4 << 20,
+    }
+}
+
+#[test]
+fn a_malicious_pusher_cannot_write_outside_the_root() {
+    let s = Scratch::new();
+    let outside = s.path("outside");
+    std::fs::create_dir_all(&outside).expect("mkdir");
+    std::fs::create_dir_all(s.path("node")).expect("mkdir");
+    std::os::unix::fs::symlink(&outside, s.path("node/out")).expect("symlink");
+    let node = Node::start(
+        &s.path("node"),
+        &s.path("config"),
+        &["--open", "--plaintext"],
+    );
+
+    let mut raw = Raw::connect(&node.addr);
+    assert!(matches!(
+        raw.hello(Request::Push {
+            dest: String::new()
+        }),
+        Message::Welcome { .. }
+    ));
+    let evil = [
+        "../evil",
+        "a/../../evil",
+        "/tmp/evil",
+        "out/evil",
+        "a//b",
+        ".haul/partial/x",
+        "a\\..\\..\\evil",
+    ];
+    let mut id = 0;
+    for path in evil {
+        id += 1;
+        raw.send(&Message::Offer {
+            id,
+            entry: file(path, 5),
+            first: 0,
+            end: 1,
+        });
+        match raw.recv() {
+            Some(Message::FileError {
+                id: got,
+                code: ErrorCode::BadPath,
+                message,
+            }) => {
+                assert_eq!(got, id);
+                assert!(!message.is_empty());
+            }
+            other => panic!("{path}: expected a BadPath error, got {other:?}"),
+        }
+    }
+    let long = "n".repeat(300);
+    let nul = "a\0b".to_owned();
+    for path in [long.as_str(), nul.as_str()] {
+        id += 1;
+        raw.send(&Message::Offer {
+            id,
+            entry: file(path, 5),
+            first: 0,
+            end: 1,
+        });
+        assert!(matches!(
+            raw.recv(),
+            Some(Message::FileError {
+                code: ErrorCode::BadPath,
+                ..
+            })
+        ));
+    }
+    // Symlinks that point out of the root are refused.
+    for target in ["/etc", "../../..", "x/../../.."] {
+        id += 1;
+        let entry = Entry {
+            kind: EntryKind::Symlink {
+                target: target.into(),
+            },
+            ..file("l", 0)
+        };
+        raw.send(&Message::Offer {
+            id,
+            entry,
+            first: 0,
+            end: 0,
+        });
+        assert!(
+            matches!(raw.recv(), Some(Message::FileError { .. })),
+            "{target}"
+        );
+    }
+    raw.send(&Message::Bye);
+    assert_eq!(raw.recv(), Some(Message::Bye));
+
+    // A bad destination is refused at the handshake.
+    let mut raw = Raw::connect(&node.addr);
+    assert!(matches!(
+        raw.hello(Request::Push {
+            dest: "../up".into()
+        }),
+        Message::Refused {
+            code: ErrorCode::BadPath,
+            ..
+        }
+    ));
+
+    assert_eq!(
+        std::fs::read_dir(&outside).expect("outside").count(),
+        0,
+        "nothing written outside"
+    );
+    assert!(!s.path("evil").exists() && !s.path("node/evil").exists());
+}
+
+#[test]
+fn a_malicious_puller_cannot_read_outside_the_root() {
+    let s = Scratch::new();
+    write_file(&s.path("outside/secret"), 10, 1);
+    write_file(&s.path("node/ok"), 10, 2);
+    std::os::unix::fs::symlink(s.path("outside"), s.path("node/out")).expect("symlink");
+    let node = Node::start(
+        &s.path("node"),
+        &s.path("config"),
+        &["--open", "--plaintext"],
+    );
+
+    let mut raw = Raw::connect(&node.addr);
+    assert!(matches!(
+        raw.hello(Request::List { path: "out".into() }),
+        Message::Refused { .. }
+    ));
+    let mut raw = Raw::connect(&node.addr);
+    assert!(matches!(
+        raw.hello(Request::List { path: "../".into() }),
+        Message::Refused { .. }
+    ));
+
+    let mut raw = Raw::connect(&node.addr);
+    assert!(matches!(raw.hello(Request::Fetch), Message::Welcome { .. }));
+    for (id, path) in [
+        (1, "out/secret"),
+        (2, "../outside/secret"),
+        (3, "/etc/passwd"),
+        (4, "missing"),
+    ] {
+        raw.send(&Message::Want {
+            id,
+            path: path.into(),
+            dest: "x".into(),
+            first: 0,
+            end: u32::MAX,
+        });
+        assert!(
+            matches!(raw.recv(), Some(Message::FileError { id: got, .. }) if got == id),
+            "{path}"
+        );
+    }
+    // A legitimate want still works on the same connection.
+    raw.send(&Message::Want {
+        id: 9,
+        path: "ok".into(),
+        dest: "ok".into(),
+        first: 0,
+        end: u32::MAX,
+    });
+    assert!(matches!(raw.recv(), Some(Message::Offer { id: 9, .. })));
+}
+
+#[test]
+fn malformed_frames_close_only_that_connection() {
+    let s = Scratch::new();
+    write_file(&s.path("src/f"), 1000, 1);
+    let node = Node::start(
+        &s.path("node"),
+        &s.path("config"),
+        &["--open", "--plaintext"],
+    );
+
+    // An oversized length prefix.
+    let mut raw = Raw::connect(&node.addr);
+    raw.s
+        .write_all(&[0xff, 0xff, 0xff, 0xff, 1, 2, 3])
+        .expect("write");
+    assert_eq!(raw.recv(), None, "connection closed");
+
+    // A chunk header announcing 1 GiB for a 10-byte file.
+    let mut raw = Raw::connect(&node.addr);
+    assert!(matches!(
+        raw.hello(Request::Push {
+            dest: String::new()
+        }),
+        Message::Welcome { .. }
+    ));
+    raw.send(&Message::Offer {
+        id: 1,
+        entry: file("f10", 10),
+        first: 0,
+        end: 1,
+    });
+    assert!(matches!(raw.recv(), Some(Message::Need { .. })));
+    raw.send(&Message::Chunk(ChunkHeader {
+        id: 1,
+        index: 0,
+        len: 1 << 30,
+        digest: [0; 32],
+    }));
+    assert_eq!(raw.recv(), None, "connection closed");
+    assert!(!s.path("node/f10").exists());
+
+    // Garbage bytes instead of a hello.
+    let mut raw = Raw::connect(&node.addr);
+    raw.s.write_all(&[0, 0, 0, 3, 200, 1, 1]).expect("write");
+    assert_eq!(raw.recv(), None);
+
+    // The node still serves everyone else.
+    let mut c = haul(&s.path("config"));
+    c.args(["push", "--plaintext", "-q"])
+        .arg(s.path("src/f"))
+        .arg(node.url(""));
+    let out = run(c, T);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(b3(&s.path("node/f")), b3(&s.path("src/f")));
+}
+
+#[test]
+fn wrong_or_missing_token_is_refused() {
+    let s = Scratch::new();
+    write_file(&s.path("src/f"), 10, 1);
+    let node = Node::start(&s.path("node"), &s.path("config"), &["--token", "right"]);
+    for token in [Some("wrong"), None] {
+        let mut c = haul(&s.path("config"));
+        c.args(["push", "-q"])
+            .arg(s.path("src/f"))
+            .arg(node.url(""));
+        if let Some(t) = token {
+            c.args(["--token", t]);
+        }
+        let out = run(c, T);
+        assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+        assert!(stderr(&out).contains("token"), "{}", stderr(&out));
+    }
+    assert!(!s.path("node/f").exists());
+    // The token can come from the environment too.
+    let mut c = haul(&s.path("config"));
+    c.args(["push", "-q"])
+        .arg(s.path("src/f"))
+        .arg(node.url(""))
+        .env("HAUL_TOKEN", "right");
+    assert_eq!(run(c, T).status.code(), Some(0));
+}
+
+#[test]
+fn a_changed_server_key_is_refused() {
+    let s = Scratch::new();
+    write_file(&s.path("src/f"), 10, 1);
+    let node = Node::start(&s.path("node"), &s.path("config"), &["--open"]);
+    let fp = node.fingerprint.clone().expect("fingerprint");
+
+    // Explicit pin: the right one works, another is refused.
+    let mut c = haul(&s.path("config"));
+    c.args(["push", "-q", "--fingerprint", &fp])
+        .arg(s.path("src/f"))
+        .arg(node.url(""));
+    assert_eq!(run(c, T).status.code(), Some(0));
+    let mut c = haul(&s.path("config"));
+    c.args([
+        "push",
+        "-q",
+        "--fingerprint",
+        "SHA256:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
+    ])
+    .arg(s.path("src/f"))
+    .arg(node.url(""));
+    let out = run(c, T);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("presented key"), "{}", stderr(&out));
+
+    // Trust on first use, then a different key at the same address.
+    let mut c = haul(&s.path("config"));
+    c.args(["push", "-q"])
+        .arg(s.path("src/f"))
+        .arg(node.url("tofu"));
+    assert_eq!(run(c, T).status.code(), Some(0));
+    let kh = s.path("config/known_hosts");
+    let text = std::fs::read_to_string(&kh).expect("known_hosts written");
+    assert!(text.contains(&fp));
+    std::fs::write(
+        &kh,
+        text.replace(&fp, "SHA256:someotherkeyAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"),
+    )
+    .expect("write");
+    let mut c = haul(&s.path("config"));
+    c.args(["push", "-q"])
+        .arg(s.path("src/f"))
+        .arg(node.url("tofu2"));
+    let out = run(c, T);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(stderr(&out).contains("remove its line"), "{}", stderr(&out));
+    assert!(!s.path("node/tofu2").exists());
+}
+
+#[test]
+fn a_peer_that_stops_answering_is_timed_out() {
+    let s = Scratch::new();
+    write_file(&s.path("src/f"), 30 << 20, 1);
+    // A listener that accepts and never says a word.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let addr = silent.local_addr().expect("addr").to_string();
+    let started = Instant::now();
+    let mut c = haul(&s.path("config"));
+    c.args([
+        "push",
+        "-q",
+        "--plaintext",
+        "--timeout",
+        "2",
+        "--retries",
+        "0",
+    ])
+    .arg(s.path("src/f"))
+    .arg(format!("haul://{addr}/"));
+    let out = run(c, T);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(stderr(&out).contains("timed out"), "{}", stderr(&out));
+    assert!(started.elapsed() < Duration::from_secs(15));
+
+    // A node that stalls mid-transfer.
+    let node = Node::start(
+        &s.path("node"),
+        &s.path("config"),
+        &["--open", "--plaintext"],
+    );
+    let faults = Faults {
+        rate: Some(10 << 20),
+        ..Faults::default()
+    };
+    let stall = faults.stall.clone();
+    let proxy = Proxy::start(&node.addr, faults);
+    let mut c = haul(&s.path("config"));
+    c.args([
+        "push",
+        "-q",
+        "--plaintext",
+        "--timeout",
+        "2",
+        "--retries",
+        "1",
+    ])
+    .arg(s.path("src/f"))
+    .arg(proxy.url(""));
+    c.stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    let child = c.spawn().expect("spawn");
+    wait_for(T, "some bytes", || {
+        proxy.up_bytes.load(std::sync::atomic::Ordering::Relaxed) > 2 << 20
+    });
+    stall.store(true, std::sync::atomic::Ordering::Relaxed);
+    let started = Instant::now();
+    let out = child.wait_with_output().expect("wait");
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(stderr(&out).contains("timed out"), "{}", stderr(&out));
+    assert!(started.elapsed() < Duration::from_secs(30));
+}

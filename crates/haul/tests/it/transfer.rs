@@ -1,0 +1,197 @@
+//! Trees, names, sizes, modes, mtimes, concurrency, local copies.
+
+use std::os::unix::fs::PermissionsExt;
+use std::time::Duration;
+
+use crate::harness::*;
+
+const T: Duration = Duration::from_secs(120);
+
+fn make_tree(root: &std::path::Path) {
+    write_file(&root.join("big.bin"), 21 << 20, 1); // several 4 MiB chunks, last one short
+    write_file(&root.join("nested/deeper/still/f.txt"), 1000, 2);
+    write_file(&root.join("name with spaces ü 日本.txt"), 333, 3);
+    write_file(&root.join("zero"), 0, 4);
+    std::fs::create_dir_all(root.join("empty/dir")).expect("mkdir");
+    for i in 0..40 {
+        write_file(&root.join(format!("many/{i:03}")), 100 + i * 37, 10 + i);
+    }
+    std::os::unix::fs::symlink("nested/deeper", root.join("link")).expect("symlink");
+    std::fs::set_permissions(root.join("zero"), std::fs::Permissions::from_mode(0o640))
+        .expect("chmod");
+    let f = std::fs::File::options()
+        .write(true)
+        .open(root.join("nested/deeper/still/f.txt"))
+        .expect("open");
+    f.set_modified(std::time::UNIX_EPOCH + Duration::from_secs(1_234_567_890))
+        .expect("mtime");
+}
+
+#[test]
+fn push_then_pull_a_tree_over_tls() {
+    let s = Scratch::new();
+    let src = s.path("src/data");
+    make_tree(&src);
+    let node = Node::start(&s.path("node"), &s.path("config"), &["--token", "sekrit"]);
+    let mut c = haul(&s.path("config"));
+    c.args(["push", "--json", "--token", "sekrit"])
+        .arg(&src)
+        .arg(node.url("in"));
+    let out = run(c, T);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let sum = summary(&out);
+    assert_eq!(sum["failed"], 0);
+    assert_eq!(listing(&src), listing(&s.path("node/in/data")));
+    // The summary carries every file's BLAKE3.
+    let big = sum["files"]
+        .as_array()
+        .expect("files")
+        .iter()
+        .find(|f| f["path"] == "data/big.bin")
+        .expect("big");
+    assert_eq!(big["blake3"], b3(&src.join("big.bin")));
+    // Modes and mtimes survive.
+    let meta = std::fs::metadata(s.path("node/in/data/zero")).expect("meta");
+    assert_eq!(meta.permissions().mode() & 0o777, 0o640);
+    let m = std::fs::metadata(s.path("node/in/data/nested/deeper/still/f.txt")).expect("meta");
+    assert_eq!(
+        m.modified().expect("mtime"),
+        std::time::UNIX_EPOCH + Duration::from_secs(1_234_567_890)
+    );
+    // Nothing staged is left behind.
+    assert_eq!(
+        std::fs::read_dir(s.path("node/.haul/partial"))
+            .expect("partial")
+            .count(),
+        0
+    );
+
+    // The same push again sends nothing.
+    let mut c = haul(&s.path("config"));
+    c.args(["push", "--json", "--token", "sekrit"])
+        .arg(&src)
+        .arg(node.url("in"));
+    let out = run(c, T);
+    let sum = summary(&out);
+    assert_eq!(sum["bytes_transferred"], 0);
+    assert_eq!(sum["files_skipped"], 44);
+
+    // And back: pull into another place.
+    let mut c = haul(&s.path("config"));
+    c.args(["pull", "--json", "--token", "sekrit"])
+        .arg(node.url("in/data"))
+        .arg(s.path("back"));
+    let out = run(c, T);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(listing(&src), listing(&s.path("back/data")));
+    assert!(
+        !s.path("back/.haul").exists(),
+        "no state dir left after a clean pull"
+    );
+}
+
+#[test]
+fn plaintext_with_many_connections_and_streams() {
+    let s = Scratch::new();
+    let src = s.path("src");
+    make_tree(&src);
+    write_file(&src.join("huge.bin"), 40 << 20, 99);
+    let node = Node::start(
+        &s.path("node"),
+        &s.path("config"),
+        &["--open", "--plaintext"],
+    );
+    let flags = [
+        "--json",
+        "--plaintext",
+        "-j",
+        "4",
+        "--streams",
+        "4",
+        "--split-min",
+        "1M",
+    ];
+    let mut c = haul(&s.path("config"));
+    c.arg("push")
+        .args(flags)
+        .arg(format!("{}/", src.display()))
+        .arg(node.url(""));
+    let out = run(c, T);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(summary(&out)["connections"], 4);
+    assert_eq!(listing(&src), listing(&s.path("node")));
+
+    let mut c = haul(&s.path("config"));
+    c.arg("pull")
+        .args(flags)
+        .arg(node.url(""))
+        .arg(s.path("back"));
+    let out = run(c, T);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(listing(&src), listing(&s.path("back")));
+}
+
+#[test]
+fn local_copy_through_the_same_engine() {
+    let s = Scratch::new();
+    let src = s.path("src");
+    make_tree(&src);
+    let mut c = haul(&s.path("config"));
+    c.args(["pull", "--json", "-j", "2"])
+        .arg(format!("{}/", src.display()))
+        .arg(s.path("dst"));
+    let out = run(c, T);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(listing(&src), listing(&s.path("dst")));
+    assert_eq!(summary(&out)["failed"], 0);
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    let s = Scratch::new();
+    let out = run(
+        {
+            let mut c = haul(&s.path("c"));
+            c.args(["push", "/nonexistent/x", "haul://127.0.0.1:1/d"]);
+            c
+        },
+        T,
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("does not exist"), "{}", stderr(&out));
+    let out = run(
+        {
+            let mut c = haul(&s.path("c"));
+            c.args(["serve", "--root"]).arg(s.path("r"));
+            c
+        },
+        T,
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("--open"), "{}", stderr(&out));
+    let out = run(
+        {
+            let mut c = haul(&s.path("c"));
+            c.args(["push", "-j", "0", "/tmp", "haul://127.0.0.1:1/d"]);
+            c
+        },
+        T,
+    );
+    assert_eq!(out.status.code(), Some(2));
+}
+
+#[test]
+fn demo_runs_and_verifies() {
+    let s = Scratch::new();
+    let mut c = haul(&s.path("config"));
+    c.args(["demo", "--size", "8", "--json"])
+        .env("TMPDIR", s.path(""));
+    let out = run(c, T);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let demo = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|v| v["event"] == "demo")
+        .expect("demo event");
+    assert_eq!(demo["verified"], true);
+}
