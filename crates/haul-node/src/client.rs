@@ -273,7 +273,7 @@ fn send_queue(
                 Vec::new()
             }
         });
-    Ok(WorkQueue::from_iter(feed))
+    Ok(WorkQueue::fed_by(feed))
 }
 
 /// Fails whatever is left in a queue after every worker gave up.

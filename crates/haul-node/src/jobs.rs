@@ -131,7 +131,7 @@ pub struct WorkQueue<J> {
 
 impl<J: Job> WorkQueue<J> {
     /// A queue fed lazily by `feed` (closed when it ends).
-    pub fn from_iter(feed: impl Iterator<Item = J> + Send + 'static) -> Arc<Self> {
+    pub fn fed_by(feed: impl Iterator<Item = J> + Send + 'static) -> Arc<Self> {
         Arc::new(Self {
             inner: Mutex::new(Inner {
                 deferred: VecDeque::new(),

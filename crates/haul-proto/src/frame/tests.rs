@@ -175,19 +175,19 @@ fn arb_message() -> impl Strategy<Value = Message> {
             proptest::collection::vec((any::<u32>(), any::<[u8; 32]>()), 0..5)
         )
             .prop_map(|(id, skip, have)| Message::Need { id, skip, have }),
-        (any::<u32>(), any::<u32>(), any::<u32>(), digest.clone()).prop_map(
-            |(id, index, len, digest)| Message::Chunk(ChunkHeader {
+        (any::<u32>(), any::<u32>(), any::<u32>(), digest).prop_map(|(id, index, len, digest)| {
+            Message::Chunk(ChunkHeader {
                 id,
                 index,
                 len,
-                digest
+                digest,
             })
-        ),
+        }),
         any::<u32>().prop_map(|id| Message::RangeEnd { id }),
         (any::<u32>(), proptest::collection::vec(any::<u32>(), 0..8))
             .prop_map(|(id, bad)| Message::RangeStatus { id, bad }),
         any::<u32>().prop_map(|id| Message::Finish { id }),
-        (any::<u32>(), digest.clone()).prop_map(|(id, root)| Message::Commit { id, root }),
+        (any::<u32>(), digest).prop_map(|(id, root)| Message::Commit { id, root }),
         (any::<u32>(), any::<bool>(), digest, arb_string()).prop_map(|(id, ok, root, message)| {
             Message::Done {
                 id,

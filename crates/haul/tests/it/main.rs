@@ -1,5 +1,6 @@
 //! haul's integration tests: real `haul serve` processes on 127.0.0.1
 //! ephemeral ports, real clients, an in-test TCP proxy for faults.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod corruption;
 mod harness;
