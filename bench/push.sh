@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# Push benchmark on loopback (issue: foundation). In one run, for each of RUNS rounds:
+#   baseline   bare sendfile(2) sender -> plain large writes into a file (no hashing), with fsync
+#   baseline-nofsync  the same without fsync
+#   haul-plain haul push --plaintext (sendfile, BLAKE3 per chunk, fsync + rename)
+#   haul-tls   haul push over TLS 1.3
+#   rsync      rsync -a to an rsync daemon on loopback
+# then 10,000 files of 4 KiB: haul vs rsync (files per second). Prints medians and ratios.
+#
+#   bash bench/push.sh [SIZE_MIB=1024] [RUNS=5] [DIR=/dev/shm]
+# DIR holds source and destinations; the default tmpfs keeps the disk out of the numbers
+# (use a disk path to include it).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+SIZE_MIB=${1:-1024}
+RUNS=${2:-5}
+BASE=${3:-/dev/shm}
+
+if ! command -v rsync >/dev/null; then
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq rsync >/dev/null
+fi
+cargo build --release -q -p haul -p haul-bench
+HAUL=$PWD/target/release/haul
+BASELINE=$PWD/target/release/sendfile-baseline
+
+W=$(mktemp -d "$BASE/haul-bench.XXXXXX")
+PIDS=()
+cleanup() { for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$W"; }
+trap cleanup EXIT
+
+now() { date +%s.%N; }
+median() { sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
+
+head -c $((SIZE_MIB << 20)) /dev/urandom > "$W/big.bin"
+mkdir -p "$W/small"
+for d in $(seq 0 99); do
+  mkdir -p "$W/small/d$d"
+  for f in $(seq 0 99); do head -c 4096 /dev/urandom > "$W/small/d$d/f$f"; done
+done
+
+# Nodes and daemons.
+start_node() { # $1 = dir, rest = flags; echoes addr
+  local log="$W/node-$RANDOM.out"
+  "$HAUL" serve --root "$1" --listen 127.0.0.1:0 --open --identity "$W/identity" "${@:2}" >"$log" 2>/dev/null &
+  PIDS+=($!)
+  for _ in $(seq 1 100); do grep -q listening "$log" 2>/dev/null && break; sleep 0.05; done
+  awk '/listening/ {print $NF}' "$log"
+}
+PLAIN=$(start_node "$W/plain" --plaintext)
+TLS=$(start_node "$W/tls")
+FP=$(awk '/^fingerprint/ {print $2}' "$W"/node-*.out | grep SHA256 | head -1)
+RPORT=$((20000 + RANDOM % 20000))
+mkdir -p "$W/rsyncdst"
+cat > "$W/rsyncd.conf" <<CONF
+use chroot = no
+[dst]
+path = $W/rsyncdst
+read only = no
+CONF
+rsync --daemon --no-detach --address=127.0.0.1 --port=$RPORT --config="$W/rsyncd.conf" &
+PIDS+=($!)
+sleep 0.5
+export HAUL_CONFIG_DIR=$W/config
+
+run_baseline() { # $1 = --fsync or ""
+  rm -f "$W/base.out"
+  local addr_file="$W/base.addr"
+  "$BASELINE" recv 127.0.0.1:0 "$W/base.out" $1 >"$addr_file" &
+  local rpid=$!
+  for _ in $(seq 1 100); do [ -s "$addr_file" ] && break; sleep 0.01; done
+  local t0; t0=$(now)
+  "$BASELINE" send "$(cat "$addr_file")" "$W/big.bin"
+  wait $rpid
+  echo "$(now) - $t0" | bc -l
+}
+timed() { local t0; t0=$(now); "$@" >/dev/null; echo "$(now) - $t0" | bc -l; }
+
+declare -A T
+for r in $(seq 1 "$RUNS"); do
+  T[base]+="$(run_baseline --fsync) "
+  T[base_nofsync]+="$(run_baseline "") "
+  rm -rf "$W/plain/r" "$W/tls/r" "$W/rsyncdst"/*
+  T[plain]+="$(timed "$HAUL" push -q --plaintext -j 1 "$W/big.bin" "haul://$PLAIN/r") "
+  T[tls]+="$(timed "$HAUL" push -q -j 1 --fingerprint "$FP" "$W/big.bin" "haul://$TLS/r") "
+  T[rsync]+="$(timed rsync -a "$W/big.bin" "rsync://127.0.0.1:$RPORT/dst/") "
+  rm -rf "$W/plain/s" "$W/rsyncdst"/*
+  T[small_haul]+="$(timed "$HAUL" push -q --plaintext "$W/small" "haul://$PLAIN/s") "
+  T[small_haul_tls]+="$(timed "$HAUL" push -q --fingerprint "$FP" "$W/small" "haul://$TLS/s$r") "
+  T[small_rsync]+="$(timed rsync -a "$W/small" "rsync://127.0.0.1:$RPORT/dst/") "
+done
+
+med() { echo "${T[$1]}" | tr ' ' '\n' | grep . | median; }
+MB=$SIZE_MIB
+printf '\n%s MiB file over loopback, %s runs, medians (dir %s)\n' "$SIZE_MIB" "$RUNS" "$BASE"
+printf '%-22s %8s %10s %s\n' tool seconds MiB/s ratio
+for k in base base_nofsync plain tls rsync; do
+  s=$(med $k)
+  printf '%-22s %8.3f %10.1f\n' "$k" "$s" "$(echo "$MB / $s" | bc -l)"
+done
+b=$(med base); p=$(med plain); t=$(med tls); r=$(med rsync); bn=$(med base_nofsync)
+printf 'haul plaintext / baseline (fsync)   = %.2f  (target >= 0.8)\n' "$(echo "$b / $p" | bc -l)"
+printf 'haul plaintext / baseline (nofsync) = %.2f\n' "$(echo "$bn / $p" | bc -l)"
+printf 'haul TLS / baseline (fsync)         = %.2f  (target >= 0.5)\n' "$(echo "$b / $t" | bc -l)"
+printf 'haul plaintext / rsync              = %.2f  (target >= 1.5)\n' "$(echo "$r / $p" | bc -l)"
+sh=$(med small_haul); st=$(med small_haul_tls); sr=$(med small_rsync)
+printf '\n10,000 files of 4 KiB: haul plaintext %.0f files/s, haul TLS %.0f files/s, rsync %.0f files/s\n' \
+  "$(echo "10000 / $sh" | bc -l)" "$(echo "10000 / $st" | bc -l)" "$(echo "10000 / $sr" | bc -l)"
+printf 'haul / rsync (files per second) = %.2f plaintext, %.2f TLS  (target >= 2)\n' \
+  "$(echo "$sr / $sh" | bc -l)" "$(echo "$sr / $st" | bc -l)"
