@@ -8,7 +8,7 @@
 #
 # Needs root, iproute2, iperf3, python3, and gnuplot for the plot:
 #   apt-get install -y iperf3 gnuplot-nox
-# Usage: sudo bench/lab-sweep.sh            (about 6 minutes)
+# Usage: sudo bench/lab-sweep.sh            (about 8 minutes)
 # Environment: DURATION (s per point, default 10), LOSSES, DELAYS, RATE,
 #   OUT (directory, default bench/results), LAB (command that provides
 #   `lab`, default: target/release/haul, else target/release/haul-lab-dev).
@@ -83,10 +83,10 @@ set title "iperf3 TCP goodput over the haul lab: rate $RATE, loss on the data pa
 set xlabel "packet loss (%)"
 set ylabel "goodput (Mbit/s)"
 set logscale y
-set yrange [0.1:*]
+set yrange [0.01:*]
 set grid
 set key top right
-plot for [d in "$DELAYS"] "$CSV" using (\$1 == d+0 ? \$2 : 1/0):(\$4 > 0 ? \$4 : 0.1) \
+plot for [d in "$DELAYS"] "$CSV" using (\$1 == d+0 ? \$2 : 1/0):(\$4 > 0 ? \$4 : 0.01) \
   with linespoints lw 2 title sprintf("RTT %s ms", d)
 GP
   echo "wrote $CSV and $PLOT"

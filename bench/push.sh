@@ -39,20 +39,22 @@ for d in $(seq 0 99); do
 done
 
 # Nodes and daemons.
-start_node() { # $1 = dir, rest = flags; echoes addr
-  local log="$W/node-$RANDOM.out"
-  "$HAUL" serve --root "$1" --listen 127.0.0.1:0 --open --identity "$W/identity" "${@:2}" >"$log" 2>/dev/null &
+start_node() { # $1 = name, rest = flags; sets ADDR
+  local log="$W/node-$1.out"
+  "$HAUL" serve --root "$W/$1" --listen 127.0.0.1:0 --open --identity "$W/identity" "${@:2}" >"$log" 2>/dev/null &
   PIDS+=($!)
   for _ in $(seq 1 100); do grep -q listening "$log" 2>/dev/null && break; sleep 0.05; done
-  awk '/listening/ {print $NF}' "$log"
+  ADDR=$(awk '/listening/ {print $NF}' "$log")
 }
-PLAIN=$(start_node "$W/plain" --plaintext)
-TLS=$(start_node "$W/tls")
-FP=$(awk '/^fingerprint/ {print $2}' "$W"/node-*.out | grep SHA256 | head -1)
+start_node plain --plaintext; PLAIN=$ADDR
+start_node tls; TLS=$ADDR
+FP=$(awk '/^fingerprint/ {print $2}' "$W/node-tls.out")
 RPORT=$((20000 + RANDOM % 20000))
 mkdir -p "$W/rsyncdst"
 cat > "$W/rsyncd.conf" <<CONF
 use chroot = no
+uid = root
+gid = root
 [dst]
 path = $W/rsyncdst
 read only = no

@@ -65,7 +65,9 @@ fn send(addr: &str, path: &str) -> std::io::Result<u64> {
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
     let result = match args.get(1).map(String::as_str) {
-        Some("recv") if args.len() >= 4 => recv(&args[2], &args[3], args.iter().any(|a| a == "--fsync")),
+        Some("recv") if args.len() >= 4 => {
+            recv(&args[2], &args[3], args.iter().any(|a| a == "--fsync"))
+        }
         Some("send") if args.len() == 4 => send(&args[2], &args[3]),
         _ => {
             eprintln!("usage: sendfile-baseline recv ADDR OUT [--fsync] | send ADDR FILE");

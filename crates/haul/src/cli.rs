@@ -44,6 +44,8 @@ pub enum Command {
     Pull(PullArgs),
     /// Start a node on loopback, push a sample dataset, pull it back, verify.
     Demo(DemoArgs),
+    /// Network lab: hosts in network namespaces joined by a userspace netem (root only).
+    Lab(haul_lab::cli::LabArgs),
     /// Print shell completions.
     Completions {
         /// Shell to generate for.

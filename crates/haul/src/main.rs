@@ -37,6 +37,16 @@ fn main() -> ExitCode {
         Mode::Human
     };
     init_logging(&cli);
+    // The lab manages namespaces and its own daemon process: no async runtime.
+    if let Command::Lab(args) = cli.command {
+        return match haul_lab::cli::run(args) {
+            Ok(()) => ExitCode::from(EXIT_OK),
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::from(EXIT_FAILED)
+            }
+        };
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -124,6 +134,7 @@ async fn run(cli: Cli, mode: Mode) -> Result<u8> {
         Command::Push(args) => push(args, mode).await,
         Command::Pull(args) => pull(args, mode).await,
         Command::Demo(args) => demo::run(args, mode).await,
+        Command::Lab(_) => Ok(EXIT_USAGE),
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "haul", &mut std::io::stdout());
             Ok(EXIT_OK)
