@@ -12,7 +12,7 @@
 //!   re-verified against the partial data when reopened, so a log that got ahead
 //!   of the data (a crash) costs a re-send, never a wrong byte.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, ErrorKind};
 use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
@@ -22,7 +22,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use haul_proto::{validate_rel_path, validate_symlink_target, Entry, PathError, STATE_DIR};
 
-use crate::partial::PartialFile;
+use crate::partial::{DirtyDirs, PartialFile};
 
 /// Why the receiver refused or failed an entry.
 #[derive(Debug, thiserror::Error)]
@@ -75,6 +75,15 @@ impl ReceiveError {
     }
 }
 
+/// What [`Destination::prepare_file`] found.
+#[derive(Debug)]
+pub enum Prepared {
+    /// The same file (size and mtime) is already in place.
+    UpToDate,
+    /// Receive into this partial file.
+    Receive(Arc<PartialFile>),
+}
+
 /// A directory whose mode and mtime are set once all its content is in place.
 #[derive(Debug)]
 struct PendingDir {
@@ -91,6 +100,9 @@ pub struct Destination {
     open: Mutex<HashMap<String, Weak<PartialFile>>>,
     pending_dirs: Mutex<Vec<PendingDir>>,
     sessions: Mutex<usize>,
+    /// Directories already checked to be real directories under the root.
+    known_dirs: Mutex<HashSet<PathBuf>>,
+    dirty_dirs: DirtyDirs,
 }
 
 /// Converts an entry's mtime to a `SystemTime`.
@@ -119,6 +131,8 @@ impl Destination {
             open: Mutex::new(HashMap::new()),
             pending_dirs: Mutex::new(Vec::new()),
             sessions: Mutex::new(0),
+            known_dirs: Mutex::new(HashSet::new()),
+            dirty_dirs: Arc::new(Mutex::new(HashSet::new())),
         }))
     }
 
@@ -137,7 +151,19 @@ impl Destination {
         };
         for comp in parents {
             dir.push(comp);
-            ensure_real_dir(&dir, true)?;
+            let known = self
+                .known_dirs
+                .lock()
+                .map(|k| k.contains(&dir))
+                .unwrap_or(false);
+            if !known {
+                ensure_real_dir(&dir, true)?;
+                if let Ok(mut k) = self.known_dirs.lock() {
+                    if k.len() < 100_000 {
+                        k.insert(dir.clone());
+                    }
+                }
+            }
         }
         dir.push(last);
         Ok(dir)
@@ -192,11 +218,49 @@ impl Destination {
     /// Opens the partial file for `entry` (shared with other connections that
     /// carry other ranges of it), reloading and re-verifying resume state.
     pub fn begin_file(&self, entry: &Entry) -> Result<Arc<PartialFile>, ReceiveError> {
+        match self.prepare_file(entry, false)? {
+            Prepared::Receive(part) => Ok(part),
+            Prepared::UpToDate => Err(ReceiveError::BadOffer("unreachable quick check".into())),
+        }
+    }
+
+    /// Resolves and checks `entry`'s final path once: with `quick_check`, a
+    /// file already there with the same size and mtime is [`Prepared::UpToDate`];
+    /// otherwise its partial file is opened.
+    pub fn prepare_file(&self, entry: &Entry, quick_check: bool) -> Result<Prepared, ReceiveError> {
         let final_path = self.resolve(&entry.path)?;
         if let Ok(meta) = fs::symlink_metadata(&final_path) {
             if meta.is_dir() {
                 return Err(ReceiveError::WrongType(entry.path.clone(), "file"));
             }
+            if quick_check
+                && meta.is_file()
+                && meta.len() == entry.size
+                && meta.modified().ok() == Some(entry_mtime(entry))
+            {
+                return Ok(Prepared::UpToDate);
+            }
+        }
+        if entry.chunk_count() <= 1 {
+            // One chunk: nothing to share between connections or to resume;
+            // stage next to the final name so the rename stays in one directory.
+            let name = final_path.file_name().map(|n| n.len()).unwrap_or(0);
+            let part_path = if name + 6 <= haul_proto::MAX_NAME_LEN {
+                let mut staged = std::ffi::OsString::from(".");
+                staged.push(final_path.file_name().unwrap_or_default());
+                staged.push(".haul");
+                final_path.with_file_name(staged)
+            } else {
+                let id = &blake3::hash(entry.path.as_bytes()).to_hex()[..32];
+                self.partial_dir.join(format!("{id}.part"))
+            };
+            let part = PartialFile::open_small(
+                entry.clone(),
+                final_path,
+                part_path,
+                self.dirty_dirs.clone(),
+            )?;
+            return Ok(Prepared::Receive(Arc::new(part)));
         }
         let mut open = self
             .open
@@ -205,7 +269,7 @@ impl Destination {
         open.retain(|_, weak| weak.strong_count() > 0);
         if let Some(existing) = open.get(&entry.path).and_then(Weak::upgrade) {
             if existing.entry() == entry {
-                return Ok(existing);
+                return Ok(Prepared::Receive(existing));
             }
         }
         let id = &blake3::hash(entry.path.as_bytes()).to_hex()[..32];
@@ -214,10 +278,11 @@ impl Destination {
             final_path,
             self.partial_dir.join(format!("{id}.part")),
             self.partial_dir.join(format!("{id}.state")),
+            self.dirty_dirs.clone(),
         )?;
         let part = Arc::new(part);
         open.insert(entry.path.clone(), Arc::downgrade(&part));
-        Ok(part)
+        Ok(Prepared::Receive(part))
     }
 
     /// Marks a session (connection) as writing into this destination.
@@ -238,11 +303,30 @@ impl Destination {
         };
         if last {
             self.apply_dir_metadata();
+            // Directories may be removed while the node idles: check them afresh.
+            if let Ok(mut k) = self.known_dirs.lock() {
+                k.clear();
+            }
         }
     }
 
-    /// Sets the mode and mtime of every directory created so far, deepest first.
+    /// Makes the renames so far durable: one fsync per directory touched.
+    pub fn sync_dirs(&self) {
+        let dirs: Vec<PathBuf> = match self.dirty_dirs.lock() {
+            Ok(mut d) => d.drain().collect(),
+            Err(_) => return,
+        };
+        for dir in dirs {
+            if let Ok(f) = File::open(&dir) {
+                let _ = f.sync_all();
+            }
+        }
+    }
+
+    /// Sets the mode and mtime of every directory created so far, deepest
+    /// first, and syncs the directories renames went into.
     pub fn apply_dir_metadata(&self) {
+        self.sync_dirs();
         let Ok(mut pending) = self.pending_dirs.lock() else {
             return;
         };

@@ -13,7 +13,7 @@ pub mod hash;
 pub mod partial;
 pub mod source;
 
-pub use destination::{resolve_existing, tidy_state_dir, Destination, ReceiveError};
+pub use destination::{resolve_existing, tidy_state_dir, Destination, Prepared, ReceiveError};
 pub use event::{Event, Observer};
 pub use partial::{ChunkVerdict, PartialFile};
 pub use source::{split_ranges, EntryIter, LocalTree, Source, SourceEntry, SourceError};

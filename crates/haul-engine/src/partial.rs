@@ -1,10 +1,11 @@
 //! A file being received: verified chunks, resume log, commit.
 
+use std::collections::HashSet;
 use std::fs::{self, File};
 use std::io::{Read, Write};
 use std::os::unix::fs::{FileExt, PermissionsExt};
 use std::path::PathBuf;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use haul_proto::{Digest, Entry};
 
@@ -26,9 +27,14 @@ pub enum ChunkVerdict {
 
 #[derive(Debug)]
 struct State {
-    log: File,
+    /// Resume log; `None` for single-chunk files, which simply start over.
+    log: Option<File>,
     digests: Vec<Option<Digest>>,
 }
+
+/// Directories whose entries changed (renames into them), fsynced in one
+/// pass when the last session on the destination ends.
+pub(crate) type DirtyDirs = Arc<Mutex<HashSet<PathBuf>>>;
 
 /// A file being received into its staging name.
 #[derive(Debug)]
@@ -40,14 +46,61 @@ pub struct PartialFile {
     part: File,
     state: Mutex<State>,
     resumed_bytes: u64,
+    dirty: DirtyDirs,
 }
 
 impl PartialFile {
+    /// A single-chunk file: no resume log, no sharing; staged at `part_path`.
+    pub(crate) fn open_small(
+        entry: Entry,
+        final_path: PathBuf,
+        part_path: PathBuf,
+        dirty: DirtyDirs,
+    ) -> Result<Self, ReceiveError> {
+        if !valid_chunk_size(entry.chunk_size) || entry.chunk_count() > 1 {
+            return Err(ReceiveError::BadOffer(format!(
+                "{}: bad chunk size {}",
+                entry.path, entry.chunk_size
+            )));
+        }
+        let part = match fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&part_path)
+        {
+            Ok(f) => f,
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                // Left by an interrupted transfer: start it over.
+                let f = open_rw(&part_path)?;
+                f.set_len(0)
+                    .map_err(|e| ReceiveError::io("truncate", &part_path, e))?;
+                f
+            }
+            Err(e) => return Err(ReceiveError::io("create", &part_path, e)),
+        };
+        let count = entry.chunk_count() as usize;
+        Ok(Self {
+            entry,
+            final_path,
+            state_path: part_path.with_extension("state"),
+            part_path,
+            part,
+            state: Mutex::new(State {
+                log: None,
+                digests: vec![None; count],
+            }),
+            resumed_bytes: 0,
+            dirty,
+        })
+    }
+
     pub(crate) fn open(
         entry: Entry,
         final_path: PathBuf,
         part_path: PathBuf,
         state_path: PathBuf,
+        dirty: DirtyDirs,
     ) -> Result<Self, ReceiveError> {
         if !valid_chunk_size(entry.chunk_size) {
             return Err(ReceiveError::BadOffer(format!(
@@ -55,65 +108,37 @@ impl PartialFile {
                 entry.chunk_size
             )));
         }
-        let count = entry.chunk_count() as usize;
         if entry.size.div_ceil(u64::from(entry.chunk_size)) > MAX_CHUNKS * 16 {
             return Err(ReceiveError::BadOffer(format!(
                 "{} bytes in {}-byte chunks is too many chunks",
                 entry.size, entry.chunk_size
             )));
         }
-        let header = header_bytes(&entry);
+        let count = entry.chunk_count() as usize;
         let part = open_rw(&part_path)?;
-        let mut log = open_rw(&state_path)?;
+        let existing_len = part
+            .metadata()
+            .map_err(|e| ReceiveError::io("stat", &part_path, e))?
+            .len();
         let mut digests = vec![None; count];
-        let mut existing = Vec::new();
-        log.read_to_end(&mut existing)
-            .map_err(|e| ReceiveError::io("read", &state_path, e))?;
         let mut resumed_bytes = 0;
-        if existing.len() >= HEADER_LEN && existing[..HEADER_LEN] == header[..] {
-            // Same file as before: keep the chunks that still verify.
-            let mut buf = Vec::new();
-            for rec in existing[HEADER_LEN..].chunks_exact(RECORD_LEN) {
-                let index = u32::from_be_bytes([rec[0], rec[1], rec[2], rec[3]]);
-                let Some(slot) = digests.get(index as usize) else {
-                    continue;
-                };
-                if slot.is_some() {
-                    continue;
-                }
-                let mut digest = [0u8; 32];
-                digest.copy_from_slice(&rec[4..]);
-                let len = entry.chunk_len(index) as usize;
-                buf.resize(len, 0);
-                let offset = u64::from(index) * u64::from(entry.chunk_size);
-                if part.read_exact_at(&mut buf, offset).is_ok()
-                    && chunk_digest(&buf, index, entry.chunk_size, entry.size) == digest
-                {
-                    digests[index as usize] = Some(digest);
-                    resumed_bytes += len as u64;
-                }
+        let log = if count <= 1 {
+            // Nothing worth resuming: one chunk is sent whole or not at all.
+            if existing_len > 0 {
+                part.set_len(0)
+                    .map_err(|e| ReceiveError::io("truncate", &part_path, e))?;
+                let _ = fs::remove_file(&state_path);
             }
-        }
-        // Rewrite the log compactly with only what verified.
-        log.set_len(0)
-            .map_err(|e| ReceiveError::io("truncate", &state_path, e))?;
-        let mut fresh = header.to_vec();
-        for (i, d) in digests.iter().enumerate() {
-            if let Some(d) = d {
-                fresh.extend_from_slice(&(i as u32).to_be_bytes());
-                fresh.extend_from_slice(d);
+            None
+        } else {
+            let (log, resumed) = open_log(&entry, &part, &state_path, &mut digests)?;
+            resumed_bytes = resumed;
+            if resumed_bytes == 0 && existing_len > 0 {
+                part.set_len(0)
+                    .map_err(|e| ReceiveError::io("truncate", &part_path, e))?;
             }
-        }
-        log.write_all_at(&fresh, 0)
-            .map_err(|e| ReceiveError::io("write", &state_path, e))?;
-        if resumed_bytes == 0 {
-            part.set_len(0)
-                .map_err(|e| ReceiveError::io("truncate", &part_path, e))?;
-        }
-        let log = fs::OpenOptions::new()
-            .append(true)
-            .open(&state_path)
-            .map_err(|e| ReceiveError::io("open", &state_path, e))?;
+            Some(log)
+        };
         Ok(Self {
             entry,
             final_path,
@@ -122,6 +147,7 @@ impl PartialFile {
             part,
             state: Mutex::new(State { log, digests }),
             resumed_bytes,
+            dirty,
         })
     }
 
@@ -177,13 +203,13 @@ impl PartialFile {
             .state
             .lock()
             .map_err(|_| ReceiveError::BadOffer("internal lock poisoned".into()))?;
-        let mut rec = [0u8; RECORD_LEN];
-        rec[..4].copy_from_slice(&index.to_be_bytes());
-        rec[4..].copy_from_slice(&actual);
-        state
-            .log
-            .write_all(&rec)
-            .map_err(|e| ReceiveError::io("write", &self.state_path, e))?;
+        if let Some(log) = state.log.as_mut() {
+            let mut rec = [0u8; RECORD_LEN];
+            rec[..4].copy_from_slice(&index.to_be_bytes());
+            rec[4..].copy_from_slice(&actual);
+            log.write_all(&rec)
+                .map_err(|e| ReceiveError::io("write", &self.state_path, e))?;
+        }
         state.digests[index as usize] = Some(actual);
         Ok(ChunkVerdict::Good)
     }
@@ -206,10 +232,9 @@ impl PartialFile {
             let _ = fs::remove_file(&self.part_path);
             return Err(ReceiveError::RootMismatch(self.entry.path.clone()));
         }
+        // Every chunk up to `size` verified and nothing beyond was written (a
+        // stale longer partial is truncated on open), so the length is right.
         let p = &self.part_path;
-        self.part
-            .set_len(self.entry.size)
-            .map_err(|e| ReceiveError::io("truncate", p, e))?;
         self.part
             .set_permissions(fs::Permissions::from_mode(self.entry.mode & 0o1777))
             .map_err(|e| ReceiveError::io("chmod", p, e))?;
@@ -221,14 +246,72 @@ impl PartialFile {
             .map_err(|e| ReceiveError::io("fsync", p, e))?;
         fs::rename(p, &self.final_path)
             .map_err(|e| ReceiveError::io("rename", &self.final_path, e))?;
-        if let Some(parent) = self.final_path.parent() {
-            if let Ok(dir) = File::open(parent) {
-                let _ = dir.sync_all();
-            }
+        // The data is durable now; the new name becomes durable with the next
+        // directory sync. A crash before it loses the name, never integrity:
+        // the file is simply sent again.
+        if let (Ok(mut dirty), Some(parent)) = (self.dirty.lock(), self.final_path.parent()) {
+            dirty.insert(parent.to_path_buf());
         }
-        let _ = fs::remove_file(&self.state_path);
+        if state.log.is_some() {
+            let _ = fs::remove_file(&self.state_path);
+        }
         Ok(root)
     }
+}
+
+/// Opens the resume log, keeping the recorded chunks that still verify against
+/// the partial data, and rewrites it compactly. Returns the log and the bytes kept.
+fn open_log(
+    entry: &Entry,
+    part: &File,
+    state_path: &std::path::Path,
+    digests: &mut [Option<Digest>],
+) -> Result<(File, u64), ReceiveError> {
+    let header = header_bytes(entry);
+    let mut log = open_rw(state_path)?;
+    let mut existing = Vec::new();
+    log.read_to_end(&mut existing)
+        .map_err(|e| ReceiveError::io("read", state_path, e))?;
+    let mut resumed_bytes = 0;
+    if existing.len() >= HEADER_LEN && existing[..HEADER_LEN] == header[..] {
+        let mut buf = Vec::new();
+        for rec in existing[HEADER_LEN..].chunks_exact(RECORD_LEN) {
+            let index = u32::from_be_bytes([rec[0], rec[1], rec[2], rec[3]]);
+            let Some(slot) = digests.get(index as usize) else {
+                continue;
+            };
+            if slot.is_some() {
+                continue;
+            }
+            let mut digest = [0u8; 32];
+            digest.copy_from_slice(&rec[4..]);
+            let len = entry.chunk_len(index) as usize;
+            buf.resize(len, 0);
+            let offset = u64::from(index) * u64::from(entry.chunk_size);
+            if part.read_exact_at(&mut buf, offset).is_ok()
+                && chunk_digest(&buf, index, entry.chunk_size, entry.size) == digest
+            {
+                digests[index as usize] = Some(digest);
+                resumed_bytes += len as u64;
+            }
+        }
+    }
+    let mut fresh = header.to_vec();
+    for (i, d) in digests.iter().enumerate() {
+        if let Some(d) = d {
+            fresh.extend_from_slice(&(i as u32).to_be_bytes());
+            fresh.extend_from_slice(d);
+        }
+    }
+    log.set_len(0)
+        .map_err(|e| ReceiveError::io("truncate", state_path, e))?;
+    log.write_all_at(&fresh, 0)
+        .map_err(|e| ReceiveError::io("write", state_path, e))?;
+    let log = fs::OpenOptions::new()
+        .append(true)
+        .open(state_path)
+        .map_err(|e| ReceiveError::io("open", state_path, e))?;
+    Ok((log, resumed_bytes))
 }
 
 fn header_bytes(entry: &Entry) -> [u8; HEADER_LEN] {

@@ -19,12 +19,15 @@ use crate::sender::{run_sender, JobFeed, SenderCtx};
 use crate::summary::{Summary, Tally};
 use crate::{NodeError, Remote};
 
+/// Files (offers or wants) in flight per connection by default.
+pub const DEFAULT_WINDOW: usize = 64;
+
 /// How many connections a transfer uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Concurrency {
     /// Exactly this many.
     Fixed(u32),
-    /// Start with one; add connections while throughput keeps rising.
+    /// Start with two; add connections while throughput keeps rising.
     Auto {
         /// Upper bound.
         max: u32,
@@ -67,7 +70,7 @@ impl Default for ClientOptions {
             jobs: Concurrency::Auto { max: 16 },
             streams: 1,
             split_min: 64 << 20,
-            window: 32,
+            window: DEFAULT_WINDOW,
             max_retries: 5,
             connect_attempts: 5,
             socket_buffer: None,
@@ -175,7 +178,7 @@ where
     let mut set = JoinSet::new();
     let (start, max) = match jobs {
         Concurrency::Fixed(n) => (n.max(1), n.max(1)),
-        Concurrency::Auto { max } => (1, max.max(1)),
+        Concurrency::Auto { max } => (2.min(max), max.max(1)),
     };
     for _ in 0..start {
         set.spawn(spawn());
@@ -183,7 +186,7 @@ where
     let mut workers = start;
     let mut first_error = None;
     // Auto: add a connection while the last addition raised throughput by >= 10 %.
-    let tick = Duration::from_millis(400);
+    let tick = Duration::from_millis(250);
     let mut ramping = matches!(jobs, Concurrency::Auto { .. }) && workers < max;
     let mut last = (Instant::now(), tally.moved());
     let mut best_rate = 0.0f64;

@@ -18,7 +18,7 @@ pub mod sender;
 pub mod server;
 pub mod summary;
 
-pub use client::{copy_local, pull, push, ClientOptions, Concurrency};
+pub use client::{copy_local, pull, push, ClientOptions, Concurrency, DEFAULT_WINDOW};
 pub use error::NodeError;
 pub use remote::Remote;
 pub use server::{ServeOptions, Server};

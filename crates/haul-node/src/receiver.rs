@@ -6,10 +6,12 @@
 //! Every chunk is verified before it is written; nothing gets its final name
 //! before the whole-file hash matched.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
-use haul_engine::{ChunkVerdict, Destination, Event, Observer, PartialFile, ReceiveError};
+use haul_engine::{
+    ChunkVerdict, Destination, Event, Observer, PartialFile, Prepared, ReceiveError,
+};
 use haul_proto::{ChunkHeader, Entry, EntryKind, ErrorCode, Message};
 use haul_transport::{FrameReader, FrameWriter};
 
@@ -29,6 +31,14 @@ pub struct ReceiverCtx {
     pub window: usize,
 }
 
+/// Large chunk writes that may overlap with receiving the next chunk.
+const WRITES_IN_FLIGHT: usize = 2;
+/// Chunks up to this size are verified and written inline.
+const INLINE_WRITE: usize = 256 << 10;
+
+type PendingWrite =
+    tokio::task::JoinHandle<(Vec<u8>, u32, u32, Result<ChunkVerdict, ReceiveError>)>;
+
 struct Open {
     part: Option<Arc<PartialFile>>,
     entry: Entry,
@@ -36,7 +46,6 @@ struct Open {
     end: u32,
     bad: Vec<u32>,
     error: Option<String>,
-    received: u64,
 }
 
 /// How a fetching receiver ended when its connection broke.
@@ -59,7 +68,9 @@ pub async fn run_receiver(
         open: HashMap::new(),
         asked: HashMap::new(),
         next_id: 1,
-        buf: Vec::new(),
+        pending: VecDeque::new(),
+        spare: Vec::new(),
+        commits: Vec::new(),
         ctx,
     };
     r.ctx.dest.session_started();
@@ -76,7 +87,12 @@ struct Receiver {
     /// Wants sent and not yet finished (pulling client).
     asked: HashMap<u32, FetchJob>,
     next_id: u32,
-    buf: Vec<u8>,
+    /// Chunk writes running on blocking threads, oldest first.
+    pending: VecDeque<PendingWrite>,
+    /// Buffers to reuse.
+    spare: Vec<Vec<u8>>,
+    /// Files whose commit arrived, run together before the next blocking read.
+    commits: Vec<CommitItem>,
     ctx: ReceiverCtx,
 }
 
@@ -125,8 +141,19 @@ impl Receiver {
                     continue;
                 }
             }
-            w.flush().await?;
-            let msg = rd.recv().await?;
+            let msg = match rd.try_buffered()? {
+                Some(m) => m,
+                None => {
+                    self.settle_all().await?;
+                    if !self.commits.is_empty() {
+                        // Commits free window slots: refill before blocking.
+                        self.run_commits(w).await?;
+                        continue;
+                    }
+                    w.flush().await?;
+                    rd.recv().await?
+                }
+            };
             if self.handle(rd, w, msg).await? {
                 return Ok(());
             }
@@ -182,6 +209,10 @@ impl Receiver {
         w: &mut FrameWriter,
         msg: Message,
     ) -> Result<bool, NodeError> {
+        if !matches!(msg, Message::Chunk(_)) {
+            // Verdicts of chunks in flight must be known before any other step.
+            self.settle_all().await?;
+        }
         match msg {
             Message::Offer {
                 id,
@@ -200,55 +231,9 @@ impl Receiver {
                         "Commit for unknown file id {id}"
                     )));
                 };
-                let (path, size) = (o.entry.path.clone(), o.entry.size);
-                let result = match &o.part {
-                    Some(part) => {
-                        let part = part.clone();
-                        tokio::task::block_in_place(|| part.commit(&root))
-                    }
-                    None => Err(ReceiveError::Incomplete(path.clone())),
-                };
-                match result {
-                    Ok(root) => {
-                        w.queue(&Message::Done {
-                            id,
-                            ok: true,
-                            root,
-                            message: String::new(),
-                        })
-                        .await?;
-                        tracing::info!(
-                            "received {path} ({size} bytes, blake3 {})",
-                            hex::encode(root)
-                        );
-                        self.settle(
-                            id,
-                            Event::FileDone {
-                                path,
-                                size,
-                                blake3: hex::encode(root),
-                                sent: 0,
-                                skipped: false,
-                            },
-                        );
-                    }
-                    Err(e) => {
-                        w.queue(&Message::Done {
-                            id,
-                            ok: false,
-                            root: [0; 32],
-                            message: e.to_string(),
-                        })
-                        .await?;
-                        self.settle(
-                            id,
-                            Event::FileError {
-                                path,
-                                error: e.to_string(),
-                            },
-                        );
-                    }
-                }
+                // Committed in a batch before the next blocking read, so the
+                // fsyncs of many small files overlap.
+                self.commits.push((id, o.part.clone(), root));
             }
             Message::FileError { id, message, .. } => {
                 let path = self
@@ -330,7 +315,13 @@ impl Receiver {
                     )));
                 }
                 let whole = first == 0 && end == count;
-                if whole && self.ctx.dest.quick_check(&entry) {
+                let dest = self.ctx.dest.clone();
+                let prepared = if entry.size <= INLINE_WRITE as u64 {
+                    dest.prepare_file(&entry, whole)
+                } else {
+                    tokio::task::block_in_place(|| dest.prepare_file(&entry, whole))
+                };
+                if let Ok(Prepared::UpToDate) = prepared {
                     w.queue(&Message::Need {
                         id,
                         skip: true,
@@ -357,8 +348,11 @@ impl Receiver {
                     );
                     return Ok(());
                 }
-                let dest = self.ctx.dest.clone();
-                match tokio::task::block_in_place(|| dest.begin_file(&entry)) {
+                let opened = prepared.and_then(|p| match p {
+                    Prepared::Receive(part) => Ok(part),
+                    Prepared::UpToDate => Err(ReceiveError::BadOffer("unreachable".into())),
+                });
+                match opened {
                     Ok(part) => {
                         let have = part.have(first, end);
                         w.queue(&Message::Need {
@@ -382,7 +376,6 @@ impl Receiver {
                                 end,
                                 bad: Vec::new(),
                                 error: None,
-                                received: 0,
                             },
                         );
                     }
@@ -406,33 +399,129 @@ impl Receiver {
                 h.index, h.len, o.entry.path, o.first, o.end
             )));
         }
-        self.buf.resize(h.len as usize, 0);
-        rd.recv_payload(&mut self.buf).await?;
-        if o.error.is_some() {
-            return Ok(());
-        }
-        let Some(part) = o.part.clone() else {
-            return Ok(());
-        };
-        let buf = &self.buf;
+        let mut buf = self.spare.pop().unwrap_or_default();
+        buf.resize(h.len as usize, 0);
+        rd.recv_payload(&mut buf).await?;
         // Every payload byte that crossed the network counts, good or bad.
         self.ctx.observer.event(&Event::Progress {
             path: o.entry.path.clone(),
             bytes: u64::from(h.len),
         });
-        match tokio::task::block_in_place(|| part.write_chunk(h.index, buf, &h.digest)) {
-            Ok(ChunkVerdict::Good) => o.received += u64::from(h.len),
+        let part = match (&o.error, &o.part) {
+            (None, Some(part)) => part.clone(),
+            _ => {
+                self.spare.push(buf);
+                return Ok(());
+            }
+        };
+        if buf.len() <= INLINE_WRITE {
+            let verdict = part.write_chunk(h.index, &buf, &h.digest);
+            self.spare.push(buf);
+            self.apply(h.id, h.index, verdict);
+            return Ok(());
+        }
+        // Large chunks: verify and write on a blocking thread while the next
+        // chunk arrives from the socket.
+        while self.pending.len() >= WRITES_IN_FLIGHT {
+            self.settle_one().await?;
+        }
+        let (id, index, digest) = (h.id, h.index, h.digest);
+        self.pending.push_back(tokio::task::spawn_blocking(move || {
+            let verdict = part.write_chunk(index, &buf, &digest);
+            (buf, id, index, verdict)
+        }));
+        Ok(())
+    }
+
+    /// Commits every file whose `Commit` arrived: checks, fsyncs (in
+    /// parallel), renames, then answers `Done` for each.
+    async fn run_commits(&mut self, w: &mut FrameWriter) -> Result<(), NodeError> {
+        if self.commits.is_empty() {
+            return Ok(());
+        }
+        let batch = std::mem::take(&mut self.commits);
+        let results = commit_all(&batch).await;
+        for ((id, _, _), result) in batch.iter().zip(results) {
+            let Some(o) = self.open.get(id) else { continue };
+            let (path, size) = (o.entry.path.clone(), o.entry.size);
+            match result {
+                Ok(root) => {
+                    w.queue(&Message::Done {
+                        id: *id,
+                        ok: true,
+                        root,
+                        message: String::new(),
+                    })
+                    .await?;
+                    tracing::debug!(
+                        "received {path} ({size} bytes, blake3 {})",
+                        hex::encode(root)
+                    );
+                    let event = Event::FileDone {
+                        path,
+                        size,
+                        blake3: hex::encode(root),
+                        sent: 0,
+                        skipped: false,
+                    };
+                    self.settle(*id, event);
+                }
+                Err(e) => {
+                    w.queue(&Message::Done {
+                        id: *id,
+                        ok: false,
+                        root: [0; 32],
+                        message: e.to_string(),
+                    })
+                    .await?;
+                    let event = Event::FileError {
+                        path,
+                        error: e.to_string(),
+                    };
+                    self.settle(*id, event);
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits for the oldest chunk write and records its verdict.
+    async fn settle_one(&mut self) -> Result<(), NodeError> {
+        let Some(handle) = self.pending.pop_front() else {
+            return Ok(());
+        };
+        let (buf, id, index, verdict) = handle
+            .await
+            .map_err(|e| NodeError::Protocol(format!("chunk writer crashed: {e}")))?;
+        if self.spare.len() < WRITES_IN_FLIGHT + 1 {
+            self.spare.push(buf);
+        }
+        self.apply(id, index, verdict);
+        Ok(())
+    }
+
+    async fn settle_all(&mut self) -> Result<(), NodeError> {
+        while !self.pending.is_empty() {
+            self.settle_one().await?;
+        }
+        Ok(())
+    }
+
+    fn apply(&mut self, id: u32, index: u32, verdict: Result<ChunkVerdict, ReceiveError>) {
+        let Some(o) = self.open.get_mut(&id) else {
+            return;
+        };
+        match verdict {
+            Ok(ChunkVerdict::Good) => {}
             Ok(ChunkVerdict::Bad) => {
                 tracing::warn!(
-                    "chunk {} of {} failed verification; asking again",
-                    h.index,
+                    "chunk {index} of {} failed verification; asking again",
                     o.entry.path
                 );
-                o.bad.push(h.index);
+                o.bad.push(index);
             }
             Err(e) => o.error = Some(e.to_string()),
         }
-        Ok(())
     }
 
     async fn range_end(&mut self, w: &mut FrameWriter, id: u32) -> Result<(), NodeError> {
@@ -471,4 +560,47 @@ impl Receiver {
         }
         Ok(())
     }
+}
+
+/// A file to commit: its id, staged data, and the sender's whole-file hash.
+type CommitItem = (u32, Option<Arc<PartialFile>>, haul_proto::Digest);
+
+fn commit_one((_, part, root): &CommitItem) -> Result<haul_proto::Digest, ReceiveError> {
+    match part {
+        Some(p) => p.commit(root),
+        None => Err(ReceiveError::BadOffer(
+            "commit for a file that was refused".into(),
+        )),
+    }
+}
+
+/// Commits a batch of files, spreading the fsyncs over the blocking pool (a
+/// journaling filesystem merges concurrent fsyncs into one transaction).
+async fn commit_all(batch: &[CommitItem]) -> Vec<Result<haul_proto::Digest, ReceiveError>> {
+    if batch.len() < 8 {
+        return tokio::task::block_in_place(|| batch.iter().map(commit_one).collect());
+    }
+    let groups = batch.len().div_ceil(8).min(8);
+    let per = batch.len().div_ceil(groups);
+    let handles: Vec<_> = batch
+        .chunks(per)
+        .map(|group| {
+            let group = group.to_vec();
+            (
+                group.len(),
+                tokio::task::spawn_blocking(move || {
+                    group.iter().map(commit_one).collect::<Vec<_>>()
+                }),
+            )
+        })
+        .collect();
+    let mut out = Vec::with_capacity(batch.len());
+    for (n, handle) in handles {
+        match handle.await {
+            Ok(results) => out.extend(results),
+            Err(_) => out
+                .extend((0..n).map(|_| Err(ReceiveError::BadOffer("commit task crashed".into())))),
+        }
+    }
+    out
 }

@@ -145,16 +145,23 @@ impl Sender {
                     continue;
                 }
             }
-            w.flush().await?;
-            let msg = match tokio::time::timeout(self.ctx.idle, rx.recv()).await {
+            // Answer everything that already arrived before writing: one
+            // write carries many small files.
+            let msg = match rx.try_recv() {
+                Ok(m) => m?,
                 Err(_) => {
-                    return Err(NodeError::Transport(TransportError::Timeout {
-                        what: "the receiver's answer",
-                        secs: self.ctx.idle.as_secs(),
-                    }))
+                    w.flush().await?;
+                    match tokio::time::timeout(self.ctx.idle, rx.recv()).await {
+                        Err(_) => {
+                            return Err(NodeError::Transport(TransportError::Timeout {
+                                what: "the receiver's answer",
+                                secs: self.ctx.idle.as_secs(),
+                            }))
+                        }
+                        Ok(None) => return Err(NodeError::Transport(TransportError::Closed)),
+                        Ok(Some(m)) => m?,
+                    }
                 }
-                Ok(None) => return Err(NodeError::Transport(TransportError::Closed)),
-                Ok(Some(m)) => m?,
             };
             if self.handle(w, feed, msg).await? {
                 return Ok(());
@@ -390,14 +397,20 @@ impl Sender {
             let Some(f) = self.inflight.get_mut(&id) else {
                 return Ok(());
             };
-            let digest =
-                match tokio::task::block_in_place(|| read_and_hash(f, index, &mut self.buf)) {
-                    Ok(d) => d,
-                    Err(e) => {
-                        let path = f.job.src.entry.path.clone();
-                        return self.fail_local(w, id, &path, e).await;
-                    }
-                };
+            // Small reads are cheaper than handing the thread over to the runtime.
+            let small = f.job.src.entry.chunk_len(index) <= 256 << 10;
+            let read = if small {
+                read_and_hash(f, index, &mut self.buf)
+            } else {
+                tokio::task::block_in_place(|| read_and_hash(f, index, &mut self.buf))
+            };
+            let digest = match read {
+                Ok(d) => d,
+                Err(e) => {
+                    let path = f.job.src.entry.path.clone();
+                    return self.fail_local(w, id, &path, e).await;
+                }
+            };
             f.digests[index as usize] = Some(digest);
             let len = self.buf.len() as u32;
             w.queue(&Message::Chunk(ChunkHeader {

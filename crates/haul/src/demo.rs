@@ -120,7 +120,7 @@ async fn demo(dir: &Path, args: &DemoArgs, mode: Mode) -> Result<u8> {
         root: node_root.clone(),
         tokens: vec![token.clone()],
         timeouts: Timeouts::default(),
-        window: 32,
+        window: haul_node::DEFAULT_WINDOW,
         max_retries: 5,
         grace: Duration::from_secs(5),
     })?;

@@ -235,7 +235,7 @@ async fn serve(args: ServeArgs, mode: Mode) -> Result<u8> {
             idle,
             ..Timeouts::default()
         },
-        window: 32,
+        window: haul_node::DEFAULT_WINDOW,
         max_retries: 5,
         grace: Duration::from_secs(args.grace),
     };

@@ -78,11 +78,14 @@ fn push_then_pull_a_tree_over_tls() {
 
     // And back: pull into another place.
     let mut c = haul(&s.path("config"));
-    c.args(["pull", "--json", "--token", "sekrit"])
+    c.args(["pull", "--json", "--token", "sekrit", "--timeout", "5"])
         .arg(node.url("in/data"))
         .arg(s.path("back"));
     let out = run(c, T);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    // No connection stalled into a timeout and a retry.
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(!stdout.contains("\"warning\""), "{stdout}");
     assert_eq!(listing(&src), listing(&s.path("back/data")));
     assert!(
         !s.path("back/.haul").exists(),
