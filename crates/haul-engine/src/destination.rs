@@ -310,6 +310,23 @@ impl Destination {
         }
     }
 
+    /// Makes all data written under the root durable with one `syncfs(2)`:
+    /// much cheaper than an fsync per file for a batch of small files.
+    pub fn sync_filesystem(&self) -> Result<(), ReceiveError> {
+        let dir = File::open(&self.partial_dir)
+            .map_err(|e| ReceiveError::io("open", &self.partial_dir, e))?;
+        // SAFETY: `dir` is an open descriptor for the duration of the call.
+        let rc = unsafe { libc::syncfs(std::os::fd::AsRawFd::as_raw_fd(&dir)) };
+        if rc != 0 {
+            return Err(ReceiveError::io(
+                "syncfs",
+                &self.partial_dir,
+                io::Error::last_os_error(),
+            ));
+        }
+        Ok(())
+    }
+
     /// Makes the renames so far durable: one fsync per directory touched.
     pub fn sync_dirs(&self) {
         let dirs: Vec<PathBuf> = match self.dirty_dirs.lock() {

@@ -214,9 +214,21 @@ impl PartialFile {
         Ok(ChunkVerdict::Good)
     }
 
-    /// Checks the whole-file hash against `sender_root`, then fsyncs, sets
-    /// mode and mtime, and renames into place. Returns the file's BLAKE3.
+    /// Checks the whole-file hash against `sender_root`, then sets mode and
+    /// mtime, fsyncs, and renames into place. Returns the file's BLAKE3.
     pub fn commit(&self, sender_root: &Digest) -> Result<Digest, ReceiveError> {
+        let root = self.seal(sender_root)?;
+        self.part
+            .sync_all()
+            .map_err(|e| ReceiveError::io("fsync", &self.part_path, e))?;
+        self.publish()?;
+        Ok(root)
+    }
+
+    /// First half of a commit: checks the whole-file hash against the
+    /// sender's and sets mode and mtime. The data still has to be made durable
+    /// (fsync, or one `syncfs` for a batch) before [`PartialFile::publish`].
+    pub fn seal(&self, sender_root: &Digest) -> Result<Digest, ReceiveError> {
         let state = self
             .state
             .lock()
@@ -241,21 +253,24 @@ impl PartialFile {
         self.part
             .set_modified(entry_mtime(&self.entry))
             .map_err(|e| ReceiveError::io("set mtime", p, e))?;
-        self.part
-            .sync_all()
-            .map_err(|e| ReceiveError::io("fsync", p, e))?;
-        fs::rename(p, &self.final_path)
+        Ok(root)
+    }
+
+    /// Second half of a commit, once the data is durable: the atomic rename
+    /// to the final name.
+    pub fn publish(&self) -> Result<(), ReceiveError> {
+        fs::rename(&self.part_path, &self.final_path)
             .map_err(|e| ReceiveError::io("rename", &self.final_path, e))?;
-        // The data is durable now; the new name becomes durable with the next
-        // directory sync. A crash before it loses the name, never integrity:
-        // the file is simply sent again.
+        // The new name becomes durable with the next directory sync. A crash
+        // before it loses the name, never integrity: the file is sent again.
         if let (Ok(mut dirty), Some(parent)) = (self.dirty.lock(), self.final_path.parent()) {
             dirty.insert(parent.to_path_buf());
         }
-        if state.log.is_some() {
+        let has_log = self.state.lock().map(|s| s.log.is_some()).unwrap_or(false);
+        if has_log {
             let _ = fs::remove_file(&self.state_path);
         }
-        Ok(root)
+        Ok(())
     }
 }
 

@@ -33,6 +33,8 @@ pub struct ReceiverCtx {
 
 /// Large chunk writes that may overlap with receiving the next chunk.
 const WRITES_IN_FLIGHT: usize = 2;
+/// Batches of at least this many commits use one `syncfs(2)`.
+const GROUP_COMMIT: usize = 8;
 /// Chunks up to this size are verified and written inline.
 const INLINE_WRITE: usize = 256 << 10;
 
@@ -440,7 +442,7 @@ impl Receiver {
             return Ok(());
         }
         let batch = std::mem::take(&mut self.commits);
-        let results = commit_all(&batch).await;
+        let results = commit_all(&self.ctx.dest, &batch).await;
         for ((id, _, _), result) in batch.iter().zip(results) {
             let Some(o) = self.open.get(id) else { continue };
             let (path, size) = (o.entry.path.clone(), o.entry.size);
@@ -574,33 +576,43 @@ fn commit_one((_, part, root): &CommitItem) -> Result<haul_proto::Digest, Receiv
     }
 }
 
-/// Commits a batch of files, spreading the fsyncs over the blocking pool (a
-/// journaling filesystem merges concurrent fsyncs into one transaction).
-async fn commit_all(batch: &[CommitItem]) -> Vec<Result<haul_proto::Digest, ReceiveError>> {
-    if batch.len() < 8 {
-        return tokio::task::block_in_place(|| batch.iter().map(commit_one).collect());
-    }
-    let groups = batch.len().div_ceil(8).min(8);
-    let per = batch.len().div_ceil(groups);
-    let handles: Vec<_> = batch
-        .chunks(per)
-        .map(|group| {
-            let group = group.to_vec();
-            (
-                group.len(),
-                tokio::task::spawn_blocking(move || {
-                    group.iter().map(commit_one).collect::<Vec<_>>()
-                }),
-            )
-        })
-        .collect();
-    let mut out = Vec::with_capacity(batch.len());
-    for (n, handle) in handles {
-        match handle.await {
-            Ok(results) => out.extend(results),
-            Err(_) => out
-                .extend((0..n).map(|_| Err(ReceiveError::BadOffer("commit task crashed".into())))),
+/// Commits a batch of files. A large batch is sealed file by file, made
+/// durable with one `syncfs(2)`, then renamed into place: group commit, so
+/// many small files do not pay one journal commit each. Small batches fsync
+/// each file.
+async fn commit_all(
+    dest: &Destination,
+    batch: &[CommitItem],
+) -> Vec<Result<haul_proto::Digest, ReceiveError>> {
+    tokio::task::block_in_place(|| {
+        if batch.len() < GROUP_COMMIT {
+            return batch.iter().map(commit_one).collect();
         }
-    }
-    out
+        let sealed: Vec<Result<haul_proto::Digest, ReceiveError>> = batch
+            .iter()
+            .map(|(_, part, root)| match part {
+                Some(p) => p.seal(root),
+                None => Err(ReceiveError::BadOffer(
+                    "commit for a file that was refused".into(),
+                )),
+            })
+            .collect();
+        if let Err(e) = dest.sync_filesystem() {
+            tracing::warn!("group commit failed ({e}); syncing files one by one");
+            return batch.iter().map(commit_one).collect();
+        }
+        sealed
+            .into_iter()
+            .zip(batch)
+            .map(|(sealed, (_, part, _))| {
+                let root = sealed?;
+                match part {
+                    Some(p) => p.publish().map(|()| root),
+                    None => Err(ReceiveError::BadOffer(
+                        "commit for a file that was refused".into(),
+                    )),
+                }
+            })
+            .collect()
+    })
 }
