@@ -169,6 +169,7 @@ where
 async fn run_pool<F, Fut>(
     jobs: Concurrency,
     tally: &Tally,
+    retire: &dyn Fn(),
     mut spawn: F,
 ) -> (u32, Option<NodeError>)
 where
@@ -218,7 +219,11 @@ where
                         ramping = false;
                     }
                 } else {
-                    tracing::debug!("auto: throughput stopped rising at {workers} connections");
+                    // The last connection did not help: back off by one.
+                    tracing::debug!("auto: throughput stopped rising at {workers} connections; retiring one");
+                    if workers > 2 && set.len() > 1 {
+                        retire();
+                    }
                     ramping = false;
                 }
             }
@@ -319,7 +324,8 @@ pub async fn push(
         max_retries: opts.max_retries,
         idle: opts.timeouts.idle,
     };
-    let (workers, err) = run_pool(opts.jobs, &tally, || {
+    let retire = || queue.retire_one();
+    let (workers, err) = run_pool(opts.jobs, &tally, &retire, || {
         let (queue, tally, opts, ctx, addr, dest) = (
             queue.clone(),
             tally.clone(),
@@ -413,7 +419,8 @@ pub async fn pull(
         prefix: String::new(),
         window: opts.window,
     };
-    let (workers, mut err) = run_pool(opts.jobs, &tally, || {
+    let retire = || queue.retire_one();
+    let (workers, mut err) = run_pool(opts.jobs, &tally, &retire, || {
         let (queue, tally, opts, ctx, addr) = (
             queue.clone(),
             tally.clone(),
@@ -582,7 +589,8 @@ pub async fn copy_local(
         window: opts.window,
     };
     let timeouts: Timeouts = opts.timeouts;
-    let (workers, err) = run_pool(opts.jobs, &tally, || {
+    let retire = || queue.retire_one();
+    let (workers, err) = run_pool(opts.jobs, &tally, &retire, || {
         let (queue, sctx, rctx) = (queue.clone(), sctx.clone(), rctx.clone());
         async move {
             let ((sr, sw), (rr, rw)) = memory_pair(timeouts);

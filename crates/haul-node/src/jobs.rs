@@ -127,6 +127,8 @@ struct Inner<J> {
 pub struct WorkQueue<J> {
     inner: Mutex<Inner<J>>,
     notify: tokio::sync::Notify,
+    /// Connections asked to stop taking work (the `auto` controller backing off).
+    retire: AtomicU32,
 }
 
 impl<J: Job> WorkQueue<J> {
@@ -139,6 +141,7 @@ impl<J: Job> WorkQueue<J> {
                 closed: true,
             }),
             notify: tokio::sync::Notify::new(),
+            retire: AtomicU32::new(0),
         })
     }
 
@@ -151,7 +154,20 @@ impl<J: Job> WorkQueue<J> {
                 closed: false,
             }),
             notify: tokio::sync::Notify::new(),
+            retire: AtomicU32::new(0),
         })
+    }
+
+    /// Asks one connection to finish what it holds and close.
+    pub fn retire_one(&self) {
+        self.retire.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// True (once per [`WorkQueue::retire_one`]) for the connection that should close.
+    pub fn should_retire(&self) -> bool {
+        self.retire
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1))
+            .is_ok()
     }
 
     /// Adds a job.

@@ -105,9 +105,13 @@ impl Receiver {
         w: &mut FrameWriter,
         wants: Option<&WorkQueue<FetchJob>>,
     ) -> Result<(), NodeError> {
+        let mut retiring = false;
         loop {
             if let Some(queue) = wants {
-                while self.asked.len() < self.ctx.window {
+                if !retiring && queue.should_retire() {
+                    retiring = true;
+                }
+                while !retiring && self.asked.len() < self.ctx.window {
                     let busy: Vec<usize> = self
                         .asked
                         .values()
@@ -129,7 +133,7 @@ impl Receiver {
                     self.asked.insert(id, job);
                 }
                 if self.asked.is_empty() {
-                    if queue.is_drained() {
+                    if retiring || queue.is_drained() {
                         w.send(&Message::Bye).await?;
                         return match rd.recv().await? {
                             Message::Bye => Ok(()),

@@ -121,9 +121,15 @@ impl Sender {
         feed: &JobFeed,
         rx: &mut mpsc::UnboundedReceiver<Result<Message, TransportError>>,
     ) -> Result<(), NodeError> {
+        let mut retiring = false;
         loop {
             if let JobFeed::Queue(queue) = feed {
-                while self.inflight.len() < self.ctx.window {
+                if !retiring && queue.should_retire() {
+                    // The pool has more connections than help: this one stops
+                    // taking work and closes once its files are done.
+                    retiring = true;
+                }
+                while !retiring && self.inflight.len() < self.ctx.window {
                     let busy: Vec<usize> = self
                         .inflight
                         .values()
@@ -137,7 +143,7 @@ impl Sender {
                     self.offer(w, id, job).await?;
                 }
                 if self.inflight.is_empty() {
-                    if queue.is_drained() {
+                    if retiring || queue.is_drained() {
                         w.send(&Message::Bye).await?;
                         return self.await_bye(rx).await;
                     }
