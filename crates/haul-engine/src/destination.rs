@@ -201,6 +201,15 @@ impl Destination {
         Ok(())
     }
 
+    /// Creates a directory or symlink entry; `None` for files (which need a transfer).
+    pub fn make_dir_or_link(&self, entry: &Entry) -> Option<Result<(), ReceiveError>> {
+        match &entry.kind {
+            haul_proto::EntryKind::Dir => Some(self.make_dir(entry)),
+            haul_proto::EntryKind::Symlink { target } => Some(self.make_symlink(entry, target)),
+            haul_proto::EntryKind::File => None,
+        }
+    }
+
     /// True when the final file already exists with this size and mtime
     /// (rsync's quick check): nothing needs sending.
     pub fn quick_check(&self, entry: &Entry) -> bool {

@@ -48,6 +48,30 @@ pub enum Event {
     },
 }
 
+impl Event {
+    /// A directory or symlink was created.
+    pub fn made(path: String) -> Self {
+        Self::FileDone {
+            path,
+            size: 0,
+            blake3: String::new(),
+            sent: 0,
+            skipped: false,
+        }
+    }
+
+    /// A file was already in place (same size and mtime): nothing was sent.
+    pub fn up_to_date(path: String, size: u64) -> Self {
+        Self::FileDone {
+            path,
+            size,
+            blake3: String::new(),
+            sent: 0,
+            skipped: true,
+        }
+    }
+}
+
 /// Receives events; must be cheap and thread-safe.
 pub trait Observer: Send + Sync {
     /// Called for every event.

@@ -497,31 +497,16 @@ async fn read_listing(
             }
         };
         let path = entry.path.clone();
-        let done = |path: String| Event::FileDone {
-            path,
-            size: 0,
-            blake3: String::new(),
-            sent: 0,
-            skipped: false,
-        };
         let result = match &entry.kind {
-            EntryKind::Dir => dest
-                .make_dir(&entry)
-                .map(|()| tally.event(&done(path.clone()))),
-            EntryKind::Symlink { target } => dest
-                .make_symlink(&entry, target)
-                .map(|()| tally.event(&done(path.clone()))),
+            EntryKind::Dir | EntryKind::Symlink { .. } => match dest.make_dir_or_link(&entry) {
+                Some(made) => made.map(|()| tally.event(&Event::made(path.clone()))),
+                None => Ok(()),
+            },
             EntryKind::File => {
                 if let Err(e) = haul_proto::validate_rel_path(&entry.path) {
                     Err(e.into())
                 } else if dest.quick_check(&entry) {
-                    tally.event(&Event::FileDone {
-                        path: path.clone(),
-                        size: entry.size,
-                        blake3: String::new(),
-                        sent: 0,
-                        skipped: true,
-                    });
+                    tally.event(&Event::up_to_date(path.clone(), entry.size));
                     Ok(())
                 } else {
                     let server_path = if base.is_empty() {

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use haul_engine::{
     ChunkVerdict, Destination, Event, Observer, PartialFile, Prepared, ReceiveError,
 };
-use haul_proto::{ChunkHeader, Entry, EntryKind, ErrorCode, Message};
+use haul_proto::{ChunkHeader, Entry, ErrorCode, Message};
 use haul_transport::{FrameReader, FrameWriter};
 
 use crate::jobs::{FetchJob, WorkQueue};
@@ -279,15 +279,8 @@ impl Receiver {
         end: u32,
     ) -> Result<(), NodeError> {
         let path = entry.path.clone();
-        let done = |path: String| Event::FileDone {
-            path,
-            size: 0,
-            blake3: String::new(),
-            sent: 0,
-            skipped: false,
-        };
-        match &entry.kind {
-            EntryKind::Dir => match self.ctx.dest.make_dir(&entry) {
+        if let Some(made) = self.ctx.dest.make_dir_or_link(&entry) {
+            match made {
                 Ok(()) => {
                     w.queue(&Message::Done {
                         id,
@@ -296,98 +289,74 @@ impl Receiver {
                         message: String::new(),
                     })
                     .await?;
-                    self.settle(id, done(path));
+                    self.settle(id, Event::made(path));
                 }
                 Err(e) => self.refuse_entry(w, id, &path, &e).await?,
-            },
-            EntryKind::Symlink { target } => match self.ctx.dest.make_symlink(&entry, target) {
-                Ok(()) => {
-                    w.queue(&Message::Done {
-                        id,
-                        ok: true,
-                        root: [0; 32],
-                        message: String::new(),
-                    })
-                    .await?;
-                    self.settle(id, done(path));
-                }
-                Err(e) => self.refuse_entry(w, id, &path, &e).await?,
-            },
-            EntryKind::File => {
-                let count = entry.chunk_count();
-                if first > end || end > count {
-                    return Err(NodeError::Protocol(format!(
-                        "offer range {first}..{end} outside 0..{count}"
-                    )));
-                }
-                let whole = first == 0 && end == count;
-                let dest = self.ctx.dest.clone();
-                let prepared = if entry.size <= INLINE_WRITE as u64 {
-                    dest.prepare_file(&entry, whole)
-                } else {
-                    tokio::task::block_in_place(|| dest.prepare_file(&entry, whole))
-                };
-                if let Ok(Prepared::UpToDate) = prepared {
-                    w.queue(&Message::Need {
-                        id,
-                        skip: true,
-                        have: Vec::new(),
-                    })
-                    .await?;
-                    w.queue(&Message::Done {
-                        id,
-                        ok: true,
-                        root: [0; 32],
-                        message: String::new(),
-                    })
-                    .await?;
-                    let size = entry.size;
-                    self.settle(
-                        id,
-                        Event::FileDone {
-                            path,
-                            size,
-                            blake3: String::new(),
-                            sent: 0,
-                            skipped: true,
-                        },
-                    );
-                    return Ok(());
-                }
-                let opened = prepared.and_then(|p| match p {
-                    Prepared::Receive(part) => Ok(part),
-                    Prepared::UpToDate => Err(ReceiveError::BadOffer("unreachable".into())),
-                });
-                match opened {
-                    Ok(part) => {
-                        let have = part.have(first, end);
-                        w.queue(&Message::Need {
-                            id,
-                            skip: false,
-                            have,
-                        })
-                        .await?;
-                        if first == 0 {
-                            self.ctx.observer.event(&Event::FileStart {
-                                path,
-                                size: entry.size,
-                            });
-                        }
-                        self.open.insert(
-                            id,
-                            Open {
-                                part: Some(part),
-                                entry,
-                                first,
-                                end,
-                                bad: Vec::new(),
-                                error: None,
-                            },
-                        );
-                    }
-                    Err(e) => self.refuse_entry(w, id, &path, &e).await?,
-                }
             }
+            return Ok(());
+        }
+        let count = entry.chunk_count();
+        if first > end || end > count {
+            return Err(NodeError::Protocol(format!(
+                "offer range {first}..{end} outside 0..{count}"
+            )));
+        }
+        let whole = first == 0 && end == count;
+        let dest = self.ctx.dest.clone();
+        let prepared = if entry.size <= INLINE_WRITE as u64 {
+            dest.prepare_file(&entry, whole)
+        } else {
+            tokio::task::block_in_place(|| dest.prepare_file(&entry, whole))
+        };
+        if let Ok(Prepared::UpToDate) = prepared {
+            w.queue(&Message::Need {
+                id,
+                skip: true,
+                have: Vec::new(),
+            })
+            .await?;
+            w.queue(&Message::Done {
+                id,
+                ok: true,
+                root: [0; 32],
+                message: String::new(),
+            })
+            .await?;
+            self.settle(id, Event::up_to_date(path, entry.size));
+            return Ok(());
+        }
+        let opened = prepared.and_then(|p| match p {
+            Prepared::Receive(part) => Ok(part),
+            Prepared::UpToDate => Err(ReceiveError::BadOffer("unreachable".into())),
+        });
+        match opened {
+            Ok(part) => {
+                let have = part.have(first, end);
+                w.queue(&Message::Need {
+                    id,
+                    skip: false,
+                    have,
+                })
+                .await?;
+                if first == 0 {
+                    self.ctx.observer.event(&Event::FileStart {
+                        path,
+                        size: entry.size,
+                    });
+                }
+                self.open.insert(
+                    id,
+                    Open {
+                        part: Some(part),
+                        entry,
+                        first,
+                        end,
+                        bad: Vec::new(),
+                        error: None,
+                    },
+                );
+            }
+            Err(e) => self.refuse_entry(w, id, &path, &e).await?,
         }
         Ok(())
     }
