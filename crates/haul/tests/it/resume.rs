@@ -149,3 +149,89 @@ fn resume_a_pull_after_sigkill_of_the_puller() {
     );
     assert_eq!(b3(&s.path("dst/file.bin")), b3(&s.path("node/file.bin")));
 }
+
+#[test]
+fn sigterm_stops_the_node_and_the_transfer_resumes() {
+    let s = Scratch::new();
+    write_file(&s.path("src/file.bin"), SIZE, 10);
+    let mut node = Node::start(
+        &s.path("node"),
+        &s.path("config"),
+        &["--open", "--plaintext", "--grace", "1"],
+    );
+    let proxy = slow(&node);
+    let mut cmd = push_cmd(&s, &proxy.url(""), "0");
+    cmd.stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    let mut child = cmd.spawn().expect("spawn");
+    wait_for(T, "20 MiB to arrive", || {
+        partial_bytes(&s.path("node")) >= 20 << 20
+    });
+    unsafe { libc::kill(node.child.id() as i32, libc::SIGTERM) };
+    let started = std::time::Instant::now();
+    let status = node.child.wait().expect("wait");
+    assert!(status.success(), "the node exits cleanly on SIGTERM");
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "grace period respected"
+    );
+    let _ = child.wait();
+    assert!(!s.path("node/file.bin").exists());
+    drop(proxy);
+
+    let node = Node::start(
+        &s.path("node"),
+        &s.path("config"),
+        &["--open", "--plaintext"],
+    );
+    let out = run(push_cmd(&s, &node.url(""), "3"), T);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let sent = summary(&out)["bytes_transferred"].as_u64().expect("bytes");
+    assert!(sent <= SIZE - (16 << 20), "re-sent {sent} bytes of {SIZE}");
+    assert_eq!(b3(&s.path("node/file.bin")), b3(&s.path("src/file.bin")));
+}
+
+#[test]
+fn disk_full_is_a_clear_error_and_stays_resumable() {
+    if unsafe { libc::geteuid() } != 0 {
+        eprintln!("skipped: mounting a small tmpfs needs root");
+        return;
+    }
+    let s = Scratch::new();
+    write_file(&s.path("src/file.bin"), 24 << 20, 11);
+    let root = s.path("node");
+    std::fs::create_dir_all(&root).expect("mkdir");
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=12m", "tmpfs"])
+        .arg(&root)
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    if !mounted {
+        eprintln!("skipped: cannot mount tmpfs here");
+        return;
+    }
+    struct Unmount(std::path::PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount")
+                .arg("-l")
+                .arg(&self.0)
+                .status();
+        }
+    }
+    let _guard = Unmount(root.clone());
+    let node = Node::start(&root, &s.path("config"), &["--open", "--plaintext"]);
+    let out = run(push_cmd(&s, &node.url(""), "0"), T);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("disk full"), "{text}");
+    assert!(
+        !root.join("file.bin").exists(),
+        "nothing under the final name"
+    );
+    assert!(
+        partial_bytes(&root) > 0,
+        "the partial file stays for a resume"
+    );
+}
