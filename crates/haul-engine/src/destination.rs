@@ -15,7 +15,7 @@
 use std::collections::{HashMap, HashSet};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, ErrorKind};
-use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -45,6 +45,9 @@ pub enum ReceiveError {
     /// Whole-file hash differs from the sender's.
     #[error("{0}: whole-file BLAKE3 differs from the sender's (did the source change?); partial data discarded")]
     RootMismatch(String),
+    /// Another version of the same file is being received right now.
+    #[error("{0}: another transfer of a different version of this file is in progress; try again when it ends")]
+    Busy(String),
     /// Disk full: the partial file stays and the transfer resumes later.
     #[error(
         "disk full while writing {0}: free some space and run the same command again to resume"
@@ -252,21 +255,12 @@ impl Destination {
         }
         if entry.chunk_count() <= 1 {
             // One chunk: nothing to share between connections or to resume;
-            // stage next to the final name so the rename stays in one directory.
-            let name = final_path.file_name().map(|n| n.len()).unwrap_or(0);
-            let part_path = if name + 6 <= haul_proto::MAX_NAME_LEN {
-                let mut staged = std::ffi::OsString::from(".");
-                staged.push(final_path.file_name().unwrap_or_default());
-                staged.push(".haul");
-                final_path.with_file_name(staged)
-            } else {
-                let id = &blake3::hash(entry.path.as_bytes()).to_hex()[..32];
-                self.partial_dir.join(format!("{id}.part"))
-            };
+            // stage under a name of its own next to the final name, so the
+            // rename stays in one directory.
             let part = PartialFile::open_small(
                 entry.clone(),
                 final_path,
-                part_path,
+                &self.partial_dir,
                 self.dirty_dirs.clone(),
             )?;
             return Ok(Prepared::Receive(Arc::new(part)));
@@ -277,8 +271,12 @@ impl Destination {
             .map_err(|_| ReceiveError::BadOffer("internal lock poisoned".into()))?;
         open.retain(|_, weak| weak.strong_count() > 0);
         if let Some(existing) = open.get(&entry.path).and_then(Weak::upgrade) {
-            if existing.entry() == entry {
-                return Ok(Prepared::Receive(existing));
+            if !existing.is_published() {
+                if existing.entry() == entry {
+                    return Ok(Prepared::Receive(existing));
+                }
+                // Two different versions at once would share one staging file.
+                return Err(ReceiveError::Busy(entry.path.clone()));
             }
         }
         let id = &blake3::hash(entry.path.as_bytes()).to_hex()[..32];
@@ -334,6 +332,12 @@ impl Destination {
             ));
         }
         Ok(())
+    }
+
+    /// Device of the partial directory (what [`Destination::sync_filesystem`] covers).
+    pub fn device(&self) -> Option<u64> {
+        use std::os::unix::fs::MetadataExt;
+        fs::metadata(&self.partial_dir).ok().map(|m| m.dev())
     }
 
     /// Makes the renames so far durable: one fsync per directory touched.
@@ -395,14 +399,26 @@ fn ensure_real_dir(path: &Path, create: bool) -> Result<(), ReceiveError> {
 }
 
 /// Opens a file for read+write without truncating, creating it if missing.
+/// Never follows a symlink at the last component (the ones before are checked).
 pub(crate) fn open_rw(path: &Path) -> Result<File, ReceiveError> {
     OpenOptions::new()
         .read(true)
         .write(true)
         .create(true)
         .truncate(false)
+        .custom_flags(libc::O_NOFOLLOW)
         .open(path)
         .map_err(|e| ReceiveError::io("open", path, e))
+}
+
+/// Creates a new file that did not exist (`O_EXCL` never follows a symlink).
+pub(crate) fn create_new(path: &Path) -> io::Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(path)
 }
 
 #[cfg(test)]

@@ -4,12 +4,14 @@ use std::collections::HashSet;
 use std::fs::{self, File};
 use std::io::{Read, Write};
 use std::os::unix::fs::{FileExt, PermissionsExt};
+use std::path::Path;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use haul_proto::{Digest, Entry};
 
-use crate::destination::{entry_mtime, open_rw, ReceiveError};
+use crate::destination::{create_new, entry_mtime, open_rw, ReceiveError};
 use crate::hash::{chunk_digest, root_from_digests, valid_chunk_size, MAX_CHUNKS};
 
 const MAGIC: &[u8; 8] = b"HAULPRT1";
@@ -47,14 +49,21 @@ pub struct PartialFile {
     state: Mutex<State>,
     resumed_bytes: u64,
     dirty: DirtyDirs,
+    /// Renamed into place: a later offer of the same path starts afresh.
+    published: AtomicBool,
 }
 
+/// Makes single-chunk staging names unique within this process.
+static STAGING_SEQ: AtomicU64 = AtomicU64::new(0);
+
 impl PartialFile {
-    /// A single-chunk file: no resume log, no sharing; staged at `part_path`.
+    /// A single-chunk file: no resume log, no sharing. Staged under a name
+    /// unique to this transfer, `.NAME.<pid>-<n>.haul` beside the final name
+    /// (or in `partial_dir` when the name is too long), created with `O_EXCL`.
     pub(crate) fn open_small(
         entry: Entry,
         final_path: PathBuf,
-        part_path: PathBuf,
+        partial_dir: &Path,
         dirty: DirtyDirs,
     ) -> Result<Self, ReceiveError> {
         if !valid_chunk_size(entry.chunk_size) || entry.chunk_count() > 1 {
@@ -63,27 +72,29 @@ impl PartialFile {
                 entry.path, entry.chunk_size
             )));
         }
-        let part = match fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&part_path)
-        {
-            Ok(f) => f,
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                // Left by an interrupted transfer: start it over.
-                let f = open_rw(&part_path)?;
-                f.set_len(0)
-                    .map_err(|e| ReceiveError::io("truncate", &part_path, e))?;
-                f
+        let name = final_path.file_name().unwrap_or_default().to_owned();
+        let (part, part_path) = loop {
+            let n = STAGING_SEQ.fetch_add(1, Ordering::Relaxed);
+            let tag = format!("{}-{n}", std::process::id());
+            let candidate = if name.len() + tag.len() + 7 <= haul_proto::MAX_NAME_LEN {
+                let mut staged = std::ffi::OsString::from(".");
+                staged.push(&name);
+                staged.push(format!(".{tag}.haul"));
+                final_path.with_file_name(staged)
+            } else {
+                partial_dir.join(format!("{tag}.part"))
+            };
+            match create_new(&candidate) {
+                Ok(f) => break (f, candidate),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(ReceiveError::io("create", &candidate, e)),
             }
-            Err(e) => return Err(ReceiveError::io("create", &part_path, e)),
         };
         let count = entry.chunk_count() as usize;
         Ok(Self {
             entry,
             final_path,
-            state_path: part_path.with_extension("state"),
+            state_path: part_path.with_extension("state-unused"),
             part_path,
             part,
             state: Mutex::new(State {
@@ -92,6 +103,7 @@ impl PartialFile {
             }),
             resumed_bytes: 0,
             dirty,
+            published: AtomicBool::new(false),
         })
     }
 
@@ -148,7 +160,26 @@ impl PartialFile {
             state: Mutex::new(State { log, digests }),
             resumed_bytes,
             dirty,
+            published: AtomicBool::new(false),
         })
+    }
+
+    /// Makes the staged data durable (fsync).
+    pub fn sync(&self) -> Result<(), ReceiveError> {
+        self.part
+            .sync_all()
+            .map_err(|e| ReceiveError::io("fsync", &self.part_path, e))
+    }
+
+    /// True once renamed into place.
+    pub fn is_published(&self) -> bool {
+        self.published.load(Ordering::Acquire)
+    }
+
+    /// Device of the staged data (group commit syncs one filesystem only).
+    pub fn device(&self) -> Option<u64> {
+        use std::os::unix::fs::MetadataExt;
+        self.part.metadata().ok().map(|m| m.dev())
     }
 
     /// The entry being received.
@@ -244,9 +275,15 @@ impl PartialFile {
             let _ = fs::remove_file(&self.part_path);
             return Err(ReceiveError::RootMismatch(self.entry.path.clone()));
         }
-        // Every chunk up to `size` verified and nothing beyond was written (a
-        // stale longer partial is truncated on open), so the length is right.
         let p = &self.part_path;
+        // The staged file must hold exactly the verified bytes.
+        let meta = self
+            .part
+            .metadata()
+            .map_err(|e| ReceiveError::io("stat", p, e))?;
+        if meta.len() != self.entry.size || self.is_published() {
+            return Err(ReceiveError::Incomplete(self.entry.path.clone()));
+        }
         self.part
             .set_permissions(fs::Permissions::from_mode(self.entry.mode & 0o1777))
             .map_err(|e| ReceiveError::io("chmod", p, e))?;
@@ -259,6 +296,9 @@ impl PartialFile {
     /// Second half of a commit, once the data is durable: the atomic rename
     /// to the final name.
     pub fn publish(&self) -> Result<(), ReceiveError> {
+        if self.published.swap(true, Ordering::AcqRel) {
+            return Err(ReceiveError::Incomplete(self.entry.path.clone()));
+        }
         fs::rename(&self.part_path, &self.final_path)
             .map_err(|e| ReceiveError::io("rename", &self.final_path, e))?;
         // The new name becomes durable with the next directory sync. A crash

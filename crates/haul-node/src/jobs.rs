@@ -6,7 +6,7 @@
 //! the next connection; a large file split by `--streams` becomes one job per
 //! range, and a connection never holds two ranges of the same file.
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -24,34 +24,49 @@ pub trait Job: Send + 'static {
 #[derive(Debug)]
 pub struct RangeGroup {
     entry: Entry,
-    digests: Mutex<Vec<Option<Digest>>>,
-    remaining: AtomicU32,
+    ranges: u32,
+    state: Mutex<GroupState>,
+}
+
+#[derive(Debug, Default)]
+struct GroupState {
+    digests: Vec<Option<Digest>>,
+    /// First chunk of each range verified so far (a retried range counts once).
+    done: HashSet<u32>,
 }
 
 impl RangeGroup {
     /// A group of `ranges` ranges of `entry`.
     pub fn new(entry: Entry, ranges: u32) -> Arc<Self> {
         Arc::new(Self {
-            digests: Mutex::new(vec![None; entry.chunk_count() as usize]),
+            state: Mutex::new(GroupState {
+                digests: vec![None; entry.chunk_count() as usize],
+                done: HashSet::new(),
+            }),
             entry,
-            remaining: AtomicU32::new(ranges),
+            ranges,
         })
     }
 
-    /// Records a clean range's digests; returns the whole-file hash if this
-    /// was the last range.
-    pub fn finish_range(&self, digests: &[Option<Digest>]) -> Option<Digest> {
+    /// Records a clean range (by its first chunk) and its digests; returns the
+    /// whole-file hash when every range is done — again for a range retried
+    /// after its connection broke, so a lost commit is sent again.
+    pub fn finish_range(&self, first: u32, digests: &[Option<Digest>]) -> Option<Digest> {
         let all = {
-            let mut mine = self.digests.lock().ok()?;
-            for (slot, d) in mine.iter_mut().zip(digests) {
+            let mut st = self.state.lock().ok()?;
+            for (slot, d) in st.digests.iter_mut().zip(digests) {
                 if d.is_some() {
                     *slot = *d;
                 }
             }
-            if self.remaining.fetch_sub(1, Ordering::AcqRel) != 1 {
+            st.done.insert(first);
+            if st.done.len() < self.ranges as usize {
                 return None;
             }
-            mine.iter().copied().collect::<Option<Vec<Digest>>>()?
+            st.digests
+                .iter()
+                .copied()
+                .collect::<Option<Vec<Digest>>>()?
         };
         root_from_digests(&all, self.entry.chunk_size, self.entry.size)
     }
@@ -76,23 +91,32 @@ impl Job for SendJob {
     }
 }
 
-/// Counts the ranges of a pulled file still to verify; the last one asks for the commit.
+/// The ranges of a pulled file verified so far; the last one asks for the commit.
 #[derive(Debug)]
 pub struct FetchGroup {
-    remaining: AtomicU32,
+    ranges: u32,
+    done: Mutex<HashSet<u32>>,
 }
 
 impl FetchGroup {
     /// A group of `ranges` ranges.
     pub fn new(ranges: u32) -> Arc<Self> {
         Arc::new(Self {
-            remaining: AtomicU32::new(ranges),
+            ranges,
+            done: Mutex::new(HashSet::new()),
         })
     }
 
-    /// Marks one range verified; true if it was the last.
-    pub fn finish_range(&self) -> bool {
-        self.remaining.fetch_sub(1, Ordering::AcqRel) == 1
+    /// Marks the range starting at `first` verified; true when every range is
+    /// (also for a retried range, so a lost commit is asked for again).
+    pub fn finish_range(&self, first: u32) -> bool {
+        match self.done.lock() {
+            Ok(mut done) => {
+                done.insert(first);
+                done.len() >= self.ranges as usize
+            }
+            Err(_) => false,
+        }
     }
 }
 
@@ -236,5 +260,52 @@ impl<J: Job> WorkQueue<J> {
         if !ready {
             notified.await;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use haul_engine::hash::chunk_digest;
+    use haul_proto::EntryKind;
+
+    #[test]
+    fn a_retried_range_counts_once_and_commits_again() {
+        let data: Vec<u8> = (0..3000u32).map(|i| (i % 251) as u8).collect();
+        let entry = Entry {
+            path: "f".into(),
+            kind: EntryKind::File,
+            size: data.len() as u64,
+            mode: 0o644,
+            mtime_sec: 0,
+            mtime_nsec: 0,
+            chunk_size: 1024,
+        };
+        let digests: Vec<Option<Digest>> = data
+            .chunks(1024)
+            .enumerate()
+            .map(|(i, c)| Some(chunk_digest(c, i as u32, 1024, data.len() as u64)))
+            .collect();
+        let first: Vec<Option<Digest>> = vec![digests[0], digests[1], None];
+        let second: Vec<Option<Digest>> = vec![None, None, digests[2]];
+        let root = *blake3::hash(&data).as_bytes();
+        let g = RangeGroup::new(entry, 2);
+        assert_eq!(g.finish_range(0, &first), None);
+        assert_eq!(
+            g.finish_range(0, &first),
+            None,
+            "a retried range is not a second range"
+        );
+        assert_eq!(g.finish_range(2, &second), Some(root));
+        assert_eq!(
+            g.finish_range(2, &second),
+            Some(root),
+            "a lost commit is sent again"
+        );
+
+        let f = FetchGroup::new(2);
+        assert!(!f.finish_range(0));
+        assert!(!f.finish_range(0));
+        assert!(f.finish_range(5));
     }
 }

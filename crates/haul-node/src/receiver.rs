@@ -31,6 +31,8 @@ pub struct ReceiverCtx {
     pub window: usize,
 }
 
+/// Offers open at once on one connection, at most.
+const MAX_OPEN: usize = 4096;
 /// Large chunk writes that may overlap with receiving the next chunk.
 const WRITES_IN_FLIGHT: usize = 2;
 /// Batches of at least this many commits use one `syncfs(2)`.
@@ -73,6 +75,7 @@ pub async fn run_receiver(
         pending: VecDeque::new(),
         spare: Vec::new(),
         commits: Vec::new(),
+        fetching: wants.is_some(),
         ctx,
     };
     r.ctx.dest.session_started();
@@ -93,6 +96,8 @@ struct Receiver {
     pending: VecDeque<PendingWrite>,
     /// Buffers to reuse.
     spare: Vec<Vec<u8>>,
+    /// True for a pulling client: it accepts only offers it asked for.
+    fetching: bool,
     /// Files whose commit arrived, run together before the next blocking read.
     commits: Vec<CommitItem>,
     ctx: ReceiverCtx,
@@ -226,6 +231,24 @@ impl Receiver {
                 first,
                 end,
             } => {
+                if self.open.len() >= MAX_OPEN {
+                    return Err(NodeError::Protocol(format!(
+                        "more than {MAX_OPEN} files offered at once"
+                    )));
+                }
+                if self.fetching {
+                    // A fetching receiver accepts only what it asked for.
+                    let asked = self.asked.get(&id);
+                    let matches = asked.is_some_and(|j| {
+                        j.entry.path == entry.path && entry.kind == haul_proto::EntryKind::File
+                    });
+                    if !matches {
+                        return Err(NodeError::Protocol(format!(
+                            "offer {id} ({:?}) was not asked for",
+                            entry.path
+                        )));
+                    }
+                }
                 entry.path = self.full_path(&entry.path);
                 self.offer(w, id, entry, first, end).await?;
             }
@@ -256,7 +279,16 @@ impl Receiver {
                     },
                 );
             }
+            Message::Release { id } => {
+                self.open.remove(&id);
+            }
             Message::Bye => {
+                if !self.asked.is_empty() {
+                    return Err(NodeError::Protocol(format!(
+                        "the sender said Bye with {} file(s) still asked for",
+                        self.asked.len()
+                    )));
+                }
                 w.send(&Message::Bye).await?;
                 return Ok(true);
             }
@@ -524,13 +556,16 @@ impl Receiver {
             return Ok(());
         }
         // A clean range of a split file. When pulling, the last one asks for the commit.
+        let first = o.first;
         match self.asked.get(&id).and_then(|j| j.group.clone()) {
-            Some(group) if group.finish_range() => w.queue(&Message::Finish { id }).await?,
+            Some(group) if group.finish_range(first) => w.queue(&Message::Finish { id }).await?,
             Some(_) => {
                 self.open.remove(&id);
                 self.asked.remove(&id);
+                w.queue(&Message::Release { id }).await?;
             }
-            // Pushed range: the sender commits on whichever connection ends last.
+            // Pushed range: the sender commits on whichever connection ends
+            // last, and releases the others.
             None => {}
         }
         Ok(())
@@ -561,10 +596,19 @@ async fn commit_all(
         if batch.len() < GROUP_COMMIT {
             return batch.iter().map(commit_one).collect();
         }
+        // Files staged on another filesystem (a mount inside the root) are
+        // not covered by the one syncfs: fsync those one by one.
+        let dev = dest.device();
         let sealed: Vec<Result<haul_proto::Digest, ReceiveError>> = batch
             .iter()
             .map(|(_, part, root)| match part {
-                Some(p) => p.seal(root),
+                Some(p) => {
+                    let root = p.seal(root)?;
+                    if p.device() != dev {
+                        p.sync()?;
+                    }
+                    Ok(root)
+                }
                 None => Err(ReceiveError::BadOffer(
                     "commit for a file that was refused".into(),
                 )),

@@ -75,7 +75,7 @@ pub async fn run_sender(
         buf: Vec::new(),
         ctx,
     };
-    let (tx, mut rx) = mpsc::unbounded_channel();
+    let (tx, mut rx) = mpsc::channel(4096);
     let reader_task = tokio::spawn(read_messages(reader, tx));
     let result = s.run(&mut writer, &feed, &mut rx).await;
     reader_task.abort();
@@ -90,16 +90,13 @@ pub async fn run_sender(
     })
 }
 
-async fn read_messages(
-    mut reader: FrameReader,
-    tx: mpsc::UnboundedSender<Result<Message, TransportError>>,
-) {
+async fn read_messages(mut reader: FrameReader, tx: mpsc::Sender<Result<Message, TransportError>>) {
     // The main loop bounds every wait; this task only forwards.
     reader.set_idle(Duration::from_secs(24 * 3600));
     loop {
         let msg = reader.recv().await;
         let stop = msg.is_err();
-        if tx.send(msg).is_err() || stop {
+        if tx.send(msg).await.is_err() || stop {
             return;
         }
     }
@@ -119,7 +116,7 @@ impl Sender {
         &mut self,
         w: &mut FrameWriter,
         feed: &JobFeed,
-        rx: &mut mpsc::UnboundedReceiver<Result<Message, TransportError>>,
+        rx: &mut mpsc::Receiver<Result<Message, TransportError>>,
     ) -> Result<(), NodeError> {
         let mut retiring = false;
         loop {
@@ -177,7 +174,7 @@ impl Sender {
 
     async fn await_bye(
         &mut self,
-        rx: &mut mpsc::UnboundedReceiver<Result<Message, TransportError>>,
+        rx: &mut mpsc::Receiver<Result<Message, TransportError>>,
     ) -> Result<(), NodeError> {
         match tokio::time::timeout(self.ctx.idle, rx.recv()).await {
             Ok(Some(Ok(Message::Bye))) => Ok(()),
@@ -276,6 +273,9 @@ impl Sender {
             }
             Message::RangeStatus { id, bad } => self.range_status(w, id, bad).await?,
             Message::Finish { id } => self.finish(w, id).await?,
+            Message::Release { id } => {
+                self.parked.remove(&id);
+            }
             Message::Done {
                 id,
                 ok,
@@ -328,6 +328,11 @@ impl Sender {
                 let JobFeed::Wants { root } = feed else {
                     return Err(NodeError::Protocol("Want on a push connection".into()));
                 };
+                if self.inflight.len() + self.parked.len() >= 4 * self.ctx.window {
+                    return Err(NodeError::Protocol(
+                        "too many files asked for at once".into(),
+                    ));
+                }
                 match want_job(root, &path, &dest, first, end) {
                     Ok(job) => self.offer(w, id, job).await?,
                     Err((code, message)) => {
@@ -373,6 +378,9 @@ impl Sender {
                 return Err(NodeError::Protocol(format!(
                     "Need names chunk {i} outside {first}..{end}"
                 )));
+            }
+            if held[(*i - first) as usize] {
+                continue;
             }
             // Trust a held chunk only if it matches our data now.
             match read_and_hash(f, *i, &mut self.buf) {
@@ -486,11 +494,12 @@ impl Sender {
             };
             w.queue(&Message::Commit { id, root }).await?;
         } else if let Some(group) = f.job.group.clone() {
-            match group.finish_range(&f.digests) {
+            match group.finish_range(f.job.first, &f.digests) {
                 Some(root) => w.queue(&Message::Commit { id, root }).await?,
                 None => {
                     // Another connection commits this file; this range is done.
                     self.inflight.remove(&id);
+                    w.queue(&Message::Release { id }).await?;
                 }
             }
         } else if let Some(f) = self.inflight.remove(&id) {

@@ -52,6 +52,7 @@ mod kind {
     pub const BYE: u8 = 13;
     pub const LISTING: u8 = 14;
     pub const WANT: u8 = 15;
+    pub const RELEASE: u8 = 16;
 }
 
 /// Appends the frame for `msg` to `out`.
@@ -132,6 +133,10 @@ pub fn encode(msg: &Message, out: &mut Vec<u8>) {
         }
         Message::Finish { id } => {
             w.u8(kind::FINISH);
+            w.u32(*id);
+        }
+        Message::Release { id } => {
+            w.u8(kind::RELEASE);
             w.u32(*id);
         }
         Message::Commit { id, root } => {
@@ -256,6 +261,7 @@ fn decode_body(body: &[u8]) -> Result<Message, DecodeError> {
             Message::RangeStatus { id, bad }
         }
         kind::FINISH => Message::Finish { id: r.u32()? },
+        kind::RELEASE => Message::Release { id: r.u32()? },
         kind::COMMIT => Message::Commit {
             id: r.u32()?,
             root: r.digest()?,
@@ -305,6 +311,7 @@ fn kind_name(k: u8) -> Result<&'static str, DecodeError> {
         kind::BYE => "Bye",
         kind::LISTING => "Listing",
         kind::WANT => "Want",
+        kind::RELEASE => "Release",
         other => return Err(DecodeError::UnknownKind(other)),
     })
 }

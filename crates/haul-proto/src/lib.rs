@@ -62,9 +62,10 @@
 //! A directory or symlink offer is answered by `Done` at once. A range offer
 //! (`a..b` not the whole file, used by `--streams`) ends at a clean
 //! `RangeStatus`; the side that drives the transfer then asks for the commit on
-//! one connection (`Finish{id}` from a fetching receiver, answered by a `Commit` computed by
-//! reading the whole file; a pushing sender sends
-//! `Commit` itself once all its ranges are clean).
+//! the connection whose range finished last (`Finish{id}` from a fetching
+//! receiver, answered by a `Commit` computed by reading the whole file; a
+//! pushing sender sends `Commit` itself once all its ranges are clean) and
+//! sends `Release{id}` for the other ranges, so the peer can forget them.
 //!
 //! A peer that breaks a rule gets `Refused`/`FileError` with a reason and, for
 //! framing errors, the connection is closed; other connections go on.

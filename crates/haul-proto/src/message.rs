@@ -224,6 +224,12 @@ pub enum Message {
         /// File id.
         id: u32,
     },
+    /// Either side: this id needs nothing more on this connection (a clean
+    /// range of a split file whose commit happens elsewhere). The peer forgets it.
+    Release {
+        /// File id.
+        id: u32,
+    },
     /// Sender's whole-file hash; the receiver checks it, then renames into place.
     Commit {
         /// File id.

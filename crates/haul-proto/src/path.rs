@@ -91,18 +91,22 @@ pub fn validate_symlink_target(link: &str, target: &str) -> Result<(), PathError
     if target.starts_with('/') {
         return Err(unsafe_link());
     }
-    // Depth of the directory holding the link, then walk the target.
+    // `..` only at the start: after a name, `..` would climb out of whatever
+    // that name really is on disk (possibly another symlink), which no text
+    // check can see. Leading `..`s climb real directories the receiver made.
     let mut depth = link.split('/').count() as i64 - 1;
+    let mut seen_name = false;
     for comp in target.split('/') {
         match comp {
             "" | "." => {}
+            ".." if seen_name => return Err(unsafe_link()),
             ".." => {
                 depth -= 1;
                 if depth < 0 {
                     return Err(unsafe_link());
                 }
             }
-            _ => depth += 1,
+            _ => seen_name = true,
         }
     }
     Ok(())
@@ -172,7 +176,10 @@ mod tests {
         assert!(validate_symlink_target("a/link", "../../x").is_err());
         assert!(validate_symlink_target("link", "../x").is_err());
         assert!(validate_symlink_target("link", "/etc/passwd").is_err());
-        assert!(validate_symlink_target("a/b/link", "c/../../x").is_ok());
+        // `..` after a name could climb out of a symlinked name: refused.
+        assert!(validate_symlink_target("a/b/link", "c/../../x").is_err());
+        assert!(validate_symlink_target("a/link", "s/../x").is_err());
+        assert!(validate_symlink_target("a/b/link", "../../x/y").is_ok());
         assert!(validate_symlink_target("a/link", "").is_err());
     }
 }

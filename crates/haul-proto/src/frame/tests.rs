@@ -187,6 +187,7 @@ fn arb_message() -> impl Strategy<Value = Message> {
         (any::<u32>(), proptest::collection::vec(any::<u32>(), 0..8))
             .prop_map(|(id, bad)| Message::RangeStatus { id, bad }),
         any::<u32>().prop_map(|id| Message::Finish { id }),
+        any::<u32>().prop_map(|id| Message::Release { id }),
         (any::<u32>(), digest).prop_map(|(id, root)| Message::Commit { id, root }),
         (any::<u32>(), any::<bool>(), digest, arb_string()).prop_map(|(id, ok, root, message)| {
             Message::Done {

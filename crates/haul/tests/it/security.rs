@@ -155,6 +155,78 @@ fn a_malicious_pusher_cannot_write_outside_the_root() {
             "{target}"
         );
     }
+    // A chain of links that each look inside but climb out together:
+    // `a/s -> ..` is fine on its own; `y -> a/s/../outside` would leave.
+    id += 1;
+    let dir = Entry {
+        kind: EntryKind::Dir,
+        ..file("a", 0)
+    };
+    raw.send(&Message::Offer {
+        id,
+        entry: dir,
+        first: 0,
+        end: 0,
+    });
+    assert!(matches!(raw.recv(), Some(Message::Done { ok: true, .. })));
+    id += 1;
+    let up = Entry {
+        kind: EntryKind::Symlink {
+            target: "..".into(),
+        },
+        ..file("a/s", 0)
+    };
+    raw.send(&Message::Offer {
+        id,
+        entry: up,
+        first: 0,
+        end: 0,
+    });
+    assert!(matches!(raw.recv(), Some(Message::Done { ok: true, .. })));
+    for (link, target) in [("y", "a/s/../outside"), (".x.haul", "a/s/../../outside/x")] {
+        id += 1;
+        let entry = Entry {
+            kind: EntryKind::Symlink {
+                target: target.into(),
+            },
+            ..file(link, 0)
+        };
+        raw.send(&Message::Offer {
+            id,
+            entry,
+            first: 0,
+            end: 0,
+        });
+        assert!(
+            matches!(raw.recv(), Some(Message::FileError { .. })),
+            "{link} -> {target}"
+        );
+    }
+    // A file whose staging name an attacker might have pre-planted is still
+    // written only where it belongs.
+    id += 1;
+    let data = b"hello";
+    let digest = *blake3::hash(data).as_bytes();
+    raw.send(&Message::Offer {
+        id,
+        entry: file("x", 5),
+        first: 0,
+        end: 1,
+    });
+    assert!(matches!(raw.recv(), Some(Message::Need { .. })));
+    raw.send(&Message::Chunk(ChunkHeader {
+        id,
+        index: 0,
+        len: 5,
+        digest,
+    }));
+    raw.s.write_all(data).expect("payload");
+    raw.send(&Message::RangeEnd { id });
+    assert!(matches!(raw.recv(), Some(Message::RangeStatus { ref bad, .. }) if bad.is_empty()));
+    raw.send(&Message::Commit { id, root: digest });
+    assert!(matches!(raw.recv(), Some(Message::Done { ok: true, .. })));
+    assert_eq!(std::fs::read(s.path("node/x")).expect("x"), data);
+
     raw.send(&Message::Bye);
     assert_eq!(raw.recv(), Some(Message::Bye));
 
