@@ -418,6 +418,7 @@ pub async fn pull(
         dest: destination.clone(),
         prefix: String::new(),
         window: opts.window,
+        idle: opts.timeouts.idle,
     };
     let retire = || queue.retire_one();
     let (workers, mut err) = run_pool(opts.jobs, &tally, &retire, || {
@@ -572,6 +573,7 @@ pub async fn copy_local(
         dest: destination.clone(),
         prefix: String::new(),
         window: opts.window,
+        idle: opts.timeouts.idle,
     };
     let timeouts: Timeouts = opts.timeouts;
     let retire = || queue.retire_one();

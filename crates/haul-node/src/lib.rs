@@ -12,6 +12,7 @@
 pub mod client;
 pub mod error;
 pub mod jobs;
+mod keepalive;
 pub mod receiver;
 pub mod remote;
 pub mod sender;

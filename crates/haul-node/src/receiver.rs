@@ -16,6 +16,7 @@ use haul_proto::{ChunkHeader, Entry, ErrorCode, Message};
 use haul_transport::{FrameReader, FrameWriter};
 
 use crate::jobs::{FetchJob, WorkQueue};
+use crate::keepalive;
 use crate::NodeError;
 
 /// Settings of a receiver.
@@ -29,6 +30,8 @@ pub struct ReceiverCtx {
     pub prefix: String,
     /// Wants in flight at most (pulling client).
     pub window: usize,
+    /// The idle timeout (keepalives go out at a third of it during long work).
+    pub idle: std::time::Duration,
 }
 
 /// Offers open at once on one connection, at most.
@@ -140,7 +143,11 @@ impl Receiver {
                 if self.asked.is_empty() {
                     if retiring || queue.is_drained() {
                         w.send(&Message::Bye).await?;
-                        return match rd.recv().await? {
+                        let mut last = rd.recv().await?;
+                        while last == Message::KeepAlive {
+                            last = rd.recv().await?;
+                        }
+                        return match last {
                             Message::Bye => Ok(()),
                             other => {
                                 Err(NodeError::Protocol(format!("expected Bye, got {other:?}")))
@@ -282,6 +289,7 @@ impl Receiver {
             Message::Release { id } => {
                 self.open.remove(&id);
             }
+            Message::KeepAlive => {}
             Message::Bye => {
                 if !self.asked.is_empty() {
                     return Err(NodeError::Protocol(format!(
@@ -338,7 +346,11 @@ impl Receiver {
         let prepared = if entry.size <= INLINE_WRITE as u64 {
             dest.prepare_file(&entry, whole)
         } else {
-            tokio::task::block_in_place(|| dest.prepare_file(&entry, whole))
+            // Reopening a large partial re-verifies what it holds: that can
+            // take longer than the peer's idle timeout.
+            let e = entry.clone();
+            let every = keepalive::interval(self.ctx.idle);
+            keepalive::while_keeping_alive(w, every, move || dest.prepare_file(&e, whole)).await?
         };
         if let Ok(Prepared::UpToDate) = prepared {
             w.queue(&Message::Need {
@@ -447,7 +459,18 @@ impl Receiver {
             return Ok(());
         }
         let batch = std::mem::take(&mut self.commits);
-        let results = commit_all(&self.ctx.dest, &batch).await;
+        let results = if batch.len() == 1
+            && batch[0]
+                .1
+                .as_ref()
+                .is_some_and(|p| p.entry().size <= INLINE_WRITE as u64)
+        {
+            vec![commit_one(&batch[0])]
+        } else {
+            let (dest, items) = (self.ctx.dest.clone(), batch.clone());
+            let every = keepalive::interval(self.ctx.idle);
+            keepalive::while_keeping_alive(w, every, move || commit_all(&dest, &items)).await?
+        };
         for ((id, _, _), result) in batch.iter().zip(results) {
             let Some(o) = self.open.get(id) else { continue };
             let (path, size) = (o.entry.path.clone(), o.entry.size);
@@ -588,11 +611,11 @@ fn commit_one((_, part, root): &CommitItem) -> Result<haul_proto::Digest, Receiv
 /// durable with one `syncfs(2)`, then renamed into place: group commit, so
 /// many small files do not pay one journal commit each. Small batches fsync
 /// each file.
-async fn commit_all(
+fn commit_all(
     dest: &Destination,
     batch: &[CommitItem],
 ) -> Vec<Result<haul_proto::Digest, ReceiveError>> {
-    tokio::task::block_in_place(|| {
+    {
         if batch.len() < GROUP_COMMIT {
             return batch.iter().map(commit_one).collect();
         }
@@ -631,5 +654,5 @@ async fn commit_all(
                 }
             })
             .collect()
-    })
+    }
 }

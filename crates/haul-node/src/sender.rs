@@ -19,6 +19,7 @@ use haul_transport::{FrameReader, FrameWriter, TransportError};
 use tokio::sync::mpsc;
 
 use crate::jobs::{SendJob, WorkQueue};
+use crate::keepalive;
 use crate::NodeError;
 
 /// Where a sender's jobs come from.
@@ -176,16 +177,23 @@ impl Sender {
         &mut self,
         rx: &mut mpsc::Receiver<Result<Message, TransportError>>,
     ) -> Result<(), NodeError> {
-        match tokio::time::timeout(self.ctx.idle, rx.recv()).await {
-            Ok(Some(Ok(Message::Bye))) => Ok(()),
-            Ok(Some(Ok(other))) => Err(NodeError::Protocol(format!("expected Bye, got {other:?}"))),
-            Ok(Some(Err(e))) => Err(e.into()),
-            Ok(None) => Err(TransportError::Closed.into()),
-            Err(_) => Err(TransportError::Timeout {
-                what: "the receiver's goodbye",
-                secs: self.ctx.idle.as_secs(),
+        loop {
+            match tokio::time::timeout(self.ctx.idle, rx.recv()).await {
+                Ok(Some(Ok(Message::KeepAlive))) => continue,
+                Ok(Some(Ok(Message::Bye))) => return Ok(()),
+                Ok(Some(Ok(other))) => {
+                    return Err(NodeError::Protocol(format!("expected Bye, got {other:?}")))
+                }
+                Ok(Some(Err(e))) => return Err(e.into()),
+                Ok(None) => return Err(TransportError::Closed.into()),
+                Err(_) => {
+                    return Err(TransportError::Timeout {
+                        what: "the receiver's goodbye",
+                        secs: self.ctx.idle.as_secs(),
+                    }
+                    .into())
+                }
             }
-            .into()),
         }
     }
 
@@ -276,6 +284,7 @@ impl Sender {
             Message::Release { id } => {
                 self.parked.remove(&id);
             }
+            Message::KeepAlive => {}
             Message::Done {
                 id,
                 ok,
@@ -373,22 +382,41 @@ impl Sender {
         };
         let (first, end) = (f.job.first, f.job.end);
         let mut held = vec![false; (end - first) as usize];
+        let mut claimed: Vec<(u32, Digest)> = Vec::with_capacity(have.len());
         for (i, d) in have {
             if *i < first || *i >= end {
                 return Err(NodeError::Protocol(format!(
                     "Need names chunk {i} outside {first}..{end}"
                 )));
             }
-            if held[(*i - first) as usize] {
-                continue;
+            if !held[(*i - first) as usize] {
+                held[(*i - first) as usize] = true;
+                claimed.push((*i, *d));
             }
-            // Trust a held chunk only if it matches our data now.
-            match read_and_hash(f, *i, &mut self.buf) {
-                Ok(mine) if mine == *d => {
-                    f.digests[*i as usize] = Some(mine);
-                    held[(*i - first) as usize] = true;
+        }
+        held.iter_mut().for_each(|h| *h = false);
+        if !claimed.is_empty() {
+            // Trust a held chunk only if it matches our data now. Hashing a
+            // large resumed file takes a while: keep the peer informed.
+            let indices: Vec<u32> = claimed.iter().map(|(i, _)| *i).collect();
+            let job = hash_job(f, indices);
+            let every = keepalive::interval(self.ctx.idle);
+            let mine = match job {
+                Ok(job) => keepalive::while_keeping_alive(w, every, job).await?,
+                Err(e) => Err(e),
+            };
+            let Some(f) = self.inflight.get_mut(&id) else {
+                return Ok(());
+            };
+            match mine {
+                Ok(mine) => {
+                    for ((i, theirs), (_, ours)) in claimed.iter().zip(mine) {
+                        if *theirs == ours {
+                            f.digests[*i as usize] = Some(ours);
+                            held[(*i - first) as usize] = true;
+                        }
+                    }
                 }
-                Ok(_) => {}
                 Err(e) => {
                     let path = f.job.src.entry.path.clone();
                     return self.fail_local(w, id, &path, e).await;
@@ -510,7 +538,7 @@ impl Sender {
 
     /// A fetching receiver verified every range: hash the whole file and commit.
     async fn finish(&mut self, w: &mut FrameWriter, id: u32) -> Result<(), NodeError> {
-        let Some(mut f) = self
+        let Some(f) = self
             .parked
             .remove(&id)
             .or_else(|| self.inflight.remove(&id))
@@ -520,17 +548,19 @@ impl Sender {
             )));
         };
         let count = f.job.src.entry.chunk_count();
-        let mut digests = Vec::with_capacity(count as usize);
-        for i in 0..count {
-            match tokio::task::block_in_place(|| read_and_hash(&mut f, i, &mut self.buf)) {
-                Ok(d) => digests.push(d),
-                Err(e) => {
-                    let path = f.job.src.entry.path.clone();
-                    self.inflight.insert(id, f);
-                    return self.fail_local(w, id, &path, e).await;
-                }
+        let every = keepalive::interval(self.ctx.idle);
+        let hashed = match hash_job(&f, (0..count).collect()) {
+            Ok(job) => keepalive::while_keeping_alive(w, every, job).await?,
+            Err(e) => Err(e),
+        };
+        let digests: Vec<Digest> = match hashed {
+            Ok(d) => d.into_iter().map(|(_, d)| d).collect(),
+            Err(e) => {
+                let path = f.job.src.entry.path.clone();
+                self.inflight.insert(id, f);
+                return self.fail_local(w, id, &path, e).await;
             }
-        }
+        };
         let e = &f.job.src.entry;
         let Some(root) = root_from_digests(&digests, e.chunk_size, e.size) else {
             return Err(NodeError::Protocol("cannot compute file hash".into()));
@@ -539,6 +569,38 @@ impl Sender {
         self.inflight.insert(id, f);
         Ok(())
     }
+}
+
+/// Chunk digests by index, or why the file could not be read.
+type Hashed = Result<Vec<(u32, Digest)>, String>;
+
+/// A blocking job hashing chunks `indices` of a flight's file (a duplicate
+/// descriptor, so it can run on another thread).
+fn hash_job(
+    f: &Flight,
+    indices: Vec<u32>,
+) -> Result<impl FnOnce() -> Hashed + Send + 'static, String> {
+    let e = f.job.src.entry.clone();
+    let local = f.job.src.local.clone();
+    let file = f
+        .file
+        .as_ref()
+        .ok_or_else(|| format!("{} is not a file", e.path))?
+        .try_clone()
+        .map_err(|err| format!("cannot read {}: {err}", local.display()))?;
+    Ok(move || {
+        let mut buf = Vec::new();
+        indices
+            .into_iter()
+            .map(|i| {
+                buf.resize(e.chunk_len(i) as usize, 0);
+                let offset = u64::from(i) * u64::from(e.chunk_size);
+                file.read_exact_at(&mut buf, offset)
+                    .map_err(|err| format!("cannot read {} at {offset}: {err}", local.display()))?;
+                Ok((i, chunk_digest(&buf, i, e.chunk_size, e.size)))
+            })
+            .collect()
+    })
 }
 
 /// Reads chunk `index` into `buf` and returns its digest.

@@ -154,6 +154,7 @@ impl Server {
                     dest: self.dest.clone(),
                     prefix: dest,
                     window: self.opts.window,
+                    idle: t.idle,
                 };
                 run_receiver(reader, writer, None, ctx)
                     .await

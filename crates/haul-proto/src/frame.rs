@@ -53,6 +53,7 @@ mod kind {
     pub const LISTING: u8 = 14;
     pub const WANT: u8 = 15;
     pub const RELEASE: u8 = 16;
+    pub const KEEPALIVE: u8 = 17;
 }
 
 /// Appends the frame for `msg` to `out`.
@@ -163,6 +164,7 @@ pub fn encode(msg: &Message, out: &mut Vec<u8>) {
             w.str(message);
         }
         Message::Bye => w.u8(kind::BYE),
+        Message::KeepAlive => w.u8(kind::KEEPALIVE),
         Message::Listing { entry } => {
             w.u8(kind::LISTING);
             w.entry(entry);
@@ -278,6 +280,7 @@ fn decode_body(body: &[u8]) -> Result<Message, DecodeError> {
             message: r.str()?,
         },
         kind::BYE => Message::Bye,
+        kind::KEEPALIVE => Message::KeepAlive,
         kind::LISTING => Message::Listing { entry: r.entry()? },
         kind::WANT => Message::Want {
             id: r.u32()?,
@@ -312,6 +315,7 @@ fn kind_name(k: u8) -> Result<&'static str, DecodeError> {
         kind::LISTING => "Listing",
         kind::WANT => "Want",
         kind::RELEASE => "Release",
+        kind::KEEPALIVE => "KeepAlive",
         other => return Err(DecodeError::UnknownKind(other)),
     })
 }

@@ -67,6 +67,10 @@
 //! pushing sender sends `Commit` itself once all its ranges are clean) and
 //! sends `Release{id}` for the other ranges, so the peer can forget them.
 //!
+//! A side busy for long (re-verifying a large partial file, hashing a whole
+//! file, syncing a batch) sends `KeepAlive` every third of the idle timeout,
+//! so the other side's timeouts catch only real silence.
+//!
 //! A peer that breaks a rule gets `Refused`/`FileError` with a reason and, for
 //! framing errors, the connection is closed; other connections go on.
 

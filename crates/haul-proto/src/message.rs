@@ -259,4 +259,7 @@ pub enum Message {
     },
     /// No more offers (from the sender) / all done (from the receiver).
     Bye,
+    /// Either side, while busy for a long time (re-verifying a large partial
+    /// file, hashing a whole file, syncing a batch): "still here". Ignored.
+    KeepAlive,
 }

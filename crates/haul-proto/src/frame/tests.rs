@@ -205,6 +205,7 @@ fn arb_message() -> impl Strategy<Value = Message> {
             }
         }),
         Just(Message::Bye),
+        Just(Message::KeepAlive),
     ]
 }
 
