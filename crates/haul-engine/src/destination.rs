@@ -106,6 +106,7 @@ pub struct Destination {
     /// Directories already checked to be real directories under the root.
     known_dirs: Mutex<HashSet<PathBuf>>,
     dirty_dirs: DirtyDirs,
+    client_side: std::sync::atomic::AtomicBool,
 }
 
 /// Converts an entry's mtime to a `SystemTime`.
@@ -136,7 +137,15 @@ impl Destination {
             sessions: Mutex::new(0),
             known_dirs: Mutex::new(HashSet::new()),
             dirty_dirs: Arc::new(Mutex::new(HashSet::new())),
+            client_side: std::sync::atomic::AtomicBool::new(false),
         }))
+    }
+
+    /// Leaves directory metadata to an explicit [`Destination::apply_dir_metadata`]
+    /// at the end (a client's pull or copy), instead of whenever no session is open.
+    pub fn apply_dir_metadata_at_end(&self) {
+        self.client_side
+            .store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The canonical root.
@@ -309,7 +318,14 @@ impl Destination {
             Err(_) => false,
         };
         if last {
-            self.apply_dir_metadata();
+            // A client applies directory metadata itself once every
+            // connection is done (its connections may drop to zero while
+            // retrying); a node does it whenever it goes idle.
+            if !self.client_side.load(std::sync::atomic::Ordering::Relaxed) {
+                self.apply_dir_metadata();
+            } else {
+                self.sync_dirs();
+            }
             // Directories may be removed while the node idles: check them afresh.
             if let Ok(mut k) = self.known_dirs.lock() {
                 k.clear();

@@ -388,6 +388,7 @@ pub async fn pull(
 ) -> Result<Summary, NodeError> {
     let started = Instant::now();
     let destination = Destination::open(dest)?;
+    destination.apply_dir_metadata_at_end();
     let tally = Tally::new(observer);
     let (mut lr, mut lw) = open_session(
         &remote.addr,
@@ -560,6 +561,7 @@ pub async fn copy_local(
 ) -> Result<Summary, NodeError> {
     let started = Instant::now();
     let destination = Destination::open(dest)?;
+    destination.apply_dir_metadata_at_end();
     let tally = Tally::new(observer);
     let queue = send_queue(sources, opts, &tally)?;
     let sctx = SenderCtx {
@@ -599,6 +601,7 @@ pub async fn copy_local(
     })
     .await;
     fail_leftovers(&queue, &tally, &err, |j| j.src.entry.path.clone());
+    destination.apply_dir_metadata();
     haul_engine::tidy_state_dir(destination.root());
     finish(&tally, started, workers, err)
 }

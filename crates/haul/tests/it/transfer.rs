@@ -25,6 +25,20 @@ fn make_tree(root: &std::path::Path) {
         .expect("open");
     f.set_modified(std::time::UNIX_EPOCH + Duration::from_secs(1_234_567_890))
         .expect("mtime");
+    // Directory mtimes are set after their content is in place.
+    let d = std::fs::File::open(root.join("nested/deeper")).expect("dir");
+    d.set_modified(std::time::UNIX_EPOCH + Duration::from_secs(1_000_000_000))
+        .expect("dir mtime");
+}
+
+fn assert_dir_mtime(root: &std::path::Path) {
+    let m = std::fs::metadata(root.join("nested/deeper")).expect("dir meta");
+    assert_eq!(
+        m.modified().expect("mtime"),
+        std::time::UNIX_EPOCH + Duration::from_secs(1_000_000_000),
+        "directory mtime of {}",
+        root.display()
+    );
 }
 
 #[test]
@@ -42,6 +56,7 @@ fn push_then_pull_a_tree_over_tls() {
     let sum = summary(&out);
     assert_eq!(sum["failed"], 0);
     assert_eq!(listing(&src), listing(&s.path("node/in/data")));
+    assert_dir_mtime(&s.path("node/in/data"));
     // The summary carries every file's BLAKE3.
     let big = sum["files"]
         .as_array()
@@ -87,6 +102,7 @@ fn push_then_pull_a_tree_over_tls() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(!stdout.contains("\"warning\""), "{stdout}");
     assert_eq!(listing(&src), listing(&s.path("back/data")));
+    assert_dir_mtime(&s.path("back/data"));
     assert!(
         !s.path("back/.haul").exists(),
         "no state dir left after a clean pull"
@@ -146,6 +162,7 @@ fn local_copy_through_the_same_engine() {
     let out = run(c, T);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert_eq!(listing(&src), listing(&s.path("dst")));
+    assert_dir_mtime(&s.path("dst"));
     assert_eq!(summary(&out)["failed"], 0);
 }
 
