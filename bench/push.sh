@@ -75,37 +75,26 @@ run_baseline() { # $1 = --fsync or ""
   wait $rpid
   echo "$(now) - $t0" | bc -l
 }
-timed() { local t0; t0=$(now); "$@" >/dev/null; echo "$(now) - $t0" | bc -l; }
-
-declare -A T
-for r in $(seq 1 "$RUNS"); do
-  T[base]+="$(run_baseline --fsync) "
-  T[base_nofsync]+="$(run_baseline "") "
-  rm -rf "$W/plain/r" "$W/tls/r" "$W/rsyncdst"/*
-  T[plain]+="$(timed "$HAUL" push -q --plaintext -j 1 "$W/big.bin" "haul://$PLAIN/r") "
-  T[tls]+="$(timed "$HAUL" push -q -j 1 --fingerprint "$FP" "$W/big.bin" "haul://$TLS/r") "
-  T[rsync]+="$(timed rsync -a "$W/big.bin" "rsync://127.0.0.1:$RPORT/dst/") "
-  rm -rf "$W/plain/s" "$W/rsyncdst"/*
-  T[small_haul]+="$(timed "$HAUL" push -q --plaintext "$W/small" "haul://$PLAIN/s") "
-  T[small_haul_tls]+="$(timed "$HAUL" push -q --fingerprint "$FP" "$W/small" "haul://$TLS/s$r") "
-  T[small_rsync]+="$(timed rsync -a "$W/small" "rsync://127.0.0.1:$RPORT/dst/") "
-done
-
-med() { echo "${T[$1]}" | tr ' ' '\n' | grep . | median; }
+timed() { echo "${T[$1]}" | tr ' ' '\n' | grep . | median; }
+# Ratios are taken within each round (the tools ran back to back), then the
+# median over rounds: robust to this shared machine drifting between rounds.
+ratio() { # $1 = numerator key, $2 = denominator key: median over rounds of $1/$2
+  paste <(echo "${T[$1]}" | tr ' ' '\n' | grep .) <(echo "${T[$2]}" | tr ' ' '\n' | grep .) |
+    awk '{print $1 / $2}' | median
+}
 MB=$SIZE_MIB
 printf '\n%s MiB file over loopback, %s runs, medians (dir %s)\n' "$SIZE_MIB" "$RUNS" "$BASE"
-printf '%-22s %8s %10s %s\n' tool seconds MiB/s ratio
+printf '%-22s %8s %10s\n' tool seconds MiB/s
 for k in base base_nofsync plain tls rsync; do
   s=$(med $k)
   printf '%-22s %8.3f %10.1f\n' "$k" "$s" "$(echo "$MB / $s" | bc -l)"
 done
-b=$(med base); p=$(med plain); t=$(med tls); r=$(med rsync); bn=$(med base_nofsync)
-printf 'haul plaintext / baseline (fsync)   = %.2f  (target >= 0.8)\n' "$(echo "$b / $p" | bc -l)"
-printf 'haul plaintext / baseline (nofsync) = %.2f\n' "$(echo "$bn / $p" | bc -l)"
-printf 'haul TLS / baseline (fsync)         = %.2f  (target >= 0.5)\n' "$(echo "$b / $t" | bc -l)"
-printf 'haul plaintext / rsync              = %.2f  (target >= 1.5)\n' "$(echo "$r / $p" | bc -l)"
+printf 'haul plaintext / baseline (fsync)   = %.2f  (target >= 0.8)\n' "$(ratio base plain)"
+printf 'haul plaintext / baseline (nofsync) = %.2f\n' "$(ratio base_nofsync plain)"
+printf 'haul TLS / baseline (fsync)         = %.2f  (target >= 0.5)\n' "$(ratio base tls)"
+printf 'haul plaintext / rsync              = %.2f  (target >= 1.5)\n' "$(ratio rsync plain)"
 sh=$(med small_haul); st=$(med small_haul_tls); sr=$(med small_rsync)
 printf '\n10,000 files of 4 KiB: haul plaintext %.0f files/s, haul TLS %.0f files/s, rsync %.0f files/s\n' \
   "$(echo "10000 / $sh" | bc -l)" "$(echo "10000 / $st" | bc -l)" "$(echo "10000 / $sr" | bc -l)"
 printf 'haul / rsync (files per second) = %.2f plaintext, %.2f TLS  (target >= 2)\n' \
-  "$(echo "$sr / $sh" | bc -l)" "$(echo "$sr / $st" | bc -l)"
+  "$(ratio small_rsync small_haul)" "$(ratio small_rsync small_haul_tls)"
