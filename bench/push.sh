@@ -75,7 +75,23 @@ run_baseline() { # $1 = --fsync or ""
   wait $rpid
   echo "$(now) - $t0" | bc -l
 }
-timed() { echo "${T[$1]}" | tr ' ' '\n' | grep . | median; }
+timed() { local t0; t0=$(now); "$@" >/dev/null; echo "$(now) - $t0" | bc -l; }
+
+declare -A T
+for r in $(seq 1 "$RUNS"); do
+  T[base]+="$(run_baseline --fsync) "
+  T[base_nofsync]+="$(run_baseline "") "
+  rm -rf "$W/plain/r" "$W/tls/r" "$W/rsyncdst"/*
+  T[plain]+="$(timed "$HAUL" push -q --plaintext -j 1 "$W/big.bin" "haul://$PLAIN/r") "
+  T[tls]+="$(timed "$HAUL" push -q -j 1 --fingerprint "$FP" "$W/big.bin" "haul://$TLS/r") "
+  T[rsync]+="$(timed rsync -a "$W/big.bin" "rsync://127.0.0.1:$RPORT/dst/") "
+  rm -rf "$W/plain/s" "$W/rsyncdst"/*
+  T[small_haul]+="$(timed "$HAUL" push -q --plaintext "$W/small" "haul://$PLAIN/s") "
+  T[small_haul_tls]+="$(timed "$HAUL" push -q --fingerprint "$FP" "$W/small" "haul://$TLS/s$r") "
+  T[small_rsync]+="$(timed rsync -a "$W/small" "rsync://127.0.0.1:$RPORT/dst/") "
+done
+
+med() { echo "${T[$1]}" | tr ' ' '\n' | grep . | median; }
 # Ratios are taken within each round (the tools ran back to back), then the
 # median over rounds: robust to this shared machine drifting between rounds.
 ratio() { # $1 = numerator key, $2 = denominator key: median over rounds of $1/$2
