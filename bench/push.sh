@@ -77,18 +77,19 @@ run_baseline() { # $1 = --fsync or ""
 }
 timed() { local t0; t0=$(now); "$@" >/dev/null; echo "$(now) - $t0" | bc -l; }
 
+# Every output is removed right after its run (outside the timing), so each
+# tool writes into the same amount of free memory.
+clean() { rm -rf "$W/base.out" "$W/plain/r" "$W/tls/r" "$W/plain/s" "$W/tls/s" "$W/rsyncdst"/*; }
 declare -A T
 for r in $(seq 1 "$RUNS"); do
-  T[base]+="$(run_baseline --fsync) "
-  T[base_nofsync]+="$(run_baseline "") "
-  rm -rf "$W/plain/r" "$W/tls/r" "$W/rsyncdst"/*
-  T[plain]+="$(timed "$HAUL" push -q --plaintext -j 1 "$W/big.bin" "haul://$PLAIN/r") "
-  T[tls]+="$(timed "$HAUL" push -q -j 1 --fingerprint "$FP" "$W/big.bin" "haul://$TLS/r") "
-  T[rsync]+="$(timed rsync -a "$W/big.bin" "rsync://127.0.0.1:$RPORT/dst/") "
-  rm -rf "$W/plain/s" "$W/rsyncdst"/*
-  T[small_haul]+="$(timed "$HAUL" push -q --plaintext "$W/small" "haul://$PLAIN/s") "
-  T[small_haul_tls]+="$(timed "$HAUL" push -q --fingerprint "$FP" "$W/small" "haul://$TLS/s$r") "
-  T[small_rsync]+="$(timed rsync -a "$W/small" "rsync://127.0.0.1:$RPORT/dst/") "
+  clean; T[base]+="$(run_baseline --fsync) "
+  clean; T[base_nofsync]+="$(run_baseline "") "
+  clean; T[plain]+="$(timed "$HAUL" push -q --plaintext -j 1 "$W/big.bin" "haul://$PLAIN/r") "
+  clean; T[tls]+="$(timed "$HAUL" push -q -j 1 --fingerprint "$FP" "$W/big.bin" "haul://$TLS/r") "
+  clean; T[rsync]+="$(timed rsync -a "$W/big.bin" "rsync://127.0.0.1:$RPORT/dst/") "
+  clean; T[small_haul]+="$(timed "$HAUL" push -q --plaintext "$W/small" "haul://$PLAIN/s") "
+  clean; T[small_haul_tls]+="$(timed "$HAUL" push -q --fingerprint "$FP" "$W/small" "haul://$TLS/s") "
+  clean; T[small_rsync]+="$(timed rsync -a "$W/small" "rsync://127.0.0.1:$RPORT/dst/") "
 done
 
 med() { echo "${T[$1]}" | tr ' ' '\n' | grep . | median; }
