@@ -435,6 +435,15 @@ impl Sender {
         id: u32,
         chunks: &[u32],
     ) -> Result<(), NodeError> {
+        let Some(f) = self.inflight.get(&id) else {
+            return Ok(());
+        };
+        let large = chunks
+            .first()
+            .is_some_and(|&i| f.job.src.entry.chunk_len(i) > 256 << 10);
+        if large && chunks.len() > 1 {
+            return self.send_chunks_pipelined(w, id, chunks).await;
+        }
         for &index in chunks {
             let Some(f) = self.inflight.get_mut(&id) else {
                 return Ok(());
@@ -453,27 +462,106 @@ impl Sender {
                     return self.fail_local(w, id, &path, e).await;
                 }
             };
-            f.digests[index as usize] = Some(digest);
-            let len = self.buf.len() as u32;
-            w.queue(&Message::Chunk(ChunkHeader {
-                id,
-                index,
-                len,
-                digest,
-            }))
-            .await?;
-            let offset = u64::from(index) * u64::from(f.job.src.entry.chunk_size);
-            let Some(file) = f.file.as_ref() else {
-                return Err(NodeError::Protocol("chunk of a non-file".into()));
-            };
-            w.send_payload(file, offset, &self.buf).await?;
-            f.sent += u64::from(len);
-            self.ctx.observer.event(&Event::Progress {
-                path: f.job.src.entry.path.clone(),
-                bytes: u64::from(len),
-            });
+            let buf = std::mem::take(&mut self.buf);
+            let sent = self.send_one(w, id, index, digest, &buf).await;
+            self.buf = buf;
+            sent?;
         }
         w.queue(&Message::RangeEnd { id }).await?;
+        Ok(())
+    }
+
+    /// Large chunks: the next chunk is read and hashed on a blocking thread
+    /// while the current one goes out, so hashing and sending overlap.
+    async fn send_chunks_pipelined(
+        &mut self,
+        w: &mut FrameWriter,
+        id: u32,
+        chunks: &[u32],
+    ) -> Result<(), NodeError> {
+        let Some(f) = self.inflight.get(&id) else {
+            return Ok(());
+        };
+        let (entry, local) = (f.job.src.entry.clone(), f.job.src.local.clone());
+        let file = match f.file.as_ref().map(File::try_clone) {
+            Some(Ok(file)) => Arc::new(file),
+            Some(Err(e)) => {
+                let msg = format!("cannot read {}: {e}", local.display());
+                return self.fail_local(w, id, &entry.path, msg).await;
+            }
+            None => return Err(NodeError::Protocol("chunk of a non-file".into())),
+        };
+        let read = |index: u32, mut buf: Vec<u8>| {
+            let (file, entry, local) = (file.clone(), entry.clone(), local.clone());
+            tokio::task::spawn_blocking(move || {
+                buf.resize(entry.chunk_len(index) as usize, 0);
+                let offset = u64::from(index) * u64::from(entry.chunk_size);
+                let digest = file
+                    .read_exact_at(&mut buf, offset)
+                    .map(|()| chunk_digest(&buf, index, entry.chunk_size, entry.size))
+                    .map_err(|err| {
+                        format!(
+                            "cannot read {} at {offset}: {err} (did it shrink while sending?)",
+                            local.display()
+                        )
+                    });
+                (buf, digest)
+            })
+        };
+        let mut spare = Vec::new();
+        let mut next = Some(read(chunks[0], std::mem::take(&mut self.buf)));
+        for (k, &index) in chunks.iter().enumerate() {
+            let Some(pending) = next.take() else { break };
+            let (buf, digest) = pending
+                .await
+                .map_err(|e| NodeError::Protocol(format!("chunk reader crashed: {e}")))?;
+            if let Some(&following) = chunks.get(k + 1) {
+                next = Some(read(following, std::mem::take(&mut spare)));
+            }
+            let digest = match digest {
+                Ok(d) => d,
+                Err(e) => return self.fail_local(w, id, &entry.path, e).await,
+            };
+            let sent = self.send_one(w, id, index, digest, &buf).await;
+            spare = buf;
+            sent?;
+        }
+        self.buf = spare;
+        w.queue(&Message::RangeEnd { id }).await?;
+        Ok(())
+    }
+
+    /// Sends one verified-on-read chunk: header, then payload.
+    async fn send_one(
+        &mut self,
+        w: &mut FrameWriter,
+        id: u32,
+        index: u32,
+        digest: Digest,
+        data: &[u8],
+    ) -> Result<(), NodeError> {
+        let Some(f) = self.inflight.get_mut(&id) else {
+            return Ok(());
+        };
+        f.digests[index as usize] = Some(digest);
+        let len = data.len() as u32;
+        w.queue(&Message::Chunk(ChunkHeader {
+            id,
+            index,
+            len,
+            digest,
+        }))
+        .await?;
+        let offset = u64::from(index) * u64::from(f.job.src.entry.chunk_size);
+        let Some(file) = f.file.as_ref() else {
+            return Err(NodeError::Protocol("chunk of a non-file".into()));
+        };
+        w.send_payload(file, offset, data).await?;
+        f.sent += u64::from(len);
+        self.ctx.observer.event(&Event::Progress {
+            path: f.job.src.entry.path.clone(),
+            bytes: u64::from(len),
+        });
         Ok(())
     }
 
