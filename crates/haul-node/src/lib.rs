@@ -13,6 +13,7 @@ pub mod client;
 pub mod error;
 pub mod jobs;
 mod keepalive;
+mod pool;
 pub mod receiver;
 pub mod remote;
 pub mod sender;

@@ -1,0 +1,70 @@
+//! Committing received files: one at a time, or a batch made durable with
+//! one `syncfs(2)` (group commit).
+
+use std::sync::Arc;
+
+use haul_engine::{Destination, PartialFile, ReceiveError};
+
+use super::GROUP_COMMIT;
+
+/// A file to commit: its id, staged data, and the sender's whole-file hash.
+pub(super) type CommitItem = (u32, Option<Arc<PartialFile>>, haul_proto::Digest);
+
+pub(super) fn commit_one((_, part, root): &CommitItem) -> Result<haul_proto::Digest, ReceiveError> {
+    match part {
+        Some(p) => p.commit(root),
+        None => Err(ReceiveError::BadOffer(
+            "commit for a file that was refused".into(),
+        )),
+    }
+}
+
+/// Commits a batch of files. A large batch is sealed file by file, made
+/// durable with one `syncfs(2)`, then renamed into place: group commit, so
+/// many small files do not pay one journal commit each. Small batches fsync
+/// each file.
+pub(super) fn commit_all(
+    dest: &Destination,
+    batch: &[CommitItem],
+) -> Vec<Result<haul_proto::Digest, ReceiveError>> {
+    {
+        if batch.len() < GROUP_COMMIT {
+            return batch.iter().map(commit_one).collect();
+        }
+        // Files staged on another filesystem (a mount inside the root) are
+        // not covered by the one syncfs: fsync those one by one.
+        let dev = dest.device();
+        let sealed: Vec<Result<haul_proto::Digest, ReceiveError>> = batch
+            .iter()
+            .map(|(_, part, root)| match part {
+                Some(p) => {
+                    let root = p.seal(root)?;
+                    if p.device() != dev {
+                        p.sync()?;
+                    }
+                    Ok(root)
+                }
+                None => Err(ReceiveError::BadOffer(
+                    "commit for a file that was refused".into(),
+                )),
+            })
+            .collect();
+        if let Err(e) = dest.sync_filesystem() {
+            tracing::warn!("group commit failed ({e}); syncing files one by one");
+            return batch.iter().map(commit_one).collect();
+        }
+        sealed
+            .into_iter()
+            .zip(batch)
+            .map(|(sealed, (_, part, _))| {
+                let root = sealed?;
+                match part {
+                    Some(p) => p.publish().map(|()| root),
+                    None => Err(ReceiveError::BadOffer(
+                        "commit for a file that was refused".into(),
+                    )),
+                }
+            })
+            .collect()
+    }
+}
