@@ -428,11 +428,14 @@ pub(crate) fn open_rw(path: &Path) -> Result<File, ReceiveError> {
 }
 
 /// Creates a new file that did not exist (`O_EXCL` never follows a symlink).
-pub(crate) fn create_new(path: &Path) -> io::Result<File> {
+/// Creates a new file with permission bits `mode` (minus the umask) that did
+/// not exist (`O_EXCL` never follows a symlink). The owner can always write.
+pub(crate) fn create_new(path: &Path, mode: u32) -> io::Result<File> {
     OpenOptions::new()
         .read(true)
         .write(true)
         .create_new(true)
+        .mode(mode | 0o200)
         .custom_flags(libc::O_NOFOLLOW)
         .open(path)
 }

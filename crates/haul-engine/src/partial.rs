@@ -51,6 +51,8 @@ pub struct PartialFile {
     dirty: DirtyDirs,
     /// Renamed into place: a later offer of the same path starts afresh.
     published: AtomicBool,
+    /// Device of the staged data, recorded by `seal` (`u64::MAX`: not yet).
+    device: AtomicU64,
 }
 
 /// Makes single-chunk staging names unique within this process.
@@ -84,7 +86,9 @@ impl PartialFile {
             } else {
                 partial_dir.join(format!("{tag}.part"))
             };
-            match create_new(&candidate) {
+            // Created with its final permission bits: no chmod at commit
+            // when the umask leaves them alone (nothing reopens this file).
+            match create_new(&candidate, entry.mode & 0o777) {
                 Ok(f) => break (f, candidate),
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
                 Err(e) => return Err(ReceiveError::io("create", &candidate, e)),
@@ -104,6 +108,7 @@ impl PartialFile {
             resumed_bytes: 0,
             dirty,
             published: AtomicBool::new(false),
+            device: AtomicU64::new(u64::MAX),
         })
     }
 
@@ -161,6 +166,7 @@ impl PartialFile {
             resumed_bytes,
             dirty,
             published: AtomicBool::new(false),
+            device: AtomicU64::new(u64::MAX),
         })
     }
 
@@ -178,8 +184,13 @@ impl PartialFile {
 
     /// Device of the staged data (group commit syncs one filesystem only).
     pub fn device(&self) -> Option<u64> {
-        use std::os::unix::fs::MetadataExt;
-        self.part.metadata().ok().map(|m| m.dev())
+        match self.device.load(Ordering::Relaxed) {
+            u64::MAX => {
+                use std::os::unix::fs::MetadataExt;
+                self.part.metadata().ok().map(|m| m.dev())
+            }
+            dev => Some(dev),
+        }
     }
 
     /// The entry being received.
@@ -284,9 +295,17 @@ impl PartialFile {
         if meta.len() != self.entry.size || self.is_published() {
             return Err(ReceiveError::Incomplete(self.entry.path.clone()));
         }
-        self.part
-            .set_permissions(fs::Permissions::from_mode(self.entry.mode & 0o1777))
-            .map_err(|e| ReceiveError::io("chmod", p, e))?;
+        {
+            use std::os::unix::fs::MetadataExt;
+            self.device.store(meta.dev(), Ordering::Relaxed);
+        }
+        // Small files are created with their mode already (see `open_small`).
+        let mode = self.entry.mode & 0o1777;
+        if meta.permissions().mode() & 0o7777 != mode {
+            self.part
+                .set_permissions(fs::Permissions::from_mode(mode))
+                .map_err(|e| ReceiveError::io("chmod", p, e))?;
+        }
         self.part
             .set_modified(entry_mtime(&self.entry))
             .map_err(|e| ReceiveError::io("set mtime", p, e))?;
