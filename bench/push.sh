@@ -99,6 +99,10 @@ ratio() { # $1 = numerator key, $2 = denominator key: median over rounds of $1/$
   paste <(echo "${T[$1]}" | tr ' ' '\n' | grep .) <(echo "${T[$2]}" | tr ' ' '\n' | grep .) |
     awk '{print $1 / $2}' | median
 }
+# On tmpfs the two baseline runs do the same work: the faster of the pair is
+# the round's baseline (the strictest reference for haul).
+T[base_best]=$(paste <(echo "${T[base]}" | tr ' ' '\n' | grep .) <(echo "${T[base_nofsync]}" | tr ' ' '\n' | grep .) |
+  awk '{print ($1 < $2) ? $1 : $2}' | tr '\n' ' ')
 MB=$SIZE_MIB
 printf '\n%s MiB file over loopback, %s runs, medians (dir %s)\n' "$SIZE_MIB" "$RUNS" "$BASE"
 printf '%-22s %8s %10s\n' tool seconds MiB/s
@@ -106,9 +110,11 @@ for k in base base_nofsync plain tls rsync; do
   s=$(med $k)
   printf '%-22s %8.3f %10.1f\n' "$k" "$s" "$(echo "$MB / $s" | bc -l)"
 done
-printf 'haul plaintext / baseline (fsync)   = %.2f  (target >= 0.8)\n' "$(ratio base plain)"
+printf 'haul plaintext / best baseline      = %.2f  (target >= 0.8)\n' "$(ratio base_best plain)"
+printf 'haul TLS / best baseline            = %.2f  (target >= 0.5)\n' "$(ratio base_best tls)"
+printf 'haul plaintext / baseline (fsync)   = %.2f\n' "$(ratio base plain)"
 printf 'haul plaintext / baseline (nofsync) = %.2f\n' "$(ratio base_nofsync plain)"
-printf 'haul TLS / baseline (fsync)         = %.2f  (target >= 0.5)\n' "$(ratio base tls)"
+printf 'haul TLS / baseline (fsync)         = %.2f\n' "$(ratio base tls)"
 printf 'haul plaintext / rsync              = %.2f  (target >= 1.5)\n' "$(ratio rsync plain)"
 sh=$(med small_haul); st=$(med small_haul_tls); sr=$(med small_rsync)
 printf '\n10,000 files of 4 KiB: haul plaintext %.0f files/s, haul TLS %.0f files/s, rsync %.0f files/s\n' \
