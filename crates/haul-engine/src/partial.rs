@@ -3,7 +3,7 @@
 use std::collections::HashSet;
 use std::fs::{self, File};
 use std::io::{Read, Write};
-use std::os::unix::fs::{FileExt, PermissionsExt};
+use std::os::unix::fs::{FileExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -53,7 +53,12 @@ pub struct PartialFile {
     published: AtomicBool,
     /// Device of the staged data, recorded by `seal` (`u64::MAX`: not yet).
     device: AtomicU64,
+    /// Staged as an `O_TMPFILE` (no name until published; `part_path` is its directory).
+    anonymous: bool,
 }
+
+/// Whether `/proc/self/fd` exists (needed to link an `O_TMPFILE` into place).
+static PROC_FD: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
 
 /// Makes single-chunk staging names unique within this process.
 static STAGING_SEQ: AtomicU64 = AtomicU64::new(0);
@@ -73,6 +78,39 @@ impl PartialFile {
                 "{}: bad chunk size {}",
                 entry.path, entry.chunk_size
             )));
+        }
+        let count = entry.chunk_count() as usize;
+        let parent = final_path.parent().unwrap_or(Path::new("/")).to_path_buf();
+        // Best: an anonymous file in the final directory (O_TMPFILE), linked
+        // into place at publish. Nothing is ever visible before it verified,
+        // and a crash leaves nothing behind.
+        let anonymous = PROC_FD
+            .get_or_init(|| Path::new("/proc/self/fd").is_dir())
+            .then(|| {
+                fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .mode((entry.mode & 0o777) | 0o200)
+                    .custom_flags(libc::O_TMPFILE)
+                    .open(&parent)
+            });
+        if let Some(Ok(part)) = anonymous {
+            return Ok(Self {
+                entry,
+                final_path,
+                state_path: PathBuf::new(),
+                part_path: parent,
+                part,
+                state: Mutex::new(State {
+                    log: None,
+                    digests: vec![None; count],
+                }),
+                resumed_bytes: 0,
+                dirty,
+                published: AtomicBool::new(false),
+                device: AtomicU64::new(u64::MAX),
+                anonymous: true,
+            });
         }
         let name = final_path.file_name().unwrap_or_default().to_owned();
         let (part, part_path) = loop {
@@ -94,7 +132,6 @@ impl PartialFile {
                 Err(e) => return Err(ReceiveError::io("create", &candidate, e)),
             }
         };
-        let count = entry.chunk_count() as usize;
         Ok(Self {
             entry,
             final_path,
@@ -109,6 +146,7 @@ impl PartialFile {
             dirty,
             published: AtomicBool::new(false),
             device: AtomicU64::new(u64::MAX),
+            anonymous: false,
         })
     }
 
@@ -167,6 +205,7 @@ impl PartialFile {
             dirty,
             published: AtomicBool::new(false),
             device: AtomicU64::new(u64::MAX),
+            anonymous: false,
         })
     }
 
@@ -282,8 +321,10 @@ impl PartialFile {
         let root = root_from_digests(&digests, self.entry.chunk_size, self.entry.size)
             .ok_or_else(|| ReceiveError::Incomplete(self.entry.path.clone()))?;
         if root != *sender_root {
-            let _ = fs::remove_file(&self.state_path);
-            let _ = fs::remove_file(&self.part_path);
+            if !self.anonymous {
+                let _ = fs::remove_file(&self.state_path);
+                let _ = fs::remove_file(&self.part_path);
+            }
             return Err(ReceiveError::RootMismatch(self.entry.path.clone()));
         }
         let p = &self.part_path;
@@ -318,8 +359,12 @@ impl PartialFile {
         if self.published.swap(true, Ordering::AcqRel) {
             return Err(ReceiveError::Incomplete(self.entry.path.clone()));
         }
-        fs::rename(&self.part_path, &self.final_path)
-            .map_err(|e| ReceiveError::io("rename", &self.final_path, e))?;
+        if self.anonymous {
+            self.link_into_place()?;
+        } else {
+            fs::rename(&self.part_path, &self.final_path)
+                .map_err(|e| ReceiveError::io("rename", &self.final_path, e))?;
+        }
         // The new name becomes durable with the next directory sync. A crash
         // before it loses the name, never integrity: the file is sent again.
         if let (Ok(mut dirty), Some(parent)) = (self.dirty.lock(), self.final_path.parent()) {
@@ -330,6 +375,69 @@ impl PartialFile {
             let _ = fs::remove_file(&self.state_path);
         }
         Ok(())
+    }
+}
+
+impl PartialFile {
+    /// Gives an `O_TMPFILE` its final name: `linkat` when the name is free,
+    /// else link under a unique name and rename over the old file (atomic).
+    fn link_into_place(&self) -> Result<(), ReceiveError> {
+        use std::ffi::CString;
+        use std::os::unix::ffi::OsStrExt;
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&self.part);
+        let src = CString::new(format!("/proc/self/fd/{fd}")).map_err(|_| self.link_error(None))?;
+        let link = |to: &Path| -> std::io::Result<()> {
+            let dst = CString::new(to.as_os_str().as_bytes())
+                .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+            // SAFETY: both strings are NUL-terminated and live across the call.
+            let rc = unsafe {
+                libc::linkat(
+                    libc::AT_FDCWD,
+                    src.as_ptr(),
+                    libc::AT_FDCWD,
+                    dst.as_ptr(),
+                    libc::AT_SYMLINK_FOLLOW,
+                )
+            };
+            if rc == 0 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        };
+        match link(&self.final_path) {
+            Ok(()) => return Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(self.link_error(Some(e))),
+        }
+        let name = self
+            .final_path
+            .file_name()
+            .unwrap_or_default()
+            .to_string_lossy()
+            .into_owned();
+        loop {
+            let n = STAGING_SEQ.fetch_add(1, Ordering::Relaxed);
+            let short: String = name.chars().take(200).collect();
+            let tmp = self
+                .final_path
+                .with_file_name(format!(".{short}.{}-{n}.haul", std::process::id()));
+            match link(&tmp) {
+                Ok(()) => {
+                    return fs::rename(&tmp, &self.final_path).map_err(|e| {
+                        let _ = fs::remove_file(&tmp);
+                        ReceiveError::io("rename", &self.final_path, e)
+                    })
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(self.link_error(Some(e))),
+            }
+        }
+    }
+
+    fn link_error(&self, e: Option<std::io::Error>) -> ReceiveError {
+        let e = e.unwrap_or_else(|| std::io::Error::from(std::io::ErrorKind::InvalidInput));
+        ReceiveError::io("link", &self.final_path, e)
     }
 }
 

@@ -215,3 +215,38 @@ fn demo_runs_and_verifies() {
         .expect("demo event");
     assert_eq!(demo["verified"], true);
 }
+
+#[test]
+fn a_changed_source_replaces_the_old_copy_atomically() {
+    let s = Scratch::new();
+    write_file(&s.path("src/small"), 100, 1);
+    write_file(&s.path("src/big"), 9 << 20, 2);
+    let node = Node::start(
+        &s.path("node"),
+        &s.path("config"),
+        &["--open", "--plaintext"],
+    );
+    let push = || {
+        let mut c = haul(&s.path("config"));
+        c.args(["push", "-q", "--plaintext"])
+            .arg(format!("{}/", s.path("src").display()))
+            .arg(node.url(""));
+        let out = run(c, T);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    };
+    push();
+    std::thread::sleep(Duration::from_millis(20));
+    write_file(&s.path("src/small"), 120, 3);
+    write_file(&s.path("src/big"), 9 << 20, 4);
+    push();
+    assert_eq!(listing(&s.path("src")), listing(&s.path("node")));
+    // No staging names are left beside the files.
+    let names: Vec<String> = std::fs::read_dir(s.path("node"))
+        .expect("dir")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        names.iter().all(|n| n == ".haul" || !n.ends_with(".haul")),
+        "{names:?}"
+    );
+}
