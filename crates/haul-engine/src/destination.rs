@@ -266,12 +266,7 @@ impl Destination {
             // One chunk: nothing to share between connections or to resume;
             // stage under a name of its own next to the final name, so the
             // rename stays in one directory.
-            let part = PartialFile::open_small(
-                entry.clone(),
-                final_path,
-                &self.partial_dir,
-                self.dirty_dirs.clone(),
-            )?;
+            let part = PartialFile::open_small(entry.clone(), final_path, self.dirty_dirs.clone())?;
             return Ok(Prepared::Receive(Arc::new(part)));
         }
         let mut open = self

@@ -57,6 +57,21 @@ pub struct PartialFile {
     anonymous: bool,
 }
 
+/// `.NAME.<pid>-<n>.haul` beside `final_path`: a name no other transfer
+/// uses (the name part is shortened to keep within `NAME_MAX`).
+fn unique_sibling(final_path: &Path) -> PathBuf {
+    let n = STAGING_SEQ.fetch_add(1, Ordering::Relaxed);
+    let name = final_path.file_name().unwrap_or_default().to_string_lossy();
+    let mut short = String::new();
+    for c in name.chars() {
+        if short.len() + c.len_utf8() > 200 {
+            break;
+        }
+        short.push(c);
+    }
+    final_path.with_file_name(format!(".{short}.{}-{n}.haul", std::process::id()))
+}
+
 /// Whether `/proc/self/fd` exists (needed to link an `O_TMPFILE` into place).
 static PROC_FD: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
 
@@ -64,13 +79,12 @@ static PROC_FD: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
 static STAGING_SEQ: AtomicU64 = AtomicU64::new(0);
 
 impl PartialFile {
-    /// A single-chunk file: no resume log, no sharing. Staged under a name
-    /// unique to this transfer, `.NAME.<pid>-<n>.haul` beside the final name
-    /// (or in `partial_dir` when the name is too long), created with `O_EXCL`.
+    /// A single-chunk file: no resume log, no sharing. Staged as an anonymous
+    /// `O_TMPFILE` in the final directory, or where that is unavailable under
+    /// a name unique to this transfer beside the final name, created with `O_EXCL`.
     pub(crate) fn open_small(
         entry: Entry,
         final_path: PathBuf,
-        partial_dir: &Path,
         dirty: DirtyDirs,
     ) -> Result<Self, ReceiveError> {
         if !valid_chunk_size(entry.chunk_size) || entry.chunk_count() > 1 {
@@ -79,7 +93,6 @@ impl PartialFile {
                 entry.path, entry.chunk_size
             )));
         }
-        let count = entry.chunk_count() as usize;
         let parent = final_path.parent().unwrap_or(Path::new("/")).to_path_buf();
         // Best: an anonymous file in the final directory (O_TMPFILE), linked
         // into place at publish. Nothing is ever visible before it verified,
@@ -95,35 +108,10 @@ impl PartialFile {
                     .open(&parent)
             });
         if let Some(Ok(part)) = anonymous {
-            return Ok(Self {
-                entry,
-                final_path,
-                state_path: PathBuf::new(),
-                part_path: parent,
-                part,
-                state: Mutex::new(State {
-                    log: None,
-                    digests: vec![None; count],
-                }),
-                resumed_bytes: 0,
-                dirty,
-                published: AtomicBool::new(false),
-                device: AtomicU64::new(u64::MAX),
-                anonymous: true,
-            });
+            return Ok(Self::small(entry, final_path, parent, part, dirty, true));
         }
-        let name = final_path.file_name().unwrap_or_default().to_owned();
         let (part, part_path) = loop {
-            let n = STAGING_SEQ.fetch_add(1, Ordering::Relaxed);
-            let tag = format!("{}-{n}", std::process::id());
-            let candidate = if name.len() + tag.len() + 7 <= haul_proto::MAX_NAME_LEN {
-                let mut staged = std::ffi::OsString::from(".");
-                staged.push(&name);
-                staged.push(format!(".{tag}.haul"));
-                final_path.with_file_name(staged)
-            } else {
-                partial_dir.join(format!("{tag}.part"))
-            };
+            let candidate = unique_sibling(&final_path);
             // Created with its final permission bits: no chmod at commit
             // when the umask leaves them alone (nothing reopens this file).
             match create_new(&candidate, entry.mode & 0o777) {
@@ -132,10 +120,24 @@ impl PartialFile {
                 Err(e) => return Err(ReceiveError::io("create", &candidate, e)),
             }
         };
-        Ok(Self {
+        Ok(Self::small(
+            entry, final_path, part_path, part, dirty, false,
+        ))
+    }
+
+    fn small(
+        entry: Entry,
+        final_path: PathBuf,
+        part_path: PathBuf,
+        part: File,
+        dirty: DirtyDirs,
+        anonymous: bool,
+    ) -> Self {
+        let count = entry.chunk_count() as usize;
+        Self {
             entry,
             final_path,
-            state_path: part_path.with_extension("state-unused"),
+            state_path: PathBuf::new(),
             part_path,
             part,
             state: Mutex::new(State {
@@ -146,8 +148,8 @@ impl PartialFile {
             dirty,
             published: AtomicBool::new(false),
             device: AtomicU64::new(u64::MAX),
-            anonymous: false,
-        })
+            anonymous,
+        }
     }
 
     pub(crate) fn open(
@@ -410,18 +412,8 @@ impl PartialFile {
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
             Err(e) => return Err(self.link_error(Some(e))),
         }
-        let name = self
-            .final_path
-            .file_name()
-            .unwrap_or_default()
-            .to_string_lossy()
-            .into_owned();
         loop {
-            let n = STAGING_SEQ.fetch_add(1, Ordering::Relaxed);
-            let short: String = name.chars().take(200).collect();
-            let tmp = self
-                .final_path
-                .with_file_name(format!(".{short}.{}-{n}.haul", std::process::id()));
+            let tmp = unique_sibling(&self.final_path);
             match link(&tmp) {
                 Ok(()) => {
                     return fs::rename(&tmp, &self.final_path).map_err(|e| {

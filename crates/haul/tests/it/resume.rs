@@ -32,6 +32,32 @@ fn partial_bytes(root: &std::path::Path) -> u64 {
         .unwrap_or(0)
 }
 
+/// Starts `cmd` with its output discarded and waits until `root` holds `mib`
+/// MiB of partial data.
+fn start_until(
+    mut cmd: std::process::Command,
+    root: &std::path::Path,
+    mib: u64,
+) -> std::process::Child {
+    cmd.stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    let child = cmd.spawn().expect("spawn");
+    wait_for(T, "partial data to arrive", || {
+        partial_bytes(root) >= mib << 20
+    });
+    child
+}
+
+/// The resumed transfer: succeeds, re-sends at most `SIZE - kept` bytes.
+fn assert_resumed(out: &std::process::Output, kept: u64) {
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(out));
+    let sent = summary(out)["bytes_transferred"].as_u64().expect("bytes");
+    assert!(
+        sent <= SIZE - kept,
+        "re-sent {sent} bytes of {SIZE}: verified chunks were sent again"
+    );
+}
+
 fn push_cmd(s: &Scratch, url: &str, retries: &str) -> std::process::Command {
     let mut c = haul(&s.path("config"));
     c.args([
@@ -58,24 +84,13 @@ fn resume_after_sigkill_of_the_sender() {
         &["--open", "--plaintext"],
     );
     let proxy = slow(&node);
-    let mut cmd = push_cmd(&s, &proxy.url(""), "0");
-    cmd.stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null());
-    let mut child = cmd.spawn().expect("spawn");
-    wait_for(T, "40 MiB to arrive", || {
-        partial_bytes(&s.path("node")) >= 40 << 20
-    });
+    let mut child = start_until(push_cmd(&s, &proxy.url(""), "0"), &s.path("node"), 40);
     unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
     let _ = child.wait();
     assert!(!s.path("node/file.bin").exists());
 
     let out = run(push_cmd(&s, &node.url(""), "3"), T);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let sent = summary(&out)["bytes_transferred"].as_u64().expect("bytes");
-    assert!(
-        sent <= SIZE - (32 << 20),
-        "re-sent {sent} bytes of {SIZE}: verified chunks were sent again"
-    );
+    assert_resumed(&out, 32 << 20);
     assert_eq!(b3(&s.path("node/file.bin")), b3(&s.path("src/file.bin")));
 }
 
@@ -89,13 +104,7 @@ fn resume_after_sigkill_of_the_receiving_node() {
         &["--open", "--plaintext"],
     );
     let proxy = slow(&node);
-    let mut cmd = push_cmd(&s, &proxy.url(""), "0");
-    cmd.stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null());
-    let mut child = cmd.spawn().expect("spawn");
-    wait_for(T, "40 MiB to arrive", || {
-        partial_bytes(&s.path("node")) >= 40 << 20
-    });
+    let mut child = start_until(push_cmd(&s, &proxy.url(""), "0"), &s.path("node"), 40);
     node.kill9();
     let status = child.wait().expect("wait");
     assert!(!status.success(), "the client must report the lost node");
@@ -107,9 +116,7 @@ fn resume_after_sigkill_of_the_receiving_node() {
         &["--open", "--plaintext"],
     );
     let out = run(push_cmd(&s, &node.url(""), "3"), T);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let sent = summary(&out)["bytes_transferred"].as_u64().expect("bytes");
-    assert!(sent <= SIZE - (32 << 20), "re-sent {sent} bytes of {SIZE}");
+    assert_resumed(&out, 32 << 20);
     assert_eq!(b3(&s.path("node/file.bin")), b3(&s.path("src/file.bin")));
 }
 
@@ -130,23 +137,12 @@ fn resume_a_pull_after_sigkill_of_the_puller() {
             .arg(s.path("dst"));
         c
     };
-    let mut cmd = pull(proxy.url("file.bin"));
-    cmd.stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null());
-    let mut child = cmd.spawn().expect("spawn");
-    wait_for(T, "40 MiB to arrive", || {
-        partial_bytes(&s.path("dst")) >= 40 << 20
-    });
+    let mut child = start_until(pull(proxy.url("file.bin")), &s.path("dst"), 40);
     unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
     let _ = child.wait();
 
     let out = run(pull(node.url("file.bin")), T);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let sent = summary(&out)["bytes_transferred"].as_u64().expect("bytes");
-    assert!(
-        sent <= SIZE - (32 << 20),
-        "re-fetched {sent} bytes of {SIZE}"
-    );
+    assert_resumed(&out, 32 << 20);
     assert_eq!(b3(&s.path("dst/file.bin")), b3(&s.path("node/file.bin")));
 }
 
@@ -160,13 +156,7 @@ fn sigterm_stops_the_node_and_the_transfer_resumes() {
         &["--open", "--plaintext", "--grace", "1"],
     );
     let proxy = slow(&node);
-    let mut cmd = push_cmd(&s, &proxy.url(""), "0");
-    cmd.stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null());
-    let mut child = cmd.spawn().expect("spawn");
-    wait_for(T, "20 MiB to arrive", || {
-        partial_bytes(&s.path("node")) >= 20 << 20
-    });
+    let mut child = start_until(push_cmd(&s, &proxy.url(""), "0"), &s.path("node"), 20);
     unsafe { libc::kill(node.child.id() as i32, libc::SIGTERM) };
     let started = std::time::Instant::now();
     let status = node.child.wait().expect("wait");
@@ -185,9 +175,7 @@ fn sigterm_stops_the_node_and_the_transfer_resumes() {
         &["--open", "--plaintext"],
     );
     let out = run(push_cmd(&s, &node.url(""), "3"), T);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let sent = summary(&out)["bytes_transferred"].as_u64().expect("bytes");
-    assert!(sent <= SIZE - (16 << 20), "re-sent {sent} bytes of {SIZE}");
+    assert_resumed(&out, 16 << 20);
     assert_eq!(b3(&s.path("node/file.bin")), b3(&s.path("src/file.bin")));
 }
 
