@@ -5,9 +5,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need=()
-for pair in ip:iproute2 ping:iputils-ping iperf3:iperf3 nft:nftables; do
+# command:package — the lab's tools, then the real servers the remote-source
+# tests start on 127.0.0.1 (vsftpd, OpenSSH's sshd, nginx), and openssl to
+# make their test certificates.
+for pair in ip:iproute2 ping:iputils-ping iperf3:iperf3 nft:nftables \
+  /usr/sbin/vsftpd:vsftpd /usr/sbin/sshd:openssh-server /usr/sbin/nginx:nginx-light \
+  ssh-keygen:openssh-client openssl:openssl; do
   cmd=${pair%%:*} pkg=${pair#*:}
-  command -v "$cmd" >/dev/null 2>&1 || need+=("$pkg")
+  command -v "$cmd" >/dev/null 2>&1 || [ -x "$cmd" ] || need+=("$pkg")
 done
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
@@ -19,5 +24,13 @@ if [ ${#need[@]} -gt 0 ]; then
     echo "note: missing ${need[*]} (needed by the network-lab tests, which run as root)" >&2
   fi
 fi
+
+# moto: a real S3-compatible server (`moto_server`) for the S3 tests.
+if ! command -v moto_server >/dev/null 2>&1; then
+  echo "installing: moto[server] (pip)"
+  python3 -m pip install -q 'moto[server]' >/dev/null
+fi
+# sshd refuses to start without its privilege-separation directory.
+[ "$(id -u)" = 0 ] && mkdir -p /run/sshd
 
 cargo test --workspace --locked "$@"

@@ -249,6 +249,18 @@ impl Destination {
     /// file already there with the same size and mtime is [`Prepared::UpToDate`];
     /// otherwise its partial file is opened.
     pub fn prepare_file(&self, entry: &Entry, quick_check: bool) -> Result<Prepared, ReceiveError> {
+        self.prepare_file_version(entry, "", quick_check)
+    }
+
+    /// [`Destination::prepare_file`] for a source whose files carry a version
+    /// token (an HTTP or S3 ETag): resume state recorded for another version
+    /// is discarded, so two versions are never spliced.
+    pub fn prepare_file_version(
+        &self,
+        entry: &Entry,
+        version: &str,
+        quick_check: bool,
+    ) -> Result<Prepared, ReceiveError> {
         let final_path = self.resolve(&entry.path)?;
         if let Ok(meta) = fs::symlink_metadata(&final_path) {
             if meta.is_dir() {
@@ -286,6 +298,7 @@ impl Destination {
         let id = &blake3::hash(entry.path.as_bytes()).to_hex()[..32];
         let part = PartialFile::open(
             entry.clone(),
+            version,
             final_path,
             self.partial_dir.join(format!("{id}.part")),
             self.partial_dir.join(format!("{id}.state")),

@@ -154,6 +154,7 @@ impl PartialFile {
 
     pub(crate) fn open(
         entry: Entry,
+        version: &str,
         final_path: PathBuf,
         part_path: PathBuf,
         state_path: PathBuf,
@@ -188,7 +189,7 @@ impl PartialFile {
             }
             None
         } else {
-            let (log, resumed) = open_log(&entry, &part, &state_path, &mut digests)?;
+            let (log, resumed) = open_log(&entry, version, &part, &state_path, &mut digests)?;
             resumed_bytes = resumed;
             if resumed_bytes == 0 && existing_len > 0 {
                 part.set_len(0)
@@ -278,6 +279,45 @@ impl PartialFile {
         if actual != *digest {
             return Ok(ChunkVerdict::Bad);
         }
+        self.store_chunk(index, data, actual)?;
+        Ok(ChunkVerdict::Good)
+    }
+
+    /// Writes chunk `index` of a source that sends no digests (FTP, HTTP,
+    /// S3...): its digest is computed here, logged for resume, and becomes
+    /// part of the file's BLAKE3. Returns the digest.
+    pub fn write_received_chunk(&self, index: u32, data: &[u8]) -> Result<Digest, ReceiveError> {
+        if index >= self.entry.chunk_count() || data.len() != self.entry.chunk_len(index) as usize {
+            return Err(ReceiveError::BadOffer(format!(
+                "chunk {index} of {} has the wrong index or length",
+                self.entry.path
+            )));
+        }
+        let digest = chunk_digest(data, index, self.entry.chunk_size, self.entry.size);
+        self.store_chunk(index, data, digest)?;
+        Ok(digest)
+    }
+
+    /// Reads staged bytes at `offset` (to verify a whole-file checksum).
+    pub fn read_staged_at(&self, buf: &mut [u8], offset: u64) -> Result<(), ReceiveError> {
+        self.part
+            .read_exact_at(buf, offset)
+            .map_err(|e| ReceiveError::io("read", &self.part_path, e))
+    }
+
+    /// Throws the staged data and its resume log away (the source changed or
+    /// failed a whole-file check): the next attempt starts from zero.
+    pub fn discard(&self) {
+        if let Ok(mut state) = self.state.lock() {
+            state.digests.iter_mut().for_each(|d| *d = None);
+        }
+        if !self.anonymous {
+            let _ = fs::remove_file(&self.state_path);
+            let _ = fs::remove_file(&self.part_path);
+        }
+    }
+
+    fn store_chunk(&self, index: u32, data: &[u8], actual: Digest) -> Result<(), ReceiveError> {
         let offset = u64::from(index) * u64::from(self.entry.chunk_size);
         self.part
             .write_all_at(data, offset)
@@ -294,7 +334,7 @@ impl PartialFile {
                 .map_err(|e| ReceiveError::io("write", &self.state_path, e))?;
         }
         state.digests[index as usize] = Some(actual);
-        Ok(ChunkVerdict::Good)
+        Ok(())
     }
 
     /// Checks the whole-file hash against `sender_root`, then sets mode and
@@ -312,6 +352,17 @@ impl PartialFile {
     /// sender's and sets mode and mtime. The data still has to be made durable
     /// (fsync, or one `syncfs` for a batch) before [`PartialFile::publish`].
     pub fn seal(&self, sender_root: &Digest) -> Result<Digest, ReceiveError> {
+        self.seal_checked(Some(sender_root))
+    }
+
+    /// [`PartialFile::seal`] for a source that offers no BLAKE3: the root is
+    /// computed from the chunks as received (the caller verifies the size
+    /// and any checksum the source offers before publishing).
+    pub fn seal_received(&self) -> Result<Digest, ReceiveError> {
+        self.seal_checked(None)
+    }
+
+    fn seal_checked(&self, sender_root: Option<&Digest>) -> Result<Digest, ReceiveError> {
         let state = self
             .state
             .lock()
@@ -322,7 +373,7 @@ impl PartialFile {
         };
         let root = root_from_digests(&digests, self.entry.chunk_size, self.entry.size)
             .ok_or_else(|| ReceiveError::Incomplete(self.entry.path.clone()))?;
-        if root != *sender_root {
+        if sender_root.is_some_and(|r| *r != root) {
             if !self.anonymous {
                 let _ = fs::remove_file(&self.state_path);
                 let _ = fs::remove_file(&self.part_path);
@@ -437,11 +488,12 @@ impl PartialFile {
 /// the partial data, and rewrites it compactly. Returns the log and the bytes kept.
 fn open_log(
     entry: &Entry,
+    version: &str,
     part: &File,
     state_path: &std::path::Path,
     digests: &mut [Option<Digest>],
 ) -> Result<(File, u64), ReceiveError> {
-    let header = header_bytes(entry);
+    let header = header_bytes(entry, version);
     let mut log = open_rw(state_path)?;
     let mut existing = Vec::new();
     log.read_to_end(&mut existing)
@@ -488,13 +540,21 @@ fn open_log(
     Ok((log, resumed_bytes))
 }
 
-fn header_bytes(entry: &Entry) -> [u8; HEADER_LEN] {
+/// The resume log's header: a log whose header differs (another size, mtime,
+/// chunk size, path or source version such as an ETag) is started afresh.
+fn header_bytes(entry: &Entry, version: &str) -> [u8; HEADER_LEN] {
     let mut h = [0u8; HEADER_LEN];
     h[..8].copy_from_slice(MAGIC);
     h[8..16].copy_from_slice(&entry.size.to_be_bytes());
     h[16..20].copy_from_slice(&entry.chunk_size.to_be_bytes());
     h[20..28].copy_from_slice(&entry.mtime_sec.to_be_bytes());
     h[28..32].copy_from_slice(&entry.mtime_nsec.to_be_bytes());
-    h[32..].copy_from_slice(blake3::hash(entry.path.as_bytes()).as_bytes());
+    let mut id = blake3::Hasher::new();
+    id.update(entry.path.as_bytes());
+    if !version.is_empty() {
+        id.update(b"\0");
+        id.update(version.as_bytes());
+    }
+    h[32..].copy_from_slice(id.finalize().as_bytes());
     h
 }

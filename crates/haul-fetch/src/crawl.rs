@@ -1,0 +1,160 @@
+//! Walks the remote tree with one session, streaming the files the filter
+//! takes to the download workers as directories are listed.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use haul_engine::{Event, Observer};
+use haul_remote::{join, EntryKind, RemoteEntry, RemoteError};
+use tokio::sync::mpsc;
+
+use crate::retry::Backoff;
+use crate::rename::RenameInput;
+use crate::Ctx;
+
+/// One file to download.
+#[derive(Debug, Clone)]
+pub(crate) struct FileJob {
+    /// Absolute remote path.
+    pub remote_path: String,
+    /// Path under the destination.
+    pub dest_rel: String,
+    /// Metadata as listed.
+    pub entry: RemoteEntry,
+    /// The server ignores ranges: read the file whole.
+    pub no_ranges: bool,
+}
+
+/// Bound on listing entries parsed ahead of the crawl's filtering.
+const LIST_AHEAD: usize = 256;
+
+impl Ctx {
+    /// The job for file `rel` (if the filter takes it).
+    pub(crate) fn job_for(&self, remote_path: String, rel: String, entry: RemoteEntry) -> Option<FileJob> {
+        let caps = self.opts.filter.take_file(&rel, &entry)?;
+        let dest_rel = match &self.opts.rename {
+            None => join_rel(&self.opts.dest_prefix, &rel),
+            Some(t) => {
+                let renamed = t.render(&RenameInput {
+                    path: &rel,
+                    host: &self.host,
+                    now: self.started,
+                    mtime: entry.mtime,
+                    captures: &caps,
+                });
+                join_rel(&self.opts.dest_prefix, &renamed)
+            }
+        };
+        Some(FileJob {
+            remote_path,
+            dest_rel,
+            entry,
+            no_ranges: false,
+        })
+    }
+}
+
+/// `prefix/rel` without empty components.
+pub(crate) fn join_rel(prefix: &str, rel: &str) -> String {
+    if prefix.is_empty() {
+        rel.to_string()
+    } else if rel.is_empty() {
+        prefix.to_string()
+    } else {
+        format!("{prefix}/{rel}")
+    }
+}
+
+/// Lists `root` (a directory) depth-first, sending taken files to `jobs`.
+/// A directory that cannot be listed after the retries is reported and
+/// skipped; the crawl goes on.
+pub(crate) async fn crawl(ctx: Arc<Ctx>, root: String, jobs: mpsc::Sender<FileJob>) {
+    let mut stack: Vec<(String, String)> = vec![(root, String::new())];
+    while let Some((dir, rel)) = stack.pop() {
+        let mut backoff = Backoff::with_base(ctx.opts.retries, ctx.opts.retry_base);
+        // Names handled in this directory: a retried listing skips them.
+        let mut seen = HashSet::new();
+        loop {
+            match list_one(&ctx, &dir, &rel, &mut seen, &mut stack, &jobs).await {
+                Ok(()) => break,
+                Err(e) => {
+                    if let Some(wait) = backoff.next(&e) {
+                        ctx.tally.event(&Event::Warning {
+                            message: format!("listing {dir}: {e}; retrying in {:.1}s", wait.as_secs_f64()),
+                        });
+                        tokio::time::sleep(wait).await;
+                    } else {
+                        ctx.tally.event(&Event::FileError {
+                            path: if rel.is_empty() { dir.clone() } else { rel.clone() },
+                            error: format!("cannot list {dir}: {e}"),
+                        });
+                        break;
+                    }
+                }
+            }
+        }
+        if jobs.is_closed() {
+            return;
+        }
+    }
+}
+
+/// Lists one directory; entries already handled before a failure are not
+/// sent twice (a retry skips names it has seen).
+async fn list_one(
+    ctx: &Arc<Ctx>,
+    dir: &str,
+    rel: &str,
+    seen: &mut HashSet<String>,
+    stack: &mut Vec<(String, String)>,
+    jobs: &mpsc::Sender<FileJob>,
+) -> Result<(), RemoteError> {
+    let mut lease = ctx.pool.take().await?;
+    let (tx, mut rx) = mpsc::channel(LIST_AHEAD);
+    let lister = async {
+        let r = lease.session().list(dir, &tx).await;
+        drop(tx);
+        r
+    };
+    let consumer = async {
+        while let Some(entry) = rx.recv().await {
+            if seen.insert(entry.name.clone()) {
+                handle_entry(ctx, dir, rel, entry, stack, jobs).await;
+            }
+        }
+    };
+    let (listed, ()) = tokio::join!(lister, consumer);
+    listed?;
+    ctx.pool.give_back(lease);
+    Ok(())
+}
+
+async fn handle_entry(
+    ctx: &Arc<Ctx>,
+    dir: &str,
+    rel: &str,
+    entry: RemoteEntry,
+    stack: &mut Vec<(String, String)>,
+    jobs: &mpsc::Sender<FileJob>,
+) {
+    if entry.name.is_empty() || entry.name == "." || entry.name == ".." || entry.name.contains('/') {
+        return;
+    }
+    let child_rel = join_rel(rel, &entry.name);
+    let remote = join(dir, &entry.name);
+    match entry.kind {
+        EntryKind::Dir => {
+            if ctx.opts.filter.enter_dir(&child_rel) {
+                stack.push((format!("{remote}/"), child_rel));
+            }
+        }
+        EntryKind::File => {
+            if let Some(job) = ctx.job_for(remote, child_rel, entry) {
+                let _ = jobs.send(job).await;
+            }
+        }
+        EntryKind::Other => {
+            tracing::debug!("skipping {child_rel}: neither a file nor a directory");
+        }
+    }
+}

@@ -1,0 +1,340 @@
+//! haul's download driver for remote sources (FTP, FTPS, SFTP, HTTP(S), S3):
+//! `haul pull URL DEST`.
+//!
+//! Bird's-eye view: [`fetch`] states the URL's path; a file becomes one job,
+//! a directory is crawled ([`crawl`]) with one session, depth first, and the
+//! files the [`filter::Filter`] takes stream through a bounded channel to the
+//! download workers ([`download`]) — the first download starts while the
+//! listing goes on, and a directory of 100,000 entries never sits in memory.
+//! Workers borrow logged-in sessions from a [`sessions::SessionPool`] capped
+//! by `--max-conn-per-host` and reused from file to file.
+//!
+//! Each file is fetched into the engine's [`haul_engine::PartialFile`] in
+//! BLAKE3-hashed chunks: the resume log records every chunk written, so an
+//! interrupted download (a broken connection, a killed server, a killed
+//! haul) continues from the last verified chunk with a ranged read. The
+//! resume state is keyed by the remote size, mtime and ETag: a file that
+//! changed starts over rather than splicing two versions. Before the atomic
+//! rename the size is checked, and every checksum the source offers (ETag
+//! MD5, x-amz-checksum-*, Content-MD5 / Digest, sidecars) is computed over
+//! the staged bytes; a mismatch discards the data and is retried.
+//!
+//! Invariants:
+//! - Nothing appears under a final name before its size and every offered
+//!   checksum verified, and its data was fsynced.
+//! - Every network wait is bounded by the remote's timeout; every retry
+//!   backs off exponentially with jitter, within `--retries`.
+//! - A failing file never stops the others; it is reported with its reason.
+
+mod crawl;
+mod download;
+pub mod filter;
+pub mod rename;
+mod retry;
+mod sessions;
+mod sidecar;
+pub mod verify;
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use haul_engine::{Destination, Observer, ReceiveError};
+use haul_node::summary::Tally;
+use haul_node::{Concurrency, Summary};
+use haul_remote::{EntryKind, Remote, RemoteError};
+use tokio::sync::{mpsc, Semaphore};
+
+pub use filter::{Filter, RuleKind};
+pub use rename::RenameTemplate;
+
+use crate::crawl::FileJob;
+use crate::sessions::SessionPool;
+use crate::sidecar::Sidecars;
+
+/// How to fetch.
+#[derive(Debug)]
+pub struct FetchOptions {
+    /// Files in flight: fixed, or `auto` (start at 2, add while throughput rises).
+    pub jobs: Concurrency,
+    /// Range connections for one large file.
+    pub streams: u32,
+    /// Files at least this large are split over `streams`.
+    pub split_min: u64,
+    /// Sessions open to the remote at most.
+    pub max_conn_per_host: u32,
+    /// Retries of one file (or one listing) after retryable failures.
+    pub retries: u32,
+    /// First backoff wait (doubling, with jitter, up to 30 s).
+    pub retry_base: Duration,
+    /// rsync's quick check: a file present with the same size and mtime is skipped.
+    pub quick_check: bool,
+    /// Skip any file that already exists at the destination, whatever its size.
+    pub skip_existing: bool,
+    /// What the crawl takes.
+    pub filter: Filter,
+    /// Destination paths from a template.
+    pub rename: Option<RenameTemplate>,
+    /// Check files against sidecar checksum files.
+    pub verify_sidecar: bool,
+    /// Delete each remote file once its copy is verified.
+    pub delete_source: bool,
+    /// Prefix under the destination (the source directory's name when the
+    /// URL has no trailing slash; set by [`fetch`]).
+    pub dest_prefix: String,
+}
+
+impl Default for FetchOptions {
+    fn default() -> Self {
+        Self {
+            jobs: Concurrency::Auto { max: 16 },
+            streams: 1,
+            split_min: 64 << 20,
+            max_conn_per_host: 16,
+            retries: 5,
+            retry_base: Duration::from_millis(500),
+            quick_check: true,
+            skip_existing: false,
+            filter: Filter::default(),
+            rename: None,
+            verify_sidecar: false,
+            delete_source: false,
+            dest_prefix: String::new(),
+        }
+    }
+}
+
+/// Why a fetch could not run at all (per-file failures are in the summary).
+#[derive(Debug, thiserror::Error)]
+pub enum FetchError {
+    /// The URL's path could not be stated.
+    #[error("{url}: {source}")]
+    Remote {
+        /// The URL, without secrets.
+        url: String,
+        /// Why.
+        source: RemoteError,
+    },
+    /// The destination could not be opened.
+    #[error(transparent)]
+    Destination(#[from] ReceiveError),
+}
+
+impl FetchError {
+    /// True when the cause is how haul was invoked or configured (a wrong
+    /// password, an unknown host key): exit code 2 territory.
+    pub fn is_usage(&self) -> bool {
+        matches!(
+            self,
+            FetchError::Remote {
+                source: RemoteError::Auth(_) | RemoteError::HostKey(_) | RemoteError::Unsupported(_),
+                ..
+            }
+        )
+    }
+}
+
+/// State shared by the crawl and the workers.
+pub(crate) struct Ctx {
+    pub(crate) pool: Arc<SessionPool>,
+    pub(crate) dest: Arc<Destination>,
+    pub(crate) opts: FetchOptions,
+    pub(crate) tally: Arc<Tally>,
+    pub(crate) host: String,
+    pub(crate) started: SystemTime,
+    pub(crate) sidecars: Sidecars,
+}
+
+impl Ctx {
+    /// Size of the regular file already at `rel` under the destination.
+    pub(crate) fn existing_size(&self, rel: &str) -> Option<u64> {
+        let path = haul_engine::resolve_existing(self.dest.root(), rel).ok()?;
+        let meta = std::fs::symlink_metadata(path).ok()?;
+        meta.is_file().then_some(meta.len())
+    }
+}
+
+/// Fetches `path` (a file or a directory tree) from `remote` into `dest`.
+/// A directory URL without a trailing `/` lands in `dest/NAME/` (rsync's
+/// rule); with a trailing `/` its contents land in `dest/`.
+pub async fn fetch(
+    remote: Arc<dyn Remote>,
+    path: &str,
+    dest: &Path,
+    mut opts: FetchOptions,
+    observer: Arc<dyn Observer>,
+    timeout: Duration,
+) -> Result<Summary, FetchError> {
+    let started = Instant::now();
+    let tally = Tally::new(observer);
+    let url = remote.display();
+    let host = remote.host();
+    let pool = SessionPool::new(remote, opts.max_conn_per_host, timeout);
+    let remote_err = |source| FetchError::Remote {
+        url: format!("{url}{path}"),
+        source,
+    };
+    // The source itself, stated with the pool's first session.
+    let mut lease = pool.take().await.map_err(remote_err)?;
+    let root = lease.session().stat(path).await.map_err(remote_err)?;
+    pool.give_back(lease);
+    let trimmed = path.trim_end_matches('/');
+    let name = trimmed.rsplit('/').next().unwrap_or("").to_string();
+    let destination = Destination::open(dest)?;
+    destination.apply_dir_metadata_at_end();
+    let (jobs_tx, jobs_rx) = mpsc::channel::<FileJob>(64);
+    match root.kind {
+        EntryKind::File => {
+            if name.is_empty() {
+                return Err(remote_err(RemoteError::NotFound(
+                    "the URL names no file".into(),
+                )));
+            }
+            let dir = &trimmed[..trimmed.len() - name.len()];
+            opts.dest_prefix.clear();
+            let ctx = ctx(&pool, &destination, opts, &tally, host);
+            let entry = haul_remote::RemoteEntry { name: name.clone(), ..root };
+            let job = ctx.job_for(format!("{dir}{name}"), name, entry);
+            drop(jobs_tx);
+            let (tx, rx) = mpsc::channel(1);
+            if let Some(job) = job {
+                let _ = tx.send(job).await;
+            }
+            drop(tx);
+            let workers = run_workers(ctx.clone(), rx).await;
+            drop(jobs_rx);
+            return Ok(finish(&ctx, &destination, started, workers));
+        }
+        EntryKind::Dir => {
+            if !path.ends_with('/') && !name.is_empty() {
+                opts.dest_prefix = name;
+            }
+        }
+        EntryKind::Other => {
+            return Err(remote_err(RemoteError::Unsupported(
+                "neither a file nor a directory".into(),
+            )))
+        }
+    }
+    let ctx = ctx(&pool, &destination, opts, &tally, host);
+    let dir = if path.ends_with('/') { path.to_string() } else { format!("{path}/") };
+    let crawler = tokio::spawn(crawl::crawl(ctx.clone(), dir, jobs_tx));
+    let workers = run_workers(ctx.clone(), jobs_rx).await;
+    let _ = crawler.await;
+    Ok(finish(&ctx, &destination, started, workers))
+}
+
+fn ctx(
+    pool: &Arc<SessionPool>,
+    dest: &Arc<Destination>,
+    opts: FetchOptions,
+    tally: &Arc<Tally>,
+    host: String,
+) -> Arc<Ctx> {
+    Arc::new(Ctx {
+        pool: pool.clone(),
+        dest: dest.clone(),
+        opts,
+        tally: tally.clone(),
+        host,
+        started: SystemTime::now(),
+        sidecars: Sidecars::default(),
+    })
+}
+
+fn finish(ctx: &Ctx, dest: &Destination, started: Instant, _workers: u32) -> Summary {
+    dest.apply_dir_metadata();
+    haul_engine::tidy_state_dir(dest.root());
+    ctx.tally.finish(started.elapsed(), ctx.pool.peak())
+}
+
+/// Runs downloads from `jobs` with the concurrency policy; returns when the
+/// channel is closed and every download has ended. Returns the most files
+/// in flight at once.
+async fn run_workers(ctx: Arc<Ctx>, mut jobs: mpsc::Receiver<FileJob>) -> u32 {
+    let (start, max) = match ctx.opts.jobs {
+        Concurrency::Fixed(n) => (n.max(1), n.max(1)),
+        Concurrency::Auto { max } => (2.min(max.max(1)), max.max(1)),
+    };
+    let max = max.min(ctx.pool.cap().max(1));
+    let start = start.min(max);
+    let permits = Arc::new(Semaphore::new(start as usize));
+    let controller = matches!(ctx.opts.jobs, Concurrency::Auto { .. }).then(|| {
+        tokio::spawn(auto_concurrency(ctx.clone(), permits.clone(), start, max))
+    });
+    let mut running = tokio::task::JoinSet::new();
+    while let Some(job) = jobs.recv().await {
+        let Ok(permit) = permits.clone().acquire_owned().await else {
+            break;
+        };
+        let ctx = ctx.clone();
+        running.spawn(async move {
+            download::download(ctx, job).await;
+            drop(permit);
+        });
+        // Reap finished downloads so the set stays small.
+        while let Some(done) = running.try_join_next() {
+            if let Err(e) = done {
+                ctx_panic(&e);
+            }
+        }
+    }
+    while let Some(done) = running.join_next().await {
+        if let Err(e) = done {
+            ctx_panic(&e);
+        }
+    }
+    if let Some(c) = controller {
+        c.abort();
+    }
+    max
+}
+
+fn ctx_panic(e: &tokio::task::JoinError) {
+    tracing::error!("a download task failed: {e}");
+}
+
+/// `-j auto`: every half second, compares throughput with the best seen;
+/// adds a file slot while the last one raised it by at least 10 %, and
+/// takes one back (once) when it stopped helping.
+async fn auto_concurrency(ctx: Arc<Ctx>, permits: Arc<Semaphore>, start: u32, max: u32) {
+    let tick = Duration::from_millis(500);
+    let mut slots = start;
+    let mut best = 0.0f64;
+    let mut last = (Instant::now(), ctx.tally.moved());
+    // Let the first slots warm up before judging.
+    tokio::time::sleep(tick * 2).await;
+    last = (Instant::now(), ctx.tally.moved().max(last.1));
+    loop {
+        tokio::time::sleep(tick).await;
+        let now = (Instant::now(), ctx.tally.moved());
+        let rate = (now.1 - last.1) as f64 / now.0.duration_since(last.0).as_secs_f64();
+        last = now;
+        if rate <= 0.0 {
+            continue;
+        }
+        if rate > best * 1.10 {
+            best = rate;
+            if slots < max {
+                permits.add_permits(1);
+                slots += 1;
+                tracing::debug!("auto: {slots} files at once ({:.1} MB/s)", rate / 1e6);
+                // Give the new slot time to show its effect.
+                tokio::time::sleep(tick).await;
+                last = (Instant::now(), ctx.tally.moved());
+            }
+        } else {
+            if slots > 2 {
+                if let Ok(p) = permits.clone().acquire_owned().await {
+                    p.forget();
+                    slots -= 1;
+                }
+            }
+            tracing::info!(
+                "auto: settled at {slots} files at once ({:.1} MB/s at best)",
+                best / 1e6
+            );
+            return;
+        }
+    }
+}
