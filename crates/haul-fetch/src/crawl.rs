@@ -8,8 +8,8 @@ use haul_engine::{Event, Observer};
 use haul_remote::{join, EntryKind, RemoteEntry, RemoteError};
 use tokio::sync::mpsc;
 
-use crate::retry::Backoff;
 use crate::rename::RenameInput;
+use crate::retry::Backoff;
 use crate::Ctx;
 
 /// One file to download.
@@ -30,7 +30,12 @@ const LIST_AHEAD: usize = 256;
 
 impl Ctx {
     /// The job for file `rel` (if the filter takes it).
-    pub(crate) fn job_for(&self, remote_path: String, rel: String, entry: RemoteEntry) -> Option<FileJob> {
+    pub(crate) fn job_for(
+        &self,
+        remote_path: String,
+        rel: String,
+        entry: RemoteEntry,
+    ) -> Option<FileJob> {
         let caps = self.opts.filter.take_file(&rel, &entry)?;
         let dest_rel = match &self.opts.rename {
             None => join_rel(&self.opts.dest_prefix, &rel),
@@ -80,12 +85,19 @@ pub(crate) async fn crawl(ctx: Arc<Ctx>, root: String, jobs: mpsc::Sender<FileJo
                 Err(e) => {
                     if let Some(wait) = backoff.next(&e) {
                         ctx.tally.event(&Event::Warning {
-                            message: format!("listing {dir}: {e}; retrying in {:.1}s", wait.as_secs_f64()),
+                            message: format!(
+                                "listing {dir}: {e}; retrying in {:.1}s",
+                                wait.as_secs_f64()
+                            ),
                         });
                         tokio::time::sleep(wait).await;
                     } else {
                         ctx.tally.event(&Event::FileError {
-                            path: if rel.is_empty() { dir.clone() } else { rel.clone() },
+                            path: if rel.is_empty() {
+                                dir.clone()
+                            } else {
+                                rel.clone()
+                            },
                             error: format!("cannot list {dir}: {e}"),
                         });
                         break;
@@ -110,6 +122,7 @@ async fn list_one(
     jobs: &mpsc::Sender<FileJob>,
 ) -> Result<(), RemoteError> {
     let mut lease = ctx.pool.take().await?;
+    tracing::debug!("listing {dir}");
     let (tx, mut rx) = mpsc::channel(LIST_AHEAD);
     let lister = async {
         let r = lease.session().list(dir, &tx).await;
@@ -125,6 +138,7 @@ async fn list_one(
     };
     let (listed, ()) = tokio::join!(lister, consumer);
     listed?;
+    tracing::debug!("listed {dir}");
     ctx.pool.give_back(lease);
     Ok(())
 }
@@ -137,7 +151,8 @@ async fn handle_entry(
     stack: &mut Vec<(String, String)>,
     jobs: &mpsc::Sender<FileJob>,
 ) {
-    if entry.name.is_empty() || entry.name == "." || entry.name == ".." || entry.name.contains('/') {
+    if entry.name.is_empty() || entry.name == "." || entry.name == ".." || entry.name.contains('/')
+    {
         return;
     }
     let child_rel = join_rel(rel, &entry.name);

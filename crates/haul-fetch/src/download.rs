@@ -31,13 +31,14 @@ pub(crate) async fn download(ctx: Arc<Ctx>, mut job: FileJob) {
         size: job.entry.size.unwrap_or(0),
     });
     let mut backoff = Backoff::with_base(ctx.opts.retries, ctx.opts.retry_base);
-    let mut restat = job.entry.size.is_none();
+    let mut restat = job.entry.size.is_none() || ctx.pool.remote().stat_before_read();
     loop {
         let moved_before = ctx.tally.moved();
         match attempt(&ctx, &mut job, restat).await {
             Ok(Outcome::UpToDate) => {
                 let size = job.entry.size.unwrap_or(0);
-                ctx.tally.event(&Event::up_to_date(job.dest_rel.clone(), size));
+                ctx.tally
+                    .event(&Event::up_to_date(job.dest_rel.clone(), size));
                 return;
             }
             Ok(Outcome::Delivered { root, fetched }) => {
@@ -54,7 +55,11 @@ pub(crate) async fn download(ctx: Arc<Ctx>, mut job: FileJob) {
                 return;
             }
             Err(e) => {
-                if ctx.tally.moved() > moved_before {
+                // A broken connection that still moved data does not use up
+                // the budget (a flaky link that makes progress is not given
+                // up on); a file that keeps failing its checks does.
+                let transport = matches!(e, RemoteError::Timeout(_) | RemoteError::Connection(_));
+                if transport && ctx.tally.moved() > moved_before {
                     backoff.progress_made();
                 }
                 // A file that changed is stated afresh before the next attempt.
@@ -76,7 +81,11 @@ pub(crate) async fn download(ctx: Arc<Ctx>, mut job: FileJob) {
                         let hint = hint_for(&e);
                         ctx.tally.event(&Event::FileError {
                             path: job.dest_rel.clone(),
-                            error: format!("{} ({}): {e}{hint}", job.remote_path, ctx.pool.remote().display()),
+                            error: format!(
+                                "{} ({}): {e}{hint}",
+                                job.remote_path,
+                                ctx.pool.remote().display()
+                            ),
                         });
                         return;
                     }
@@ -108,7 +117,10 @@ async fn delete_source(ctx: &Arc<Ctx>, job: &FileJob) {
     .await;
     if let Err(e) = result {
         ctx.tally.event(&Event::Warning {
-            message: format!("{}: delivered and verified, but deleting the source failed: {e}", job.dest_rel),
+            message: format!(
+                "{}: delivered and verified, but deleting the source failed: {e}",
+                job.dest_rel
+            ),
         });
     }
 }
@@ -123,7 +135,10 @@ async fn attempt(ctx: &Arc<Ctx>, job: &mut FileJob, restat: bool) -> Result<Outc
     if restat {
         let fresh = lease.session().stat(&job.remote_path).await?;
         if fresh.kind != haul_remote::EntryKind::File {
-            return Err(RemoteError::NotFound(format!("{} is no longer a file", job.remote_path)));
+            return Err(RemoteError::NotFound(format!(
+                "{} is no longer a file",
+                job.remote_path
+            )));
         }
         job.entry = RemoteEntry {
             name: job.entry.name.clone(),
@@ -131,7 +146,10 @@ async fn attempt(ctx: &Arc<Ctx>, job: &mut FileJob, restat: bool) -> Result<Outc
         };
     }
     let size = job.entry.size.ok_or_else(|| {
-        RemoteError::Unsupported(format!("{}: the server does not tell the file's size", job.remote_path))
+        RemoteError::Unsupported(format!(
+            "{}: the server does not tell the file's size",
+            job.remote_path
+        ))
     })?;
     let entry = Entry {
         path: job.dest_rel.clone(),
@@ -164,14 +182,20 @@ async fn attempt(ctx: &Arc<Ctx>, job: &mut FileJob, restat: bool) -> Result<Outc
         }
         Prepared::Receive(part) => part,
     };
+    tracing::debug!("{}: prepared", job.dest_rel);
     let sidecar = if ctx.opts.verify_sidecar {
-        ctx.sidecars.lookup(lease.session(), &job.remote_path).await?
+        ctx.sidecars
+            .lookup(lease.session(), &job.remote_path)
+            .await?
     } else {
         None
     };
     if sidecar.is_none() && ctx.opts.verify_sidecar && !crate::verify::is_sidecar(&job.entry.name) {
         ctx.tally.event(&Event::Warning {
-            message: format!("{}: no sidecar checksum found; verified by size only", job.dest_rel),
+            message: format!(
+                "{}: no sidecar checksum found; verified by size only",
+                job.dest_rel
+            ),
         });
     }
     let fetched = match receive(ctx, job, &part, lease).await {
@@ -180,7 +204,9 @@ async fn attempt(ctx: &Arc<Ctx>, job: &mut FileJob, restat: bool) -> Result<Outc
             // The server ignores ranges: start over with one whole read.
             part.discard();
             job.no_ranges = true;
-            return Err(RemoteError::Connection(format!("{why}; fetching the whole file instead")));
+            return Err(RemoteError::Connection(format!(
+                "{why}; fetching the whole file instead"
+            )));
         }
         Err(e) => {
             if matches!(e, RemoteError::Changed(_)) {
@@ -189,15 +215,17 @@ async fn attempt(ctx: &Arc<Ctx>, job: &mut FileJob, restat: bool) -> Result<Outc
             return Err(e);
         }
     };
+    tracing::debug!("{}: received {fetched} bytes", job.dest_rel);
     let root = part.seal_received().map_err(local)?;
     let mut expected: Vec<Checksum> = job.entry.checksums.clone();
     expected.extend(sidecar);
     if !expected.is_empty() {
         let p = part.clone();
-        let mismatches = tokio::task::spawn_blocking(move || crate::verify::check_staged(&p, size, &expected))
-            .await
-            .map_err(|e| RemoteError::Local(format!("checksum task failed: {e}")))?
-            .map_err(local)?;
+        let mismatches =
+            tokio::task::spawn_blocking(move || crate::verify::check_staged(&p, size, &expected))
+                .await
+                .map_err(|e| RemoteError::Local(format!("checksum task failed: {e}")))?
+                .map_err(local)?;
         if let Some(m) = mismatches.first() {
             part.discard();
             return Err(RemoteError::Changed(format!(
@@ -246,7 +274,8 @@ async fn receive(
     lease: Lease,
 ) -> Result<u64, RemoteError> {
     let count = part.entry().chunk_count();
-    let done: std::collections::HashSet<u32> = part.have(0, count).into_iter().map(|(i, _)| i).collect();
+    let done: std::collections::HashSet<u32> =
+        part.have(0, count).into_iter().map(|(i, _)| i).collect();
     let missing: Vec<u32> = (0..count).filter(|i| !done.contains(i)).collect();
     if !done.is_empty() {
         ctx.tally.event(&Event::Warning {
@@ -282,7 +311,8 @@ async fn receive(
             };
             let mut fetched = 0;
             for (start, end) in group {
-                fetched += read_run(&ctx, &mut lease, &part, &path, &shown, &expect, start, end).await?;
+                fetched +=
+                    read_run(&ctx, &mut lease, &part, &path, &shown, &expect, start, end).await?;
             }
             ctx.pool.give_back(lease);
             Ok::<u64, RemoteError>(fetched)
@@ -364,7 +394,13 @@ async fn read_run(
     let mut sink = |data: &[u8]| writer.accept(data);
     let got = lease
         .session()
-        .read(path, offset, if whole { None } else { Some(len) }, expect, &mut sink)
+        .read(
+            path,
+            offset,
+            if whole { None } else { Some(len) },
+            expect,
+            &mut sink,
+        )
         .await?;
     if got != len || writer.next != end {
         return Err(RemoteError::Connection(format!(
@@ -421,8 +457,14 @@ mod tests {
     fn runs_are_balanced_and_contiguous() {
         assert_eq!(split_runs(&[], 4), Vec::<Vec<(u32, u32)>>::new());
         assert_eq!(split_runs(&[0, 1, 2, 3], 1), vec![vec![(0, 4)]]);
-        assert_eq!(split_runs(&[0, 1, 2, 3], 2), vec![vec![(0, 2)], vec![(2, 4)]]);
-        assert_eq!(split_runs(&[0, 2, 3, 7], 1), vec![vec![(0, 1), (2, 4), (7, 8)]]);
+        assert_eq!(
+            split_runs(&[0, 1, 2, 3], 2),
+            vec![vec![(0, 2)], vec![(2, 4)]]
+        );
+        assert_eq!(
+            split_runs(&[0, 2, 3, 7], 1),
+            vec![vec![(0, 1), (2, 4), (7, 8)]]
+        );
         assert_eq!(split_runs(&[5], 4), vec![vec![(5, 6)]]);
     }
 }

@@ -104,8 +104,11 @@ impl Captures {
             return false;
         };
         for i in 1..caps.len() {
-            self.numbered
-                .push(caps.get(i).map(|m| m.as_str().to_string()).unwrap_or_default());
+            self.numbered.push(
+                caps.get(i)
+                    .map(|m| m.as_str().to_string())
+                    .unwrap_or_default(),
+            );
         }
         for name in re.capture_names().flatten() {
             if let Some(m) = caps.name(name) {
@@ -271,7 +274,10 @@ mod tests {
         f.add_glob(RuleKind::Exclude, "*.tmp").unwrap();
         assert!(f.take_file("a/keep1.tmp", &file(1)).is_some());
         assert!(f.take_file("a/b.tmp", &file(1)).is_none());
-        assert!(f.take_file("a/b.nc", &file(1)).is_some(), "no rule matched: taken");
+        assert!(
+            f.take_file("a/b.nc", &file(1)).is_some(),
+            "no rule matched: taken"
+        );
     }
 
     #[test]

@@ -108,7 +108,7 @@ impl Default for FetchOptions {
 #[derive(Debug, thiserror::Error)]
 pub enum FetchError {
     /// The URL's path could not be stated.
-    #[error("{url}: {source}")]
+    #[error("{url}")]
     Remote {
         /// The URL, without secrets.
         url: String,
@@ -127,7 +127,9 @@ impl FetchError {
         matches!(
             self,
             FetchError::Remote {
-                source: RemoteError::Auth(_) | RemoteError::HostKey(_) | RemoteError::Unsupported(_),
+                source: RemoteError::Auth(_)
+                    | RemoteError::HostKey(_)
+                    | RemoteError::Unsupported(_),
                 ..
             }
         )
@@ -171,7 +173,7 @@ pub async fn fetch(
     let host = remote.host();
     let pool = SessionPool::new(remote, opts.max_conn_per_host, timeout);
     let remote_err = |source| FetchError::Remote {
-        url: format!("{url}{path}"),
+        url: format!("{path} on {url}"),
         source,
     };
     // The source itself, stated with the pool's first session.
@@ -193,7 +195,10 @@ pub async fn fetch(
             let dir = &trimmed[..trimmed.len() - name.len()];
             opts.dest_prefix.clear();
             let ctx = ctx(&pool, &destination, opts, &tally, host);
-            let entry = haul_remote::RemoteEntry { name: name.clone(), ..root };
+            let entry = haul_remote::RemoteEntry {
+                name: name.clone(),
+                ..root
+            };
             let job = ctx.job_for(format!("{dir}{name}"), name, entry);
             drop(jobs_tx);
             let (tx, rx) = mpsc::channel(1);
@@ -217,7 +222,11 @@ pub async fn fetch(
         }
     }
     let ctx = ctx(&pool, &destination, opts, &tally, host);
-    let dir = if path.ends_with('/') { path.to_string() } else { format!("{path}/") };
+    let dir = if path.ends_with('/') {
+        path.to_string()
+    } else {
+        format!("{path}/")
+    };
     let crawler = tokio::spawn(crawl::crawl(ctx.clone(), dir, jobs_tx));
     let workers = run_workers(ctx.clone(), jobs_rx).await;
     let _ = crawler.await;
@@ -259,9 +268,8 @@ async fn run_workers(ctx: Arc<Ctx>, mut jobs: mpsc::Receiver<FileJob>) -> u32 {
     let max = max.min(ctx.pool.cap().max(1));
     let start = start.min(max);
     let permits = Arc::new(Semaphore::new(start as usize));
-    let controller = matches!(ctx.opts.jobs, Concurrency::Auto { .. }).then(|| {
-        tokio::spawn(auto_concurrency(ctx.clone(), permits.clone(), start, max))
-    });
+    let controller = matches!(ctx.opts.jobs, Concurrency::Auto { .. })
+        .then(|| tokio::spawn(auto_concurrency(ctx.clone(), permits.clone(), start, max)));
     let mut running = tokio::task::JoinSet::new();
     while let Some(job) = jobs.recv().await {
         let Ok(permit) = permits.clone().acquire_owned().await else {

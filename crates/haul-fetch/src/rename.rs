@@ -154,7 +154,9 @@ impl RenameTemplate {
                 Part::Ext => out.push_str(ext),
                 Part::Host => out.push_str(input.host),
                 Part::Date(fmt) => out.push_str(&format_utc(input.now, fmt)),
-                Part::Mtime(fmt) => out.push_str(&format_utc(input.mtime.unwrap_or(input.now), fmt)),
+                Part::Mtime(fmt) => {
+                    out.push_str(&format_utc(input.mtime.unwrap_or(input.now), fmt))
+                }
                 Part::Group(n) => {
                     if let Some(v) = input.captures.numbered.get(n - 1) {
                         out.push_str(v);
@@ -168,7 +170,10 @@ impl RenameTemplate {
             }
         }
         // Collapse empty components (`{dir}/{name}` at the top level).
-        out.split('/').filter(|c| !c.is_empty()).collect::<Vec<_>>().join("/")
+        out.split('/')
+            .filter(|c| !c.is_empty())
+            .collect::<Vec<_>>()
+            .join("/")
     }
 }
 
@@ -254,7 +259,8 @@ mod tests {
             numbered: vec!["2024".into(), "03".into()],
             named: vec![("var".into(), "sst".into())],
         };
-        let t = RenameTemplate::parse("{host}/{1}/{2}/{cap:var}/{stem}-{date:%Y%m%d}.{ext}").unwrap();
+        let t =
+            RenameTemplate::parse("{host}/{1}/{2}/{cap:var}/{stem}-{date:%Y%m%d}.{ext}").unwrap();
         assert_eq!(
             t.render(&input("a/b/file.tar.gz", &caps)),
             "ftp.example/2024/03/sst/file.tar-20240315.gz"
@@ -262,7 +268,9 @@ mod tests {
         let t = RenameTemplate::parse("{dir}/{mtime:%Y-%j}_{name}{{x}}").unwrap();
         assert_eq!(t.render(&input("top.txt", &caps)), "2000-060_top.txt{x}");
         assert_eq!(
-            RenameTemplate::parse("{path}").unwrap().render(&input("a/.hidden", &caps)),
+            RenameTemplate::parse("{path}")
+                .unwrap()
+                .render(&input("a/.hidden", &caps)),
             "a/.hidden"
         );
     }
@@ -280,6 +288,12 @@ mod tests {
             let (y, m, d) = civil_from_days(days);
             assert_eq!(days_from_civil(y, m, d), days);
         }
-        assert_eq!(format_utc(UNIX_EPOCH + Duration::from_secs(86_399), "%Y-%m-%d %H:%M:%S %%"), "1970-01-01 23:59:59 %");
+        assert_eq!(
+            format_utc(
+                UNIX_EPOCH + Duration::from_secs(86_399),
+                "%Y-%m-%d %H:%M:%S %%"
+            ),
+            "1970-01-01 23:59:59 %"
+        );
     }
 }

@@ -79,7 +79,9 @@ async fn read_small(
     let mut buf = Vec::new();
     let mut sink = |d: &[u8]| {
         if buf.len() + d.len() > cap {
-            return Err(RemoteError::Local(format!("{path}: sidecar larger than {cap} bytes")));
+            return Err(RemoteError::Local(format!(
+                "{path}: sidecar larger than {cap} bytes"
+            )));
         }
         buf.extend_from_slice(d);
         Ok(())

@@ -53,6 +53,12 @@ pub trait Remote: Send + Sync + 'static {
         true
     }
 
+    /// Whether listings lack what a stat tells (S3: checksums, encryption):
+    /// the driver then stats each file before reading it.
+    fn stat_before_read(&self) -> bool {
+        false
+    }
+
     /// Opens one new logged-in session.
     async fn connect(&self) -> Result<Box<dyn Session>, RemoteError>;
 }

@@ -96,8 +96,9 @@ impl RemoteUrl {
         })?;
         // `url` only knows special schemes' defaults; parse as a generic URL.
         let rest = &s[s.find("://").map(|i| i + 3).unwrap_or(0)..];
-        let parsed = url::Url::parse(&format!("haul-remote://{rest}"))
-            .map_err(|e| RemoteError::Unsupported(format!("not a valid {} URL: {e}", scheme.name())))?;
+        let parsed = url::Url::parse(&format!("haul-remote://{rest}")).map_err(|e| {
+            RemoteError::Unsupported(format!("not a valid {} URL: {e}", scheme.name()))
+        })?;
         let host = parsed
             .host_str()
             .filter(|h| !h.is_empty())
@@ -120,7 +121,11 @@ impl RemoteUrl {
             Some(p) => Some(Secret::new(decode(p)?)),
         };
         let path = decode(parsed.path())?;
-        let path = if path.is_empty() { "/".to_string() } else { path };
+        let path = if path.is_empty() {
+            "/".to_string()
+        } else {
+            path
+        };
         if path.contains('\0') {
             return Err(RemoteError::Unsupported("URL path contains NUL".into()));
         }
@@ -187,7 +192,10 @@ mod tests {
     #[test]
     fn defaults() {
         let u = RemoteUrl::parse("s3://bucket").unwrap();
-        assert_eq!((u.scheme, u.host.as_str(), u.path.as_str()), (Scheme::S3, "bucket", "/"));
+        assert_eq!(
+            (u.scheme, u.host.as_str(), u.path.as_str()),
+            (Scheme::S3, "bucket", "/")
+        );
         let u = RemoteUrl::parse("sftp://h/x").unwrap();
         assert_eq!(u.port, 22);
         assert!(RemoteUrl::parse("gopher://h/").is_err());

@@ -41,7 +41,7 @@ pub enum Command {
     /// Send local files or trees to a node: PATH... haul://HOST:PORT/DEST.
     Push(PushArgs),
     /// Fetch from a node (haul://HOST:PORT/PATH) or a local path into DEST.
-    Pull(PullArgs),
+    Pull(Box<PullArgs>),
     /// Start a node on loopback, push a sample dataset, pull it back, verify.
     Demo(DemoArgs),
     /// Network lab: hosts in network namespaces joined by a userspace netem (root only).
@@ -146,16 +146,116 @@ pub struct PushArgs {
 /// `haul pull`.
 #[derive(Debug, Args)]
 #[command(
-    after_help = "Example:\n  haul pull haul://node:7878/incoming/data ./here   # creates ./here/data/...\n  haul pull /mnt/a/ /mnt/b                          # local copy"
+    after_help = PULL_EXAMPLES
 )]
 pub struct PullArgs {
-    /// haul://HOST:PORT/PATH or a local path.
+    /// haul://HOST:PORT/PATH, ftp://, ftps://, ftps-implicit://, sftp://,
+    /// http://, https://, s3://BUCKET/PREFIX, or a local path.
     pub source: String,
     /// Local destination directory (created if missing).
     pub dest: PathBuf,
     /// Transfer settings.
     #[command(flatten)]
     pub transfer: TransferArgs,
+    /// Settings for FTP, SFTP, HTTP and S3 sources.
+    #[command(flatten)]
+    pub remote: RemoteArgs,
+    /// `--include`/`--exclude` in command-line order (filled in by main).
+    #[arg(skip)]
+    pub rules: Vec<(haul_fetch::RuleKind, String)>,
+}
+
+const PULL_EXAMPLES: &str = "\
+Examples:
+  haul pull haul://node:7878/incoming/data ./here     # creates ./here/data/...
+  haul pull /mnt/a/ /mnt/b                            # local copy
+  haul pull ftp://ftp.example.org/pub/sst/ ./sst --include '*.nc' -j 4
+  haul pull sftp://alice@host/data ./data --ssh-key ~/.ssh/id_ed25519
+  haul pull https://host/files/ ./files --verify-sidecar
+  haul pull s3://bucket/run42/ ./run42 --s3-endpoint http://127.0.0.1:9000
+  haul pull ftp://host/in/ ./out --dir-struct '20[0-9]{2}/[0-9]{2}/.*\\.nc' \\
+            --rename '{1}/{name}' --delete-source
+
+A URL with a trailing / puts the directory's contents into DEST; without it,
+DEST/NAME/ is created (rsync's rule). Passwords: in the URL, --password-file
+or HAUL_PASSWORD; S3 keys from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or
+~/.aws/credentials. Secrets are never printed.";
+
+/// Flags for remote (FTP, SFTP, HTTP, S3) sources.
+#[derive(Debug, Args, Clone, Default)]
+pub struct RemoteArgs {
+    /// Take files matching this glob (repeatable; first matching rule wins).
+    #[arg(long, value_name = "GLOB")]
+    pub include: Vec<String>,
+    /// Skip files matching this glob; `DIR/` skips a directory (repeatable).
+    #[arg(long, value_name = "GLOB")]
+    pub exclude: Vec<String>,
+    /// Only files whose relative path matches this regular expression.
+    #[arg(long, value_name = "RE")]
+    pub regex: Option<String>,
+    /// Per-path-component regexes, `/`-separated (PushPull's DirStruct).
+    #[arg(long, value_name = "RE/RE/...")]
+    pub dir_struct: Option<String>,
+    /// Only files at least this large (e.g. 10M).
+    #[arg(long, value_name = "SIZE")]
+    pub min_size: Option<String>,
+    /// Only files at most this large.
+    #[arg(long, value_name = "SIZE")]
+    pub max_size: Option<String>,
+    /// Only files modified after this: 2024-03-01, 2024-03-01T12:00:00Z, or an age like 7d, 12h, 30m.
+    #[arg(long, value_name = "WHEN")]
+    pub newer_than: Option<String>,
+    /// Descend at most this many directory levels.
+    #[arg(long, value_name = "N")]
+    pub max_depth: Option<usize>,
+    /// Skip files that already exist at the destination (whatever their size).
+    #[arg(long)]
+    pub skip_existing: bool,
+    /// Destination path template: {path} {dir} {name} {stem} {ext} {host} {date:%Y%m%d} {mtime:FMT} {1} {cap:NAME}.
+    #[arg(long, value_name = "TEMPLATE")]
+    pub rename: Option<String>,
+    /// Delete each remote file once its copy is verified.
+    #[arg(long)]
+    pub delete_source: bool,
+    /// Verify files against NAME.sha256 / NAME.md5 / SHA256SUMS / MD5SUMS beside them.
+    #[arg(long)]
+    pub verify_sidecar: bool,
+    /// Connections to the server at most.
+    #[arg(long, default_value_t = 8)]
+    pub max_conn_per_host: u32,
+    /// User name (when not in the URL).
+    #[arg(long)]
+    pub user: Option<String>,
+    /// File holding the password (or set HAUL_PASSWORD).
+    #[arg(long, value_name = "FILE")]
+    pub password_file: Option<PathBuf>,
+    /// SSH private key to try (repeatable).
+    #[arg(long, value_name = "FILE")]
+    pub ssh_key: Vec<PathBuf>,
+    /// SSH known_hosts file [default: ~/.ssh/known_hosts].
+    #[arg(long, value_name = "FILE")]
+    pub ssh_known_hosts: Option<PathBuf>,
+    /// Accept and record an SSH host key seen for the first time.
+    #[arg(long)]
+    pub accept_new_host_key: bool,
+    /// Extra CA certificate (PEM) to trust for FTPS, HTTPS and S3.
+    #[arg(long, value_name = "FILE")]
+    pub ca_cert: Option<PathBuf>,
+    /// Accept any TLS certificate (testing only: no protection against interception).
+    #[arg(long)]
+    pub insecure: bool,
+    /// S3 endpoint URL (for S3-compatible stores), e.g. http://127.0.0.1:9000.
+    #[arg(long, value_name = "URL")]
+    pub s3_endpoint: Option<String>,
+    /// S3 region [default: from AWS_REGION or ~/.aws/config, else us-east-1].
+    #[arg(long)]
+    pub s3_region: Option<String>,
+    /// S3 path-style addressing (endpoint/bucket/key).
+    #[arg(long)]
+    pub s3_path_style: bool,
+    /// First retry wait in milliseconds (doubles each retry, with jitter).
+    #[arg(long, default_value_t = 500, hide = true)]
+    pub retry_base_ms: u64,
 }
 
 /// `haul demo`.

@@ -4,6 +4,7 @@
 mod cli;
 mod config;
 mod demo;
+mod fetch;
 mod output;
 
 use std::net::SocketAddr;
@@ -12,7 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use clap::{CommandFactory, Parser};
+use clap::{CommandFactory, FromArgMatches};
 use haul_node::{NodeError, Remote, ServeOptions, Server, Summary};
 use haul_proto::ErrorCode;
 use haul_transport::{Listener, ServerIdentity, Timeouts, TransportError};
@@ -28,7 +29,14 @@ const EXIT_FAILED: u8 = 1;
 const EXIT_USAGE: u8 = 2;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let matches = Cli::command().get_matches();
+    let mut cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
+    if let (Command::Pull(args), Some(m)) = (&mut cli.command, matches.subcommand_matches("pull")) {
+        args.rules = filter_rules_in_order(m);
+    }
     let mode = if cli.json {
         Mode::Json
     } else if cli.quiet {
@@ -74,6 +82,33 @@ fn main() -> ExitCode {
     };
     runtime.shutdown_timeout(Duration::from_millis(200));
     ExitCode::from(code)
+}
+
+/// The source as it may be shown: a remote URL loses its password.
+fn shown_source(source: &str) -> String {
+    match haul_remote::RemoteUrl::parse(source) {
+        Ok(url) => url.to_string(),
+        Err(_) if haul_remote::RemoteUrl::is_remote_url(source) => "(unparsable URL)".into(),
+        Err(_) => source.to_string(),
+    }
+}
+
+/// `--include` and `--exclude` as given, interleaved in command-line order
+/// (the first matching rule wins).
+fn filter_rules_in_order(m: &clap::ArgMatches) -> Vec<(haul_fetch::RuleKind, String)> {
+    let mut rules = Vec::new();
+    for (id, kind) in [
+        ("include", haul_fetch::RuleKind::Include),
+        ("exclude", haul_fetch::RuleKind::Exclude),
+    ] {
+        if let (Some(values), Some(indices)) = (m.get_many::<String>(id), m.indices_of(id)) {
+            for (value, index) in values.zip(indices) {
+                rules.push((index, kind, value.clone()));
+            }
+        }
+    }
+    rules.sort_by_key(|r| r.0);
+    rules.into_iter().map(|(_, k, v)| (k, v)).collect()
 }
 
 fn init_logging(cli: &Cli) {
@@ -132,7 +167,7 @@ async fn run(cli: Cli, mode: Mode) -> Result<u8> {
     match cli.command {
         Command::Serve(args) => serve(args, mode).await,
         Command::Push(args) => push(args, mode).await,
-        Command::Pull(args) => pull(args, mode).await,
+        Command::Pull(args) => pull(*args, mode).await,
         Command::Demo(args) => demo::run(args, mode).await,
         Command::Lab(_) => Ok(EXIT_USAGE),
         Command::Completions { shell } => {
@@ -179,27 +214,49 @@ async fn pull(args: PullArgs, mode: Mode) -> Result<u8> {
     let display = Arc::new(Display::new(mode));
     if mode == Mode::Json {
         output::json_line(
-            &serde_json::json!({"event": "start", "command": "pull", "source": args.source, "dest": args.dest}),
+            &serde_json::json!({"event": "start", "command": "pull", "source": shown_source(&args.source), "dest": args.dest}),
         );
     }
-    let summary = if Remote::is_remote(&args.source) {
+    let summary: Result<Summary> = if Remote::is_remote(&args.source) {
         let remote = Remote::parse(&args.source)?;
-        haul_node::pull(&remote, &args.dest, &opts, display.clone()).await
+        Ok(haul_node::pull(&remote, &args.dest, &opts, display.clone()).await?)
+    } else if haul_remote::RemoteUrl::is_remote_url(&args.source) {
+        let url = usage(haul_remote::RemoteUrl::parse(&args.source).map_err(anyhow::Error::from))?;
+        let ropts = usage(fetch::remote_options(&args.transfer, &args.remote))?;
+        let fopts = usage(fetch::fetch_options(
+            &args.transfer,
+            &args.remote,
+            &args.rules,
+        ))?;
+        if ropts.insecure_tls {
+            tracing::warn!("--insecure: TLS certificates are not checked");
+        }
+        let remote = usage(fetch::open_remote(&url, &ropts))?;
+        haul_fetch::fetch(
+            remote,
+            &url.path,
+            &args.dest,
+            fopts,
+            display.clone(),
+            ropts.timeout,
+        )
+        .await
+        .map_err(anyhow::Error::from)
     } else if args.source.contains("://") {
         return Err(UsageError(format!(
-            "{:?}: only haul:// URLs and local paths are supported by this build",
+            "{:?}: unknown URL scheme (use haul, ftp, ftps, ftps-implicit, sftp, http, https or s3)",
             args.source
         ))
         .into());
     } else {
         usage(config::check_local_source(&args.source))?;
-        haul_node::copy_local(
+        Ok(haul_node::copy_local(
             std::slice::from_ref(&args.source),
             &args.dest,
             &opts,
             display.clone(),
         )
-        .await
+        .await?)
     };
     display.finish();
     Ok(report(mode, &display, &summary?))

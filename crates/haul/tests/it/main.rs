@@ -5,6 +5,7 @@
 mod corruption;
 mod harness;
 mod proxy;
+mod remote;
 mod resume;
 mod security;
 mod transfer;

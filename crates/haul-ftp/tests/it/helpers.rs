@@ -1,0 +1,107 @@
+//! Shared helpers: sessions, listings and reads against a test server.
+
+use std::fs;
+use std::path::Path;
+use std::time::{Duration, SystemTime};
+
+use haul_ftp::testserver::{FtpServer, Mode};
+use haul_remote::{RemoteEntry, RemoteError, RemoteOptions, RemoteUrl, Session};
+
+/// Starts a server, panicking with the reason when it cannot.
+pub fn server(mode: Mode) -> FtpServer {
+    FtpServer::start(mode).expect("start vsftpd (needs root and vsftpd installed)")
+}
+
+/// Opens a session with `url` and `opts`.
+pub async fn connect(url: &str, opts: &RemoteOptions) -> Result<Box<dyn Session>, RemoteError> {
+    let url = RemoteUrl::parse(url)?;
+    haul_ftp::open(&url, opts)?.connect().await
+}
+
+/// An anonymous session.
+pub async fn anon(s: &FtpServer) -> Box<dyn Session> {
+    connect(&s.url("/"), &s.options())
+        .await
+        .unwrap_or_else(|e| panic!("anonymous login: {e}\n{}", s.log()))
+}
+
+/// A session as the local user.
+pub async fn user(s: &FtpServer) -> Box<dyn Session> {
+    connect(&s.user_url("/"), &s.user_options())
+        .await
+        .unwrap_or_else(|e| panic!("user login: {e}\n{}", s.log()))
+}
+
+/// Lists `dir`, sorted by name.
+pub async fn list(s: &mut Box<dyn Session>, dir: &str) -> Result<Vec<RemoteEntry>, RemoteError> {
+    let (tx, mut rx) = tokio::sync::mpsc::channel(4);
+    let collect = tokio::spawn(async move {
+        let mut v = Vec::new();
+        while let Some(e) = rx.recv().await {
+            v.push(e);
+        }
+        v
+    });
+    let r = s.list(dir, &tx).await;
+    drop(tx);
+    let mut v = collect.await.expect("collector");
+    r?;
+    v.sort_by(|a, b| a.name.cmp(&b.name));
+    Ok(v)
+}
+
+/// Reads `[offset, offset+len)` of `path` into a vector.
+pub async fn read(
+    s: &mut Box<dyn Session>,
+    path: &str,
+    offset: u64,
+    len: Option<u64>,
+    expect: &RemoteEntry,
+) -> Result<Vec<u8>, RemoteError> {
+    let mut out = Vec::new();
+    let mut sink = |b: &[u8]| {
+        out.extend_from_slice(b);
+        Ok(())
+    };
+    let n = s.read(path, offset, len, expect, &mut sink).await?;
+    assert_eq!(
+        n,
+        out.len() as u64,
+        "returned count matches bytes delivered"
+    );
+    Ok(out)
+}
+
+/// Deterministic pseudo-random bytes.
+pub fn bytes(n: usize, seed: u32) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(2_654_435_761).wrapping_add(1);
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            (x >> 8) as u8
+        })
+        .collect()
+}
+
+/// Writes a file with the given mtime.
+pub fn write(path: &Path, data: &[u8], mtime: Option<SystemTime>) {
+    if let Some(parent) = path.parent() {
+        fs::create_dir_all(parent).unwrap();
+    }
+    fs::write(path, data).unwrap();
+    if let Some(t) = mtime {
+        fs::File::options()
+            .write(true)
+            .open(path)
+            .unwrap()
+            .set_modified(t)
+            .unwrap();
+    }
+}
+
+/// A time given as seconds since the epoch.
+pub fn epoch(secs: u64) -> SystemTime {
+    SystemTime::UNIX_EPOCH + Duration::from_secs(secs)
+}

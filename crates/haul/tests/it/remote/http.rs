@@ -1,0 +1,277 @@
+//! HTTP(S) sources: nginx autoindex crawling, ranges, resume, errors.
+
+use std::time::Duration;
+
+use haul_http::testserver::{TestServer, PASSWORD, USER};
+
+use super::{all_output, assert_same_tree, events, fixture_tree, pull, FIXTURE_FILES};
+use crate::harness::{b3, summary, write_file, Scratch};
+
+fn server() -> TestServer {
+    TestServer::start().expect("start nginx (apt-get install nginx-light)")
+}
+
+#[test]
+fn http_tree_then_quick_check() {
+    let srv = server();
+    fixture_tree(&srv.root().join("tree"));
+    let s = Scratch::new();
+    let url = srv.http_url("/tree/");
+    let out = pull(
+        &s.path("cfg"),
+        &[&url, s.path("dst").to_str().unwrap(), "-j", "3"],
+    );
+    assert!(out.status.success(), "{}", all_output(&out));
+    assert_same_tree(&srv.root().join("tree"), &s.path("dst"), &out);
+    assert_eq!(summary(&out)["files_ok"], FIXTURE_FILES as u64);
+    // Again: everything is already there (same size and Last-Modified).
+    let out = pull(&s.path("cfg"), &[&url, s.path("dst").to_str().unwrap()]);
+    assert!(out.status.success(), "{}", all_output(&out));
+    let sum = summary(&out);
+    assert_eq!(sum["files_skipped"], FIXTURE_FILES as u64, "{sum}");
+    assert_eq!(sum["bytes_transferred"], 0);
+}
+
+#[test]
+fn https_single_file_without_trailing_slash_and_streams() {
+    let srv = server();
+    write_file(&srv.root().join("big/large.bin"), 200 << 20, 7);
+    let s = Scratch::new();
+    let ca = srv.ca_cert();
+    let dst = s.path("dst");
+    let out = pull(
+        &s.path("cfg"),
+        &[
+            &srv.https_url("/big"),
+            dst.to_str().unwrap(),
+            "--streams",
+            "4",
+            "--split-min",
+            "16M",
+            "--ca-cert",
+            ca.to_str().unwrap(),
+        ],
+    );
+    assert!(out.status.success(), "{}", all_output(&out));
+    // No trailing slash: the directory itself is created (rsync's rule).
+    assert_eq!(
+        b3(&dst.join("big/large.bin")),
+        b3(&srv.root().join("big/large.bin"))
+    );
+    let log = std::fs::read_to_string(srv.access_log()).unwrap();
+    let ranged = log
+        .lines()
+        .filter(|l| l.contains("/big/large.bin") && l.contains("range=bytes="))
+        .count();
+    assert!(ranged >= 4, "4 range streams expected:\n{log}");
+    // Without the CA the certificate is refused with a clear error.
+    let out = pull(
+        &s.path("cfg"),
+        &[&srv.https_url("/big/"), s.path("dst2").to_str().unwrap()],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", all_output(&out));
+    assert!(
+        all_output(&out).contains("not trusted"),
+        "{}",
+        all_output(&out)
+    );
+}
+
+#[test]
+fn http_server_killed_mid_download_resumes_from_verified_chunks() {
+    let mut srv = server();
+    let size: u64 = 48 << 20;
+    write_file(&srv.root().join("slow/big.bin"), size, 8);
+    let s = Scratch::new();
+    let dst = s.path("dst");
+    let mut cmd = crate::harness::haul(&s.path("cfg"));
+    cmd.args([
+        "--json",
+        "pull",
+        &srv.http_url("/slow/big.bin"),
+        dst.to_str().unwrap(),
+    ])
+    .args(["--retry-base-ms", "300", "--retries", "8", "--timeout", "5"]);
+    cmd.stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let child = cmd.spawn().unwrap();
+    // Stop nginx once a few chunks are verified (8 MB/s: about 2 s), restart it a second later.
+    let partial = dst.join(".haul/partial");
+    crate::harness::wait_for(Duration::from_secs(20), "partial data", || {
+        std::fs::read_dir(&partial)
+            .map(|d| {
+                d.flatten().any(|e| {
+                    e.path().extension().is_some_and(|x| x == "part")
+                        && e.metadata().map(|m| m.len() >= 12 << 20).unwrap_or(false)
+                })
+            })
+            .unwrap_or(false)
+    });
+    srv.stop();
+    std::thread::sleep(Duration::from_millis(800));
+    srv.start_again().unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(out.status.success(), "{}", all_output(&out));
+    assert_eq!(
+        b3(&dst.join("big.bin")),
+        b3(&srv.root().join("slow/big.bin"))
+    );
+    // The second request asked for a range starting at a chunk boundary past 0.
+    let log = std::fs::read_to_string(srv.access_log()).unwrap();
+    let resumed: Vec<u64> = log
+        .lines()
+        .filter(|l| l.contains("/slow/big.bin"))
+        .filter_map(|l| l.split("range=bytes=").nth(1))
+        .filter_map(|r| r.split('-').next()?.parse().ok())
+        .collect();
+    assert!(
+        resumed.iter().any(|&o| o >= 8 << 20 && o % (4 << 20) == 0),
+        "no resumed range in {log}"
+    );
+    // Bytes fetched: the file once, plus at most the chunk in flight when the server died.
+    let fetched = summary(&out)["bytes_transferred"].as_u64().unwrap();
+    assert!(fetched <= size, "{fetched} > {size}");
+    assert!(
+        events(&out)
+            .iter()
+            .any(|e| e["event"] == "warning"
+                && e["message"].as_str().unwrap_or("").contains("resuming")),
+        "{}",
+        all_output(&out)
+    );
+}
+
+#[test]
+fn http_errors_are_per_file_and_never_show_the_password() {
+    let srv = server();
+    let tree = srv.root().join("mixed");
+    write_file(&tree.join("ok1.txt"), 10, 1);
+    write_file(&tree.join("ok2.txt"), 20, 2);
+    write_file(&tree.join("secret.txt"), 30, 3);
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(
+        tree.join("secret.txt"),
+        std::fs::Permissions::from_mode(0o000),
+    )
+    .unwrap();
+    let s = Scratch::new();
+    let out = pull(
+        &s.path("cfg"),
+        &[
+            &srv.http_url("/mixed/"),
+            s.path("dst").to_str().unwrap(),
+            "--retries",
+            "1",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", all_output(&out));
+    let sum = summary(&out);
+    assert_eq!(sum["files_ok"], 2, "{sum}");
+    let err = sum["failures"][0]["error"].as_str().unwrap();
+    assert!(err.contains("permission denied"), "{err}");
+    assert!(!s.path("dst/secret.txt").exists());
+    // Missing path: exit 1, a clear message.
+    let out = pull(
+        &s.path("cfg"),
+        &[&srv.http_url("/nope/"), s.path("dst3").to_str().unwrap()],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", all_output(&out));
+    assert!(
+        all_output(&out).contains("not found"),
+        "{}",
+        all_output(&out)
+    );
+    // Wrong password (in the URL): refused, and the password is printed nowhere.
+    write_file(&srv.root().join("private/p.txt"), 10, 4);
+    let bad = srv
+        .http_url("/private/")
+        .replace("http://", &format!("http://{USER}:WrongPw-77@"));
+    let out = pull(
+        &s.path("cfg"),
+        &[&bad, s.path("dst4").to_str().unwrap(), "-v"],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", all_output(&out));
+    assert!(
+        all_output(&out).contains("authentication failed"),
+        "{}",
+        all_output(&out)
+    );
+    assert!(
+        !all_output(&out).contains("WrongPw-77"),
+        "{}",
+        all_output(&out)
+    );
+    // The right one, from HAUL_PASSWORD.
+    let mut cmd = crate::harness::haul(&s.path("cfg"));
+    cmd.env("HAUL_PASSWORD", PASSWORD).args([
+        "--json",
+        "pull",
+        "--user",
+        USER,
+        &srv.http_url("/private/"),
+        s.path("dst5").to_str().unwrap(),
+    ]);
+    let out = crate::harness::run(cmd, Duration::from_secs(60));
+    assert!(out.status.success(), "{}", all_output(&out));
+    assert!(s.path("dst5/p.txt").is_file());
+}
+
+#[test]
+fn http_filters_rename_and_sidecars() {
+    let srv = server();
+    let tree = srv.root().join("sci");
+    write_file(&tree.join("2024/03/sst.nc"), 100, 1);
+    write_file(&tree.join("2024/03/notes.txt"), 10, 2);
+    write_file(&tree.join("2024/13/bad.nc"), 10, 3);
+    write_file(&tree.join("tmp/x.nc"), 10, 4);
+    write_file(&tree.join("2024/03/wrong.nc"), 50, 5);
+    // A sidecar list: right for sst.nc, wrong for wrong.nc.
+    let sha = |p: &std::path::Path| {
+        use std::process::Command;
+        let o = Command::new("sha256sum").arg(p).output().unwrap();
+        String::from_utf8(o.stdout)
+            .unwrap()
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .to_string()
+    };
+    let good = sha(&tree.join("2024/03/sst.nc"));
+    std::fs::write(
+        tree.join("2024/03/SHA256SUMS"),
+        format!("{good}  sst.nc\n{}  wrong.nc\n", "0".repeat(64)),
+    )
+    .unwrap();
+    let s = Scratch::new();
+    let dst = s.path("dst");
+    let out = pull(
+        &s.path("cfg"),
+        &[
+            &srv.http_url("/sci/"),
+            dst.to_str().unwrap(),
+            "--dir-struct",
+            r"(20[0-9]{2})/(0[1-9]|1[0-2])/.*",
+            "--include",
+            "*.nc",
+            "--rename",
+            "{1}-{2}/{stem}.{ext}",
+            "--verify-sidecar",
+            "--retries",
+            "1",
+            "--retry-base-ms",
+            "50",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", all_output(&out));
+    assert!(dst.join("2024-03/sst.nc").is_file(), "{}", all_output(&out));
+    assert!(
+        !dst.join("2024-03/wrong.nc").exists(),
+        "a checksum mismatch is never delivered"
+    );
+    assert!(!dst.join("2024-03/notes.txt").exists());
+    assert!(!dst.join("2024-13").exists() && !dst.join("tmp").exists());
+    let sum = summary(&out);
+    assert_eq!(sum["files_ok"], 1, "{sum}");
+    let err = sum["failures"][0]["error"].as_str().unwrap();
+    assert!(err.contains("sha256"), "{err}");
+}
