@@ -20,6 +20,7 @@
 //!   the file is no longer the version described by `expect` (size, ETag or
 //!   mtime differ), so that two versions are never spliced.
 
+pub mod collect;
 mod entry;
 mod error;
 mod url;

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use haul_remote::collect::list_all;
 use haul_remote::{EntryKind, RemoteError, RemoteOptions};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
@@ -82,7 +83,7 @@ async fn pasv_fallback_uses_the_control_address() {
     let mut s = connect(&format!("ftp://127.0.0.1:{port}/"), &opts())
         .await
         .unwrap();
-    let v = list(&mut s, "/pub").await.unwrap();
+    let v = list_all(s.as_mut(), "/pub").await.unwrap();
     assert_eq!(v.len(), 2, "{v:?}");
     assert_eq!(
         (v[0].name.as_str(), v[0].kind, v[0].size),
@@ -97,7 +98,7 @@ async fn mlsd_and_mlst_when_offered() {
     let mut s = connect(&format!("ftp://127.0.0.1:{port}/"), &opts())
         .await
         .unwrap();
-    let v = list(&mut s, "/pub").await.unwrap();
+    let v = list_all(s.as_mut(), "/pub").await.unwrap();
     let names: Vec<_> = v.iter().map(|e| (e.name.as_str(), e.kind)).collect();
     assert_eq!(
         names,

@@ -5,7 +5,7 @@ use std::path::Path;
 use std::time::{Duration, SystemTime};
 
 use haul_ftp::testserver::{FtpServer, Mode};
-use haul_remote::{RemoteEntry, RemoteError, RemoteOptions, RemoteUrl, Session};
+use haul_remote::{RemoteError, RemoteOptions, RemoteUrl, Session};
 
 /// Starts a server, panicking with the reason when it cannot.
 pub fn server(mode: Mode) -> FtpServer {
@@ -32,45 +32,8 @@ pub async fn user(s: &FtpServer) -> Box<dyn Session> {
         .unwrap_or_else(|e| panic!("user login: {e}\n{}", s.log()))
 }
 
-/// Lists `dir`, sorted by name.
-pub async fn list(s: &mut Box<dyn Session>, dir: &str) -> Result<Vec<RemoteEntry>, RemoteError> {
-    let (tx, mut rx) = tokio::sync::mpsc::channel(4);
-    let collect = tokio::spawn(async move {
-        let mut v = Vec::new();
-        while let Some(e) = rx.recv().await {
-            v.push(e);
-        }
-        v
-    });
-    let r = s.list(dir, &tx).await;
-    drop(tx);
-    let mut v = collect.await.expect("collector");
-    r?;
-    v.sort_by(|a, b| a.name.cmp(&b.name));
-    Ok(v)
-}
-
-/// Reads `[offset, offset+len)` of `path` into a vector.
-pub async fn read(
-    s: &mut Box<dyn Session>,
-    path: &str,
-    offset: u64,
-    len: Option<u64>,
-    expect: &RemoteEntry,
-) -> Result<Vec<u8>, RemoteError> {
-    let mut out = Vec::new();
-    let mut sink = |b: &[u8]| {
-        out.extend_from_slice(b);
-        Ok(())
-    };
-    let n = s.read(path, offset, len, expect, &mut sink).await?;
-    assert_eq!(
-        n,
-        out.len() as u64,
-        "returned count matches bytes delivered"
-    );
-    Ok(out)
-}
+/// Cap on what one test read may hold in memory: far above any test file.
+pub const MAX_READ: usize = 16 << 20;
 
 /// Deterministic pseudo-random bytes.
 pub fn bytes(n: usize, seed: u32) -> Vec<u8> {

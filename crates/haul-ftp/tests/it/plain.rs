@@ -5,6 +5,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::time::{Duration, SystemTime};
 
 use haul_ftp::testserver::{Mode, PASSWORD};
+use haul_remote::collect::{list_all, read_all};
 use haul_remote::{EntryKind, RemoteEntry, RemoteError};
 
 use crate::helpers::*;
@@ -27,7 +28,7 @@ async fn anonymous_lists_a_nested_tree() {
     fs::write(root.join(".hidden"), b"h").unwrap();
 
     let mut s = anon(&srv).await;
-    let top = list(&mut s, "/").await.unwrap();
+    let top = list_all(s.as_mut(), "/").await.unwrap();
     let names: Vec<&str> = top.iter().map(|e| e.name.as_str()).collect();
     assert_eq!(
         names,
@@ -58,34 +59,50 @@ async fn anonymous_lists_a_nested_tree() {
     let age = SystemTime::now().duration_since(recent).unwrap_or_default();
     assert!(age < Duration::from_secs(180), "recent mtime {recent:?}");
 
-    let sub = list(&mut s, "/sub dir").await.unwrap();
+    let sub = list_all(s.as_mut(), "/sub dir").await.unwrap();
     assert_eq!(sub.len(), 1);
     assert_eq!(
         (sub[0].name.as_str(), sub[0].kind),
         ("nested", EntryKind::Dir)
     );
-    let deep = list(&mut s, "/sub dir/nested/").await.unwrap();
+    let deep = list_all(s.as_mut(), "/sub dir/nested/").await.unwrap();
     assert_eq!(
         (deep[0].name.as_str(), deep[0].size),
         ("deep file.bin", Some(3000))
     );
     let e = deep[0].clone();
-    let data = read(&mut s, "/sub dir/nested/deep file.bin", 0, None, &e)
-        .await
-        .unwrap();
+    let data = read_all(
+        s.as_mut(),
+        "/sub dir/nested/deep file.bin",
+        0,
+        None,
+        &e,
+        MAX_READ,
+    )
+    .await
+    .unwrap();
     assert_eq!(data, bytes(3000, 1));
     // The 0-byte file reads as nothing.
-    assert!(read(&mut s, "/empty", 0, None, &get("empty"))
-        .await
-        .unwrap()
-        .is_empty());
-    let uni = read(&mut s, "/ünï cödé.txt", 0, None, &get("ünï cödé.txt"))
-        .await
-        .unwrap();
+    assert!(
+        read_all(s.as_mut(), "/empty", 0, None, &get("empty"), MAX_READ)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let uni = read_all(
+        s.as_mut(),
+        "/ünï cödé.txt",
+        0,
+        None,
+        &get("ünï cödé.txt"),
+        MAX_READ,
+    )
+    .await
+    .unwrap();
     assert_eq!(uni, b"unicode");
     // Empty directory.
     fs::create_dir(root.join("void")).unwrap();
-    assert!(list(&mut s, "/void").await.unwrap().is_empty());
+    assert!(list_all(s.as_mut(), "/void").await.unwrap().is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -103,12 +120,17 @@ async fn user_lists_stats_and_reads() {
     let d = s.stat("/dir").await.unwrap();
     assert_eq!((d.name.as_str(), d.kind), ("dir", EntryKind::Dir));
     assert_eq!(s.stat("/").await.unwrap().kind, EntryKind::Dir);
-    let listed = list(&mut s, "/dir").await.unwrap();
+    let listed = list_all(s.as_mut(), "/dir").await.unwrap();
     assert_eq!(listed[0].size, Some(300_000));
-    assert_eq!(read(&mut s, "/dir/f.bin", 0, None, &e).await.unwrap(), data);
+    assert_eq!(
+        read_all(s.as_mut(), "/dir/f.bin", 0, None, &e, MAX_READ)
+            .await
+            .unwrap(),
+        data
+    );
     // The listed entry (minute/day precision) is a valid expectation too.
     assert_eq!(
-        read(&mut s, "/dir/f.bin", 0, None, &listed[0])
+        read_all(s.as_mut(), "/dir/f.bin", 0, None, &listed[0], MAX_READ)
             .await
             .unwrap(),
         data
@@ -125,7 +147,9 @@ async fn ranged_reads_reuse_the_session() {
     let e = s.stat("/big.bin").await.unwrap();
     // Middle ranges stop the transfer early; the session must stay in step.
     for (off, len) in [(1000u64, 5000u64), (0, 1), (1 << 20, 700_000), (12_345, 1)] {
-        let got = read(&mut s, "/big.bin", off, Some(len), &e).await.unwrap();
+        let got = read_all(s.as_mut(), "/big.bin", off, Some(len), &e, MAX_READ)
+            .await
+            .unwrap();
         assert_eq!(
             got,
             &data[off as usize..(off + len) as usize],
@@ -135,24 +159,31 @@ async fn ranged_reads_reuse_the_session() {
     // A range ending exactly at the end of the file, then the tail to EOF.
     let n = data.len() as u64;
     assert_eq!(
-        read(&mut s, "/big.bin", n - 10, Some(10), &e)
+        read_all(s.as_mut(), "/big.bin", n - 10, Some(10), &e, MAX_READ)
             .await
             .unwrap(),
         &data[data.len() - 10..]
     );
     assert_eq!(
-        read(&mut s, "/big.bin", n - 3, None, &e).await.unwrap(),
+        read_all(s.as_mut(), "/big.bin", n - 3, None, &e, MAX_READ)
+            .await
+            .unwrap(),
         &data[data.len() - 3..]
     );
-    assert_eq!(read(&mut s, "/big.bin", 0, None, &e).await.unwrap(), data);
+    assert_eq!(
+        read_all(s.as_mut(), "/big.bin", 0, None, &e, MAX_READ)
+            .await
+            .unwrap(),
+        data
+    );
     let small = s.stat("/small.txt").await.unwrap();
     assert_eq!(
-        read(&mut s, "/small.txt", 4, Some(3), &small)
+        read_all(s.as_mut(), "/small.txt", 4, Some(3), &small, MAX_READ)
             .await
             .unwrap(),
         b"456"
     );
-    assert_eq!(list(&mut s, "/").await.unwrap().len(), 2);
+    assert_eq!(list_all(s.as_mut(), "/").await.unwrap().len(), 2);
     // A sink error stops the read and comes back as is.
     let mut calls = 0;
     let mut sink = |_: &[u8]| {
@@ -170,7 +201,9 @@ async fn ranged_reads_reuse_the_session() {
     assert_eq!(calls, 1);
     // ...and the session is still in step.
     assert_eq!(
-        read(&mut s, "/small.txt", 0, None, &small).await.unwrap(),
+        read_all(s.as_mut(), "/small.txt", 0, None, &small, MAX_READ)
+            .await
+            .unwrap(),
         b"0123456789"
     );
 }
@@ -182,25 +215,31 @@ async fn changed_files_are_detected() {
     write(&path, b"version one", Some(epoch(OLD)));
     let mut s = user(&srv).await;
     let stated = s.stat("/c.txt").await.unwrap();
-    let listed = list(&mut s, "/").await.unwrap().remove(0);
+    let listed = list_all(s.as_mut(), "/").await.unwrap().remove(0);
     write(&path, b"version two, longer", Some(epoch(OLD)));
     for expect in [&stated, &listed] {
-        let err = read(&mut s, "/c.txt", 0, None, expect).await.unwrap_err();
+        let err = read_all(s.as_mut(), "/c.txt", 0, None, expect, MAX_READ)
+            .await
+            .unwrap_err();
         assert!(matches!(err, RemoteError::Changed(_)), "{err}");
         assert!(err.is_retryable());
     }
     // Same size, new mtime: seen through MDTM when the expectation has seconds.
     write(&path, b"version one", Some(epoch(OLD + 61)));
-    let err = read(&mut s, "/c.txt", 0, None, &stated).await.unwrap_err();
+    let err = read_all(s.as_mut(), "/c.txt", 0, None, &stated, MAX_READ)
+        .await
+        .unwrap_err();
     assert!(matches!(err, RemoteError::Changed(_)), "{err}");
     // Asking past the end of a file that shrank.
     let unknown = RemoteEntry::file("c.txt", None);
-    let err = read(&mut s, "/c.txt", 5, Some(100), &unknown)
+    let err = read_all(s.as_mut(), "/c.txt", 5, Some(100), &unknown, MAX_READ)
         .await
         .unwrap_err();
     assert!(matches!(err, RemoteError::Changed(_)), "{err}");
     assert_eq!(
-        read(&mut s, "/c.txt", 0, None, &unknown).await.unwrap(),
+        read_all(s.as_mut(), "/c.txt", 0, None, &unknown, MAX_READ)
+            .await
+            .unwrap(),
         b"version one"
     );
 }
@@ -214,8 +253,10 @@ async fn missing_paths_are_not_found() {
     for r in [
         s.stat("/nope").await.map(|_| ()),
         s.stat("/d/nope.txt").await.map(|_| ()),
-        list(&mut s, "/nope").await.map(|_| ()),
-        read(&mut s, "/nope/x", 0, None, &any).await.map(|_| ()),
+        list_all(s.as_mut(), "/nope").await.map(|_| ()),
+        read_all(s.as_mut(), "/nope/x", 0, None, &any, MAX_READ)
+            .await
+            .map(|_| ()),
         s.delete("/nope").await,
     ] {
         let err = r.unwrap_err();
@@ -235,7 +276,9 @@ async fn unreadable_file_is_permission_denied() {
     let mut s = user(&srv).await;
     let e = s.stat("/secret.bin").await.unwrap();
     assert_eq!(e.size, Some(10));
-    let err = read(&mut s, "/secret.bin", 0, None, &e).await.unwrap_err();
+    let err = read_all(s.as_mut(), "/secret.bin", 0, None, &e, MAX_READ)
+        .await
+        .unwrap_err();
     assert!(
         matches!(err, RemoteError::PermissionDenied(_)),
         "{err}\n{}",
@@ -243,7 +286,9 @@ async fn unreadable_file_is_permission_denied() {
     );
     let ok = s.stat("/ok.txt").await.unwrap();
     assert_eq!(
-        read(&mut s, "/ok.txt", 0, None, &ok).await.unwrap(),
+        read_all(s.as_mut(), "/ok.txt", 0, None, &ok, MAX_READ)
+            .await
+            .unwrap(),
         b"fine"
     );
 }
@@ -313,7 +358,7 @@ async fn closed_list_receiver_stops_quietly() {
     });
     s.list("/", &tx).await.unwrap();
     assert!(taker.await.unwrap().is_some());
-    assert_eq!(list(&mut s, "/").await.unwrap().len(), 2000);
+    assert_eq!(list_all(s.as_mut(), "/").await.unwrap().len(), 2000);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -324,7 +369,9 @@ async fn server_restart_on_same_port() {
     let mut s = user(&srv).await;
     let e = s.stat("/f").await.unwrap();
     srv.stop();
-    let err = read(&mut s, "/f", 0, None, &e).await.unwrap_err();
+    let err = read_all(s.as_mut(), "/f", 0, None, &e, MAX_READ)
+        .await
+        .unwrap_err();
     assert!(err.is_retryable(), "{err}");
     assert!(connect(&srv.user_url("/"), &srv.user_options())
         .await
@@ -332,5 +379,10 @@ async fn server_restart_on_same_port() {
     srv.start_again().unwrap();
     assert_eq!(srv.port(), port);
     let mut s = user(&srv).await;
-    assert_eq!(read(&mut s, "/f", 0, None, &e).await.unwrap(), b"data");
+    assert_eq!(
+        read_all(s.as_mut(), "/f", 0, None, &e, MAX_READ)
+            .await
+            .unwrap(),
+        b"data"
+    );
 }

@@ -3,11 +3,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use haul_remote::collect::read_all;
 use haul_remote::{RemoteEntry, RemoteError};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
-use crate::{any, read, session};
+use crate::{any, session, MAX_READ};
 
 /// What the fake server does with one request.
 enum Act {
@@ -83,14 +84,14 @@ async fn stalled_body_times_out_and_short_body_is_connection_error() {
     let url =
         fake(|_| Act::SendAndHang(response("200 OK", &["Content-Length: 100"], &[7u8; 40]))).await;
     let mut s = session(&url, &quick()).await;
-    let e = read(s.as_mut(), "/x", 0, None, &any("x"))
+    let e = read_all(s.as_mut(), "/x", 0, None, &any("x"), MAX_READ)
         .await
         .unwrap_err();
     assert!(matches!(e, RemoteError::Timeout(_)), "{e:?}");
 
     let url = fake(|_| Act::Send(response("200 OK", &["Content-Length: 100"], &[7u8; 40]))).await;
     let mut s = session(&url, &quick()).await;
-    let e = read(s.as_mut(), "/x", 0, None, &any("x"))
+    let e = read_all(s.as_mut(), "/x", 0, None, &any("x"), MAX_READ)
         .await
         .unwrap_err();
     assert!(matches!(e, RemoteError::Connection(_)), "{e:?}");
@@ -105,7 +106,7 @@ async fn stalled_body_times_out_and_short_body_is_connection_error() {
     })
     .await;
     let mut s = session(&url, &quick()).await;
-    let e = read(s.as_mut(), "/x", 5, Some(10), &any("x"))
+    let e = read_all(s.as_mut(), "/x", 5, Some(10), &any("x"), MAX_READ)
         .await
         .unwrap_err();
     assert!(matches!(e, RemoteError::Connection(_)), "{e:?}");
@@ -124,16 +125,22 @@ async fn server_ignoring_ranges() {
     let mut s = session(&url, &quick()).await;
     let mut e = RemoteEntry::file("x", Some(10));
     e.version = Some("\"v1\"".into());
-    let err = read(s.as_mut(), "/x", 3, None, &e).await.unwrap_err();
+    let err = read_all(s.as_mut(), "/x", 3, None, &e, MAX_READ)
+        .await
+        .unwrap_err();
     assert!(matches!(err, RemoteError::Unsupported(_)), "{err:?}");
     // Whole reads still work.
     assert_eq!(
-        read(s.as_mut(), "/x", 0, None, &e).await.unwrap(),
+        read_all(s.as_mut(), "/x", 0, None, &e, MAX_READ)
+            .await
+            .unwrap(),
         b"0123456789"
     );
     // A 200 whose validators differ: the file changed.
     e.version = Some("\"v0\"".into());
-    let err = read(s.as_mut(), "/x", 3, None, &e).await.unwrap_err();
+    let err = read_all(s.as_mut(), "/x", 3, None, &e, MAX_READ)
+        .await
+        .unwrap_err();
     assert!(matches!(err, RemoteError::Changed(_)), "{err:?}");
 }
 
@@ -156,7 +163,7 @@ async fn wrong_content_range_and_server_errors() {
     })
     .await;
     let mut s = session(&url, &quick()).await;
-    let e = read(s.as_mut(), "/x", 5, Some(3), &any("x"))
+    let e = read_all(s.as_mut(), "/x", 5, Some(3), &any("x"), MAX_READ)
         .await
         .unwrap_err();
     assert!(matches!(e, RemoteError::Protocol(_)), "{e:?}");
@@ -166,12 +173,13 @@ async fn wrong_content_range_and_server_errors() {
         "{e:?}"
     );
     // Total in Content-Range differs from the expected size: changed.
-    let e = read(
+    let e = read_all(
         s.as_mut(),
         "/x",
         0,
         Some(3),
         &RemoteEntry::file("x", Some(11)),
+        MAX_READ,
     )
     .await
     .unwrap_err();
@@ -233,5 +241,10 @@ async fn weak_etag_uses_last_modified_for_if_range() {
     let mut e = RemoteEntry::file("x", Some(10));
     e.version = Some("W/\"weak\"".into());
     e.mtime = httpdate::parse_http_date("Tue, 02 Jan 2024 15:04:05 GMT").ok();
-    assert_eq!(read(s.as_mut(), "/x", 2, Some(2), &e).await.unwrap(), b"23");
+    assert_eq!(
+        read_all(s.as_mut(), "/x", 2, Some(2), &e, MAX_READ)
+            .await
+            .unwrap(),
+        b"23"
+    );
 }

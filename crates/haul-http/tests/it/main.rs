@@ -10,7 +10,7 @@ mod nginx;
 use std::sync::Arc;
 use std::time::Duration;
 
-use haul_remote::{Remote, RemoteEntry, RemoteError, RemoteOptions, RemoteUrl, Session};
+use haul_remote::{Remote, RemoteEntry, RemoteOptions, RemoteUrl, Session};
 
 /// Options with a 5 s timeout.
 pub fn opts() -> RemoteOptions {
@@ -30,39 +30,8 @@ pub async fn session(url: &str, o: &RemoteOptions) -> Box<dyn Session> {
     remote(url, o).connect().await.unwrap()
 }
 
-/// Lists `dir` into a vector (through a small channel, as the driver does).
-pub async fn list(s: &mut dyn Session, dir: &str) -> Result<Vec<RemoteEntry>, RemoteError> {
-    let (tx, mut rx) = tokio::sync::mpsc::channel(4);
-    let collect = tokio::spawn(async move {
-        let mut v = Vec::new();
-        while let Some(e) = rx.recv().await {
-            v.push(e);
-        }
-        v
-    });
-    let r = s.list(dir, &tx).await;
-    drop(tx);
-    let v = collect.await.unwrap();
-    r.map(|()| v)
-}
-
-/// Reads into a vector.
-pub async fn read(
-    s: &mut dyn Session,
-    path: &str,
-    offset: u64,
-    len: Option<u64>,
-    expect: &RemoteEntry,
-) -> Result<Vec<u8>, RemoteError> {
-    let mut buf = Vec::new();
-    let mut sink = |b: &[u8]| {
-        buf.extend_from_slice(b);
-        Ok(())
-    };
-    let n = s.read(path, offset, len, expect, &mut sink).await?;
-    assert_eq!(n as usize, buf.len());
-    Ok(buf)
-}
+/// Cap on what one test read may hold in memory: far above any test file.
+pub const MAX_READ: usize = 16 << 20;
 
 /// An `expect` that checks nothing.
 pub fn any(name: &str) -> RemoteEntry {

@@ -5,9 +5,10 @@ use std::os::unix::fs::PermissionsExt;
 use std::time::{Duration, UNIX_EPOCH};
 
 use haul_http::testserver::{TestServer, PASSWORD, USER};
+use haul_remote::collect::{list_all, read_all};
 use haul_remote::{join, Checksum, EntryKind, RemoteError, Secret};
 
-use crate::{any, list, opts, read, session};
+use crate::{any, opts, session, MAX_READ};
 
 fn data(n: usize) -> Vec<u8> {
     (0..n).map(|i| (i * 7 + i / 251) as u8).collect()
@@ -31,7 +32,7 @@ async fn crawls_nested_tree() {
     let mut found = BTreeSet::new();
     let mut todo = vec!["/tree/".to_string()];
     while let Some(dir) = todo.pop() {
-        for e in list(s.as_mut(), &dir).await.unwrap() {
+        for e in list_all(s.as_mut(), &dir).await.unwrap() {
             assert!(!e.name.contains('/') && e.name != ".." && e.name != ".");
             let p = join(&dir, &e.name);
             if e.kind == EntryKind::Dir {
@@ -54,16 +55,30 @@ async fn crawls_nested_tree() {
     .collect();
     assert_eq!(found, want);
     // Reading the odd names back works too.
-    let got = read(s.as_mut(), "/tree/a b/x&y #1?.bin", 0, None, &any("x"))
-        .await
-        .unwrap();
+    let got = read_all(
+        s.as_mut(),
+        "/tree/a b/x&y #1?.bin",
+        0,
+        None,
+        &any("x"),
+        MAX_READ,
+    )
+    .await
+    .unwrap();
     assert_eq!(got, data(1000));
     let zero = s.stat("/tree/a b/deep ünï/zero").await.unwrap();
     assert_eq!(zero.size, Some(0));
     assert_eq!(
-        read(s.as_mut(), "/tree/a b/deep ünï/zero", 0, None, &zero)
-            .await
-            .unwrap(),
+        read_all(
+            s.as_mut(),
+            "/tree/a b/deep ünï/zero",
+            0,
+            None,
+            &zero,
+            MAX_READ
+        )
+        .await
+        .unwrap(),
         b""
     );
 }
@@ -118,21 +133,25 @@ async fn ranged_reads() {
     std::fs::write(srv.root().join("big.bin"), &body).unwrap();
     let mut s = session(&srv.http_url("/"), &opts()).await;
     let e = s.stat("/big.bin").await.unwrap();
-    let got = read(s.as_mut(), "/big.bin", 1000, Some(5000), &e)
+    let got = read_all(s.as_mut(), "/big.bin", 1000, Some(5000), &e, MAX_READ)
         .await
         .unwrap();
     assert_eq!(got, &body[1000..6000]);
-    let got = read(s.as_mut(), "/big.bin", 150_000, None, &e)
+    let got = read_all(s.as_mut(), "/big.bin", 150_000, None, &e, MAX_READ)
         .await
         .unwrap();
     assert_eq!(got, &body[150_000..]);
-    let got = read(s.as_mut(), "/big.bin", 0, None, &e).await.unwrap();
+    let got = read_all(s.as_mut(), "/big.bin", 0, None, &e, MAX_READ)
+        .await
+        .unwrap();
     assert_eq!(got, body);
-    let got = read(s.as_mut(), "/big.bin", 0, Some(1), &e).await.unwrap();
+    let got = read_all(s.as_mut(), "/big.bin", 0, Some(1), &e, MAX_READ)
+        .await
+        .unwrap();
     assert_eq!(got, &body[..1]);
     // At the very end: nothing left (416 from the server) is a 0-byte read.
     assert_eq!(
-        read(s.as_mut(), "/big.bin", 200_000, None, &e)
+        read_all(s.as_mut(), "/big.bin", 200_000, None, &e, MAX_READ)
             .await
             .unwrap(),
         b""
@@ -163,7 +182,7 @@ async fn rewritten_file_is_changed() {
         .set_modified(later)
         .unwrap();
     for (off, len) in [(5000, None), (100, Some(100)), (0, None)] {
-        let err = read(s.as_mut(), "/v.bin", off, len, &old)
+        let err = read_all(s.as_mut(), "/v.bin", off, len, &old, MAX_READ)
             .await
             .unwrap_err();
         assert!(
@@ -174,7 +193,7 @@ async fn rewritten_file_is_changed() {
     }
     // A listed entry (size only) that no longer matches.
     let listed = haul_remote::RemoteEntry::file("v.bin", Some(9_999));
-    let err = read(s.as_mut(), "/v.bin", 10, Some(10), &listed)
+    let err = read_all(s.as_mut(), "/v.bin", 10, Some(10), &listed, MAX_READ)
         .await
         .unwrap_err();
     assert!(matches!(err, RemoteError::Changed(_)), "{err:?}");
@@ -182,7 +201,9 @@ async fn rewritten_file_is_changed() {
     let new = s.stat("/v.bin").await.unwrap();
     assert_ne!(new.version, old.version);
     assert_eq!(
-        read(s.as_mut(), "/v.bin", 9_990, None, &new).await.unwrap(),
+        read_all(s.as_mut(), "/v.bin", 9_990, None, &new, MAX_READ)
+            .await
+            .unwrap(),
         vec![1u8; 10]
     );
 }
@@ -193,11 +214,11 @@ async fn not_found() {
     let mut s = session(&srv.http_url("/"), &opts()).await;
     let e = s.stat("/nope.txt").await.unwrap_err();
     assert!(matches!(e, RemoteError::NotFound(_)), "{e:?}");
-    let e = read(s.as_mut(), "/nope.txt", 0, None, &any("nope.txt"))
+    let e = read_all(s.as_mut(), "/nope.txt", 0, None, &any("nope.txt"), MAX_READ)
         .await
         .unwrap_err();
     assert!(matches!(e, RemoteError::NotFound(_)), "{e:?}");
-    let e = list(s.as_mut(), "/nodir/").await.unwrap_err();
+    let e = list_all(s.as_mut(), "/nodir/").await.unwrap_err();
     assert!(matches!(e, RemoteError::NotFound(_)), "{e:?}");
     assert!(!e.is_retryable());
 }
@@ -212,12 +233,12 @@ async fn basic_auth() {
     let mut s = session(&srv.http_url("/private/"), &o).await;
     let e = s.stat("/private/secret.txt").await.unwrap();
     assert_eq!(
-        read(s.as_mut(), "/private/secret.txt", 0, None, &e)
+        read_all(s.as_mut(), "/private/secret.txt", 0, None, &e, MAX_READ)
             .await
             .unwrap(),
         b"s3cret data"
     );
-    let names: Vec<_> = list(s.as_mut(), "/private/")
+    let names: Vec<_> = list_all(s.as_mut(), "/private/")
         .await
         .unwrap()
         .into_iter()
@@ -238,9 +259,16 @@ async fn basic_auth() {
     assert!(matches!(e, RemoteError::Auth(_)), "{e:?}");
     assert!(!format!("{e} {e:?}").contains("wrong-pw-9"));
     let mut s = session(&srv.http_url("/private/"), &opts()).await;
-    let e = read(s.as_mut(), "/private/secret.txt", 0, None, &any("s"))
-        .await
-        .unwrap_err();
+    let e = read_all(
+        s.as_mut(),
+        "/private/secret.txt",
+        0,
+        None,
+        &any("s"),
+        MAX_READ,
+    )
+    .await
+    .unwrap_err();
     assert!(matches!(e, RemoteError::Auth(_)), "{e:?}");
     assert!(!e.is_retryable());
     let r = crate::remote(&url, &opts());
@@ -256,13 +284,20 @@ async fn permission_denied() {
     std::fs::write(srv.root().join("denied/x.txt"), b"x").unwrap();
     let mut s = session(&srv.http_url("/"), &opts()).await;
     // nginx workers run as nobody: a mode-000 file is 403.
-    let e = read(s.as_mut(), "/locked.bin", 0, None, &any("locked.bin"))
-        .await
-        .unwrap_err();
+    let e = read_all(
+        s.as_mut(),
+        "/locked.bin",
+        0,
+        None,
+        &any("locked.bin"),
+        MAX_READ,
+    )
+    .await
+    .unwrap_err();
     assert!(matches!(e, RemoteError::PermissionDenied(_)), "{e:?}");
     let e = s.stat("/denied/x.txt").await.unwrap_err();
     assert!(matches!(e, RemoteError::PermissionDenied(_)), "{e:?}");
-    let e = list(s.as_mut(), "/denied/").await.unwrap_err();
+    let e = list_all(s.as_mut(), "/denied/").await.unwrap_err();
     assert!(matches!(e, RemoteError::PermissionDenied(_)), "{e:?}");
 }
 
@@ -275,11 +310,13 @@ async fn https_with_and_without_ca() {
     let mut s = session(&srv.https_url("/"), &o).await;
     let e = s.stat("/t.txt").await.unwrap();
     assert_eq!(
-        read(s.as_mut(), "/t.txt", 5, None, &e).await.unwrap(),
+        read_all(s.as_mut(), "/t.txt", 5, None, &e, MAX_READ)
+            .await
+            .unwrap(),
         b"tls"
     );
-    assert_eq!(list(s.as_mut(), "/").await.unwrap().len(), 4); // checksums/ denied/ private/ t.txt
-                                                               // Without the CA: a clear, non-retryable certificate error.
+    assert_eq!(list_all(s.as_mut(), "/").await.unwrap().len(), 4); // checksums/ denied/ private/ t.txt
+                                                                   // Without the CA: a clear, non-retryable certificate error.
     let mut s = session(&srv.https_url("/"), &opts()).await;
     let err = s.stat("/t.txt").await.unwrap_err();
     assert!(matches!(err, RemoteError::HostKey(_)), "{err:?}");
@@ -307,7 +344,9 @@ async fn single_file_url() {
         ("one file.iso", EntryKind::File, Some(3000))
     );
     assert_eq!(
-        read(s.as_mut(), &u.path, 0, None, &e).await.unwrap(),
+        read_all(s.as_mut(), &u.path, 0, None, &e, MAX_READ)
+            .await
+            .unwrap(),
         data(3000)
     );
 }
@@ -320,15 +359,17 @@ async fn reuses_one_connection() {
     let mut s = r.connect().await.unwrap();
     let e = s.stat("/r.bin").await.unwrap();
     for i in 0..4u64 {
-        read(s.as_mut(), "/r.bin", i * 1000, Some(1000), &e)
+        read_all(s.as_mut(), "/r.bin", i * 1000, Some(1000), &e, MAX_READ)
             .await
             .unwrap();
     }
     drop(s);
     // A second session of the same remote shares the pool.
     let mut s = r.connect().await.unwrap();
-    read(s.as_mut(), "/r.bin", 0, None, &e).await.unwrap();
-    list(s.as_mut(), "/").await.unwrap();
+    read_all(s.as_mut(), "/r.bin", 0, None, &e, MAX_READ)
+        .await
+        .unwrap();
+    list_all(s.as_mut(), "/").await.unwrap();
     // nginx writes the log line after sending the response: wait (bounded) for 7 lines.
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     let lines = loop {

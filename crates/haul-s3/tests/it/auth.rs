@@ -1,8 +1,9 @@
+use haul_remote::collect::read_all;
 use haul_remote::{EntryKind, RemoteEntry, RemoteError, Secret};
 use haul_s3::testserver::MotoServer;
 use haul_s3::S3Credentials;
 
-use crate::{read, remote, session};
+use crate::{remote, session, MAX_READ};
 
 /// moto with authentication on verifies signatures of object requests
 /// (not of listings with a `/` in the query: see the testserver docs).
@@ -19,7 +20,7 @@ async fn signatures_are_checked_and_bad_keys_are_auth_errors() {
     let st = s.stat("/d/with space ~.txt").await.unwrap();
     assert_eq!((st.kind, st.size), (EntryKind::File, Some(6)));
     assert_eq!(
-        read(&mut s, "/d/with space ~.txt", 1, None, &st)
+        read_all(s.as_mut(), "/d/with space ~.txt", 1, None, &st, MAX_READ)
             .await
             .unwrap(),
         b"paced"
@@ -34,7 +35,7 @@ async fn signatures_are_checked_and_bad_keys_are_auth_errors() {
     assert!(err.to_string().contains("SignatureDoesNotMatch"), "{err}");
     assert!(!err.is_retryable());
     assert!(!format!("{err} {err:?}").contains(secret));
-    let err = read(&mut bad, "/d/with space ~.txt", 0, None, &st)
+    let err = read_all(bad.as_mut(), "/d/with space ~.txt", 0, None, &st, MAX_READ)
         .await
         .unwrap_err();
     assert!(matches!(err, RemoteError::Auth(_)), "{err}");
@@ -45,12 +46,13 @@ async fn signatures_are_checked_and_bad_keys_are_auth_errors() {
         .connect()
         .await
         .unwrap();
-    let err = read(
-        &mut bad,
+    let err = read_all(
+        bad.as_mut(),
         "/d/with space ~.txt",
         0,
         None,
         &RemoteEntry::file("x", None),
+        MAX_READ,
     )
     .await
     .unwrap_err();

@@ -1,7 +1,8 @@
+use haul_remote::collect::{list_all, read_all};
 use haul_remote::{EntryKind, RemoteError};
 use haul_s3::testserver::MotoServer;
 
-use crate::{list, read, session};
+use crate::{session, MAX_READ};
 
 #[tokio::test]
 async fn nested_keys_spaces_unicode_empty() {
@@ -24,7 +25,7 @@ async fn nested_keys_spaces_unicode_empty() {
     }
     let mut s = session(&moto, "nest").await;
 
-    let root = list(&mut s, "/").await.unwrap();
+    let root = list_all(s.as_mut(), "/").await.unwrap();
     let names: Vec<(&str, EntryKind)> = root.iter().map(|e| (e.name.as_str(), e.kind)).collect();
     assert_eq!(
         names,
@@ -36,7 +37,7 @@ async fn nested_keys_spaces_unicode_empty() {
         ]
     );
 
-    let d = list(&mut s, "/dir one").await.unwrap();
+    let d = list_all(s.as_mut(), "/dir one").await.unwrap();
     let names: Vec<&str> = d.iter().map(|e| e.name.as_str()).collect();
     assert_eq!(names, ["a b.txt", "empty", "sub", "ünï cødé €.bin"]);
     assert_eq!(d[1].size, Some(0));
@@ -49,7 +50,7 @@ async fn nested_keys_spaces_unicode_empty() {
         d[3].checksums
     );
     // Same listing with a trailing slash.
-    assert_eq!(list(&mut s, "/dir one/").await.unwrap(), d);
+    assert_eq!(list_all(s.as_mut(), "/dir one/").await.unwrap(), d);
 
     // Prefixes are directories, with or without a marker object.
     for p in ["/dir one", "/dir one/", "/only", "/only/prefix", "/"] {
@@ -57,27 +58,34 @@ async fn nested_keys_spaces_unicode_empty() {
     }
     let f = s.stat("/dir one/ünï cødé €.bin").await.unwrap();
     assert_eq!(
-        read(&mut s, "/dir one/ünï cødé €.bin", 0, None, &f)
+        read_all(s.as_mut(), "/dir one/ünï cødé €.bin", 0, None, &f, MAX_READ)
             .await
             .unwrap(),
         "unicode ✓".as_bytes()
     );
     let e = s.stat("/dir one/empty").await.unwrap();
     assert_eq!((e.kind, e.size), (EntryKind::File, Some(0)));
-    assert!(read(&mut s, "/dir one/empty", 0, None, &e)
+    assert!(
+        read_all(s.as_mut(), "/dir one/empty", 0, None, &e, MAX_READ)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let p = s.stat("/x+y z.txt").await.unwrap();
+    assert_eq!(
+        read_all(s.as_mut(), "/x+y z.txt", 5, Some(3), &p, MAX_READ)
+            .await
+            .unwrap(),
+        b"and"
+    );
+    assert!(list_all(s.as_mut(), "/nothing here")
         .await
         .unwrap()
         .is_empty());
-    let p = s.stat("/x+y z.txt").await.unwrap();
-    assert_eq!(
-        read(&mut s, "/x+y z.txt", 5, Some(3), &p).await.unwrap(),
-        b"and"
-    );
-    assert!(list(&mut s, "/nothing here").await.unwrap().is_empty());
 
     // Missing bucket.
     let mut nob = session(&moto, "no-such-bucket").await;
-    let err = list(&mut nob, "/").await.unwrap_err();
+    let err = list_all(nob.as_mut(), "/").await.unwrap_err();
     assert!(matches!(err, RemoteError::NotFound(_)), "{err}");
 }
 

@@ -9,7 +9,7 @@ mod objects;
 
 use std::sync::Arc;
 
-use haul_remote::{Remote, RemoteEntry, RemoteError, RemoteUrl, Session};
+use haul_remote::{Remote, RemoteUrl, Session};
 use haul_s3::testserver::MotoServer;
 use haul_s3::S3Credentials;
 
@@ -27,41 +27,8 @@ pub async fn session(moto: &MotoServer, bucket: &str) -> Box<dyn Session> {
         .unwrap()
 }
 
-/// Lists `dir` through a small channel, sorted by name.
-pub async fn list(s: &mut Box<dyn Session>, dir: &str) -> Result<Vec<RemoteEntry>, RemoteError> {
-    let (tx, mut rx) = tokio::sync::mpsc::channel(4);
-    let collect = tokio::spawn(async move {
-        let mut v = Vec::new();
-        while let Some(e) = rx.recv().await {
-            v.push(e);
-        }
-        v
-    });
-    let r = s.list(dir, &tx).await;
-    drop(tx);
-    let mut v = collect.await.unwrap();
-    r?;
-    v.sort_by(|a, b| a.name.cmp(&b.name));
-    Ok(v)
-}
-
-/// Reads into a Vec.
-pub async fn read(
-    s: &mut Box<dyn Session>,
-    path: &str,
-    offset: u64,
-    len: Option<u64>,
-    expect: &RemoteEntry,
-) -> Result<Vec<u8>, RemoteError> {
-    let mut out = Vec::new();
-    let mut sink = |b: &[u8]| {
-        out.extend_from_slice(b);
-        Ok(())
-    };
-    let n = s.read(path, offset, len, expect, &mut sink).await?;
-    assert_eq!(n as usize, out.len());
-    Ok(out)
-}
+/// Cap on what one test read may hold in memory: far above any test file.
+pub const MAX_READ: usize = 16 << 20;
 
 /// Deterministic test content.
 pub fn content(n: usize, seed: u8) -> Vec<u8> {

@@ -1,8 +1,9 @@
+use haul_remote::collect::read_all;
 use haul_remote::{Checksum, EntryKind, RemoteError};
 use haul_s3::testserver::MotoServer;
 use md5::{Digest, Md5};
 
-use crate::{content, read, session};
+use crate::{content, session, MAX_READ};
 
 #[tokio::test]
 async fn stat_read_changed_delete_checksum_restart() {
@@ -24,21 +25,30 @@ async fn stat_read_changed_delete_checksum_restart() {
 
     // Ranged reads.
     assert_eq!(
-        read(&mut s, "/d/f.bin", 1000, Some(5000), &st)
+        read_all(s.as_mut(), "/d/f.bin", 1000, Some(5000), &st, MAX_READ)
             .await
             .unwrap(),
         &data[1000..6000]
     );
     assert_eq!(
-        read(&mut s, "/d/f.bin", 299_990, None, &st).await.unwrap(),
+        read_all(s.as_mut(), "/d/f.bin", 299_990, None, &st, MAX_READ)
+            .await
+            .unwrap(),
         &data[299_990..]
     );
-    assert_eq!(read(&mut s, "/d/f.bin", 0, None, &st).await.unwrap(), data);
-    assert!(read(&mut s, "/d/f.bin", 300_000, None, &st)
-        .await
-        .unwrap()
-        .is_empty());
-    assert!(read(&mut s, "/d/f.bin", 5, Some(0), &st)
+    assert_eq!(
+        read_all(s.as_mut(), "/d/f.bin", 0, None, &st, MAX_READ)
+            .await
+            .unwrap(),
+        data
+    );
+    assert!(
+        read_all(s.as_mut(), "/d/f.bin", 300_000, None, &st, MAX_READ)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(read_all(s.as_mut(), "/d/f.bin", 5, Some(0), &st, MAX_READ)
         .await
         .unwrap()
         .is_empty());
@@ -60,7 +70,7 @@ async fn stat_read_changed_delete_checksum_restart() {
     let mut other = st.clone();
     other.version = None;
     other.size = Some(12);
-    let err = read(&mut s, "/d/f.bin", 0, Some(10), &other)
+    let err = read_all(s.as_mut(), "/d/f.bin", 0, Some(10), &other, MAX_READ)
         .await
         .unwrap_err();
     assert!(matches!(err, RemoteError::Changed(_)), "{err}");
@@ -68,7 +78,7 @@ async fn stat_read_changed_delete_checksum_restart() {
     // Overwritten: the old ETag no longer matches → Changed (retryable).
     let data2 = content(300_000, 9);
     moto.put_object("obj", "d/f.bin", &data2).await.unwrap();
-    let err = read(&mut s, "/d/f.bin", 100, Some(100), &st)
+    let err = read_all(s.as_mut(), "/d/f.bin", 100, Some(100), &st, MAX_READ)
         .await
         .unwrap_err();
     assert!(matches!(err, RemoteError::Changed(_)), "{err}");
@@ -76,7 +86,7 @@ async fn stat_read_changed_delete_checksum_restart() {
     let st2 = s.stat("/d/f.bin").await.unwrap();
     assert_ne!(st2.version, st.version);
     assert_eq!(
-        read(&mut s, "/d/f.bin", 100, Some(100), &st2)
+        read_all(s.as_mut(), "/d/f.bin", 100, Some(100), &st2, MAX_READ)
             .await
             .unwrap(),
         &data2[100..200]
@@ -85,12 +95,13 @@ async fn stat_read_changed_delete_checksum_restart() {
     // Missing key.
     let err = s.stat("/d/nope").await.unwrap_err();
     assert!(matches!(err, RemoteError::NotFound(_)), "{err}");
-    let err = read(
-        &mut s,
+    let err = read_all(
+        s.as_mut(),
         "/d/nope",
         0,
         None,
         &haul_remote::RemoteEntry::file("nope", None),
+        MAX_READ,
     )
     .await
     .unwrap_err();

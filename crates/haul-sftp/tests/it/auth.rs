@@ -2,10 +2,11 @@
 
 use std::time::Duration;
 
+use haul_remote::collect::{list_all, read_all};
 use haul_remote::{RemoteError, RemoteOptions, RemoteUrl, Secret};
 use haul_sftp::testserver::{self, TestServer, PASSWORD, PASSWORD_USER};
 
-use crate::{key_session, list, p, read, remote};
+use crate::{key_session, p, remote, MAX_READ};
 
 #[tokio::test]
 async fn password_auth_reads_a_file() {
@@ -21,7 +22,12 @@ async fn password_auth_reads_a_file() {
     let path = p(&srv.root().join("pw.bin"));
     let e = s.stat(&path).await.unwrap();
     assert_eq!(e.size, Some(data.len() as u64));
-    assert!(read(&mut s, &path, 0, None, &e).await.unwrap() == data);
+    assert!(
+        read_all(s.as_mut(), &path, 0, None, &e, MAX_READ)
+            .await
+            .unwrap()
+            == data
+    );
 
     // Password in the URL, no options password; Display hides it.
     let url = RemoteUrl::parse(&format!(
@@ -195,7 +201,10 @@ async fn hashed_known_hosts_entry_is_accepted() {
         .connect()
         .await
         .unwrap();
-    assert!(list(&mut s, &p(&srv.root())).await.unwrap().is_empty());
+    assert!(list_all(s.as_mut(), &p(&srv.root()))
+        .await
+        .unwrap()
+        .is_empty());
 }
 
 #[tokio::test]
@@ -230,8 +239,16 @@ async fn session_survives_many_ops_on_one_connection() {
     let path = p(&srv.root().join("a"));
     for _ in 0..5 {
         let e = s.stat(&path).await.unwrap();
-        assert_eq!(read(&mut s, &path, 1, Some(3), &e).await.unwrap(), b"lph");
-        assert_eq!(list(&mut s, &p(&srv.root())).await.unwrap().len(), 1);
+        assert_eq!(
+            read_all(s.as_mut(), &path, 1, Some(3), &e, MAX_READ)
+                .await
+                .unwrap(),
+            b"lph"
+        );
+        assert_eq!(
+            list_all(s.as_mut(), &p(&srv.root())).await.unwrap().len(),
+            1
+        );
     }
     assert!(matches!(
         s.stat(&format!("{path}x")).await,

@@ -9,7 +9,7 @@ mod ops;
 use std::path::Path;
 use std::sync::Arc;
 
-use haul_remote::{Remote, RemoteEntry, RemoteError, RemoteOptions, RemoteUrl, Session};
+use haul_remote::{Remote, RemoteOptions, RemoteUrl, Session};
 use haul_sftp::testserver::TestServer;
 
 /// Opens a remote for `srv` as `user` with `opts`.
@@ -32,41 +32,8 @@ pub fn p(path: &Path) -> String {
     path.to_str().unwrap().to_string()
 }
 
-/// All entries of `dir`, sorted by name.
-pub async fn list(s: &mut Box<dyn Session>, dir: &str) -> Result<Vec<RemoteEntry>, RemoteError> {
-    let (tx, mut rx) = tokio::sync::mpsc::channel(4);
-    let collect = tokio::spawn(async move {
-        let mut v = Vec::new();
-        while let Some(e) = rx.recv().await {
-            v.push(e);
-        }
-        v
-    });
-    let r = s.list(dir, &tx).await;
-    drop(tx);
-    let mut v = collect.await.unwrap();
-    r?;
-    v.sort_by(|a, b| a.name.cmp(&b.name));
-    Ok(v)
-}
-
-/// Reads a range into memory, checking the returned count.
-pub async fn read(
-    s: &mut Box<dyn Session>,
-    path: &str,
-    offset: u64,
-    len: Option<u64>,
-    expect: &RemoteEntry,
-) -> Result<Vec<u8>, RemoteError> {
-    let mut out = Vec::new();
-    let mut sink = |b: &[u8]| {
-        out.extend_from_slice(b);
-        Ok(())
-    };
-    let n = s.read(path, offset, len, expect, &mut sink).await?;
-    assert_eq!(n, out.len() as u64);
-    Ok(out)
-}
+/// Cap on what one test read may hold in memory: far above any test file.
+pub const MAX_READ: usize = 16 << 20;
 
 /// Deterministic test bytes.
 pub fn pattern(len: usize) -> Vec<u8> {

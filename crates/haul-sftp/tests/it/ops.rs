@@ -2,10 +2,11 @@
 
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+use haul_remote::collect::{list_all, read_all};
 use haul_remote::{EntryKind, RemoteError};
 use haul_sftp::testserver::{self, TestServer, PASSWORD_USER};
 
-use crate::{key_session, list, p, pattern, read, remote};
+use crate::{key_session, p, pattern, remote, MAX_READ};
 
 fn secs(t: SystemTime) -> u64 {
     t.duration_since(UNIX_EPOCH).unwrap().as_secs()
@@ -23,7 +24,7 @@ async fn lists_nested_tree_with_spaces_unicode_and_empty_file() {
     std::os::unix::fs::symlink("empty.bin", root.join("link")).unwrap();
 
     let mut s = key_session(&srv).await;
-    let top = list(&mut s, &p(&root)).await.unwrap();
+    let top = list_all(s.as_mut(), &p(&root)).await.unwrap();
     let names: Vec<(&str, EntryKind, Option<u64>)> = top
         .iter()
         .map(|e| (e.name.as_str(), e.kind, e.size))
@@ -42,7 +43,7 @@ async fn lists_nested_tree_with_spaces_unicode_and_empty_file() {
         .unwrap();
     assert_eq!(secs(top[1].mtime.unwrap()), secs(local_mtime));
 
-    let mid = list(&mut s, &p(&d)).await.unwrap();
+    let mid = list_all(s.as_mut(), &p(&d)).await.unwrap();
     let names: Vec<(&str, EntryKind)> = mid.iter().map(|e| (e.name.as_str(), e.kind)).collect();
     assert_eq!(
         names,
@@ -51,7 +52,7 @@ async fn lists_nested_tree_with_spaces_unicode_and_empty_file() {
             ("ünï cødé 文件.txt", EntryKind::File)
         ]
     );
-    let deep = list(&mut s, &p(&d.join("süb dïr"))).await.unwrap();
+    let deep = list_all(s.as_mut(), &p(&d.join("süb dïr"))).await.unwrap();
     assert_eq!(deep.len(), 1);
     assert_eq!((deep[0].name.as_str(), deep[0].size), ("deep.txt", Some(4)));
 
@@ -69,14 +70,23 @@ async fn lists_nested_tree_with_spaces_unicode_and_empty_file() {
     let f = d.join("ünï cødé 文件.txt");
     let st = s.stat(&p(&f)).await.unwrap();
     assert_eq!(
-        read(&mut s, &p(&f), 0, None, &st).await.unwrap(),
+        read_all(s.as_mut(), &p(&f), 0, None, &st, MAX_READ)
+            .await
+            .unwrap(),
         b"unicode!"
     );
     let empty = s.stat(&p(&root.join("empty.bin"))).await.unwrap();
-    assert!(read(&mut s, &p(&root.join("empty.bin")), 0, None, &empty)
-        .await
-        .unwrap()
-        .is_empty());
+    assert!(read_all(
+        s.as_mut(),
+        &p(&root.join("empty.bin")),
+        0,
+        None,
+        &empty,
+        MAX_READ
+    )
+    .await
+    .unwrap()
+    .is_empty());
 }
 
 #[tokio::test]
@@ -88,7 +98,7 @@ async fn big_directory_streams_in_batches_and_stops_when_receiver_goes() {
         std::fs::write(d.join(format!("f{i:04}")), b"x").unwrap();
     }
     let mut s = key_session(&srv).await;
-    let all = list(&mut s, &p(&d)).await.unwrap();
+    let all = list_all(s.as_mut(), &p(&d)).await.unwrap();
     assert_eq!(all.len(), 750);
     assert_eq!(all[749].name, "f0749");
 
@@ -115,31 +125,51 @@ async fn ranged_reads() {
     std::fs::write(&f, &data).unwrap();
     let mut s = key_session(&srv).await;
     let e = s.stat(&p(&f)).await.unwrap();
-    let got = read(&mut s, &p(&f), 300_001, Some(1_500_000), &e)
+    let got = read_all(s.as_mut(), &p(&f), 300_001, Some(1_500_000), &e, MAX_READ)
         .await
         .unwrap();
     assert!(got == data[300_001..1_800_001], "middle range");
-    let got = read(&mut s, &p(&f), 4_000_000, None, &e).await.unwrap();
+    let got = read_all(s.as_mut(), &p(&f), 4_000_000, None, &e, MAX_READ)
+        .await
+        .unwrap();
     assert!(got == data[4_000_000..], "to the end");
-    assert!(read(&mut s, &p(&f), 10, Some(0), &e)
+    assert!(read_all(s.as_mut(), &p(&f), 10, Some(0), &e, MAX_READ)
         .await
         .unwrap()
         .is_empty());
-    let got = read(&mut s, &p(&f), 0, None, &e).await.unwrap();
+    let got = read_all(s.as_mut(), &p(&f), 0, None, &e, MAX_READ)
+        .await
+        .unwrap();
     assert!(got == data, "whole file");
     // Past the end: the file is not what the caller thinks.
-    let err = read(&mut s, &p(&f), data.len() as u64 - 5, Some(10), &e)
-        .await
-        .unwrap_err();
+    let err = read_all(
+        s.as_mut(),
+        &p(&f),
+        data.len() as u64 - 5,
+        Some(10),
+        &e,
+        MAX_READ,
+    )
+    .await
+    .unwrap_err();
     assert!(matches!(err, RemoteError::Changed(_)), "{err:?}");
-    let err = read(&mut s, &p(&f), data.len() as u64 + 1, None, &e)
-        .await
-        .unwrap_err();
+    let err = read_all(
+        s.as_mut(),
+        &p(&f),
+        data.len() as u64 + 1,
+        None,
+        &e,
+        MAX_READ,
+    )
+    .await
+    .unwrap_err();
     assert!(matches!(err, RemoteError::Changed(_)), "{err:?}");
-    assert!(read(&mut s, &p(&f), data.len() as u64, None, &e)
-        .await
-        .unwrap()
-        .is_empty());
+    assert!(
+        read_all(s.as_mut(), &p(&f), data.len() as u64, None, &e, MAX_READ)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     // A sink error stops the read and comes back as is.
     let mut n = 0;
     let mut sink = |b: &[u8]| {
@@ -153,7 +183,9 @@ async fn ranged_reads() {
     );
     assert!(n > 0 && n <= 256 * 1024);
     // The session is still fine after an aborted pipelined read.
-    let got = read(&mut s, &p(&f), 7, Some(9), &e).await.unwrap();
+    let got = read_all(s.as_mut(), &p(&f), 7, Some(9), &e, MAX_READ)
+        .await
+        .unwrap();
     assert_eq!(got, &data[7..16]);
 }
 
@@ -166,7 +198,9 @@ async fn read_of_a_changed_file_is_changed() {
     let e = s.stat(&p(&f)).await.unwrap();
     // Grows.
     std::fs::write(&f, b"version one, longer").unwrap();
-    let err = read(&mut s, &p(&f), 0, None, &e).await.unwrap_err();
+    let err = read_all(s.as_mut(), &p(&f), 0, None, &e, MAX_READ)
+        .await
+        .unwrap_err();
     assert!(matches!(err, RemoteError::Changed(_)), "{err:?}");
     assert!(err.is_retryable());
     // Same size, other mtime.
@@ -175,12 +209,16 @@ async fn read_of_a_changed_file_is_changed() {
     file.set_modified(e.mtime.unwrap() + Duration::from_secs(100))
         .unwrap();
     drop(file);
-    let err = read(&mut s, &p(&f), 0, None, &e).await.unwrap_err();
+    let err = read_all(s.as_mut(), &p(&f), 0, None, &e, MAX_READ)
+        .await
+        .unwrap_err();
     assert!(matches!(err, RemoteError::Changed(_)), "{err:?}");
     // Unknown expectations: reads whatever is there.
     let loose = haul_remote::RemoteEntry::file("c.txt", None);
     assert_eq!(
-        read(&mut s, &p(&f), 0, None, &loose).await.unwrap(),
+        read_all(s.as_mut(), &p(&f), 0, None, &loose, MAX_READ)
+            .await
+            .unwrap(),
         b"version two"
     );
 }
@@ -193,8 +231,10 @@ async fn missing_paths_are_not_found() {
     let e = haul_remote::RemoteEntry::file("nothing.txt", Some(3));
     for err in [
         s.stat(&missing).await.unwrap_err(),
-        list(&mut s, &missing).await.unwrap_err(),
-        read(&mut s, &missing, 0, None, &e).await.unwrap_err(),
+        list_all(s.as_mut(), &missing).await.unwrap_err(),
+        read_all(s.as_mut(), &missing, 0, None, &e, MAX_READ)
+            .await
+            .unwrap_err(),
         s.delete(&missing).await.unwrap_err(),
     ] {
         assert!(matches!(err, RemoteError::NotFound(_)), "{err:?}");
@@ -217,7 +257,9 @@ async fn unreadable_file_is_permission_denied() {
         .unwrap_or_else(|e| panic!("{e}\n{}", srv.log()));
     let e = s.stat(&p(&f)).await.unwrap();
     assert_eq!(e.size, Some(10));
-    let err = read(&mut s, &p(&f), 0, None, &e).await.unwrap_err();
+    let err = read_all(s.as_mut(), &p(&f), 0, None, &e, MAX_READ)
+        .await
+        .unwrap_err();
     assert!(matches!(err, RemoteError::PermissionDenied(_)), "{err:?}");
     let err = s.delete(&p(&f)).await.unwrap_err();
     assert!(matches!(err, RemoteError::PermissionDenied(_)), "{err:?}");

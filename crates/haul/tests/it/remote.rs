@@ -5,7 +5,7 @@ use std::path::Path;
 use std::process::Output;
 use std::time::Duration;
 
-use crate::harness::{b3, haul, listing, run, summary, write_file};
+use crate::harness::{b3, haul, listing, run, summary, wait_for, write_file};
 
 mod ftp;
 mod http;
@@ -31,6 +31,48 @@ pub fn pull(config: &Path, args: &[&str]) -> Output {
     let mut cmd = haul(config);
     cmd.arg("--json").arg("pull").args(args);
     run(cmd, Duration::from_secs(120))
+}
+
+/// Runs `haul --json pull URL DST` (quick retries, 5 s timeout, 2 min limit)
+/// through an outage of the server: once a partial file under
+/// `DST/.haul/partial` holds `min_partial` bytes, `stop` takes the server
+/// down and, 800 ms later, `start` brings it back.
+pub fn pull_through_restart<S>(
+    config: &Path,
+    url: &str,
+    dst: &Path,
+    min_partial: u64,
+    srv: &mut S,
+    stop: impl FnOnce(&mut S),
+    start: impl FnOnce(&mut S),
+) -> Output {
+    let config = config.to_path_buf();
+    let args = [url, dst.to_str().expect("UTF-8 path")]
+        .into_iter()
+        .chain(["--retry-base-ms", "300", "--retries", "8", "--timeout", "5"])
+        .map(str::to_string)
+        .collect::<Vec<_>>();
+    let running = std::thread::spawn(move || {
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        pull(&config, &args)
+    });
+    let partial = dst.join(".haul/partial");
+    wait_for(Duration::from_secs(30), "partial data", || {
+        std::fs::read_dir(&partial)
+            .map(|d| {
+                d.flatten().any(|e| {
+                    e.path().extension().is_some_and(|x| x == "part")
+                        && e.metadata().is_ok_and(|m| m.len() >= min_partial)
+                })
+            })
+            .unwrap_or(false)
+    });
+    stop(srv);
+    std::thread::sleep(Duration::from_millis(800));
+    start(srv);
+    running
+        .join()
+        .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
 }
 
 /// Same tree (names and contents) under both roots, and every delivered

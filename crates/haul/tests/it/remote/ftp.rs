@@ -2,7 +2,9 @@
 
 use haul_ftp::testserver::{FtpServer, Mode, PASSWORD, USER};
 
-use super::{all_output, assert_same_tree, fixture_tree, pull, FIXTURE_FILES};
+use super::{
+    all_output, assert_same_tree, fixture_tree, pull, pull_through_restart, FIXTURE_FILES,
+};
 use crate::harness::{haul, run, summary, write_file, Scratch};
 
 fn server(mode: Mode) -> FtpServer {
@@ -123,32 +125,15 @@ fn ftp_server_killed_mid_download_resumes() {
     write_file(&srv.root().join("huge.bin"), size, 4);
     let s = Scratch::new();
     let dst = s.path("dst");
-    let mut cmd = haul(&s.path("cfg"));
-    cmd.args([
-        "--json",
-        "pull",
+    let out = pull_through_restart(
+        &s.path("cfg"),
         &srv.url("/huge.bin"),
-        dst.to_str().unwrap(),
-    ])
-    .args(["--retry-base-ms", "300", "--retries", "8", "--timeout", "5"]);
-    cmd.stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
-    let child = cmd.spawn().unwrap();
-    let partial = dst.join(".haul/partial");
-    crate::harness::wait_for(std::time::Duration::from_secs(30), "partial data", || {
-        std::fs::read_dir(&partial)
-            .map(|d| {
-                d.flatten().any(|e| {
-                    e.path().extension().is_some_and(|x| x == "part")
-                        && e.metadata().map(|m| m.len() >= 8 << 20).unwrap_or(false)
-                })
-            })
-            .unwrap_or(false)
-    });
-    srv.stop();
-    std::thread::sleep(std::time::Duration::from_millis(800));
-    srv.start_again().unwrap();
-    let out = child.wait_with_output().unwrap();
+        &dst,
+        8 << 20,
+        &mut srv,
+        FtpServer::stop,
+        |srv| srv.start_again().unwrap(),
+    );
     assert!(out.status.success(), "{}\n{}", all_output(&out), srv.log());
     assert_eq!(
         crate::harness::b3(&dst.join("huge.bin")),

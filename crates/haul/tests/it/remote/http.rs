@@ -4,7 +4,9 @@ use std::time::Duration;
 
 use haul_http::testserver::{TestServer, PASSWORD, USER};
 
-use super::{all_output, assert_same_tree, events, fixture_tree, pull, FIXTURE_FILES};
+use super::{
+    all_output, assert_same_tree, events, fixture_tree, pull, pull_through_restart, FIXTURE_FILES,
+};
 use crate::harness::{b3, summary, write_file, Scratch};
 
 fn server() -> TestServer {
@@ -84,33 +86,16 @@ fn http_server_killed_mid_download_resumes_from_verified_chunks() {
     write_file(&srv.root().join("slow/big.bin"), size, 8);
     let s = Scratch::new();
     let dst = s.path("dst");
-    let mut cmd = crate::harness::haul(&s.path("cfg"));
-    cmd.args([
-        "--json",
-        "pull",
-        &srv.http_url("/slow/big.bin"),
-        dst.to_str().unwrap(),
-    ])
-    .args(["--retry-base-ms", "300", "--retries", "8", "--timeout", "5"]);
-    cmd.stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
-    let child = cmd.spawn().unwrap();
     // Stop nginx once a few chunks are verified (8 MB/s: about 2 s), restart it a second later.
-    let partial = dst.join(".haul/partial");
-    crate::harness::wait_for(Duration::from_secs(20), "partial data", || {
-        std::fs::read_dir(&partial)
-            .map(|d| {
-                d.flatten().any(|e| {
-                    e.path().extension().is_some_and(|x| x == "part")
-                        && e.metadata().map(|m| m.len() >= 12 << 20).unwrap_or(false)
-                })
-            })
-            .unwrap_or(false)
-    });
-    srv.stop();
-    std::thread::sleep(Duration::from_millis(800));
-    srv.start_again().unwrap();
-    let out = child.wait_with_output().unwrap();
+    let out = pull_through_restart(
+        &s.path("cfg"),
+        &srv.http_url("/slow/big.bin"),
+        &dst,
+        12 << 20,
+        &mut srv,
+        TestServer::stop,
+        |srv| srv.start_again().unwrap(),
+    );
     assert!(out.status.success(), "{}", all_output(&out));
     assert_eq!(
         b3(&dst.join("big.bin")),
