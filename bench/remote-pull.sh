@@ -9,12 +9,17 @@
 # and haul auto / haul's best fixed -j.
 #
 #   bash bench/remote-pull.sh [COUNT=16] [MIB=64] [RUNS=3] [DEST_DIR=/dev/shm]
+#
+# With LAB='rate 500mbit delay 50ms' (any lab profile; needs root) the servers
+# run in lab host h2 (198.18.0.2) and every client in h1, across that link
+# in each direction (see docs/LAB.md).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 COUNT=${1:-16}
 MIB=${2:-64}
 RUNS=${3:-3}
 BASE=${4:-/dev/shm}
+LAB=${LAB:-}
 
 need=()
 for pair in lftp:lftp aria2c:aria2 rclone:rclone; do
@@ -28,10 +33,25 @@ HAUL=$PWD/target/release/haul
 
 W=$(mktemp -d "$BASE/haul-rbench.XXXXXX")
 mkfifo "$W/hold"
-cleanup() { exec 9>&- 2>/dev/null || true; [ -n "${SRV:-}" ] && wait "$SRV" 2>/dev/null; rm -rf "$W"; }
+SRV_RUN=()
+CLI_RUN=()
+if [ -n "$LAB" ]; then
+  export HAUL_LAB=rpull
+  "$HAUL" lab down >/dev/null 2>&1 || true
+  "$HAUL" lab up --hosts 2 --link "$LAB" >/dev/null
+  SRV_RUN=("$HAUL" lab exec h2 -- env HAUL_TESTSERVER_ADDR=198.18.0.2)
+  CLI_RUN=("$HAUL" lab exec h1 --)
+  echo "lab link: $LAB (servers in h2, clients in h1)"
+fi
+cleanup() {
+  exec 9>&- 2>/dev/null || true
+  [ -n "${SRV:-}" ] && wait "$SRV" 2>/dev/null
+  [ -n "$LAB" ] && "$HAUL" lab down >/dev/null 2>&1
+  rm -rf "$W"
+}
 trap cleanup EXIT
 # The server process lives while fd 9 (its stdin) is open.
-target/release/remote-servers "$COUNT" "$MIB" <"$W/hold" >"$W/servers.out" 2>&1 &
+"${SRV_RUN[@]}" target/release/remote-servers "$COUNT" "$MIB" <"$W/hold" >"$W/servers.out" 2>&1 &
 SRV=$!
 exec 9>"$W/hold"
 for _ in $(seq 1 600); do grep -q ready "$W/servers.out" 2>/dev/null && break; sleep 0.2; done
@@ -52,7 +72,7 @@ run() { # $1 protocol, $2 tool label, rest: command (DEST is $W/dst)
   sync
   local t0 t1
   t0=$(now)
-  if ! "$@" >"$W/tool.log" 2>&1; then
+  if ! "${CLI_RUN[@]}" "$@" >"$W/tool.log" 2>&1; then
     echo "  $label ($proto) FAILED:"; tail -5 "$W/tool.log"; return 0
   fi
   t1=$(now)

@@ -29,6 +29,12 @@ fi
 if ! command -v moto_server >/dev/null 2>&1; then
   echo "installing: moto[server] (pip)"
   python3 -m pip install -q 'moto[server]' >/dev/null
+  # pyenv puts new commands on PATH through shims made by `rehash`.
+  command -v pyenv >/dev/null 2>&1 && pyenv rehash
+  command -v moto_server >/dev/null 2>&1 || {
+    echo "moto_server is not on PATH after pip install (add pip's script dir to PATH)" >&2
+    exit 1
+  }
 fi
 # sshd refuses to start without its privilege-separation directory.
 [ "$(id -u)" = 0 ] && mkdir -p /run/sshd

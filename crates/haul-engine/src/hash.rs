@@ -40,6 +40,39 @@ pub fn chunk_digest(data: &[u8], index: u32, chunk_size: u32, file_size: u64) ->
     hasher.finalize_non_root()
 }
 
+/// [`chunk_digest`] computed piece by piece, as the bytes of a chunk arrive
+/// (no buffer holds the chunk).
+pub struct ChunkHasher {
+    hasher: blake3::Hasher,
+    whole_file: bool,
+}
+
+impl ChunkHasher {
+    /// Starts chunk `index` of a file of `file_size` bytes in `chunk_size` chunks.
+    pub fn new(index: u32, chunk_size: u32, file_size: u64) -> Self {
+        let mut hasher = blake3::Hasher::new();
+        let whole_file = file_size <= u64::from(chunk_size);
+        if !whole_file {
+            hasher.set_input_offset(u64::from(index) * u64::from(chunk_size));
+        }
+        Self { hasher, whole_file }
+    }
+
+    /// Adds the next bytes of the chunk.
+    pub fn update(&mut self, data: &[u8]) {
+        self.hasher.update(data);
+    }
+
+    /// The chunk's digest (equal to [`chunk_digest`] of all the bytes given).
+    pub fn finalize(&self) -> Digest {
+        if self.whole_file {
+            *self.hasher.finalize().as_bytes()
+        } else {
+            self.hasher.finalize_non_root()
+        }
+    }
+}
+
 /// The whole-file BLAKE3 hash from every chunk digest, in order.
 ///
 /// `digests.len()` must equal the file's chunk count (checked; `None` if not).
@@ -109,6 +142,23 @@ mod tests {
                 3 * 65536 + 7,
             ] {
                 check(size, cs);
+            }
+        }
+    }
+
+    #[test]
+    fn chunk_hasher_matches_chunk_digest_in_any_pieces() {
+        let data: Vec<u8> = (0..10_000u32).map(|i| (i * 31 % 251) as u8).collect();
+        for (size, cs) in [(10_000u64, 4096u32), (3000, 4096), (0, 4096)] {
+            let file = &data[..size as usize];
+            for (i, chunk) in file.chunks(cs as usize).enumerate() {
+                for piece in [1usize, 7, 1000, 4096] {
+                    let mut h = ChunkHasher::new(i as u32, cs, size);
+                    for p in chunk.chunks(piece) {
+                        h.update(p);
+                    }
+                    assert_eq!(h.finalize(), chunk_digest(chunk, i as u32, cs, size));
+                }
             }
         }
     }

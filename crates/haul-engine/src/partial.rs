@@ -298,6 +298,37 @@ impl PartialFile {
         Ok(digest)
     }
 
+    /// Writes part of chunk `index` (`at` bytes into the chunk) for a source
+    /// that sends no digests, without logging it: call
+    /// [`PartialFile::finish_chunk`] once every byte of the chunk is written.
+    pub fn write_piece(&self, index: u32, at: u32, data: &[u8]) -> Result<(), ReceiveError> {
+        let end = u64::from(at) + data.len() as u64;
+        if index >= self.entry.chunk_count() || end > u64::from(self.entry.chunk_len(index)) {
+            return Err(ReceiveError::BadOffer(format!(
+                "piece of chunk {index} of {} goes past the chunk",
+                self.entry.path
+            )));
+        }
+        let offset = u64::from(index) * u64::from(self.entry.chunk_size) + u64::from(at);
+        self.part
+            .write_all_at(data, offset)
+            .map_err(|e| ReceiveError::io("write", &self.part_path, e))
+    }
+
+    /// Records chunk `index`, whose bytes [`PartialFile::write_piece`] wrote,
+    /// with the digest computed as they arrived
+    /// ([`crate::hash::ChunkHasher`]): it is logged for resume and becomes
+    /// part of the file's BLAKE3.
+    pub fn finish_chunk(&self, index: u32, digest: Digest) -> Result<(), ReceiveError> {
+        if index >= self.entry.chunk_count() {
+            return Err(ReceiveError::BadOffer(format!(
+                "chunk {index} of {} does not exist",
+                self.entry.path
+            )));
+        }
+        self.log_chunk(index, digest)
+    }
+
     /// Reads staged bytes at `offset` (to verify a whole-file checksum).
     pub fn read_staged_at(&self, buf: &mut [u8], offset: u64) -> Result<(), ReceiveError> {
         self.part
@@ -322,6 +353,10 @@ impl PartialFile {
         self.part
             .write_all_at(data, offset)
             .map_err(|e| ReceiveError::io("write", &self.part_path, e))?;
+        self.log_chunk(index, actual)
+    }
+
+    fn log_chunk(&self, index: u32, actual: Digest) -> Result<(), ReceiveError> {
         let mut state = self
             .state
             .lock()

@@ -2,10 +2,11 @@
 //! reads over one or more sessions, whole-file checks, then the atomic
 //! rename. Every failure is classified: retried with backoff, or reported.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use haul_engine::hash::chunk_size_for;
+use haul_engine::hash::{chunk_size_for, ChunkHasher};
 use haul_engine::{Event, Observer, PartialFile, Prepared, ReceiveError};
 use haul_proto::{Entry, EntryKind as ProtoKind};
 use haul_remote::{Checksum, RemoteEntry, RemoteError};
@@ -383,14 +384,7 @@ async fn read_run(
     let stop = (u64::from(end) * cs).min(entry.size);
     let len = stop - offset;
     let whole = offset == 0 && stop == entry.size;
-    let mut writer = ChunkWriter {
-        part,
-        next: first,
-        end,
-        buf: Vec::with_capacity(entry.chunk_len(first) as usize),
-        tally: &*ctx.tally,
-        path: shown,
-    };
+    let mut writer = ChunkWriter::new(part, first, end, ctx, shown);
     let mut sink = |data: &[u8]| writer.accept(data);
     let got = lease
         .session()
@@ -410,17 +404,36 @@ async fn read_run(
     Ok(got)
 }
 
-/// Cuts the byte stream into chunks and writes each verified-on-disk chunk.
+/// Writes the byte stream in place as it arrives, hashing each chunk on the
+/// way; a chunk is logged (and counts for resume) once all its bytes are
+/// written.
 struct ChunkWriter<'a> {
     part: &'a PartialFile,
     next: u32,
     end: u32,
-    buf: Vec<u8>,
+    /// Bytes of chunk `next` written so far.
+    filled: u32,
+    hasher: ChunkHasher,
     tally: &'a dyn Observer,
+    received: &'a AtomicU64,
     path: &'a str,
 }
 
-impl ChunkWriter<'_> {
+impl<'a> ChunkWriter<'a> {
+    fn new(part: &'a PartialFile, first: u32, end: u32, ctx: &'a Ctx, path: &'a str) -> Self {
+        let e = part.entry();
+        Self {
+            part,
+            next: first,
+            end,
+            filled: 0,
+            hasher: ChunkHasher::new(first, e.chunk_size, e.size),
+            tally: &*ctx.tally,
+            received: &ctx.received,
+            path,
+        }
+    }
+
     fn accept(&mut self, mut data: &[u8]) -> Result<(), RemoteError> {
         while !data.is_empty() {
             if self.next >= self.end {
@@ -429,20 +442,28 @@ impl ChunkWriter<'_> {
                     self.path
                 )));
             }
-            let want = self.part.entry().chunk_len(self.next) as usize;
-            let take = (want - self.buf.len()).min(data.len());
-            self.buf.extend_from_slice(&data[..take]);
-            data = &data[take..];
-            if self.buf.len() == want {
+            let entry = self.part.entry();
+            let want = entry.chunk_len(self.next);
+            let take = ((want - self.filled) as usize).min(data.len());
+            let (piece, rest) = data.split_at(take);
+            self.part
+                .write_piece(self.next, self.filled, piece)
+                .map_err(local)?;
+            self.hasher.update(piece);
+            self.received.fetch_add(take as u64, Ordering::Relaxed);
+            self.filled += take as u32;
+            data = rest;
+            if self.filled == want {
                 self.part
-                    .write_received_chunk(self.next, &self.buf)
+                    .finish_chunk(self.next, self.hasher.finalize())
                     .map_err(local)?;
                 self.tally.event(&Event::Progress {
                     path: self.path.to_string(),
-                    bytes: want as u64,
+                    bytes: u64::from(want),
                 });
                 self.next += 1;
-                self.buf.clear();
+                self.filled = 0;
+                self.hasher = ChunkHasher::new(self.next, entry.chunk_size, entry.size);
             }
         }
         Ok(())

@@ -36,6 +36,7 @@ mod sidecar;
 pub mod verify;
 
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -55,7 +56,7 @@ use crate::sidecar::Sidecars;
 /// How to fetch.
 #[derive(Debug)]
 pub struct FetchOptions {
-    /// Files in flight: fixed, or `auto` (start at 2, add while throughput rises).
+    /// Files in flight: fixed, or `auto` (start at 4, add while throughput rises).
     pub jobs: Concurrency,
     /// Range connections for one large file.
     pub streams: u32,
@@ -145,6 +146,8 @@ pub(crate) struct Ctx {
     pub(crate) host: String,
     pub(crate) started: SystemTime,
     pub(crate) sidecars: Sidecars,
+    /// Bytes received so far, counted as they arrive (for `-j auto`).
+    pub(crate) received: AtomicU64,
 }
 
 impl Ctx {
@@ -248,6 +251,7 @@ fn ctx(
         host,
         started: SystemTime::now(),
         sidecars: Sidecars::default(),
+        received: AtomicU64::new(0),
     })
 }
 
@@ -263,7 +267,9 @@ fn finish(ctx: &Ctx, dest: &Destination, started: Instant, _workers: u32) -> Sum
 async fn run_workers(ctx: Arc<Ctx>, mut jobs: mpsc::Receiver<FileJob>) -> u32 {
     let (start, max) = match ctx.opts.jobs {
         Concurrency::Fixed(n) => (n.max(1), n.max(1)),
-        Concurrency::Auto { max } => (2.min(max.max(1)), max.max(1)),
+        // Auto starts where file-transfer tools usually sit (lftp, rclone
+        // and PushPull all default to 4) and climbs from there.
+        Concurrency::Auto { max } => (AUTO_START.min(max.max(1)), max.max(1)),
     };
     let max = max.min(ctx.pool.cap().max(1));
     let start = start.min(max);
@@ -302,47 +308,44 @@ fn ctx_panic(e: &tokio::task::JoinError) {
     tracing::error!("a download task failed: {e}");
 }
 
-/// `-j auto`: every half second, compares throughput with the best seen;
-/// adds a file slot while the last one raised it by at least 10 %, and
-/// takes one back (once) when it stopped helping.
+/// Files in flight when `-j auto` starts.
+const AUTO_START: u32 = 4;
+
+/// `-j auto`: measures the bytes arriving over half a second at each level;
+/// adds a file slot while that rises, and when two more slots in a row did
+/// not raise it by at least 10 %, settles back at the best level seen.
 async fn auto_concurrency(ctx: Arc<Ctx>, permits: Arc<Semaphore>, start: u32, max: u32) {
-    let tick = Duration::from_millis(500);
-    let mut slots = start;
-    let mut best = 0.0f64;
-    let mut last = (Instant::now(), ctx.tally.moved());
+    let window = Duration::from_millis(500);
+    let mut level = start;
+    let (mut best_rate, mut best_level, mut misses) = (0.0f64, start, 0);
     // Let the first slots warm up before judging.
-    tokio::time::sleep(tick * 2).await;
-    last = (Instant::now(), ctx.tally.moved().max(last.1));
+    tokio::time::sleep(window).await;
     loop {
-        tokio::time::sleep(tick).await;
-        let now = (Instant::now(), ctx.tally.moved());
-        let rate = (now.1 - last.1) as f64 / now.0.duration_since(last.0).as_secs_f64();
-        last = now;
-        if rate <= 0.0 {
-            continue;
-        }
-        if rate > best * 1.10 {
-            best = rate;
-            if slots < max {
-                permits.add_permits(1);
-                slots += 1;
-                tracing::debug!("auto: {slots} files at once ({:.1} MB/s)", rate / 1e6);
-                // Give the new slot time to show its effect.
-                tokio::time::sleep(tick).await;
-                last = (Instant::now(), ctx.tally.moved());
-            }
+        let before = (Instant::now(), ctx.received.load(Ordering::Relaxed));
+        tokio::time::sleep(window).await;
+        let bytes = ctx.received.load(Ordering::Relaxed) - before.1;
+        let rate = bytes as f64 / before.0.elapsed().as_secs_f64();
+        if rate > best_rate * 1.10 {
+            (best_rate, best_level, misses) = (rate, level, 0);
         } else {
-            if slots > 2 {
-                if let Ok(p) = permits.clone().acquire_owned().await {
-                    p.forget();
-                    slots -= 1;
+            misses += 1;
+        }
+        tracing::debug!("auto: {level} files at once: {:.1} MB/s", rate / 1e6);
+        if misses >= 2 || level >= max {
+            while level > best_level {
+                match permits.clone().acquire_owned().await {
+                    Ok(p) => p.forget(),
+                    Err(_) => return,
                 }
+                level -= 1;
             }
             tracing::info!(
-                "auto: settled at {slots} files at once ({:.1} MB/s at best)",
-                best / 1e6
+                "auto: settled at {level} files at once ({:.1} MB/s at best)",
+                best_rate / 1e6
             );
             return;
         }
+        permits.add_permits(1);
+        level += 1;
     }
 }

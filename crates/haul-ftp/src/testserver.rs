@@ -130,8 +130,18 @@ fn has_user(name: &str) -> bool {
         .unwrap_or(false)
 }
 
+/// The address the server listens on: `127.0.0.1`, or `HAUL_TESTSERVER_ADDR`
+/// (an IPv4 address of this host, e.g. a lab host's, for benchmarks run
+/// inside a `haul lab` namespace).
+pub fn listen_ip() -> std::net::Ipv4Addr {
+    std::env::var("HAUL_TESTSERVER_ADDR")
+        .ok()
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(std::net::Ipv4Addr::LOCALHOST)
+}
+
 fn free_port() -> io::Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    Ok(TcpListener::bind((listen_ip(), 0))?.local_addr()?.port())
 }
 
 impl FtpServer {
@@ -218,8 +228,9 @@ impl FtpServer {
     /// other specials are percent-encoded).
     pub fn url(&self, path: &str) -> String {
         format!(
-            "{}://127.0.0.1:{}{}",
+            "{}://{}:{}{}",
             self.scheme(),
+            listen_ip(),
             self.port,
             encode_path(path)
         )
@@ -229,8 +240,9 @@ impl FtpServer {
     /// options, see [`FtpServer::user_options`]).
     pub fn user_url(&self, path: &str) -> String {
         format!(
-            "{}://{USER}@127.0.0.1:{}{}",
+            "{}://{USER}@{}:{}{}",
             self.scheme(),
+            listen_ip(),
             self.port,
             encode_path(path)
         )
@@ -296,7 +308,7 @@ impl FtpServer {
         let root = self.root();
         let anon = if has_user("ftp") { "ftp" } else { "nobody" };
         let mut conf = format!(
-            "listen=YES\nlisten_ipv6=NO\nlisten_address=127.0.0.1\nlisten_port={port}\n\
+            "listen=YES\nlisten_ipv6=NO\nlisten_address={addr}\nlisten_port={port}\n\
              background=NO\nseccomp_sandbox=NO\nisolate=NO\nisolate_network=NO\n\
              secure_chroot_dir={empty}\n\
              anonymous_enable=YES\nanon_root={root}\nftp_username={anon}\nno_anon_password=YES\n\
@@ -308,6 +320,7 @@ impl FtpServer {
              dirmessage_enable=NO\ndelay_failed_login=0\nmax_per_ip=0\nmax_clients=0\n\
              xferlog_enable=YES\nvsftpd_log_file={log}\nlog_ftp_protocol=YES\n",
             port = self.port,
+            addr = listen_ip(),
             empty = d.join("empty").display(),
             root = root.display(),
             log = d.join("vsftpd.log").display(),
@@ -357,7 +370,7 @@ impl FtpServer {
             .spawn()
             .map_err(|e| io::Error::new(e.kind(), format!("cannot run vsftpd ({exe}): {e}")))?;
         let deadline = Instant::now() + Duration::from_secs(10);
-        let addr = ([127, 0, 0, 1], self.port).into();
+        let addr = std::net::SocketAddr::from((listen_ip(), self.port));
         loop {
             if let Some(st) = child.try_wait()? {
                 let mut err = String::new();

@@ -176,6 +176,12 @@ impl haul_remote::Remote for HttpRemote {
         true
     }
 
+    /// Index pages give neither exact modification times nor checksum
+    /// headers (Content-MD5, Digest, Repr-Digest): a HEAD per file does.
+    fn stat_before_read(&self) -> bool {
+        true
+    }
+
     async fn connect(&self) -> Result<Box<dyn Session>, RemoteError> {
         Ok(Box::new(session::HttpSession::new(self.inner.clone())))
     }

@@ -12,6 +12,8 @@
 //! - `/denied/` answers 403 (`deny all`);
 //! - `/slow/` is sent at 8 MB/s per connection (`limit_rate`), to stop a
 //!   server in the middle of a download;
+//! - `/checksums/tampered.txt` (contents `hellO\n`) carries the Content-MD5
+//!   of `hello\n`: a download that must fail verification;
 //! - `/checksums/hello.txt` (contents `hello\n`, created at start) carries
 //!   `Content-MD5`, `Digest` and `Repr-Digest` headers;
 //! - the access log ([`TestServer::access_log`]) has lines
@@ -62,8 +64,18 @@ fn run(cmd: &mut Command) -> io::Result<Vec<u8>> {
     Ok(out.stdout)
 }
 
+/// The address the server listens on: `127.0.0.1`, or `HAUL_TESTSERVER_ADDR`
+/// (an IPv4 address of this host, e.g. a lab host's, for benchmarks run
+/// inside a `haul lab` namespace).
+pub fn listen_ip() -> std::net::Ipv4Addr {
+    std::env::var("HAUL_TESTSERVER_ADDR")
+        .ok()
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(std::net::Ipv4Addr::LOCALHOST)
+}
+
 fn free_port() -> io::Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    Ok(TcpListener::bind((listen_ip(), 0))?.local_addr()?.port())
 }
 
 impl TestServer {
@@ -85,6 +97,7 @@ impl TestServer {
             std::fs::set_permissions(p.join(d), std::fs::Permissions::from_mode(0o755))?;
         }
         std::fs::write(p.join("root/checksums/hello.txt"), b"hello\n")?;
+        std::fs::write(p.join("root/checksums/tampered.txt"), b"hellO\n")?;
         make_certs(p)?;
         let hash = run(Command::new("openssl").args(["passwd", "-apr1", PASSWORD]))?;
         let hash = String::from_utf8_lossy(&hash).trim().to_string();
@@ -133,7 +146,7 @@ impl TestServer {
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             let up = [self.http_port, self.https_port].iter().all(|port| {
-                let addr = SocketAddr::from(([127, 0, 0, 1], *port));
+                let addr = SocketAddr::from((listen_ip(), *port));
                 TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok()
             });
             if up {
@@ -185,12 +198,12 @@ impl TestServer {
 
     /// `http://127.0.0.1:PORT` + `path` (`path` as given: encode it yourself).
     pub fn http_url(&self, path: &str) -> String {
-        format!("http://127.0.0.1:{}{path}", self.http_port)
+        format!("http://{}:{}{path}", listen_ip(), self.http_port)
     }
 
     /// `https://127.0.0.1:PORT` + `path`.
     pub fn https_url(&self, path: &str) -> String {
-        format!("https://127.0.0.1:{}{path}", self.https_port)
+        format!("https://{}:{}{path}", listen_ip(), self.https_port)
     }
 
     /// Port of the HTTP listener.
@@ -221,6 +234,7 @@ impl TestServer {
     fn config(&self) -> String {
         let p = self.dir.path().display();
         let (http, https) = (self.http_port, self.https_port);
+        let addr = listen_ip();
         format!(
             r#"worker_processes 1;
 pid {p}/nginx.pid;
@@ -238,8 +252,8 @@ http {{
     log_format haul '$connection $connection_requests $request_method $request_uri $status range=$http_range sent=$body_bytes_sent';
     access_log {p}/logs/access.log haul;
     server {{
-        listen 127.0.0.1:{http};
-        listen 127.0.0.1:{https} ssl;
+        listen {addr}:{http};
+        listen {addr}:{https} ssl;
         server_name localhost;
         ssl_certificate {p}/server.pem;
         ssl_certificate_key {p}/server.key;
@@ -254,6 +268,9 @@ http {{
         }}
         location /denied/ {{ deny all; }}
         location /slow/ {{ limit_rate 8m; }}
+        location = /checksums/tampered.txt {{
+            add_header Content-MD5 "sZRqySSS0jR8YjW00mERhA==";
+        }}
         location = /checksums/hello.txt {{
             add_header Content-MD5 "sZRqySSS0jR8YjW00mERhA==";
             add_header Digest "sha-256=WJG1tSLV3whtD/CxEPvZ0hu0/HFjrzTQgoai6Eb2vgM=";

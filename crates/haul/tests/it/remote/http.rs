@@ -260,3 +260,29 @@ fn http_filters_rename_and_sidecars() {
     let err = sum["failures"][0]["error"].as_str().unwrap();
     assert!(err.contains("sha256"), "{err}");
 }
+
+#[test]
+fn http_checksum_headers_are_verified() {
+    let srv = server();
+    let s = Scratch::new();
+    let dst = s.path("dst");
+    let out = pull(
+        &s.path("cfg"),
+        &[
+            &srv.http_url("/checksums/"),
+            dst.to_str().unwrap(),
+            "--retries",
+            "1",
+            "--retry-base-ms",
+            "50",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", all_output(&out));
+    // Content-MD5, Digest and Repr-Digest all match: delivered.
+    assert_eq!(std::fs::read(dst.join("hello.txt")).unwrap(), b"hello\n");
+    // A body that does not match its Content-MD5 is never delivered.
+    assert!(!dst.join("tampered.txt").exists());
+    let sum = summary(&out);
+    let err = sum["failures"][0]["error"].as_str().unwrap();
+    assert!(err.contains("md5") && err.contains("tampered.txt"), "{err}");
+}
