@@ -165,9 +165,8 @@ mod tests {
             t.duration_since(SystemTime::UNIX_EPOCH).unwrap().as_secs(),
             1_710_464_523
         );
-        let age = SystemTime::now()
-            .duration_since(parse_when("2h").unwrap())
-            .unwrap();
+        let two_hours_ago = parse_when("2h").unwrap();
+        let age = SystemTime::now().duration_since(two_hours_ago).unwrap();
         assert!(age >= Duration::from_secs(7200) && age < Duration::from_secs(7300));
         assert!(parse_when("yesterday").is_err());
         assert!(parse_when("2024-13-01").is_err());
