@@ -286,3 +286,36 @@ fn http_checksum_headers_are_verified() {
     let err = sum["failures"][0]["error"].as_str().unwrap();
     assert!(err.contains("md5") && err.contains("tampered.txt"), "{err}");
 }
+
+#[test]
+fn http_max_conn_per_host_caps_connections() {
+    let srv = server();
+    let tree = srv.root().join("many");
+    for i in 0..24 {
+        write_file(&tree.join(format!("f{i:02}.bin")), 300_000, i);
+    }
+    let s = Scratch::new();
+    let out = pull(
+        &s.path("cfg"),
+        &[
+            &srv.http_url("/many/"),
+            s.path("dst").to_str().unwrap(),
+            "-j",
+            "8",
+            "--max-conn-per-host",
+            "2",
+        ],
+    );
+    assert!(out.status.success(), "{}", all_output(&out));
+    assert_eq!(summary(&out)["files_ok"], 24);
+    assert!(
+        summary(&out)["connections"].as_u64().unwrap() <= 2,
+        "{}",
+        summary(&out)
+    );
+    // nginx saw at most two TCP connections for the whole pull.
+    let log = std::fs::read_to_string(srv.access_log()).unwrap();
+    let conns: std::collections::BTreeSet<&str> =
+        log.lines().filter_map(|l| l.split(' ').next()).collect();
+    assert!(conns.len() <= 2, "{} connections: {log}", conns.len());
+}
