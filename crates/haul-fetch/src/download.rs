@@ -33,9 +33,11 @@ pub(crate) async fn download(ctx: Arc<Ctx>, mut job: FileJob) {
     });
     let mut backoff = Backoff::with_base(ctx.opts.retries, ctx.opts.retry_base);
     let mut restat = job.entry.size.is_none() || ctx.pool.remote().stat_before_read();
+    // Bytes of this file verified chunk by chunk, over all attempts.
+    let progress = Arc::new(AtomicU64::new(0));
     loop {
-        let moved_before = ctx.tally.moved();
-        match attempt(&ctx, &mut job, restat).await {
+        let progress_before = progress.load(Ordering::Relaxed);
+        match attempt(&ctx, &mut job, restat, &progress).await {
             Ok(Outcome::UpToDate) => {
                 let size = job.entry.size.unwrap_or(0);
                 ctx.tally
@@ -60,7 +62,7 @@ pub(crate) async fn download(ctx: Arc<Ctx>, mut job: FileJob) {
                 // the budget (a flaky link that makes progress is not given
                 // up on); a file that keeps failing its checks does.
                 let transport = matches!(e, RemoteError::Timeout(_) | RemoteError::Connection(_));
-                if transport && ctx.tally.moved() > moved_before {
+                if transport && progress.load(Ordering::Relaxed) > progress_before {
                     backoff.progress_made();
                 }
                 // A file that changed is stated afresh before the next attempt.
@@ -131,7 +133,12 @@ fn local(e: ReceiveError) -> RemoteError {
 }
 
 /// One attempt at one file.
-async fn attempt(ctx: &Arc<Ctx>, job: &mut FileJob, restat: bool) -> Result<Outcome, RemoteError> {
+async fn attempt(
+    ctx: &Arc<Ctx>,
+    job: &mut FileJob,
+    restat: bool,
+    progress: &Arc<AtomicU64>,
+) -> Result<Outcome, RemoteError> {
     let mut lease = ctx.pool.take().await?;
     if restat {
         let fresh = lease.session().stat(&job.remote_path).await?;
@@ -199,7 +206,7 @@ async fn attempt(ctx: &Arc<Ctx>, job: &mut FileJob, restat: bool) -> Result<Outc
             ),
         });
     }
-    let fetched = match receive(ctx, job, &part, lease).await {
+    let fetched = match receive(ctx, job, &part, lease, progress).await {
         Ok(n) => n,
         Err(RemoteError::Unsupported(why)) if !job.no_ranges => {
             // The server ignores ranges: start over with one whole read.
@@ -273,6 +280,7 @@ async fn receive(
     job: &FileJob,
     part: &Arc<PartialFile>,
     lease: Lease,
+    progress: &Arc<AtomicU64>,
 ) -> Result<u64, RemoteError> {
     let count = part.entry().chunk_count();
     let done: std::collections::HashSet<u32> =
@@ -296,14 +304,18 @@ async fn receive(
         1
     };
     let groups = split_runs(&missing, streams);
+    let target = Arc::new(FileTarget {
+        part: part.clone(),
+        remote_path: job.remote_path.clone(),
+        shown: job.dest_rel.clone(),
+        expect: job.entry.clone(),
+        progress: progress.clone(),
+    });
     let mut lease = Some(lease);
     let mut tasks = Vec::new();
     for group in groups {
         let ctx = ctx.clone();
-        let part = part.clone();
-        let path = job.remote_path.clone();
-        let shown = job.dest_rel.clone();
-        let expect = job.entry.clone();
+        let target = target.clone();
         let first = lease.take();
         tasks.push(tokio::spawn(async move {
             let mut lease = match first {
@@ -312,8 +324,7 @@ async fn receive(
             };
             let mut fetched = 0;
             for (start, end) in group {
-                fetched +=
-                    read_run(&ctx, &mut lease, &part, &path, &shown, &expect, start, end).await?;
+                fetched += read_run(&ctx, &mut lease, &target, start, end).await?;
             }
             ctx.pool.give_back(lease);
             Ok::<u64, RemoteError>(fetched)
@@ -365,26 +376,35 @@ pub(crate) fn split_runs(missing: &[u32], parts: usize) -> Vec<Vec<(u32, u32)>> 
         .collect()
 }
 
+/// What the range readers of one file share.
+struct FileTarget {
+    part: Arc<PartialFile>,
+    remote_path: String,
+    /// The path under the destination (for events).
+    shown: String,
+    /// The version being read.
+    expect: RemoteEntry,
+    /// Bytes of this file in verified chunks, across attempts.
+    progress: Arc<AtomicU64>,
+}
+
 /// Reads chunks `first..end` in one ranged read, writing each chunk as it
 /// completes (its BLAKE3 digest goes to the resume log).
-#[allow(clippy::too_many_arguments)]
 async fn read_run(
     ctx: &Arc<Ctx>,
     lease: &mut Lease,
-    part: &Arc<PartialFile>,
-    path: &str,
-    shown: &str,
-    expect: &RemoteEntry,
+    target: &FileTarget,
     first: u32,
     end: u32,
 ) -> Result<u64, RemoteError> {
-    let entry = part.entry();
+    let path = target.remote_path.as_str();
+    let entry = target.part.entry();
     let cs = u64::from(entry.chunk_size);
     let offset = u64::from(first) * cs;
     let stop = (u64::from(end) * cs).min(entry.size);
     let len = stop - offset;
     let whole = offset == 0 && stop == entry.size;
-    let mut writer = ChunkWriter::new(part, first, end, ctx, shown);
+    let mut writer = ChunkWriter::new(target, first, end, ctx);
     let mut sink = |data: &[u8]| writer.accept(data);
     let got = lease
         .session()
@@ -392,7 +412,7 @@ async fn read_run(
             path,
             offset,
             if whole { None } else { Some(len) },
-            expect,
+            &target.expect,
             &mut sink,
         )
         .await?;
@@ -409,6 +429,7 @@ async fn read_run(
 /// written.
 struct ChunkWriter<'a> {
     part: &'a PartialFile,
+    file_progress: &'a AtomicU64,
     next: u32,
     end: u32,
     /// Bytes of chunk `next` written so far.
@@ -420,10 +441,13 @@ struct ChunkWriter<'a> {
 }
 
 impl<'a> ChunkWriter<'a> {
-    fn new(part: &'a PartialFile, first: u32, end: u32, ctx: &'a Ctx, path: &'a str) -> Self {
+    fn new(target: &'a FileTarget, first: u32, end: u32, ctx: &'a Ctx) -> Self {
+        let part = &*target.part;
+        let path = target.shown.as_str();
         let e = part.entry();
         Self {
             part,
+            file_progress: &target.progress,
             next: first,
             end,
             filled: 0,
@@ -457,6 +481,8 @@ impl<'a> ChunkWriter<'a> {
                 self.part
                     .finish_chunk(self.next, self.hasher.finalize())
                     .map_err(local)?;
+                self.file_progress
+                    .fetch_add(u64::from(want), Ordering::Relaxed);
                 self.tally.event(&Event::Progress {
                     path: self.path.to_string(),
                     bytes: u64::from(want),

@@ -209,9 +209,9 @@ pub async fn fetch(
                 let _ = tx.send(job).await;
             }
             drop(tx);
-            let workers = run_workers(ctx.clone(), rx).await;
+            run_workers(ctx.clone(), rx).await;
             drop(jobs_rx);
-            return Ok(finish(&ctx, &destination, started, workers));
+            return Ok(finish(&ctx, &destination, started));
         }
         EntryKind::Dir => {
             if !path.ends_with('/') && !name.is_empty() {
@@ -231,9 +231,9 @@ pub async fn fetch(
         format!("{path}/")
     };
     let crawler = tokio::spawn(crawl::crawl(ctx.clone(), dir, jobs_tx));
-    let workers = run_workers(ctx.clone(), jobs_rx).await;
+    run_workers(ctx.clone(), jobs_rx).await;
     let _ = crawler.await;
-    Ok(finish(&ctx, &destination, started, workers))
+    Ok(finish(&ctx, &destination, started))
 }
 
 fn ctx(
@@ -255,16 +255,15 @@ fn ctx(
     })
 }
 
-fn finish(ctx: &Ctx, dest: &Destination, started: Instant, _workers: u32) -> Summary {
+fn finish(ctx: &Ctx, dest: &Destination, started: Instant) -> Summary {
     dest.apply_dir_metadata();
     haul_engine::tidy_state_dir(dest.root());
     ctx.tally.finish(started.elapsed(), ctx.pool.peak())
 }
 
 /// Runs downloads from `jobs` with the concurrency policy; returns when the
-/// channel is closed and every download has ended. Returns the most files
-/// in flight at once.
-async fn run_workers(ctx: Arc<Ctx>, mut jobs: mpsc::Receiver<FileJob>) -> u32 {
+/// channel is closed and every download has ended.
+async fn run_workers(ctx: Arc<Ctx>, mut jobs: mpsc::Receiver<FileJob>) {
     let (start, max) = match ctx.opts.jobs {
         Concurrency::Fixed(n) => (n.max(1), n.max(1)),
         // Auto starts where file-transfer tools usually sit (lftp, rclone
@@ -301,7 +300,6 @@ async fn run_workers(ctx: Arc<Ctx>, mut jobs: mpsc::Receiver<FileJob>) -> u32 {
     if let Some(c) = controller {
         c.abort();
     }
-    max
 }
 
 fn ctx_panic(e: &tokio::task::JoinError) {
