@@ -23,6 +23,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use haul_proto::{validate_rel_path, validate_symlink_target, Entry, PathError, STATE_DIR};
 
 use crate::partial::{DirtyDirs, PartialFile};
+use open_dirs::{NameStat, OpenDirs};
+
+pub(crate) mod open_dirs;
 
 /// Why the receiver refused or failed an entry.
 #[derive(Debug, thiserror::Error)]
@@ -105,6 +108,8 @@ pub struct Destination {
     sessions: Mutex<usize>,
     /// Directories already checked to be real directories under the root.
     known_dirs: Mutex<HashSet<PathBuf>>,
+    /// Directories kept open while sessions write (see [`open_dirs`]).
+    open_dirs: OpenDirs,
     dirty_dirs: DirtyDirs,
     client_side: std::sync::atomic::AtomicBool,
 }
@@ -136,6 +141,7 @@ impl Destination {
             pending_dirs: Mutex::new(Vec::new()),
             sessions: Mutex::new(0),
             known_dirs: Mutex::new(HashSet::new()),
+            open_dirs: OpenDirs::default(),
             dirty_dirs: Arc::new(Mutex::new(HashSet::new())),
             client_side: std::sync::atomic::AtomicBool::new(false),
         }))
@@ -228,12 +234,29 @@ impl Destination {
         let Ok(path) = self.resolve(&entry.path) else {
             return false;
         };
-        match fs::symlink_metadata(&path) {
-            Ok(m) if m.is_file() => {
-                m.len() == entry.size && m.modified().ok() == Some(entry_mtime(entry))
-            }
-            _ => false,
+        match self.look_up(&path) {
+            Ok(found) => found.stat.is_some_and(|st| same_file(&st, entry)),
+            Err(_) => false,
         }
+    }
+
+    /// Opens the directory of `final_path` (cached) and stats the name in it.
+    fn look_up(&self, final_path: &Path) -> Result<Found, ReceiveError> {
+        let (Some(parent), Some(name)) = (final_path.parent(), final_path.file_name()) else {
+            return Err(ReceiveError::WrongType(
+                final_path.display().to_string(),
+                "file",
+            ));
+        };
+        let dir = self
+            .open_dirs
+            .get(parent)
+            .map_err(|e| ReceiveError::io("open", parent, e))?;
+        use std::os::unix::ffi::OsStrExt;
+        let name = open_dirs::cstring(name.as_bytes())
+            .map_err(|e| ReceiveError::io("open", final_path, e))?;
+        let stat = open_dirs::stat_at(&dir, &name).ok();
+        Ok(Found { dir, stat })
     }
 
     /// Opens the partial file for `entry` (shared with other connections that
@@ -262,23 +285,24 @@ impl Destination {
         quick_check: bool,
     ) -> Result<Prepared, ReceiveError> {
         let final_path = self.resolve(&entry.path)?;
-        if let Ok(meta) = fs::symlink_metadata(&final_path) {
-            if meta.is_dir() {
+        let found = self.look_up(&final_path)?;
+        if let Some(st) = &found.stat {
+            if st.is_dir() {
                 return Err(ReceiveError::WrongType(entry.path.clone(), "file"));
             }
-            if quick_check
-                && meta.is_file()
-                && meta.len() == entry.size
-                && meta.modified().ok() == Some(entry_mtime(entry))
-            {
+            if quick_check && same_file(st, entry) {
                 return Ok(Prepared::UpToDate);
             }
         }
         if entry.chunk_count() <= 1 {
             // One chunk: nothing to share between connections or to resume;
-            // stage under a name of its own next to the final name, so the
-            // rename stays in one directory.
-            let part = PartialFile::open_small(entry.clone(), final_path, self.dirty_dirs.clone())?;
+            // stage in the final directory, so the link or rename stays there.
+            let part = PartialFile::open_small(
+                entry.clone(),
+                final_path,
+                found.dir,
+                self.dirty_dirs.clone(),
+            )?;
             return Ok(Prepared::Receive(Arc::new(part)));
         }
         let mut open = self
@@ -338,6 +362,7 @@ impl Destination {
             if let Ok(mut k) = self.known_dirs.lock() {
                 k.clear();
             }
+            self.open_dirs.clear();
         }
     }
 
@@ -397,6 +422,24 @@ impl Destination {
             }
         }
     }
+}
+
+/// A final path looked up in its open directory.
+struct Found {
+    dir: Arc<std::os::fd::OwnedFd>,
+    /// What is there now, if anything.
+    stat: Option<NameStat>,
+}
+
+/// rsync's quick check: a regular file with the entry's size and mtime.
+fn same_file(st: &NameStat, entry: &Entry) -> bool {
+    st.is_file()
+        && st.size == entry.size
+        && st.mtime
+            == (
+                entry.mtime_sec,
+                i64::from(entry.mtime_nsec.min(999_999_999)),
+            )
 }
 
 /// Makes sure `path` is a real directory (not a symlink), creating it if asked.

@@ -3,7 +3,8 @@
 use std::collections::HashSet;
 use std::fs::{self, File};
 use std::io::{Read, Write};
-use std::os::unix::fs::{FileExt, OpenOptionsExt, PermissionsExt};
+use std::os::fd::OwnedFd;
+use std::os::unix::fs::{FileExt, PermissionsExt};
 use std::path::Path;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -11,6 +12,7 @@ use std::sync::{Arc, Mutex};
 
 use haul_proto::{Digest, Entry};
 
+use crate::destination::open_dirs::{self, cstring, link_at, rename_at, unlink_at};
 use crate::destination::{create_new, entry_mtime, open_rw, ReceiveError};
 use crate::hash::{chunk_digest, root_from_digests, valid_chunk_size, MAX_CHUNKS};
 
@@ -55,6 +57,9 @@ pub struct PartialFile {
     device: AtomicU64,
     /// Staged as an `O_TMPFILE` (no name until published; `part_path` is its directory).
     anonymous: bool,
+    /// The final directory, open (single-chunk files): names in it are
+    /// looked up from here.
+    dir: Option<Arc<OwnedFd>>,
 }
 
 /// `.NAME.<pid>-<n>.haul` beside `final_path`: a name no other transfer
@@ -85,6 +90,7 @@ impl PartialFile {
     pub(crate) fn open_small(
         entry: Entry,
         final_path: PathBuf,
+        dir: Arc<OwnedFd>,
         dirty: DirtyDirs,
     ) -> Result<Self, ReceiveError> {
         if !valid_chunk_size(entry.chunk_size) || entry.chunk_count() > 1 {
@@ -99,16 +105,11 @@ impl PartialFile {
         // and a crash leaves nothing behind.
         let anonymous = PROC_FD
             .get_or_init(|| Path::new("/proc/self/fd").is_dir())
-            .then(|| {
-                fs::OpenOptions::new()
-                    .read(true)
-                    .write(true)
-                    .mode((entry.mode & 0o777) | 0o200)
-                    .custom_flags(libc::O_TMPFILE)
-                    .open(&parent)
-            });
+            .then(|| open_dirs::tmpfile_in(&dir, (entry.mode & 0o777) | 0o200));
         if let Some(Ok(part)) = anonymous {
-            return Ok(Self::small(entry, final_path, parent, part, dirty, true));
+            let mut me = Self::small(entry, final_path, parent, part, dirty, true);
+            me.dir = Some(dir);
+            return Ok(me);
         }
         let (part, part_path) = loop {
             let candidate = unique_sibling(&final_path);
@@ -149,6 +150,7 @@ impl PartialFile {
             published: AtomicBool::new(false),
             device: AtomicU64::new(u64::MAX),
             anonymous,
+            dir: None,
         }
     }
 
@@ -209,6 +211,7 @@ impl PartialFile {
             published: AtomicBool::new(false),
             device: AtomicU64::new(u64::MAX),
             anonymous: false,
+            dir: None,
         })
     }
 
@@ -470,52 +473,31 @@ impl PartialFile {
     /// Gives an `O_TMPFILE` its final name: `linkat` when the name is free,
     /// else link under a unique name and rename over the old file (atomic).
     fn link_into_place(&self) -> Result<(), ReceiveError> {
-        use std::ffi::CString;
         use std::os::unix::ffi::OsStrExt;
-        let fd = std::os::fd::AsRawFd::as_raw_fd(&self.part);
-        let src = CString::new(format!("/proc/self/fd/{fd}")).map_err(|_| self.link_error(None))?;
-        let link = |to: &Path| -> std::io::Result<()> {
-            let dst = CString::new(to.as_os_str().as_bytes())
-                .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
-            // SAFETY: both strings are NUL-terminated and live across the call.
-            let rc = unsafe {
-                libc::linkat(
-                    libc::AT_FDCWD,
-                    src.as_ptr(),
-                    libc::AT_FDCWD,
-                    dst.as_ptr(),
-                    libc::AT_SYMLINK_FOLLOW,
-                )
-            };
-            if rc == 0 {
-                Ok(())
-            } else {
-                Err(std::io::Error::last_os_error())
-            }
+        let io = |e| ReceiveError::io("link", &self.final_path, e);
+        let (Some(dir), Some(name)) = (self.dir.as_ref(), self.final_path.file_name()) else {
+            return Err(io(std::io::ErrorKind::InvalidInput.into()));
         };
-        match link(&self.final_path) {
+        let name = cstring(name.as_bytes()).map_err(io)?;
+        match link_at(&self.part, dir, &name) {
             Ok(()) => return Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
-            Err(e) => return Err(self.link_error(Some(e))),
+            Err(e) => return Err(io(e)),
         }
         loop {
             let tmp = unique_sibling(&self.final_path);
-            match link(&tmp) {
+            let tmp = cstring(tmp.file_name().unwrap_or_default().as_bytes()).map_err(io)?;
+            match link_at(&self.part, dir, &tmp) {
                 Ok(()) => {
-                    return fs::rename(&tmp, &self.final_path).map_err(|e| {
-                        let _ = fs::remove_file(&tmp);
+                    return rename_at(dir, &tmp, &name).map_err(|e| {
+                        let _ = unlink_at(dir, &tmp);
                         ReceiveError::io("rename", &self.final_path, e)
                     })
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-                Err(e) => return Err(self.link_error(Some(e))),
+                Err(e) => return Err(io(e)),
             }
         }
-    }
-
-    fn link_error(&self, e: Option<std::io::Error>) -> ReceiveError {
-        let e = e.unwrap_or_else(|| std::io::Error::from(std::io::ErrorKind::InvalidInput));
-        ReceiveError::io("link", &self.final_path, e)
     }
 }
 

@@ -1,9 +1,12 @@
 //! HTTP and HTTPS remote source of haul (`http://`, `https://`).
 //!
 //! How the protocol is used:
-//! - **One [`reqwest::Client`] per remote.** Its connection pool gives connection
-//!   reuse (HTTP/1.1 keep-alive); a [`Session`] is a light handle on it, so
-//!   `connect` does no network I/O. Redirects are followed (at most 10).
+//! - **One [`reqwest::Client`] per session**, keeping at most one idle
+//!   connection: a [`Session`] is one HTTP/1.1 keep-alive connection, so the
+//!   driver's session cap (`--max-conn-per-host`) caps TCP connections too
+//!   (one client shared by every session opened a new connection whenever its
+//!   idle one was not back in its pool yet). `connect` does no network I/O.
+//!   Redirects are followed (at most 10).
 //! - **Paths**: a path ending in `/` is a directory (its autoindex page). Every
 //!   path segment is percent-encoded when the URL is built, so names with spaces,
 //!   unicode, `#`, `?` or `%` work. The URL's query string (if any) is sent only
@@ -65,7 +68,8 @@ pub struct HttpRemote {
 
 /// What sessions share.
 pub(crate) struct Shared {
-    pub(crate) client: reqwest::Client,
+    /// How each session's client is built.
+    client_config: ClientConfig,
     /// `http://host:port` (no path, no credentials).
     pub(crate) origin: String,
     pub(crate) host: String,
@@ -91,12 +95,11 @@ impl HttpRemote {
         } else {
             opts.timeout
         };
-        let mut b = reqwest::Client::builder()
-            .connect_timeout(timeout)
-            .redirect(reqwest::redirect::Policy::limited(10))
-            .pool_idle_timeout(Duration::from_secs(60))
-            .user_agent(concat!("haul/", env!("CARGO_PKG_VERSION")))
-            .use_rustls_tls();
+        let mut client = ClientConfig {
+            timeout,
+            roots: Vec::new(),
+            insecure: opts.insecure_tls,
+        };
         if let Some(ca) = &opts.ca_cert {
             let pem = std::fs::read(ca).map_err(|e| {
                 RemoteError::Local(format!("cannot read CA certificate {}: {e}", ca.display()))
@@ -113,20 +116,13 @@ impl HttpRemote {
                     ca.display()
                 )));
             }
-            for c in certs {
-                b = b.add_root_certificate(c);
-            }
+            client.roots = certs;
         }
         if opts.insecure_tls {
             tracing::warn!("TLS certificate verification is disabled for {}", url.host);
-            b = b.danger_accept_invalid_certs(true);
         }
-        let client = b.build().map_err(|e| {
-            RemoteError::Local(format!(
-                "cannot set up the HTTP client: {}",
-                errors::chain(&e)
-            ))
-        })?;
+        // Fail here, before any transfer, if the client cannot be built.
+        client.build()?;
         let scheme_name = if url.scheme == Scheme::Https {
             "https"
         } else {
@@ -136,7 +132,7 @@ impl HttpRemote {
         let password = url.password.clone().or_else(|| opts.password.clone());
         Ok(Self {
             inner: Arc::new(Shared {
-                client,
+                client_config: client,
                 origin: format!("{scheme_name}://{}", url.authority()),
                 host: url.host.clone(),
                 scheme: url.scheme,
@@ -183,7 +179,45 @@ impl haul_remote::Remote for HttpRemote {
     }
 
     async fn connect(&self) -> Result<Box<dyn Session>, RemoteError> {
-        Ok(Box::new(session::HttpSession::new(self.inner.clone())))
+        let client = self.inner.client_config.build()?;
+        Ok(Box::new(session::HttpSession::new(
+            self.inner.clone(),
+            client,
+        )))
+    }
+}
+
+/// Settings every session's [`reqwest::Client`] is built from.
+struct ClientConfig {
+    timeout: Duration,
+    /// Extra trusted roots (`--ca-cert`).
+    roots: Vec<reqwest::Certificate>,
+    /// `--insecure`: accept any certificate.
+    insecure: bool,
+}
+
+impl ClientConfig {
+    /// A client keeping at most one idle connection per host.
+    fn build(&self) -> Result<reqwest::Client, RemoteError> {
+        let mut b = reqwest::Client::builder()
+            .connect_timeout(self.timeout)
+            .redirect(reqwest::redirect::Policy::limited(10))
+            .pool_idle_timeout(Duration::from_secs(60))
+            .pool_max_idle_per_host(1)
+            .user_agent(concat!("haul/", env!("CARGO_PKG_VERSION")))
+            .use_rustls_tls();
+        for c in &self.roots {
+            b = b.add_root_certificate(c.clone());
+        }
+        if self.insecure {
+            b = b.danger_accept_invalid_certs(true);
+        }
+        b.build().map_err(|e| {
+            RemoteError::Local(format!(
+                "cannot set up the HTTP client: {}",
+                errors::chain(&e)
+            ))
+        })
     }
 }
 

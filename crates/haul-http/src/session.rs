@@ -1,4 +1,4 @@
-//! A session: a light handle on the remote's client doing stat/list/read/delete.
+//! A session: one client (one keep-alive connection) doing stat/list/read/delete.
 
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -15,11 +15,13 @@ use crate::Shared;
 
 pub(crate) struct HttpSession {
     s: Arc<Shared>,
+    /// This session's own client: one keep-alive connection.
+    client: reqwest::Client,
 }
 
 impl HttpSession {
-    pub(crate) fn new(s: Arc<Shared>) -> Self {
-        Self { s }
+    pub(crate) fn new(s: Arc<Shared>, client: reqwest::Client) -> Self {
+        Self { s, client }
     }
 
     fn url(&self, path: &str) -> Result<reqwest::Url, RemoteError> {
@@ -35,7 +37,7 @@ impl HttpSession {
     }
 
     fn request(&self, method: Method, path: &str) -> Result<RequestBuilder, RemoteError> {
-        let mut rb = self.s.client.request(method, self.url(path)?);
+        let mut rb = self.client.request(method, self.url(path)?);
         if let Some(u) = &self.s.user {
             rb = rb.basic_auth(u, self.s.password.as_ref().map(|p| p.expose()));
         }

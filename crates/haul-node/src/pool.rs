@@ -12,6 +12,11 @@ use crate::jobs::{Job, WorkQueue};
 use crate::summary::Tally;
 use crate::NodeError;
 
+/// Connections `auto` starts with: enough to keep both ends' cores busy with
+/// many small files (each costs the receiver a few system calls) before the
+/// first throughput measurement, the same start as remote pulls.
+const AUTO_START: u32 = 4;
+
 /// Backoff before reconnect `attempt` (1-based): 0.25 s doubling to 8 s, with jitter.
 fn backoff(attempt: u32) -> Duration {
     let base = 250u64.saturating_mul(1 << attempt.min(5)).min(8000);
@@ -83,7 +88,7 @@ where
     let mut set = JoinSet::new();
     let (start, max) = match jobs {
         Concurrency::Fixed(n) => (n.max(1), n.max(1)),
-        Concurrency::Auto { max } => (2.min(max), max.max(1)),
+        Concurrency::Auto { max } => (AUTO_START.min(max.max(1)), max.max(1)),
     };
     for _ in 0..start {
         set.spawn(spawn());

@@ -7,12 +7,11 @@
 
 use std::collections::HashMap;
 use std::fs::File;
-use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use haul_engine::hash::{chunk_digest, root_from_digests};
+use haul_engine::hash::root_from_digests;
 use haul_engine::{Event, Observer};
 use haul_proto::{ChunkHeader, Digest, EntryKind, ErrorCode, Message};
 use haul_transport::{FrameReader, FrameWriter, TransportError};
@@ -23,7 +22,7 @@ use crate::jobs::{SendJob, WorkQueue};
 mod read;
 use crate::keepalive;
 use crate::NodeError;
-use read::{hash_job, read_and_hash, want_job};
+use read::{hash_job, read_and_hash, read_chunk, want_job};
 
 /// Where a sender's jobs come from.
 pub enum JobFeed {
@@ -452,11 +451,13 @@ impl Sender {
                 return Ok(());
             };
             // Small reads are cheaper than handing the thread over to the runtime.
-            let small = f.job.src.entry.chunk_len(index) <= 256 << 10;
+            let len = f.job.src.entry.chunk_len(index);
+            let small = len <= 256 << 10;
+            let keep = !w.sends_from_file(len as usize);
             let read = if small {
-                read_and_hash(f, index, &mut self.buf)
+                read_and_hash(f, index, &mut self.buf, keep)
             } else {
-                tokio::task::block_in_place(|| read_and_hash(f, index, &mut self.buf))
+                tokio::task::block_in_place(|| read_and_hash(f, index, &mut self.buf, keep))
             };
             let digest = match read {
                 Ok(d) => d,
@@ -494,32 +495,33 @@ impl Sender {
             }
             None => return Err(NodeError::Protocol("chunk of a non-file".into())),
         };
-        let read = |index: u32, mut buf: Vec<u8>| {
+        let read = |index: u32, mut buf: Vec<u8>, keep: bool| {
             let (file, entry, local) = (file.clone(), entry.clone(), local.clone());
             tokio::task::spawn_blocking(move || {
-                buf.resize(entry.chunk_len(index) as usize, 0);
                 let offset = u64::from(index) * u64::from(entry.chunk_size);
-                let digest = file
-                    .read_exact_at(&mut buf, offset)
-                    .map(|()| chunk_digest(&buf, index, entry.chunk_size, entry.size))
-                    .map_err(|err| {
-                        format!(
-                            "cannot read {} at {offset}: {err} (did it shrink while sending?)",
-                            local.display()
-                        )
-                    });
+                let digest = read_chunk(&file, &entry, index, &mut buf, keep).map_err(|err| {
+                    format!(
+                        "cannot read {} at {offset}: {err} (did it shrink while sending?)",
+                        local.display()
+                    )
+                });
                 (buf, digest)
             })
         };
+        // Keep a chunk's bytes only when they must be sent from memory.
+        let keep: Vec<bool> = chunks
+            .iter()
+            .map(|&i| !w.sends_from_file(entry.chunk_len(i) as usize))
+            .collect();
         let mut spare = Vec::new();
-        let mut next = Some(read(chunks[0], std::mem::take(&mut self.buf)));
+        let mut next = Some(read(chunks[0], std::mem::take(&mut self.buf), keep[0]));
         for (k, &index) in chunks.iter().enumerate() {
             let Some(pending) = next.take() else { break };
             let (buf, digest) = pending
                 .await
                 .map_err(|e| NodeError::Protocol(format!("chunk reader crashed: {e}")))?;
             if let Some(&following) = chunks.get(k + 1) {
-                next = Some(read(following, std::mem::take(&mut spare)));
+                next = Some(read(following, std::mem::take(&mut spare), keep[k + 1]));
             }
             let digest = match digest {
                 Ok(d) => d,
@@ -547,7 +549,7 @@ impl Sender {
             return Ok(());
         };
         f.digests[index as usize] = Some(digest);
-        let len = data.len() as u32;
+        let len = f.job.src.entry.chunk_len(index);
         w.queue(&Message::Chunk(ChunkHeader {
             id,
             index,
@@ -559,7 +561,7 @@ impl Sender {
         let Some(file) = f.file.as_ref() else {
             return Err(NodeError::Protocol("chunk of a non-file".into()));
         };
-        w.send_payload(file, offset, data).await?;
+        w.send_payload(file, offset, len as usize, data).await?;
         f.sent += u64::from(len);
         self.ctx.observer.event(&Event::Progress {
             path: f.job.src.entry.path.clone(),

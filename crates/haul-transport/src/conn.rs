@@ -229,17 +229,31 @@ impl FrameWriter {
         }
     }
 
-    /// Sends a chunk payload: from `file` at `offset` with `sendfile(2)` when
-    /// zero copy is on, else from `data` (which must hold the same bytes).
+    /// True when a payload of `len` bytes goes out straight from its file
+    /// (`sendfile(2)`): the caller then need not hold the bytes in memory.
+    pub fn sends_from_file(&self, len: usize) -> bool {
+        self.zero_copy && len > INLINE_PAYLOAD
+    }
+
+    /// Sends a chunk payload of `len` bytes: from `file` at `offset` with
+    /// `sendfile(2)` when [`FrameWriter::sends_from_file`], else from `data`,
+    /// which must then hold exactly those bytes.
     pub async fn send_payload(
         &mut self,
         file: &File,
         offset: u64,
+        len: usize,
         data: &[u8],
     ) -> Result<(), TransportError> {
+        if !self.sends_from_file(len) && data.len() != len {
+            return Err(TransportError::Io(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("payload of {len} bytes given {} bytes", data.len()),
+            )));
+        }
         // Small payloads ride in the batch with their headers: one write for
         // many small files beats a sendfile call each.
-        if data.len() <= INLINE_PAYLOAD {
+        if len <= INLINE_PAYLOAD {
             self.buf.extend_from_slice(data);
             if self.buf.len() >= BATCH {
                 self.flush().await?;
@@ -252,7 +266,7 @@ impl FrameWriter {
         };
         let stream = w.as_ref();
         let mut off = offset;
-        let mut left = data.len();
+        let mut left = len;
         while left > 0 {
             within(self.idle, "the peer to accept data", stream.writable()).await?;
             let res = stream.try_io(tokio::io::Interest::WRITABLE, || {
