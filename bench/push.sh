@@ -104,6 +104,10 @@ ratio() { # $1 = numerator key, $2 = denominator key: median over rounds of $1/$
 T[base_best]=$(paste <(echo "${T[base]}" | tr ' ' '\n' | grep .) <(echo "${T[base_nofsync]}" | tr ' ' '\n' | grep .) |
   awk '{print ($1 < $2) ? $1 : $2}' | tr '\n' ' ')
 MB=$SIZE_MIB
+printf '\nseconds per round (the medians below come from these)\n'
+for k in base base_nofsync plain tls rsync small_haul small_haul_tls small_rsync; do
+  printf '  %-15s %s\n' "$k" "$(echo "${T[$k]}" | tr -s ' ' | xargs printf '%.3f ')"
+done
 printf '\n%s MiB file over loopback, %s runs, medians (dir %s)\n' "$SIZE_MIB" "$RUNS" "$BASE"
 printf '%-22s %8s %10s\n' tool seconds MiB/s
 for k in base base_nofsync plain tls rsync; do

@@ -87,7 +87,7 @@ pub async fn connect(
         host: addr.to_owned(),
         source: std::io::Error::other(e),
     })?;
-    let handshake = TlsConnector::from(cfg).connect(name, stream);
+    let handshake = TlsConnector::from(cfg).connect(name, read_buffered(stream));
     let tls = match tokio::time::timeout(timeouts.handshake, handshake).await {
         Err(_) => {
             return Err(TransportError::Timeout {
@@ -187,6 +187,17 @@ impl Listener {
     }
 }
 
+/// Bytes read from the socket at once under TLS.
+const TLS_READ_BUFFER: usize = 256 << 10;
+
+/// The socket TLS runs over, with a read buffer: rustls asks for at most
+/// 4 KiB per read, which would cost a system call per 4 KiB of file data
+/// (measured: a TLS push of 1 GiB spent a fifth of the receiver's time in
+/// `recv`). Writes pass straight through.
+fn read_buffered(stream: TcpStream) -> tokio::io::BufReader<TcpStream> {
+    tokio::io::BufReader::with_capacity(TLS_READ_BUFFER, stream)
+}
+
 /// Runs the server side of TLS (if any) on an accepted stream.
 pub async fn accept_stream(
     stream: TcpStream,
@@ -204,7 +215,8 @@ pub async fn accept_stream(
         .peer_addr()
         .map(|a| a.to_string())
         .unwrap_or_default();
-    let tls = match tokio::time::timeout(timeouts.handshake, acceptor.accept(stream)).await {
+    let accept = acceptor.accept(read_buffered(stream));
+    let tls = match tokio::time::timeout(timeouts.handshake, accept).await {
         Err(_) => {
             return Err(TransportError::Timeout {
                 what: "the TLS handshake",

@@ -200,3 +200,69 @@ pub(crate) fn unlink_at(dir: &OwnedFd, name: &CStr) -> io::Result<()> {
 pub(crate) fn cstring(bytes: &[u8]) -> io::Result<CString> {
     CString::new(bytes).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn staged(dirs: &OpenDirs, root: &Path, body: &[u8]) -> (Arc<OwnedFd>, File) {
+        let dir = dirs.get(root).unwrap();
+        let mut f = tmpfile_in(&dir, 0o644).unwrap();
+        f.write_all(body).unwrap();
+        (dir, f)
+    }
+
+    #[test]
+    fn anonymous_files_are_linked_by_name_and_never_over_an_existing_one() {
+        let t = tempfile::tempdir().unwrap();
+        let dirs = OpenDirs::default();
+        let (dir, f) = staged(&dirs, t.path(), b"one");
+        // Nothing is visible before the link.
+        assert_eq!(std::fs::read_dir(t.path()).unwrap().count(), 0);
+        link_at(&f, &dir, c"a").unwrap();
+        assert_eq!(std::fs::read(t.path().join("a")).unwrap(), b"one");
+        let st = stat_at(&dir, c"a").unwrap();
+        assert!(st.is_file() && st.size == 3);
+        assert!(stat_at(&dir, c"missing").is_err());
+        // The name is taken: refused, the first file is untouched.
+        let (_, g) = staged(&dirs, t.path(), b"two");
+        let e = link_at(&g, &dir, c"a").unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::AlreadyExists);
+        assert_eq!(std::fs::read(t.path().join("a")).unwrap(), b"one");
+        // Link under another name, then rename over: atomic replacement.
+        link_at(&g, &dir, c"b").unwrap();
+        rename_at(&dir, c"b", c"a").unwrap();
+        assert_eq!(std::fs::read(t.path().join("a")).unwrap(), b"two");
+        unlink_at(&dir, c"a").unwrap();
+        assert!(!t.path().join("a").exists());
+    }
+
+    #[test]
+    fn the_proc_fallback_links_too() {
+        let t = tempfile::tempdir().unwrap();
+        let dirs = OpenDirs::default();
+        let (dir, f) = staged(&dirs, t.path(), b"via proc");
+        // As when linkat(AT_EMPTY_PATH) is refused (no CAP_DAC_READ_SEARCH).
+        EMPTY_PATH_REFUSED.store(true, Ordering::Relaxed);
+        link_at(&f, &dir, c"p").unwrap();
+        assert_eq!(std::fs::read(t.path().join("p")).unwrap(), b"via proc");
+    }
+
+    #[test]
+    fn a_symlink_is_never_opened_as_a_directory() {
+        let t = tempfile::tempdir().unwrap();
+        std::fs::create_dir(t.path().join("real")).unwrap();
+        std::os::unix::fs::symlink(t.path().join("real"), t.path().join("link")).unwrap();
+        let dirs = OpenDirs::default();
+        assert!(dirs.get(&t.path().join("real")).is_ok());
+        assert!(dirs.get(&t.path().join("link")).is_err());
+        // Cached: the same descriptor comes back until cleared.
+        let a = dirs.get(&t.path().join("real")).unwrap();
+        let b = dirs.get(&t.path().join("real")).unwrap();
+        assert!(Arc::ptr_eq(&a, &b));
+        dirs.clear();
+        let c = dirs.get(&t.path().join("real")).unwrap();
+        assert!(!Arc::ptr_eq(&a, &c));
+    }
+}

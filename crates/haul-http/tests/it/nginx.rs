@@ -385,10 +385,17 @@ async fn reuses_one_connection() {
     let first: BTreeSet<String> = lines[..5].iter().map(conn).collect();
     let second: BTreeSet<String> = lines[5..].iter().map(conn).collect();
     assert_eq!(first.len(), 1, "first session on one connection: {lines:?}");
-    assert_eq!(second.len(), 1, "second session on one connection: {lines:?}");
+    assert_eq!(
+        second.len(),
+        1,
+        "second session on one connection: {lines:?}"
+    );
     assert_ne!(first, second, "one connection per session: {lines:?}");
     // Request counters on each connection: 1..=5 then 1..=2 (keep-alive).
-    assert!(lines[4].contains(" 5 ") && lines[6].contains(" 2 "), "{lines:?}");
+    assert!(
+        lines[4].contains(" 5 ") && lines[6].contains(" 2 "),
+        "{lines:?}"
+    );
 }
 
 #[tokio::test]
