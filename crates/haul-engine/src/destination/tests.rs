@@ -152,3 +152,37 @@ fn refuses_escapes_and_symlinked_dirs() {
     );
     assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0);
 }
+
+/// Receives `data` as the one-chunk file `entry` (quick check on).
+fn receive_small(dest: &Destination, entry: &Entry, data: &[u8]) -> bool {
+    match dest.prepare_file(entry, true).unwrap() {
+        Prepared::UpToDate => false,
+        Prepared::Receive(part) => {
+            let d = chunk_digest(data, 0, entry.chunk_size, entry.size);
+            assert_eq!(part.write_chunk(0, data, &d).unwrap(), ChunkVerdict::Good);
+            part.commit(&d).unwrap();
+            true
+        }
+    }
+}
+
+#[test]
+fn quick_check_skips_only_the_same_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dest = Destination::open(tmp.path()).unwrap();
+    dest.session_started();
+    let a = file_entry("new/a", 5, 1024);
+    assert!(receive_small(&dest, &a, b"hello"));
+    // The same file (size and mtime) offered again: skipped.
+    assert!(!receive_small(&dest, &a, b"hello"));
+    // Another file under that name is replaced whole.
+    std::fs::write(tmp.path().join("new/b"), b"stranger's").unwrap();
+    let b = file_entry("new/b", 4, 1024);
+    assert!(receive_small(&dest, &b, b"ours"));
+    assert_eq!(std::fs::read(tmp.path().join("new/b")).unwrap(), b"ours");
+    // Also in a later session (directory caches cleared).
+    dest.session_ended();
+    dest.session_started();
+    assert!(!receive_small(&dest, &a, b"hello"));
+    dest.session_ended();
+}
