@@ -28,7 +28,8 @@ pub(crate) struct OpenDirs {
 
 impl OpenDirs {
     /// The open directory at `path` (already checked to be a real directory
-    /// under the root). The last component is opened with `O_NOFOLLOW`.
+    /// under the root). The last component is opened with `O_NOFOLLOW`, and
+    /// with `O_PATH`: a directory one may write into but not list works too.
     pub(crate) fn get(&self, path: &Path) -> io::Result<Arc<OwnedFd>> {
         if let Some(fd) = self.dirs.lock().ok().and_then(|d| d.get(path).cloned()) {
             return Ok(fd);
@@ -38,7 +39,7 @@ impl OpenDirs {
         let raw = unsafe {
             libc::open(
                 c.as_ptr(),
-                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+                libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
             )
         };
         if raw < 0 {
