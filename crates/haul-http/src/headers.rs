@@ -111,50 +111,42 @@ pub(crate) fn checksums(h: &HeaderMap, partial: bool) -> Vec<Checksum> {
             }
         }
     }
-    // RFC 9530: sha-256=:BASE64:, sha-512=:BASE64:
-    for v in h
-        .get_all("repr-digest")
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .filter(|v| v.len() <= MAX_VALUE)
-    {
-        for item in v.split(',') {
-            let Some((alg, val)) = item.split_once('=') else {
-                continue;
-            };
-            let Some(alg) = alg_name(alg) else { continue };
-            let Some(val) = val
-                .trim()
-                .strip_prefix(':')
-                .and_then(|x| x.strip_suffix(':'))
-            else {
-                continue;
-            };
-            push(
-                &mut out,
-                b64(val).and_then(|b| Checksum::from_bytes(alg, &b)),
-            );
-        }
+    // RFC 9530: Repr-Digest: sha-256=:BASE64:, sha-512=:BASE64:
+    for (alg, val) in digest_items(h, "repr-digest") {
+        let Some(val) = val
+            .trim()
+            .strip_prefix(':')
+            .and_then(|x| x.strip_suffix(':'))
+        else {
+            continue;
+        };
+        push(
+            &mut out,
+            b64(val).and_then(|b| Checksum::from_bytes(alg, &b)),
+        );
     }
     // RFC 3230: Digest: md5=BASE64, SHA-256=BASE64
-    for v in h
-        .get_all("digest")
+    for (alg, val) in digest_items(h, "digest") {
+        push(
+            &mut out,
+            b64(val).and_then(|b| Checksum::from_bytes(alg, &b)),
+        );
+    }
+    out
+}
+
+/// The `alg=value` items of every `name` header (values over
+/// [`MAX_VALUE`] ignored), for algorithms haul checks.
+fn digest_items<'h>(h: &'h HeaderMap, name: &str) -> impl Iterator<Item = (&'static str, &'h str)> {
+    h.get_all(name)
         .iter()
         .filter_map(|v| v.to_str().ok())
         .filter(|v| v.len() <= MAX_VALUE)
-    {
-        for item in v.split(',') {
-            let Some((alg, val)) = item.split_once('=') else {
-                continue;
-            };
-            let Some(alg) = alg_name(alg) else { continue };
-            push(
-                &mut out,
-                b64(val).and_then(|b| Checksum::from_bytes(alg, &b)),
-            );
-        }
-    }
-    out
+        .flat_map(|v| v.split(','))
+        .filter_map(|item| {
+            let (alg, val) = item.split_once('=')?;
+            Some((alg_name(alg)?, val))
+        })
 }
 
 #[cfg(test)]
