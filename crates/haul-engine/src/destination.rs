@@ -114,6 +114,11 @@ pub struct Destination {
     client_side: std::sync::atomic::AtomicBool,
 }
 
+/// The name (without extension) of the staging and resume-state files of `rel`.
+fn staging_id(rel: &str) -> String {
+    blake3::hash(rel.as_bytes()).to_hex()[..32].to_string()
+}
+
 /// Converts an entry's mtime to a `SystemTime`.
 pub fn entry_mtime(entry: &Entry) -> SystemTime {
     let nanos = Duration::new(0, entry.mtime_nsec.min(999_999_999));
@@ -240,6 +245,26 @@ impl Destination {
         }
     }
 
+    /// True when nothing is at `rel` yet — no file (nor anything else) under
+    /// the final name and no resume state — so there is nothing to
+    /// quick-check or resume against. Creates missing parent directories,
+    /// as receiving the file would.
+    pub fn is_new(&self, rel: &str) -> bool {
+        let Ok(final_path) = self.resolve(rel) else {
+            return false;
+        };
+        match self.look_up(&final_path) {
+            Ok(found) => {
+                found.stat.is_none()
+                    && !self
+                        .partial_dir
+                        .join(format!("{}.state", staging_id(rel)))
+                        .exists()
+            }
+            Err(_) => false,
+        }
+    }
+
     /// Opens the directory of `final_path` (cached) and stats the name in it.
     fn look_up(&self, final_path: &Path) -> Result<Found, ReceiveError> {
         let (Some(parent), Some(name)) = (final_path.parent(), final_path.file_name()) else {
@@ -319,7 +344,7 @@ impl Destination {
                 return Err(ReceiveError::Busy(entry.path.clone()));
             }
         }
-        let id = &blake3::hash(entry.path.as_bytes()).to_hex()[..32];
+        let id = staging_id(&entry.path);
         let part = PartialFile::open(
             entry.clone(),
             version,

@@ -23,6 +23,9 @@ pub(crate) struct FileJob {
     pub entry: RemoteEntry,
     /// The server ignores ranges: read the file whole.
     pub no_ranges: bool,
+    /// `entry` comes from a stat made just now (not from a listing): no
+    /// need to state the file again before its first attempt.
+    pub stated: bool,
 }
 
 /// Bound on listing entries parsed ahead of the crawl's filtering.
@@ -55,6 +58,7 @@ impl Ctx {
             dest_rel,
             entry,
             no_ranges: false,
+            stated: false,
         })
     }
 }

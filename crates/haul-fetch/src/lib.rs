@@ -9,6 +9,12 @@
 //! Workers borrow logged-in sessions from a [`sessions::SessionPool`] capped
 //! by `--max-conn-per-host` and reused from file to file.
 //!
+//! A source whose listings lack what a stat tells (HTTP, S3) gets a stat
+//! per file before it is read — except a file with nothing of it at the
+//! destination yet: that one is fetched with one described read (the
+//! answer's headers describe it, then its body follows), which saves a
+//! round trip per new file.
+//!
 //! Each file is fetched into the engine's [`haul_engine::PartialFile`] in
 //! BLAKE3-hashed chunks: the resume log records every chunk written, so an
 //! interrupted download (a broken connection, a killed server, a killed
@@ -202,7 +208,12 @@ pub async fn fetch(
                 name: name.clone(),
                 ..root
             };
-            let job = ctx.job_for(format!("{dir}{name}"), name, entry);
+            let job = ctx
+                .job_for(format!("{dir}{name}"), name, entry)
+                .map(|job| FileJob {
+                    stated: true,
+                    ..job
+                });
             drop(jobs_tx);
             let (tx, rx) = mpsc::channel(1);
             if let Some(job) = job {

@@ -22,6 +22,10 @@
 //!   (any relative child `<a href>`). Sizes are taken only from nginx's exact
 //!   byte column; listing dates are minute-precision in an unknown time zone, so
 //!   they are not used (stat gives the exact `Last-Modified`).
+//! - **read_described** (a file not at the destination yet, so nothing to
+//!   quick-check or resume): one `GET` without a range whose headers give
+//!   what stat's `HEAD` would, then the body — one round trip less per new
+//!   file. A path that redirects to a directory is not a file.
 //! - **read**: `Range: bytes=a-b` (`a-` to the end, no header for a whole file)
 //!   with `If-Range` (strong ETag, else Last-Modified). A ranged request must be
 //!   answered `206` with a matching `Content-Range`. A `200` means either the

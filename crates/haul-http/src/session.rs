@@ -3,7 +3,7 @@
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use haul_remote::{within, ByteSink, ListSink, RemoteEntry, RemoteError, Session};
+use haul_remote::{within, ByteSink, DescribedSink, ListSink, RemoteEntry, RemoteError, Session};
 use reqwest::header::{HeaderMap, IF_RANGE, RANGE};
 use reqwest::{Method, RequestBuilder, Response, StatusCode};
 
@@ -67,6 +67,36 @@ impl HttpSession {
 
     fn status_error(&self, what: &str, path: &str, status: StatusCode) -> RemoteError {
         from_status(what, path, status, self.s.user.is_some())
+    }
+
+    /// Passes the body to `sink`: never more than `expected` bytes (the
+    /// announced length), and a body that ends short of it is an error.
+    async fn body(
+        &self,
+        path: &str,
+        resp: &mut Response,
+        expected: Option<u64>,
+        sink: ByteSink<'_>,
+    ) -> Result<u64, RemoteError> {
+        let mut got: u64 = 0;
+        while let Some(chunk) = self.chunk("read", resp).await? {
+            let n = chunk.len() as u64;
+            if expected.is_some_and(|e| got + n > e) {
+                return Err(RemoteError::Protocol(format!(
+                    "{path}: the server sent more bytes than announced"
+                )));
+            }
+            if n > 0 {
+                sink(&chunk)?;
+                got += n;
+            }
+        }
+        match expected {
+            Some(e) if got < e => Err(RemoteError::Connection(format!(
+                "{path}: the body ended after {got} of {e} bytes (connection closed early)"
+            ))),
+            _ => Ok(got),
+        }
     }
 }
 
@@ -300,26 +330,8 @@ impl Session for HttpSession {
             }
             s => return Err(self.status_error("read", path, s)),
         };
-        let mut got: u64 = 0;
-        while let Some(chunk) = self.chunk("read", &mut resp).await? {
-            let n = chunk.len() as u64;
-            if expected.is_some_and(|e| got + n > e) {
-                return Err(RemoteError::Protocol(format!(
-                    "{path}: the server sent more bytes than announced"
-                )));
-            }
-            if n > 0 {
-                sink(&chunk)?;
-                got += n;
-            }
-        }
-        if let Some(e) = expected {
-            if got < e {
-                return Err(RemoteError::Connection(format!(
-                    "{path}: the body ended after {got} of {e} bytes (connection closed early)"
-                )));
-            }
-        } else if !ranged {
+        let got = self.body(path, &mut resp, expected, sink).await?;
+        if expected.is_none() && !ranged {
             if let Some(s) = expect.size.filter(|s| *s != got) {
                 return Err(RemoteError::Changed(format!(
                     "{path}: got {got} bytes, expected {s}"
@@ -327,6 +339,36 @@ impl Session for HttpSession {
             }
         }
         Ok(got)
+    }
+
+    /// One `GET` without a range: the answer's headers describe the file
+    /// (what a `HEAD` would), then its body follows on the same request.
+    async fn read_described(
+        &mut self,
+        path: &str,
+        sink: &mut dyn DescribedSink,
+    ) -> Result<u64, RemoteError> {
+        let mut resp = self.send("read", self.request(Method::GET, path)?).await?;
+        let status = resp.status();
+        if status != StatusCode::OK {
+            return Err(if status.is_success() {
+                RemoteError::Protocol(format!("{path}: unexpected HTTP {status} to a GET"))
+            } else {
+                self.status_error("read", path, status)
+            });
+        }
+        if !path.ends_with('/') && resp.url().path().ends_with('/') {
+            return Err(RemoteError::NotFound(format!(
+                "{path} is a directory now, not a file"
+            )));
+        }
+        let entry = entry_from(path, resp.headers(), false);
+        if !sink.describe(&entry)? {
+            return Ok(0);
+        }
+        let expected = headers::content_length(resp.headers());
+        let mut accept = |data: &[u8]| sink.accept(data);
+        self.body(path, &mut resp, expected, &mut accept).await
     }
 
     async fn delete(&mut self, path: &str) -> Result<(), RemoteError> {

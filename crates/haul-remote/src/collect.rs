@@ -2,7 +2,7 @@
 //! `Vec`, a read into a `Vec<u8>`. For tests, tools and small lookups; the
 //! download driver streams instead.
 
-use crate::{RemoteEntry, RemoteError, Session};
+use crate::{DescribedSink, RemoteEntry, RemoteError, Session};
 
 /// Capacity of the channel [`list_all`] drains: small, as the driver's, so a
 /// lister that does not cope with backpressure shows up.
@@ -79,6 +79,81 @@ pub async fn read_all(
     Ok(out)
 }
 
+/// Reads the whole of file `path` with [`Session::read_described`] into
+/// memory: the entry the session described it with, and its bytes.
+///
+/// Holds at most `max` bytes, as [`read_all`]. Fails with
+/// [`RemoteError::Protocol`] when the session passes bytes before the
+/// description, describes twice, or returns a count other than the bytes
+/// it delivered.
+pub async fn read_described_all(
+    session: &mut dyn Session,
+    path: &str,
+    max: usize,
+) -> Result<(RemoteEntry, Vec<u8>), RemoteError> {
+    let mut c = Collected {
+        path,
+        max,
+        entry: None,
+        bytes: Vec::new(),
+        over: false,
+    };
+    let r = session.read_described(path, &mut c).await;
+    if c.over {
+        return Err(too_big(path, max));
+    }
+    let n = r?;
+    let entry = c.entry.ok_or_else(|| {
+        RemoteError::Protocol(format!(
+            "{path}: the read ended without describing the file"
+        ))
+    })?;
+    if n != c.bytes.len() as u64 {
+        return Err(RemoteError::Protocol(format!(
+            "{path}: read reported {n} bytes but delivered {}",
+            c.bytes.len()
+        )));
+    }
+    Ok((entry, c.bytes))
+}
+
+/// The sink of [`read_described_all`].
+struct Collected<'a> {
+    path: &'a str,
+    max: usize,
+    entry: Option<RemoteEntry>,
+    bytes: Vec<u8>,
+    over: bool,
+}
+
+impl DescribedSink for Collected<'_> {
+    fn describe(&mut self, entry: &RemoteEntry) -> Result<bool, RemoteError> {
+        if self.entry.is_some() {
+            return Err(RemoteError::Protocol(format!(
+                "{}: described twice",
+                self.path
+            )));
+        }
+        self.entry = Some(entry.clone());
+        Ok(true)
+    }
+
+    fn accept(&mut self, data: &[u8]) -> Result<(), RemoteError> {
+        if self.entry.is_none() {
+            return Err(RemoteError::Protocol(format!(
+                "{}: bytes before the description",
+                self.path
+            )));
+        }
+        if data.len() > self.max - self.bytes.len() {
+            self.over = true;
+            return Err(too_big(self.path, self.max));
+        }
+        self.bytes.extend_from_slice(data);
+        Ok(())
+    }
+}
+
 fn too_big(path: &str, max: usize) -> RemoteError {
     RemoteError::Local(format!("{path}: more than {max} bytes to hold in memory"))
 }
@@ -107,12 +182,16 @@ mod tests {
         accepted: usize,
         /// Arguments of the last read.
         asked: Option<(String, u64, Option<u64>, String)>,
+        /// What `stat` answers (`None`: not found).
+        stat_as: Option<RemoteEntry>,
     }
 
     #[async_trait::async_trait]
     impl Session for Fake {
         async fn stat(&mut self, path: &str) -> Result<RemoteEntry, RemoteError> {
-            Err(RemoteError::NotFound(path.to_string()))
+            self.stat_as
+                .clone()
+                .ok_or_else(|| RemoteError::NotFound(path.to_string()))
         }
 
         async fn list(&mut self, _dir: &str, out: &ListSink) -> Result<(), RemoteError> {
@@ -262,5 +341,38 @@ mod tests {
             .await
             .expect_err("fails");
         assert!(matches!(e, RemoteError::Changed(_)), "{e}");
+    }
+
+    #[tokio::test]
+    async fn default_described_read_states_then_reads_whole() {
+        let mut stated = RemoteEntry::file("f", Some(5));
+        stated.version = Some("v1".into());
+        let mut s = Fake {
+            chunks: vec![b"ab", b"cde"],
+            stat_as: Some(stated.clone()),
+            ..Fake::default()
+        };
+        let (told, bytes) = read_described_all(&mut s, "/d/f", 100).await.expect("read");
+        assert_eq!((told, bytes), (stated, b"abcde".to_vec()));
+        // The whole file was read, with the stated entry as what must hold.
+        assert_eq!(s.asked, Some(("/d/f".into(), 0, None, "f".into())));
+        // The cap holds here too.
+        let e = read_described_all(&mut s, "/d/f", 4)
+            .await
+            .expect_err("over");
+        assert!(matches!(e, RemoteError::Local(_)), "{e}");
+        // Not a file, or not there: nothing read.
+        for stat_as in [Some(RemoteEntry::dir("d")), None] {
+            let mut s = Fake {
+                chunks: vec![b"x"],
+                stat_as,
+                ..Fake::default()
+            };
+            let e = read_described_all(&mut s, "/d", 100)
+                .await
+                .expect_err("not a file");
+            assert!(matches!(e, RemoteError::NotFound(_)), "{e}");
+            assert_eq!(s.asked, None);
+        }
     }
 }

@@ -40,6 +40,17 @@ pub type ListSink = tokio::sync::mpsc::Sender<RemoteEntry>;
 /// Receives the bytes of a read, in order. Returning an error stops the read.
 pub type ByteSink<'a> = &'a mut (dyn FnMut(&[u8]) -> Result<(), RemoteError> + Send);
 
+/// Where a [`Session::read_described`] goes: first what the server tells
+/// about the file, then its bytes.
+pub trait DescribedSink: Send {
+    /// Called once, before any byte, with the file's metadata as the server
+    /// tells it now. `Ok(false)` declines the body: the read returns `Ok(0)`.
+    fn describe(&mut self, entry: &RemoteEntry) -> Result<bool, RemoteError>;
+
+    /// The next bytes of the file, in order. An error stops the read.
+    fn accept(&mut self, data: &[u8]) -> Result<(), RemoteError>;
+}
+
 /// A configured remote endpoint: opens sessions.
 #[async_trait::async_trait]
 pub trait Remote: Send + Sync + 'static {
@@ -88,6 +99,27 @@ pub trait Session: Send {
         expect: &RemoteEntry,
         sink: ByteSink<'_>,
     ) -> Result<u64, RemoteError>;
+
+    /// Reads the whole of file `path` when its current metadata is not known
+    /// yet: `sink.describe` gets the entry (size, mtime, version, checksums)
+    /// before the first byte. The default states the file, then reads it;
+    /// a source whose read answer carries that metadata (HTTP's GET headers)
+    /// does both in one request — one round trip less per file.
+    async fn read_described(
+        &mut self,
+        path: &str,
+        sink: &mut dyn DescribedSink,
+    ) -> Result<u64, RemoteError> {
+        let entry = self.stat(path).await?;
+        if entry.kind != EntryKind::File {
+            return Err(RemoteError::NotFound(format!("{path} is no longer a file")));
+        }
+        if !sink.describe(&entry)? {
+            return Ok(0);
+        }
+        let mut accept = |data: &[u8]| sink.accept(data);
+        self.read(path, 0, None, &entry, &mut accept).await
+    }
 
     /// Deletes file `path` (used by `--delete-source`, after verification).
     async fn delete(&mut self, path: &str) -> Result<(), RemoteError>;

@@ -30,6 +30,9 @@
 //!   Listed objects carry no checksums (a listing does not tell whether an
 //!   object is SSE-KMS encrypted, when its ETag is no MD5): the remote asks
 //!   the driver to stat each file before reading it (`stat_before_read`).
+//! - **read_described** (a file not at the destination yet): one `GET` with
+//!   `x-amz-checksum-mode: ENABLED`, whose headers give what the `HEAD` of
+//!   stat would, then the body — one request per new object instead of two.
 //! - **read**: `GET` with `Range: bytes=a-b` and `If-Match: <etag>` when the
 //!   version is known (412 → [`RemoteError::Changed`]); the total size in
 //!   `Content-Range` (or `Content-Length`) is checked against the expected

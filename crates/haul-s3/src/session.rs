@@ -4,7 +4,8 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use haul_remote::{
-    within, ByteSink, EntryKind, ListSink, Remote, RemoteEntry, RemoteError, RemoteOptions, Session,
+    within, ByteSink, DescribedSink, EntryKind, ListSink, Remote, RemoteEntry, RemoteError,
+    RemoteOptions, Session,
 };
 use reqwest::{Method, Response, StatusCode};
 
@@ -462,7 +463,7 @@ impl Session for S3Session {
         if let Some(v) = &expect.version {
             h.push(("if-match".into(), v.clone()));
         }
-        let mut resp = self
+        let resp = self
             .inner
             .send(Method::GET, &key, &[], h, None, &what)
             .await?;
@@ -542,42 +543,44 @@ impl Session for S3Session {
             )));
         }
         // A server that ignored the range sends from 0: skip up to the offset.
-        let mut skip = offset - start;
+        let skip = offset - start;
         let wanted = match (len, total) {
             (Some(n), _) => Some(n),
             (None, Some(t)) => Some(t.saturating_sub(offset)),
             (None, None) => None,
         };
-        let mut done = 0u64;
-        let timeout = self.inner.timeout;
-        loop {
-            if wanted == Some(done) {
-                return Ok(done);
-            }
-            let chunk = within(timeout, &what, async {
-                resp.chunk().await.map_err(|e| net_error(e, &what))
-            })
+        body(resp, &what, self.inner.timeout, skip, wanted, sink).await
+    }
+
+    /// One `GET` (checksums asked for, as by `stat`): the answer's headers
+    /// describe the object, then its body follows on the same request.
+    async fn read_described(
+        &mut self,
+        path: &str,
+        sink: &mut dyn DescribedSink,
+    ) -> Result<u64, RemoteError> {
+        let key = key_of(path)?;
+        let what = format!("read {path}");
+        let h = vec![("x-amz-checksum-mode".to_string(), "ENABLED".to_string())];
+        let resp = self
+            .inner
+            .send(Method::GET, &key, &[], h, None, &what)
             .await?;
-            let Some(chunk) = chunk else { break };
-            let mut piece: &[u8] = &chunk;
-            let s = skip.min(piece.len() as u64) as usize;
-            piece = &piece[s..];
-            skip -= s as u64;
-            if let Some(w) = wanted {
-                let room = (w - done).min(piece.len() as u64) as usize;
-                piece = &piece[..room];
+        let status = resp.status();
+        if status != StatusCode::OK {
+            if status.is_success() {
+                return Err(RemoteError::Protocol(format!(
+                    "{what}: unexpected HTTP {status} to a GET"
+                )));
             }
-            if !piece.is_empty() {
-                sink(piece)?;
-                done += piece.len() as u64;
-            }
+            return Err(self.inner.error(resp, &what).await);
         }
-        match wanted {
-            Some(w) if done < w => Err(RemoteError::Connection(format!(
-                "{what}: the connection ended after {done} of {w} bytes"
-            ))),
-            _ => Ok(done),
+        let entry = entry_from_headers(name_of(path), resp.headers());
+        if !sink.describe(&entry)? {
+            return Ok(0);
         }
+        let mut accept = |data: &[u8]| sink.accept(data);
+        body(resp, &what, self.inner.timeout, 0, entry.size, &mut accept).await
     }
 
     async fn delete(&mut self, path: &str) -> Result<(), RemoteError> {
@@ -592,6 +595,47 @@ impl Session for S3Session {
         } else {
             Err(self.inner.error(resp, &what).await)
         }
+    }
+}
+
+/// Passes the body to `sink` after skipping `skip` bytes, stopping after
+/// `wanted` bytes; a body that ends before `wanted` is an error.
+async fn body(
+    mut resp: Response,
+    what: &str,
+    timeout: Duration,
+    mut skip: u64,
+    wanted: Option<u64>,
+    sink: ByteSink<'_>,
+) -> Result<u64, RemoteError> {
+    let mut done = 0u64;
+    loop {
+        if wanted == Some(done) {
+            return Ok(done);
+        }
+        let chunk = within(timeout, what, async {
+            resp.chunk().await.map_err(|e| net_error(e, what))
+        })
+        .await?;
+        let Some(chunk) = chunk else { break };
+        let mut piece: &[u8] = &chunk;
+        let s = skip.min(piece.len() as u64) as usize;
+        piece = &piece[s..];
+        skip -= s as u64;
+        if let Some(w) = wanted {
+            let room = (w - done).min(piece.len() as u64) as usize;
+            piece = &piece[..room];
+        }
+        if !piece.is_empty() {
+            sink(piece)?;
+            done += piece.len() as u64;
+        }
+    }
+    match wanted {
+        Some(w) if done < w => Err(RemoteError::Connection(format!(
+            "{what}: the connection ended after {done} of {w} bytes"
+        ))),
+        _ => Ok(done),
     }
 }
 

@@ -186,3 +186,26 @@ fn quick_check_skips_only_the_same_file() {
     assert!(!receive_small(&dest, &a, b"hello"));
     dest.session_ended();
 }
+
+#[test]
+fn is_new_only_without_file_and_resume_state() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dest = Destination::open(tmp.path()).unwrap();
+    let data: Vec<u8> = (0..4096u32).map(|i| (i % 251) as u8).collect();
+    let entry = file_entry("d/f.bin", data.len() as u64, 1024);
+    assert!(dest.is_new("d/f.bin"));
+    // One verified chunk logged: resume state exists, not new any more.
+    let part = dest.begin_file(&entry).unwrap();
+    let ds = digests(&data, 1024);
+    assert_eq!(
+        part.write_chunk(0, &data[..1024], &ds[0]).unwrap(),
+        ChunkVerdict::Good
+    );
+    drop(part);
+    assert!(!dest.is_new("d/f.bin"));
+    // Anything under the final name (here a directory) is not new either.
+    std::fs::create_dir(tmp.path().join("d/sub")).unwrap();
+    assert!(!dest.is_new("d/sub"));
+    // A path that escapes the root is never new.
+    assert!(!dest.is_new("../x"));
+}

@@ -5,7 +5,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::time::{Duration, UNIX_EPOCH};
 
 use haul_http::testserver::{TestServer, PASSWORD, USER};
-use haul_remote::collect::{list_all, read_all};
+use haul_remote::collect::{list_all, read_all, read_described_all};
 use haul_remote::{join, Checksum, EntryKind, RemoteError, Secret};
 
 use crate::{any, opts, session, MAX_READ};
@@ -414,4 +414,56 @@ async fn delete_unsupported_and_restart() {
     srv.start_again().unwrap();
     let mut s = session(&srv.http_url("/"), &opts()).await;
     assert_eq!(s.stat("/keep.txt").await.unwrap().size, Some(1));
+}
+
+/// One body-declining sink: describes, then wants no bytes.
+struct Declining(Option<haul_remote::RemoteEntry>);
+
+impl haul_remote::DescribedSink for Declining {
+    fn describe(&mut self, entry: &haul_remote::RemoteEntry) -> Result<bool, RemoteError> {
+        self.0 = Some(entry.clone());
+        Ok(false)
+    }
+
+    fn accept(&mut self, _: &[u8]) -> Result<(), RemoteError> {
+        panic!("bytes after declining");
+    }
+}
+
+#[tokio::test]
+async fn described_read_is_one_get() {
+    let srv = server();
+    std::fs::write(srv.root().join("d.bin"), data(70_000)).unwrap();
+    std::fs::create_dir_all(srv.root().join("sub")).unwrap();
+    let mut s = session(&srv.http_url("/"), &opts()).await;
+    let (told, bytes) = read_described_all(s.as_mut(), "/d.bin", MAX_READ)
+        .await
+        .unwrap();
+    assert_eq!(bytes, data(70_000));
+    // The GET's headers told what a HEAD tells.
+    let stated = s.stat("/d.bin").await.unwrap();
+    assert_eq!(told, stated);
+    assert!(stated.version.is_some() && stated.mtime.is_some());
+    // A declined body: nothing passed on.
+    let mut declined = Declining(None);
+    assert_eq!(s.read_described("/d.bin", &mut declined).await.unwrap(), 0);
+    assert_eq!(declined.0, Some(stated));
+    // A directory and a missing path are not files.
+    for path in ["/sub", "/missing.bin"] {
+        let err = read_described_all(s.as_mut(), path, MAX_READ)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, RemoteError::NotFound(_)), "{path}: {err}");
+    }
+    // The first request was the GET itself, no HEAD before it.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let first = loop {
+        let log = std::fs::read_to_string(srv.access_log()).unwrap_or_default();
+        if let Some(l) = log.lines().next() {
+            break l.to_string();
+        }
+        assert!(std::time::Instant::now() < deadline, "nothing logged");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(first.contains(" GET /d.bin 200 "), "{first}");
 }

@@ -1,4 +1,4 @@
-use haul_remote::collect::read_all;
+use haul_remote::collect::{read_all, read_described_all};
 use haul_remote::{Checksum, EntryKind, RemoteError};
 use haul_s3::testserver::MotoServer;
 use md5::{Digest, Md5};
@@ -125,6 +125,17 @@ async fn stat_read_changed_delete_checksum_restart() {
         "{:?}",
         st.checksums
     );
+
+    // A described read: one GET whose headers say what HEAD says (the
+    // stored checksum included), then the body.
+    let (told, bytes) = read_described_all(s.as_mut(), "/sum.txt", MAX_READ)
+        .await
+        .unwrap();
+    assert_eq!((told, bytes), (st, small));
+    let err = read_described_all(s.as_mut(), "/d/nope", MAX_READ)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, RemoteError::NotFound(_)), "{err}");
 
     // Delete.
     s.delete("/d/f.bin").await.unwrap();

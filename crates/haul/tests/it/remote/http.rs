@@ -26,12 +26,43 @@ fn http_tree_then_quick_check() {
     assert!(out.status.success(), "{}", all_output(&out));
     assert_same_tree(&srv.root().join("tree"), &s.path("dst"), &out);
     assert_eq!(summary(&out)["files_ok"], FIXTURE_FILES as u64);
-    // Again: everything is already there (same size and Last-Modified).
+    // New files are fetched with one GET each, no HEAD first (the one HEAD
+    // is the URL's own stat); the index pages are the GETs of `.../`.
+    let log = std::fs::read_to_string(srv.access_log()).unwrap();
+    let (heads, file_gets) = requests(&log);
+    assert_eq!((heads, file_gets), (1, FIXTURE_FILES), "{log}");
+    // Again: everything is already there (same size and Last-Modified):
+    // a HEAD per file for the quick check, no file fetched.
     let out = pull(&s.path("cfg"), &[&url, s.path("dst").to_str().unwrap()]);
     assert!(out.status.success(), "{}", all_output(&out));
     let sum = summary(&out);
     assert_eq!(sum["files_skipped"], FIXTURE_FILES as u64, "{sum}");
     assert_eq!(sum["bytes_transferred"], 0);
+    let log = std::fs::read_to_string(srv.access_log()).unwrap();
+    let (heads_then, file_gets_then) = requests(&log);
+    assert_eq!(
+        (heads_then - heads, file_gets_then - file_gets),
+        (1 + FIXTURE_FILES, 0),
+        "{log}"
+    );
+}
+
+/// `HEAD` requests and `GET`s of files (not index pages) in an access log.
+fn requests(log: &str) -> (usize, usize) {
+    let method_and_uri = |l: &str| {
+        let mut f = l.split(' ').skip(2);
+        (
+            f.next().unwrap_or("").to_string(),
+            f.next().unwrap_or("").to_string(),
+        )
+    };
+    let lines: Vec<(String, String)> = log.lines().map(method_and_uri).collect();
+    let heads = lines.iter().filter(|(m, _)| m == "HEAD").count();
+    let file_gets = lines
+        .iter()
+        .filter(|(m, uri)| m == "GET" && !uri.ends_with('/'))
+        .count();
+    (heads, file_gets)
 }
 
 #[test]
@@ -89,7 +120,10 @@ fn http_server_killed_mid_download_resumes_from_verified_chunks() {
     // Stop nginx once a few chunks are verified (8 MB/s: about 2 s), restart it a second later.
     let out = pull_through_restart(
         &s.path("cfg"),
-        &srv.http_url("/slow/big.bin"),
+        // A directory URL: the file is new, so its first attempt is one GET
+        // described by its headers; the resume must find the chunks that
+        // GET's ETag keyed.
+        &srv.http_url("/slow/"),
         &dst,
         12 << 20,
         &mut srv,
