@@ -192,6 +192,14 @@ impl Destination {
         Ok(dir)
     }
 
+    /// Creates directory `rel` (idempotent) with default permissions and no
+    /// metadata to apply later: an empty directory of a remote source, which
+    /// tells neither mode nor (always) mtime.
+    pub fn ensure_dir(&self, rel: &str) -> Result<(), ReceiveError> {
+        let path = self.resolve(rel)?;
+        ensure_real_dir(&path, true)
+    }
+
     /// Creates directory `entry.path` (idempotent); its mode and mtime are
     /// applied when the last session on this destination ends.
     pub fn make_dir(&self, entry: &Entry) -> Result<(), ReceiveError> {

@@ -144,7 +144,26 @@ async fn list_one(
     listed?;
     tracing::debug!("listed {dir}");
     ctx.pool.give_back(lease);
+    if seen.is_empty() {
+        make_empty_dir(ctx, rel);
+    }
     Ok(())
+}
+
+/// Recreates an empty remote directory at the destination, as rsync and
+/// lftp's mirror do. Only a directory with no entries at all: one whose files
+/// were all filtered out is not created (rsync's `--prune-empty-dirs`), and
+/// with `--rename` (which maps files, not directories) none is.
+fn make_empty_dir(ctx: &Ctx, rel: &str) {
+    let target = join_rel(&ctx.opts.dest_prefix, rel);
+    if target.is_empty() || ctx.opts.rename.is_some() {
+        return;
+    }
+    if let Err(e) = ctx.dest.ensure_dir(&target) {
+        ctx.tally.event(&Event::Warning {
+            message: format!("cannot create the empty directory {target}: {e}"),
+        });
+    }
 }
 
 async fn handle_entry(

@@ -5,7 +5,10 @@
 //!   connection: a [`Session`] is one HTTP/1.1 keep-alive connection, so the
 //!   driver's session cap (`--max-conn-per-host`) caps TCP connections too
 //!   (one client shared by every session opened a new connection whenever its
-//!   idle one was not back in its pool yet). `connect` does no network I/O.
+//!   idle one was not back in its pool yet; and within one client, a request
+//!   sent just after a body was read could still open a second connection
+//!   before the first was back in the pool: [`conn_gate`] makes such a
+//!   connect wait for it). `connect` does no network I/O.
 //!   Redirects are followed (at most 10).
 //! - **Paths**: a path ending in `/` is a directory (its autoindex page). Every
 //!   path segment is percent-encoded when the URL is built, so names with spaces,
@@ -44,6 +47,7 @@
 //! `insecure_tls`. Status mapping: 404/410 → NotFound, 401/407 → Auth,
 //! 403 → PermissionDenied, 408/429/5xx → Protocol (retryable).
 
+mod conn_gate;
 mod errors;
 mod headers;
 pub mod index;
@@ -126,7 +130,7 @@ impl HttpRemote {
             tracing::warn!("TLS certificate verification is disabled for {}", url.host);
         }
         // Fail here, before any transfer, if the client cannot be built.
-        client.build()?;
+        client.build(Default::default())?;
         let scheme_name = if url.scheme == Scheme::Https {
             "https"
         } else {
@@ -183,10 +187,12 @@ impl haul_remote::Remote for HttpRemote {
     }
 
     async fn connect(&self) -> Result<Box<dyn Session>, RemoteError> {
-        let client = self.inner.client_config.build()?;
+        let gate = Arc::new(conn_gate::ConnGate::default());
+        let client = self.inner.client_config.build(gate.clone())?;
         Ok(Box::new(session::HttpSession::new(
             self.inner.clone(),
             client,
+            gate,
         )))
     }
 }
@@ -201,9 +207,11 @@ struct ClientConfig {
 }
 
 impl ClientConfig {
-    /// A client keeping at most one idle connection per host.
-    fn build(&self) -> Result<reqwest::Client, RemoteError> {
+    /// A client keeping at most one idle connection per host, whose new
+    /// connections wait for the pooled one as `gate` says.
+    fn build(&self, gate: Arc<conn_gate::ConnGate>) -> Result<reqwest::Client, RemoteError> {
         let mut b = reqwest::Client::builder()
+            .connector_layer(conn_gate::GateLayer(gate))
             .connect_timeout(self.timeout)
             .redirect(reqwest::redirect::Policy::limited(10))
             .pool_idle_timeout(Duration::from_secs(60))

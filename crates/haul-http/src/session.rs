@@ -7,6 +7,7 @@ use haul_remote::{within, ByteSink, DescribedSink, ListSink, RemoteEntry, Remote
 use reqwest::header::{HeaderMap, IF_RANGE, RANGE};
 use reqwest::{Method, RequestBuilder, Response, StatusCode};
 
+use crate::conn_gate::ConnGate;
 use crate::errors::{from_reqwest, from_status};
 use crate::headers;
 use crate::index::IndexParser;
@@ -17,11 +18,13 @@ pub(crate) struct HttpSession {
     s: Arc<Shared>,
     /// This session's own client: one keep-alive connection.
     client: reqwest::Client,
+    /// Keeps the client on that one connection (see [`ConnGate`]).
+    gate: Arc<ConnGate>,
 }
 
 impl HttpSession {
-    pub(crate) fn new(s: Arc<Shared>, client: reqwest::Client) -> Self {
-        Self { s, client }
+    pub(crate) fn new(s: Arc<Shared>, client: reqwest::Client, gate: Arc<ConnGate>) -> Self {
+        Self { s, client, gate }
     }
 
     fn url(&self, path: &str) -> Result<reqwest::Url, RemoteError> {
@@ -46,10 +49,13 @@ impl HttpSession {
 
     async fn send(&self, what: &str, rb: RequestBuilder) -> Result<Response, RemoteError> {
         let host = self.s.host.as_str();
-        within(self.s.timeout, what, async {
+        self.gate.begin();
+        let sent = within(self.s.timeout, what, async {
             rb.send().await.map_err(|e| from_reqwest(what, host, &e))
         })
-        .await
+        .await;
+        self.gate.end(sent.as_ref().is_ok_and(keeps_alive));
+        sent
     }
 
     /// The next body chunk, bounded by the idle timeout.
@@ -97,6 +103,21 @@ impl HttpSession {
             ))),
             _ => Ok(got),
         }
+    }
+}
+
+/// Whether the server keeps the connection open after this answer.
+fn keeps_alive(resp: &Response) -> bool {
+    let connection = resp
+        .headers()
+        .get(reqwest::header::CONNECTION)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_ascii_lowercase();
+    if resp.version() <= reqwest::Version::HTTP_10 {
+        connection.contains("keep-alive")
+    } else {
+        !connection.contains("close")
     }
 }
 

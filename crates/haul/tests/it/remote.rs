@@ -21,6 +21,8 @@ pub fn fixture_tree(root: &Path) {
     write_file(&root.join("a/naïve ünïcødé.txt"), 5, 4);
     write_file(&root.join("a/multi.bin"), 9 << 20, 5);
     write_file(&root.join("c/d/e/leaf.txt"), 17, 6);
+    // Recreated at the destination, as rsync and lftp's mirror do.
+    std::fs::create_dir_all(root.join("c/empty dir")).expect("mkdir");
 }
 
 /// The files of the fixture tree.
