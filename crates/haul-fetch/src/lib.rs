@@ -327,11 +327,11 @@ async fn auto_concurrency(ctx: Arc<Ctx>, permits: Arc<Semaphore>, start: u32, ma
     let window = Duration::from_millis(500);
     let mut level = start;
     let (mut best_rate, mut best_level, mut misses) = (0.0f64, start, 0);
-    // Let the first slots warm up (and log in) before judging.
-    tokio::time::sleep(window).await;
     if level < max {
         ctx.pool.open_spare();
     }
+    // Let the first slots warm up before judging.
+    tokio::time::sleep(window).await;
     loop {
         let before = (Instant::now(), ctx.received.load(Ordering::Relaxed));
         tokio::time::sleep(window).await;

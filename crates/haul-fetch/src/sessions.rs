@@ -1,6 +1,5 @@
 //! Reused connections to one remote, capped by `--max-conn-per-host`.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -15,15 +14,7 @@ pub struct SessionPool {
     cap: u32,
     timeout: Duration,
     peak: Mutex<(u32, u32)>,
-    /// A login took at least [`SLOW_LOGIN`]: spare sessions are worth it.
-    slow_logins: AtomicBool,
 }
-
-/// A login this long is a sizeable part of `-j auto`'s half-second window
-/// (an FTP or SFTP login over a long link); a faster one (loopback, or
-/// HTTP, whose sessions connect on their first request) is not worth a
-/// spare session — which would only compete for the CPU.
-const SLOW_LOGIN: Duration = Duration::from_millis(50);
 
 /// A session on loan from the pool. Give it back with
 /// [`SessionPool::give_back`] after a success; dropping it (after an error)
@@ -66,7 +57,6 @@ impl SessionPool {
             cap,
             timeout,
             peak: Mutex::new((0, 0)),
-            slow_logins: AtomicBool::new(false),
         })
     }
 
@@ -96,16 +86,13 @@ impl SessionPool {
         self.take_in(slot).await
     }
 
-    /// Opens one session ahead of need, in the background, when logins have
-    /// been slow (see [`SLOW_LOGIN`]), none is idle and a slot is free (it
-    /// counts against the cap like any other). `-j auto` asks for one before
-    /// it adds a file slot, so that slot's first file does not wait for a
-    /// login (several round trips on a long link, which would also make the
-    /// new level look no faster than the last).
+    /// Opens one session ahead of need, in the background, when none is idle
+    /// and a slot is free (it counts against the cap like any other). `-j
+    /// auto` asks for one before it adds a file slot, so that slot's first
+    /// file does not wait for a login (several round trips on a long link,
+    /// which would also make the new level look no faster than the last).
     pub fn open_spare(self: &Arc<Self>) {
-        if !self.slow_logins.load(Ordering::Relaxed)
-            || self.idle.lock().map_or(true, |idle| !idle.is_empty())
-        {
+        if self.idle.lock().map_or(true, |idle| !idle.is_empty()) {
             return;
         }
         let Ok(slot) = self.slots.clone().try_acquire_owned() else {
@@ -126,16 +113,12 @@ impl SessionPool {
         let session = match reused {
             Some(s) => s,
             None => {
-                let started = tokio::time::Instant::now();
                 let s = haul_remote::within(
                     self.timeout.saturating_mul(2),
                     &format!("connect to {}", self.remote.display()),
                     self.remote.connect(),
                 )
                 .await?;
-                if started.elapsed() >= SLOW_LOGIN {
-                    self.slow_logins.store(true, Ordering::Relaxed);
-                }
                 if let Ok(mut p) = self.peak.lock() {
                     p.0 += 1;
                     p.1 = p.1.max(p.0);
@@ -204,8 +187,6 @@ mod tests {
             "counting".into()
         }
         async fn connect(&self) -> Result<Box<dyn Session>, RemoteError> {
-            // As slow as a login over a long link.
-            tokio::time::sleep(SLOW_LOGIN).await;
             self.0.fetch_add(1, Ordering::SeqCst);
             Ok(Box::new(Idle))
         }
@@ -213,10 +194,12 @@ mod tests {
 
     /// Lets spawned spare logins run.
     async fn settle() {
-        tokio::time::sleep(SLOW_LOGIN * 2).await;
+        for _ in 0..10 {
+            tokio::task::yield_now().await;
+        }
     }
 
-    #[tokio::test(start_paused = true)]
+    #[tokio::test]
     async fn spare_sessions_are_reused_and_stay_within_the_cap() {
         let logins = Arc::new(AtomicU32::new(0));
         let pool = SessionPool::new(
@@ -224,31 +207,26 @@ mod tests {
             2,
             Duration::from_secs(5),
         );
-        // No login seen yet, so none known to be slow: no spare.
         pool.open_spare();
         settle().await;
-        assert_eq!(logins.load(Ordering::SeqCst), 0);
-        pool.give_back(pool.take().await.unwrap());
         assert_eq!(logins.load(Ordering::SeqCst), 1);
-        // The idle session serves the next take; a spare joins it once
-        // taken (logins are slow).
-        let first = pool.take().await.unwrap();
-        pool.open_spare();
-        settle().await;
-        assert_eq!(logins.load(Ordering::SeqCst), 2);
         // A spare is there already: no second one.
         pool.open_spare();
         settle().await;
-        assert_eq!(logins.load(Ordering::SeqCst), 2);
-        // The next take uses the spare.
-        let second = pool.take().await.unwrap();
+        assert_eq!(logins.load(Ordering::SeqCst), 1);
+        // The first take uses the spare.
+        let a = pool.take().await.unwrap();
+        assert_eq!(logins.load(Ordering::SeqCst), 1);
+        pool.open_spare();
+        settle().await;
+        let b = pool.take().await.unwrap();
         assert_eq!(logins.load(Ordering::SeqCst), 2);
         // Both slots leased: a spare would go over the cap.
         pool.open_spare();
         settle().await;
         assert_eq!(logins.load(Ordering::SeqCst), 2);
         assert_eq!(pool.peak(), 2);
-        pool.give_back(first);
-        pool.give_back(second);
+        pool.give_back(a);
+        pool.give_back(b);
     }
 }
