@@ -321,15 +321,12 @@ fn ctx_panic(e: &tokio::task::JoinError) {
 const AUTO_START: u32 = 4;
 
 /// `-j auto`: measures the bytes arriving over half a second at each level;
-/// adds a file slot (its session opened one level ahead) while that rises, and when two more slots in a row did
+/// adds a file slot while that rises, and when two more slots in a row did
 /// not raise it by at least 10 %, settles back at the best level seen.
 async fn auto_concurrency(ctx: Arc<Ctx>, permits: Arc<Semaphore>, start: u32, max: u32) {
     let window = Duration::from_millis(500);
     let mut level = start;
     let (mut best_rate, mut best_level, mut misses) = (0.0f64, start, 0);
-    if level < max {
-        ctx.pool.open_spare();
-    }
     // Let the first slots warm up before judging.
     tokio::time::sleep(window).await;
     loop {
@@ -359,9 +356,5 @@ async fn auto_concurrency(ctx: Arc<Ctx>, permits: Arc<Semaphore>, start: u32, ma
         }
         permits.add_permits(1);
         level += 1;
-        if level < max {
-            // The next slot's session logs in while this level is measured.
-            ctx.pool.open_spare();
-        }
     }
 }

@@ -83,32 +83,6 @@ impl SessionPool {
             .acquire_owned()
             .await
             .map_err(|_| RemoteError::Connection("session pool closed".into()))?;
-        self.take_in(slot).await
-    }
-
-    /// Opens one session ahead of need, in the background, when none is idle
-    /// and a slot is free (it counts against the cap like any other). `-j
-    /// auto` asks for one before it adds a file slot, so that slot's first
-    /// file does not wait for a login (several round trips on a long link,
-    /// which would also make the new level look no faster than the last).
-    pub fn open_spare(self: &Arc<Self>) {
-        if self.idle.lock().map_or(true, |idle| !idle.is_empty()) {
-            return;
-        }
-        let Ok(slot) = self.slots.clone().try_acquire_owned() else {
-            return;
-        };
-        let pool = self.clone();
-        tokio::spawn(async move {
-            match pool.take_in(slot).await {
-                Ok(lease) => pool.give_back(lease),
-                Err(e) => tracing::debug!("opening a spare session failed: {e}"),
-            }
-        });
-    }
-
-    /// An idle session, or a new one, in `slot`.
-    async fn take_in(self: &Arc<Self>, slot: OwnedSemaphorePermit) -> Result<Lease, RemoteError> {
         let reused = self.idle.lock().ok().and_then(|mut idle| idle.pop());
         let session = match reused {
             Some(s) => s,
@@ -138,95 +112,5 @@ impl SessionPool {
         if let (Some(s), Ok(mut idle)) = (lease.session.take(), self.idle.lock()) {
             idle.push(s);
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use std::sync::atomic::{AtomicU32, Ordering};
-
-    use haul_remote::{ByteSink, ListSink, RemoteEntry};
-
-    use super::*;
-
-    /// A remote that counts logins; its sessions do nothing.
-    #[derive(Default)]
-    struct Counting(Arc<AtomicU32>);
-
-    struct Idle;
-
-    #[async_trait::async_trait]
-    impl Session for Idle {
-        async fn stat(&mut self, path: &str) -> Result<RemoteEntry, RemoteError> {
-            Err(RemoteError::NotFound(path.into()))
-        }
-        async fn list(&mut self, dir: &str, _: &ListSink) -> Result<(), RemoteError> {
-            Err(RemoteError::NotFound(dir.into()))
-        }
-        async fn read(
-            &mut self,
-            path: &str,
-            _: u64,
-            _: Option<u64>,
-            _: &RemoteEntry,
-            _: ByteSink<'_>,
-        ) -> Result<u64, RemoteError> {
-            Err(RemoteError::NotFound(path.into()))
-        }
-        async fn delete(&mut self, path: &str) -> Result<(), RemoteError> {
-            Err(RemoteError::NotFound(path.into()))
-        }
-    }
-
-    #[async_trait::async_trait]
-    impl Remote for Counting {
-        fn display(&self) -> String {
-            "counting".into()
-        }
-        fn host(&self) -> String {
-            "counting".into()
-        }
-        async fn connect(&self) -> Result<Box<dyn Session>, RemoteError> {
-            self.0.fetch_add(1, Ordering::SeqCst);
-            Ok(Box::new(Idle))
-        }
-    }
-
-    /// Lets spawned spare logins run.
-    async fn settle() {
-        for _ in 0..10 {
-            tokio::task::yield_now().await;
-        }
-    }
-
-    #[tokio::test]
-    async fn spare_sessions_are_reused_and_stay_within_the_cap() {
-        let logins = Arc::new(AtomicU32::new(0));
-        let pool = SessionPool::new(
-            Arc::new(Counting(logins.clone())),
-            2,
-            Duration::from_secs(5),
-        );
-        pool.open_spare();
-        settle().await;
-        assert_eq!(logins.load(Ordering::SeqCst), 1);
-        // A spare is there already: no second one.
-        pool.open_spare();
-        settle().await;
-        assert_eq!(logins.load(Ordering::SeqCst), 1);
-        // The first take uses the spare.
-        let a = pool.take().await.unwrap();
-        assert_eq!(logins.load(Ordering::SeqCst), 1);
-        pool.open_spare();
-        settle().await;
-        let b = pool.take().await.unwrap();
-        assert_eq!(logins.load(Ordering::SeqCst), 2);
-        // Both slots leased: a spare would go over the cap.
-        pool.open_spare();
-        settle().await;
-        assert_eq!(logins.load(Ordering::SeqCst), 2);
-        assert_eq!(pool.peak(), 2);
-        pool.give_back(a);
-        pool.give_back(b);
     }
 }
