@@ -145,7 +145,10 @@ async fn attempt(
 ) -> Result<Outcome, RemoteError> {
     let mut lease = ctx.pool.take().await?;
     if restat && described::fits(ctx, job) {
-        return described::attempt(ctx, job, lease, progress).await;
+        if let Some(outcome) = described::attempt(ctx, job, lease, progress).await? {
+            return Ok(outcome);
+        }
+        lease = ctx.pool.take().await?;
     }
     if restat {
         let fresh = lease.session().stat(&job.remote_path).await?;

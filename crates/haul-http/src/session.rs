@@ -385,6 +385,9 @@ impl Session for HttpSession {
         }
         let entry = entry_from(path, resp.headers(), false);
         if !sink.describe(&entry)? {
+            // The unread body closes this connection: the next request
+            // need not wait for it to come back to the pool.
+            self.gate.end(false);
             return Ok(0);
         }
         let expected = headers::content_length(resp.headers());

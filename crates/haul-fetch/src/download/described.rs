@@ -30,13 +30,15 @@ pub(super) fn fits(ctx: &Ctx, job: &FileJob) -> bool {
     one_stream && !ctx.opts.skip_existing && ctx.dest.is_new(&job.dest_rel)
 }
 
-/// One attempt at `job` with a described read.
+/// One attempt at `job` with a described read. `None` when the answer did
+/// not tell the file's size (a streamed body): the caller states the file
+/// and reads it as one that was begun before.
 pub(super) async fn attempt(
     ctx: &Arc<Ctx>,
     job: &mut FileJob,
     mut lease: Lease,
     progress: &Arc<AtomicU64>,
-) -> Result<Outcome, RemoteError> {
+) -> Result<Option<Outcome>, RemoteError> {
     let sidecar = sidecar_for(ctx, job, &mut lease).await?;
     let mut read = DescribedRead {
         ctx,
@@ -51,9 +53,12 @@ pub(super) async fn attempt(
     job.entry = read.job.entry;
     let got = result?;
     let Some(writer) = read.writer else {
-        // Already there, the same size and mtime (it arrived meanwhile).
         ctx.pool.give_back(lease);
-        return Ok(Outcome::UpToDate);
+        if job.entry.size.is_none() {
+            return Ok(None);
+        }
+        // Already there, the same size and mtime (it arrived meanwhile).
+        return Ok(Some(Outcome::UpToDate));
     };
     ctx.pool.give_back(lease);
     let size = writer.part.entry().size;
@@ -63,7 +68,7 @@ pub(super) async fn attempt(
             job.remote_path
         )));
     }
-    finish(job, &writer.part, sidecar, got).await
+    finish(job, &writer.part, sidecar, got).await.map(Some)
 }
 
 /// The sink of a described read: prepares the partial file from the
@@ -83,6 +88,9 @@ impl DescribedSink for DescribedRead<'_> {
             name: self.job.entry.name.clone(),
             ..entry.clone()
         };
+        if entry.size.is_none() {
+            return Ok(false);
+        }
         let (proto, version) = proto_entry(self.ctx, &self.job)?;
         let prepared = self
             .ctx

@@ -353,3 +353,90 @@ fn http_max_conn_per_host_caps_connections() {
         log.lines().filter_map(|l| l.split(' ').next()).collect();
     assert!(conns.len() <= 2, "{} connections: {log}", conns.len());
 }
+
+/// A server that streams GET bodies without a length (chunked) but tells
+/// the length to HEAD, as some dynamic servers do (nginx cannot be made to):
+/// the one-GET read of a new file cannot size it, so haul states the file
+/// and reads it again, as it would a file begun before.
+#[test]
+fn http_streamed_body_without_length_is_stated_first() {
+    use std::io::{Read, Write};
+    use std::sync::{Arc, Mutex};
+
+    let body: Vec<u8> = (0..100_000u32).map(|i| (i % 251) as u8).collect();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let seen = Arc::new(Mutex::new(Vec::<String>::new()));
+    let (served, log) = (body.clone(), seen.clone());
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut s) = conn else { break };
+            let mut head = Vec::new();
+            let mut b = [0u8; 1024];
+            while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                match s.read(&mut b) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => head.extend_from_slice(&b[..n]),
+                }
+            }
+            let head = String::from_utf8_lossy(&head).into_owned();
+            let line: Vec<&str> = head.lines().next().unwrap_or("").split(' ').collect();
+            let (method, path) = (line[0], line.get(1).copied().unwrap_or(""));
+            log.lock().unwrap().push(format!("{method} {path}"));
+            let date = "Last-Modified: Mon, 02 Nov 2026 10:00:00 GMT";
+            let mut out = Vec::new();
+            match path {
+                "/d/" => {
+                    let page = b"<html><body><a href=\"f.bin\">f.bin</a></body></html>";
+                    let h = format!("HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Type: text/html\r\nContent-Length: {}\r\n\r\n", page.len());
+                    out.extend_from_slice(h.as_bytes());
+                    if method == "GET" {
+                        out.extend_from_slice(page);
+                    }
+                }
+                "/d/f.bin" if method == "HEAD" => {
+                    let h = format!("HTTP/1.1 200 OK\r\nConnection: close\r\n{date}\r\nContent-Length: {}\r\n\r\n", served.len());
+                    out.extend_from_slice(h.as_bytes());
+                }
+                "/d/f.bin" => {
+                    let h = format!("HTTP/1.1 200 OK\r\nConnection: close\r\n{date}\r\nTransfer-Encoding: chunked\r\n\r\n");
+                    out.extend_from_slice(h.as_bytes());
+                    for piece in served.chunks(30_000) {
+                        out.extend_from_slice(format!("{:x}\r\n", piece.len()).as_bytes());
+                        out.extend_from_slice(piece);
+                        out.extend_from_slice(b"\r\n");
+                    }
+                    out.extend_from_slice(b"0\r\n\r\n");
+                }
+                _ => out.extend_from_slice(
+                    b"HTTP/1.1 404 Not Found\r\nConnection: close\r\nContent-Length: 0\r\n\r\n",
+                ),
+            }
+            let _ = s.write_all(&out);
+        }
+    });
+    let s = Scratch::new();
+    let dst = s.path("dst");
+    let out = pull(
+        &s.path("cfg"),
+        &[
+            &format!("http://127.0.0.1:{port}/d/"),
+            dst.to_str().unwrap(),
+            "--retries",
+            "1",
+        ],
+    );
+    assert!(out.status.success(), "{}", all_output(&out));
+    assert_eq!(std::fs::read(dst.join("f.bin")).unwrap(), body);
+    let seen = seen.lock().unwrap().clone();
+    let file: Vec<&str> = seen
+        .iter()
+        .map(String::as_str)
+        .filter(|r| r.ends_with("/d/f.bin"))
+        .collect();
+    assert_eq!(
+        file,
+        ["GET /d/f.bin", "HEAD /d/f.bin", "GET /d/f.bin"],
+        "{seen:?}"
+    );
+}
