@@ -39,7 +39,6 @@ pub(super) async fn attempt(
     mut lease: Lease,
     progress: &Arc<AtomicU64>,
 ) -> Result<Option<Outcome>, RemoteError> {
-    let sidecar = sidecar_for(ctx, job, &mut lease).await?;
     let mut read = DescribedRead {
         ctx,
         job: job.clone(),
@@ -60,6 +59,7 @@ pub(super) async fn attempt(
         // Already there, the same size and mtime (it arrived meanwhile).
         return Ok(Some(Outcome::UpToDate));
     };
+    let sidecar = sidecar_for(ctx, job, &mut lease).await?;
     ctx.pool.give_back(lease);
     let size = writer.part.entry().size;
     if got != size || writer.next != writer.end {
