@@ -37,6 +37,12 @@ pub(crate) async fn download(ctx: Arc<Ctx>, mut job: FileJob) {
     let mut backoff = Backoff::with_base(ctx.opts.retries, ctx.opts.retry_base);
     let mut restat =
         job.entry.size.is_none() || (ctx.pool.remote().stat_before_read() && !job.stated);
+    if restat && known_up_to_date(&ctx, &job) {
+        let size = job.entry.size.unwrap_or(0);
+        ctx.tally
+            .event(&Event::up_to_date(job.dest_rel.clone(), size));
+        return;
+    }
     // Bytes of this file verified chunk by chunk, over all attempts.
     let progress = Arc::new(AtomicU64::new(0));
     loop {
@@ -99,6 +105,34 @@ pub(crate) async fn download(ctx: Arc<Ctx>, mut job: FileJob) {
                 }
             }
         }
+    }
+}
+
+/// Whether `job` is known to be at the destination already without asking
+/// the server: any file there under `--skip-existing`; otherwise, from a
+/// source whose listings are exact (S3), a file with the listed size and
+/// modification time (rsync's quick check). Delivered files carry the
+/// server's `Last-Modified`, whole seconds: the listed time is compared so.
+fn known_up_to_date(ctx: &Ctx, job: &FileJob) -> bool {
+    if ctx.opts.skip_existing {
+        return ctx.existing_size(&job.dest_rel).is_some();
+    }
+    if !ctx.opts.quick_check || !ctx.pool.remote().listing_is_exact() {
+        return false;
+    }
+    let Some(Ok(since_epoch)) = job.entry.mtime.map(|t| t.duration_since(UNIX_EPOCH)) else {
+        return false;
+    };
+    let listed = FileJob {
+        entry: RemoteEntry {
+            mtime: Some(UNIX_EPOCH + std::time::Duration::from_secs(since_epoch.as_secs())),
+            ..job.entry.clone()
+        },
+        ..job.clone()
+    };
+    match proto_entry(ctx, &listed) {
+        Ok((entry, _)) => ctx.dest.quick_check(&entry),
+        Err(_) => false,
     }
 }
 

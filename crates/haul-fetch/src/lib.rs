@@ -13,7 +13,8 @@
 //! per file before it is read — except a file with nothing of it at the
 //! destination yet: that one is fetched with one described read (the
 //! answer's headers describe it, then its body follows), which saves a
-//! round trip per new file.
+//! round trip per new file. Where listings are exact (S3), a file the
+//! listing shows already at the destination is skipped without a stat.
 //!
 //! Each file is fetched into the engine's [`haul_engine::PartialFile`] in
 //! BLAKE3-hashed chunks: the resume log records every chunk written, so an

@@ -71,6 +71,14 @@ pub trait Remote: Send + Sync + 'static {
         false
     }
 
+    /// Whether listed sizes and modification times are exact to the second,
+    /// as a stat would tell them (S3's listings): the driver then skips a file
+    /// the listing shows already at the destination (rsync's quick check)
+    /// without stating it first.
+    fn listing_is_exact(&self) -> bool {
+        false
+    }
+
     /// Opens one new logged-in session.
     async fn connect(&self) -> Result<Box<dyn Session>, RemoteError>;
 }

@@ -146,6 +146,11 @@ impl Remote for S3Remote {
         true
     }
 
+    /// `ListObjectsV2` gives each object's exact size and `LastModified`.
+    fn listing_is_exact(&self) -> bool {
+        true
+    }
+
     async fn connect(&self) -> Result<Box<dyn Session>, RemoteError> {
         // S3 is stateless: a session is the shared connection pool.
         Ok(Box::new(S3Session {

@@ -28,7 +28,7 @@ fn http_tree_then_quick_check() {
     assert_eq!(summary(&out)["files_ok"], FIXTURE_FILES as u64);
     // New files are fetched with one GET each, no HEAD first (the one HEAD
     // is the URL's own stat); the index pages are the GETs of `.../`.
-    let log = std::fs::read_to_string(srv.access_log()).unwrap();
+    let log = settled_log(&srv);
     let (heads, file_gets) = requests(&log);
     assert_eq!((heads, file_gets), (1, FIXTURE_FILES), "{log}");
     // Again: everything is already there (same size and Last-Modified):
@@ -38,13 +38,44 @@ fn http_tree_then_quick_check() {
     let sum = summary(&out);
     assert_eq!(sum["files_skipped"], FIXTURE_FILES as u64, "{sum}");
     assert_eq!(sum["bytes_transferred"], 0);
-    let log = std::fs::read_to_string(srv.access_log()).unwrap();
+    let log = settled_log(&srv);
     let (heads_then, file_gets_then) = requests(&log);
     assert_eq!(
         (heads_then - heads, file_gets_then - file_gets),
         (1 + FIXTURE_FILES, 0),
         "{log}"
     );
+    // `--skip-existing`: a file there is kept whatever it holds, and
+    // nothing is asked about it.
+    std::fs::write(s.path("dst").join("top.txt"), b"local edit").unwrap();
+    let out = pull(
+        &s.path("cfg"),
+        &[&url, s.path("dst").to_str().unwrap(), "--skip-existing"],
+    );
+    assert!(out.status.success(), "{}", all_output(&out));
+    assert_eq!(summary(&out)["files_skipped"], FIXTURE_FILES as u64);
+    assert_eq!(
+        std::fs::read(s.path("dst").join("top.txt")).unwrap(),
+        b"local edit"
+    );
+    let log = settled_log(&srv);
+    assert_eq!(requests(&log), (heads_then + 1, file_gets_then), "{log}");
+}
+
+/// nginx's access log once it stops growing (it logs a request just after
+/// answering it, so the last line can trail the client by a moment).
+fn settled_log(srv: &TestServer) -> String {
+    let read = || std::fs::read_to_string(srv.access_log()).unwrap_or_default();
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let mut last = read();
+    loop {
+        std::thread::sleep(Duration::from_millis(50));
+        let now = read();
+        if now == last || std::time::Instant::now() > deadline {
+            return now;
+        }
+        last = now;
+    }
 }
 
 /// `HEAD` requests and `GET`s of files (not index pages) in an access log.
@@ -91,7 +122,7 @@ fn https_single_file_without_trailing_slash_and_streams() {
         b3(&dst.join("big/large.bin")),
         b3(&srv.root().join("big/large.bin"))
     );
-    let log = std::fs::read_to_string(srv.access_log()).unwrap();
+    let log = settled_log(&srv);
     let ranged = log
         .lines()
         .filter(|l| l.contains("/big/large.bin") && l.contains("range=bytes="))
@@ -136,7 +167,7 @@ fn http_server_killed_mid_download_resumes_from_verified_chunks() {
         b3(&srv.root().join("slow/big.bin"))
     );
     // The second request asked for a range starting at a chunk boundary past 0.
-    let log = std::fs::read_to_string(srv.access_log()).unwrap();
+    let log = settled_log(&srv);
     let resumed: Vec<u64> = log
         .lines()
         .filter(|l| l.contains("/slow/big.bin"))
@@ -348,7 +379,7 @@ fn http_max_conn_per_host_caps_connections() {
         summary(&out)
     );
     // nginx saw at most two TCP connections for the whole pull.
-    let log = std::fs::read_to_string(srv.access_log()).unwrap();
+    let log = settled_log(&srv);
     let conns: std::collections::BTreeSet<&str> =
         log.lines().filter_map(|l| l.split(' ').next()).collect();
     assert!(conns.len() <= 2, "{} connections: {log}", conns.len());

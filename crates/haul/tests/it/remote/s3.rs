@@ -69,6 +69,34 @@ fn s3_many_objects_paginate_and_verify() {
         vec![7u8; 5 << 20]
     );
     assert_eq!(std::fs::metadata(dst.join("empty")).unwrap().len(), 0);
+    // New objects are fetched with one GET each (its headers describe the
+    // object, checksums included): no HEAD.
+    // (moto logs a request after answering it: wait, bounded, for the last lines.)
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while srv.requests_matching("\"GET /bkt/run/") < 1503 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(srv.requests_matching("\"HEAD /bkt/"), 0);
+    let gets = srv.requests_matching("\"GET /bkt/run/");
+    assert_eq!(gets, 1503);
+    // Again: the listing's exact sizes and times show every object is
+    // there already, so nothing is asked per object.
+    let mut cmd = haul(&s.path("cfg"));
+    cmd.envs(srv.env()).args([
+        "--json",
+        "pull",
+        "s3://bkt/run/",
+        dst.to_str().unwrap(),
+        "--s3-endpoint",
+        &srv.endpoint(),
+        "--s3-path-style",
+    ]);
+    let out = run(cmd, Duration::from_secs(120));
+    assert!(out.status.success(), "{}", all_output(&out));
+    assert_eq!(summary(&out)["files_skipped"], 1503, "{}", summary(&out));
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(srv.requests_matching("\"HEAD /bkt/"), 0);
+    assert_eq!(srv.requests_matching("\"GET /bkt/run/"), gets);
     // Missing prefix: exit 1 with a clear error.
     let out = pull(
         &s.path("cfg"),
