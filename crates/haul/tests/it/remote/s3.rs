@@ -18,6 +18,17 @@ fn moto() -> (tokio::runtime::Runtime, MotoServer) {
     (rt, srv)
 }
 
+/// `haul --json pull s3://bkt/run/ DST ARGS` against moto (path-style).
+fn pull_bucket(srv: &MotoServer, s: &Scratch, args: &[&str]) -> std::process::Output {
+    let mut cmd = haul(&s.path("cfg"));
+    cmd.envs(srv.env())
+        .args(["--json", "pull", "s3://bkt/run/"])
+        .arg(s.path("dst"))
+        .args(["--s3-endpoint", &srv.endpoint(), "--s3-path-style"])
+        .args(args);
+    run(cmd, Duration::from_secs(120))
+}
+
 #[test]
 fn s3_many_objects_paginate_and_verify() {
     let (rt, srv) = moto();
@@ -42,17 +53,7 @@ fn s3_many_objects_paginate_and_verify() {
     });
     let s = Scratch::new();
     let dst = s.path("dst");
-    let mut cmd = haul(&s.path("cfg"));
-    cmd.envs(srv.env()).args([
-        "--json",
-        "pull",
-        "s3://bkt/run/",
-        dst.to_str().unwrap(),
-        "-j",
-        "8",
-    ]);
-    cmd.args(["--s3-endpoint", &srv.endpoint(), "--s3-path-style"]);
-    let out = run(cmd, Duration::from_secs(120));
+    let out = pull_bucket(&srv, &s, &["-j", "8"]);
     assert!(out.status.success(), "{}", all_output(&out));
     let sum = summary(&out);
     assert_eq!(sum["files_ok"], 1503, "{}", all_output(&out));
@@ -81,17 +82,7 @@ fn s3_many_objects_paginate_and_verify() {
     assert_eq!(gets, 1503);
     // Again: the listing's exact sizes and times show every object is
     // there already, so nothing is asked per object.
-    let mut cmd = haul(&s.path("cfg"));
-    cmd.envs(srv.env()).args([
-        "--json",
-        "pull",
-        "s3://bkt/run/",
-        dst.to_str().unwrap(),
-        "--s3-endpoint",
-        &srv.endpoint(),
-        "--s3-path-style",
-    ]);
-    let out = run(cmd, Duration::from_secs(120));
+    let out = pull_bucket(&srv, &s, &[]);
     assert!(out.status.success(), "{}", all_output(&out));
     assert_eq!(summary(&out)["files_skipped"], 1503, "{}", summary(&out));
     std::thread::sleep(Duration::from_millis(200));
