@@ -181,7 +181,8 @@ impl haul_remote::Remote for HttpRemote {
     }
 
     /// Index pages give neither exact modification times nor checksum
-    /// headers (Content-MD5, Digest, Repr-Digest): a HEAD per file does.
+    /// headers (Content-MD5, Digest, Repr-Digest): a HEAD per file does (or,
+    /// for a new file, the headers of its one GET).
     fn stat_before_read(&self) -> bool {
         true
     }

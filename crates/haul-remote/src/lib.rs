@@ -66,7 +66,9 @@ pub trait Remote: Send + Sync + 'static {
     }
 
     /// Whether listings lack what a stat tells (S3: checksums, encryption):
-    /// the driver then stats each file before reading it.
+    /// the driver then stats each file before reading it — or, for a file
+    /// with nothing of it at the destination, reads it with
+    /// [`Session::read_described`], whose answer tells the same.
     fn stat_before_read(&self) -> bool {
         false
     }

@@ -29,7 +29,10 @@
 //!   directories; the directory marker object (key = prefix) is skipped.
 //!   Listed objects carry no checksums (a listing does not tell whether an
 //!   object is SSE-KMS encrypted, when its ETag is no MD5): the remote asks
-//!   the driver to stat each file before reading it (`stat_before_read`).
+//!   the driver to stat each file before reading it (`stat_before_read`),
+//!   or to read a new one with `read_described`. Listed sizes and
+//!   `LastModified` are exact (`listing_is_exact`): a file the listing shows
+//!   already at the destination is skipped without a request.
 //! - **read_described** (a file not at the destination yet): one `GET` with
 //!   `x-amz-checksum-mode: ENABLED`, whose headers give what the `HEAD` of
 //!   stat would, then the body — one request per new object instead of two.
