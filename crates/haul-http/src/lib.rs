@@ -7,7 +7,7 @@
 //!   (one client shared by every session opened a new connection whenever its
 //!   idle one was not back in its pool yet; and within one client, a request
 //!   sent just after a body was read could still open a second connection
-//!   before the first was back in the pool: [`conn_gate`] makes such a
+//!   before the first was back in the pool: `conn_gate.rs` makes such a
 //!   connect wait for it). `connect` does no network I/O.
 //!   Redirects are followed (at most 10).
 //! - **Paths**: a path ending in `/` is a directory (its autoindex page). Every
