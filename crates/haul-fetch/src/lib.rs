@@ -2,11 +2,11 @@
 //! `haul pull URL DEST`.
 //!
 //! Bird's-eye view: [`fetch`] states the URL's path; a file becomes one job,
-//! a directory is crawled ([`crawl`]) with one session, depth first, and the
+//! a directory is crawled (`crawl.rs`) with one session, depth first, and the
 //! files the [`filter::Filter`] takes stream through a bounded channel to the
-//! download workers ([`download`]) — the first download starts while the
+//! download workers (`download.rs`) — the first download starts while the
 //! listing goes on, and a directory of 100,000 entries never sits in memory.
-//! Workers borrow logged-in sessions from a [`sessions::SessionPool`] capped
+//! Workers borrow logged-in sessions from a `SessionPool` (`sessions.rs`) capped
 //! by `--max-conn-per-host` and reused from file to file.
 //!
 //! A source whose listings lack what a stat tells (HTTP, S3) gets a stat
