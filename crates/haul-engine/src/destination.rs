@@ -23,8 +23,10 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use haul_proto::{validate_rel_path, validate_symlink_target, Entry, PathError, STATE_DIR};
 
 use crate::partial::{DirtyDirs, PartialFile};
+use known_dirs::KnownDirs;
 use open_dirs::{NameStat, OpenDirs};
 
+mod known_dirs;
 pub(crate) mod open_dirs;
 
 /// Why the receiver refused or failed an entry.
@@ -106,8 +108,9 @@ pub struct Destination {
     open: Mutex<HashMap<String, Weak<PartialFile>>>,
     pending_dirs: Mutex<Vec<PendingDir>>,
     sessions: Mutex<usize>,
-    /// Directories already checked to be real directories under the root.
-    known_dirs: Mutex<HashSet<PathBuf>>,
+    /// Directories already checked to be real directories under the root,
+    /// and the names handed out in those it created (see [`known_dirs`]).
+    known_dirs: Mutex<KnownDirs>,
     /// Directories kept open while sessions write (see [`open_dirs`]).
     open_dirs: OpenDirs,
     dirty_dirs: DirtyDirs,
@@ -145,7 +148,7 @@ impl Destination {
             open: Mutex::new(HashMap::new()),
             pending_dirs: Mutex::new(Vec::new()),
             sessions: Mutex::new(0),
-            known_dirs: Mutex::new(HashSet::new()),
+            known_dirs: Mutex::new(KnownDirs::default()),
             open_dirs: OpenDirs::default(),
             dirty_dirs: Arc::new(Mutex::new(HashSet::new())),
             client_side: std::sync::atomic::AtomicBool::new(false),
@@ -180,16 +183,19 @@ impl Destination {
                 .map(|k| k.contains(&dir))
                 .unwrap_or(false);
             if !known {
-                ensure_real_dir(&dir, true)?;
-                if let Ok(mut k) = self.known_dirs.lock() {
-                    if k.len() < 100_000 {
-                        k.insert(dir.clone());
-                    }
-                }
+                let created = ensure_real_dir(&dir, true)?;
+                self.know_dir(&dir, created);
             }
         }
         dir.push(last);
         Ok(dir)
+    }
+
+    /// Remembers that `dir` is a real directory (`created` by this destination).
+    fn know_dir(&self, dir: &Path, created: bool) {
+        if let Ok(mut k) = self.known_dirs.lock() {
+            k.insert(dir, created);
+        }
     }
 
     /// Creates directory `rel` (idempotent) with default permissions and no
@@ -197,14 +203,17 @@ impl Destination {
     /// tells neither mode nor (always) mtime.
     pub fn ensure_dir(&self, rel: &str) -> Result<(), ReceiveError> {
         let path = self.resolve(rel)?;
-        ensure_real_dir(&path, true)
+        let created = ensure_real_dir(&path, true)?;
+        self.know_dir(&path, created);
+        Ok(())
     }
 
     /// Creates directory `entry.path` (idempotent); its mode and mtime are
     /// applied when the last session on this destination ends.
     pub fn make_dir(&self, entry: &Entry) -> Result<(), ReceiveError> {
         let path = self.resolve(&entry.path)?;
-        ensure_real_dir(&path, true)?;
+        let created = ensure_real_dir(&path, true)?;
+        self.know_dir(&path, created);
         if let Ok(mut pending) = self.pending_dirs.lock() {
             pending.push(PendingDir {
                 path,
@@ -273,7 +282,9 @@ impl Destination {
         }
     }
 
-    /// Opens the directory of `final_path` (cached) and stats the name in it.
+    /// Opens the directory of `final_path` (cached) and stats the name in it
+    /// — unless the directory was created here and the name is used in it
+    /// for the first time: then nothing can be there ([`known_dirs`]).
     fn look_up(&self, final_path: &Path) -> Result<Found, ReceiveError> {
         let (Some(parent), Some(name)) = (final_path.parent(), final_path.file_name()) else {
             return Err(ReceiveError::WrongType(
@@ -285,6 +296,14 @@ impl Destination {
             .open_dirs
             .get(parent)
             .map_err(|e| ReceiveError::io("open", parent, e))?;
+        let unused = self
+            .known_dirs
+            .lock()
+            .map(|mut k| k.first_use_in_created(parent, name))
+            .unwrap_or(false);
+        if unused {
+            return Ok(Found { dir, stat: None });
+        }
         use std::os::unix::ffi::OsStrExt;
         let name = open_dirs::cstring(name.as_bytes())
             .map_err(|e| ReceiveError::io("open", final_path, e))?;
@@ -475,20 +494,21 @@ fn same_file(st: &NameStat, entry: &Entry) -> bool {
             )
 }
 
-/// Makes sure `path` is a real directory (not a symlink), creating it if asked.
-fn ensure_real_dir(path: &Path, create: bool) -> Result<(), ReceiveError> {
+/// Makes sure `path` is a real directory (not a symlink), creating it if
+/// asked. Returns whether it was created (by this call).
+fn ensure_real_dir(path: &Path, create: bool) -> Result<bool, ReceiveError> {
     match fs::symlink_metadata(path) {
         Ok(m) if m.file_type().is_symlink() => {
             Err(ReceiveError::SymlinkInPath(path.display().to_string()))
         }
-        Ok(m) if m.is_dir() => Ok(()),
+        Ok(m) if m.is_dir() => Ok(false),
         Ok(_) => Err(ReceiveError::WrongType(
             path.display().to_string(),
             "directory",
         )),
         Err(e) if e.kind() == ErrorKind::NotFound && create => {
             match fs::DirBuilder::new().mode(0o755).create(path) {
-                Ok(()) => Ok(()),
+                Ok(()) => Ok(true),
                 // Another connection created it meanwhile.
                 Err(e) if e.kind() == ErrorKind::AlreadyExists => ensure_real_dir(path, false),
                 Err(e) => Err(ReceiveError::io("create directory", path, e)),

@@ -204,8 +204,51 @@ fn is_new_only_without_file_and_resume_state() {
     drop(part);
     assert!(!dest.is_new("d/f.bin"));
     // Anything under the final name (here a directory) is not new either.
+    // (Put there by another program in a directory this destination made, it
+    // is seen once the destination's sessions ended: see `known_dirs`.)
     std::fs::create_dir(tmp.path().join("d/sub")).unwrap();
+    dest.session_ended();
     assert!(!dest.is_new("d/sub"));
     // A path that escapes the root is never new.
     assert!(!dest.is_new("../x"));
+}
+
+#[test]
+fn a_directory_made_here_is_known_empty_until_sessions_end() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dest = Destination::open(tmp.path()).unwrap();
+    dest.session_started();
+    let a = file_entry("made/a", 5, 1024);
+    assert!(receive_small(&dest, &a, b"hello"));
+    // Another program drops a file with the very size and mtime of the one
+    // about to be offered: not looked at (the directory was made empty
+    // here), so it is replaced by the verified bytes, never kept.
+    let b = file_entry("made/b", 4, 1024);
+    std::fs::write(tmp.path().join("made/b"), b"lies").unwrap();
+    let f = std::fs::File::options()
+        .write(true)
+        .open(tmp.path().join("made/b"))
+        .unwrap();
+    f.set_modified(entry_mtime(&b)).unwrap();
+    assert!(receive_small(&dest, &b, b"ours"));
+    assert_eq!(std::fs::read(tmp.path().join("made/b")).unwrap(), b"ours");
+    // A name offered a second time is looked at: the same file is skipped.
+    assert!(!receive_small(&dest, &a, b"hello"));
+    // A directory found (not made) here is always looked at.
+    std::fs::create_dir(tmp.path().join("found")).unwrap();
+    let c = file_entry("found/c", 4, 1024);
+    std::fs::write(tmp.path().join("found/c"), b"ours").unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(tmp.path().join("found/c"))
+        .unwrap()
+        .set_modified(entry_mtime(&c))
+        .unwrap();
+    std::fs::set_permissions(
+        tmp.path().join("found/c"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o640),
+    )
+    .unwrap();
+    assert!(!receive_small(&dest, &c, b"ours"));
+    dest.session_ended();
 }

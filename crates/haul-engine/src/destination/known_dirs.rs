@@ -1,0 +1,108 @@
+//! What a [`super::Destination`] remembers of the directories it checked,
+//! until its sessions all end: that each is a real directory (no symlink),
+//! and, for the ones it created, which names it has handed out in them.
+//!
+//! A directory this destination created was empty then. A name in it that
+//! the destination has not handed out yet can only be there if another
+//! program put it there since — so receiving a file into a new tree needs no
+//! look at the name first (no quick check can match, nothing is resumable
+//! under it), which saves a system call per file. Linking the verified file
+//! in still never replaces anything silently: a name that appeared meanwhile
+//! is renamed over, as an out-of-date file would be, and a directory there
+//! makes the link fail.
+
+use std::collections::{HashMap, HashSet};
+use std::ffi::{OsStr, OsString};
+use std::path::{Path, PathBuf};
+
+/// At most this many directories are remembered (then they are checked again).
+const MAX_DIRS: usize = 100_000;
+/// At most this many names are remembered across created directories; past
+/// it, every name is looked at again (memory stays bounded on huge trees).
+const MAX_NAMES: usize = 1_000_000;
+
+/// Directories checked under a destination's root.
+#[derive(Debug, Default)]
+pub(crate) struct KnownDirs {
+    /// Each checked directory; for one created here, the names handed out in it.
+    dirs: HashMap<PathBuf, Option<HashSet<OsString>>>,
+    /// Names held in all the sets.
+    names: usize,
+}
+
+impl KnownDirs {
+    /// Whether `dir` was already checked.
+    pub(crate) fn contains(&self, dir: &Path) -> bool {
+        self.dirs.contains_key(dir)
+    }
+
+    /// Remembers that `dir` is a real directory, `created` (empty) by this
+    /// destination. The first report of a directory wins: of two sessions
+    /// racing to create it, the one that found it existing must not make it
+    /// look empty.
+    pub(crate) fn insert(&mut self, dir: &Path, created: bool) {
+        if self.dirs.len() < MAX_DIRS && !self.dirs.contains_key(dir) {
+            self.dirs
+                .insert(dir.to_path_buf(), created.then(HashSet::new));
+        }
+    }
+
+    /// True when `name` in `dir` cannot exist but by another program's hand:
+    /// `dir` was created here and `name` was not handed out in it before.
+    /// Hands `name` out.
+    pub(crate) fn first_use_in_created(&mut self, dir: &Path, name: &OsStr) -> bool {
+        let Some(Some(names)) = self.dirs.get_mut(dir) else {
+            return false;
+        };
+        if self.names >= MAX_NAMES {
+            for names in self.dirs.values_mut() {
+                *names = None;
+            }
+            self.names = 0;
+            return false;
+        }
+        let first = names.insert(name.to_os_string());
+        self.names += usize::from(first);
+        first
+    }
+
+    /// Forgets everything (directories may change while no session runs).
+    pub(crate) fn clear(&mut self) {
+        self.dirs.clear();
+        self.names = 0;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_name_is_new_once_and_only_in_a_created_directory() {
+        let mut k = KnownDirs::default();
+        k.insert(Path::new("/r/made"), true);
+        k.insert(Path::new("/r/found"), false);
+        // A later report of the same directory does not change it.
+        k.insert(Path::new("/r/found"), true);
+        assert!(k.contains(Path::new("/r/made")) && k.contains(Path::new("/r/found")));
+        assert!(k.first_use_in_created(Path::new("/r/made"), OsStr::new("a")));
+        assert!(!k.first_use_in_created(Path::new("/r/made"), OsStr::new("a")));
+        assert!(k.first_use_in_created(Path::new("/r/made"), OsStr::new("b")));
+        assert!(!k.first_use_in_created(Path::new("/r/found"), OsStr::new("c")));
+        assert!(!k.first_use_in_created(Path::new("/r/other"), OsStr::new("c")));
+        k.clear();
+        assert!(!k.contains(Path::new("/r/made")));
+        assert!(!k.first_use_in_created(Path::new("/r/made"), OsStr::new("z")));
+    }
+
+    #[test]
+    fn past_the_name_limit_every_name_is_looked_at() {
+        let mut k = KnownDirs::default();
+        k.insert(Path::new("/r/made"), true);
+        k.names = MAX_NAMES;
+        assert!(!k.first_use_in_created(Path::new("/r/made"), OsStr::new("a")));
+        // The directory is now treated as found, not created.
+        assert!(!k.first_use_in_created(Path::new("/r/made"), OsStr::new("b")));
+        assert!(k.contains(Path::new("/r/made")));
+    }
+}
