@@ -20,7 +20,7 @@ use crate::jobs::{FetchJob, WorkQueue};
 mod commit;
 use crate::keepalive;
 use crate::NodeError;
-use commit::{commit_all, commit_one, CommitItem};
+use commit::{commit_all, CommitItem};
 
 /// Settings of a receiver.
 #[derive(Clone)]
@@ -48,6 +48,11 @@ const INLINE_WRITE: usize = 256 << 10;
 
 type PendingWrite =
     tokio::task::JoinHandle<(Vec<u8>, u32, u32, Result<ChunkVerdict, ReceiveError>)>;
+
+/// A batch of commits running on a blocking thread while the connection
+/// goes on receiving: the batch, then each file's result.
+type RunningCommit = tokio::task::JoinHandle<(Vec<CommitItem>, Vec<CommitResult>)>;
+type CommitResult = Result<haul_proto::Digest, ReceiveError>;
 
 struct Open {
     part: Option<Arc<PartialFile>>,
@@ -81,11 +86,17 @@ pub async fn run_receiver(
         pending: VecDeque::new(),
         spare: Vec::new(),
         commits: Vec::new(),
+        committing: None,
         fetching: wants.is_some(),
         ctx,
     };
     r.ctx.dest.session_started();
     let result = r.run(&mut reader, &mut writer, wants.as_deref()).await;
+    // A batch still committing (the connection broke) finishes its files
+    // before the session ends and directory metadata is applied.
+    if let Some(running) = r.committing.take() {
+        let _ = running.await;
+    }
     r.ctx.dest.session_ended();
     result.map_err(|error| Interrupted {
         error,
@@ -104,8 +115,10 @@ struct Receiver {
     spare: Vec<Vec<u8>>,
     /// True for a pulling client: it accepts only offers it asked for.
     fetching: bool,
-    /// Files whose commit arrived, run together before the next blocking read.
+    /// Files whose commit arrived, to run as the next batch.
     commits: Vec<CommitItem>,
+    /// The batch being committed, if any (one at a time).
+    committing: Option<RunningCommit>,
     ctx: ReceiverCtx,
 }
 
@@ -118,6 +131,9 @@ impl Receiver {
     ) -> Result<(), NodeError> {
         let mut retiring = false;
         loop {
+            if self.committing.as_ref().is_some_and(|c| c.is_finished()) {
+                self.finish_commits(w).await?;
+            }
             if let Some(queue) = wants {
                 if !retiring && queue.should_retire() {
                     retiring = true;
@@ -166,13 +182,13 @@ impl Receiver {
                 Some(m) => m,
                 None => {
                     self.settle_all().await?;
-                    if !self.commits.is_empty() {
-                        // Commits free window slots: refill before blocking.
-                        self.run_commits(w).await?;
-                        continue;
-                    }
+                    self.start_commits();
                     w.flush().await?;
-                    rd.recv().await?
+                    match self.next_message(rd, w).await? {
+                        Some(m) => m,
+                        // A batch committed: its window slots are free to refill.
+                        None => continue,
+                    }
                 }
             };
             if self.handle(rd, w, msg).await? {
@@ -300,6 +316,7 @@ impl Receiver {
                         self.asked.len()
                     )));
                 }
+                self.drain_commits(w).await?;
                 w.send(&Message::Bye).await?;
                 return Ok(true);
             }
@@ -457,62 +474,138 @@ impl Receiver {
 
     /// Commits every file whose `Commit` arrived: checks, fsyncs (in
     /// parallel), renames, then answers `Done` for each.
-    async fn run_commits(&mut self, w: &mut FrameWriter) -> Result<(), NodeError> {
-        if self.commits.is_empty() {
-            return Ok(());
+    /// Starts committing the files whose `Commit` arrived, on a blocking
+    /// thread, unless a batch is running already (then they wait for the
+    /// next one). The connection goes on receiving meanwhile: linking,
+    /// setting metadata and syncing one batch overlaps with staging the next.
+    fn start_commits(&mut self) {
+        if self.committing.is_some() || self.commits.is_empty() {
+            return;
         }
         let batch = std::mem::take(&mut self.commits);
-        let results = if batch.len() == 1
-            && batch[0]
-                .1
-                .as_ref()
-                .is_some_and(|p| p.entry().size <= INLINE_WRITE as u64)
-        {
-            vec![commit_one(&batch[0])]
-        } else {
-            let (dest, items) = (self.ctx.dest.clone(), batch.clone());
-            let every = keepalive::interval(self.ctx.idle);
-            keepalive::while_keeping_alive(w, every, move || commit_all(&dest, &items)).await?
+        let dest = self.ctx.dest.clone();
+        self.committing = Some(tokio::task::spawn_blocking(move || {
+            let results = commit_all(&dest, &batch);
+            (batch, results)
+        }));
+    }
+
+    /// The next message from the peer, or `None` once the running commit
+    /// batch finished first (its results are sent). While a batch runs,
+    /// keepalives go out so a long sync does not trip the peer's idle limit.
+    async fn next_message(
+        &mut self,
+        rd: &mut FrameReader,
+        w: &mut FrameWriter,
+    ) -> Result<Option<Message>, NodeError> {
+        let Some(running) = self.committing.as_mut() else {
+            return Ok(Some(rd.recv().await?));
         };
+        let every = keepalive::interval(self.ctx.idle);
+        let done = loop {
+            // `recv` is cancel-safe: bytes already read stay buffered.
+            tokio::select! {
+                msg = rd.recv() => return Ok(Some(msg?)),
+                done = &mut *running => break done,
+                _ = tokio::time::sleep(every) => w.send(&Message::KeepAlive).await?,
+            }
+        };
+        self.committing = None;
+        self.report_commits(w, done).await?;
+        Ok(None)
+    }
+
+    /// Waits for every commit, running or waiting, and sends the results.
+    async fn drain_commits(&mut self, w: &mut FrameWriter) -> Result<(), NodeError> {
+        let every = keepalive::interval(self.ctx.idle);
+        loop {
+            self.start_commits();
+            let Some(running) = self.committing.as_mut() else {
+                return Ok(());
+            };
+            let done = loop {
+                tokio::select! {
+                    done = &mut *running => break done,
+                    _ = tokio::time::sleep(every) => w.send(&Message::KeepAlive).await?,
+                }
+            };
+            self.committing = None;
+            self.report_commits(w, done).await?;
+        }
+    }
+
+    /// Takes the running batch's results (waiting for it if need be) and
+    /// reports them.
+    async fn finish_commits(&mut self, w: &mut FrameWriter) -> Result<(), NodeError> {
+        let Some(running) = self.committing.take() else {
+            return Ok(());
+        };
+        let done = running.await;
+        self.report_commits(w, done).await
+    }
+
+    /// Starts the next batch, then answers `Done` for each file of the
+    /// finished one.
+    async fn report_commits(
+        &mut self,
+        w: &mut FrameWriter,
+        done: Result<(Vec<CommitItem>, Vec<CommitResult>), tokio::task::JoinError>,
+    ) -> Result<(), NodeError> {
+        let (batch, results) =
+            done.map_err(|e| NodeError::Protocol(format!("commit worker crashed: {e}")))?;
+        self.start_commits();
         for ((id, _, _), result) in batch.iter().zip(results) {
-            let Some(o) = self.open.get(id) else { continue };
-            let (path, size) = (o.entry.path.clone(), o.entry.size);
-            match result {
-                Ok(root) => {
-                    w.queue(&Message::Done {
-                        id: *id,
-                        ok: true,
-                        root,
-                        message: String::new(),
-                    })
-                    .await?;
-                    tracing::debug!(
-                        "received {path} ({size} bytes, blake3 {})",
-                        hex::encode(root)
-                    );
-                    let event = Event::FileDone {
-                        path,
-                        size,
-                        blake3: hex::encode(root),
-                        sent: 0,
-                        skipped: false,
-                    };
-                    self.settle(*id, event);
-                }
-                Err(e) => {
-                    w.queue(&Message::Done {
-                        id: *id,
-                        ok: false,
-                        root: [0; 32],
-                        message: e.to_string(),
-                    })
-                    .await?;
-                    let event = Event::FileError {
-                        path,
-                        error: e.to_string(),
-                    };
-                    self.settle(*id, event);
-                }
+            self.report_commit(w, *id, result).await?;
+        }
+        Ok(())
+    }
+
+    /// Answers `Done` for one committed file and settles it.
+    async fn report_commit(
+        &mut self,
+        w: &mut FrameWriter,
+        id: u32,
+        result: CommitResult,
+    ) -> Result<(), NodeError> {
+        let Some(o) = self.open.get(&id) else {
+            return Ok(());
+        };
+        let (path, size) = (o.entry.path.clone(), o.entry.size);
+        match result {
+            Ok(root) => {
+                w.queue(&Message::Done {
+                    id,
+                    ok: true,
+                    root,
+                    message: String::new(),
+                })
+                .await?;
+                tracing::debug!(
+                    "received {path} ({size} bytes, blake3 {})",
+                    hex::encode(root)
+                );
+                let event = Event::FileDone {
+                    path,
+                    size,
+                    blake3: hex::encode(root),
+                    sent: 0,
+                    skipped: false,
+                };
+                self.settle(id, event);
+            }
+            Err(e) => {
+                w.queue(&Message::Done {
+                    id,
+                    ok: false,
+                    root: [0; 32],
+                    message: e.to_string(),
+                })
+                .await?;
+                let event = Event::FileError {
+                    path,
+                    error: e.to_string(),
+                };
+                self.settle(id, event);
             }
         }
         Ok(())
