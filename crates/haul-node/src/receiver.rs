@@ -92,10 +92,16 @@ pub async fn run_receiver(
     };
     r.ctx.dest.session_started();
     let result = r.run(&mut reader, &mut writer, wants.as_deref()).await;
-    // A batch still committing (the connection broke) finishes its files
-    // before the session ends and directory metadata is applied.
+    // A batch still committing (the connection broke) finishes its files,
+    // and files whose Commit arrived are committed — they verified and the
+    // sender asked for it; a retry then finds them in place — before the
+    // session ends and directory metadata is applied.
     if let Some(running) = r.committing.take() {
         let _ = running.await;
+    }
+    if !r.commits.is_empty() {
+        let (dest, batch) = (r.ctx.dest.clone(), std::mem::take(&mut r.commits));
+        let _ = tokio::task::spawn_blocking(move || commit_all(&dest, &batch)).await;
     }
     r.ctx.dest.session_ended();
     result.map_err(|error| Interrupted {
