@@ -13,7 +13,7 @@ use haul_transport::{connect, memory_pair, FrameReader, FrameWriter, Security, T
 
 use crate::jobs::{FetchGroup, FetchJob, RangeGroup, SendJob, WorkQueue};
 use crate::pool::{run_pool, with_retries};
-use crate::receiver::{run_receiver, ReceiverCtx};
+use crate::receiver::{run_receiver, ChunkWrites, ReceiverCtx};
 use crate::sender::{run_sender, JobFeed, SenderCtx};
 use crate::summary::{Summary, Tally};
 use crate::{NodeError, Remote};
@@ -58,6 +58,8 @@ pub struct ClientOptions {
     pub socket_buffer: Option<usize>,
     /// Use `sendfile(2)` on plaintext connections.
     pub zero_copy: bool,
+    /// Where a receiving client (pull, local copy) writes large chunks.
+    pub chunk_writes: ChunkWrites,
 }
 
 impl Default for ClientOptions {
@@ -74,6 +76,7 @@ impl Default for ClientOptions {
             connect_attempts: 5,
             socket_buffer: None,
             zero_copy: true,
+            chunk_writes: ChunkWrites::for_this_machine(),
         }
     }
 }
@@ -295,6 +298,7 @@ pub async fn pull(
         prefix: String::new(),
         window: opts.window,
         idle: opts.timeouts.idle,
+        chunk_writes: opts.chunk_writes,
     };
     let retire = || queue.retire_one();
     let (workers, mut err) = run_pool(opts.jobs, &tally, &retire, || {
@@ -451,6 +455,7 @@ pub async fn copy_local(
         prefix: String::new(),
         window: opts.window,
         idle: opts.timeouts.idle,
+        chunk_writes: opts.chunk_writes,
     };
     let timeouts: Timeouts = opts.timeouts;
     let retire = || queue.retire_one();

@@ -22,6 +22,7 @@ pub mod summary;
 
 pub use client::{copy_local, pull, push, ClientOptions, Concurrency, DEFAULT_WINDOW};
 pub use error::NodeError;
+pub use receiver::ChunkWrites;
 pub use remote::Remote;
 pub use server::{ServeOptions, Server};
 pub use summary::Summary;

@@ -17,9 +17,12 @@ use haul_transport::{FrameReader, FrameWriter};
 
 use crate::jobs::{FetchJob, WorkQueue};
 
+mod chunk_writes;
 mod commit;
 use crate::keepalive;
 use crate::NodeError;
+pub use chunk_writes::ChunkWrites;
+use chunk_writes::WritePolicy;
 use commit::{commit_all, CommitItem};
 
 /// Settings of a receiver.
@@ -35,6 +38,8 @@ pub struct ReceiverCtx {
     pub window: usize,
     /// The idle timeout (keepalives go out at a third of it during long work).
     pub idle: std::time::Duration,
+    /// Where large chunks are verified and written ([`ChunkWrites::for_this_machine`]).
+    pub chunk_writes: ChunkWrites,
 }
 
 /// Offers open at once on one connection, at most.
@@ -88,6 +93,7 @@ pub async fn run_receiver(
         commits: Vec::new(),
         committing: None,
         fetching: wants.is_some(),
+        writes: WritePolicy::new(ctx.chunk_writes),
         ctx,
     };
     r.ctx.dest.session_started();
@@ -125,6 +131,8 @@ struct Receiver {
     commits: Vec<CommitItem>,
     /// The batch being committed, if any (one at a time).
     committing: Option<RunningCommit>,
+    /// Whether large chunks are written inline or on threads.
+    writes: WritePolicy,
     ctx: ReceiverCtx,
 }
 
@@ -461,6 +469,16 @@ impl Receiver {
         };
         if buf.len() <= INLINE_WRITE {
             let verdict = part.write_chunk(h.index, &buf, &h.digest);
+            self.spare.push(buf);
+            self.apply(h.id, h.index, verdict);
+            return Ok(());
+        }
+        if self.writes.inline(buf.len()) {
+            let started = std::time::Instant::now();
+            let verdict = part.write_chunk(h.index, &buf, &h.digest);
+            if self.writes.wrote(buf.len(), started.elapsed()) {
+                tracing::debug!("chunk writes are slow: writing on blocking threads from now on");
+            }
             self.spare.push(buf);
             self.apply(h.id, h.index, verdict);
             return Ok(());

@@ -13,7 +13,7 @@ use haul_proto::{ErrorCode, Message, Request, PROTOCOL_VERSION};
 use haul_transport::{accept_stream, FrameReader, FrameWriter, Listener, Timeouts};
 use tokio::task::JoinSet;
 
-use crate::receiver::{run_receiver, ReceiverCtx};
+use crate::receiver::{run_receiver, ChunkWrites, ReceiverCtx};
 use crate::sender::{run_sender, JobFeed, SenderCtx};
 use crate::NodeError;
 
@@ -155,6 +155,7 @@ impl Server {
                     prefix: dest,
                     window: self.opts.window,
                     idle: t.idle,
+                    chunk_writes: ChunkWrites::for_this_machine(),
                 };
                 run_receiver(reader, writer, None, ctx)
                     .await
