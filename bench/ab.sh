@@ -9,6 +9,7 @@
 # big:   one 1 GiB file, `push -j 1`   small: 10,000 files of 4 KiB, `push` (-j auto)
 # Copy each build's target/release/haul to its own path first (names must differ).
 # AB_DIR=/tmp puts data and nodes on disk (a `sync` runs before every push).
+# AB_TLS=1 runs nodes and pushes over TLS instead of --plaintext.
 set -euo pipefail
 KIND=$1 ROUNDS=$2
 shift 2
@@ -30,10 +31,12 @@ case $KIND in
   *) echo "usage: bench/ab.sh big|small ROUNDS BIN_A BIN_B [BIN...]" >&2; exit 2 ;;
 esac
 
-declare -A ADDR NODE WALL CCPU NCPU
+declare -A ADDR NODE WALL CCPU NCPU SEC
+export HAUL_CONFIG_DIR=$W/config
 for b in "$@"; do
   n=$(basename "$b")
-  "$b" serve --root "$W/$n" --listen 127.0.0.1:0 --open --plaintext --identity "$W/id.$n" >"$W/$n.out" 2>&1 &
+  if [ -n "${AB_TLS:-}" ]; then MODE=(); else MODE=(--plaintext); fi
+  "$b" serve --root "$W/$n" --listen 127.0.0.1:0 --open "${MODE[@]}" --identity "$W/id.$n" >"$W/$n.out" 2>&1 &
   NODE[$n]=$!
   PIDS+=($!)
 done
@@ -41,6 +44,11 @@ for b in "$@"; do
   n=$(basename "$b")
   for _ in $(seq 1 100); do grep -q listening "$W/$n.out" && break; sleep 0.05; done
   ADDR[$n]=$(awk '/listening/ {print $NF}' "$W/$n.out")
+  if [ -n "${AB_TLS:-}" ]; then
+    SEC[$n]="--fingerprint $(awk '/^fingerprint/ {print $2}' "$W/$n.out")"
+  else
+    SEC[$n]=--plaintext
+  fi
 done
 
 ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
@@ -53,7 +61,7 @@ for _ in $(seq 1 "$ROUNDS"); do
     [ "$DIR" = /dev/shm ] || sync
     n0=$(ticks "${NODE[$n]}")
     t0=$(date +%s.%N)
-    read -r user sys < <({ /usr/bin/time -f "%U %S" "$b" push -q --plaintext "${FLAGS[@]}" "$SRC" "haul://${ADDR[$n]}/r" >/dev/null; } 2>&1)
+    read -r user sys < <({ /usr/bin/time -f "%U %S" "$b" push -q ${SEC[$n]} "${FLAGS[@]}" "$SRC" "haul://${ADDR[$n]}/r" >/dev/null; } 2>&1)
     t1=$(date +%s.%N)
     n1=$(ticks "${NODE[$n]}")
     WALL[$n]+="$(printf '%.3f' "$(echo "$t1 - $t0" | bc -l)") "
@@ -61,7 +69,7 @@ for _ in $(seq 1 "$ROUNDS"); do
     NCPU[$n]+="$(echo "($n1 - $n0) / $HZ" | bc -l) "
   done
 done
-printf '%s, %s rounds, medians (dir %s)\n' "$KIND" "$ROUNDS" "$DIR"
+printf '%s%s, %s rounds, medians (dir %s)\n' "$KIND" "${AB_TLS:+ over TLS}" "$ROUNDS" "$DIR"
 for b in "$@"; do
   n=$(basename "$b")
   printf '%-20s wall %s s  client CPU %s s  node CPU %s s   walls: %s\n' "$n" \

@@ -11,9 +11,10 @@ use haul_engine::{
 use haul_proto::{EntryKind, Message, Request, PROTOCOL_VERSION};
 use haul_transport::{connect, memory_pair, FrameReader, FrameWriter, Security, Timeouts};
 
+use crate::chunk_work::ChunkWork;
 use crate::jobs::{FetchGroup, FetchJob, RangeGroup, SendJob, WorkQueue};
 use crate::pool::{run_pool, with_retries};
-use crate::receiver::{run_receiver, ChunkWrites, ReceiverCtx};
+use crate::receiver::{run_receiver, ReceiverCtx};
 use crate::sender::{run_sender, JobFeed, SenderCtx};
 use crate::summary::{Summary, Tally};
 use crate::{NodeError, Remote};
@@ -58,8 +59,8 @@ pub struct ClientOptions {
     pub socket_buffer: Option<usize>,
     /// Use `sendfile(2)` on plaintext connections.
     pub zero_copy: bool,
-    /// Where a receiving client (pull, local copy) writes large chunks.
-    pub chunk_writes: ChunkWrites,
+    /// Where connections read, hash, verify and write large chunks.
+    pub chunk_work: ChunkWork,
 }
 
 impl Default for ClientOptions {
@@ -76,7 +77,7 @@ impl Default for ClientOptions {
             connect_attempts: 5,
             socket_buffer: None,
             zero_copy: true,
-            chunk_writes: ChunkWrites::for_this_machine(),
+            chunk_work: ChunkWork::for_this_machine(),
         }
     }
 }
@@ -201,6 +202,7 @@ pub async fn push(
         window: opts.window,
         max_retries: opts.max_retries,
         idle: opts.timeouts.idle,
+        chunk_work: opts.chunk_work,
     };
     let retire = || queue.retire_one();
     let (workers, err) = run_pool(opts.jobs, &tally, &retire, || {
@@ -298,7 +300,7 @@ pub async fn pull(
         prefix: String::new(),
         window: opts.window,
         idle: opts.timeouts.idle,
-        chunk_writes: opts.chunk_writes,
+        chunk_work: opts.chunk_work,
     };
     let retire = || queue.retire_one();
     let (workers, mut err) = run_pool(opts.jobs, &tally, &retire, || {
@@ -448,6 +450,7 @@ pub async fn copy_local(
         window: opts.window,
         max_retries: opts.max_retries,
         idle: opts.timeouts.idle,
+        chunk_work: opts.chunk_work,
     };
     let rctx = ReceiverCtx {
         observer: Arc::new(haul_engine::event::Quiet),
@@ -455,7 +458,7 @@ pub async fn copy_local(
         prefix: String::new(),
         window: opts.window,
         idle: opts.timeouts.idle,
-        chunk_writes: opts.chunk_writes,
+        chunk_work: opts.chunk_work,
     };
     let timeouts: Timeouts = opts.timeouts;
     let retire = || queue.retire_one();

@@ -9,6 +9,7 @@
 //!   connections (`-j`, `--streams`, `auto`) and retries.
 //! - [`jobs`]: the work queues those pools share.
 
+mod chunk_work;
 pub mod client;
 pub mod error;
 pub mod jobs;
@@ -20,9 +21,9 @@ pub mod sender;
 pub mod server;
 pub mod summary;
 
+pub use chunk_work::ChunkWork;
 pub use client::{copy_local, pull, push, ClientOptions, Concurrency, DEFAULT_WINDOW};
 pub use error::NodeError;
-pub use receiver::ChunkWrites;
 pub use remote::Remote;
 pub use server::{ServeOptions, Server};
 pub use summary::Summary;

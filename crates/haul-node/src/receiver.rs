@@ -17,12 +17,10 @@ use haul_transport::{FrameReader, FrameWriter};
 
 use crate::jobs::{FetchJob, WorkQueue};
 
-mod chunk_writes;
 mod commit;
+use crate::chunk_work::{ChunkWork, InlinePolicy};
 use crate::keepalive;
 use crate::NodeError;
-pub use chunk_writes::ChunkWrites;
-use chunk_writes::WritePolicy;
 use commit::{commit_all, CommitItem};
 
 /// Settings of a receiver.
@@ -38,8 +36,8 @@ pub struct ReceiverCtx {
     pub window: usize,
     /// The idle timeout (keepalives go out at a third of it during long work).
     pub idle: std::time::Duration,
-    /// Where large chunks are verified and written ([`ChunkWrites::for_this_machine`]).
-    pub chunk_writes: ChunkWrites,
+    /// Where large chunks are verified and written ([`ChunkWork::for_this_machine`]).
+    pub chunk_work: ChunkWork,
 }
 
 /// Offers open at once on one connection, at most.
@@ -93,7 +91,7 @@ pub async fn run_receiver(
         commits: Vec::new(),
         committing: None,
         fetching: wants.is_some(),
-        writes: WritePolicy::new(ctx.chunk_writes),
+        writes: InlinePolicy::new(ctx.chunk_work),
         ctx,
     };
     r.ctx.dest.session_started();
@@ -132,7 +130,7 @@ struct Receiver {
     /// The batch being committed, if any (one at a time).
     committing: Option<RunningCommit>,
     /// Whether large chunks are written inline or on threads.
-    writes: WritePolicy,
+    writes: InlinePolicy,
     ctx: ReceiverCtx,
 }
 
@@ -476,7 +474,7 @@ impl Receiver {
         if self.writes.inline(buf.len()) {
             let started = std::time::Instant::now();
             let verdict = part.write_chunk(h.index, &buf, &h.digest);
-            if self.writes.wrote(buf.len(), started.elapsed()) {
+            if self.writes.took(buf.len(), started.elapsed()) {
                 tracing::debug!("chunk writes are slow: writing on blocking threads from now on");
             }
             self.spare.push(buf);

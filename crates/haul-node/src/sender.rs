@@ -17,6 +17,7 @@ use haul_proto::{ChunkHeader, Digest, EntryKind, ErrorCode, Message};
 use haul_transport::{FrameReader, FrameWriter, TransportError};
 use tokio::sync::mpsc;
 
+use crate::chunk_work::{ChunkWork, InlinePolicy};
 use crate::jobs::{SendJob, WorkQueue};
 
 mod read;
@@ -46,6 +47,8 @@ pub struct SenderCtx {
     pub max_retries: u32,
     /// Longest wait for the peer.
     pub idle: Duration,
+    /// Where large chunks are read and hashed ([`ChunkWork::for_this_machine`]).
+    pub chunk_work: ChunkWork,
 }
 
 struct Flight {
@@ -76,6 +79,7 @@ pub async fn run_sender(
         parked: HashMap::new(),
         next_id: 1,
         buf: Vec::new(),
+        reads: InlinePolicy::new(ctx.chunk_work),
         ctx,
     };
     let (tx, mut rx) = mpsc::channel(4096);
@@ -111,6 +115,8 @@ struct Sender {
     parked: HashMap<u32, Flight>,
     next_id: u32,
     buf: Vec<u8>,
+    /// Whether large chunks are read and hashed inline or on threads.
+    reads: InlinePolicy,
     ctx: SenderCtx,
 }
 
@@ -440,10 +446,11 @@ impl Sender {
         let Some(f) = self.inflight.get(&id) else {
             return Ok(());
         };
-        let large = chunks
+        let first_len = chunks
             .first()
-            .is_some_and(|&i| f.job.src.entry.chunk_len(i) > 256 << 10);
-        if large && chunks.len() > 1 {
+            .map_or(0, |&i| f.job.src.entry.chunk_len(i) as usize);
+        let large = first_len > 256 << 10;
+        if large && chunks.len() > 1 && !self.reads.inline(first_len) {
             return self.send_chunks_pipelined(w, id, chunks).await;
         }
         for &index in chunks {
@@ -456,6 +463,15 @@ impl Sender {
             let keep = !w.sends_from_file(len as usize);
             let read = if small {
                 read_and_hash(f, index, &mut self.buf, keep)
+            } else if self.reads.inline(len as usize) {
+                let started = std::time::Instant::now();
+                let read = read_and_hash(f, index, &mut self.buf, keep);
+                if self.reads.took(len as usize, started.elapsed()) {
+                    tracing::debug!(
+                        "chunk reads are slow: reading on blocking threads from now on"
+                    );
+                }
+                read
             } else {
                 tokio::task::block_in_place(|| read_and_hash(f, index, &mut self.buf, keep))
             };

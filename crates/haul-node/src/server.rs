@@ -13,7 +13,8 @@ use haul_proto::{ErrorCode, Message, Request, PROTOCOL_VERSION};
 use haul_transport::{accept_stream, FrameReader, FrameWriter, Listener, Timeouts};
 use tokio::task::JoinSet;
 
-use crate::receiver::{run_receiver, ChunkWrites, ReceiverCtx};
+use crate::chunk_work::ChunkWork;
+use crate::receiver::{run_receiver, ReceiverCtx};
 use crate::sender::{run_sender, JobFeed, SenderCtx};
 use crate::NodeError;
 
@@ -155,7 +156,7 @@ impl Server {
                     prefix: dest,
                     window: self.opts.window,
                     idle: t.idle,
-                    chunk_writes: ChunkWrites::for_this_machine(),
+                    chunk_work: ChunkWork::for_this_machine(),
                 };
                 run_receiver(reader, writer, None, ctx)
                     .await
@@ -173,6 +174,7 @@ impl Server {
                     window: self.opts.window,
                     max_retries: self.opts.max_retries,
                     idle: t.idle,
+                    chunk_work: ChunkWork::for_this_machine(),
                 };
                 let feed = JobFeed::Wants {
                     root: self.dest.root().to_path_buf(),

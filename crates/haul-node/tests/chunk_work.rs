@@ -1,11 +1,11 @@
 //! Large chunks are verified and written the same whether the receiver
-//! writes them inline or on blocking threads (`ChunkWrites`): a local copy
+//! writes them inline or on blocking threads (`ChunkWork`): a local copy
 //! through the real sender and receiver, in each mode.
 
 use std::sync::Arc;
 
 use haul_engine::event::Quiet;
-use haul_node::{copy_local, ChunkWrites, ClientOptions};
+use haul_node::{copy_local, ChunkWork, ClientOptions};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn large_chunks_arrive_whole_in_either_write_mode() {
@@ -19,10 +19,10 @@ async fn large_chunks_arrive_whole_in_either_write_mode() {
     std::fs::write(src.join("sub/big.bin"), &big).unwrap();
     std::fs::write(src.join("small.txt"), b"small").unwrap();
 
-    for mode in [ChunkWrites::Inline, ChunkWrites::Threads] {
+    for mode in [ChunkWork::Inline, ChunkWork::Threads] {
         let dest = tmp.path().join(format!("{mode:?}"));
         let opts = ClientOptions {
-            chunk_writes: mode,
+            chunk_work: mode,
             ..ClientOptions::default()
         };
         let source = format!("{}/", src.display());
