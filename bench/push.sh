@@ -69,9 +69,13 @@ run_baseline() { # $1 = --fsync or ""
   local addr_file="$W/base.addr"
   "$BASELINE" recv 127.0.0.1:0 "$W/base.out" $1 >"$addr_file" &
   local rpid=$!
-  for _ in $(seq 1 100); do [ -s "$addr_file" ] && break; sleep 0.01; done
+  for _ in $(seq 1 1000); do [ -s "$addr_file" ] && break; sleep 0.01; done
   local t0; t0=$(now)
-  "$BASELINE" send "$(cat "$addr_file")" "$W/big.bin"
+  # A sender that fails (no address yet) must not leave the receiver waiting.
+  if ! "$BASELINE" send "$(cat "$addr_file")" "$W/big.bin"; then
+    kill $rpid 2>/dev/null; wait $rpid 2>/dev/null
+    echo "baseline run failed" >&2; return 1
+  fi
   wait $rpid
   echo "$(now) - $t0" | bc -l
 }
