@@ -494,8 +494,6 @@ impl Receiver {
         Ok(())
     }
 
-    /// Commits every file whose `Commit` arrived: checks, fsyncs (in
-    /// parallel), renames, then answers `Done` for each.
     /// Starts committing the files whose `Commit` arrived, on a blocking
     /// thread, unless a batch is running already (then they wait for the
     /// next one). The connection goes on receiving meanwhile: linking,
