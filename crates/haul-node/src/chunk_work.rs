@@ -36,9 +36,13 @@ pub enum ChunkWork {
 impl ChunkWork {
     /// [`ChunkWork::Inline`] on a machine of two cores or fewer,
     /// [`ChunkWork::Threads`] on a larger one.
+    /// The core count is read once per process (it reads cgroup files).
     pub fn for_this_machine() -> Self {
-        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-        Self::for_cores(cores)
+        static CHOICE: std::sync::OnceLock<ChunkWork> = std::sync::OnceLock::new();
+        *CHOICE.get_or_init(|| {
+            let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+            Self::for_cores(cores)
+        })
     }
 
     fn for_cores(cores: usize) -> Self {

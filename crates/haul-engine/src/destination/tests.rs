@@ -224,12 +224,7 @@ fn a_directory_made_here_is_known_empty_until_sessions_end() {
     // about to be offered: not looked at (the directory was made empty
     // here), so it is replaced by the verified bytes, never kept.
     let b = file_entry("made/b", 4, 1024);
-    std::fs::write(tmp.path().join("made/b"), b"lies").unwrap();
-    let f = std::fs::File::options()
-        .write(true)
-        .open(tmp.path().join("made/b"))
-        .unwrap();
-    f.set_modified(entry_mtime(&b)).unwrap();
+    plant(&tmp.path().join("made/b"), b"lies", &b);
     assert!(receive_small(&dest, &b, b"ours"));
     assert_eq!(std::fs::read(tmp.path().join("made/b")).unwrap(), b"ours");
     // A name offered a second time is looked at: the same file is skipped.
@@ -237,18 +232,17 @@ fn a_directory_made_here_is_known_empty_until_sessions_end() {
     // A directory found (not made) here is always looked at.
     std::fs::create_dir(tmp.path().join("found")).unwrap();
     let c = file_entry("found/c", 4, 1024);
-    std::fs::write(tmp.path().join("found/c"), b"ours").unwrap();
-    std::fs::File::options()
-        .write(true)
-        .open(tmp.path().join("found/c"))
-        .unwrap()
-        .set_modified(entry_mtime(&c))
-        .unwrap();
-    std::fs::set_permissions(
-        tmp.path().join("found/c"),
-        std::os::unix::fs::PermissionsExt::from_mode(0o640),
-    )
-    .unwrap();
+    plant(&tmp.path().join("found/c"), b"ours", &c);
     assert!(!receive_small(&dest, &c, b"ours"));
     dest.session_ended();
+}
+
+/// Writes `body` at `path` as another program would, with `entry`'s mtime
+/// and mode: what a quick check takes for the same file.
+fn plant(path: &Path, body: &[u8], entry: &Entry) {
+    std::fs::write(path, body).unwrap();
+    let f = std::fs::File::options().write(true).open(path).unwrap();
+    f.set_modified(entry_mtime(entry)).unwrap();
+    f.set_permissions(std::fs::Permissions::from_mode(entry.mode))
+        .unwrap();
 }
