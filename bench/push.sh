@@ -2,6 +2,9 @@
 # Push benchmark on loopback (issue: foundation). In one run, for each of RUNS rounds:
 #   baseline   bare sendfile(2) sender -> plain large writes into a file (no hashing), with fsync
 #   baseline-nofsync  the same without fsync
+#   baseline-blake3   the same with fsync, plus the hashing any verifying tool must do: the
+#                     sender reads and BLAKE3-hashes each 4 MiB before sending it, the receiver
+#                     hashes each 4 MiB before writing it (the limit for verifying every byte)
 #   haul-plain haul push --plaintext (sendfile, BLAKE3 per chunk, fsync + rename)
 #   haul-tls   haul push over TLS 1.3
 #   rsync      rsync -a to an rsync daemon on loopback
@@ -64,15 +67,16 @@ PIDS+=($!)
 sleep 0.5
 export HAUL_CONFIG_DIR=$W/config
 
-run_baseline() { # $1 = --fsync or ""
+run_baseline() { # $1 = --fsync or "", $2 = --blake3 or ""
+  set -- "$1" "${2:-}"
   rm -f "$W/base.out"
   local addr_file="$W/base.addr"
-  "$BASELINE" recv 127.0.0.1:0 "$W/base.out" $1 >"$addr_file" &
+  "$BASELINE" recv 127.0.0.1:0 "$W/base.out" $1 $2 >"$addr_file" &
   local rpid=$!
   for _ in $(seq 1 1000); do [ -s "$addr_file" ] && break; sleep 0.01; done
   local t0; t0=$(now)
   # A sender that fails (no address yet) must not leave the receiver waiting.
-  if ! "$BASELINE" send "$(cat "$addr_file")" "$W/big.bin"; then
+  if ! "$BASELINE" send "$(cat "$addr_file")" "$W/big.bin" $2; then
     kill $rpid 2>/dev/null; wait $rpid 2>/dev/null
     echo "baseline run failed" >&2; return 1
   fi
@@ -88,6 +92,7 @@ declare -A T
 for r in $(seq 1 "$RUNS"); do
   clean; T[base]+="$(run_baseline --fsync) "
   clean; T[base_nofsync]+="$(run_baseline "") "
+  clean; T[base_blake3]+="$(run_baseline --fsync --blake3) "
   clean; T[plain]+="$(timed "$HAUL" push -q --plaintext -j 1 "$W/big.bin" "haul://$PLAIN/r") "
   clean; T[tls]+="$(timed "$HAUL" push -q -j 1 --fingerprint "$FP" "$W/big.bin" "haul://$TLS/r") "
   clean; T[rsync]+="$(timed rsync -a "$W/big.bin" "rsync://127.0.0.1:$RPORT/dst/") "
@@ -109,12 +114,12 @@ T[base_best]=$(paste <(echo "${T[base]}" | tr ' ' '\n' | grep .) <(echo "${T[bas
   awk '{print ($1 < $2) ? $1 : $2}' | tr '\n' ' ')
 MB=$SIZE_MIB
 printf '\nseconds per round (the medians below come from these)\n'
-for k in base base_nofsync plain tls rsync small_haul small_haul_tls small_rsync; do
+for k in base base_nofsync base_blake3 plain tls rsync small_haul small_haul_tls small_rsync; do
   printf '  %-15s %s\n' "$k" "$(echo "${T[$k]}" | tr -s ' ' | xargs printf '%.3f ')"
 done
 printf '\n%s MiB file over loopback, %s runs, medians (dir %s)\n' "$SIZE_MIB" "$RUNS" "$BASE"
 printf '%-22s %8s %10s\n' tool seconds MiB/s
-for k in base base_nofsync plain tls rsync; do
+for k in base base_nofsync base_blake3 plain tls rsync; do
   s=$(med $k)
   printf '%-22s %8.3f %10.1f\n' "$k" "$s" "$(echo "$MB / $s" | bc -l)"
 done
@@ -122,6 +127,8 @@ printf 'haul plaintext / best baseline      = %.2f  (target >= 0.8)\n' "$(ratio 
 printf 'haul TLS / best baseline            = %.2f  (target >= 0.5)\n' "$(ratio base_best tls)"
 printf 'haul plaintext / baseline (fsync)   = %.2f\n' "$(ratio base plain)"
 printf 'haul plaintext / baseline (nofsync) = %.2f\n' "$(ratio base_nofsync plain)"
+printf 'hashing baseline / best baseline    = %.2f  (what verifying every byte costs on this box)\n' "$(ratio base_best base_blake3)"
+printf 'haul plaintext / hashing baseline   = %.2f  (haul against the limit for verifying tools)\n' "$(ratio base_blake3 plain)"
 printf 'haul TLS / baseline (fsync)         = %.2f\n' "$(ratio base tls)"
 printf 'haul plaintext / rsync              = %.2f  (target >= 1.5)\n' "$(ratio rsync plain)"
 sh=$(med small_haul); st=$(med small_haul_tls); sr=$(med small_rsync)
