@@ -3,14 +3,16 @@
 //! the receiving side. No hashing, no protocol.
 //!
 //! ```text
-//! sendfile-baseline recv ADDR OUT [--fsync] [--blake3|--blake3-thread]   # prints the bound address, writes one file, exits
+//! sendfile-baseline recv ADDR OUT [--fsync] [--blake3|--blake3-thread] [--buffer BYTES]
+//!                                  # prints the bound address, writes one file, exits
 //! sendfile-baseline send ADDR FILE [--blake3]
 //! ```
 //!
 //! With `--blake3` on both sides it also does the hashing any verifying
 //! transfer must do, and nothing else: the sender reads and hashes each
 //! 4 MiB chunk before sending it, the receiver hashes each 4 MiB it received
-//! before writing it. That is the limit for a tool that verifies every byte.
+//! before writing it (each `--buffer BYTES` if given). That is the limit for
+//! a tool that verifies every byte.
 //! `recv … --blake3-thread` hashes on a second thread instead, overlapping
 //! with the next `recv` (still hashing each 4 MiB before writing it).
 
@@ -46,7 +48,7 @@ fn fill(sock: &mut TcpStream, buf: &mut [u8]) -> std::io::Result<usize> {
     Ok(filled)
 }
 
-fn recv(addr: &str, out: &str, fsync: bool, hash: RecvHash) -> std::io::Result<u64> {
+fn recv(addr: &str, out: &str, fsync: bool, hash: RecvHash, buffer: usize) -> std::io::Result<u64> {
     let listener = TcpListener::bind(addr)?;
     println!("{}", listener.local_addr()?);
     std::io::stdout().flush()?;
@@ -55,7 +57,7 @@ fn recv(addr: &str, out: &str, fsync: bool, hash: RecvHash) -> std::io::Result<u
     let total = if hash == RecvHash::Thread {
         recv_hashing_aside(&mut sock, &mut file)?
     } else {
-        let mut buf = vec![0u8; CHUNK];
+        let mut buf = vec![0u8; buffer];
         let mut total = 0u64;
         loop {
             // Fill the buffer, then write it in one large write (as haul's receiver does).
@@ -144,6 +146,13 @@ fn send(addr: &str, path: &str, hash: bool) -> std::io::Result<u64> {
     Ok(off as u64)
 }
 
+/// `--buffer BYTES`: the receiver's read and write size (default 4 MiB;
+/// `--blake3-thread` always uses 4 MiB).
+fn buffer_arg(args: &[String]) -> Option<usize> {
+    let at = args.iter().position(|a| a == "--buffer")?;
+    args.get(at + 1)?.parse().ok().filter(|&n| n > 0)
+}
+
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().collect();
     let result = match args.get(1).map(String::as_str) {
@@ -158,13 +167,14 @@ fn main() -> ExitCode {
             } else {
                 RecvHash::None
             },
+            buffer_arg(&args).unwrap_or(CHUNK),
         ),
         Some("send") if args.len() >= 4 => {
             send(&args[2], &args[3], args.iter().any(|a| a == "--blake3"))
         }
         _ => {
             eprintln!(
-                "usage: sendfile-baseline recv ADDR OUT [--fsync] [--blake3|--blake3-thread] | send ADDR FILE [--blake3]"
+                "usage: sendfile-baseline recv ADDR OUT [--fsync] [--blake3|--blake3-thread] [--buffer BYTES] | send ADDR FILE [--blake3]"
             );
             return ExitCode::from(2);
         }
