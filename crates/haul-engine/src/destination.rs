@@ -36,7 +36,7 @@ pub enum ReceiveError {
     #[error(transparent)]
     BadPath(#[from] PathError),
     /// A directory on the way is a symlink: following it could leave the root.
-    #[error("refusing to write through symlink {0}")]
+    #[error("{0} is a symlink: haul never follows a symlink inside a path")]
     SymlinkInPath(String),
     /// A file stands where a directory is needed, or the reverse.
     #[error("{0} exists and is not a {1}")]
@@ -233,11 +233,18 @@ impl Destination {
                 return Err(ReceiveError::WrongType(entry.path.clone(), "symlink"));
             }
         }
-        let tmp = path.with_file_name(format!(".haul-link-{}", std::process::id()));
+        // A name of its own per link (connections make links side by side).
+        let n = LINK_SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tmp = path.with_file_name(format!(".haul-link-{}-{n}", std::process::id()));
         let _ = fs::remove_file(&tmp);
         std::os::unix::fs::symlink(target, &tmp)
             .map_err(|e| ReceiveError::io("symlink", &tmp, e))?;
-        fs::rename(&tmp, &path).map_err(|e| ReceiveError::io("rename", &path, e))?;
+        // The link's own mtime (best effort: not every filesystem keeps one).
+        let _ = set_link_mtime(&tmp, entry);
+        if let Err(e) = fs::rename(&tmp, &path) {
+            let _ = fs::remove_file(&tmp);
+            return Err(ReceiveError::io("rename", &path, e));
+        }
         Ok(())
     }
 
@@ -251,13 +258,14 @@ impl Destination {
     }
 
     /// True when the final file already exists with this size and mtime
-    /// (rsync's quick check): nothing needs sending.
+    /// (rsync's quick check): nothing needs sending. Its permission bits are
+    /// brought in line with the entry's when only they differ.
     pub fn quick_check(&self, entry: &Entry) -> bool {
         let Ok(path) = self.resolve(&entry.path) else {
             return false;
         };
         match self.look_up(&path) {
-            Ok(found) => found.stat.is_some_and(|st| same_file(&st, entry)),
+            Ok(found) => up_to_date(&found, &path, entry),
             Err(_) => false,
         }
     }
@@ -342,7 +350,7 @@ impl Destination {
             if st.is_dir() {
                 return Err(ReceiveError::WrongType(entry.path.clone(), "file"));
             }
-            if quick_check && same_file(st, entry) {
+            if quick_check && up_to_date(&found, &final_path, entry) {
                 return Ok(Prepared::UpToDate);
             }
         }
@@ -481,6 +489,73 @@ struct Found {
     dir: Arc<std::os::fd::OwnedFd>,
     /// What is there now, if anything.
     stat: Option<NameStat>,
+}
+
+/// Numbers the temporary names of links being made.
+static LINK_SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// `fchmodat(dir, name, mode, AT_SYMLINK_NOFOLLOW)`: sets the permission
+/// bits of the file named by `path`'s last component in `dir`, never
+/// through a symlink (a name swapped for one since it was looked at fails;
+/// the caller then sends the file again).
+fn set_mode_at(dir: &std::os::fd::OwnedFd, path: &Path, mode: u32) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::ffi::OsStrExt;
+    let name = path
+        .file_name()
+        .ok_or_else(|| std::io::Error::other("no file name"))?;
+    let name = std::ffi::CString::new(name.as_bytes()).map_err(std::io::Error::other)?;
+    // SAFETY: `dir` is an open directory and `name` a NUL-terminated string.
+    let rc = unsafe {
+        libc::fchmodat(
+            dir.as_raw_fd(),
+            name.as_ptr(),
+            mode as libc::mode_t,
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// Sets a symlink's own mtime (and atime) to the entry's, not following it.
+fn set_link_mtime(path: &Path, entry: &Entry) -> std::io::Result<()> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).map_err(std::io::Error::other)?;
+    let t = libc::timespec {
+        tv_sec: entry.mtime_sec as libc::time_t,
+        tv_nsec: i64::from(entry.mtime_nsec.min(999_999_999)) as libc::c_long,
+    };
+    let times = [t, t];
+    // SAFETY: `c` is NUL-terminated and `times` holds two timespecs.
+    let rc = unsafe {
+        libc::utimensat(
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            times.as_ptr(),
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// The quick check of what `found` holds at `path`: the same file (size and
+/// mtime), with the entry's permission bits applied when only they differ
+/// (as `rsync -a`: a mode tightened at the source must not stay loose here);
+/// a file whose mode cannot be set is not up to date (it is sent again).
+fn up_to_date(found: &Found, path: &Path, entry: &Entry) -> bool {
+    match &found.stat {
+        Some(st) if same_file(st, entry) => {
+            let mode = entry.mode & 0o7777;
+            st.mode & 0o7777 == mode || set_mode_at(&found.dir, path, mode).is_ok()
+        }
+        _ => false,
+    }
 }
 
 /// rsync's quick check: a regular file with the entry's size and mtime.

@@ -29,7 +29,8 @@ pub enum Event {
         size: u64,
         /// BLAKE3 of the file, hex (empty for directories and symlinks).
         blake3: String,
-        /// Bytes that crossed the network for it.
+        /// Bytes of it that crossed the network (sent on a push, received on
+        /// a pull).
         sent: u64,
         /// True if it was already in place and nothing was sent.
         skipped: bool,

@@ -6,10 +6,13 @@
 //! - `dir` sends the directory itself: entries are `dir/...`.
 //! - `dir/` (trailing slash) sends its contents: entries are `...`.
 //! - A file sends just the file, under its own name.
-//! - Symlinks are sent as symlinks (never followed); the receiver recreates
-//!   them only when their target stays inside the destination.
+//! - Symlinks are sent as symlinks (never followed), under their own names —
+//!   a symlink named as the source too (`link`); `link/` sends the contents
+//!   of the directory it points to. The receiver recreates them only when
+//!   their target stays inside the destination; a target that never can
+//!   (absolute, or `..` after a name) is skipped here with a warning.
 //! - Devices, FIFOs and sockets are skipped with a warning.
-//! - Names must be UTF-8 (the wire carries UTF-8); others are reported and skipped.
+//! - Names must be UTF-8 (the wire carries UTF-8); others are skipped with a warning.
 
 use std::fs::{File, Metadata};
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
@@ -36,6 +39,32 @@ pub enum SourceError {
     /// A device, FIFO or socket.
     #[error("skipping {0}: special files (devices, FIFOs, sockets) are not transferred")]
     Special(String),
+    /// A symlink whose target no receiver recreates.
+    #[error(
+        "skipping symlink {path} -> {target}: its target is absolute or climbs out of the tree"
+    )]
+    UnsafeLink {
+        /// The link.
+        path: String,
+        /// Where it points.
+        target: String,
+    },
+}
+
+impl SourceError {
+    /// True for entries skipped by policy (special files, names that cannot
+    /// travel, unsafe symlinks): a warning, not a failure.
+    pub fn is_skip(&self) -> bool {
+        !matches!(self, Self::Io { .. })
+    }
+
+    /// The path the error concerns, as shown in the message.
+    pub fn path(&self) -> &str {
+        match self {
+            Self::Io { path, .. } | Self::UnsafeLink { path, .. } => path,
+            Self::BadName(path) | Self::Special(path) => path,
+        }
+    }
 }
 
 /// One entry found by a source: the wire [`Entry`] plus how to read it.
@@ -64,6 +93,8 @@ pub struct LocalTree {
     path: PathBuf,
     prefix: String,
     exclude: Option<PathBuf>,
+    /// Errors name paths relative to this (a node never shows its root).
+    shown_from: Option<PathBuf>,
 }
 
 impl LocalTree {
@@ -78,11 +109,16 @@ impl LocalTree {
         let prefix = if contents_only {
             String::new()
         } else {
+            // The name as given — a symlink keeps its own name — except for
+            // `.`, `..` and the like, which name the directory they resolve to.
             let name = pb
-                .canonicalize()
-                .ok()
-                .and_then(|c| c.file_name().map(|n| n.to_owned()))
-                .or_else(|| pb.file_name().map(|n| n.to_owned()))
+                .file_name()
+                .map(|n| n.to_owned())
+                .or_else(|| {
+                    pb.canonicalize()
+                        .ok()
+                        .and_then(|c| c.file_name().map(|n| n.to_owned()))
+                })
                 .unwrap_or_default();
             name.into_string()
                 .map_err(|n| SourceError::BadName(format!("{n:?}")))?
@@ -91,7 +127,22 @@ impl LocalTree {
             path: pb,
             prefix,
             exclude: None,
+            shown_from: None,
         })
+    }
+
+    /// Names paths in errors relative to `base` (`.` for `base` itself).
+    pub fn showing_paths_from(mut self, base: PathBuf) -> Self {
+        self.shown_from = Some(base);
+        self
+    }
+
+    fn shown(&self, local: &Path) -> String {
+        match self.shown_from.as_deref().map(|b| local.strip_prefix(b)) {
+            Some(Ok(rel)) if rel.as_os_str().is_empty() => ".".to_owned(),
+            Some(Ok(rel)) => rel.display().to_string(),
+            _ => local.display().to_string(),
+        }
     }
 
     /// Leaves out the subtree at `path` (a node's own `.haul` state directory).
@@ -106,13 +157,14 @@ impl LocalTree {
             path,
             prefix,
             exclude: None,
+            shown_from: None,
         }
     }
 
     fn make(&self, local: &Path, rel: &Path, meta: &Metadata) -> Result<SourceEntry, SourceError> {
         let rel_str = rel
             .to_str()
-            .ok_or_else(|| SourceError::BadName(local.display().to_string()))?;
+            .ok_or_else(|| SourceError::BadName(self.shown(local)))?;
         let path = match (self.prefix.is_empty(), rel_str.is_empty()) {
             (true, _) => rel_str.to_owned(),
             (false, true) => self.prefix.clone(),
@@ -125,16 +177,22 @@ impl LocalTree {
             EntryKind::File
         } else if ft.is_symlink() {
             let target = std::fs::read_link(local).map_err(|source| SourceError::Io {
-                path: local.display().to_string(),
+                path: self.shown(local),
                 source,
             })?;
             let target = target
                 .into_os_string()
                 .into_string()
-                .map_err(|_| SourceError::BadName(local.display().to_string()))?;
+                .map_err(|_| SourceError::BadName(self.shown(local)))?;
+            if haul_proto::symlink_target_refused_anywhere(&target) {
+                return Err(SourceError::UnsafeLink {
+                    path: self.shown(local),
+                    target,
+                });
+            }
             EntryKind::Symlink { target }
         } else {
-            return Err(SourceError::Special(local.display().to_string()));
+            return Err(SourceError::Special(self.shown(local)));
         };
         let size = if kind == EntryKind::File {
             meta.len()
@@ -162,21 +220,20 @@ impl Source for LocalTree {
     }
 
     fn entries(self: Box<Self>) -> EntryIter {
+        let contents_only = self.prefix.is_empty();
+        // `link/` walks what the link points to; `link` is the link itself.
         let walker = walkdir::WalkDir::new(&self.path)
             .follow_links(false)
+            .follow_root_links(contents_only)
             .sort_by_file_name()
             .into_iter();
         let exclude = self.exclude.clone();
         let walker = walker.filter_entry(move |e| exclude.as_deref() != Some(e.path()));
-        let contents_only = self.prefix.is_empty();
         Box::new(walker.filter_map(move |item| {
             let item = match item {
                 Ok(item) => item,
                 Err(e) => {
-                    let path = e
-                        .path()
-                        .map(|p| p.display().to_string())
-                        .unwrap_or_default();
+                    let path = e.path().map(|p| self.shown(p)).unwrap_or_default();
                     let source = e
                         .into_io_error()
                         .unwrap_or_else(|| std::io::Error::other("filesystem loop"));
@@ -201,7 +258,7 @@ impl Source for LocalTree {
                 Ok(m) => m,
                 Err(e) => {
                     return Some(Err(SourceError::Io {
-                        path: item.path().display().to_string(),
+                        path: self.shown(item.path()),
                         source: e
                             .into_io_error()
                             .unwrap_or_else(|| std::io::Error::other("stat")),
@@ -267,6 +324,86 @@ mod tests {
     #[test]
     fn missing_path_is_an_error() {
         assert!(LocalTree::new("/definitely/not/here").is_err());
+    }
+
+    fn walk(path: &str) -> Vec<Result<SourceEntry, SourceError>> {
+        Box::new(LocalTree::new(path).unwrap()).entries().collect()
+    }
+
+    #[test]
+    fn a_symlink_named_as_the_source_is_sent_as_itself() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path();
+        std::fs::create_dir(d.join("dir")).unwrap();
+        std::fs::write(d.join("dir/f"), b"x").unwrap();
+        std::fs::write(d.join("target.txt"), b"t").unwrap();
+        std::os::unix::fs::symlink("target.txt", d.join("mylink")).unwrap();
+        std::os::unix::fs::symlink("dir", d.join("dirlink")).unwrap();
+
+        // A link to a file: the link, under its own name (not the target's).
+        let got = walk(d.join("mylink").to_str().unwrap());
+        let entries: Vec<Entry> = got.into_iter().map(|e| e.unwrap().entry).collect();
+        assert_eq!(entries.len(), 1);
+        assert_eq!(entries[0].path, "mylink");
+        assert_eq!(
+            entries[0].kind,
+            EntryKind::Symlink {
+                target: "target.txt".into()
+            }
+        );
+
+        // A link to a directory: the link alone, nothing walked through it.
+        let got = walk(d.join("dirlink").to_str().unwrap());
+        let entries: Vec<Entry> = got.into_iter().map(|e| e.unwrap().entry).collect();
+        assert_eq!(entries.len(), 1);
+        assert_eq!(entries[0].path, "dirlink");
+        assert_eq!(
+            entries[0].kind,
+            EntryKind::Symlink {
+                target: "dir".into()
+            }
+        );
+
+        // `dirlink/`: what it points to, as rsync does.
+        let got = walk(&format!("{}/", d.join("dirlink").display()));
+        let names: Vec<String> = got.into_iter().map(|e| e.unwrap().entry.path).collect();
+        assert_eq!(names, ["f"]);
+
+        // `.` still names the directory it stands for.
+        let tree = LocalTree::new(&format!("{}/dir/.", d.display())).unwrap();
+        assert_eq!(tree.prefix, "dir");
+    }
+
+    #[test]
+    fn special_files_and_unsafe_links_are_skipped_with_their_paths() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path().join("t");
+        std::fs::create_dir(&d).unwrap();
+        std::fs::write(d.join("ok"), b"x").unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", d.join("abs")).unwrap();
+        std::os::unix::fs::symlink("ok/../../x", d.join("climb")).unwrap();
+        std::os::unix::fs::symlink("../t/ok", d.join("up")).unwrap();
+        let fifo = std::ffi::CString::new(d.join("fifo").to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+
+        let tree = LocalTree::new(d.to_str().unwrap())
+            .unwrap()
+            .showing_paths_from(tmp.path().to_path_buf());
+        let mut sent = Vec::new();
+        let mut skipped = Vec::new();
+        for item in Box::new(tree).entries() {
+            match item {
+                Ok(e) => sent.push(e.entry.path),
+                Err(e) => {
+                    assert!(e.is_skip(), "{e}");
+                    skipped.push(e.path().to_owned());
+                }
+            }
+        }
+        // A leading `..` may stay inside the destination: the receiver decides.
+        assert_eq!(sent, ["t", "t/ok", "t/up"]);
+        assert_eq!(skipped, ["t/abs", "t/climb", "t/fifo"]);
     }
 }
 

@@ -8,8 +8,10 @@ use std::time::Instant;
 use haul_engine::{
     split_ranges, Destination, EntryIter, Event, LocalTree, Observer, Source, SourceEntry,
 };
-use haul_proto::{EntryKind, Message, Request, PROTOCOL_VERSION};
-use haul_transport::{connect, memory_pair, FrameReader, FrameWriter, Security, Timeouts};
+use haul_proto::{DecodeError, EntryKind, ErrorCode, Message, Request, PROTOCOL_VERSION};
+use haul_transport::{
+    connect, memory_pair, FrameReader, FrameWriter, Security, Timeouts, TransportError,
+};
 
 use crate::chunk_work::ChunkWork;
 use crate::jobs::{FetchGroup, FetchJob, RangeGroup, SendJob, WorkQueue};
@@ -87,10 +89,14 @@ async fn open_session(
     opts: &ClientOptions,
     request: Request,
 ) -> Result<(FrameReader, FrameWriter), NodeError> {
-    let (mut r, mut w, fingerprint) =
+    let (mut r, mut w, key) =
         connect(addr, &opts.security, opts.timeouts, opts.socket_buffer).await?;
-    if let Some(fp) = fingerprint {
-        tracing::debug!("connected to {addr}, server key {fp}");
+    match &key {
+        Some(k) => tracing::info!(
+            "connected to {addr} over TLS 1.3, server key {}",
+            k.fingerprint
+        ),
+        None => tracing::info!("connected to {addr} (plaintext)"),
     }
     w.set_zero_copy(opts.zero_copy);
     w.send(&Message::Hello {
@@ -100,8 +106,27 @@ async fn open_session(
     })
     .await?;
     r.set_idle(opts.timeouts.handshake);
-    let answer = r.recv().await?;
+    let answer = match r.recv().await {
+        Ok(answer) => answer,
+        Err(TransportError::Decode(DecodeError::BadLength(len))) if looks_like_tls(len) => {
+            return Err(NodeError::Usage(format!(
+                "the node at {addr} answered in TLS: it does not run with --plaintext, so drop --plaintext here"
+            )))
+        }
+        Err(e) => return Err(e.into()),
+    };
     r.set_idle(opts.timeouts.idle);
+    // The server answered in haul: a key met for the first time is pinned
+    // now (trust on first use), whatever the answer.
+    if let (Some(k), Message::Welcome { .. } | Message::Refused { .. }) = (&key, &answer) {
+        if let Some(file) = k.trust()? {
+            tracing::warn!(
+                "trusting {addr} on first use: its key {} is now pinned in {}",
+                k.fingerprint,
+                file.display()
+            );
+        }
+    }
     match answer {
         Message::Welcome { .. } => Ok((r, w)),
         Message::Refused { code, message } => Err(NodeError::Refused { code, message }),
@@ -109,6 +134,14 @@ async fn open_session(
             "expected Welcome, got {other:?}"
         ))),
     }
+}
+
+/// Whether a frame length prefix is really the start of a TLS record
+/// (content type 20–23, then major version 3): a TLS node's answer, most
+/// likely an alert, to a plaintext `Hello`.
+fn looks_like_tls(len: u32) -> bool {
+    let [kind, major, ..] = len.to_be_bytes();
+    (20..=23).contains(&kind) && major == 3
 }
 
 /// Expands a source entry into send jobs (one per range when split).
@@ -152,9 +185,15 @@ fn send_queue(
         .flatten()
         .flat_map(move |item| match item {
             Ok(src) => send_jobs(src, streams, split_min),
+            Err(e) if e.is_skip() => {
+                observer.event(&Event::Warning {
+                    message: e.to_string(),
+                });
+                Vec::new()
+            }
             Err(e) => {
                 observer.event(&Event::FileError {
-                    path: String::new(),
+                    path: e.path().to_owned(),
                     error: e.to_string(),
                 });
                 Vec::new()
@@ -218,8 +257,9 @@ pub async fn push(
         async move {
             with_retries(&queue, &tally, &opts, || {
                 let conn = ready.take();
-                let (queue, opts, ctx, addr, dest) = (
+                let (queue, tally, opts, ctx, addr, dest) = (
                     queue.clone(),
+                    tally.clone(),
                     opts.clone(),
                     ctx.clone(),
                     addr.clone(),
@@ -232,6 +272,7 @@ pub async fn push(
                             .await
                             .map_err(|e| (e, Vec::new()))?,
                     };
+                    let _counted = tally.connection();
                     run_sender(r, w, JobFeed::Queue(queue), ctx)
                         .await
                         .map_err(|i| (i.error, i.unfinished))
@@ -267,8 +308,7 @@ pub async fn pull(
     observer: Arc<dyn Observer>,
 ) -> Result<Summary, NodeError> {
     let started = Instant::now();
-    let destination = Destination::open(dest)?;
-    destination.apply_dir_metadata_at_end();
+    check_dest_dir(dest)?;
     let tally = Tally::new(observer);
     let (mut lr, mut lw) = open_session(
         &remote.addr,
@@ -278,6 +318,9 @@ pub async fn pull(
         },
     )
     .await?;
+    // Only now that the node lists the path: a refused pull leaves no DEST.
+    let destination = Destination::open(dest)?;
+    destination.apply_dir_metadata_at_end();
     let queue: Arc<WorkQueue<FetchJob>> = WorkQueue::open();
     let base = list_base(&remote.path);
     let lister = {
@@ -313,8 +356,13 @@ pub async fn pull(
         );
         async move {
             with_retries(&queue, &tally, &opts, || {
-                let (queue, opts, ctx, addr) =
-                    (queue.clone(), opts.clone(), ctx.clone(), addr.clone());
+                let (queue, tally, opts, ctx, addr) = (
+                    queue.clone(),
+                    tally.clone(),
+                    opts.clone(),
+                    ctx.clone(),
+                    addr.clone(),
+                );
                 async move {
                     queue.wait().await;
                     if queue.is_drained() {
@@ -323,6 +371,7 @@ pub async fn pull(
                     let (r, w) = open_session(&addr, &opts, Request::Fetch)
                         .await
                         .map_err(|e| (e, Vec::new()))?;
+                    let _counted = tally.connection();
                     run_receiver(r, w, Some(queue), ctx)
                         .await
                         .map_err(|i| (i.error, i.unfinished))
@@ -341,6 +390,17 @@ pub async fn pull(
     destination.apply_dir_metadata();
     haul_engine::tidy_state_dir(destination.root());
     finish(&tally, started, workers, err)
+}
+
+/// A destination must be a directory, or not exist yet.
+fn check_dest_dir(dest: &Path) -> Result<(), NodeError> {
+    match std::fs::metadata(dest) {
+        Ok(meta) if !meta.is_dir() => Err(NodeError::Usage(format!(
+            "{} exists and is not a directory: give a directory (made if missing) as DEST",
+            dest.display()
+        ))),
+        _ => Ok(()),
+    }
 }
 
 /// The server directory listing paths are relative to.
@@ -365,10 +425,20 @@ async fn read_listing(
     loop {
         let entry = match rd.recv().await? {
             Message::Listing { entry } => entry,
+            Message::FileError {
+                code: ErrorCode::Skipped,
+                message,
+                ..
+            } => {
+                tally.event(&Event::Warning {
+                    message: format!("node: {message}"),
+                });
+                continue;
+            }
             Message::FileError { message, .. } => {
                 tally.event(&Event::FileError {
                     path: String::new(),
-                    error: format!("server: {message}"),
+                    error: format!("node: {message}"),
                 });
                 continue;
             }
@@ -441,10 +511,11 @@ pub async fn copy_local(
     observer: Arc<dyn Observer>,
 ) -> Result<Summary, NodeError> {
     let started = Instant::now();
-    let destination = Destination::open(dest)?;
-    destination.apply_dir_metadata_at_end();
+    check_dest_dir(dest)?;
     let tally = Tally::new(observer);
     let queue = send_queue(sources, opts, &tally)?;
+    let destination = Destination::open(dest)?;
+    destination.apply_dir_metadata_at_end();
     let sctx = SenderCtx {
         observer: tally.clone(),
         window: opts.window,

@@ -14,6 +14,7 @@ pub mod client;
 pub mod error;
 pub mod jobs;
 mod keepalive;
+mod peer_text;
 mod pool;
 pub mod receiver;
 pub mod remote;

@@ -20,6 +20,7 @@ use crate::jobs::{FetchJob, WorkQueue};
 mod commit;
 use crate::chunk_work::{ChunkWork, InlinePolicy};
 use crate::keepalive;
+use crate::peer_text::without_root;
 use crate::NodeError;
 use commit::{commit_all, CommitItem};
 
@@ -64,6 +65,8 @@ struct Open {
     end: u32,
     bad: Vec<u32>,
     error: Option<String>,
+    /// Payload bytes received for it on this connection.
+    received: u64,
 }
 
 /// How a fetching receiver ended when its connection broke.
@@ -235,11 +238,11 @@ impl Receiver {
             ReceiveError::BadPath(_) | ReceiveError::SymlinkInPath(_) => ErrorCode::BadPath,
             _ => ErrorCode::Io,
         };
-        tracing::warn!("refused {path:?}: {err}");
+        tracing::debug!("refused {path:?}: {err}");
         w.queue(&Message::FileError {
             id,
             code,
-            message: err.to_string(),
+            message: without_root(Some(self.ctx.dest.root()), err.to_string()),
         })
         .await?;
         self.settle(
@@ -428,6 +431,7 @@ impl Receiver {
                         first,
                         end,
                         bad: Vec::new(),
+                        received: 0,
                         error: None,
                     },
                 );
@@ -453,6 +457,7 @@ impl Receiver {
         let mut buf = self.spare.pop().unwrap_or_default();
         buf.resize(h.len as usize, 0);
         rd.recv_payload(&mut buf).await?;
+        o.received += u64::from(h.len);
         // Every payload byte that crossed the network counts, good or bad.
         self.ctx.observer.event(&Event::Progress {
             path: o.entry.path.clone(),
@@ -590,7 +595,7 @@ impl Receiver {
         let Some(o) = self.open.get(&id) else {
             return Ok(());
         };
-        let (path, size) = (o.entry.path.clone(), o.entry.size);
+        let (path, size, received) = (o.entry.path.clone(), o.entry.size, o.received);
         match result {
             Ok(root) => {
                 w.queue(&Message::Done {
@@ -608,7 +613,7 @@ impl Receiver {
                     path,
                     size,
                     blake3: hex::encode(root),
-                    sent: 0,
+                    sent: received,
                     skipped: false,
                 };
                 self.settle(id, event);
@@ -618,7 +623,7 @@ impl Receiver {
                     id,
                     ok: false,
                     root: [0; 32],
-                    message: e.to_string(),
+                    message: without_root(Some(self.ctx.dest.root()), e.to_string()),
                 })
                 .await?;
                 let event = Event::FileError {
@@ -681,7 +686,7 @@ impl Receiver {
             w.queue(&Message::FileError {
                 id,
                 code: ErrorCode::Io,
-                message: error.clone(),
+                message: without_root(Some(self.ctx.dest.root()), error.clone()),
             })
             .await?;
             self.settle(id, Event::FileError { path, error });

@@ -45,6 +45,12 @@ impl Remote {
         } else {
             format!("{hostport}:{DEFAULT_PORT}")
         };
+        let port = addr.rsplit_once(':').map_or("", |(_, p)| p);
+        if port.parse::<u16>().map_or(true, |p| p == 0) {
+            return Err(NodeError::Usage(format!(
+                "{s:?}: {port:?} is not a port (1-65535; haul serve listens on {DEFAULT_PORT} by default)"
+            )));
+        }
         Ok(Self {
             addr,
             path: path.to_owned(),
@@ -64,5 +70,17 @@ mod tests {
         assert_eq!(Remote::parse("haul://host").unwrap().addr, "host:7878");
         assert!(Remote::parse("http://x").is_err());
         assert!(Remote::parse("haul:///x").is_err());
+        assert_eq!(Remote::parse("haul://[::1]:9/x").unwrap().addr, "[::1]:9");
+        for bad in [
+            "haul://h:99999/x",
+            "haul://h:0",
+            "haul://h:/x",
+            "haul://h:x/y",
+        ] {
+            assert!(
+                matches!(Remote::parse(bad), Err(NodeError::Usage(_))),
+                "{bad}"
+            );
+        }
     }
 }

@@ -19,6 +19,7 @@ use tokio::sync::mpsc;
 
 use crate::chunk_work::{ChunkWork, InlinePolicy};
 use crate::jobs::{SendJob, WorkQueue};
+use crate::peer_text::without_root;
 
 mod read;
 use crate::keepalive;
@@ -80,6 +81,10 @@ pub async fn run_sender(
         next_id: 1,
         buf: Vec::new(),
         reads: InlinePolicy::new(ctx.chunk_work),
+        root: match &feed {
+            JobFeed::Wants { root } => Some(root.clone()),
+            JobFeed::Queue(_) => None,
+        },
         ctx,
     };
     let (tx, mut rx) = mpsc::channel(4096);
@@ -117,6 +122,8 @@ struct Sender {
     buf: Vec<u8>,
     /// Whether large chunks are read and hashed inline or on threads.
     reads: InlinePolicy,
+    /// A serving node's root, never named to the peer.
+    root: Option<PathBuf>,
     ctx: SenderCtx,
 }
 
@@ -267,7 +274,7 @@ impl Sender {
             w.queue(&Message::FileError {
                 id,
                 code: ErrorCode::Io,
-                message: error,
+                message: without_root(self.root.as_deref(), error),
             })
             .await?;
         }
@@ -353,6 +360,7 @@ impl Sender {
                 match want_job(root, &path, &dest, first, end) {
                     Ok(job) => self.offer(w, id, job).await?,
                     Err((code, message)) => {
+                        let message = without_root(Some(root), message);
                         w.queue(&Message::FileError { id, code, message }).await?;
                     }
                 }

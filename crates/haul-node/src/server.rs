@@ -14,6 +14,7 @@ use haul_transport::{accept_stream, FrameReader, FrameWriter, Listener, Timeouts
 use tokio::task::JoinSet;
 
 use crate::chunk_work::ChunkWork;
+use crate::peer_text::without_root;
 use crate::receiver::{run_receiver, ReceiverCtx};
 use crate::sender::{run_sender, JobFeed, SenderCtx};
 use crate::NodeError;
@@ -197,13 +198,16 @@ impl Server {
         let local = match haul_engine::resolve_existing(self.dest.root(), trimmed) {
             Ok(p) => p,
             Err(e) => {
-                let code = if matches!(&e, haul_engine::ReceiveError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound)
+                let (code, msg) = if matches!(&e, haul_engine::ReceiveError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound)
                 {
-                    ErrorCode::NotFound
+                    (
+                        ErrorCode::NotFound,
+                        format!("{path}: no such file or directory on the node"),
+                    )
                 } else {
-                    ErrorCode::BadPath
+                    let e = without_root(Some(self.dest.root()), e.to_string());
+                    (ErrorCode::BadPath, format!("{path}: {e}"))
                 };
-                let msg = format!("{path}: {e}");
                 return refuse(&mut writer, code, msg).await;
             }
         };
@@ -213,8 +217,13 @@ impl Server {
         }
         let state_dir = self.dest.root().join(haul_proto::STATE_DIR);
         let tree = match LocalTree::new(&spec) {
-            Ok(t) => t.excluding(state_dir),
-            Err(e) => return refuse(&mut writer, ErrorCode::NotFound, e.to_string()).await,
+            Ok(t) => t
+                .excluding(state_dir)
+                .showing_paths_from(self.dest.root().to_path_buf()),
+            Err(e) => {
+                let msg = without_root(Some(self.dest.root()), e.to_string());
+                return refuse(&mut writer, ErrorCode::NotFound, msg).await;
+            }
         };
         writer
             .send(&Message::Welcome {
@@ -236,7 +245,11 @@ impl Server {
                 Ok(src) => Message::Listing { entry: src.entry },
                 Err(e) => Message::FileError {
                     id: 0,
-                    code: ErrorCode::Io,
+                    code: if e.is_skip() {
+                        ErrorCode::Skipped
+                    } else {
+                        ErrorCode::Io
+                    },
                     message: e.to_string(),
                 },
             };

@@ -1,6 +1,6 @@
 //! The outcome of a transfer, gathered from its events.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -68,6 +68,18 @@ pub struct Tally {
     inner: Arc<dyn Observer>,
     summary: Mutex<Summary>,
     moved: AtomicU64,
+    /// Data connections open now, and the most open at once.
+    open: AtomicU32,
+    peak: AtomicU32,
+}
+
+/// A data connection counted by [`Tally::connection`] while it lives.
+pub(crate) struct CountedConnection(Arc<Tally>);
+
+impl Drop for CountedConnection {
+    fn drop(&mut self) {
+        self.0.open.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 impl Tally {
@@ -77,7 +89,16 @@ impl Tally {
             inner,
             summary: Mutex::new(Summary::default()),
             moved: AtomicU64::new(0),
+            open: AtomicU32::new(0),
+            peak: AtomicU32::new(0),
         })
+    }
+
+    /// Counts a data connection as open until the guard drops.
+    pub(crate) fn connection(self: &Arc<Self>) -> CountedConnection {
+        let now = self.open.fetch_add(1, Ordering::Relaxed) + 1;
+        self.peak.fetch_max(now, Ordering::Relaxed);
+        CountedConnection(self.clone())
     }
 
     /// Payload bytes moved so far (for the concurrency controller).
@@ -85,12 +106,17 @@ impl Tally {
         self.moved.load(Ordering::Relaxed)
     }
 
-    /// The summary so far, with its wall time set.
+    /// The summary so far, with its wall time set. `connections` is how
+    /// many were used at most, unless connections were counted
+    /// ([`Tally::connection`]): then the most open at once.
     pub fn finish(&self, elapsed: Duration, connections: u32) -> Summary {
         let mut s = self.summary.lock().map(|s| s.clone()).unwrap_or_default();
         s.seconds = elapsed.as_secs_f64();
         s.bytes_transferred = self.moved();
-        s.connections = connections;
+        s.connections = match self.peak.load(Ordering::Relaxed) {
+            0 => connections,
+            peak => peak,
+        };
         s
     }
 }

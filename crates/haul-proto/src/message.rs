@@ -109,6 +109,10 @@ pub enum ErrorCode {
     Protocol,
     /// The peer is shutting down.
     ShuttingDown,
+    /// An entry the peer left out by policy (a special file, a name that
+    /// cannot travel, a symlink no receiver recreates): a warning, not a
+    /// failure.
+    Skipped,
     /// A code this build does not know.
     Other(u16),
 }
@@ -124,6 +128,7 @@ impl ErrorCode {
             Self::Io => 5,
             Self::Protocol => 6,
             Self::ShuttingDown => 7,
+            Self::Skipped => 8,
             Self::Other(v) => v,
         }
     }
@@ -138,6 +143,7 @@ impl ErrorCode {
             5 => Self::Io,
             6 => Self::Protocol,
             7 => Self::ShuttingDown,
+            8 => Self::Skipped,
             v => Self::Other(v),
         }
     }

@@ -85,31 +85,43 @@ pub fn validate_symlink_target(link: &str, target: &str) -> Result<(), PathError
         link: link.to_owned(),
         target: target.to_owned(),
     };
-    if target.is_empty() || target.contains('\0') || target.len() > MAX_PATH_LEN {
+    if symlink_target_refused_anywhere(target) {
         return Err(unsafe_link());
+    }
+    // Leading `..`s climb real directories the receiver made: no higher
+    // than the link's own depth.
+    let leading_up = target
+        .split('/')
+        .filter(|c| !c.is_empty() && *c != ".")
+        .take_while(|c| *c == "..")
+        .count();
+    if leading_up > link.split('/').count() - 1 {
+        return Err(unsafe_link());
+    }
+    Ok(())
+}
+
+/// True for a symlink target refused wherever the link sits: empty, with a
+/// NUL, longer than [`MAX_PATH_LEN`], absolute, or with `..` after a name
+/// (which would climb out of whatever that name really is on disk, possibly
+/// another symlink, which no text check can see).
+pub fn symlink_target_refused_anywhere(target: &str) -> bool {
+    if target.is_empty() || target.contains('\0') || target.len() > MAX_PATH_LEN {
+        return true;
     }
     if target.starts_with('/') {
-        return Err(unsafe_link());
+        return true;
     }
-    // `..` only at the start: after a name, `..` would climb out of whatever
-    // that name really is on disk (possibly another symlink), which no text
-    // check can see. Leading `..`s climb real directories the receiver made.
-    let mut depth = link.split('/').count() as i64 - 1;
     let mut seen_name = false;
     for comp in target.split('/') {
         match comp {
             "" | "." => {}
-            ".." if seen_name => return Err(unsafe_link()),
-            ".." => {
-                depth -= 1;
-                if depth < 0 {
-                    return Err(unsafe_link());
-                }
-            }
+            ".." if seen_name => return true,
+            ".." => {}
             _ => seen_name = true,
         }
     }
-    Ok(())
+    false
 }
 
 #[cfg(test)]

@@ -15,6 +15,14 @@ pub enum TransportError {
         /// Underlying error.
         source: io::Error,
     },
+    /// The host name did not resolve.
+    #[error("cannot resolve {addr}: {source} (check the host name)")]
+    Resolve {
+        /// host:port given.
+        addr: String,
+        /// Underlying error.
+        source: io::Error,
+    },
     /// A wait ran past its limit.
     #[error("timed out after {secs}s waiting for {what} (the peer stopped answering; retry, or raise --timeout)")]
     Timeout {
@@ -24,7 +32,7 @@ pub enum TransportError {
         secs: u64,
     },
     /// The server presented a key other than the pinned one.
-    #[error("the server at {host} presented key {got}, but {expected} is pinned for it{hint}. This may be an attack. If the server's key was replaced on purpose, remove its line from {file} or pass --fingerprint {got}")]
+    #[error("the server at {host} presented key {got}, but {expected} is pinned for it{hint}. This may be an attack. If the server's key was replaced on purpose, {}pass --fingerprint {got}", if file.is_empty() { String::new() } else { format!("remove its line from {file} or ") })]
     KeyChanged {
         /// host:port.
         host: String,
@@ -34,7 +42,8 @@ pub enum TransportError {
         expected: String,
         /// Where the pin came from.
         hint: String,
-        /// The known-hosts file.
+        /// The known-hosts file holding the pin (empty when the pin came
+        /// from `--fingerprint`).
         file: String,
     },
     /// TLS failed for another reason.
@@ -61,6 +70,16 @@ pub enum TransportError {
         what: &'static str,
         /// Path concerned.
         path: String,
+        /// Underlying error.
+        source: io::Error,
+    },
+    /// The node could not listen on its address.
+    #[error(
+        "cannot listen on {addr}: {source} (is another program using it? pick another --listen)"
+    )]
+    Listen {
+        /// Address asked for.
+        addr: String,
         /// Underlying error.
         source: io::Error,
     },

@@ -55,27 +55,61 @@ impl KnownHosts {
 
     /// Checks `fingerprint` for `host`, recording it if the host is new.
     pub fn check(&self, host: &str, fingerprint: &str) -> Result<TrustDecision, TransportError> {
-        match self.lookup(host) {
-            Some(fp) if fp == fingerprint => Ok(TrustDecision::Known),
-            Some(expected) => Ok(TrustDecision::Changed { expected }),
-            None => {
-                let file_err = |source| TransportError::File {
-                    what: "update",
-                    path: self.path.display().to_string(),
-                    source,
-                };
-                if let Some(dir) = self.path.parent() {
-                    fs::create_dir_all(dir).map_err(file_err)?;
-                }
-                let mut f = fs::OpenOptions::new()
-                    .create(true)
-                    .append(true)
-                    .open(&self.path)
-                    .map_err(file_err)?;
-                writeln!(f, "{host} {fingerprint}").map_err(file_err)?;
+        match self.decide(host, fingerprint) {
+            TrustDecision::Learned => {
+                self.learn(host, fingerprint)?;
                 Ok(TrustDecision::Learned)
             }
+            other => Ok(other),
         }
+    }
+
+    /// Checks `fingerprint` for `host` without recording anything:
+    /// [`TrustDecision::Learned`] means "new, to be recorded with
+    /// [`KnownHosts::learn`]".
+    pub fn decide(&self, host: &str, fingerprint: &str) -> TrustDecision {
+        match self.lookup(host) {
+            Some(fp) if fp == fingerprint => TrustDecision::Known,
+            Some(expected) => TrustDecision::Changed { expected },
+            None => TrustDecision::Learned,
+        }
+    }
+
+    /// Records `fingerprint` for `host` unless that key is recorded for it
+    /// already. Returns whether this call recorded it (connections opened
+    /// side by side each try; one records). A different key recorded
+    /// meanwhile (by a connection that met another server) is refused.
+    pub fn learn(&self, host: &str, fingerprint: &str) -> Result<bool, TransportError> {
+        static WRITING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let _one_at_a_time = WRITING.lock().unwrap_or_else(|e| e.into_inner());
+        match self.lookup(host) {
+            Some(fp) if fp == fingerprint => return Ok(false),
+            Some(expected) => {
+                return Err(TransportError::KeyChanged {
+                    host: host.to_owned(),
+                    got: fingerprint.to_owned(),
+                    expected,
+                    hint: String::new(),
+                    file: self.path.display().to_string(),
+                })
+            }
+            None => {}
+        }
+        let file_err = |source| TransportError::File {
+            what: "update",
+            path: self.path.display().to_string(),
+            source,
+        };
+        if let Some(dir) = self.path.parent() {
+            fs::create_dir_all(dir).map_err(file_err)?;
+        }
+        let mut f = fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.path)
+            .map_err(file_err)?;
+        writeln!(f, "{host} {fingerprint}").map_err(file_err)?;
+        Ok(true)
     }
 }
 
@@ -96,5 +130,22 @@ mod tests {
             }
         );
         assert_eq!(kh.check("h:2", "SHA256:b").unwrap(), TrustDecision::Learned);
+    }
+
+    #[test]
+    fn deciding_records_nothing_and_one_learner_records() {
+        let dir = tempfile::tempdir().unwrap();
+        let kh = KnownHosts::new(dir.path().join("known_hosts"));
+        assert_eq!(kh.decide("h:1", "SHA256:a"), TrustDecision::Learned);
+        assert_eq!(kh.lookup("h:1"), None);
+        // Connections opened side by side all decided "new": one records.
+        assert!(kh.learn("h:1", "SHA256:a").unwrap());
+        assert!(!kh.learn("h:1", "SHA256:a").unwrap());
+        assert_eq!(kh.lookup("h:1").as_deref(), Some("SHA256:a"));
+        // One that met another key meanwhile is refused.
+        assert!(matches!(
+            kh.learn("h:1", "SHA256:b"),
+            Err(TransportError::KeyChanged { .. })
+        ));
     }
 }

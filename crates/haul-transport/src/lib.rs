@@ -16,7 +16,7 @@ pub use conn::{memory_pair, FrameReader, FrameWriter, Timeouts};
 pub use error::TransportError;
 pub use identity::{fingerprint_of, ServerIdentity};
 pub use known_hosts::{KnownHosts, TrustDecision};
-pub use socket::{accept_stream, connect, Listener, Security};
+pub use socket::{accept_stream, connect, Listener, PeerKey, Security};
 
 /// The directory haul keeps its configuration in: `$HAUL_CONFIG_DIR`, else
 /// `$XDG_CONFIG_HOME/haul` (usually `~/.config/haul`).

@@ -1,6 +1,7 @@
 //! Connecting and accepting: TCP with tuned sockets, then TLS unless plaintext.
 
 use std::net::SocketAddr;
+use std::path::Path;
 use std::sync::Arc;
 
 use rustls::pki_types::ServerName;
@@ -38,19 +39,59 @@ fn tune(stream: &TcpStream, buffer: Option<usize>) {
     }
 }
 
-/// Connects to `addr` (host:port), returning the framed halves and the
-/// server's fingerprint (TLS only).
+/// The key a TLS server presented.
+#[derive(Debug)]
+pub struct PeerKey {
+    addr: String,
+    /// Its fingerprint.
+    pub fingerprint: String,
+    /// Set on first use (no pin for the server): where to record it.
+    first_use: Option<KnownHosts>,
+}
+
+impl PeerKey {
+    /// Records a key met for the first time in the known-hosts file — to be
+    /// called once the server has proved to speak haul, so that whatever
+    /// else answers on a port is never pinned. Returns the file when this
+    /// call recorded the key.
+    pub fn trust(&self) -> Result<Option<&Path>, TransportError> {
+        match &self.first_use {
+            Some(kh) if kh.learn(&self.addr, &self.fingerprint)? => Ok(Some(kh.path())),
+            _ => Ok(None),
+        }
+    }
+}
+
+/// Connects to `addr` (host:port), returning the framed halves and, over
+/// TLS, the server's key (not yet recorded if new: see [`PeerKey::trust`]).
 pub async fn connect(
     addr: &str,
     security: &Security,
     timeouts: Timeouts,
     socket_buffer: Option<usize>,
-) -> Result<(FrameReader, FrameWriter, Option<String>), TransportError> {
+) -> Result<(FrameReader, FrameWriter, Option<PeerKey>), TransportError> {
     let connect_err = |source| TransportError::Connect {
         addr: addr.to_owned(),
         source,
     };
-    let stream = match tokio::time::timeout(timeouts.connect, TcpStream::connect(addr)).await {
+    let resolve = tokio::time::timeout(timeouts.connect, tokio::net::lookup_host(addr));
+    let addrs: Vec<SocketAddr> = match resolve.await {
+        Ok(Ok(found)) => found.collect(),
+        Ok(Err(source)) => {
+            return Err(TransportError::Resolve {
+                addr: addr.to_owned(),
+                source,
+            })
+        }
+        Err(_) => {
+            return Err(TransportError::Timeout {
+                what: "the host name to resolve",
+                secs: timeouts.connect.as_secs(),
+            })
+        }
+    };
+    let stream = match tokio::time::timeout(timeouts.connect, TcpStream::connect(&addrs[..])).await
+    {
         Ok(r) => r.map_err(connect_err)?,
         Err(_) => {
             return Err(TransportError::Timeout {
@@ -107,7 +148,11 @@ pub async fn connect(
                         } else {
                             format!(" {hint}")
                         },
-                        file: known_hosts.path().display().to_string(),
+                        file: if hint.is_empty() {
+                            known_hosts.path().display().to_string()
+                        } else {
+                            String::new()
+                        },
                     });
                 }
             }
@@ -119,22 +164,31 @@ pub async fn connect(
         Ok(Ok(tls)) => tls,
     };
     let seen = verifier.seen().unwrap_or_default();
+    let mut first_use = None;
     if fingerprint.is_none() {
-        if let TrustDecision::Changed { expected } = known_hosts.check(addr, &seen)? {
-            return Err(TransportError::KeyChanged {
-                host: addr.to_owned(),
-                got: seen,
-                expected,
-                hint: String::new(),
-                file: known_hosts.path().display().to_string(),
-            });
+        match known_hosts.decide(addr, &seen) {
+            TrustDecision::Changed { expected } => {
+                return Err(TransportError::KeyChanged {
+                    host: addr.to_owned(),
+                    got: seen,
+                    expected,
+                    hint: String::new(),
+                    file: known_hosts.path().display().to_string(),
+                })
+            }
+            TrustDecision::Learned => first_use = Some(known_hosts.clone()),
+            TrustDecision::Known => {}
         }
     }
     let (r, w) = tokio::io::split(tls);
     Ok((
         FrameReader::new(Box::new(r), timeouts.idle),
         FrameWriter::new(Sink::Boxed(Box::new(w)), timeouts.idle),
-        Some(seen),
+        Some(PeerKey {
+            addr: addr.to_owned(),
+            fingerprint: seen,
+            first_use,
+        }),
     ))
 }
 
@@ -154,7 +208,7 @@ impl Listener {
     ) -> Result<Self, TransportError> {
         let tcp = TcpListener::bind(addr)
             .await
-            .map_err(|source| TransportError::Connect {
+            .map_err(|source| TransportError::Listen {
                 addr: addr.to_string(),
                 source,
             })?;

@@ -72,10 +72,10 @@ fn main() -> ExitCode {
             let code = exit_code_for(&err);
             if mode == Mode::Json {
                 output::json_line(
-                    &serde_json::json!({"event": "error", "message": format!("{err:#}"), "exit_code": code}),
+                    &serde_json::json!({"event": "error", "message": chain_text(&err), "exit_code": code}),
                 );
             } else {
-                eprintln!("error: {err:#}");
+                eprintln!("error: {}", chain_text(&err));
             }
             code
         }
@@ -113,6 +113,7 @@ fn filter_rules_in_order(m: &clap::ArgMatches) -> Vec<(haul_fetch::RuleKind, Str
 
 fn init_logging(cli: &Cli) {
     let default = match (cli.verbose, &cli.command) {
+        (0, _) if cli.quiet => "error",
         (0, Command::Serve(_)) => "info",
         (0, _) => "warn",
         (1, _) => "info",
@@ -124,6 +125,7 @@ fn init_logging(cli: &Cli) {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_target(false)
         .try_init();
 }
@@ -134,7 +136,11 @@ fn exit_code_for(err: &anyhow::Error) -> u8 {
         return match e {
             NodeError::Usage(_) => EXIT_USAGE,
             NodeError::Refused {
-                code: ErrorCode::Unauthorized | ErrorCode::BadPath | ErrorCode::Version,
+                code:
+                    ErrorCode::Unauthorized
+                    | ErrorCode::BadPath
+                    | ErrorCode::NotFound
+                    | ErrorCode::Version,
                 ..
             } => EXIT_USAGE,
             NodeError::Transport(TransportError::KeyChanged { .. }) => EXIT_USAGE,
@@ -160,7 +166,24 @@ impl std::fmt::Display for UsageError {
 impl std::error::Error for UsageError {}
 
 fn usage<T>(r: Result<T>) -> Result<T> {
-    r.map_err(|e| anyhow::Error::new(UsageError(format!("{e:#}"))))
+    r.map_err(|e| anyhow::Error::new(UsageError(chain_text(&e))))
+}
+
+/// An error and its causes, `outer: inner: ...`, leaving out a cause whose
+/// words the text already holds (many errors repeat their source).
+fn chain_text(err: &anyhow::Error) -> String {
+    let mut text = String::new();
+    for cause in err.chain() {
+        let words = cause.to_string();
+        if text.contains(&words) {
+            continue;
+        }
+        if !text.is_empty() {
+            text.push_str(": ");
+        }
+        text.push_str(&words);
+    }
+    text
 }
 
 async fn run(cli: Cli, mode: Mode) -> Result<u8> {
@@ -267,6 +290,10 @@ async fn serve(args: ServeArgs, mode: Mode) -> Result<u8> {
     if token.is_none() && !args.open {
         return Err(UsageError("haul serve needs a token (--token, HAUL_TOKEN or --token-file) or --open to run without authentication".into()).into());
     }
+    if token.is_some() && args.open {
+        return Err(UsageError("--open (no authentication) and a token (--token, HAUL_TOKEN or --token-file) exclude each other: pass one".into()).into());
+    }
+    let root_is_new = std::fs::symlink_metadata(&args.root).is_err();
     let addr: SocketAddr = usage(
         args.listen
             .parse()
@@ -298,13 +325,15 @@ async fn serve(args: ServeArgs, mode: Mode) -> Result<u8> {
     };
     let server = Server::new(opts)
         .with_context(|| format!("cannot use {} as the node's root", args.root.display()))?;
-    let listener = Listener::bind(addr, identity.as_ref(), None).await?;
+    let listener = Listener::bind(addr, identity.as_ref(), None)
+        .await
+        .map_err(|e| UsageError(e.to_string()))?;
     let local = listener.local_addr()?;
     let fingerprint = identity.as_ref().map(|i| i.fingerprint());
     match mode {
         Mode::Json => output::json_line(&serde_json::json!({
             "event": "listening", "addr": local.to_string(), "fingerprint": fingerprint,
-            "root": args.root, "tls": !args.plaintext, "auth": !args.open,
+            "root": args.root, "root_created": root_is_new, "tls": !args.plaintext, "auth": !args.open,
         })),
         _ => {
             println!("haul node listening on {local}");
@@ -312,7 +341,17 @@ async fn serve(args: ServeArgs, mode: Mode) -> Result<u8> {
                 Some(fp) => println!("fingerprint {fp}"),
                 None => println!("fingerprint none (plaintext: trusted networks only)"),
             }
-            println!("root {}", args.root.display());
+            let created = if root_is_new {
+                " (created: it did not exist)"
+            } else {
+                ""
+            };
+            println!("root {}{created}", args.root.display());
+            if args.open {
+                println!("auth none (--open: anyone who can connect may push and pull)");
+            } else {
+                println!("auth token");
+            }
         }
     }
     server.serve(listener, shutdown_signal()).await;

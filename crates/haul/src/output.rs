@@ -32,7 +32,19 @@ pub fn json_line(value: &serde_json::Value) {
 pub struct Display {
     mode: Mode,
     bars: Option<Bars>,
+    /// `--json`: bytes moved so far, and when progress was last printed.
+    json_progress: Mutex<JsonProgress>,
 }
+
+/// `--json` progress: one `progress` line at most every [`JSON_PROGRESS_EVERY`].
+struct JsonProgress {
+    started: std::time::Instant,
+    last: std::time::Instant,
+    bytes: u64,
+}
+
+/// How often `--json` prints a `progress` line while bytes move.
+const JSON_PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_secs(1);
 
 struct Bars {
     multi: MultiProgress,
@@ -60,7 +72,37 @@ impl Display {
                 files: Mutex::new(HashMap::new()),
             }
         });
-        Self { mode, bars }
+        let now = std::time::Instant::now();
+        Self {
+            mode,
+            bars,
+            json_progress: Mutex::new(JsonProgress {
+                started: now,
+                last: now,
+                bytes: 0,
+            }),
+        }
+    }
+
+    /// `--json`: counts `bytes` and prints a `progress` line when one is due
+    /// (bytes so far, seconds since the start, the rate).
+    fn json_progress(&self, bytes: u64) {
+        let Ok(mut p) = self.json_progress.lock() else {
+            return;
+        };
+        p.bytes += bytes;
+        let now = std::time::Instant::now();
+        if now.duration_since(p.last) < JSON_PROGRESS_EVERY {
+            return;
+        }
+        p.last = now;
+        let secs = now.duration_since(p.started).as_secs_f64();
+        json_line(&serde_json::json!({
+            "event": "progress",
+            "bytes": p.bytes,
+            "seconds": (secs * 1000.0).round() / 1000.0,
+            "bytes_per_second": (p.bytes as f64 / secs.max(1e-3)).round(),
+        }));
     }
 
     /// Clears the bars.
@@ -75,13 +117,14 @@ impl Display {
 impl Observer for Display {
     fn event(&self, event: &Event) {
         match self.mode {
-            Mode::Json => {
-                if !matches!(event, Event::Progress { .. }) {
+            Mode::Json => match event {
+                Event::Progress { bytes, .. } => self.json_progress(*bytes),
+                _ => {
                     if let Ok(v) = serde_json::to_value(event) {
                         json_line(&v);
                     }
                 }
-            }
+            },
             Mode::Quiet => {
                 if let Event::FileError { path, error } = event {
                     eprintln!("error: {path}: {error}");
@@ -175,8 +218,9 @@ pub fn print_summary(mode: Mode, s: &Summary) {
         Mode::Human => {
             let mark = if s.failed == 0 { "ok" } else { "FAILED" };
             eprintln!(
-                "{mark}: {} files ({}) verified, {} already up to date, {} failed; {} sent in {:.2}s ({}/s, {} connection{})",
+                "{mark}: {} file{} ({}) verified, {} already up to date, {} failed; {} transferred in {:.2}s ({}/s, {} connection{})",
                 s.files_ok,
+                if s.files_ok == 1 { "" } else { "s" },
                 human_bytes(s.bytes_verified),
                 s.files_skipped,
                 s.failed,

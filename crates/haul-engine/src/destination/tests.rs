@@ -188,6 +188,39 @@ fn quick_check_skips_only_the_same_file() {
 }
 
 #[test]
+fn an_up_to_date_file_takes_the_source_mode() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dest = Destination::open(tmp.path()).unwrap();
+    let a = file_entry("a", 5, 1024);
+    assert!(receive_small(&dest, &a, b"hello"));
+    let mode = |p: &str| {
+        std::fs::metadata(tmp.path().join(p))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o7777
+    };
+    assert_eq!(mode("a"), 0o640);
+    // Only the mode changed at the source (tightened): skipped, mode applied.
+    let tightened = Entry {
+        mode: 0o600,
+        ..a.clone()
+    };
+    assert!(!receive_small(&dest, &tightened, b"hello"));
+    assert_eq!(mode("a"), 0o600);
+    // A symlink under the name is never chmod-ed through: the file is sent.
+    std::fs::write(tmp.path().join("t"), b"hello").unwrap();
+    std::fs::set_permissions(tmp.path().join("t"), std::fs::Permissions::from_mode(0o644)).unwrap();
+    std::os::unix::fs::symlink("t", tmp.path().join("l")).unwrap();
+    let l = Entry {
+        path: "l".into(),
+        ..tightened
+    };
+    assert!(!dest.quick_check(&l));
+    assert_eq!(mode("t"), 0o644);
+}
+
+#[test]
 fn is_new_only_without_file_and_resume_state() {
     let tmp = tempfile::tempdir().unwrap();
     let dest = Destination::open(tmp.path()).unwrap();

@@ -412,6 +412,12 @@ fn a_changed_server_key_is_refused() {
     let out = run(c, T);
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     assert!(stderr(&out).contains("presented key"), "{}", stderr(&out));
+    // The pin came from the command line: no known-hosts advice.
+    assert!(
+        !stderr(&out).contains("remove its line"),
+        "{}",
+        stderr(&out)
+    );
 
     // Trust on first use, then a different key at the same address.
     let mut c = haul(&s.path("config"));
@@ -498,4 +504,64 @@ fn a_peer_that_stops_answering_is_timed_out() {
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     assert!(stderr(&out).contains("timed out"), "{}", stderr(&out));
     assert!(started.elapsed() < Duration::from_secs(30));
+}
+
+#[test]
+fn mistakes_exit_2_with_what_to_do() {
+    let s = Scratch::new();
+    write_file(&s.path("src/f"), 10, 1);
+    write_file(&s.path("afile"), 3, 2);
+    let tls = Node::start(&s.path("node"), &s.path("config"), &["--open"]);
+    let expect_2 = |mut c: std::process::Command, words: &str| {
+        c.arg("-q");
+        let out = run(c, T);
+        assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+        assert!(
+            stderr(&out).contains(words),
+            "{words:?} not in {}",
+            stderr(&out)
+        );
+        stderr(&out)
+    };
+
+    // --plaintext against a TLS node.
+    let mut c = haul(&s.path("config"));
+    c.args(["push", "--plaintext"])
+        .arg(s.path("src/f"))
+        .arg(tls.url("x"));
+    expect_2(c, "drop --plaintext");
+    // Not a port.
+    let mut c = haul(&s.path("config"));
+    c.arg("push")
+        .arg(s.path("src/f"))
+        .arg("haul://127.0.0.1:99999/x");
+    expect_2(c, "not a port");
+    // A path the node does not have: no DEST made, the node's root not shown.
+    let mut c = haul(&s.path("config"));
+    c.arg("pull").arg(tls.url("missing")).arg(s.path("dest"));
+    let err = expect_2(c, "no such file or directory on the node");
+    assert!(!err.contains(&*s.path("node").to_string_lossy()), "{err}");
+    assert!(!s.path("dest").exists());
+    // DEST is a file.
+    let mut c = haul(&s.path("config"));
+    c.arg("pull").arg(s.path("src")).arg(s.path("afile"));
+    expect_2(c, "is not a directory");
+    // A node told both --open and a token.
+    let mut c = haul(&s.path("config"));
+    c.args([
+        "serve",
+        "--open",
+        "--token",
+        "t",
+        "--listen",
+        "127.0.0.1:0",
+        "--root",
+    ])
+    .arg(s.path("other"));
+    expect_2(c, "exclude each other");
+    // A node on a port that is taken.
+    let mut c = haul(&s.path("config"));
+    c.args(["serve", "--open", "--listen", &tls.addr, "--root"])
+        .arg(s.path("other"));
+    expect_2(c, "cannot listen on");
 }
