@@ -268,6 +268,9 @@ pub async fn push(
                 async move {
                     let (r, w) = match conn {
                         Some(c) => c,
+                        // No connection for a queue with nothing left to take
+                        // (one small file needs one connection, not four).
+                        None if !queue.has_waiting() => return Ok(()),
                         None => open_session(&addr, &opts, Request::Push { dest })
                             .await
                             .map_err(|e| (e, Vec::new()))?,

@@ -239,6 +239,27 @@ impl<J: Job> WorkQueue<J> {
         None
     }
 
+    /// True when a job is waiting to be taken now: one given back or pushed,
+    /// or the next one the feed yields (kept for whoever takes next).
+    pub fn has_waiting(&self) -> bool {
+        let Ok(mut inner) = self.inner.lock() else {
+            return false;
+        };
+        if !inner.deferred.is_empty() {
+            return true;
+        }
+        match inner.feed.as_mut().and_then(|f| f.next()) {
+            Some(job) => {
+                inner.deferred.push_back(job);
+                true
+            }
+            None => {
+                inner.feed = None;
+                false
+            }
+        }
+    }
+
     /// True when no job is left and none can come, except ones given back later.
     pub fn is_drained(&self) -> bool {
         self.inner
