@@ -26,6 +26,12 @@ pub(crate) struct FileJob {
     /// `entry` comes from a stat made just now (not from a listing): no
     /// need to state the file again before its first attempt.
     pub stated: bool,
+    /// Path relative to the source.
+    pub rel: String,
+    /// The listing gave no mtime but `--newer-than` or an `{mtime}` in
+    /// `--rename` needs one: the file is stated first, then filtered and
+    /// named ([`Ctx::job_for`] again).
+    pub needs_mtime: bool,
 }
 
 /// Bound on listing entries parsed ahead of the crawl's filtering.
@@ -34,6 +40,34 @@ const LIST_AHEAD: usize = 256;
 impl Ctx {
     /// The job for file `rel` (if the filter takes it).
     pub(crate) fn job_for(
+        &self,
+        remote_path: String,
+        rel: String,
+        entry: RemoteEntry,
+    ) -> Option<FileJob> {
+        let needs_mtime = entry.mtime.is_none()
+            && (self.opts.filter.newer_than.is_some()
+                || self.opts.rename.as_ref().is_some_and(|t| t.uses_mtime()));
+        if needs_mtime {
+            // Only the filter's other rules now; the rest once stated.
+            self.opts.filter.take_file(&rel, &entry)?;
+            return Some(FileJob {
+                remote_path,
+                dest_rel: join_rel(&self.opts.dest_prefix, &rel),
+                entry,
+                no_ranges: false,
+                stated: false,
+                rel,
+                needs_mtime,
+            });
+        }
+        self.job_decided(remote_path, rel, entry)
+    }
+
+    /// The job for file `rel` with what `entry` tells (an mtime it lacks is
+    /// taken as unknown: `--newer-than` lets the file through, `{mtime}`
+    /// names it by the transfer time).
+    pub(crate) fn job_decided(
         &self,
         remote_path: String,
         rel: String,
@@ -50,7 +84,20 @@ impl Ctx {
                     mtime: entry.mtime,
                     captures: &caps,
                 });
-                join_rel(&self.opts.dest_prefix, &renamed)
+                let dest_rel = join_rel(&self.opts.dest_prefix, &renamed);
+                // Two files renamed onto one name: the later one is refused
+                // (never fetched, never deleted at the source), so neither
+                // is lost by being written over.
+                if let Some(first) = self.claim(&dest_rel, &remote_path) {
+                    self.tally.event(&Event::FileError {
+                        path: rel.clone(),
+                        error: format!(
+                            "--rename makes {remote_path} and {first} both {dest_rel}: not fetched (make the template tell them apart, e.g. with {{dir}} or {{path}})"
+                        ),
+                    });
+                    return None;
+                }
+                dest_rel
             }
         };
         Some(FileJob {
@@ -59,7 +106,25 @@ impl Ctx {
             entry,
             no_ranges: false,
             stated: false,
+            rel,
+            needs_mtime: false,
         })
+    }
+}
+
+impl Ctx {
+    /// Claims destination `dest_rel` for `remote_path`; returns the remote
+    /// path that claimed it first, if another did.
+    fn claim(&self, dest_rel: &str, remote_path: &str) -> Option<String> {
+        let mut claimed = self.renamed.lock().unwrap_or_else(|e| e.into_inner());
+        match claimed.get(dest_rel) {
+            Some(first) if first != remote_path => Some(first.clone()),
+            Some(_) => None,
+            None => {
+                claimed.insert(dest_rel.to_owned(), remote_path.to_owned());
+                None
+            }
+        }
     }
 }
 
@@ -153,10 +218,12 @@ async fn list_one(
 /// Recreates an empty remote directory at the destination, as rsync and
 /// lftp's mirror do. Only a directory with no entries at all: one whose files
 /// were all filtered out is not created (rsync's `--prune-empty-dirs`), and
-/// with `--rename` (which maps files, not directories) none is.
+/// none is with `--rename` (which maps files, not directories) or with a
+/// rule that picks files (`--include`, `--regex`, sizes...: nothing in an
+/// empty directory was asked for).
 fn make_empty_dir(ctx: &Ctx, rel: &str) {
     let target = join_rel(&ctx.opts.dest_prefix, rel);
-    if target.is_empty() || ctx.opts.rename.is_some() {
+    if target.is_empty() || ctx.opts.rename.is_some() || ctx.opts.filter.picks_files() {
         return;
     }
     if let Err(e) = ctx.dest.ensure_dir(&target) {

@@ -30,13 +30,28 @@ enum Outcome {
 
 /// Downloads `job`, retrying what is worth retrying; reports the result.
 pub(crate) async fn download(ctx: Arc<Ctx>, mut job: FileJob) {
+    if job.needs_mtime {
+        match stated_job(&ctx, &job).await {
+            Ok(Some(stated)) => job = stated,
+            // Left out by --newer-than, or refused by --rename.
+            Ok(None) => return,
+            Err(e) => {
+                ctx.tally.event(&Event::FileError {
+                    path: job.dest_rel.clone(),
+                    error: format!("{e}{}", hint_for(&e)),
+                });
+                return;
+            }
+        }
+    }
     ctx.tally.event(&Event::FileStart {
         path: job.dest_rel.clone(),
         size: job.entry.size.unwrap_or(0),
     });
     let mut backoff = Backoff::with_base(ctx.opts.retries, ctx.opts.retry_base);
-    let mut restat =
-        job.entry.size.is_none() || (ctx.pool.remote().stat_before_read() && !job.stated);
+    let mut restat = job.entry.size.is_none()
+        || (ctx.pool.remote().stat_before_read() && !job.stated)
+        || (resumable(&job.entry) && !ctx.pool.remote().listing_is_exact() && !job.stated);
     if restat && known_up_to_date(&ctx, &job) {
         let size = job.entry.size.unwrap_or(0);
         ctx.tally
@@ -63,7 +78,15 @@ pub(crate) async fn download(ctx: Arc<Ctx>, mut job: FileJob) {
                     skipped: false,
                 });
                 if ctx.opts.delete_source {
-                    delete_source(&ctx, &job).await;
+                    let name = job.remote_path.rsplit('/').next().unwrap_or_default();
+                    if ctx.opts.verify_sidecar && crate::verify::is_sidecar(name) {
+                        // It may cover a file not delivered (yet): deleting
+                        // it would let that file through unverified later.
+                        tracing::info!("{}: a checksum file, kept at the source", job.dest_rel);
+                        ctx.kept_sidecars.fetch_add(1, Ordering::Relaxed);
+                    } else {
+                        delete_source(&ctx, &job).await;
+                    }
                 }
                 return;
             }
@@ -113,6 +136,41 @@ pub(crate) async fn download(ctx: Arc<Ctx>, mut job: FileJob) {
 /// source whose listings are exact (S3), a file with the listed size and
 /// modification time (rsync's quick check). Delivered files carry the
 /// server's `Last-Modified`, whole seconds: the listed time is compared so.
+/// States a job whose listing gave no mtime, then filters and names it with
+/// the mtime known (`None`: the filter leaves it out).
+async fn stated_job(ctx: &Arc<Ctx>, job: &FileJob) -> Result<Option<FileJob>, RemoteError> {
+    let mut lease = ctx.pool.take().await?;
+    let fresh = lease.session().stat(&job.remote_path).await?;
+    ctx.pool.give_back(lease);
+    let entry = RemoteEntry {
+        name: job.entry.name.clone(),
+        ..fresh
+    };
+    if entry.mtime.is_none() {
+        ctx.tally.event(&Event::Warning {
+            message: format!(
+                "{}: the server tells no modification time; --newer-than and {{mtime}} cannot apply to it",
+                job.rel
+            ),
+        });
+    }
+    Ok(ctx
+        .job_decided(job.remote_path.clone(), job.rel.clone(), entry)
+        .map(|j| FileJob { stated: true, ..j }))
+}
+
+/// Whether `entry` is staged with resume state (more than one chunk). Such
+/// a file is stated before it is read when listings may be imprecise (an FTP
+/// `LIST` line tells the minute at best): its version — size and exact
+/// mtime — decides whether a partial copy can be resumed, and a change
+/// within the listed minute must start it over rather than splice two
+/// versions. One more request for a file of over 4 MiB.
+fn resumable(entry: &RemoteEntry) -> bool {
+    entry
+        .size
+        .is_some_and(|size| size > u64::from(chunk_size_for(size)))
+}
+
 fn known_up_to_date(ctx: &Ctx, job: &FileJob) -> bool {
     if ctx.opts.skip_existing {
         return ctx.existing_size(&job.dest_rel).is_some();
@@ -141,6 +199,9 @@ fn hint_for(e: &RemoteError) -> &'static str {
         RemoteError::NotFound(_) => "; check the path",
         RemoteError::PermissionDenied(_) => "; the server refuses to let this user read it",
         RemoteError::Auth(_) => "; check the user name and password or key",
+        RemoteError::Changed(_) => {
+            "; it failed on every attempt: the server's copy or its checksum may be wrong"
+        }
         RemoteError::Timeout(_) | RemoteError::Connection(_) => {
             "; gave up after the retries: run the same command again to resume"
         }
@@ -157,10 +218,13 @@ async fn delete_source(ctx: &Arc<Ctx>, job: &FileJob) {
     }
     .await;
     if let Err(e) = result {
-        ctx.tally.event(&Event::Warning {
-            message: format!(
-                "{}: delivered and verified, but deleting the source failed: {e}",
-                job.dest_rel
+        // A move that left its source behind is a failure to report (exit
+        // 1), though the copy is in place.
+        ctx.tally.event(&Event::FileError {
+            path: job.dest_rel.clone(),
+            error: format!(
+                "delivered and verified, but --delete-source could not delete {}: {e}",
+                job.remote_path
             ),
         });
     }
@@ -311,7 +375,7 @@ async fn finish(
         if let Some(m) = mismatches.first() {
             part.discard();
             return Err(RemoteError::Changed(format!(
-                "{}: {m} (corrupted in transit or changed on the server; fetching again)",
+                "{}: {m} (corrupted in transit, or changed on the server)",
                 job.remote_path
             )));
         }

@@ -186,6 +186,21 @@ impl Filter {
         true
     }
 
+    /// Whether only some files are wanted (an `--include`, `--regex`,
+    /// `--dir-struct`, size or age rule): then an empty directory is not
+    /// recreated, as nothing in it was asked for (rsync's `--include` lists
+    /// with `--prune-empty-dirs`).
+    pub fn picks_files(&self) -> bool {
+        self.globs
+            .iter()
+            .any(|g| g.kind == RuleKind::Include && !g.dir_only)
+            || self.regex.is_some()
+            || !self.dir_struct.is_empty()
+            || self.min_size.is_some()
+            || self.max_size.is_some()
+            || self.newer_than.is_some()
+    }
+
     /// Whether file `rel` (relative to the source) is taken, with the
     /// captures of its dir-struct parts and `--regex`.
     pub fn take_file(&self, rel: &str, entry: &RemoteEntry) -> Option<Captures> {

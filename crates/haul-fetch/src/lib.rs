@@ -47,7 +47,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use haul_engine::{Destination, Observer, ReceiveError};
+use haul_engine::{Destination, Event, Observer, ReceiveError};
 use haul_node::summary::Tally;
 use haul_node::{Concurrency, Summary};
 use haul_remote::{EntryKind, Remote, RemoteError};
@@ -155,6 +155,11 @@ pub(crate) struct Ctx {
     pub(crate) sidecars: Sidecars,
     /// Bytes received so far, counted as they arrive (for `-j auto`).
     pub(crate) received: AtomicU64,
+    /// With `--rename`: each destination path and the remote file that
+    /// took it first (two files must never land on one name).
+    pub(crate) renamed: std::sync::Mutex<std::collections::HashMap<String, String>>,
+    /// Checksum files delivered but not deleted by `--delete-source`.
+    pub(crate) kept_sidecars: AtomicU64,
 }
 
 impl Ctx {
@@ -264,13 +269,31 @@ fn ctx(
         started: SystemTime::now(),
         sidecars: Sidecars::default(),
         received: AtomicU64::new(0),
+        renamed: std::sync::Mutex::new(std::collections::HashMap::new()),
+        kept_sidecars: AtomicU64::new(0),
     })
 }
 
 fn finish(ctx: &Ctx, dest: &Destination, started: Instant) -> Summary {
+    let kept = ctx.kept_sidecars.load(Ordering::Relaxed);
+    if kept > 0 {
+        ctx.tally.event(&Event::Warning {
+            message: format!(
+                "--delete-source kept {kept} checksum file(s) at the source: with --verify-sidecar they may cover files not delivered yet"
+            ),
+        });
+    }
     dest.apply_dir_metadata();
     haul_engine::tidy_state_dir(dest.root());
-    ctx.tally.finish(started.elapsed(), ctx.pool.peak())
+    let summary = ctx.tally.finish(started.elapsed(), ctx.pool.peak());
+    if summary.entries_ok == 0 && summary.failed == 0 && summary.files_skipped == 0 {
+        // An S3 prefix that does not exist lists like an empty one.
+        ctx.tally.event(&Event::Warning {
+            message: "nothing was fetched: the source is empty, or no file matched the filters"
+                .into(),
+        });
+    }
+    summary
 }
 
 /// Runs downloads from `jobs` with the concurrency policy; returns when the

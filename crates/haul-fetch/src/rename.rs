@@ -112,6 +112,11 @@ impl RenameTemplate {
         Ok(Self { parts })
     }
 
+    /// Whether the template uses the file's modification time (`{mtime:…}`).
+    pub fn uses_mtime(&self) -> bool {
+        self.parts.iter().any(|p| matches!(p, Part::Mtime(_)))
+    }
+
     fn token(token: &str) -> Option<Part> {
         Some(match token {
             "path" => Part::Path,

@@ -43,8 +43,16 @@ impl Sidecars {
             } else {
                 read_small(session, &path, MAX_SIDECAR).await?.map(Arc::new)
             };
-            if let Some(sum) = text.and_then(|t| parse_sidecar(&t, algorithm, name)) {
+            let Some(text) = text else { continue };
+            if let Some(sum) = parse_sidecar(&text, algorithm, name) {
                 return Ok(Some(sum));
+            }
+            // A checksum file made for this file alone that gives none for
+            // it is a failure, not a reason to verify by size only.
+            if !per_dir {
+                return Err(RemoteError::UnusableChecksum(format!(
+                    "{candidate} gives no {algorithm} checksum for {name}"
+                )));
             }
         }
         Ok(None)

@@ -73,8 +73,8 @@ fn tls_cert_error(e: &(dyn std::error::Error + 'static)) -> Option<String> {
 pub(crate) fn from_reqwest(what: &str, host: &str, e: &reqwest::Error) -> RemoteError {
     if let Some(cert) = tls_cert_error(e) {
         return RemoteError::HostKey(format!(
-            "{what}: the TLS certificate of {host} is not trusted ({cert}); give its CA certificate \
-             (PEM) with the CA-certificate option, or disable verification for testing only"
+            "the TLS certificate of {host} is not trusted ({cert}) while trying to {what}: give \
+             its CA certificate (PEM) with --ca-cert, or --insecure to check none (testing only)"
         ));
     }
     let detail = chain(e);

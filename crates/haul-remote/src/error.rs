@@ -12,8 +12,9 @@ pub enum RemoteError {
     /// Login failed (wrong user, password or key).
     #[error("authentication failed: {0}")]
     Auth(String),
-    /// The SSH host key is unknown or changed.
-    #[error("host key: {0}")]
+    /// The server's identity cannot be trusted: an SSH host key unknown or
+    /// changed, a TLS certificate that does not verify.
+    #[error("server identity: {0}")]
     HostKey(String),
     /// The remote file changed since it was listed: start the file over.
     #[error("changed on the server: {0}")]
@@ -30,6 +31,10 @@ pub enum RemoteError {
     /// The remote cannot do this (e.g. ranges on a server without them).
     #[error("unsupported: {0}")]
     Unsupported(String),
+    /// A checksum file beside the file gives no checksum for it: the file
+    /// cannot be verified as asked.
+    #[error("checksum file {0}")]
+    UnusableChecksum(String),
     /// Writing the received bytes locally failed (disk full...).
     #[error("{0}")]
     Local(String),

@@ -120,8 +120,16 @@ fn init_logging(cli: &Cli) {
         (2, _) => "debug",
         _ => "trace",
     };
-    let filter = tracing_subscriber::EnvFilter::try_from_env("HAUL_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
+    // The SSH library logs its own opinions (a packet size it would not
+    // choose, as an ERROR on every connection): heard from -vv up.
+    let quiet_libraries = if cli.verbose < 2 {
+        ",russh=off,russh_sftp=off"
+    } else {
+        ""
+    };
+    let filter = tracing_subscriber::EnvFilter::try_from_env("HAUL_LOG").unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new(format!("{default}{quiet_libraries}"))
+    });
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

@@ -226,7 +226,7 @@ pub fn print_summary(mode: Mode, s: &Summary) {
                 s.failed,
                 human_bytes(s.bytes_transferred),
                 s.seconds,
-                human_bytes(s.rate() as u64),
+                human_bytes(if s.seconds > 0.0 { (s.bytes_transferred as f64 / s.seconds) as u64 } else { 0 }),
                 s.connections,
                 if s.connections == 1 { "" } else { "s" }
             );

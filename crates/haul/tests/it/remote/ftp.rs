@@ -158,3 +158,44 @@ fn ftp_server_killed_mid_download_resumes() {
         all_output(&out)
     );
 }
+
+#[test]
+fn ftp_file_changed_within_its_listed_minute_starts_over() {
+    // vsftpd lists times to the minute (LIST): a file replaced by another
+    // of the same size within that minute, while a download of it was cut
+    // off, must be fetched anew, never spliced from the two versions.
+    let mut srv = FtpServer::start_throttled(Mode::Plain, 8_000_000).unwrap();
+    let size: u64 = 48 << 20;
+    // In a directory: its LIST line is all that is known of the file.
+    let path = srv.root().join("dir/huge.bin");
+    let minute = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_700_000_040);
+    write_file(&path, size, 4);
+    let set_mtime = |secs: u64| {
+        let f = std::fs::File::options().write(true).open(&path).unwrap();
+        f.set_modified(minute + std::time::Duration::from_secs(secs))
+            .unwrap();
+    };
+    set_mtime(1);
+    let s = Scratch::new();
+    let dst = s.path("dst");
+    let out = pull_through_restart(
+        &s.path("cfg"),
+        &srv.url("/dir/"),
+        &dst,
+        8 << 20,
+        &mut srv,
+        FtpServer::stop,
+        |srv| {
+            write_file(&srv.root().join("dir/huge.bin"), size, 5);
+            set_mtime(30);
+            srv.start_again().unwrap()
+        },
+    );
+    assert!(out.status.success(), "{}\n{}", all_output(&out), srv.log());
+    assert_eq!(
+        crate::harness::b3(&dst.join("huge.bin")),
+        crate::harness::b3(&srv.root().join("dir/huge.bin")),
+        "{}",
+        all_output(&out)
+    );
+}

@@ -471,3 +471,95 @@ fn http_streamed_body_without_length_is_stated_first() {
         "{seen:?}"
     );
 }
+
+#[test]
+fn http_mtime_filters_collisions_and_unusable_checksums() {
+    let srv = server();
+    let tree = srv.root().join("m");
+    let old = std::time::UNIX_EPOCH + Duration::from_secs(1_577_934_245); // 2020-01-02T03:04:05Z
+    for (name, seed) in [("a/data.nc", 1), ("b/data.nc", 2), ("old.txt", 3)] {
+        write_file(&tree.join(name), 100, seed);
+        let f = std::fs::File::options()
+            .write(true)
+            .open(tree.join(name))
+            .unwrap();
+        f.set_modified(old).unwrap();
+    }
+    write_file(&tree.join("checked.dat"), 10, 4);
+    std::fs::write(tree.join("checked.dat.sha256"), "00\n").unwrap();
+    let s = Scratch::new();
+    let url = srv.http_url("/m/");
+
+    // The index tells no usable times: --newer-than states each file.
+    let out = pull(
+        &s.path("cfg"),
+        &[
+            &url,
+            s.path("newer").to_str().unwrap(),
+            "--newer-than",
+            "2021-01-01",
+        ],
+    );
+    assert!(out.status.success(), "{}", all_output(&out));
+    assert!(!s.path("newer/old.txt").exists(), "{}", all_output(&out));
+    assert!(s.path("newer/checked.dat").is_file());
+    // {mtime} names a file by its own time, not the transfer's.
+    let out = pull(
+        &s.path("cfg"),
+        &[
+            &url,
+            s.path("named").to_str().unwrap(),
+            "--include",
+            "old.txt",
+            "--rename",
+            "{mtime:%Y%m%d-%H%M%S}_{name}",
+        ],
+    );
+    assert!(out.status.success(), "{}", all_output(&out));
+    assert!(
+        s.path("named/20200102-030405_old.txt").is_file(),
+        "{}",
+        all_output(&out)
+    );
+
+    // Two files renamed onto one name: the second is refused, not written over.
+    let out = pull(
+        &s.path("cfg"),
+        &[
+            &url,
+            s.path("clash").to_str().unwrap(),
+            "--include",
+            "*.nc",
+            "--rename",
+            "{name}",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", all_output(&out));
+    assert!(
+        all_output(&out).contains("both data.nc"),
+        "{}",
+        all_output(&out)
+    );
+    let got = b3(&s.path("clash/data.nc"));
+    assert!(got == b3(&tree.join("a/data.nc")) || got == b3(&tree.join("b/data.nc")));
+    assert_eq!(summary(&out)["files_ok"], 1);
+
+    // A checksum file made for a file that gives no checksum fails it.
+    let out = pull(
+        &s.path("cfg"),
+        &[
+            &url,
+            s.path("side").to_str().unwrap(),
+            "--include",
+            "checked.dat",
+            "--verify-sidecar",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", all_output(&out));
+    assert!(!s.path("side/checked.dat").exists());
+    assert!(
+        all_output(&out).contains("gives no sha256 checksum"),
+        "{}",
+        all_output(&out)
+    );
+}
