@@ -53,6 +53,9 @@ pub enum ReceiveError {
     /// Another version of the same file is being received right now.
     #[error("{0}: another transfer of a different version of this file is in progress; try again when it ends")]
     Busy(String),
+    /// Another process holds the staging file (two pulls into one place).
+    #[error("{0}: another haul process is receiving this file into the same place; try again when it ends")]
+    Locked(String),
     /// Disk full: the partial file stays and the transfer resumes later.
     #[error(
         "disk full while writing {0}: free some space and run the same command again to resume"
@@ -380,14 +383,28 @@ impl Destination {
             }
         }
         let id = staging_id(&entry.path);
-        let part = PartialFile::open(
-            entry.clone(),
-            version,
-            final_path,
-            self.partial_dir.join(format!("{id}.part")),
-            self.partial_dir.join(format!("{id}.state")),
-            self.dirty_dirs.clone(),
-        )?;
+        let open_part = || {
+            PartialFile::open(
+                entry.clone(),
+                version,
+                final_path.clone(),
+                self.partial_dir.join(format!("{id}.part")),
+                self.partial_dir.join(format!("{id}.state")),
+                self.dirty_dirs.clone(),
+            )
+        };
+        let part = match open_part() {
+            // The state directory was removed under a running node: make it
+            // again (what was staged in it is gone; transfers start over).
+            Err(ReceiveError::Io { source, .. })
+                if source.kind() == io::ErrorKind::NotFound && !self.partial_dir.is_dir() =>
+            {
+                fs::create_dir_all(&self.partial_dir)
+                    .map_err(|e| ReceiveError::io("create", &self.partial_dir, e))?;
+                open_part()?
+            }
+            other => other?,
+        };
         let part = Arc::new(part);
         open.insert(entry.path.clone(), Arc::downgrade(&part));
         Ok(Prepared::Receive(part))

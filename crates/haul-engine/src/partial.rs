@@ -53,6 +53,8 @@ pub struct PartialFile {
     dirty: DirtyDirs,
     /// Renamed into place: a later offer of the same path starts afresh.
     published: AtomicBool,
+    /// The rename (or link) into place succeeded.
+    in_place: AtomicBool,
     /// Device of the staged data, recorded by `seal` (`u64::MAX`: not yet).
     device: AtomicU64,
     /// Staged as an `O_TMPFILE` (no name until published; `part_path` is its directory).
@@ -148,6 +150,7 @@ impl PartialFile {
             resumed_bytes: 0,
             dirty,
             published: AtomicBool::new(false),
+            in_place: AtomicBool::new(false),
             device: AtomicU64::new(u64::MAX),
             anonymous,
             dir: None,
@@ -176,6 +179,12 @@ impl PartialFile {
         }
         let count = entry.chunk_count() as usize;
         let part = open_rw(&part_path)?;
+        // One process at a time per staging file (within a process the
+        // destination shares one `PartialFile`); the lock goes with `part`.
+        lock_exclusive(&part).map_err(|e| match e.kind() {
+            std::io::ErrorKind::WouldBlock => ReceiveError::Locked(entry.path.clone()),
+            _ => ReceiveError::io("lock", &part_path, e),
+        })?;
         let existing_len = part
             .metadata()
             .map_err(|e| ReceiveError::io("stat", &part_path, e))?
@@ -209,6 +218,7 @@ impl PartialFile {
             resumed_bytes,
             dirty,
             published: AtomicBool::new(false),
+            in_place: AtomicBool::new(false),
             device: AtomicU64::new(u64::MAX),
             anonymous: false,
             dir: None,
@@ -219,7 +229,17 @@ impl PartialFile {
     pub fn sync(&self) -> Result<(), ReceiveError> {
         self.part
             .sync_all()
-            .map_err(|e| ReceiveError::io("fsync", &self.part_path, e))
+            .map_err(|e| ReceiveError::io("fsync", self.shown_path(), e))
+    }
+
+    /// The path errors name: the staging file, or for an anonymous one
+    /// (which has no name yet) the file it will become.
+    fn shown_path(&self) -> &Path {
+        if self.anonymous {
+            &self.final_path
+        } else {
+            &self.part_path
+        }
     }
 
     /// True once renamed into place.
@@ -315,7 +335,7 @@ impl PartialFile {
         let offset = u64::from(index) * u64::from(self.entry.chunk_size) + u64::from(at);
         self.part
             .write_all_at(data, offset)
-            .map_err(|e| ReceiveError::io("write", &self.part_path, e))
+            .map_err(|e| ReceiveError::io("write", self.shown_path(), e))
     }
 
     /// Records chunk `index`, whose bytes [`PartialFile::write_piece`] wrote,
@@ -336,7 +356,7 @@ impl PartialFile {
     pub fn read_staged_at(&self, buf: &mut [u8], offset: u64) -> Result<(), ReceiveError> {
         self.part
             .read_exact_at(buf, offset)
-            .map_err(|e| ReceiveError::io("read", &self.part_path, e))
+            .map_err(|e| ReceiveError::io("read", self.shown_path(), e))
     }
 
     /// Throws the staged data and its resume log away (the source changed or
@@ -355,7 +375,7 @@ impl PartialFile {
         let offset = u64::from(index) * u64::from(self.entry.chunk_size);
         self.part
             .write_all_at(data, offset)
-            .map_err(|e| ReceiveError::io("write", &self.part_path, e))?;
+            .map_err(|e| ReceiveError::io("write", self.shown_path(), e))?;
         self.log_chunk(index, actual)
     }
 
@@ -381,7 +401,7 @@ impl PartialFile {
         let root = self.seal(sender_root)?;
         self.part
             .sync_all()
-            .map_err(|e| ReceiveError::io("fsync", &self.part_path, e))?;
+            .map_err(|e| ReceiveError::io("fsync", self.shown_path(), e))?;
         self.publish()?;
         Ok(root)
     }
@@ -411,6 +431,12 @@ impl PartialFile {
         };
         let root = root_from_digests(&digests, self.entry.chunk_size, self.entry.size)
             .ok_or_else(|| ReceiveError::Incomplete(self.entry.path.clone()))?;
+        // Committed already by another session sharing this staging (a
+        // resumed transfer racing the one it resumes): the same verified
+        // file is in place, so this commit succeeds too.
+        if self.in_place.load(Ordering::Acquire) && sender_root.is_none_or(|r| *r == root) {
+            return Ok(root);
+        }
         if sender_root.is_some_and(|r| *r != root) {
             if !self.anonymous {
                 let _ = fs::remove_file(&self.state_path);
@@ -418,7 +444,7 @@ impl PartialFile {
             }
             return Err(ReceiveError::RootMismatch(self.entry.path.clone()));
         }
-        let p = &self.part_path;
+        let p = self.shown_path();
         // The staged file must hold exactly the verified bytes.
         let meta = self
             .part
@@ -446,8 +472,12 @@ impl PartialFile {
 
     /// Second half of a commit, once the data is durable: the atomic rename
     /// to the final name.
+    /// Once in place, publishing again is a no-op (see `seal`).
     pub fn publish(&self) -> Result<(), ReceiveError> {
         if self.published.swap(true, Ordering::AcqRel) {
+            if self.in_place.load(Ordering::Acquire) {
+                return Ok(());
+            }
             return Err(ReceiveError::Incomplete(self.entry.path.clone()));
         }
         if self.anonymous {
@@ -456,6 +486,7 @@ impl PartialFile {
             fs::rename(&self.part_path, &self.final_path)
                 .map_err(|e| ReceiveError::io("rename", &self.final_path, e))?;
         }
+        self.in_place.store(true, Ordering::Release);
         // The new name becomes durable with the next directory sync. A crash
         // before it loses the name, never integrity: the file is sent again.
         if let (Ok(mut dirty), Some(parent)) = (self.dirty.lock(), self.final_path.parent()) {
@@ -499,6 +530,16 @@ impl PartialFile {
             }
         }
     }
+}
+
+/// `flock(LOCK_EX | LOCK_NB)`: `WouldBlock` when another process holds it.
+fn lock_exclusive(file: &File) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: `file` is an open descriptor.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(())
 }
 
 /// Opens the resume log, keeping the recorded chunks that still verify against

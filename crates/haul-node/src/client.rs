@@ -387,7 +387,7 @@ pub async fn pull(
     match lister.await {
         Ok(Ok(())) => {}
         Ok(Err(e)) => err = Some(e),
-        Err(e) => err = Some(NodeError::Protocol(format!("lister crashed: {e}"))),
+        Err(e) => err = Some(NodeError::Internal(format!("lister stopped: {e}"))),
     }
     fail_leftovers(&queue, &tally, &err, |j| j.entry.path.clone());
     destination.apply_dir_metadata();
@@ -552,7 +552,7 @@ pub async fn copy_local(
                     Err(i.error)
                 }
                 (_, Ok(Err(i))) => Err(i.error),
-                (_, Err(e)) => Err(NodeError::Protocol(format!("receiver crashed: {e}"))),
+                (_, Err(e)) => Err(NodeError::Internal(format!("receiver stopped: {e}"))),
             }
         }
     })

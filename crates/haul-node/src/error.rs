@@ -20,6 +20,10 @@ pub enum NodeError {
     /// The peer broke the protocol.
     #[error("protocol violation by peer: {0}")]
     Protocol(String),
+    /// A task of this process ended abnormally (cancelled at shutdown, or
+    /// panicked): not the peer's doing.
+    #[error("{0}")]
+    Internal(String),
     /// A URL or path given by the user is wrong.
     #[error("{0}")]
     Usage(String),

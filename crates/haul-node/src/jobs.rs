@@ -33,6 +33,12 @@ struct GroupState {
     digests: Vec<Option<Digest>>,
     /// First chunk of each range verified so far (a retried range counts once).
     done: HashSet<u32>,
+    /// Ranges the receiver skipped: the file was there already.
+    skipped: HashSet<u32>,
+    /// Payload bytes sent for the file over every connection.
+    sent: u64,
+    /// The file's outcome was reported (once per file, not per range).
+    reported: bool,
 }
 
 impl RangeGroup {
@@ -41,11 +47,62 @@ impl RangeGroup {
         Arc::new(Self {
             state: Mutex::new(GroupState {
                 digests: vec![None; entry.chunk_count() as usize],
-                done: HashSet::new(),
+                ..GroupState::default()
             }),
             entry,
             ranges,
         })
+    }
+
+    /// Counts `bytes` sent for one of the ranges.
+    pub fn add_sent(&self, bytes: u64) {
+        if let Ok(mut st) = self.state.lock() {
+            st.sent += bytes;
+        }
+    }
+
+    /// Payload bytes sent for the whole file so far.
+    pub fn sent(&self) -> u64 {
+        self.state.lock().map(|st| st.sent).unwrap_or(0)
+    }
+
+    /// Records that the receiver skipped the range starting at `first` (the
+    /// file was in place). True, once, when every range is accounted for
+    /// and at least one was skipped: the caller reports the file as up to
+    /// date.
+    pub fn range_skipped(&self, first: u32) -> bool {
+        let Ok(mut st) = self.state.lock() else {
+            return false;
+        };
+        st.skipped.insert(first);
+        Self::settled_by_skip(&mut st, self.ranges)
+    }
+
+    /// True, once, when every range is done or skipped and one was skipped
+    /// (such a file is never committed: the copy in place stays).
+    pub fn settled_without_commit(&self) -> bool {
+        self.state
+            .lock()
+            .map(|mut st| Self::settled_by_skip(&mut st, self.ranges))
+            .unwrap_or(false)
+    }
+
+    fn settled_by_skip(st: &mut GroupState, ranges: u32) -> bool {
+        let accounted = st.done.union(&st.skipped).count();
+        if st.reported || st.skipped.is_empty() || accounted < ranges as usize {
+            return false;
+        }
+        st.reported = true;
+        true
+    }
+
+    /// True the first time a failure of the file is reported (each range
+    /// that fails would report it again).
+    pub fn first_failure(&self) -> bool {
+        self.state
+            .lock()
+            .map(|mut st| !std::mem::replace(&mut st.reported, true))
+            .unwrap_or(true)
     }
 
     /// Records a clean range (by its first chunk) and its digests; returns the

@@ -18,7 +18,7 @@ pub(crate) async fn while_keeping_alive<T: Send + 'static>(
     loop {
         tokio::select! {
             done = &mut handle => {
-                return done.map_err(|e| NodeError::Protocol(format!("worker crashed: {e}")));
+                return done.map_err(|e| NodeError::Internal(format!("worker stopped: {e}")));
             }
             _ = tokio::time::sleep(every) => w.send(&Message::KeepAlive).await?,
         }

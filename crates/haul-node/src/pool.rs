@@ -107,7 +107,7 @@ where
                 None => break,
                 Some(Ok(Ok(()))) => {}
                 Some(Ok(Err(e))) => { first_error.get_or_insert(e); }
-                Some(Err(e)) => { first_error.get_or_insert(NodeError::Protocol(format!("worker crashed: {e}"))); }
+                Some(Err(e)) => { first_error.get_or_insert(NodeError::Internal(format!("worker stopped: {e}"))); }
             },
             _ = tokio::time::sleep(tick), if ramping => {
                 let now = (Instant::now(), tally.moved());

@@ -376,16 +376,17 @@ impl Receiver {
                 "offer range {first}..{end} outside 0..{count}"
             )));
         }
-        let whole = first == 0 && end == count;
+        // The quick check applies to a range too: a split file already in
+        // place is skipped range by range (the sender reports it once).
         let dest = self.ctx.dest.clone();
         let prepared = if entry.size <= INLINE_WRITE as u64 {
-            dest.prepare_file(&entry, whole)
+            dest.prepare_file(&entry, true)
         } else {
             // Reopening a large partial re-verifies what it holds: that can
             // take longer than the peer's idle timeout.
             let e = entry.clone();
             let every = keepalive::interval(self.ctx.idle);
-            keepalive::while_keeping_alive(w, every, move || dest.prepare_file(&e, whole)).await?
+            keepalive::while_keeping_alive(w, every, move || dest.prepare_file(&e, true)).await?
         };
         if let Ok(Prepared::UpToDate) = prepared {
             w.queue(&Message::Need {
@@ -577,7 +578,7 @@ impl Receiver {
         done: Result<(Vec<CommitItem>, Vec<CommitResult>), tokio::task::JoinError>,
     ) -> Result<(), NodeError> {
         let (batch, results) =
-            done.map_err(|e| NodeError::Protocol(format!("commit worker crashed: {e}")))?;
+            done.map_err(|e| NodeError::Internal(format!("commit worker stopped: {e}")))?;
         self.start_commits();
         for ((id, _, _), result) in batch.iter().zip(results) {
             self.report_commit(w, *id, result).await?;
@@ -643,7 +644,7 @@ impl Receiver {
         };
         let (buf, id, index, verdict) = handle
             .await
-            .map_err(|e| NodeError::Protocol(format!("chunk writer crashed: {e}")))?;
+            .map_err(|e| NodeError::Internal(format!("chunk writer stopped: {e}")))?;
         if self.spare.len() < WRITES_IN_FLIGHT + 1 {
             self.spare.push(buf);
         }

@@ -311,6 +311,12 @@ impl Sender {
                     if ok {
                         let is_file = e.kind == EntryKind::File;
                         let skipped = is_file && root == [0; 32];
+                        // A split file is reported once: when its commit is
+                        // done, or when every range was skipped.
+                        let group = f.job.group.as_ref();
+                        if skipped && group.is_some_and(|g| !g.range_skipped(f.job.first)) {
+                            return Ok(false);
+                        }
                         self.ctx.observer.event(&Event::FileDone {
                             path: e.path.clone(),
                             size: e.size,
@@ -319,7 +325,7 @@ impl Sender {
                             } else {
                                 String::new()
                             },
-                            sent: f.sent,
+                            sent: group.map_or(f.sent, |g| g.sent()),
                             skipped,
                         });
                     } else {
@@ -543,7 +549,7 @@ impl Sender {
             let Some(pending) = next.take() else { break };
             let (buf, digest) = pending
                 .await
-                .map_err(|e| NodeError::Protocol(format!("chunk reader crashed: {e}")))?;
+                .map_err(|e| NodeError::Internal(format!("chunk reader stopped: {e}")))?;
             if let Some(&following) = chunks.get(k + 1) {
                 next = Some(read(following, std::mem::take(&mut spare), keep[k + 1]));
             }
@@ -587,6 +593,9 @@ impl Sender {
         };
         w.send_payload(file, offset, len as usize, data).await?;
         f.sent += u64::from(len);
+        if let Some(group) = &f.job.group {
+            group.add_sent(u64::from(len));
+        }
         self.ctx.observer.event(&Event::Progress {
             path: f.job.src.entry.path.clone(),
             bytes: u64::from(len),
@@ -643,8 +652,14 @@ impl Sender {
                 Some(root) => w.queue(&Message::Commit { id, root }).await?,
                 None => {
                     // Another connection commits this file; this range is done.
+                    let (path, size) = (f.job.src.entry.path.clone(), f.job.src.entry.size);
                     self.inflight.remove(&id);
                     w.queue(&Message::Release { id }).await?;
+                    // Unless the others were skipped (the file was there):
+                    // then nothing commits, and the file is up to date.
+                    if group.settled_without_commit() {
+                        self.ctx.observer.event(&Event::up_to_date(path, size));
+                    }
                 }
             }
         } else if let Some(f) = self.inflight.remove(&id) {

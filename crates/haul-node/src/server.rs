@@ -70,12 +70,14 @@ impl Server {
     }
 
     /// Accepts connections until `shutdown` resolves, then lets transfers in
-    /// flight finish for up to the grace period (their progress is on disk
-    /// either way, so an interrupted one resumes).
+    /// flight finish for up to the grace period — or until `hurry` resolves
+    /// (a second signal) — and stops. Their progress is on disk either way,
+    /// so an interrupted transfer resumes.
     pub async fn serve(
         self: Arc<Self>,
         listener: Listener,
         shutdown: impl std::future::Future<Output = ()>,
+        hurry: impl std::future::Future<Output = ()>,
     ) {
         let mut conns = JoinSet::new();
         tokio::pin!(shutdown);
@@ -106,10 +108,17 @@ impl Server {
                 conns.len()
             );
             let drain = async { while conns.join_next().await.is_some() {} };
-            if tokio::time::timeout(self.opts.grace, drain).await.is_err() {
-                tracing::info!("grace period over; partial files stay resumable");
-                conns.abort_all();
+            tokio::select! {
+                drained = tokio::time::timeout(self.opts.grace, drain) => {
+                    if drained.is_err() {
+                        tracing::info!("grace period over; partial files stay resumable");
+                    }
+                }
+                () = hurry => {
+                    tracing::info!("stopping now; partial files stay resumable");
+                }
             }
+            conns.abort_all();
         }
         self.dest.apply_dir_metadata();
     }

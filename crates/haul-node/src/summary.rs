@@ -68,6 +68,8 @@ pub struct Tally {
     inner: Arc<dyn Observer>,
     summary: Mutex<Summary>,
     moved: AtomicU64,
+    /// Paths reported failed (each counts once).
+    failed_paths: Mutex<std::collections::HashSet<String>>,
     /// Data connections open now, and the most open at once.
     open: AtomicU32,
     peak: AtomicU32,
@@ -89,6 +91,7 @@ impl Tally {
             inner,
             summary: Mutex::new(Summary::default()),
             moved: AtomicU64::new(0),
+            failed_paths: Mutex::new(std::collections::HashSet::new()),
             open: AtomicU32::new(0),
             peak: AtomicU32::new(0),
         })
@@ -150,16 +153,50 @@ impl Observer for Tally {
                 }
             }
             Event::FileError { path, error } => {
+                // A file counts once, however many of its ranges or
+                // attempts reported it.
+                let first = path.is_empty()
+                    || self
+                        .failed_paths
+                        .lock()
+                        .map(|mut seen| seen.insert(path.clone()))
+                        .unwrap_or(true);
                 if let Ok(mut s) = self.summary.lock() {
-                    s.failed += 1;
-                    s.failures.push(Failure {
-                        path: path.clone(),
-                        error: error.clone(),
-                    });
+                    if first {
+                        s.failed += 1;
+                        s.failures.push(Failure {
+                            path: path.clone(),
+                            error: error.clone(),
+                        });
+                    }
                 }
             }
             _ => {}
         }
         self.inner.event(event);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_file_fails_once_however_often_it_is_reported() {
+        let tally = Tally::new(Arc::new(haul_engine::event::Quiet));
+        for error in ["range 0: gone", "range 1: gone", "range 1: gone"] {
+            tally.event(&Event::FileError {
+                path: "big.bin".into(),
+                error: error.into(),
+            });
+        }
+        tally.event(&Event::FileError {
+            path: "other".into(),
+            error: "x".into(),
+        });
+        let s = tally.finish(Duration::from_secs(1), 1);
+        assert_eq!(s.failed, 2);
+        assert_eq!(s.failures.len(), 2);
+        assert_eq!(s.failures[0].error, "range 0: gone");
     }
 }

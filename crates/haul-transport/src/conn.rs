@@ -43,6 +43,9 @@ async fn within<T>(
     fut: impl std::future::Future<Output = io::Result<T>>,
 ) -> Result<T, TransportError> {
     match tokio::time::timeout(limit, fut).await {
+        // A TLS peer gone without close_notify is a closed connection (its
+        // rustls message points at rustls's manual).
+        Ok(Err(e)) if e.kind() == io::ErrorKind::UnexpectedEof => Err(TransportError::Closed),
         Ok(r) => r.map_err(TransportError::from),
         Err(_) => Err(TransportError::Timeout {
             what,

@@ -83,7 +83,8 @@ pub struct ServeArgs {
     /// Seconds of silence before a connection is dropped.
     #[arg(long, default_value_t = 60)]
     pub timeout: u64,
-    /// Seconds transfers may take to finish after SIGINT/SIGTERM.
+    /// Seconds transfers may take to finish after SIGINT/SIGTERM (a second
+    /// signal stops at once; partial files stay resumable either way).
     #[arg(long, default_value_t = 20)]
     pub grace: u64,
 }

@@ -127,9 +127,13 @@ async fn demo(dir: &Path, args: &DemoArgs, mode: Mode) -> Result<u8> {
     let listener = Listener::bind("127.0.0.1:0".parse()?, Some(&identity), None).await?;
     let addr = listener.local_addr()?;
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
-    let node = tokio::spawn(server.serve(listener, async move {
-        let _ = stop_rx.await;
-    }));
+    let node = tokio::spawn(server.serve(
+        listener,
+        async move {
+            let _ = stop_rx.await;
+        },
+        std::future::pending(),
+    ));
     say(
         mode,
         &format!("2. started a node on {addr} (TLS 1.3, key {fingerprint}, token auth)"),

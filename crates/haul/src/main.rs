@@ -362,7 +362,23 @@ async fn serve(args: ServeArgs, mode: Mode) -> Result<u8> {
             }
         }
     }
-    server.serve(listener, shutdown_signal()).await;
+    // Signals counted: the first finishes transfers in flight, a second
+    // stops at once.
+    let (signals_tx, signals) = tokio::sync::watch::channel(0u32);
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        tracing::info!("signal received: finishing transfers in flight (signal again to stop now)");
+        signals_tx.send_modify(|n| *n += 1);
+        shutdown_signal().await;
+        signals_tx.send_modify(|n| *n += 1);
+    });
+    let nth = |n: u32| {
+        let mut rx = signals.clone();
+        async move {
+            let _ = rx.wait_for(|got| *got >= n).await;
+        }
+    };
+    server.serve(listener, nth(1), nth(2)).await;
     tracing::info!("stopped");
     Ok(EXIT_OK)
 }
@@ -382,5 +398,4 @@ async fn shutdown_signal() {
             let _ = tokio::signal::ctrl_c().await;
         }
     }
-    tracing::info!("signal received: finishing transfers in flight");
 }

@@ -279,3 +279,63 @@ fn plant(path: &Path, body: &[u8], entry: &Entry) {
     f.set_permissions(std::fs::Permissions::from_mode(entry.mode))
         .unwrap();
 }
+
+#[test]
+fn one_process_at_a_time_per_staging_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    // Two destinations on one root stand for two processes (the lock is
+    // per open file, as between processes).
+    let first = Destination::open(tmp.path()).unwrap();
+    let second = Destination::open(tmp.path()).unwrap();
+    let entry = file_entry("big.bin", 4096, 1024);
+    let held = match first.prepare_file(&entry, true).unwrap() {
+        Prepared::Receive(p) => p,
+        Prepared::UpToDate => panic!("nothing is there yet"),
+    };
+    assert!(matches!(
+        second.prepare_file(&entry, true),
+        Err(ReceiveError::Locked(_))
+    ));
+    drop(held);
+    assert!(matches!(
+        second.prepare_file(&entry, true),
+        Ok(Prepared::Receive(_))
+    ));
+}
+
+#[test]
+fn a_commit_raced_by_another_session_of_the_same_file_succeeds() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dest = Destination::open(tmp.path()).unwrap();
+    let data: Vec<u8> = (0..4096u32).map(|i| (i % 251) as u8).collect();
+    let entry = file_entry("f.bin", data.len() as u64, 1024);
+    let ds = digests(&data, 1024);
+    let root = root_from_digests(&ds, 1024, data.len() as u64).unwrap();
+    // Two sessions share one staging file (a rerun racing the run it resumes).
+    let a = dest.begin_file(&entry).unwrap();
+    let b = dest.begin_file(&entry).unwrap();
+    for (i, c) in data.chunks(1024).enumerate() {
+        assert_eq!(
+            a.write_chunk(i as u32, c, &ds[i]).unwrap(),
+            ChunkVerdict::Good
+        );
+    }
+    assert_eq!(a.commit(&root).unwrap(), root);
+    // The other's commit finds the same verified file in place.
+    assert_eq!(b.commit(&root).unwrap(), root);
+    assert_eq!(std::fs::read(tmp.path().join("f.bin")).unwrap(), data);
+    // A different root is still refused.
+    assert!(b.commit(&[7; 32]).is_err());
+}
+
+#[test]
+fn a_removed_state_directory_is_made_again() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dest = Destination::open(tmp.path()).unwrap();
+    std::fs::remove_dir_all(tmp.path().join(".haul")).unwrap();
+    let entry = file_entry("big.bin", 4096, 1024);
+    assert!(matches!(
+        dest.prepare_file(&entry, true),
+        Ok(Prepared::Receive(_))
+    ));
+}

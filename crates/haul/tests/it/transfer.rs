@@ -142,6 +142,29 @@ fn plaintext_with_many_connections_and_streams() {
     let used = summary(&out)["connections"].as_u64().expect("connections");
     assert!((2..=4).contains(&used), "{used}");
     assert_eq!(listing(&src), listing(&s.path("node")));
+    // The split file counts once, with every stream's bytes.
+    let big = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["event"] == "file_done" && v["path"] == "big.bin")
+        .collect::<Vec<_>>();
+    assert_eq!(big.len(), 1, "{big:?}");
+    assert_eq!(big[0]["sent"], 21 << 20);
+
+    // Pushed again: every file is in place, split or not — nothing is sent.
+    let mut c = haul(&s.path("config"));
+    c.arg("push")
+        .args(flags)
+        .arg(format!("{}/", src.display()))
+        .arg(node.url(""));
+    let out = run(c, T);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let sum = summary(&out);
+    assert_eq!(sum["bytes_transferred"], 0, "{sum}");
+    assert_eq!(sum["files_ok"], 0, "{sum}");
+    assert_eq!(sum["failed"], 0, "{sum}");
+    // make_tree's 44 files (big.bin split in 4) and huge.bin (split in 4).
+    assert_eq!(sum["files_skipped"], 45, "{sum}");
 
     let mut c = haul(&s.path("config"));
     c.arg("pull")
