@@ -130,13 +130,17 @@ fn plaintext_with_many_connections_and_streams() {
         "--split-min",
         "1M",
     ];
-    let mut c = haul(&s.path("config"));
-    c.arg("push")
-        .args(flags)
-        .arg(format!("{}/", src.display()))
-        .arg(node.url(""));
-    let out = run(c, T);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let push = || {
+        let mut c = haul(&s.path("config"));
+        c.arg("push")
+            .args(flags)
+            .arg(format!("{}/", src.display()))
+            .arg(node.url(""));
+        let out = run(c, T);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        out
+    };
+    let out = push();
     // The most connections open at once: -j 4 caps them (all four open
     // unless the work ran out first).
     let used = summary(&out)["connections"].as_u64().expect("connections");
@@ -152,14 +156,7 @@ fn plaintext_with_many_connections_and_streams() {
     assert_eq!(big[0]["sent"], 21 << 20);
 
     // Pushed again: every file is in place, split or not — nothing is sent.
-    let mut c = haul(&s.path("config"));
-    c.arg("push")
-        .args(flags)
-        .arg(format!("{}/", src.display()))
-        .arg(node.url(""));
-    let out = run(c, T);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    let sum = summary(&out);
+    let sum = summary(&push());
     assert_eq!(sum["bytes_transferred"], 0, "{sum}");
     assert_eq!(sum["files_ok"], 0, "{sum}");
     assert_eq!(sum["failed"], 0, "{sum}");
