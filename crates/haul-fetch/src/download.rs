@@ -342,12 +342,15 @@ async fn sidecar_for(
         .lookup(lease.session(), &job.remote_path)
         .await?;
     if sidecar.is_none() && !crate::verify::is_sidecar(&job.entry.name) {
-        ctx.tally.event(&Event::Warning {
-            message: format!(
-                "{}: no sidecar checksum found; verified by size only",
-                job.dest_rel
-            ),
-        });
+        // Said once at the end, with a few names: one warning per file
+        // buries the ones that matter.
+        tracing::debug!("{}: no sidecar checksum found", job.dest_rel);
+        if let Ok(mut unchecked) = ctx.without_sidecar.lock() {
+            unchecked.0 += 1;
+            if unchecked.1.len() < 3 {
+                unchecked.1.push(job.dest_rel.clone());
+            }
+        }
     }
     Ok(sidecar)
 }

@@ -160,6 +160,9 @@ pub(crate) struct Ctx {
     pub(crate) renamed: std::sync::Mutex<std::collections::HashMap<String, String>>,
     /// Checksum files delivered but not deleted by `--delete-source`.
     pub(crate) kept_sidecars: AtomicU64,
+    /// With `--verify-sidecar`: how many files had no checksum file, and
+    /// the first few of them.
+    pub(crate) without_sidecar: std::sync::Mutex<(u64, Vec<String>)>,
 }
 
 impl Ctx {
@@ -271,10 +274,27 @@ fn ctx(
         received: AtomicU64::new(0),
         renamed: std::sync::Mutex::new(std::collections::HashMap::new()),
         kept_sidecars: AtomicU64::new(0),
+        without_sidecar: std::sync::Mutex::new((0, Vec::new())),
     })
 }
 
 fn finish(ctx: &Ctx, dest: &Destination, started: Instant) -> Summary {
+    if let Ok((count, first)) = ctx.without_sidecar.lock().map(|u| u.clone()) {
+        if count > 0 {
+            let more = count - first.len() as u64;
+            let more = if more > 0 {
+                format!(" and {more} more")
+            } else {
+                String::new()
+            };
+            ctx.tally.event(&Event::Warning {
+                message: format!(
+                    "{count} file(s) had no checksum file beside them and were verified by size only: {}{more}",
+                    first.join(", ")
+                ),
+            });
+        }
+    }
     let kept = ctx.kept_sidecars.load(Ordering::Relaxed);
     if kept > 0 {
         ctx.tally.event(&Event::Warning {
