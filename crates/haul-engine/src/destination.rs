@@ -118,6 +118,9 @@ pub struct Destination {
     open_dirs: OpenDirs,
     dirty_dirs: DirtyDirs,
     client_side: std::sync::atomic::AtomicBool,
+    /// Entries' modes are made up (remote sources that carry none): a
+    /// file found up to date keeps its own.
+    keep_modes: std::sync::atomic::AtomicBool,
 }
 
 /// The name (without extension) of the staging and resume-state files of `rel`.
@@ -155,7 +158,19 @@ impl Destination {
             open_dirs: OpenDirs::default(),
             dirty_dirs: Arc::new(Mutex::new(HashSet::new())),
             client_side: std::sync::atomic::AtomicBool::new(false),
+            keep_modes: std::sync::atomic::AtomicBool::new(false),
         }))
+    }
+
+    /// For sources whose entries carry no real mode (FTP, HTTP, S3...): a
+    /// file found up to date keeps the permission bits it has here.
+    pub fn keep_modes(&self) {
+        self.keep_modes
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn sync_modes(&self) -> bool {
+        !self.keep_modes.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Leaves directory metadata to an explicit [`Destination::apply_dir_metadata`]
@@ -268,7 +283,7 @@ impl Destination {
             return false;
         };
         match self.look_up(&path) {
-            Ok(found) => up_to_date(&found, &path, entry),
+            Ok(found) => up_to_date(&found, &path, entry, self.sync_modes()),
             Err(_) => false,
         }
     }
@@ -353,7 +368,7 @@ impl Destination {
             if st.is_dir() {
                 return Err(ReceiveError::WrongType(entry.path.clone(), "file"));
             }
-            if quick_check && up_to_date(&found, &final_path, entry) {
+            if quick_check && up_to_date(&found, &final_path, entry, self.sync_modes()) {
                 return Ok(Prepared::UpToDate);
             }
         }
@@ -562,14 +577,14 @@ fn set_link_mtime(path: &Path, entry: &Entry) -> std::io::Result<()> {
 }
 
 /// The quick check of what `found` holds at `path`: the same file (size and
-/// mtime), with the entry's permission bits applied when only they differ
+/// mtime), with the entry's permission bits applied (with `sync_mode`) when only they differ
 /// (as `rsync -a`: a mode tightened at the source must not stay loose here);
 /// a file whose mode cannot be set is not up to date (it is sent again).
-fn up_to_date(found: &Found, path: &Path, entry: &Entry) -> bool {
+fn up_to_date(found: &Found, path: &Path, entry: &Entry, sync_mode: bool) -> bool {
     match &found.stat {
         Some(st) if same_file(st, entry) => {
             let mode = entry.mode & 0o7777;
-            st.mode & 0o7777 == mode || set_mode_at(&found.dir, path, mode).is_ok()
+            !sync_mode || st.mode & 0o7777 == mode || set_mode_at(&found.dir, path, mode).is_ok()
         }
         _ => false,
     }

@@ -202,6 +202,8 @@ pub async fn fetch(
     let name = trimmed.rsplit('/').next().unwrap_or("").to_string();
     let destination = Destination::open(dest)?;
     destination.apply_dir_metadata_at_end();
+    // Remote modes are not carried over: local ones are left alone.
+    destination.keep_modes();
     let (jobs_tx, jobs_rx) = mpsc::channel::<FileJob>(64);
     match root.kind {
         EntryKind::File => {

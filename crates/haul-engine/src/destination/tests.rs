@@ -218,6 +218,10 @@ fn an_up_to_date_file_takes_the_source_mode() {
     };
     assert!(!dest.quick_check(&l));
     assert_eq!(mode("t"), 0o644);
+    // A source whose modes are made up (a remote pull) leaves local ones.
+    dest.keep_modes();
+    assert!(dest.quick_check(&a));
+    assert_eq!(mode("a"), 0o600);
 }
 
 #[test]
