@@ -583,7 +583,8 @@ fn set_link_mtime(path: &Path, entry: &Entry) -> std::io::Result<()> {
 fn up_to_date(found: &Found, path: &Path, entry: &Entry, sync_mode: bool) -> bool {
     match &found.stat {
         Some(st) if same_file(st, entry) => {
-            let mode = entry.mode & 0o7777;
+            // As for a received file: never setuid or setgid (a peer's bits).
+            let mode = entry.mode & 0o1777;
             !sync_mode || st.mode & 0o7777 == mode || set_mode_at(&found.dir, path, mode).is_ok()
         }
         _ => false,

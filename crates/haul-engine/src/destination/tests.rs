@@ -218,10 +218,17 @@ fn an_up_to_date_file_takes_the_source_mode() {
     };
     assert!(!dest.quick_check(&l));
     assert_eq!(mode("t"), 0o644);
+    // A peer's setuid and setgid bits are never applied.
+    let setuid = Entry {
+        mode: 0o6755,
+        ..a.clone()
+    };
+    assert!(dest.quick_check(&setuid));
+    assert_eq!(mode("a"), 0o755);
     // A source whose modes are made up (a remote pull) leaves local ones.
     dest.keep_modes();
     assert!(dest.quick_check(&a));
-    assert_eq!(mode("a"), 0o600);
+    assert_eq!(mode("a"), 0o755);
 }
 
 #[test]
