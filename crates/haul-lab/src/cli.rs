@@ -144,6 +144,18 @@ pub enum LabCommand {
 
 /// Runs a `haul lab` command.
 pub fn run(args: LabArgs) -> Result<(), LabError> {
+    // A lab's name becomes a path (`/run/haul-lab/<name>`) that `down`
+    // removes: every command checks it first.
+    match &args.command {
+        LabCommand::Up(up) | LabCommand::Daemon(up) => state::check_name(&up.lab.name)?,
+        LabCommand::Exec { lab, .. }
+        | LabCommand::Set { lab, .. }
+        | LabCommand::Link { lab, .. }
+        | LabCommand::Stats { lab, .. }
+        | LabCommand::Hosts { lab }
+        | LabCommand::Down { lab, .. } => state::check_name(&lab.name)?,
+        LabCommand::Profiles => {}
+    }
     if matches!(args.command, LabCommand::Profiles) {
         print_profiles();
         return Ok(());

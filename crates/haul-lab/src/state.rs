@@ -90,15 +90,25 @@ impl LabState {
 
     /// Reads the state of lab `name`, if recorded.
     pub fn read(name: &str) -> Option<LabState> {
+        check_name(name).ok()?;
         let text = std::fs::read_to_string(state_dir(name).join("state.json")).ok()?;
         serde_json::from_str(&text).ok()
     }
 }
 
-/// Removes the namespaces and state of a lab whose emulator is gone.
+/// Removes the namespaces and state of a lab whose emulator is gone: only
+/// the lab's own (`hl-<name>-hN`), and nothing for a name that is not a lab
+/// name (it would be a path outside the state root).
 pub fn remove(name: &str, known_netns: &[String]) {
+    if check_name(name).is_err() {
+        return;
+    }
     let prefix = format!("{NETNS_PREFIX}{name}-h");
-    let mut all: Vec<String> = known_netns.to_vec();
+    let ours = |ns: &String| {
+        ns.strip_prefix(&prefix)
+            .is_some_and(|r| r.parse::<u32>().is_ok())
+    };
+    let mut all: Vec<String> = known_netns.iter().filter(|ns| ours(ns)).cloned().collect();
     for ns in netns::list() {
         if ns
             .strip_prefix(&prefix)
@@ -163,4 +173,30 @@ pub fn sweep() -> Vec<String> {
         }
     }
     removed
+}
+
+#[cfg(test)]
+mod name_tests {
+    use super::*;
+
+    #[test]
+    fn a_name_that_is_a_path_removes_nothing() {
+        let dir = tempfile::Builder::new()
+            .prefix("haul-lab-victim")
+            .tempdir_in("/tmp")
+            .unwrap();
+        std::fs::write(dir.path().join("keep"), b"x").unwrap();
+        let name = format!(
+            "../../tmp/{}",
+            dir.path().file_name().unwrap().to_str().unwrap()
+        );
+        assert_eq!(
+            state_dir(&name).canonicalize().unwrap(),
+            dir.path().canonicalize().unwrap()
+        );
+        assert!(check_name(&name).is_err());
+        remove(&name, &["not-ours".into()]);
+        assert!(LabState::read(&name).is_none());
+        assert!(dir.path().join("keep").exists());
+    }
 }

@@ -144,12 +144,17 @@ pub fn precise_timers() {
 }
 
 /// The start time of a process (clock ticks since boot), to tell a live
-/// process from a recycled pid.
+/// process from a recycled pid. `None` for no process, or a dead one not
+/// yet reaped (a zombie, state `Z`, or `X`).
 pub fn process_start_time(pid: u32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name may contain spaces; fields resume after the ')'.
     let rest = &stat[stat.rfind(')')? + 2..];
-    rest.split_whitespace().nth(19)?.parse().ok()
+    let mut fields = rest.split_whitespace();
+    if matches!(fields.next(), Some("Z" | "X")) {
+        return None;
+    }
+    fields.nth(18)?.parse().ok()
 }
 
 /// A signalfd that reports SIGINT, SIGTERM and SIGHUP, which this thread
@@ -180,5 +185,23 @@ pub fn setsid() {
     // SAFETY: setsid has no memory-safety preconditions.
     unsafe {
         libc::setsid();
+    }
+}
+
+#[cfg(test)]
+mod process_tests {
+    use super::*;
+
+    #[test]
+    fn a_zombie_is_not_alive() {
+        assert!(process_start_time(std::process::id()).is_some());
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        // Exited, not yet reaped: a zombie.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+        while process_start_time(child.id()).is_some() && std::time::Instant::now() < deadline {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert_eq!(process_start_time(child.id()), None);
+        child.wait().unwrap();
     }
 }
