@@ -65,13 +65,9 @@ pub fn finish_reaper(mut reaper: Child) {
     let _ = reaper.wait();
 }
 
-/// Builds the namespaces and devices of a lab. The returned child is the
-/// cleanup helper: hand it to [`finish_reaper`] after the engine is dropped
-/// (it also cleans up by itself if this process dies).
-pub fn create(spec: &LabSpec) -> Result<(Engine, Child), LabError> {
-    if !sys::is_root() {
-        return Err(LabError::NotRoot);
-    }
+/// Checks a lab's name, host count and MTU (before anything is built, or
+/// a daemon started to build it).
+pub fn check_spec(spec: &LabSpec) -> Result<(), LabError> {
     state::check_name(&spec.name)?;
     if spec.hosts == 0 || spec.hosts > MAX_HOSTS {
         return Err(LabError::Usage(format!(
@@ -83,6 +79,17 @@ pub fn create(spec: &LabSpec) -> Result<(Engine, Child), LabError> {
             "--mtu must be between 576 and 65535".into(),
         ));
     }
+    Ok(())
+}
+
+/// Builds the namespaces and devices of a lab. The returned child is the
+/// cleanup helper: hand it to [`finish_reaper`] after the engine is dropped
+/// (it also cleans up by itself if this process dies).
+pub fn create(spec: &LabSpec) -> Result<(Engine, Child), LabError> {
+    if !sys::is_root() {
+        return Err(LabError::NotRoot);
+    }
+    check_spec(spec)?;
     state::sweep();
     if let Some(st) = LabState::read(&spec.name) {
         if st.alive() {

@@ -49,7 +49,7 @@ pub(super) fn foreground(up: &UpArgs) -> Result<(), LabError> {
 /// until it reports that the lab is ready.
 pub(super) fn start_daemon(up: &UpArgs) -> Result<(), LabError> {
     let spec = spec_of(up)?;
-    state::check_name(&spec.name)?;
+    crate::engine::check_spec(&spec)?;
     if LabState::read(&spec.name).is_some_and(|s| s.alive()) {
         return Err(LabError::AlreadyRunning(spec.name));
     }
