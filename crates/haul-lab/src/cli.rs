@@ -19,6 +19,18 @@ pub struct LabArgs {
     /// What to do.
     #[command(subcommand)]
     pub command: LabCommand,
+    /// How to print (set from the binary's global `--json` and `-q`).
+    #[arg(skip)]
+    pub output: Output,
+}
+
+/// How `haul lab` prints: JSON lines instead of text, or only errors.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Output {
+    /// One JSON object per line on stdout.
+    pub json: bool,
+    /// Nothing but errors.
+    pub quiet: bool,
 }
 
 /// Which lab a command talks to.
@@ -156,8 +168,9 @@ pub fn run(args: LabArgs) -> Result<(), LabError> {
         | LabCommand::Down { lab, .. } => state::check_name(&lab.name)?,
         LabCommand::Profiles => {}
     }
+    let out = args.output;
     if matches!(args.command, LabCommand::Profiles) {
-        print_profiles();
+        print_profiles(out);
         return Ok(());
     }
     if !sys::is_root() {
@@ -165,7 +178,7 @@ pub fn run(args: LabArgs) -> Result<(), LabError> {
     }
     match args.command {
         LabCommand::Up(up) if up.foreground => daemon::foreground(&up),
-        LabCommand::Up(up) => daemon::start_daemon(&up),
+        LabCommand::Up(up) => daemon::start_daemon(&up, out),
         LabCommand::Daemon(up) => daemon::daemon(&up),
         LabCommand::Exec { lab, host, cmd } => exec(&lab.name, &host, &cmd),
         LabCommand::Set {
@@ -186,25 +199,49 @@ pub fn run(args: LabArgs) -> Result<(), LabError> {
         }
         LabCommand::Stats { lab, json } => {
             let st = stats(&lab.name, Request::Stats)?;
-            print_stats(&st, json);
+            print_stats(&st, json || out.json);
             Ok(())
         }
         LabCommand::Hosts { lab } => {
             let st =
                 LabState::read(&lab.name).ok_or_else(|| LabError::NotRunning(lab.name.clone()))?;
             for (i, ns) in st.netns.iter().enumerate() {
-                println!("h{}\t{}\t{ns}", i + 1, state::host_addr(i + 1));
+                let (host, addr) = (format!("h{}", i + 1), state::host_addr(i + 1));
+                if out.json {
+                    let line =
+                        serde_json::json!({"host": host, "addr": addr.to_string(), "netns": ns});
+                    println!("{line}");
+                } else if !out.quiet {
+                    println!("{host}\t{addr}\t{ns}");
+                }
             }
             Ok(())
         }
-        LabCommand::Down { lab, all, json } => down(&lab.name, all, json),
+        LabCommand::Down { lab, all, json } => down(
+            &lab.name,
+            all,
+            Output {
+                json: json || out.json,
+                quiet: out.quiet,
+            },
+        ),
         LabCommand::Profiles => Ok(()),
     }
 }
 
-fn print_profiles() {
+fn print_profiles(out: Output) {
+    let width = NAMED_PROFILES
+        .iter()
+        .map(|n| n.spec.len())
+        .max()
+        .unwrap_or(0);
     for n in NAMED_PROFILES {
-        println!("{:<24} {:<60} {}", n.name, n.spec, n.about);
+        if out.json {
+            let line = serde_json::json!({"name": n.name, "spec": n.spec, "about": n.about});
+            println!("{line}");
+        } else if !out.quiet {
+            println!("{:<24} {:<width$}  {}", n.name, n.spec, n.about);
+        }
     }
 }
 
@@ -280,11 +317,17 @@ fn wait_gone(st: &LabState) {
     }
 }
 
-fn down(name: &str, all: bool, json: bool) -> Result<(), LabError> {
+fn down(name: &str, all: bool, out: Output) -> Result<(), LabError> {
+    let say = |text: String| {
+        if !out.quiet && !out.json {
+            eprintln!("{text}");
+        }
+    };
     match LabState::read(name) {
         Some(st) if st.alive() => {
             match stats(name, Request::Down) {
-                Ok(s) => print_stats(&s, json),
+                Ok(s) if out.json || !out.quiet => print_stats(&s, out.json),
+                Ok(_) => {}
                 Err(e) => eprintln!("could not get final counters: {e}"),
             }
             wait_gone(&st);
@@ -299,12 +342,14 @@ fn down(name: &str, all: bool, json: bool) -> Result<(), LabError> {
         }
         Some(st) => {
             state::remove(name, &st.netns);
-            eprintln!("lab {name:?} was not running; removed its leftovers");
+            say(format!(
+                "lab {name:?} was not running; removed its leftovers"
+            ));
         }
         None => {
             state::remove(name, &[]);
             if !all {
-                eprintln!("no lab {name:?} is running; nothing to do");
+                say(format!("no lab {name:?} is running; nothing to do"));
             }
         }
     }
@@ -320,7 +365,7 @@ fn down(name: &str, all: bool, json: bool) -> Result<(), LabError> {
         }
         let removed = state::sweep();
         if !removed.is_empty() {
-            eprintln!("removed leftovers of: {}", removed.join(", "));
+            say(format!("removed leftovers of: {}", removed.join(", ")));
         }
     }
     Ok(())

@@ -46,7 +46,11 @@ fn main() -> ExitCode {
     };
     init_logging(&cli);
     // The lab manages namespaces and its own daemon process: no async runtime.
-    if let Command::Lab(args) = cli.command {
+    if let Command::Lab(mut args) = cli.command {
+        args.output = haul_lab::cli::Output {
+            json: cli.json,
+            quiet: cli.quiet,
+        };
         return match haul_lab::cli::run(args) {
             Ok(()) => ExitCode::from(EXIT_OK),
             Err(e) => {

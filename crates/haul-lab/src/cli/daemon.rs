@@ -47,7 +47,7 @@ pub(super) fn foreground(up: &UpArgs) -> Result<(), LabError> {
 
 /// `up`: re-executes this program as the background emulator and waits
 /// until it reports that the lab is ready.
-pub(super) fn start_daemon(up: &UpArgs) -> Result<(), LabError> {
+pub(super) fn start_daemon(up: &UpArgs, output: super::Output) -> Result<(), LabError> {
     let spec = spec_of(up)?;
     crate::engine::check_spec(&spec)?;
     if LabState::read(&spec.name).is_some_and(|s| s.alive()) {
@@ -84,7 +84,19 @@ pub(super) fn start_daemon(up: &UpArgs) -> Result<(), LabError> {
     let _ = BufReader::new(out).read_line(&mut line);
     let line = line.trim();
     if line == "ready" {
-        println!("{}", summary(&spec));
+        if output.json {
+            let hosts: Vec<_> = (1..=spec.hosts)
+                .map(|i| {
+                    serde_json::json!({"host": format!("h{i}"), "addr": state::host_addr(i).to_string(),
+                        "netns": state::netns_name(&spec.name, i)})
+                })
+                .collect();
+            let line = serde_json::json!({"event": "lab_up", "name": spec.name, "egress": up.link,
+                "ingress": up.ingress, "seed": spec.seed, "mtu": spec.mtu, "hosts": hosts});
+            println!("{line}");
+        } else if !output.quiet {
+            println!("{}", summary(&spec));
+        }
         Ok(())
     } else {
         let _ = child.wait();
