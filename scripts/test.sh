@@ -5,12 +5,12 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need=()
-# command:package — the lab's tools, then the real servers the remote-source
-# tests start on 127.0.0.1 (vsftpd, OpenSSH's sshd, nginx), and openssl to
-# make their test certificates.
-for pair in ip:iproute2 ping:iputils-ping iperf3:iperf3 nft:nftables \
+# command:package — `ip` for the network-lab tests, the real servers the
+# remote-source tests start on 127.0.0.1 (vsftpd, OpenSSH's sshd, nginx),
+# openssl to make their test certificates, and python3 with pip for moto.
+for pair in ip:iproute2 \
   /usr/sbin/vsftpd:vsftpd /usr/sbin/sshd:openssh-server /usr/sbin/nginx:nginx-light \
-  ssh-keygen:openssh-client openssl:openssl; do
+  ssh-keygen:openssh-client openssl:openssl python3:python3; do
   cmd=${pair%%:*} pkg=${pair#*:}
   command -v "$cmd" >/dev/null 2>&1 || [ -x "$cmd" ] || need+=("$pkg")
 done
@@ -21,14 +21,19 @@ if [ ${#need[@]} -gt 0 ]; then
     apt-get update -qq
     apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
   else
-    echo "note: missing ${need[*]} (needed by the network-lab tests, which run as root)" >&2
+    echo "note: missing ${need[*]} (the lab and remote-source tests need them; run as root to install)" >&2
   fi
 fi
 
 # moto: a real S3-compatible server (`moto_server`) for the S3 tests.
 if ! command -v moto_server >/dev/null 2>&1; then
   echo "installing: moto[server] (pip)"
-  python3 -m pip install -q 'moto[server]' >/dev/null
+  if ! python3 -m pip --version >/dev/null 2>&1 && [ "$(id -u)" = 0 ]; then
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends python3-pip >/dev/null
+  fi
+  # A distribution's own Python refuses system-wide installs (PEP 668).
+  python3 -m pip install -q 'moto[server]' >/dev/null 2>&1 ||
+    python3 -m pip install -q --break-system-packages 'moto[server]' >/dev/null
   # pyenv puts new commands on PATH through shims made by `rehash`.
   command -v pyenv >/dev/null 2>&1 && pyenv rehash
   command -v moto_server >/dev/null 2>&1 || {
