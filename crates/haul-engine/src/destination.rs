@@ -585,7 +585,11 @@ fn up_to_date(found: &Found, path: &Path, entry: &Entry, sync_mode: bool) -> boo
         Some(st) if same_file(st, entry) => {
             // As for a received file: never setuid or setgid (a peer's bits).
             let mode = entry.mode & 0o1777;
-            !sync_mode || st.mode & 0o7777 == mode || set_mode_at(&found.dir, path, mode).is_ok()
+            // A file with other hard links is not changed in place (they
+            // may be outside the root): it is sent again and renamed over.
+            !sync_mode
+                || st.mode & 0o7777 == mode
+                || (st.nlink == 1 && set_mode_at(&found.dir, path, mode).is_ok())
         }
         _ => false,
     }

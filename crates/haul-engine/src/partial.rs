@@ -55,6 +55,9 @@ pub struct PartialFile {
     published: AtomicBool,
     /// The rename (or link) into place succeeded.
     in_place: AtomicBool,
+    /// Held while publishing: a session racing the publish waits for its
+    /// outcome instead of seeing it half done.
+    publishing: Mutex<()>,
     /// Device of the staged data, recorded by `seal` (`u64::MAX`: not yet).
     device: AtomicU64,
     /// Staged as an `O_TMPFILE` (no name until published; `part_path` is its directory).
@@ -151,6 +154,7 @@ impl PartialFile {
             dirty,
             published: AtomicBool::new(false),
             in_place: AtomicBool::new(false),
+            publishing: Mutex::new(()),
             device: AtomicU64::new(u64::MAX),
             anonymous,
             dir: None,
@@ -178,13 +182,7 @@ impl PartialFile {
             )));
         }
         let count = entry.chunk_count() as usize;
-        let part = open_rw(&part_path)?;
-        // One process at a time per staging file (within a process the
-        // destination shares one `PartialFile`); the lock goes with `part`.
-        lock_exclusive(&part).map_err(|e| match e.kind() {
-            std::io::ErrorKind::WouldBlock => ReceiveError::Locked(entry.path.clone()),
-            _ => ReceiveError::io("lock", &part_path, e),
-        })?;
+        let part = open_locked(&part_path, &entry.path)?;
         let existing_len = part
             .metadata()
             .map_err(|e| ReceiveError::io("stat", &part_path, e))?
@@ -219,6 +217,7 @@ impl PartialFile {
             dirty,
             published: AtomicBool::new(false),
             in_place: AtomicBool::new(false),
+            publishing: Mutex::new(()),
             device: AtomicU64::new(u64::MAX),
             anonymous: false,
             dir: None,
@@ -421,6 +420,11 @@ impl PartialFile {
     }
 
     fn seal_checked(&self, sender_root: Option<&Digest>) -> Result<Digest, ReceiveError> {
+        if self.is_published() {
+            // Wait for a publish in progress to end either way (before the
+            // state lock: `publish` takes the two in that order).
+            drop(self.publishing.lock());
+        }
         let state = self
             .state
             .lock()
@@ -474,6 +478,7 @@ impl PartialFile {
     /// to the final name.
     /// Once in place, publishing again is a no-op (see `seal`).
     pub fn publish(&self) -> Result<(), ReceiveError> {
+        let _one_at_a_time = self.publishing.lock();
         if self.published.swap(true, Ordering::AcqRel) {
             if self.in_place.load(Ordering::Acquire) {
                 return Ok(());
@@ -532,7 +537,7 @@ impl PartialFile {
     }
 }
 
-/// `flock(LOCK_EX | LOCK_NB)`: `WouldBlock` when another process holds it.
+/// `flock(LOCK_EX | LOCK_NB)`: `WouldBlock` while another holder has it.
 fn lock_exclusive(file: &File) -> std::io::Result<()> {
     use std::os::fd::AsRawFd;
     // SAFETY: `file` is an open descriptor.
@@ -540,6 +545,45 @@ fn lock_exclusive(file: &File) -> std::io::Result<()> {
         return Err(std::io::Error::last_os_error());
     }
     Ok(())
+}
+
+/// How long [`open_locked`] waits for a holder that is finishing (about to
+/// publish, or to drop a published file).
+const LOCK_PATIENCE: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// Opens the staging file at `part_path` and locks it: one holder at a time
+/// (another process, or a staging this process is publishing). The lock is
+/// taken on what was opened, so the name is checked again afterwards: a
+/// holder may have renamed that very file into place (published it) before
+/// letting go — writing to it now would change a delivered file. Then the
+/// name is opened afresh. A filesystem without locks is used without.
+fn open_locked(part_path: &Path, rel: &str) -> Result<File, ReceiveError> {
+    use std::os::unix::fs::MetadataExt;
+    let deadline = std::time::Instant::now() + LOCK_PATIENCE;
+    loop {
+        let part = open_rw(part_path)?;
+        match lock_exclusive(&part) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                if std::time::Instant::now() >= deadline {
+                    return Err(ReceiveError::Locked(rel.to_owned()));
+                }
+                std::thread::sleep(std::time::Duration::from_millis(10));
+                continue;
+            }
+            // ENOLCK, EOPNOTSUPP, ENOSYS...: no locks here.
+            Err(_) => return Ok(part),
+        }
+        let held = part
+            .metadata()
+            .map_err(|e| ReceiveError::io("stat", part_path, e))?;
+        match fs::symlink_metadata(part_path) {
+            Ok(named) if named.dev() == held.dev() && named.ino() == held.ino() => return Ok(part),
+            // Renamed away (published) or replaced meanwhile: open the name again.
+            _ if std::time::Instant::now() < deadline => continue,
+            _ => return Err(ReceiveError::Locked(rel.to_owned())),
+        }
+    }
 }
 
 /// Opens the resume log, keeping the recorded chunks that still verify against

@@ -131,21 +131,27 @@ pub(crate) async fn download(ctx: Arc<Ctx>, mut job: FileJob) {
     }
 }
 
-/// Whether `job` is known to be at the destination already without asking
-/// the server: any file there under `--skip-existing`; otherwise, from a
-/// source whose listings are exact (S3), a file with the listed size and
-/// modification time (rsync's quick check). Delivered files carry the
-/// server's `Last-Modified`, whole seconds: the listed time is compared so.
-/// States a job whose listing gave no mtime, then filters and names it with
-/// the mtime known (`None`: the filter leaves it out).
+/// States a job whose listing gave no mtime (retrying what is worth it),
+/// then filters and names it with the mtime known (`None`: the filter
+/// leaves it out).
 async fn stated_job(ctx: &Arc<Ctx>, job: &FileJob) -> Result<Option<FileJob>, RemoteError> {
-    let mut lease = ctx.pool.take().await?;
-    let fresh = lease.session().stat(&job.remote_path).await?;
-    ctx.pool.give_back(lease);
-    let entry = RemoteEntry {
-        name: job.entry.name.clone(),
-        ..fresh
+    let mut backoff = Backoff::with_base(ctx.opts.retries, ctx.opts.retry_base);
+    let fresh = loop {
+        let stat = async {
+            let mut lease = ctx.pool.take().await?;
+            let fresh = lease.session().stat(&job.remote_path).await?;
+            ctx.pool.give_back(lease);
+            Ok::<_, RemoteError>(fresh)
+        };
+        match stat.await {
+            Ok(fresh) => break fresh,
+            Err(e) => match backoff.next(&e) {
+                Some(wait) => tokio::time::sleep(wait).await,
+                None => return Err(e),
+            },
+        }
     };
+    let entry = merged(&job.entry, fresh);
     if entry.mtime.is_none() {
         ctx.tally.event(&Event::Warning {
             message: format!(
@@ -157,6 +163,17 @@ async fn stated_job(ctx: &Arc<Ctx>, job: &FileJob) -> Result<Option<FileJob>, Re
     Ok(ctx
         .job_decided(job.remote_path.clone(), job.rel.clone(), entry)
         .map(|j| FileJob { stated: true, ..j }))
+}
+
+/// What a stat made just now says of a listed file; what it does not tell
+/// (a server without `SIZE` or `MDTM`) is kept from the listing.
+fn merged(listed: &RemoteEntry, fresh: RemoteEntry) -> RemoteEntry {
+    RemoteEntry {
+        name: listed.name.clone(),
+        size: fresh.size.or(listed.size),
+        mtime: fresh.mtime.or(listed.mtime),
+        ..fresh
+    }
 }
 
 /// Whether `entry` is staged with resume state (more than one chunk). Such
@@ -171,6 +188,11 @@ fn resumable(entry: &RemoteEntry) -> bool {
         .is_some_and(|size| size > u64::from(chunk_size_for(size)))
 }
 
+/// Whether `job` is known to be at the destination already without asking
+/// the server: any file there under `--skip-existing`; otherwise, from a
+/// source whose listings are exact (S3), a file with the listed size and
+/// modification time (rsync's quick check). Delivered files carry the
+/// server's `Last-Modified`, whole seconds: the listed time is compared so.
 fn known_up_to_date(ctx: &Ctx, job: &FileJob) -> bool {
     if ctx.opts.skip_existing {
         return ctx.existing_size(&job.dest_rel).is_some();
@@ -256,10 +278,7 @@ async fn attempt(
                 job.remote_path
             )));
         }
-        job.entry = RemoteEntry {
-            name: job.entry.name.clone(),
-            ..fresh
-        };
+        job.entry = merged(&job.entry, fresh);
     }
     let (entry, version) = proto_entry(ctx, job)?;
     let size = entry.size;

@@ -72,6 +72,8 @@ pub(crate) struct NameStat {
     pub size: u64,
     /// Modification time: seconds and nanoseconds.
     pub mtime: (i64, i64),
+    /// Hard links to the file.
+    pub nlink: u64,
 }
 
 impl NameStat {
@@ -105,6 +107,9 @@ pub(crate) fn stat_at(dir: &OwnedFd, name: &CStr) -> io::Result<NameStat> {
         mode: st.st_mode,
         size: st.st_size as u64,
         mtime: (st.st_mtime, st.st_mtime_nsec),
+        // `nlink_t` is u64 here, u32 on some targets.
+        #[allow(clippy::unnecessary_cast)]
+        nlink: st.st_nlink as u64,
     })
 }
 

@@ -218,6 +218,16 @@ fn an_up_to_date_file_takes_the_source_mode() {
     };
     assert!(!dest.quick_check(&l));
     assert_eq!(mode("t"), 0o644);
+    // A file with another hard link keeps its mode: it is not up to date
+    // (sent again and renamed over), the other link untouched.
+    std::fs::hard_link(tmp.path().join("a"), tmp.path().join("other")).unwrap();
+    let loose = Entry {
+        mode: 0o666,
+        ..a.clone()
+    };
+    assert!(!dest.quick_check(&loose));
+    assert_eq!(mode("other"), 0o600);
+    std::fs::remove_file(tmp.path().join("other")).unwrap();
     // A peer's setuid and setgid bits are never applied.
     let setuid = Entry {
         mode: 0o6755,
