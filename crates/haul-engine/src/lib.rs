@@ -13,7 +13,8 @@ pub mod hash;
 pub mod partial;
 pub mod source;
 
-pub use destination::{resolve_existing, tidy_state_dir, Destination, Prepared, ReceiveError};
+pub use destination::{Destination, Prepared, ReceiveError};
 pub use event::{Event, Observer};
+pub use haul_root;
 pub use partial::{ChunkVerdict, PartialFile};
 pub use source::{split_ranges, EntryIter, LocalTree, Source, SourceEntry, SourceError};

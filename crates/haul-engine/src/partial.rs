@@ -1,19 +1,19 @@
 //! A file being received: verified chunks, resume log, commit.
 
 use std::collections::HashSet;
+use std::ffi::OsString;
 use std::fs::{self, File};
 use std::io::{Read, Write};
-use std::os::fd::OwnedFd;
 use std::os::unix::fs::{FileExt, PermissionsExt};
-use std::path::Path;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use haul_proto::{Digest, Entry};
+use haul_root::Dir;
 
-use crate::destination::open_dirs::{self, cstring, link_at, rename_at, unlink_at};
-use crate::destination::{create_new, entry_mtime, open_rw, ReceiveError};
+use crate::destination::dir_cache::DirId;
+use crate::destination::{entry_mtime, ReceiveError};
 use crate::hash::{chunk_digest, root_from_digests, valid_chunk_size, MAX_CHUNKS};
 
 const MAGIC: &[u8; 8] = b"HAULPRT1";
@@ -36,17 +36,46 @@ struct State {
     digests: Vec<Option<Digest>>,
 }
 
-/// Directories whose entries changed (renames into them), fsynced in one
-/// pass when the last session on the destination ends.
-pub(crate) type DirtyDirs = Arc<Mutex<HashSet<PathBuf>>>;
+/// Directories whose entries changed (renames into them), by path relative
+/// to the root, fsynced in one pass when the last session on the destination ends.
+pub(crate) type DirtyDirs = Arc<Mutex<HashSet<String>>>;
+
+/// Where a received file goes: its directory, held (resolved beneath the
+/// root), and its name there.
+#[derive(Debug, Clone)]
+pub(crate) struct Place {
+    pub(crate) dir: Arc<Dir>,
+    pub(crate) dir_id: DirId,
+    /// The directory's path relative to the root (`""`: the root).
+    pub(crate) dir_rel: String,
+    pub(crate) name: OsString,
+    /// The final path, for messages only.
+    pub(crate) shown: PathBuf,
+}
+
+/// Where a multi-chunk file stages: `<id>.part` and its resume log
+/// `<id>.state` in the held `ROOT/.haul/partial`.
+#[derive(Debug, Clone)]
+pub(crate) struct Staging {
+    pub(crate) dir: Arc<Dir>,
+    pub(crate) part: String,
+    pub(crate) state: String,
+    /// The staging directory's path, for messages only.
+    pub(crate) shown: PathBuf,
+}
 
 /// A file being received into its staging name.
 #[derive(Debug)]
 pub struct PartialFile {
     entry: Entry,
-    final_path: PathBuf,
-    part_path: PathBuf,
-    state_path: PathBuf,
+    place: Place,
+    /// The named staging file (its directory and name); `None` for an
+    /// anonymous `O_TMPFILE`, which has no name until published.
+    staged_as: Option<(Arc<Dir>, OsString)>,
+    /// The resume log's directory and name (multi-chunk files).
+    log_at: Option<(Arc<Dir>, String)>,
+    /// The staging file's path, for messages only.
+    shown_part: PathBuf,
     part: File,
     state: Mutex<State>,
     resumed_bytes: u64,
@@ -60,18 +89,13 @@ pub struct PartialFile {
     publishing: Mutex<()>,
     /// Device of the staged data, recorded by `seal` (`u64::MAX`: not yet).
     device: AtomicU64,
-    /// Staged as an `O_TMPFILE` (no name until published; `part_path` is its directory).
-    anonymous: bool,
-    /// The final directory, open (single-chunk files): names in it are
-    /// looked up from here.
-    dir: Option<Arc<OwnedFd>>,
 }
 
-/// `.NAME.<pid>-<n>.haul` beside `final_path`: a name no other transfer
+/// `.NAME.<pid>-<n>.haul`: a name beside `name` that no other transfer
 /// uses (the name part is shortened to keep within `NAME_MAX`).
-fn unique_sibling(final_path: &Path) -> PathBuf {
+fn unique_sibling(name: &std::ffi::OsStr) -> OsString {
     let n = STAGING_SEQ.fetch_add(1, Ordering::Relaxed);
-    let name = final_path.file_name().unwrap_or_default().to_string_lossy();
+    let name = name.to_string_lossy();
     let mut short = String::new();
     for c in name.chars() {
         if short.len() + c.len_utf8() > 200 {
@@ -79,7 +103,7 @@ fn unique_sibling(final_path: &Path) -> PathBuf {
         }
         short.push(c);
     }
-    final_path.with_file_name(format!(".{short}.{}-{n}.haul", std::process::id()))
+    OsString::from(format!(".{short}.{}-{n}.haul", std::process::id()))
 }
 
 /// Whether `/proc/self/fd` exists (needed to link an `O_TMPFILE` into place).
@@ -94,8 +118,7 @@ impl PartialFile {
     /// a name unique to this transfer beside the final name, created with `O_EXCL`.
     pub(crate) fn open_small(
         entry: Entry,
-        final_path: PathBuf,
-        dir: Arc<OwnedFd>,
+        place: Place,
         dirty: DirtyDirs,
     ) -> Result<Self, ReceiveError> {
         if !valid_chunk_size(entry.chunk_size) || entry.chunk_count() > 1 {
@@ -104,47 +127,48 @@ impl PartialFile {
                 entry.path, entry.chunk_size
             )));
         }
-        let parent = final_path.parent().unwrap_or(Path::new("/")).to_path_buf();
+        // Created with its final permission bits: no chmod at commit when
+        // the umask leaves them alone (nothing reopens this file).
+        let mode = (entry.mode & 0o777) | 0o200;
         // Best: an anonymous file in the final directory (O_TMPFILE), linked
         // into place at publish. Nothing is ever visible before it verified,
         // and a crash leaves nothing behind.
         let anonymous = PROC_FD
             .get_or_init(|| Path::new("/proc/self/fd").is_dir())
-            .then(|| open_dirs::tmpfile_in(&dir, (entry.mode & 0o777) | 0o200));
+            .then(|| place.dir.tmpfile(mode));
         if let Some(Ok(part)) = anonymous {
-            let mut me = Self::small(entry, final_path, parent, part, dirty, true);
-            me.dir = Some(dir);
-            return Ok(me);
+            return Ok(Self::small(entry, place, part, dirty, None));
         }
-        let (part, part_path) = loop {
-            let candidate = unique_sibling(&final_path);
-            // Created with its final permission bits: no chmod at commit
-            // when the umask leaves them alone (nothing reopens this file).
-            match create_new(&candidate, entry.mode & 0o777) {
+        let (part, name) = loop {
+            let candidate = unique_sibling(&place.name);
+            match place.dir.create_new(&candidate, mode) {
                 Ok(f) => break (f, candidate),
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-                Err(e) => return Err(ReceiveError::io("create", &candidate, e)),
+                Err(e) => return Err(ReceiveError::io("create", &place.shown, e)),
             }
         };
-        Ok(Self::small(
-            entry, final_path, part_path, part, dirty, false,
-        ))
+        let dir = place.dir.clone();
+        Ok(Self::small(entry, place, part, dirty, Some((dir, name))))
     }
 
     fn small(
         entry: Entry,
-        final_path: PathBuf,
-        part_path: PathBuf,
+        place: Place,
         part: File,
         dirty: DirtyDirs,
-        anonymous: bool,
+        staged_as: Option<(Arc<Dir>, OsString)>,
     ) -> Self {
         let count = entry.chunk_count() as usize;
+        let shown_part = match &staged_as {
+            Some((_, name)) => place.shown.with_file_name(name),
+            None => place.shown.clone(),
+        };
         Self {
             entry,
-            final_path,
-            state_path: PathBuf::new(),
-            part_path,
+            place,
+            staged_as,
+            log_at: None,
+            shown_part,
             part,
             state: Mutex::new(State {
                 log: None,
@@ -156,17 +180,14 @@ impl PartialFile {
             in_place: AtomicBool::new(false),
             publishing: Mutex::new(()),
             device: AtomicU64::new(u64::MAX),
-            anonymous,
-            dir: None,
         }
     }
 
     pub(crate) fn open(
         entry: Entry,
         version: &str,
-        final_path: PathBuf,
-        part_path: PathBuf,
-        state_path: PathBuf,
+        place: Place,
+        staging: Staging,
         dirty: DirtyDirs,
     ) -> Result<Self, ReceiveError> {
         if !valid_chunk_size(entry.chunk_size) {
@@ -182,7 +203,8 @@ impl PartialFile {
             )));
         }
         let count = entry.chunk_count() as usize;
-        let part = open_locked(&part_path, &entry.path)?;
+        let part_path = staging.shown.join(&staging.part);
+        let part = open_locked(&staging.dir, &staging.part, &part_path, &entry.path)?;
         let existing_len = part
             .metadata()
             .map_err(|e| ReceiveError::io("stat", &part_path, e))?
@@ -194,11 +216,11 @@ impl PartialFile {
             if existing_len > 0 {
                 part.set_len(0)
                     .map_err(|e| ReceiveError::io("truncate", &part_path, e))?;
-                let _ = fs::remove_file(&state_path);
+                let _ = staging.dir.unlink(&staging.state);
             }
             None
         } else {
-            let (log, resumed) = open_log(&entry, version, &part, &state_path, &mut digests)?;
+            let (log, resumed) = open_log(&entry, version, &part, &staging, &mut digests)?;
             resumed_bytes = resumed;
             if resumed_bytes == 0 && existing_len > 0 {
                 part.set_len(0)
@@ -206,11 +228,15 @@ impl PartialFile {
             }
             Some(log)
         };
+        let log_at = log
+            .is_some()
+            .then(|| (staging.dir.clone(), staging.state.clone()));
         Ok(Self {
             entry,
-            final_path,
-            part_path,
-            state_path,
+            place,
+            staged_as: Some((staging.dir.clone(), OsString::from(&staging.part))),
+            log_at,
+            shown_part: part_path,
             part,
             state: Mutex::new(State { log, digests }),
             resumed_bytes,
@@ -219,8 +245,6 @@ impl PartialFile {
             in_place: AtomicBool::new(false),
             publishing: Mutex::new(()),
             device: AtomicU64::new(u64::MAX),
-            anonymous: false,
-            dir: None,
         })
     }
 
@@ -234,10 +258,17 @@ impl PartialFile {
     /// The path errors name: the staging file, or for an anonymous one
     /// (which has no name yet) the file it will become.
     fn shown_path(&self) -> &Path {
-        if self.anonymous {
-            &self.final_path
-        } else {
-            &self.part_path
+        &self.shown_part
+    }
+
+    /// Removes the staging file and resume log (nothing is left of an
+    /// anonymous file once it is closed).
+    fn remove_staged(&self) {
+        if let Some((dir, name)) = &self.log_at {
+            let _ = dir.unlink(name);
+        }
+        if let Some((dir, name)) = &self.staged_as {
+            let _ = dir.unlink(name);
         }
     }
 
@@ -364,10 +395,7 @@ impl PartialFile {
         if let Ok(mut state) = self.state.lock() {
             state.digests.iter_mut().for_each(|d| *d = None);
         }
-        if !self.anonymous {
-            let _ = fs::remove_file(&self.state_path);
-            let _ = fs::remove_file(&self.part_path);
-        }
+        self.remove_staged();
     }
 
     fn store_chunk(&self, index: u32, data: &[u8], actual: Digest) -> Result<(), ReceiveError> {
@@ -388,7 +416,7 @@ impl PartialFile {
             rec[..4].copy_from_slice(&index.to_be_bytes());
             rec[4..].copy_from_slice(&actual);
             log.write_all(&rec)
-                .map_err(|e| ReceiveError::io("write", &self.state_path, e))?;
+                .map_err(|e| ReceiveError::io("write", self.shown_path(), e))?;
         }
         state.digests[index as usize] = Some(actual);
         Ok(())
@@ -442,10 +470,7 @@ impl PartialFile {
             return Ok(root);
         }
         if sender_root.is_some_and(|r| *r != root) {
-            if !self.anonymous {
-                let _ = fs::remove_file(&self.state_path);
-                let _ = fs::remove_file(&self.part_path);
-            }
+            self.remove_staged();
             return Err(ReceiveError::RootMismatch(self.entry.path.clone()));
         }
         let p = self.shown_path();
@@ -485,21 +510,22 @@ impl PartialFile {
             }
             return Err(ReceiveError::Incomplete(self.entry.path.clone()));
         }
-        if self.anonymous {
-            self.link_into_place()?;
-        } else {
-            fs::rename(&self.part_path, &self.final_path)
-                .map_err(|e| ReceiveError::io("rename", &self.final_path, e))?;
+        // Renamed or linked into the directory held since the offer: one
+        // swapped for a symlink meanwhile is not followed.
+        match &self.staged_as {
+            None => self.link_into_place()?,
+            Some((dir, name)) => dir
+                .rename(name, &self.place.dir, &self.place.name)
+                .map_err(|e| ReceiveError::io("rename", &self.place.shown, e))?,
         }
         self.in_place.store(true, Ordering::Release);
         // The new name becomes durable with the next directory sync. A crash
         // before it loses the name, never integrity: the file is sent again.
-        if let (Ok(mut dirty), Some(parent)) = (self.dirty.lock(), self.final_path.parent()) {
-            dirty.insert(parent.to_path_buf());
+        if let Ok(mut dirty) = self.dirty.lock() {
+            dirty.insert(self.place.dir_rel.clone());
         }
-        let has_log = self.state.lock().map(|s| s.log.is_some()).unwrap_or(false);
-        if has_log {
-            let _ = fs::remove_file(&self.state_path);
+        if let Some((dir, name)) = &self.log_at {
+            let _ = dir.unlink(name);
         }
         Ok(())
     }
@@ -509,25 +535,20 @@ impl PartialFile {
     /// Gives an `O_TMPFILE` its final name: `linkat` when the name is free,
     /// else link under a unique name and rename over the old file (atomic).
     fn link_into_place(&self) -> Result<(), ReceiveError> {
-        use std::os::unix::ffi::OsStrExt;
-        let io = |e| ReceiveError::io("link", &self.final_path, e);
-        let (Some(dir), Some(name)) = (self.dir.as_ref(), self.final_path.file_name()) else {
-            return Err(io(std::io::ErrorKind::InvalidInput.into()));
-        };
-        let name = cstring(name.as_bytes()).map_err(io)?;
-        match link_at(&self.part, dir, &name) {
+        let io = |e| ReceiveError::io("link", &self.place.shown, e);
+        let (dir, name) = (&self.place.dir, &self.place.name);
+        match dir.link_file(&self.part, name) {
             Ok(()) => return Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
             Err(e) => return Err(io(e)),
         }
         loop {
-            let tmp = unique_sibling(&self.final_path);
-            let tmp = cstring(tmp.file_name().unwrap_or_default().as_bytes()).map_err(io)?;
-            match link_at(&self.part, dir, &tmp) {
+            let tmp = unique_sibling(name);
+            match dir.link_file(&self.part, &tmp) {
                 Ok(()) => {
-                    return rename_at(dir, &tmp, &name).map_err(|e| {
-                        let _ = unlink_at(dir, &tmp);
-                        ReceiveError::io("rename", &self.final_path, e)
+                    return dir.rename(&tmp, dir, name).map_err(|e| {
+                        let _ = dir.unlink(&tmp);
+                        ReceiveError::io("rename", &self.place.shown, e)
                     })
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
@@ -551,17 +572,19 @@ fn lock_exclusive(file: &File) -> std::io::Result<()> {
 /// publish, or to drop a published file).
 const LOCK_PATIENCE: std::time::Duration = std::time::Duration::from_millis(500);
 
-/// Opens the staging file at `part_path` and locks it: one holder at a time
+/// Opens the staging file `name` in `dir` and locks it: one holder at a time
 /// (another process, or a staging this process is publishing). The lock is
 /// taken on what was opened, so the name is checked again afterwards: a
 /// holder may have renamed that very file into place (published it) before
 /// letting go — writing to it now would change a delivered file. Then the
 /// name is opened afresh. A filesystem without locks is used without.
-fn open_locked(part_path: &Path, rel: &str) -> Result<File, ReceiveError> {
+fn open_locked(dir: &Dir, name: &str, part_path: &Path, rel: &str) -> Result<File, ReceiveError> {
     use std::os::unix::fs::MetadataExt;
     let deadline = std::time::Instant::now() + LOCK_PATIENCE;
     loop {
-        let part = open_rw(part_path)?;
+        let part = dir
+            .open_rw(name, 0o600)
+            .map_err(|e| ReceiveError::io("open", part_path, e))?;
         match lock_exclusive(&part) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
@@ -577,8 +600,10 @@ fn open_locked(part_path: &Path, rel: &str) -> Result<File, ReceiveError> {
         let held = part
             .metadata()
             .map_err(|e| ReceiveError::io("stat", part_path, e))?;
-        match fs::symlink_metadata(part_path) {
-            Ok(named) if named.dev() == held.dev() && named.ino() == held.ino() => return Ok(part),
+        match dir.stat(name) {
+            Ok(Some(named)) if named.dev == held.dev() && named.ino == held.ino() => {
+                return Ok(part)
+            }
             // Renamed away (published) or replaced meanwhile: open the name again.
             _ if std::time::Instant::now() < deadline => continue,
             _ => return Err(ReceiveError::Locked(rel.to_owned())),
@@ -592,11 +617,15 @@ fn open_log(
     entry: &Entry,
     version: &str,
     part: &File,
-    state_path: &std::path::Path,
+    staging: &Staging,
     digests: &mut [Option<Digest>],
 ) -> Result<(File, u64), ReceiveError> {
     let header = header_bytes(entry, version);
-    let mut log = open_rw(state_path)?;
+    let state_path = &staging.shown.join(&staging.state);
+    let mut log = staging
+        .dir
+        .open_rw(&staging.state, 0o600)
+        .map_err(|e| ReceiveError::io("open", state_path, e))?;
     let mut existing = Vec::new();
     log.read_to_end(&mut existing)
         .map_err(|e| ReceiveError::io("read", state_path, e))?;
@@ -635,9 +664,9 @@ fn open_log(
         .map_err(|e| ReceiveError::io("truncate", state_path, e))?;
     log.write_all_at(&fresh, 0)
         .map_err(|e| ReceiveError::io("write", state_path, e))?;
-    let log = fs::OpenOptions::new()
-        .append(true)
-        .open(state_path)
+    let log = staging
+        .dir
+        .open_append(&staging.state)
         .map_err(|e| ReceiveError::io("open", state_path, e))?;
     Ok((log, resumed_bytes))
 }

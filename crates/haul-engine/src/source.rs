@@ -14,11 +14,14 @@
 //! - Devices, FIFOs and sockets are skipped with a warning.
 //! - Names must be UTF-8 (the wire carries UTF-8); others are skipped with a warning.
 
-use std::fs::{File, Metadata};
-use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::ffi::OsString;
+use std::fs::File;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use haul_proto::{Entry, EntryKind};
+use haul_root::walk::Walk;
+use haul_root::{Dir, Meta, ResolveError, Root};
 
 use crate::hash::chunk_size_for;
 
@@ -87,26 +90,120 @@ pub trait Source: Send {
     fn entries(self: Box<Self>) -> EntryIter;
 }
 
-/// A local file or directory tree.
-#[derive(Debug, Clone)]
+/// What a tree starts with, opened when the tree was made.
+#[derive(Debug)]
+enum Top {
+    /// The operator's path, opened when the tree is walked.
+    Path { contents: bool },
+    /// A directory, held: walked (after itself, unless only its contents).
+    Dir {
+        dir: Dir,
+        meta: Meta,
+        contents: bool,
+    },
+    /// One entry that is not a directory.
+    One { meta: Meta, link: Option<OsString> },
+}
+
+/// A local file or directory tree, walked through directory descriptors
+/// ([`haul_root::walk`]): each directory is opened relative to its parent
+/// with `O_NOFOLLOW`, so a directory swapped for a symlink during the walk
+/// is reported, never walked into.
+#[derive(Debug)]
 pub struct LocalTree {
+    naming: Naming,
+    top: Top,
+    /// Leaves out `.haul` at the top (a node's own state directory).
+    skip_state_dir: bool,
+}
+
+/// How a tree's entries are named: on the wire, locally, and in errors.
+#[derive(Debug)]
+struct Naming {
+    /// The top's local path.
     path: PathBuf,
+    /// The wire path of the top (empty: its contents have bare names).
     prefix: String,
-    exclude: Option<PathBuf>,
     /// Errors name paths relative to this (a node never shows its root).
     shown_from: Option<PathBuf>,
 }
 
+fn io_error(path: &Path, source: std::io::Error) -> SourceError {
+    SourceError::Io {
+        path: path.display().to_string(),
+        source,
+    }
+}
+
+/// Opens the operator's `path` as the top of a tree.
+fn open_path_top(path: &Path, contents: bool) -> Result<Top, SourceError> {
+    let err = |e| io_error(path, e);
+    if !contents {
+        if let (Some(parent), Some(name)) = (path.parent(), path.file_name()) {
+            let parent = if parent.as_os_str().is_empty() {
+                Path::new(".")
+            } else {
+                parent
+            };
+            let held = Dir::open_path(parent).map_err(err)?;
+            return open_top(&held, name, path, false);
+        }
+    }
+    // `dir/` (following a symlink given so), or `.`, `..`, `/`.
+    let dir = Dir::open_path(path).map_err(err)?;
+    let meta = dir.meta().map_err(err)?;
+    Ok(Top::Dir {
+        dir,
+        meta,
+        contents,
+    })
+}
+
+/// What `name` in `parent` is, opened as the top of a tree.
+fn open_top(
+    parent: &Dir,
+    name: &std::ffi::OsStr,
+    shown: &Path,
+    contents: bool,
+) -> Result<Top, SourceError> {
+    let missing = || io_error(shown, std::io::ErrorKind::NotFound.into());
+    let meta = parent
+        .stat(name)
+        .map_err(|e| io_error(shown, e))?
+        .ok_or_else(missing)?;
+    if meta.is_dir() {
+        let dir = parent.subdir(name).map_err(|e| io_error(shown, e))?;
+        return Ok(Top::Dir {
+            dir,
+            meta,
+            contents,
+        });
+    }
+    if contents {
+        return Err(io_error(
+            shown,
+            std::io::Error::from_raw_os_error(libc::ENOTDIR),
+        ));
+    }
+    let link = if meta.is_symlink() {
+        Some(parent.read_link(name).map_err(|e| io_error(shown, e))?)
+    } else {
+        None
+    };
+    Ok(Top::One { meta, link })
+}
+
 impl LocalTree {
     /// A tree rooted at `path`; a trailing `/` in `path` means "its contents".
+    /// `path` itself is the operator's: `link/` walks the directory a symlink
+    /// points to, `link` sends the link.
     pub fn new(path: &str) -> Result<Self, SourceError> {
-        let contents_only = path.ends_with('/') && path.len() > 1;
+        let contents = path.ends_with('/') && path.len() > 1;
         let pb = PathBuf::from(path);
-        std::fs::symlink_metadata(&pb).map_err(|source| SourceError::Io {
-            path: path.to_owned(),
-            source,
-        })?;
-        let prefix = if contents_only {
+        // Checked now, opened when walked (a command with thousands of
+        // sources holds no descriptor per source meanwhile).
+        std::fs::symlink_metadata(&pb).map_err(|e| io_error(&pb, e))?;
+        let prefix = if contents {
             String::new()
         } else {
             // The name as given — a symlink keeps its own name — except for
@@ -124,19 +221,92 @@ impl LocalTree {
                 .map_err(|n| SourceError::BadName(format!("{n:?}")))?
         };
         Ok(Self {
-            path: pb,
-            prefix,
-            exclude: None,
-            shown_from: None,
+            naming: Naming {
+                path: pb,
+                prefix,
+                shown_from: None,
+            },
+            top: Top::Path { contents },
+            skip_state_dir: false,
+        })
+    }
+
+    /// The tree at `rel` beneath a held `root` (a serving node's listing):
+    /// no symlink is followed on the way or at the end, the root's own `.haul`
+    /// is left out, and errors name paths relative to the root. With
+    /// `contents` (or an empty `rel`: the root) only what is inside is listed.
+    pub fn beneath(root: &Root, rel: &str, contents: bool) -> Result<Self, ResolveError> {
+        let comps =
+            haul_proto::validate_rel_path(rel).map_err(|e| ResolveError::BadName(e.to_string()))?;
+        let path = root.path().join(rel);
+        let Some((last, parents)) = comps.split_last() else {
+            let dir = root.open_dir(&[])?;
+            let meta = dir.meta().map_err(|source| ResolveError::Io {
+                op: "stat",
+                path: root.show(&[]),
+                source,
+            })?;
+            return Ok(Self {
+                naming: Naming {
+                    path,
+                    prefix: String::new(),
+                    shown_from: Some(root.path().to_path_buf()),
+                },
+                top: Top::Dir {
+                    dir,
+                    meta,
+                    contents: true,
+                },
+                skip_state_dir: true,
+            });
+        };
+        let parent = root.open_dir(parents)?;
+        let shown = root.show(&comps);
+        let io = |source| ResolveError::Io {
+            op: "stat",
+            path: shown.clone(),
+            source,
+        };
+        let meta = parent
+            .stat(last)
+            .map_err(io)?
+            .ok_or_else(|| ResolveError::NotFound(shown.clone()))?;
+        if meta.is_symlink() {
+            return Err(ResolveError::Symlink(shown));
+        }
+        if contents && !meta.is_dir() {
+            return Err(ResolveError::NotDir(shown));
+        }
+        let top =
+            open_top(&parent, std::ffi::OsStr::new(last), &path, contents).map_err(
+                |e| match e {
+                    SourceError::Io { source, .. } => io(source),
+                    other => io(std::io::Error::other(other.to_string())),
+                },
+            )?;
+        Ok(Self {
+            naming: Naming {
+                path,
+                prefix: if contents {
+                    String::new()
+                } else {
+                    (*last).to_owned()
+                },
+                shown_from: Some(root.path().to_path_buf()),
+            },
+            top,
+            skip_state_dir: false,
         })
     }
 
     /// Names paths in errors relative to `base` (`.` for `base` itself).
     pub fn showing_paths_from(mut self, base: PathBuf) -> Self {
-        self.shown_from = Some(base);
+        self.naming.shown_from = Some(base);
         self
     }
+}
 
+impl Naming {
     fn shown(&self, local: &Path) -> String {
         match self.shown_from.as_deref().map(|b| local.strip_prefix(b)) {
             Some(Ok(rel)) if rel.as_os_str().is_empty() => ".".to_owned(),
@@ -145,57 +315,46 @@ impl LocalTree {
         }
     }
 
-    /// Leaves out the subtree at `path` (a node's own `.haul` state directory).
-    pub fn excluding(mut self, path: PathBuf) -> Self {
-        self.exclude = Some(path);
-        self
-    }
-
-    /// A tree whose entries are named `prefix/...` (empty prefix: bare names).
-    pub fn with_prefix(path: PathBuf, prefix: String) -> Self {
-        Self {
-            path,
-            prefix,
-            exclude: None,
-            shown_from: None,
-        }
-    }
-
-    fn make(&self, local: &Path, rel: &Path, meta: &Metadata) -> Result<SourceEntry, SourceError> {
+    /// The entry for what is at `rel` (relative to the top; empty for the top).
+    fn make(
+        &self,
+        rel: &Path,
+        meta: &Meta,
+        link: Option<OsString>,
+    ) -> Result<SourceEntry, SourceError> {
+        let local = if rel.as_os_str().is_empty() {
+            self.path.clone()
+        } else {
+            self.path.join(rel)
+        };
         let rel_str = rel
             .to_str()
-            .ok_or_else(|| SourceError::BadName(self.shown(local)))?;
+            .ok_or_else(|| SourceError::BadName(self.shown(&local)))?;
         let path = match (self.prefix.is_empty(), rel_str.is_empty()) {
             (true, _) => rel_str.to_owned(),
             (false, true) => self.prefix.clone(),
             (false, false) => format!("{}/{}", self.prefix, rel_str),
         };
-        let ft = meta.file_type();
-        let kind = if ft.is_dir() {
+        let kind = if meta.is_dir() {
             EntryKind::Dir
-        } else if ft.is_file() {
+        } else if meta.is_file() {
             EntryKind::File
-        } else if ft.is_symlink() {
-            let target = std::fs::read_link(local).map_err(|source| SourceError::Io {
-                path: self.shown(local),
-                source,
-            })?;
+        } else if let Some(target) = link {
             let target = target
-                .into_os_string()
                 .into_string()
-                .map_err(|_| SourceError::BadName(self.shown(local)))?;
+                .map_err(|_| SourceError::BadName(self.shown(&local)))?;
             if haul_proto::symlink_target_refused_anywhere(&target) {
                 return Err(SourceError::UnsafeLink {
-                    path: self.shown(local),
+                    path: self.shown(&local),
                     target,
                 });
             }
             EntryKind::Symlink { target }
         } else {
-            return Err(SourceError::Special(self.shown(local)));
+            return Err(SourceError::Special(self.shown(&local)));
         };
         let size = if kind == EntryKind::File {
-            meta.len()
+            meta.size
         } else {
             0
         };
@@ -204,78 +363,73 @@ impl LocalTree {
                 path,
                 kind,
                 size,
-                mode: meta.permissions().mode() & 0o7777,
-                mtime_sec: meta.mtime(),
-                mtime_nsec: meta.mtime_nsec().clamp(0, 999_999_999) as u32,
+                mode: meta.permissions(),
+                mtime_sec: meta.mtime,
+                mtime_nsec: meta.mtime_nsec,
                 chunk_size: chunk_size_for(size),
             },
-            local: local.to_path_buf(),
+            local,
         })
     }
 }
 
 impl Source for LocalTree {
     fn describe(&self) -> String {
-        self.path.display().to_string()
+        self.naming.path.display().to_string()
     }
 
     fn entries(self: Box<Self>) -> EntryIter {
-        let contents_only = self.prefix.is_empty();
-        // `link/` walks what the link points to; `link` is the link itself.
-        let walker = walkdir::WalkDir::new(&self.path)
-            .follow_links(false)
-            .follow_root_links(contents_only)
-            .sort_by_file_name()
-            .into_iter();
-        let exclude = self.exclude.clone();
-        let walker = walker.filter_entry(move |e| exclude.as_deref() != Some(e.path()));
-        Box::new(walker.filter_map(move |item| {
-            let item = match item {
-                Ok(item) => item,
-                Err(e) => {
-                    let path = e.path().map(|p| self.shown(p)).unwrap_or_default();
-                    let source = e
-                        .into_io_error()
-                        .unwrap_or_else(|| std::io::Error::other("filesystem loop"));
-                    return Some(Err(SourceError::Io { path, source }));
-                }
-            };
-            // With "contents only", the top directory itself is not an entry.
-            if item.depth() == 0 && contents_only && item.file_type().is_dir() {
-                return None;
+        let LocalTree {
+            naming,
+            top,
+            skip_state_dir,
+        } = *self;
+        let top = match top {
+            Top::Path { contents } => match open_path_top(&naming.path, contents) {
+                Ok(top) => top,
+                Err(e) => return Box::new(std::iter::once(Err(e))),
+            },
+            top => top,
+        };
+        match top {
+            Top::Path { .. } => Box::new(std::iter::empty()),
+            Top::One { meta, link } => {
+                Box::new(std::iter::once(naming.make(Path::new(""), &meta, link)))
             }
-            let rel = item
-                .path()
-                .strip_prefix(&self.path)
-                .unwrap_or(Path::new(""));
-            let rel = if item.depth() == 0 && !item.file_type().is_dir() && contents_only {
-                // `file/` is not meaningful; treat as the file under its own name.
-                Path::new(item.file_name())
-            } else {
-                rel
-            };
-            let meta = match item.metadata() {
-                Ok(m) => m,
-                Err(e) => {
-                    return Some(Err(SourceError::Io {
-                        path: self.shown(item.path()),
-                        source: e
-                            .into_io_error()
-                            .unwrap_or_else(|| std::io::Error::other("stat")),
-                    }))
+            Top::Dir {
+                dir,
+                meta,
+                contents,
+            } => {
+                let first = (!contents).then(|| naming.make(Path::new(""), &meta, None));
+                let mut walk = Walk::new(dir);
+                if skip_state_dir {
+                    walk = walk.pruning(Box::new(|rel| rel == Path::new(haul_proto::STATE_DIR)));
                 }
-            };
-            Some(self.make(item.path(), rel, &meta))
-        }))
+                let rest = walk.map(move |item| match item {
+                    Ok(e) => naming.make(&e.rel, &e.meta, e.link),
+                    Err(e) => Err(SourceError::Io {
+                        path: naming.shown(&naming.path.join(&e.rel)),
+                        source: e.source,
+                    }),
+                });
+                Box::new(first.into_iter().chain(rest))
+            }
+        }
     }
 }
 
-/// Opens a local entry's data for reading.
+/// Opens a local entry's data for reading (a symlink put in its place since
+/// it was listed is not followed).
 pub fn open_local(entry: &SourceEntry) -> Result<File, SourceError> {
-    File::open(&entry.local).map_err(|source| SourceError::Io {
-        path: entry.local.display().to_string(),
-        source,
-    })
+    File::options()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&entry.local)
+        .map_err(|source| SourceError::Io {
+            path: entry.local.display().to_string(),
+            source,
+        })
 }
 
 #[cfg(test)]
@@ -371,7 +525,7 @@ mod tests {
 
         // `.` still names the directory it stands for.
         let tree = LocalTree::new(&format!("{}/dir/.", d.display())).unwrap();
-        assert_eq!(tree.prefix, "dir");
+        assert_eq!(tree.naming.prefix, "dir");
     }
 
     #[test]

@@ -168,9 +168,7 @@ pub(crate) struct Ctx {
 impl Ctx {
     /// Size of the regular file already at `rel` under the destination.
     pub(crate) fn existing_size(&self, rel: &str) -> Option<u64> {
-        let path = haul_engine::resolve_existing(self.dest.root(), rel).ok()?;
-        let meta = std::fs::symlink_metadata(path).ok()?;
-        meta.is_file().then_some(meta.len())
+        self.dest.existing_file_size(rel)
     }
 }
 
@@ -306,7 +304,7 @@ fn finish(ctx: &Ctx, dest: &Destination, started: Instant) -> Summary {
         });
     }
     dest.apply_dir_metadata();
-    haul_engine::tidy_state_dir(dest.root());
+    dest.tidy_state_dir();
     let summary = ctx.tally.finish(started.elapsed(), ctx.pool.peak());
     if summary.entries_ok == 0 && summary.failed == 0 && summary.files_skipped == 0 {
         // An S3 prefix that does not exist lists like an empty one.

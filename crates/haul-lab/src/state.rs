@@ -186,6 +186,9 @@ mod name_tests {
             .tempdir_in("/tmp")
             .unwrap();
         std::fs::write(dir.path().join("keep"), b"x").unwrap();
+        // The name resolves through the state root: make it exist, as after
+        // any lab ran (on a fresh machine it does not yet).
+        std::fs::create_dir_all(state_root()).unwrap();
         let name = format!(
             "../../tmp/{}",
             dir.path().file_name().unwrap().to_str().unwrap()

@@ -13,6 +13,7 @@ use haul_transport::{
     connect, memory_pair, FrameReader, FrameWriter, Security, Timeouts, TransportError,
 };
 
+use crate::buffers::ChunkBuffers;
 use crate::chunk_work::ChunkWork;
 use crate::jobs::{FetchGroup, FetchJob, RangeGroup, SendJob, WorkQueue};
 use crate::pool::{run_pool, with_retries};
@@ -63,6 +64,9 @@ pub struct ClientOptions {
     pub zero_copy: bool,
     /// Where connections read, hash, verify and write large chunks.
     pub chunk_work: ChunkWork,
+    /// Bytes of chunk buffers across all connections ([`crate::buffers`]);
+    /// a local copy gives this much to each of its two sides.
+    pub chunk_memory: usize,
 }
 
 impl Default for ClientOptions {
@@ -79,6 +83,7 @@ impl Default for ClientOptions {
             connect_attempts: 5,
             socket_buffer: None,
             zero_copy: true,
+            chunk_memory: crate::buffers::DEFAULT_BUDGET,
             chunk_work: ChunkWork::for_this_machine(),
         }
     }
@@ -150,6 +155,7 @@ fn send_jobs(src: SourceEntry, streams: u32, split_min: u64) -> Vec<SendJob> {
     if src.entry.kind != EntryKind::File || streams < 2 || src.entry.size < split_min || count < 2 {
         return vec![SendJob {
             src,
+            opened: None,
             first: 0,
             end: count,
             group: None,
@@ -161,6 +167,7 @@ fn send_jobs(src: SourceEntry, streams: u32, split_min: u64) -> Vec<SendJob> {
         .into_iter()
         .map(|(first, end)| SendJob {
             src: src.clone(),
+            opened: None,
             first,
             end,
             group: Some(group.clone()),
@@ -242,6 +249,7 @@ pub async fn push(
         max_retries: opts.max_retries,
         idle: opts.timeouts.idle,
         chunk_work: opts.chunk_work,
+        buffers: ChunkBuffers::new(opts.chunk_memory),
     };
     let retire = || queue.retire_one();
     let (workers, err) = run_pool(opts.jobs, &tally, &retire, || {
@@ -347,6 +355,7 @@ pub async fn pull(
         window: opts.window,
         idle: opts.timeouts.idle,
         chunk_work: opts.chunk_work,
+        buffers: ChunkBuffers::new(opts.chunk_memory),
     };
     let retire = || queue.retire_one();
     let (workers, mut err) = run_pool(opts.jobs, &tally, &retire, || {
@@ -391,7 +400,7 @@ pub async fn pull(
     }
     fail_leftovers(&queue, &tally, &err, |j| j.entry.path.clone());
     destination.apply_dir_metadata();
-    haul_engine::tidy_state_dir(destination.root());
+    destination.tidy_state_dir();
     finish(&tally, started, workers, err)
 }
 
@@ -525,6 +534,7 @@ pub async fn copy_local(
         max_retries: opts.max_retries,
         idle: opts.timeouts.idle,
         chunk_work: opts.chunk_work,
+        buffers: ChunkBuffers::new(opts.chunk_memory),
     };
     let rctx = ReceiverCtx {
         observer: Arc::new(haul_engine::event::Quiet),
@@ -533,6 +543,9 @@ pub async fn copy_local(
         window: opts.window,
         idle: opts.timeouts.idle,
         chunk_work: opts.chunk_work,
+        // Its own pool: a sender holding buffers while it waits for this
+        // receiver must never leave it without one.
+        buffers: ChunkBuffers::new(opts.chunk_memory),
     };
     let timeouts: Timeouts = opts.timeouts;
     let retire = || queue.retire_one();
@@ -559,6 +572,6 @@ pub async fn copy_local(
     .await;
     fail_leftovers(&queue, &tally, &err, |j| j.src.entry.path.clone());
     destination.apply_dir_metadata();
-    haul_engine::tidy_state_dir(destination.root());
+    destination.tidy_state_dir();
     finish(&tally, started, workers, err)
 }

@@ -134,6 +134,9 @@ impl RangeGroup {
 pub struct SendJob {
     /// The entry and where to read it.
     pub src: SourceEntry,
+    /// The file, already opened (beneath a serving node's root); otherwise
+    /// it is opened from `src.local` when offered.
+    pub opened: Option<Arc<std::fs::File>>,
     /// First chunk.
     pub first: u32,
     /// One past the last chunk.

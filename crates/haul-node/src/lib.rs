@@ -9,6 +9,7 @@
 //!   connections (`-j`, `--streams`, `auto`) and retries.
 //! - [`jobs`]: the work queues those pools share.
 
+pub mod buffers;
 mod chunk_work;
 pub mod client;
 pub mod error;
@@ -22,6 +23,7 @@ pub mod sender;
 pub mod server;
 pub mod summary;
 
+pub use buffers::ChunkBuffers;
 pub use chunk_work::ChunkWork;
 pub use client::{copy_local, pull, push, ClientOptions, Concurrency, DEFAULT_WINDOW};
 pub use error::NodeError;

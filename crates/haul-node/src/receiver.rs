@@ -15,6 +15,7 @@ use haul_engine::{
 use haul_proto::{ChunkHeader, Entry, ErrorCode, Message};
 use haul_transport::{FrameReader, FrameWriter};
 
+use crate::buffers::ChunkBuffers;
 use crate::jobs::{FetchJob, WorkQueue};
 
 mod commit;
@@ -39,6 +40,8 @@ pub struct ReceiverCtx {
     pub idle: std::time::Duration,
     /// Where large chunks are verified and written ([`ChunkWork::for_this_machine`]).
     pub chunk_work: ChunkWork,
+    /// Chunk buffers, under the process's memory budget.
+    pub buffers: Arc<ChunkBuffers>,
 }
 
 /// Offers open at once on one connection, at most.
@@ -50,8 +53,9 @@ const GROUP_COMMIT: usize = 8;
 /// Chunks up to this size are verified and written inline.
 const INLINE_WRITE: usize = 256 << 10;
 
-type PendingWrite =
-    tokio::task::JoinHandle<(Vec<u8>, u32, u32, Result<ChunkVerdict, ReceiveError>)>;
+/// A chunk write on a blocking thread: its file id, chunk index and verdict
+/// (the buffer goes back to the pool from that thread).
+type PendingWrite = tokio::task::JoinHandle<(u32, u32, Result<ChunkVerdict, ReceiveError>)>;
 
 /// A batch of commits running on a blocking thread while the connection
 /// goes on receiving: the batch, then each file's result.
@@ -90,7 +94,6 @@ pub async fn run_receiver(
         asked: HashMap::new(),
         next_id: 1,
         pending: VecDeque::new(),
-        spare: Vec::new(),
         commits: Vec::new(),
         committing: None,
         fetching: wants.is_some(),
@@ -124,8 +127,6 @@ struct Receiver {
     next_id: u32,
     /// Chunk writes running on blocking threads, oldest first.
     pending: VecDeque<PendingWrite>,
-    /// Buffers to reuse.
-    spare: Vec<Vec<u8>>,
     /// True for a pulling client: it accepts only offers it asked for.
     fetching: bool,
     /// Files whose commit arrived, to run as the next batch.
@@ -455,9 +456,10 @@ impl Receiver {
                 h.index, h.len, o.entry.path, o.first, o.end
             )));
         }
-        let mut buf = self.spare.pop().unwrap_or_default();
-        buf.resize(h.len as usize, 0);
-        rd.recv_payload(&mut buf).await?;
+        // Charged to the budget before any payload byte is read; filled as
+        // the bytes arrive.
+        let mut buf = self.ctx.buffers.take(h.len as usize).await;
+        rd.recv_payload(buf.vec(), h.len as usize).await?;
         o.received += u64::from(h.len);
         // Every payload byte that crossed the network counts, good or bad.
         self.ctx.observer.event(&Event::Progress {
@@ -466,14 +468,11 @@ impl Receiver {
         });
         let part = match (&o.error, &o.part) {
             (None, Some(part)) => part.clone(),
-            _ => {
-                self.spare.push(buf);
-                return Ok(());
-            }
+            _ => return Ok(()),
         };
         if buf.len() <= INLINE_WRITE {
             let verdict = part.write_chunk(h.index, &buf, &h.digest);
-            self.spare.push(buf);
+            drop(buf);
             self.apply(h.id, h.index, verdict);
             return Ok(());
         }
@@ -483,7 +482,7 @@ impl Receiver {
             if self.writes.took(buf.len(), started.elapsed()) {
                 tracing::debug!("chunk writes are slow: writing on blocking threads from now on");
             }
-            self.spare.push(buf);
+            drop(buf);
             self.apply(h.id, h.index, verdict);
             return Ok(());
         }
@@ -495,7 +494,8 @@ impl Receiver {
         let (id, index, digest) = (h.id, h.index, h.digest);
         self.pending.push_back(tokio::task::spawn_blocking(move || {
             let verdict = part.write_chunk(index, &buf, &digest);
-            (buf, id, index, verdict)
+            drop(buf);
+            (id, index, verdict)
         }));
         Ok(())
     }
@@ -642,12 +642,9 @@ impl Receiver {
         let Some(handle) = self.pending.pop_front() else {
             return Ok(());
         };
-        let (buf, id, index, verdict) = handle
+        let (id, index, verdict) = handle
             .await
             .map_err(|e| NodeError::Internal(format!("chunk writer stopped: {e}")))?;
-        if self.spare.len() < WRITES_IN_FLIGHT + 1 {
-            self.spare.push(buf);
-        }
         self.apply(id, index, verdict);
         Ok(())
     }

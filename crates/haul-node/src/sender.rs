@@ -22,9 +22,10 @@ use crate::jobs::{SendJob, WorkQueue};
 use crate::peer_text::without_root;
 
 mod read;
+use crate::buffers::{ChunkBuf, ChunkBuffers};
 use crate::keepalive;
 use crate::NodeError;
-use read::{hash_job, read_and_hash, read_chunk, want_job};
+use read::{hash_job, read_and_hash, read_chunk, want_job, HASH_PIECE};
 
 /// Where a sender's jobs come from.
 pub enum JobFeed {
@@ -32,8 +33,8 @@ pub enum JobFeed {
     Queue(Arc<WorkQueue<SendJob>>),
     /// A serving node: the peer's `Want`s name files under `root`.
     Wants {
-        /// The served root.
-        root: PathBuf,
+        /// The served root, held.
+        root: haul_engine::haul_root::Root,
     },
 }
 
@@ -50,11 +51,23 @@ pub struct SenderCtx {
     pub idle: Duration,
     /// Where large chunks are read and hashed ([`ChunkWork::for_this_machine`]).
     pub chunk_work: ChunkWork,
+    /// Chunk buffers, under the process's memory budget.
+    pub buffers: Arc<ChunkBuffers>,
+}
+
+/// The buffer a chunk of `len` bytes is read through: the whole chunk when
+/// its bytes are sent from memory (`keep`), else one hashing piece.
+fn read_buffer_len(len: usize, keep: bool) -> usize {
+    if keep {
+        len
+    } else {
+        len.min(HASH_PIECE)
+    }
 }
 
 struct Flight {
     job: SendJob,
-    file: Option<File>,
+    file: Option<Arc<File>>,
     digests: Vec<Option<Digest>>,
     retries: u32,
     sent: u64,
@@ -79,10 +92,9 @@ pub async fn run_sender(
         inflight: HashMap::new(),
         parked: HashMap::new(),
         next_id: 1,
-        buf: Vec::new(),
         reads: InlinePolicy::new(ctx.chunk_work),
         root: match &feed {
-            JobFeed::Wants { root } => Some(root.clone()),
+            JobFeed::Wants { root } => Some(root.path().to_path_buf()),
             JobFeed::Queue(_) => None,
         },
         ctx,
@@ -119,7 +131,6 @@ struct Sender {
     /// Ranges verified on a fetching peer, kept in case it asks to `Finish`.
     parked: HashMap<u32, Flight>,
     next_id: u32,
-    buf: Vec<u8>,
     /// Whether large chunks are read and hashed inline or on threads.
     reads: InlinePolicy,
     /// A serving node's root, never named to the peer.
@@ -215,22 +226,17 @@ impl Sender {
     /// Queues an offer for `job`; a job whose file cannot be opened fails alone.
     async fn offer(&mut self, w: &mut FrameWriter, id: u32, job: SendJob) -> Result<(), NodeError> {
         let entry = &job.src.entry;
-        let file = if entry.kind == EntryKind::File {
-            match File::open(&job.src.local) {
-                Ok(f) => Some(f),
+        let file = match (&entry.kind, &job.opened) {
+            (EntryKind::File, Some(opened)) => Some(opened.clone()),
+            (EntryKind::File, None) => match haul_engine::source::open_local(&job.src) {
+                Ok(f) => Some(Arc::new(f)),
                 Err(e) => {
-                    self.fail_local(
-                        w,
-                        id,
-                        &entry.path.clone(),
-                        format!("cannot read {}: {e}", job.src.local.display()),
-                    )
-                    .await?;
+                    self.fail_local(w, id, &entry.path.clone(), e.to_string())
+                        .await?;
                     return Ok(());
                 }
-            }
-        } else {
-            None
+            },
+            _ => None,
         };
         w.queue(&Message::Offer {
             id,
@@ -366,7 +372,7 @@ impl Sender {
                 match want_job(root, &path, &dest, first, end) {
                     Ok(job) => self.offer(w, id, job).await?,
                     Err((code, message)) => {
-                        let message = without_root(Some(root), message);
+                        let message = without_root(Some(root.path()), message);
                         w.queue(&Message::FileError { id, code, message }).await?;
                     }
                 }
@@ -468,26 +474,33 @@ impl Sender {
             return self.send_chunks_pipelined(w, id, chunks).await;
         }
         for &index in chunks {
+            let Some(len) = self
+                .inflight
+                .get(&id)
+                .map(|f| f.job.src.entry.chunk_len(index) as usize)
+            else {
+                return Ok(());
+            };
+            let keep = !w.sends_from_file(len);
+            let mut buf = self.ctx.buffers.take(read_buffer_len(len, keep)).await;
             let Some(f) = self.inflight.get_mut(&id) else {
                 return Ok(());
             };
             // Small reads are cheaper than handing the thread over to the runtime.
-            let len = f.job.src.entry.chunk_len(index);
             let small = len <= 256 << 10;
-            let keep = !w.sends_from_file(len as usize);
             let read = if small {
-                read_and_hash(f, index, &mut self.buf, keep)
-            } else if self.reads.inline(len as usize) {
+                read_and_hash(f, index, buf.vec(), keep)
+            } else if self.reads.inline(len) {
                 let started = std::time::Instant::now();
-                let read = read_and_hash(f, index, &mut self.buf, keep);
-                if self.reads.took(len as usize, started.elapsed()) {
+                let read = read_and_hash(f, index, buf.vec(), keep);
+                if self.reads.took(len, started.elapsed()) {
                     tracing::debug!(
                         "chunk reads are slow: reading on blocking threads from now on"
                     );
                 }
                 read
             } else {
-                tokio::task::block_in_place(|| read_and_hash(f, index, &mut self.buf, keep))
+                tokio::task::block_in_place(|| read_and_hash(f, index, buf.vec(), keep))
             };
             let digest = match read {
                 Ok(d) => d,
@@ -496,17 +509,16 @@ impl Sender {
                     return self.fail_local(w, id, &path, e).await;
                 }
             };
-            let buf = std::mem::take(&mut self.buf);
-            let sent = self.send_one(w, id, index, digest, &buf).await;
-            self.buf = buf;
-            sent?;
+            self.send_one(w, id, index, digest, &buf).await?;
         }
         w.queue(&Message::RangeEnd { id }).await?;
         Ok(())
     }
 
     /// Large chunks: the next chunk is read and hashed on a blocking thread
-    /// while the current one goes out, so hashing and sending overlap.
+    /// while the current one goes out, so hashing and sending overlap — when
+    /// the memory budget has a second buffer now. This task never waits for
+    /// a buffer while it holds one.
     async fn send_chunks_pipelined(
         &mut self,
         w: &mut FrameWriter,
@@ -517,19 +529,14 @@ impl Sender {
             return Ok(());
         };
         let (entry, local) = (f.job.src.entry.clone(), f.job.src.local.clone());
-        let file = match f.file.as_ref().map(File::try_clone) {
-            Some(Ok(file)) => Arc::new(file),
-            Some(Err(e)) => {
-                let msg = format!("cannot read {}: {e}", local.display());
-                return self.fail_local(w, id, &entry.path, msg).await;
-            }
-            None => return Err(NodeError::Protocol("chunk of a non-file".into())),
+        let Some(file) = f.file.clone() else {
+            return Err(NodeError::Protocol("chunk of a non-file".into()));
         };
-        let read = |index: u32, mut buf: Vec<u8>, keep: bool| {
+        let read = |index: u32, mut buf: ChunkBuf, keep: bool| {
             let (file, entry, local) = (file.clone(), entry.clone(), local.clone());
             tokio::task::spawn_blocking(move || {
                 let offset = u64::from(index) * u64::from(entry.chunk_size);
-                let digest = read_chunk(&file, &entry, index, &mut buf, keep).map_err(|err| {
+                let digest = read_chunk(&file, &entry, index, buf.vec(), keep).map_err(|err| {
                     format!(
                         "cannot read {} at {offset}: {err} (did it shrink while sending?)",
                         local.display()
@@ -543,25 +550,35 @@ impl Sender {
             .iter()
             .map(|&i| !w.sends_from_file(entry.chunk_len(i) as usize))
             .collect();
-        let mut spare = Vec::new();
-        let mut next = Some(read(chunks[0], std::mem::take(&mut self.buf), keep[0]));
+        let need = |k: usize| read_buffer_len(entry.chunk_len(chunks[k]) as usize, keep[k]);
+        let buffers = self.ctx.buffers.clone();
+        let mut next = Some(read(chunks[0], buffers.take(need(0)).await, keep[0]));
         for (k, &index) in chunks.iter().enumerate() {
             let Some(pending) = next.take() else { break };
             let (buf, digest) = pending
                 .await
                 .map_err(|e| NodeError::Internal(format!("chunk reader stopped: {e}")))?;
+            let mut later = None;
             if let Some(&following) = chunks.get(k + 1) {
-                next = Some(read(following, std::mem::take(&mut spare), keep[k + 1]));
+                match buffers.try_take(need(k + 1)) {
+                    Some(b) => next = Some(read(following, b, keep[k + 1])),
+                    None => later = Some(following),
+                }
             }
             let digest = match digest {
                 Ok(d) => d,
                 Err(e) => return self.fail_local(w, id, &entry.path, e).await,
             };
-            let sent = self.send_one(w, id, index, digest, &buf).await;
-            spare = buf;
-            sent?;
+            self.send_one(w, id, index, digest, &buf).await?;
+            drop(buf);
+            if let Some(following) = later {
+                next = Some(read(
+                    following,
+                    buffers.take(need(k + 1)).await,
+                    keep[k + 1],
+                ));
+            }
         }
-        self.buf = spare;
         w.queue(&Message::RangeEnd { id }).await?;
         Ok(())
     }

@@ -8,11 +8,13 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use haul_engine::haul_root::ResolveError;
 use haul_engine::{Destination, Event, LocalTree, Observer, Source};
 use haul_proto::{ErrorCode, Message, Request, PROTOCOL_VERSION};
 use haul_transport::{accept_stream, FrameReader, FrameWriter, Listener, Timeouts};
 use tokio::task::JoinSet;
 
+use crate::buffers::ChunkBuffers;
 use crate::chunk_work::ChunkWork;
 use crate::peer_text::without_root;
 use crate::receiver::{run_receiver, ReceiverCtx};
@@ -34,12 +36,15 @@ pub struct ServeOptions {
     pub max_retries: u32,
     /// How long to let transfers finish after SIGINT/SIGTERM.
     pub grace: Duration,
+    /// Bytes of chunk buffers across all connections ([`crate::buffers`]).
+    pub chunk_memory: usize,
 }
 
 /// A serving node.
 pub struct Server {
     opts: ServeOptions,
     dest: Arc<Destination>,
+    buffers: Arc<ChunkBuffers>,
 }
 
 struct LogObserver;
@@ -66,7 +71,12 @@ impl Server {
     /// A node serving `opts.root` (created if missing).
     pub fn new(opts: ServeOptions) -> Result<Arc<Self>, NodeError> {
         let dest = Destination::open(&opts.root)?;
-        Ok(Arc::new(Self { opts, dest }))
+        let buffers = ChunkBuffers::new(opts.chunk_memory);
+        Ok(Arc::new(Self {
+            opts,
+            dest,
+            buffers,
+        }))
     }
 
     /// Accepts connections until `shutdown` resolves, then lets transfers in
@@ -167,6 +177,7 @@ impl Server {
                     window: self.opts.window,
                     idle: t.idle,
                     chunk_work: ChunkWork::for_this_machine(),
+                    buffers: self.buffers.clone(),
                 };
                 run_receiver(reader, writer, None, ctx)
                     .await
@@ -185,9 +196,10 @@ impl Server {
                     max_retries: self.opts.max_retries,
                     idle: t.idle,
                     chunk_work: ChunkWork::for_this_machine(),
+                    buffers: self.buffers.clone(),
                 };
                 let feed = JobFeed::Wants {
-                    root: self.dest.root().to_path_buf(),
+                    root: self.dest.held_root().clone(),
                 };
                 run_sender(reader, writer, feed, ctx)
                     .await
@@ -204,34 +216,24 @@ impl Server {
         path: &str,
     ) -> Result<(), NodeError> {
         let trimmed = path.trim_end_matches('/');
-        let local = match haul_engine::resolve_existing(self.dest.root(), trimmed) {
-            Ok(p) => p,
+        if let Err(e) = haul_proto::validate_rel_path(trimmed) {
+            return refuse(&mut writer, ErrorCode::BadPath, format!("{path}: {e}")).await;
+        }
+        let contents = path.ends_with('/') || trimmed.is_empty();
+        let tree = match LocalTree::beneath(self.dest.held_root(), trimmed, contents) {
+            Ok(t) => t,
             Err(e) => {
-                let (code, msg) = if matches!(&e, haul_engine::ReceiveError::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound)
-                {
-                    (
+                let (code, msg) = match e {
+                    ResolveError::NotFound(_) => (
                         ErrorCode::NotFound,
                         format!("{path}: no such file or directory on the node"),
-                    )
-                } else {
-                    let e = without_root(Some(self.dest.root()), e.to_string());
-                    (ErrorCode::BadPath, format!("{path}: {e}"))
+                    ),
+                    e => {
+                        let e = without_root(Some(self.dest.root()), e.to_string());
+                        (ErrorCode::BadPath, format!("{path}: {e}"))
+                    }
                 };
                 return refuse(&mut writer, code, msg).await;
-            }
-        };
-        let mut spec = local.display().to_string();
-        if path.ends_with('/') || trimmed.is_empty() {
-            spec.push('/');
-        }
-        let state_dir = self.dest.root().join(haul_proto::STATE_DIR);
-        let tree = match LocalTree::new(&spec) {
-            Ok(t) => t
-                .excluding(state_dir)
-                .showing_paths_from(self.dest.root().to_path_buf()),
-            Err(e) => {
-                let msg = without_root(Some(self.dest.root()), e.to_string());
-                return refuse(&mut writer, ErrorCode::NotFound, msg).await;
             }
         };
         writer

@@ -30,6 +30,9 @@ pub enum PathError {
     /// The whole path is longer than [`MAX_PATH_LEN`].
     #[error("path refused: longer than {MAX_PATH_LEN} bytes")]
     PathTooLong,
+    /// Empty: an entry naming the destination root itself.
+    #[error("an empty path names the destination root itself, which is never an entry (its mode and times are the receiver's)")]
+    Root,
     /// Names the receiver's private state directory.
     #[error("path {0:?} refused: `.haul` is reserved for haul's own state")]
     Reserved(String),
@@ -76,6 +79,16 @@ pub fn validate_rel_path(path: &str) -> Result<Vec<&str>, PathError> {
         return Err(PathError::Reserved(path.to_owned()));
     }
     Ok(parts)
+}
+
+/// Checks the path of an entry (a file, directory or symlink to create):
+/// [`validate_rel_path`]'s rules, and never empty — the destination root
+/// itself is not an entry, so no peer sets its mode or times.
+pub fn validate_entry_path(path: &str) -> Result<Vec<&str>, PathError> {
+    if path.is_empty() {
+        return Err(PathError::Root);
+    }
+    validate_rel_path(path)
 }
 
 /// Checks that a symlink at `link` (a valid relative path) with `target` stays
@@ -136,6 +149,13 @@ mod tests {
         );
         assert!(validate_rel_path("").unwrap().is_empty());
         assert!(validate_rel_path("..hidden").is_ok());
+    }
+
+    #[test]
+    fn an_entry_never_names_the_root() {
+        assert_eq!(validate_entry_path(""), Err(PathError::Root));
+        assert_eq!(validate_entry_path("a/b").unwrap(), ["a", "b"]);
+        assert!(validate_entry_path("../x").is_err());
     }
 
     #[test]

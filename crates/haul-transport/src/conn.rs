@@ -55,21 +55,28 @@ async fn within<T>(
 }
 
 /// Reads messages and payloads from one connection.
+///
+/// Memory grows only with bytes that arrived: a frame or chunk header that
+/// announces a large length reserves address space, never zero-filled
+/// pages, so a peer that announces much and sends little costs little.
 pub struct FrameReader {
     inner: BoxRead,
+    /// Bytes read and not yet consumed are `buf[start..]`.
     buf: Vec<u8>,
     start: usize,
-    end: usize,
     idle: Duration,
 }
+
+/// The read buffer's usual capacity (a large control frame grows it for a
+/// while; it shrinks back once that frame is consumed).
+const READ_BUF: usize = 256 << 10;
 
 impl FrameReader {
     pub(crate) fn new(inner: BoxRead, idle: Duration) -> Self {
         Self {
             inner,
-            buf: vec![0; 256 << 10],
+            buf: Vec::with_capacity(READ_BUF),
             start: 0,
-            end: 0,
             idle,
         }
     }
@@ -82,7 +89,7 @@ impl FrameReader {
     /// The next message. A malformed frame is an error; the caller closes.
     pub async fn recv(&mut self) -> Result<Message, TransportError> {
         loop {
-            match decode_frame(&self.buf[self.start..self.end])? {
+            match decode_frame(&self.buf[self.start..])? {
                 Decoded::Message(msg, used) => {
                     self.start += used;
                     return Ok(msg);
@@ -94,7 +101,7 @@ impl FrameReader {
 
     /// The next message if it is already buffered, without reading the socket.
     pub fn try_buffered(&mut self) -> Result<Option<Message>, TransportError> {
-        match decode_frame(&self.buf[self.start..self.end])? {
+        match decode_frame(&self.buf[self.start..])? {
             Decoded::Message(msg, used) => {
                 self.start += used;
                 Ok(Some(msg))
@@ -105,49 +112,56 @@ impl FrameReader {
 
     async fn fill(&mut self, need: usize) -> Result<(), TransportError> {
         if self.start > 0 {
-            self.buf.copy_within(self.start..self.end, 0);
-            self.end -= self.start;
+            self.buf.drain(..self.start);
             self.start = 0;
         }
-        if self.buf.len() < need {
-            // `need` is bounded by MAX_FRAME_LEN + 4 by the decoder.
-            self.buf.resize(need, 0);
+        if self.buf.capacity() > 4 * READ_BUF && need <= READ_BUF && self.buf.len() <= READ_BUF {
+            // A large frame was consumed: give its memory back.
+            self.buf.shrink_to(READ_BUF);
         }
-        while self.end < need {
+        // `need` is bounded by MAX_FRAME_LEN + 4 by the decoder; what is
+        // reserved is only touched as bytes arrive.
+        self.buf.reserve(need.saturating_sub(self.buf.len()));
+        while self.buf.len() < need {
             let n = within(
                 self.idle,
                 "data from the peer",
-                self.inner.read(&mut self.buf[self.end..]),
+                self.inner.read_buf(&mut self.buf),
             )
             .await?;
             if n == 0 {
                 return Err(TransportError::Closed);
             }
-            self.end += n;
         }
         Ok(())
     }
 
-    /// Reads exactly `out.len()` payload bytes (after a chunk header).
-    pub async fn recv_payload(&mut self, out: &mut [u8]) -> Result<(), TransportError> {
-        if out.len() > MAX_CHUNK_LEN as usize {
-            return Err(TransportError::ChunkTooLarge(out.len() as u32));
+    /// Reads exactly `len` payload bytes (after a chunk header) into `out`,
+    /// which is cleared first. Its memory is touched only as bytes arrive.
+    pub async fn recv_payload(
+        &mut self,
+        out: &mut Vec<u8>,
+        len: usize,
+    ) -> Result<(), TransportError> {
+        if len > MAX_CHUNK_LEN as usize {
+            return Err(TransportError::ChunkTooLarge(len as u32));
         }
-        let buffered = (self.end - self.start).min(out.len());
-        out[..buffered].copy_from_slice(&self.buf[self.start..self.start + buffered]);
+        out.clear();
+        out.reserve(len);
+        let buffered = (self.buf.len() - self.start).min(len);
+        out.extend_from_slice(&self.buf[self.start..self.start + buffered]);
         self.start += buffered;
-        let mut got = buffered;
-        while got < out.len() {
+        while out.len() < len {
+            let left = (len - out.len()) as u64;
             let n = within(
                 self.idle,
                 "chunk data from the peer",
-                self.inner.read(&mut out[got..]),
+                (&mut self.inner).take(left).read_buf(out),
             )
             .await?;
             if n == 0 {
                 return Err(TransportError::Closed);
             }
-            got += n;
         }
         Ok(())
     }

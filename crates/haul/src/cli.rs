@@ -87,6 +87,10 @@ pub struct ServeArgs {
     /// signal stops at once; partial files stay resumable either way).
     #[arg(long, default_value_t = 20)]
     pub grace: u64,
+    /// Memory for chunk buffers across all connections (at least 64M); past
+    /// it, connections wait for each other instead of growing the node.
+    #[arg(long, default_value = "256M")]
+    pub chunk_memory: String,
 }
 
 /// Flags shared by push and pull.
@@ -128,6 +132,9 @@ pub struct TransferArgs {
     /// Write payloads from memory instead of sendfile(2) (plaintext only).
     #[arg(long, hide = true)]
     pub no_zero_copy: bool,
+    /// Memory for chunk buffers across all connections (at least 64M).
+    #[arg(long, default_value = "256M")]
+    pub chunk_memory: String,
 }
 
 /// `haul push`.

@@ -108,8 +108,21 @@ pub fn client_options(t: &TransferArgs) -> Result<ClientOptions> {
             .map(|s| s as usize),
         connect_attempts: t.retries,
         zero_copy: !t.no_zero_copy,
+        chunk_memory: chunk_memory(&t.chunk_memory)?,
         ..ClientOptions::default()
     })
+}
+
+/// The `--chunk-memory` budget in bytes: at least one chunk of the largest size.
+pub fn chunk_memory(s: &str) -> Result<usize> {
+    let bytes = parse_size(s)?;
+    let min = haul_node::buffers::MIN_BUDGET as u64;
+    if bytes < min {
+        bail!(
+            "--chunk-memory {s} is below the smallest budget, 64M (one chunk of the largest size)"
+        );
+    }
+    Ok(usize::try_from(bytes).unwrap_or(usize::MAX))
 }
 
 /// Checks a local source exists, with a helpful error.

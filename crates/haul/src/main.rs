@@ -334,6 +334,7 @@ async fn serve(args: ServeArgs, mode: Mode) -> Result<u8> {
         window: haul_node::DEFAULT_WINDOW,
         max_retries: 5,
         grace: Duration::from_secs(args.grace),
+        chunk_memory: usage(config::chunk_memory(&args.chunk_memory))?,
     };
     let server = Server::new(opts)
         .with_context(|| format!("cannot use {} as the node's root", args.root.display()))?;

@@ -1,6 +1,7 @@
-//! What a [`super::Destination`] remembers of the directories it checked,
-//! until its sessions all end: that each is a real directory (no symlink),
-//! and, for the ones it created, which names it has handed out in them.
+//! What a [`super::Destination`] remembers of the directories it resolved,
+//! by identity (device and inode, never by name), until its sessions all
+//! end: whether it created each, and for the ones it created, which names
+//! it has handed out in them.
 //!
 //! A directory this destination created was empty then. A name in it that
 //! the destination has not handed out yet can only be there if another
@@ -13,7 +14,8 @@
 
 use std::collections::{HashMap, HashSet};
 use std::ffi::{OsStr, OsString};
-use std::path::{Path, PathBuf};
+
+use super::dir_cache::DirId;
 
 /// At most this many directories are remembered (then they are checked again).
 const MAX_DIRS: usize = 100_000;
@@ -21,37 +23,36 @@ const MAX_DIRS: usize = 100_000;
 /// it, every name is looked at again (memory stays bounded on huge trees).
 const MAX_NAMES: usize = 1_000_000;
 
-/// Directories checked under a destination's root.
+/// Directories resolved under a destination's root.
 #[derive(Debug, Default)]
 pub(crate) struct KnownDirs {
-    /// Each checked directory; for one created here, the names handed out in it.
-    dirs: HashMap<PathBuf, Option<HashSet<OsString>>>,
+    /// Each resolved directory; for one created here, the names handed out in it.
+    dirs: HashMap<DirId, Option<HashSet<OsString>>>,
     /// Names held in all the sets.
     names: usize,
 }
 
 impl KnownDirs {
-    /// Whether `dir` was already checked.
-    pub(crate) fn contains(&self, dir: &Path) -> bool {
-        self.dirs.contains_key(dir)
+    #[cfg(test)]
+    pub(crate) fn contains(&self, dir: DirId) -> bool {
+        self.dirs.contains_key(&dir)
     }
 
     /// Remembers that `dir` is a real directory, `created` (empty) by this
     /// destination. The first report of a directory wins: of two sessions
     /// racing to create it, the one that found it existing must not make it
     /// look empty.
-    pub(crate) fn insert(&mut self, dir: &Path, created: bool) {
-        if self.dirs.len() < MAX_DIRS && !self.dirs.contains_key(dir) {
-            self.dirs
-                .insert(dir.to_path_buf(), created.then(HashSet::new));
+    pub(crate) fn insert(&mut self, dir: DirId, created: bool) {
+        if self.dirs.len() < MAX_DIRS && !self.dirs.contains_key(&dir) {
+            self.dirs.insert(dir, created.then(HashSet::new));
         }
     }
 
     /// True when `name` in `dir` cannot exist but by another program's hand:
     /// `dir` was created here and `name` was not handed out in it before.
     /// Hands `name` out.
-    pub(crate) fn first_use_in_created(&mut self, dir: &Path, name: &OsStr) -> bool {
-        let Some(Some(names)) = self.dirs.get_mut(dir) else {
+    pub(crate) fn first_use_in_created(&mut self, dir: DirId, name: &OsStr) -> bool {
+        let Some(Some(names)) = self.dirs.get_mut(&dir) else {
             return false;
         };
         if self.names >= MAX_NAMES {
@@ -79,30 +80,32 @@ mod tests {
 
     #[test]
     fn a_name_is_new_once_and_only_in_a_created_directory() {
+        let (made, found, other) = ((1, 10), (1, 11), (1, 12));
         let mut k = KnownDirs::default();
-        k.insert(Path::new("/r/made"), true);
-        k.insert(Path::new("/r/found"), false);
+        k.insert(made, true);
+        k.insert(found, false);
         // A later report of the same directory does not change it.
-        k.insert(Path::new("/r/found"), true);
-        assert!(k.contains(Path::new("/r/made")) && k.contains(Path::new("/r/found")));
-        assert!(k.first_use_in_created(Path::new("/r/made"), OsStr::new("a")));
-        assert!(!k.first_use_in_created(Path::new("/r/made"), OsStr::new("a")));
-        assert!(k.first_use_in_created(Path::new("/r/made"), OsStr::new("b")));
-        assert!(!k.first_use_in_created(Path::new("/r/found"), OsStr::new("c")));
-        assert!(!k.first_use_in_created(Path::new("/r/other"), OsStr::new("c")));
+        k.insert(found, true);
+        assert!(k.contains(made) && k.contains(found));
+        assert!(k.first_use_in_created(made, OsStr::new("a")));
+        assert!(!k.first_use_in_created(made, OsStr::new("a")));
+        assert!(k.first_use_in_created(made, OsStr::new("b")));
+        assert!(!k.first_use_in_created(found, OsStr::new("c")));
+        assert!(!k.first_use_in_created(other, OsStr::new("c")));
         k.clear();
-        assert!(!k.contains(Path::new("/r/made")));
-        assert!(!k.first_use_in_created(Path::new("/r/made"), OsStr::new("z")));
+        assert!(!k.contains(made));
+        assert!(!k.first_use_in_created(made, OsStr::new("z")));
     }
 
     #[test]
     fn past_the_name_limit_every_name_is_looked_at() {
+        let made = (1, 10);
         let mut k = KnownDirs::default();
-        k.insert(Path::new("/r/made"), true);
+        k.insert(made, true);
         k.names = MAX_NAMES;
-        assert!(!k.first_use_in_created(Path::new("/r/made"), OsStr::new("a")));
+        assert!(!k.first_use_in_created(made, OsStr::new("a")));
         // The directory is now treated as found, not created.
-        assert!(!k.first_use_in_created(Path::new("/r/made"), OsStr::new("b")));
-        assert!(k.contains(Path::new("/r/made")));
+        assert!(!k.first_use_in_created(made, OsStr::new("b")));
+        assert!(k.contains(made));
     }
 }

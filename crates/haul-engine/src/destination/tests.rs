@@ -2,6 +2,8 @@ use super::*;
 use crate::hash::{chunk_digest, root_from_digests};
 use crate::partial::ChunkVerdict;
 use haul_proto::EntryKind;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
 
 fn file_entry(path: &str, size: u64, chunk_size: u32) -> Entry {
     Entry {
@@ -358,5 +360,77 @@ fn a_removed_state_directory_is_made_again() {
     assert!(matches!(
         dest.prepare_file(&entry, true),
         Ok(Prepared::Receive(_))
+    ));
+}
+
+#[test]
+fn the_root_itself_is_never_an_entry() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dest = Destination::open(tmp.path()).unwrap();
+    let dir = Entry {
+        kind: EntryKind::Dir,
+        mode: 0o777,
+        ..file_entry("", 0, 1024)
+    };
+    assert!(matches!(
+        dest.make_dir(&dir),
+        Err(ReceiveError::BadPath(haul_proto::PathError::Root))
+    ));
+    assert!(dest.prepare_file(&file_entry("", 5, 1024), true).is_err());
+    assert!(dest.ensure_dir("").is_err());
+    dest.apply_dir_metadata();
+    let mode = std::fs::metadata(tmp.path()).unwrap().permissions().mode();
+    assert_ne!(mode & 0o777, 0o777);
+}
+
+#[test]
+fn a_directory_swapped_for_a_symlink_mid_session_is_not_followed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("root");
+    let outside = tmp.path().join("outside");
+    std::fs::create_dir_all(outside.join("e")).unwrap();
+    let dest = Destination::open(&root).unwrap();
+    dest.session_started();
+    let dir = Entry {
+        kind: EntryKind::Dir,
+        mode: 0o777,
+        ..file_entry("d/e", 0, 1024)
+    };
+    dest.make_dir(&dir).unwrap();
+    // A multi-chunk file staged before the swap, committed after it.
+    let data: Vec<u8> = (0..3000u32).map(|i| (i % 251) as u8).collect();
+    let big = file_entry("d/e/big", data.len() as u64, 1024);
+    let ds = digests(&data, 1024);
+    let part = dest.begin_file(&big).unwrap();
+    for (i, c) in data.chunks(1024).enumerate() {
+        assert_eq!(
+            part.write_chunk(i as u32, c, &ds[i]).unwrap(),
+            ChunkVerdict::Good
+        );
+    }
+    std::fs::rename(root.join("d"), root.join("d.moved")).unwrap();
+    std::os::unix::fs::symlink(&outside, root.join("d")).unwrap();
+    let root_digest = root_from_digests(&ds, 1024, data.len() as u64).unwrap();
+    part.commit(&root_digest).unwrap();
+    // A new file offered after the swap, in the directory held since.
+    assert!(receive_small(
+        &dest,
+        &file_entry("d/e/small", 3, 1024),
+        b"abc"
+    ));
+    dest.session_ended();
+    // Everything landed in the directory that was checked; nothing outside.
+    assert_eq!(std::fs::read(root.join("d.moved/e/big")).unwrap(), data);
+    assert_eq!(std::fs::read(root.join("d.moved/e/small")).unwrap(), b"abc");
+    assert_eq!(std::fs::read_dir(outside.join("e")).unwrap().count(), 0);
+    let mode = std::fs::metadata(outside.join("e"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_ne!(mode & 0o777, 0o777, "the swapped-in target was chmodded");
+    // Resolving by name again now refuses the symlink.
+    assert!(matches!(
+        dest.resolve("d/e/other"),
+        Err(ReceiveError::SymlinkInPath(_))
     ));
 }

@@ -4,10 +4,11 @@
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
-use std::path::Path;
+use std::sync::Arc;
 
 use haul_engine::hash::{chunk_size_for, ChunkHasher};
-use haul_engine::{resolve_existing, SourceEntry};
+use haul_engine::haul_root::{ResolveError, Root};
+use haul_engine::SourceEntry;
 use haul_proto::{Digest, Entry, EntryKind, ErrorCode};
 
 use super::Flight;
@@ -26,10 +27,8 @@ pub(super) fn hash_job(
     let local = f.job.src.local.clone();
     let file = f
         .file
-        .as_ref()
-        .ok_or_else(|| format!("{} is not a file", e.path))?
-        .try_clone()
-        .map_err(|err| format!("cannot read {}: {err}", local.display()))?;
+        .clone()
+        .ok_or_else(|| format!("{} is not a file", e.path))?;
     Ok(move || {
         let mut buf = Vec::new();
         indices
@@ -48,7 +47,7 @@ pub(super) fn hash_job(
 /// Chunks are read and hashed in pieces of this size: a piece is still in
 /// the CPU's cache when it is hashed (and when its bytes are not kept, the
 /// one piece-sized buffer stays in cache too).
-const HASH_PIECE: usize = 256 << 10;
+pub(super) const HASH_PIECE: usize = 256 << 10;
 
 /// Reads chunk `index` of `e` from `file` and returns its digest. With
 /// `keep`, `buf` then holds the chunk's bytes (to send them from memory);
@@ -105,30 +104,42 @@ pub(super) fn read_and_hash(
     })
 }
 
-/// Builds the job a `Want` asks for, checking the path stays inside `root`.
+/// Builds the job a `Want` asks for: the file is opened beneath the held
+/// `root` (no symlink followed on the way or at the end, nothing but a
+/// regular file), and described from the opened file itself.
 pub(super) fn want_job(
-    root: &Path,
+    root: &Root,
     path: &str,
     dest: &str,
     first: u32,
     end: u32,
 ) -> Result<SendJob, (ErrorCode, String)> {
-    let local = resolve_existing(root, path).map_err(|e| (ErrorCode::BadPath, e.to_string()))?;
-    haul_proto::validate_rel_path(dest).map_err(|e| (ErrorCode::BadPath, e.to_string()))?;
-    let meta =
-        std::fs::metadata(&local).map_err(|e| (ErrorCode::NotFound, format!("{path}: {e}")))?;
-    if !meta.is_file() {
-        return Err((ErrorCode::BadPath, format!("{path} is not a regular file")));
-    }
-    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let bad = |e: String| (ErrorCode::BadPath, e);
+    let comps = haul_proto::validate_entry_path(path).map_err(|e| bad(e.to_string()))?;
+    haul_proto::validate_entry_path(dest).map_err(|e| bad(e.to_string()))?;
+    let (last, parents) = comps.split_last().ok_or_else(|| bad("empty path".into()))?;
+    let dir = root.open_dir(parents).map_err(|e| match e {
+        ResolveError::NotFound(_) => (ErrorCode::NotFound, format!("{path}: no such file")),
+        e => bad(e.to_string()),
+    })?;
+    let (file, meta) = dir.open_regular(last).map_err(|e| match e.raw_os_error() {
+        Some(libc::ENOENT) => (ErrorCode::NotFound, format!("{path}: no such file")),
+        Some(libc::ELOOP) => bad(format!(
+            "{path} is a symlink: a node never reads through a symlink"
+        )),
+        _ if e.kind() == io::ErrorKind::InvalidInput => {
+            bad(format!("{path} is not a regular file"))
+        }
+        _ => (ErrorCode::Io, format!("cannot read {path}: {e}")),
+    })?;
     let entry = haul_proto::Entry {
         path: dest.to_owned(),
         kind: EntryKind::File,
-        size: meta.len(),
-        mode: meta.permissions().mode() & 0o7777,
-        mtime_sec: meta.mtime(),
-        mtime_nsec: meta.mtime_nsec().clamp(0, 999_999_999) as u32,
-        chunk_size: chunk_size_for(meta.len()),
+        size: meta.size,
+        mode: meta.permissions(),
+        mtime_sec: meta.mtime,
+        mtime_nsec: meta.mtime_nsec,
+        chunk_size: chunk_size_for(meta.size),
     };
     let count = entry.chunk_count();
     let end = end.min(count);
@@ -139,7 +150,11 @@ pub(super) fn want_job(
         ));
     }
     Ok(SendJob {
-        src: SourceEntry { entry, local },
+        src: SourceEntry {
+            entry,
+            local: root.path().join(path),
+        },
+        opened: Some(Arc::new(file)),
         first,
         end,
         group: None,

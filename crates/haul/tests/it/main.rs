@@ -2,9 +2,12 @@
 //! ephemeral ports, real clients, an in-test TCP proxy for faults.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod beneath;
 mod corruption;
 mod harness;
+mod memory;
 mod proxy;
+mod raw;
 mod remote;
 mod resume;
 mod security;

@@ -1,71 +1,16 @@
 //! Untrusted peers: path escapes from a hand-built client, malformed frames,
 //! wrong tokens, changed keys, peers that stop answering.
 
-use std::io::{Read, Write};
-use std::net::TcpStream;
+use std::io::Write;
 use std::time::{Duration, Instant};
 
-use haul_proto::{
-    decode_frame, encode, ChunkHeader, Decoded, Entry, EntryKind, ErrorCode, Message, Request,
-};
+use haul_proto::{ChunkHeader, Entry, EntryKind, ErrorCode, Message, Request};
 
 use crate::harness::*;
 use crate::proxy::{Faults, Proxy};
+use crate::raw::{file, Raw};
 
 const T: Duration = Duration::from_secs(60);
-
-/// A hand-built protocol client.
-struct Raw {
-    s: TcpStream,
-    buf: Vec<u8>,
-}
-
-impl Raw {
-    fn connect(addr: &str) -> Raw {
-        let s = TcpStream::connect(addr).expect("connect");
-        s.set_read_timeout(Some(Duration::from_secs(10)))
-            .expect("timeout");
-        Raw { s, buf: Vec::new() }
-    }
-    fn send(&mut self, m: &Message) {
-        let mut b = Vec::new();
-        encode(m, &mut b);
-        self.s.write_all(&b).expect("write");
-    }
-    fn recv(&mut self) -> Option<Message> {
-        loop {
-            if let Ok(Decoded::Message(m, used)) = decode_frame(&self.buf) {
-                self.buf.drain(..used);
-                return Some(m);
-            }
-            let mut tmp = [0u8; 4096];
-            match self.s.read(&mut tmp) {
-                Ok(0) | Err(_) => return None,
-                Ok(n) => self.buf.extend_from_slice(&tmp[..n]),
-            }
-        }
-    }
-    fn hello(&mut self, request: Request) -> Message {
-        self.send(&Message::Hello {
-            version: 1,
-            token: String::new(),
-            request,
-        });
-        self.recv().expect("answer to hello")
-    }
-}
-
-fn file(path: &str, size: u64) -> Entry {
-    Entry {
-        path: path.into(),
-        kind: EntryKind::File,
-        size,
-        mode: 0o644,
-        mtime_sec: 0,
-        mtime_nsec: 0,
-        chunk_size: 4 << 20,
-    }
-}
 
 #[test]
 fn a_malicious_pusher_cannot_write_outside_the_root() {

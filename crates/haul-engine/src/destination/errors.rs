@@ -1,0 +1,76 @@
+//! [`ReceiveError`]: why a receiver refused or failed an entry.
+
+use std::io;
+use std::path::Path;
+
+use haul_proto::PathError;
+use haul_root::ResolveError;
+
+/// Why the receiver refused or failed an entry.
+#[derive(Debug, thiserror::Error)]
+pub enum ReceiveError {
+    /// The peer named a path that breaks the rules.
+    #[error(transparent)]
+    BadPath(#[from] PathError),
+    /// A directory on the way is a symlink: following it could leave the root.
+    #[error("{0} is a symlink: haul never follows a symlink inside a path")]
+    SymlinkInPath(String),
+    /// A file stands where a directory is needed, or the reverse.
+    #[error("{0} exists and is not a {1}")]
+    WrongType(String, &'static str),
+    /// The peer's metadata is inconsistent (chunk size, ranges...).
+    #[error("invalid offer: {0}")]
+    BadOffer(String),
+    /// Not every chunk was verified when the commit came.
+    #[error("{0}: commit before every chunk was verified")]
+    Incomplete(String),
+    /// Whole-file hash differs from the sender's.
+    #[error("{0}: whole-file BLAKE3 differs from the sender's (did the source change?); partial data discarded")]
+    RootMismatch(String),
+    /// Another version of the same file is being received right now.
+    #[error("{0}: another transfer of a different version of this file is in progress; try again when it ends")]
+    Busy(String),
+    /// Another process holds the staging file (two pulls into one place).
+    #[error("{0}: another haul process is receiving this file into the same place; try again when it ends")]
+    Locked(String),
+    /// Disk full: the partial file stays and the transfer resumes later.
+    #[error(
+        "disk full while writing {0}: free some space and run the same command again to resume"
+    )]
+    DiskFull(String),
+    /// Any other I/O error.
+    #[error("{op} {path}: {source}")]
+    Io {
+        /// What was being done.
+        op: &'static str,
+        /// Path concerned.
+        path: String,
+        /// Underlying error.
+        source: io::Error,
+    },
+}
+
+impl ReceiveError {
+    pub(crate) fn io(op: &'static str, path: &Path, source: io::Error) -> Self {
+        Self::io_at(op, path.display().to_string(), source)
+    }
+
+    pub(crate) fn io_at(op: &'static str, path: String, source: io::Error) -> Self {
+        if source.raw_os_error() == Some(libc::ENOSPC) {
+            return Self::DiskFull(path);
+        }
+        Self::Io { op, path, source }
+    }
+}
+
+impl From<ResolveError> for ReceiveError {
+    fn from(e: ResolveError) -> Self {
+        match e {
+            ResolveError::Symlink(p) => Self::SymlinkInPath(p),
+            ResolveError::NotDir(p) => Self::WrongType(p, "directory"),
+            ResolveError::NotFound(p) => Self::io_at("open", p, io::ErrorKind::NotFound.into()),
+            ResolveError::BadName(n) => Self::BadOffer(format!("{n:?} is not a plain file name")),
+            ResolveError::Io { op, path, source } => Self::io_at(op, path, source),
+        }
+    }
+}
