@@ -5,16 +5,18 @@
 //! - [`source`]: the [`source::Source`] abstraction and local trees.
 //! - [`destination`]: the receiving root — path safety, staging, atomic commit.
 //! - [`partial`]: a file being received, with its resume log.
-//! - [`event`]: what a transfer reports to the people and programs watching it.
+//! - [`chunks`]: chunk sources (local files, bytes, files still being
+//!   received) and sinks, which take only verified chunks.
 
+pub mod chunks;
 pub mod destination;
-pub mod event;
-pub mod hash;
+/// Chunk digests and whole-file hashes: the protocol's, in [`haul_proto::digest`].
+pub use haul_proto::digest as hash;
 pub mod partial;
 pub mod source;
 
+pub use chunks::{ChunkSink, ChunkSource, LocalFile, MemorySource, VerifiedChunk};
 pub use destination::{Destination, Prepared, ReceiveError};
-pub use event::{Event, Observer};
 pub use haul_root;
 pub use partial::{ChunkVerdict, PartialFile};
 pub use source::{split_ranges, EntryIter, LocalTree, Source, SourceEntry, SourceError};

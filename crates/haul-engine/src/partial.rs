@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 use haul_proto::{Digest, Entry};
 use haul_root::Dir;
 
+use crate::chunks::{read_file_chunk, ChunkSink, ChunkSource, VerifiedChunk};
 use crate::destination::dir_cache::DirId;
 use crate::destination::{entry_mtime, ReceiveError};
 use crate::hash::{chunk_digest, root_from_digests, valid_chunk_size, MAX_CHUNKS};
@@ -89,6 +90,19 @@ pub struct PartialFile {
     publishing: Mutex<()>,
     /// Device of the staged data, recorded by `seal` (`u64::MAX`: not yet).
     device: AtomicU64,
+    /// Called when a chunk verifies (readers of a file still being received).
+    wakers: Wakers,
+}
+
+/// Callbacks for readers waiting on chunks still to verify.
+#[derive(Default)]
+struct Wakers(Mutex<Vec<Arc<dyn Fn() + Send + Sync>>>);
+
+impl std::fmt::Debug for Wakers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let n = self.0.lock().map(|w| w.len()).unwrap_or(0);
+        write!(f, "{n} waker(s)")
+    }
 }
 
 /// `.NAME.<pid>-<n>.haul`: a name beside `name` that no other transfer
@@ -180,6 +194,7 @@ impl PartialFile {
             in_place: AtomicBool::new(false),
             publishing: Mutex::new(()),
             device: AtomicU64::new(u64::MAX),
+            wakers: Wakers::default(),
         }
     }
 
@@ -245,6 +260,7 @@ impl PartialFile {
             in_place: AtomicBool::new(false),
             publishing: Mutex::new(()),
             device: AtomicU64::new(u64::MAX),
+            wakers: Wakers::default(),
         })
     }
 
@@ -328,12 +344,10 @@ impl PartialFile {
                 self.entry.path
             )));
         }
-        let actual = chunk_digest(data, index, self.entry.chunk_size, self.entry.size);
-        if actual != *digest {
-            return Ok(ChunkVerdict::Bad);
+        match VerifiedChunk::check(&self.entry, index, data, digest) {
+            Some(chunk) => self.put(&chunk).map(|()| ChunkVerdict::Good),
+            None => Ok(ChunkVerdict::Bad),
         }
-        self.store_chunk(index, data, actual)?;
-        Ok(ChunkVerdict::Good)
     }
 
     /// Writes chunk `index` of a source that sends no digests (FTP, HTTP,
@@ -419,6 +433,11 @@ impl PartialFile {
                 .map_err(|e| ReceiveError::io("write", self.shown_path(), e))?;
         }
         state.digests[index as usize] = Some(actual);
+        drop(state);
+        let wakers = self.wakers.0.lock().map(|w| w.clone()).unwrap_or_default();
+        for wake in wakers {
+            wake();
+        }
         Ok(())
     }
 
@@ -688,4 +707,66 @@ fn header_bytes(entry: &Entry, version: &str) -> [u8; HEADER_LEN] {
     }
     h[32..].copy_from_slice(id.finalize().as_bytes());
     h
+}
+
+impl ChunkSink for PartialFile {
+    /// Writes a verified chunk and logs it for resume.
+    fn put(&self, chunk: &VerifiedChunk<'_>) -> Result<(), ReceiveError> {
+        if chunk.index() >= self.entry.chunk_count()
+            || chunk.data().len() != self.entry.chunk_len(chunk.index()) as usize
+        {
+            return Err(ReceiveError::BadOffer(format!(
+                "chunk {} of {} has the wrong index or length",
+                chunk.index(),
+                self.entry.path
+            )));
+        }
+        self.store_chunk(chunk.index(), chunk.data(), chunk.digest())
+    }
+}
+
+/// A file still being received, as a source: its verified chunks are ready
+/// (re-read and checked against their logged digests), the others wait.
+impl ChunkSource for PartialFile {
+    fn read_chunk(
+        &self,
+        _entry: &Entry,
+        index: u32,
+        buf: &mut Vec<u8>,
+        keep: bool,
+    ) -> std::io::Result<Digest> {
+        let logged = self
+            .state
+            .lock()
+            .ok()
+            .and_then(|s| s.digests.get(index as usize).copied().flatten())
+            .ok_or_else(|| {
+                std::io::Error::new(std::io::ErrorKind::WouldBlock, "chunk not verified yet")
+            })?;
+        let digest = read_file_chunk(&self.part, &self.entry, index, buf, keep)?;
+        if digest != logged {
+            return Err(std::io::Error::other(format!(
+                "chunk {index} of {} changed on disk since it verified",
+                self.entry.path
+            )));
+        }
+        Ok(digest)
+    }
+
+    fn file(&self) -> Option<&File> {
+        Some(&self.part)
+    }
+
+    fn ready(&self, index: u32) -> bool {
+        self.state
+            .lock()
+            .map(|s| s.digests.get(index as usize).copied().flatten().is_some())
+            .unwrap_or(false)
+    }
+
+    fn on_ready(&self, wake: Arc<dyn Fn() + Send + Sync>) {
+        if let Ok(mut w) = self.wakers.0.lock() {
+            w.push(wake);
+        }
+    }
 }

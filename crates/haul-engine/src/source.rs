@@ -422,12 +422,18 @@ impl Source for LocalTree {
 /// Opens a local entry's data for reading (a symlink put in its place since
 /// it was listed is not followed).
 pub fn open_local(entry: &SourceEntry) -> Result<File, SourceError> {
+    open_file(&entry.local)
+}
+
+/// Opens the local file at `path` for reading, never through a symlink at
+/// its last component, and without waiting on a FIFO put there.
+pub fn open_file(path: &Path) -> Result<File, SourceError> {
     File::options()
         .read(true)
-        .custom_flags(libc::O_NOFOLLOW)
-        .open(&entry.local)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
         .map_err(|source| SourceError::Io {
-            path: entry.local.display().to_string(),
+            path: path.display().to_string(),
             source,
         })
 }

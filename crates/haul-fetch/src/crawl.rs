@@ -4,8 +4,8 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use haul_engine::{Event, Observer};
 use haul_remote::{join, EntryKind, RemoteEntry, RemoteError};
+use haul_session::{Event, Observer};
 use tokio::sync::mpsc;
 
 use crate::rename::RenameInput;

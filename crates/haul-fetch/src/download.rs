@@ -7,9 +7,10 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use haul_engine::hash::chunk_size_for;
-use haul_engine::{Event, Observer, PartialFile, Prepared, ReceiveError};
+use haul_engine::{PartialFile, Prepared, ReceiveError};
 use haul_proto::{Entry, EntryKind as ProtoKind};
 use haul_remote::{Checksum, RemoteEntry, RemoteError};
+use haul_session::{Event, Observer};
 
 use crate::crawl::FileJob;
 use crate::retry::Backoff;

@@ -47,10 +47,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use haul_engine::{Destination, Event, Observer, ReceiveError};
-use haul_node::summary::Tally;
-use haul_node::{Concurrency, Summary};
+use haul_engine::{Destination, ReceiveError};
 use haul_remote::{EntryKind, Remote, RemoteError};
+use haul_session::concurrency::{AutoParams, AutoTuner, Concurrency, Decision};
+use haul_session::summary::{Summary, Tally};
+use haul_session::{Event, Observer};
 use tokio::sync::{mpsc, Semaphore};
 
 pub use filter::{Filter, RuleKind};
@@ -319,17 +320,15 @@ fn finish(ctx: &Ctx, dest: &Destination, started: Instant) -> Summary {
 /// Runs downloads from `jobs` with the concurrency policy; returns when the
 /// channel is closed and every download has ended.
 async fn run_workers(ctx: Arc<Ctx>, mut jobs: mpsc::Receiver<FileJob>) {
+    let cap = ctx.pool.cap().max(1);
+    let tuner = AutoTuner::new(ctx.opts.jobs, cap, AutoParams::REMOTE_FILES);
     let (start, max) = match ctx.opts.jobs {
-        Concurrency::Fixed(n) => (n.max(1), n.max(1)),
-        // Auto starts where file-transfer tools usually sit (lftp, rclone
-        // and PushPull all default to 4) and climbs from there.
-        Concurrency::Auto { max } => (AUTO_START.min(max.max(1)), max.max(1)),
+        Concurrency::Fixed(_) => (tuner.level(), tuner.level()),
+        Concurrency::Auto { max } => (tuner.level(), max.clamp(1, cap)),
     };
-    let max = max.min(ctx.pool.cap().max(1));
-    let start = start.min(max);
     let permits = Arc::new(Semaphore::new(start as usize));
     let controller = matches!(ctx.opts.jobs, Concurrency::Auto { .. })
-        .then(|| tokio::spawn(auto_concurrency(ctx.clone(), permits.clone(), start, max)));
+        .then(|| tokio::spawn(auto_concurrency(ctx.clone(), permits.clone(), max)));
     let mut running = tokio::task::JoinSet::new();
     while let Some(job) = jobs.recv().await {
         let Ok(permit) = permits.clone().acquire_owned().await else {
@@ -361,44 +360,36 @@ fn ctx_panic(e: &tokio::task::JoinError) {
     tracing::error!("a download task failed: {e}");
 }
 
-/// Files in flight when `-j auto` starts.
-const AUTO_START: u32 = 4;
-
-/// `-j auto`: measures the bytes arriving over half a second at each level;
-/// adds a file slot while that rises, and when two more slots in a row did
-/// not raise it by at least 10 %, settles back at the best level seen.
-async fn auto_concurrency(ctx: Arc<Ctx>, permits: Arc<Semaphore>, start: u32, max: u32) {
-    let window = Duration::from_millis(500);
-    let mut level = start;
-    let (mut best_rate, mut best_level, mut misses) = (0.0f64, start, 0);
-    // Let the first slots warm up before judging.
-    tokio::time::sleep(window).await;
-    loop {
-        let before = (Instant::now(), ctx.received.load(Ordering::Relaxed));
-        tokio::time::sleep(window).await;
-        let bytes = ctx.received.load(Ordering::Relaxed) - before.1;
-        let rate = bytes as f64 / before.0.elapsed().as_secs_f64();
-        if rate > best_rate * 1.10 {
-            (best_rate, best_level, misses) = (rate, level, 0);
-        } else {
-            misses += 1;
-        }
-        tracing::debug!("auto: {level} files at once: {:.1} MB/s", rate / 1e6);
-        if misses >= 2 || level >= max {
-            while level > best_level {
-                match permits.clone().acquire_owned().await {
-                    Ok(p) => p.forget(),
-                    Err(_) => return,
-                }
-                level -= 1;
+/// `-j auto` ([`AutoTuner`] with [`AutoParams::REMOTE_FILES`]): measures
+/// the bytes arriving over half a second at each level; adds a file slot
+/// while that rises, and when two more slots in a row did not raise it by
+/// at least 10 %, settles back at the best level seen.
+async fn auto_concurrency(ctx: Arc<Ctx>, permits: Arc<Semaphore>, max: u32) {
+    let mut tuner = AutoTuner::new(Concurrency::Auto { max }, max, AutoParams::REMOTE_FILES);
+    let mut level = tuner.level();
+    while let Some(at) = tuner.next_sample(Instant::now()) {
+        tokio::time::sleep_until(at.into()).await;
+        match tuner.sample(Instant::now(), ctx.received.load(Ordering::Relaxed)) {
+            Decision::Wait => {}
+            Decision::Add => {
+                permits.add_permits(1);
+                level += 1;
+                tracing::debug!("auto: {level} files at once");
             }
-            tracing::info!(
-                "auto: settled at {level} files at once ({:.1} MB/s at best)",
-                best_rate / 1e6
-            );
-            return;
+            Decision::Settle(best) => {
+                while level > best {
+                    match permits.clone().acquire_owned().await {
+                        Ok(p) => p.forget(),
+                        Err(_) => return,
+                    }
+                    level -= 1;
+                }
+                tracing::info!(
+                    "auto: settled at {level} files at once ({:.1} MB/s at best)",
+                    tuner.best_rate() / 1e6
+                );
+                return;
+            }
         }
-        permits.add_permits(1);
-        level += 1;
     }
 }

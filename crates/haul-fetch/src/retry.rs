@@ -1,18 +1,14 @@
-//! Exponential backoff with jitter and a limit.
+//! Retries of one file (or one listing): [`haul_session::backoff`]'s
+//! exponential backoff with jitter and a limit, for the errors worth
+//! retrying.
 
-use std::collections::hash_map::RandomState;
-use std::hash::{BuildHasher, Hasher};
 use std::time::Duration;
 
 use haul_remote::RemoteError;
 
 /// The retry budget of one file (or one directory listing).
 #[derive(Debug)]
-pub(crate) struct Backoff {
-    attempts: u32,
-    limit: u32,
-    base: Duration,
-}
+pub(crate) struct Backoff(haul_session::backoff::Backoff);
 
 /// Longest wait between two attempts.
 const MAX_WAIT: Duration = Duration::from_secs(30);
@@ -20,40 +16,30 @@ const MAX_WAIT: Duration = Duration::from_secs(30);
 impl Backoff {
     /// `limit` retries, first wait about `base`.
     pub(crate) fn with_base(limit: u32, base: Duration) -> Self {
-        Self {
-            attempts: 0,
-            limit,
-            base,
-        }
+        let seed = haul_session::backoff::Backoff::fresh_seed();
+        Self(haul_session::backoff::Backoff::new(
+            limit, base, MAX_WAIT, seed,
+        ))
     }
 
     /// Retries used so far.
     pub(crate) fn attempts(&self) -> u32 {
-        self.attempts
+        self.0.attempts()
     }
 
     /// The wait before the next attempt after `err`, or `None` when `err`
     /// is not worth retrying or the budget is spent.
     pub(crate) fn next(&mut self, err: &RemoteError) -> Option<Duration> {
-        if !err.is_retryable() || self.attempts >= self.limit {
+        if !err.is_retryable() {
             return None;
         }
-        self.attempts += 1;
-        let exp = self
-            .base
-            .saturating_mul(1 << (self.attempts - 1).min(16))
-            .min(MAX_WAIT);
-        // Full jitter on the upper half: waits spread between exp/2 and exp.
-        let half = exp / 2;
-        let r = RandomState::new().build_hasher().finish();
-        let jitter = half.mul_f64((r % 10_000) as f64 / 10_000.0);
-        Some(half + jitter)
+        self.0.next_wait()
     }
 
     /// A retryable failure that moved data does not use up the budget: a
     /// flaky link that still makes progress is not given up on.
     pub(crate) fn progress_made(&mut self) {
-        self.attempts = 0;
+        self.0.progress_made();
     }
 }
 

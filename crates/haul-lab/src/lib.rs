@@ -7,8 +7,8 @@
 //! delay with jitter, random and burst loss, corruption, reordering and
 //! duplication, with netem's meaning and a seeded generator.
 //!
-//! * [`link`] is the sans-IO impairment model (no sockets, no clocks);
-//! * [`profile`] parses netem-like profiles and names;
+//! * [`link`] is the sans-IO impairment model (no sockets, no clocks) and
+//!   [`profile`] parses netem-like profiles and names: both from `haul-netsim`;
 //! * [`Lab`] is the Rust API for tests (a guard that tears down on drop);
 //! * [`cli`] is `haul lab up|exec|set|link|stats|down`.
 
@@ -19,14 +19,14 @@ mod control;
 mod engine;
 mod error;
 pub mod lab;
-pub mod link;
 mod netns;
-pub mod packet;
-pub mod profile;
-pub mod rng;
 mod state;
 pub mod stats;
 mod sys;
+
+/// The sans-IO link model, profiles and generator live in `haul-netsim`
+/// (no root needed), shared with the simulated-time tests.
+pub use haul_netsim::{link, packet, profile, rng};
 
 pub use error::LabError;
 pub use lab::{Dir, Host, Lab, LabBuilder};

@@ -5,37 +5,25 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
-use haul_engine::{
-    split_ranges, Destination, EntryIter, Event, LocalTree, Observer, Source, SourceEntry,
-};
+use haul_engine::{split_ranges, Destination, EntryIter, LocalTree, Source as _, SourceEntry};
 use haul_proto::{DecodeError, EntryKind, ErrorCode, Message, Request, PROTOCOL_VERSION};
+use haul_session::concurrency::Concurrency;
+use haul_session::summary::{Summary, Tally};
+use haul_session::{Event, Observer};
 use haul_transport::{
-    connect, memory_pair, FrameReader, FrameWriter, Security, Timeouts, TransportError,
+    connect, memory_pair, Connection, Security, Timeouts, TransportError, Tuning,
 };
 
 use crate::buffers::ChunkBuffers;
 use crate::chunk_work::ChunkWork;
-use crate::jobs::{FetchGroup, FetchJob, RangeGroup, SendJob, WorkQueue};
+use crate::drive::receive::{run_receiver, ReceiverCtx};
+use crate::drive::send::{run_sender, JobFeed, SenderCtx};
+use crate::jobs::{FetchGroup, FetchJob, RangeGroup, SendJob, Source, WorkQueue};
 use crate::pool::{run_pool, with_retries};
-use crate::receiver::{run_receiver, ReceiverCtx};
-use crate::sender::{run_sender, JobFeed, SenderCtx};
-use crate::summary::{Summary, Tally};
-use crate::{NodeError, Remote};
+use crate::{NodeError, NodeUrl};
 
 /// Files (offers or wants) in flight per connection by default.
-pub const DEFAULT_WINDOW: usize = 64;
-
-/// How many connections a transfer uses.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Concurrency {
-    /// Exactly this many.
-    Fixed(u32),
-    /// Start with two; add connections while throughput keeps rising.
-    Auto {
-        /// Upper bound.
-        max: u32,
-    },
-}
+pub const DEFAULT_WINDOW: usize = haul_session::DEFAULT_WINDOW;
 
 /// Everything a client needs to know.
 #[derive(Debug, Clone)]
@@ -58,10 +46,8 @@ pub struct ClientOptions {
     pub max_retries: u32,
     /// Reconnects of one connection before it gives up.
     pub connect_attempts: u32,
-    /// Explicit socket buffer size (default: kernel autotuning).
-    pub socket_buffer: Option<usize>,
-    /// Use `sendfile(2)` on plaintext connections.
-    pub zero_copy: bool,
+    /// Socket buffers and zero copy.
+    pub tuning: Tuning,
     /// Where connections read, hash, verify and write large chunks.
     pub chunk_work: ChunkWork,
     /// Bytes of chunk buffers across all connections ([`crate::buffers`]);
@@ -81,8 +67,7 @@ impl Default for ClientOptions {
             window: DEFAULT_WINDOW,
             max_retries: 5,
             connect_attempts: 5,
-            socket_buffer: None,
-            zero_copy: true,
+            tuning: Tuning::default(),
             chunk_memory: crate::buffers::DEFAULT_BUDGET,
             chunk_work: ChunkWork::for_this_machine(),
         }
@@ -93,9 +78,8 @@ async fn open_session(
     addr: &str,
     opts: &ClientOptions,
     request: Request,
-) -> Result<(FrameReader, FrameWriter), NodeError> {
-    let (mut r, mut w, key) =
-        connect(addr, &opts.security, opts.timeouts, opts.socket_buffer).await?;
+) -> Result<Connection, NodeError> {
+    let ((mut r, mut w), key) = connect(addr, &opts.security, opts.timeouts, opts.tuning).await?;
     match &key {
         Some(k) => tracing::info!(
             "connected to {addr} over TLS 1.3, server key {}",
@@ -103,7 +87,6 @@ async fn open_session(
         ),
         None => tracing::info!("connected to {addr} (plaintext)"),
     }
-    w.set_zero_copy(opts.zero_copy);
     w.send(&Message::Hello {
         version: PROTOCOL_VERSION,
         token: opts.token.clone(),
@@ -153,24 +136,18 @@ fn looks_like_tls(len: u32) -> bool {
 fn send_jobs(src: SourceEntry, streams: u32, split_min: u64) -> Vec<SendJob> {
     let count = src.entry.chunk_count();
     if src.entry.kind != EntryKind::File || streams < 2 || src.entry.size < split_min || count < 2 {
-        return vec![SendJob {
-            src,
-            opened: None,
-            first: 0,
-            end: count,
-            group: None,
-        }];
+        return vec![crate::drive::local_job(src)];
     }
     let ranges = split_ranges(count, streams);
     let group = RangeGroup::new(src.entry.clone(), ranges.len() as u32);
     ranges
         .into_iter()
         .map(|(first, end)| SendJob {
-            src: src.clone(),
-            opened: None,
+            entry: src.entry.clone(),
             first,
             end,
             group: Some(group.clone()),
+            source: Source::Path(src.local.clone()),
         })
         .collect()
 }
@@ -231,7 +208,7 @@ fn fail_leftovers<J: crate::jobs::Job>(
 /// Pushes local `sources` into `remote` (a directory under the node's root).
 pub async fn push(
     sources: &[String],
-    remote: &Remote,
+    remote: &NodeUrl,
     opts: &ClientOptions,
     observer: Arc<dyn Observer>,
 ) -> Result<Summary, NodeError> {
@@ -293,7 +270,7 @@ pub async fn push(
         }
     })
     .await;
-    fail_leftovers(&queue, &tally, &err, |j| j.src.entry.path.clone());
+    fail_leftovers(&queue, &tally, &err, |j| j.entry.path.clone());
     finish(&tally, started, workers, err)
 }
 
@@ -313,7 +290,7 @@ fn finish(
 
 /// Pulls `remote` (a path under the node's root) into local directory `dest`.
 pub async fn pull(
-    remote: &Remote,
+    remote: &NodeUrl,
     dest: &Path,
     opts: &ClientOptions,
     observer: Arc<dyn Observer>,
@@ -427,7 +404,7 @@ fn list_base(path: &str) -> String {
 }
 
 async fn read_listing(
-    rd: &mut FrameReader,
+    rd: &mut Box<dyn haul_transport::MessageReader>,
     queue: &WorkQueue<FetchJob>,
     tally: &Tally,
     dest: &Destination,
@@ -537,7 +514,7 @@ pub async fn copy_local(
         buffers: ChunkBuffers::new(opts.chunk_memory),
     };
     let rctx = ReceiverCtx {
-        observer: Arc::new(haul_engine::event::Quiet),
+        observer: Arc::new(haul_session::event::Quiet),
         dest: destination.clone(),
         prefix: String::new(),
         window: opts.window,
@@ -570,7 +547,7 @@ pub async fn copy_local(
         }
     })
     .await;
-    fail_leftovers(&queue, &tally, &err, |j| j.src.entry.path.clone());
+    fail_leftovers(&queue, &tally, &err, |j| j.entry.path.clone());
     destination.apply_dir_metadata();
     destination.tidy_state_dir();
     finish(&tally, started, workers, err)

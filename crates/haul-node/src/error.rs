@@ -32,6 +32,20 @@ pub enum NodeError {
     Receive(#[from] haul_engine::ReceiveError),
 }
 
+impl From<haul_session::SessionError> for NodeError {
+    fn from(e: haul_session::SessionError) -> Self {
+        match e {
+            haul_session::SessionError::Protocol(text) => Self::Protocol(text),
+            haul_session::SessionError::Refused { code, message } => {
+                Self::Refused { code, message }
+            }
+            haul_session::SessionError::Timeout { what, secs } => {
+                Self::Transport(TransportError::Timeout { what, secs })
+            }
+        }
+    }
+}
+
 impl NodeError {
     /// True when retrying cannot help (wrong token, changed key, bad usage).
     pub fn is_permanent(&self) -> bool {

@@ -1,32 +1,31 @@
-//! haul's nodes: everything that runs the protocol over connections.
+//! haul's nodes: the drivers that run [`haul_session`] sessions over
+//! connections, and the programs built from them.
 //!
-//! - [`sender`] and [`receiver`]: the two halves of a file transfer on one
-//!   connection, independent of who connected to whom (a pushing client and a
-//!   serving node are senders; a pulling client and a node receiving a push are
-//!   receivers).
+//! - [`drive`]: runs a sender or receiver session over a connection and
+//!   does its I/O: chunk reads and hashes, verified writes into the
+//!   destination, group commits, timers. The protocol's rules are the
+//!   session's; a driver decides only how.
 //! - [`server`]: `haul serve`: handshake, authentication, dispatch.
 //! - [`client`]: `haul push` / `haul pull` / local copies, with a pool of
 //!   connections (`-j`, `--streams`, `auto`) and retries.
 //! - [`jobs`]: the work queues those pools share.
+//! - [`buffers`]: chunk buffers under one memory budget per process.
 
 pub mod buffers;
 mod chunk_work;
 pub mod client;
+pub mod drive;
 pub mod error;
 pub mod jobs;
-mod keepalive;
-mod peer_text;
+pub mod node_url;
 mod pool;
-pub mod receiver;
-pub mod remote;
-pub mod sender;
 pub mod server;
-pub mod summary;
 
 pub use buffers::ChunkBuffers;
 pub use chunk_work::ChunkWork;
-pub use client::{copy_local, pull, push, ClientOptions, Concurrency, DEFAULT_WINDOW};
+pub use client::{copy_local, pull, push, ClientOptions, DEFAULT_WINDOW};
 pub use error::NodeError;
-pub use remote::Remote;
+pub use haul_session::concurrency::Concurrency;
+pub use haul_session::summary::{self, Summary};
+pub use node_url::NodeUrl;
 pub use server::{ServeOptions, Server};
-pub use summary::Summary;

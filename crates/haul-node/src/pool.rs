@@ -1,29 +1,28 @@
 //! A pool of connections working one queue: `-j N` or the `auto`
-//! controller, reconnects with backoff, jobs given back when a connection breaks.
+//! controller ([`haul_session::concurrency`]), reconnects with backoff
+//! ([`haul_session::backoff`]), jobs given back when a connection breaks.
 
 use std::future::Future;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use haul_engine::{Event, Observer};
+use haul_session::backoff::Backoff;
+use haul_session::concurrency::{AutoParams, AutoTuner, Concurrency, Decision};
+use haul_session::summary::Tally;
+use haul_session::{Event, Observer};
 use tokio::task::JoinSet;
 
-use crate::client::{ClientOptions, Concurrency};
+use crate::client::ClientOptions;
 use crate::jobs::{Job, WorkQueue};
-use crate::summary::Tally;
 use crate::NodeError;
 
-/// Connections `auto` starts with: enough to keep both ends' cores busy with
-/// many small files (each costs the receiver a few system calls) before the
-/// first throughput measurement, the same start as remote pulls.
-const AUTO_START: u32 = 4;
+/// First wait before a reconnect; it doubles up to [`MAX_BACKOFF`].
+const FIRST_BACKOFF: Duration = Duration::from_millis(250);
+/// Longest wait before a reconnect.
+const MAX_BACKOFF: Duration = Duration::from_secs(8);
 
-/// Backoff before reconnect `attempt` (1-based): 0.25 s doubling to 8 s, with jitter.
-fn backoff(attempt: u32) -> Duration {
-    let base = 250u64.saturating_mul(1 << attempt.min(5)).min(8000);
-    let jitter =
-        u64::from(std::process::id().wrapping_mul(attempt.wrapping_add(7))) % (base / 4 + 1);
-    Duration::from_millis(base + jitter)
-}
+/// Numbers the connections of this process, so each has its own jitter.
+static CONNECTIONS: AtomicU64 = AtomicU64::new(0);
 
 /// Runs one connection's worth of work, reconnecting with backoff; `attempt`
 /// runs a session and returns the jobs to give back when it breaks.
@@ -37,7 +36,10 @@ where
     J: Job,
     Fut: Future<Output = Result<(), (NodeError, Vec<J>)>>,
 {
-    let mut failures = 0;
+    // Its own seed: connections of one process that failed together do
+    // not come back in lockstep.
+    let seed = Backoff::fresh_seed() ^ CONNECTIONS.fetch_add(1, Ordering::Relaxed);
+    let mut backoff = Backoff::new(opts.connect_attempts, FIRST_BACKOFF * 2, MAX_BACKOFF, seed);
     loop {
         let moved_before = tally.moved();
         let (err, unfinished) = match attempt().await {
@@ -52,16 +54,15 @@ where
         }
         // A connection that moved data before breaking starts its count again.
         if tally.moved() > moved_before {
-            failures = 0;
+            backoff.progress_made();
         }
-        failures += 1;
-        if failures > opts.connect_attempts {
+        let Some(wait) = backoff.next_wait() else {
             return Err(err);
-        }
-        let wait = backoff(failures);
+        };
         tally.event(&Event::Warning {
             message: format!(
-                "connection failed: {err}; retry {failures}/{} in {:.1}s",
+                "connection failed: {err}; retry {}/{} in {:.1}s",
+                backoff.attempts(),
                 opts.connect_attempts,
                 wait.as_secs_f64()
             ),
@@ -85,23 +86,20 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<(), NodeError>> + Send + 'static,
 {
+    let mut tuner = AutoTuner::new(jobs, u32::MAX, AutoParams::CONNECTIONS);
     let mut set = JoinSet::new();
-    let (start, max) = match jobs {
-        Concurrency::Fixed(n) => (n.max(1), n.max(1)),
-        Concurrency::Auto { max } => (AUTO_START.min(max.max(1)), max.max(1)),
-    };
-    for _ in 0..start {
+    for _ in 0..tuner.level() {
         set.spawn(spawn());
     }
-    let mut workers = start;
+    let mut workers = tuner.level();
     let mut first_error = None;
-    // Auto: add a connection while the last addition raised throughput by >= 10 %.
-    let tick = Duration::from_millis(250);
-    let mut ramping = matches!(jobs, Concurrency::Auto { .. }) && workers < max;
-    let mut last = (Instant::now(), tally.moved());
-    let mut best_rate = 0.0f64;
-    let mut settle_ticks = 1u32;
     loop {
+        let next = tuner.next_sample(Instant::now());
+        let sample = async {
+            if let Some(at) = next {
+                tokio::time::sleep_until(at.into()).await;
+            }
+        };
         tokio::select! {
             joined = set.join_next() => match joined {
                 None => break,
@@ -109,31 +107,22 @@ where
                 Some(Ok(Err(e))) => { first_error.get_or_insert(e); }
                 Some(Err(e)) => { first_error.get_or_insert(NodeError::Internal(format!("worker stopped: {e}"))); }
             },
-            _ = tokio::time::sleep(tick), if ramping => {
-                let now = (Instant::now(), tally.moved());
-                let rate = (now.1 - last.1) as f64 / now.0.duration_since(last.0).as_secs_f64();
-                last = now;
-                if settle_ticks > 0 {
-                    settle_ticks -= 1;
-                    continue;
-                }
-                if rate > best_rate * 1.10 {
-                    best_rate = rate;
-                    if workers < max && !set.is_empty() {
+            () = sample, if next.is_some() => {
+                match tuner.sample(Instant::now(), tally.moved()) {
+                    Decision::Wait => {}
+                    // A pool whose workers all ended has nothing to add to.
+                    Decision::Add if !set.is_empty() => {
                         set.spawn(spawn());
                         workers += 1;
-                        settle_ticks = 1;
-                        tracing::debug!("auto: {workers} connections at {:.1} MB/s", rate / 1e6);
-                    } else {
-                        ramping = false;
+                        tracing::debug!("auto: {workers} connections at {:.1} MB/s", tuner.best_rate() / 1e6);
                     }
-                } else {
-                    // The last connection did not help: back off by one.
-                    tracing::debug!("auto: throughput stopped rising at {workers} connections; retiring one");
-                    if workers > 2 && set.len() > 1 {
-                        retire();
+                    Decision::Add => {}
+                    Decision::Settle(level) => {
+                        tracing::debug!("auto: settled at {level} connections ({:.1} MB/s at best)", tuner.best_rate() / 1e6);
+                        for _ in level..workers.min(set.len() as u32) {
+                            retire();
+                        }
                     }
-                    ramping = false;
                 }
             }
         }

@@ -9,16 +9,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use haul_engine::haul_root::ResolveError;
-use haul_engine::{Destination, Event, LocalTree, Observer, Source};
+use haul_engine::{Destination, LocalTree, Source};
 use haul_proto::{ErrorCode, Message, Request, PROTOCOL_VERSION};
-use haul_transport::{accept_stream, FrameReader, FrameWriter, Listener, Timeouts};
+use haul_session::peer_text::without_root;
+use haul_session::{Event, Observer};
+use haul_transport::{Accepted, Listener, MessageReader, MessageWriter, Timeouts};
 use tokio::task::JoinSet;
 
 use crate::buffers::ChunkBuffers;
 use crate::chunk_work::ChunkWork;
-use crate::peer_text::without_root;
-use crate::receiver::{run_receiver, ReceiverCtx};
-use crate::sender::{run_sender, JobFeed, SenderCtx};
+use crate::drive::receive::{run_receiver, ReceiverCtx};
+use crate::drive::send::{run_sender, JobFeed, SenderCtx};
 use crate::NodeError;
 
 /// How a node serves.
@@ -95,10 +96,11 @@ impl Server {
             tokio::select! {
                 _ = &mut shutdown => break,
                 accepted = listener.accept() => match accepted {
-                    Ok((stream, peer, tls)) => {
+                    Ok(accepted) => {
                         let me = self.clone();
+                        let peer = accepted.peer();
                         conns.spawn(async move {
-                            if let Err(e) = me.connection(stream, tls).await {
+                            if let Err(e) = me.connection(accepted).await {
                                 tracing::warn!("connection from {peer}: {e}");
                             }
                         });
@@ -133,13 +135,9 @@ impl Server {
         self.dest.apply_dir_metadata();
     }
 
-    async fn connection(
-        &self,
-        stream: tokio::net::TcpStream,
-        tls: Option<haul_transport::socket::TlsAcceptor>,
-    ) -> Result<(), NodeError> {
+    async fn connection(&self, accepted: Accepted) -> Result<(), NodeError> {
         let t = self.opts.timeouts;
-        let (mut reader, mut writer) = accept_stream(stream, tls, t).await?;
+        let (mut reader, mut writer) = accepted.establish(t).await?;
         reader.set_idle(t.handshake);
         let hello = reader.recv().await?;
         reader.set_idle(t.idle);
@@ -211,8 +209,8 @@ impl Server {
     /// Streams the listing of `path`, then `Bye`.
     async fn list(
         &self,
-        mut reader: FrameReader,
-        mut writer: FrameWriter,
+        mut reader: Box<dyn MessageReader>,
+        mut writer: Box<dyn MessageWriter>,
         path: &str,
     ) -> Result<(), NodeError> {
         let trimmed = path.trim_end_matches('/');
@@ -278,7 +276,7 @@ impl Server {
 }
 
 async fn refuse(
-    writer: &mut FrameWriter,
+    writer: &mut Box<dyn MessageWriter>,
     code: ErrorCode,
     message: String,
 ) -> Result<(), NodeError> {

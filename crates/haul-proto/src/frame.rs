@@ -120,9 +120,10 @@ pub fn encode(msg: &Message, out: &mut Vec<u8>) {
             w.u32(h.len);
             w.0.extend_from_slice(&h.digest);
         }
-        Message::RangeEnd { id } => {
+        Message::RangeEnd { id, chunks } => {
             w.u8(kind::RANGE_END);
             w.u32(*id);
+            w.u32(*chunks);
         }
         Message::RangeStatus { id, bad } => {
             w.u8(kind::RANGE_STATUS);
@@ -252,7 +253,10 @@ fn decode_body(body: &[u8]) -> Result<Message, DecodeError> {
             len: r.u32()?,
             digest: r.digest()?,
         }),
-        kind::RANGE_END => Message::RangeEnd { id: r.u32()? },
+        kind::RANGE_END => Message::RangeEnd {
+            id: r.u32()?,
+            chunks: r.u32()?,
+        },
         kind::RANGE_STATUS => {
             let id = r.u32()?;
             let n = r.count(4)?;

@@ -50,8 +50,8 @@
 //! sender                                   receiver
 //!   Offer{id, entry, chunks a..b}   ->                 (up to a window of offers ahead)
 //!                                   <- Need{id, have[(index, digest)], skip}
-//!   Chunk{id, i, len, digest}+bytes ->                 (each chunk not held)
-//!   RangeEnd{id}                    ->
+//!   Chunk{id, i, len, digest}+bytes ->                 (each chunk not held, any order)
+//!   RangeEnd{id, chunks}            ->                 (how many chunks this round sent)
 //!                                   <- RangeStatus{id, bad[]}   (bad chunks are sent again)
 //!   Commit{id, root}                ->                 (sender knows every chunk digest)
 //!                                   <- Done{id, ok, root, message}
@@ -59,6 +59,13 @@
 //!   Bye                             ->
 //!                                   <- Bye
 //! ```
+//! The receiver answers `RangeStatus` once `RangeEnd` arrived and as many
+//! chunks as it counts arrived and were checked: chunks may arrive in any
+//! order, before or after their `RangeEnd`, so a transport may carry each
+//! chunk on a stream of its own. Messages of one file otherwise follow
+//! cause and effect (a `Need` after its `Offer`, a `Commit` after a clean
+//! `RangeStatus`), so only the order of control messages is relied on.
+//!
 //! A directory or symlink offer is answered by `Done` at once. A range offer
 //! (`a..b` not the whole file, used by `--streams`) ends at a clean
 //! `RangeStatus`; the side that drives the transfer then asks for the commit on
@@ -74,6 +81,7 @@
 //! A peer that breaks a rule gets `Refused`/`FileError` with a reason and, for
 //! framing errors, the connection is closed; other connections go on.
 
+pub mod digest;
 pub mod frame;
 pub mod message;
 pub mod path;

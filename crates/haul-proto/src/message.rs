@@ -1,7 +1,10 @@
 //! The messages peers exchange (see the crate docs for the flow).
 
 /// Protocol version spoken by this build. A peer with another version is refused.
-pub const PROTOCOL_VERSION: u16 = 1;
+///
+/// Version 2: `RangeEnd` counts the chunks sent in its round, so chunks may
+/// arrive in any order (a transport may carry each on its own stream).
+pub const PROTOCOL_VERSION: u16 = 2;
 
 /// A 32-byte BLAKE3 hash or chaining value.
 pub type Digest = [u8; 32];
@@ -213,10 +216,14 @@ pub enum Message {
     },
     /// A chunk header; the payload follows.
     Chunk(ChunkHeader),
-    /// Sender has sent every chunk of the range the receiver needs.
+    /// Sender has sent every chunk of the range the receiver needs: the
+    /// round ends when this many chunks arrived, in whatever order.
     RangeEnd {
         /// File id.
         id: u32,
+        /// Chunks sent in this round (since the `Need`, or the last
+        /// `RangeStatus` that asked for resends).
+        chunks: u32,
     },
     /// Receiver's verdict on the range: these chunks failed verification.
     RangeStatus {

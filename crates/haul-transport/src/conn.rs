@@ -2,15 +2,15 @@
 //! payloads, [`FrameWriter`] batches messages and sends payloads (with
 //! `sendfile(2)` on plaintext TCP). Every wait is bounded by a timeout.
 
-use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
 use std::time::Duration;
 
-use haul_proto::{decode_frame, encode, Decoded, Message, MAX_CHUNK_LEN};
+use haul_proto::{decode_frame, encode, ChunkHeader, Decoded, Message, MAX_CHUNK_LEN};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::tcp::OwnedWriteHalf;
 
+use crate::message::{MessageReader, MessageWriter, Payload};
 use crate::TransportError;
 
 /// Time limits for every network wait.
@@ -136,6 +136,28 @@ impl FrameReader {
         Ok(())
     }
 
+    /// Reads and drops `len` payload bytes.
+    pub async fn skip(&mut self, len: usize) -> Result<(), TransportError> {
+        let buffered = (self.buf.len() - self.start).min(len);
+        self.start += buffered;
+        let mut left = len - buffered;
+        let mut scratch = vec![0u8; left.min(64 << 10)];
+        while left > 0 {
+            let want = left.min(scratch.len());
+            let n = within(
+                self.idle,
+                "chunk data from the peer",
+                self.inner.read(&mut scratch[..want]),
+            )
+            .await?;
+            if n == 0 {
+                return Err(TransportError::Closed);
+            }
+            left -= n;
+        }
+        Ok(())
+    }
+
     /// Reads exactly `len` payload bytes (after a chunk header) into `out`,
     /// which is cleared first. Its memory is touched only as bytes arrive.
     pub async fn recv_payload(
@@ -252,34 +274,25 @@ impl FrameWriter {
         self.zero_copy && len > INLINE_PAYLOAD
     }
 
-    /// Sends a chunk payload of `len` bytes: from `file` at `offset` with
-    /// `sendfile(2)` when [`FrameWriter::sends_from_file`], else from `data`,
-    /// which must then hold exactly those bytes.
-    pub async fn send_payload(
-        &mut self,
-        file: &File,
-        offset: u64,
-        len: usize,
-        data: &[u8],
-    ) -> Result<(), TransportError> {
-        if !self.sends_from_file(len) && data.len() != len {
-            return Err(TransportError::Io(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("payload of {len} bytes given {} bytes", data.len()),
-            )));
-        }
-        // Small payloads ride in the batch with their headers: one write for
-        // many small files beats a sendfile call each.
-        if len <= INLINE_PAYLOAD {
-            self.buf.extend_from_slice(data);
-            if self.buf.len() >= BATCH {
-                self.flush().await?;
+    /// Sends a chunk payload: from a file range with `sendfile(2)` when
+    /// [`FrameWriter::sends_from_file`], else from memory (a file range is
+    /// read first).
+    pub async fn send_payload(&mut self, payload: Payload<'_>) -> Result<(), TransportError> {
+        let len = payload.len();
+        let (file, offset) = match payload {
+            Payload::Bytes(data) => return self.send_bytes(data).await,
+            Payload::File { file, offset, .. } if self.sends_from_file(len) => (file, offset),
+            Payload::File { file, offset, .. } => {
+                let mut data = vec![0; len];
+                std::os::unix::fs::FileExt::read_exact_at(file, &mut data, offset)?;
+                return self.send_bytes(&data).await;
             }
-            return Ok(());
-        }
+        };
         self.flush().await?;
-        let (true, Sink::Plain(w)) = (self.zero_copy, &mut self.sink) else {
-            return self.write_raw(data).await;
+        let Sink::Plain(w) = &mut self.sink else {
+            return Err(TransportError::Io(io::Error::other(
+                "sendfile on a socket that has none",
+            )));
         };
         let stream = w.as_ref();
         let mut off = offset;
@@ -315,6 +328,20 @@ impl FrameWriter {
         Ok(())
     }
 
+    /// A payload from memory: small ones ride in the batch with their
+    /// headers (one write for many small files beats a call each).
+    async fn send_bytes(&mut self, data: &[u8]) -> Result<(), TransportError> {
+        if data.len() <= INLINE_PAYLOAD {
+            self.buf.extend_from_slice(data);
+            if self.buf.len() >= BATCH {
+                self.flush().await?;
+            }
+            return Ok(());
+        }
+        self.flush().await?;
+        self.write_raw(data).await
+    }
+
     /// Flushes and shuts the write side down.
     pub async fn close(&mut self) -> Result<(), TransportError> {
         self.flush().await?;
@@ -325,19 +352,88 @@ impl FrameWriter {
     }
 }
 
-/// Two connected in-memory framed ends (for local copies through the same engine).
-pub fn memory_pair(timeouts: Timeouts) -> ((FrameReader, FrameWriter), (FrameReader, FrameWriter)) {
+/// Two connected in-memory ends (local copies through the same engine, and tests).
+pub fn memory_pair(timeouts: Timeouts) -> (crate::Connection, crate::Connection) {
     let (a, b) = tokio::io::duplex(8 << 20);
     let (ar, aw) = tokio::io::split(a);
     let (br, bw) = tokio::io::split(b);
+    let end = |r: BoxRead, w: BoxWrite| -> crate::Connection {
+        (
+            Box::new(FrameReader::new(r, timeouts.idle)),
+            Box::new(FrameWriter::new(Sink::Boxed(w), timeouts.idle)),
+        )
+    };
     (
-        (
-            FrameReader::new(Box::new(ar), timeouts.idle),
-            FrameWriter::new(Sink::Boxed(Box::new(aw)), timeouts.idle),
-        ),
-        (
-            FrameReader::new(Box::new(br), timeouts.idle),
-            FrameWriter::new(Sink::Boxed(Box::new(bw)), timeouts.idle),
-        ),
+        end(Box::new(ar), Box::new(aw)),
+        end(Box::new(br), Box::new(bw)),
     )
+}
+
+#[async_trait::async_trait]
+impl MessageReader for FrameReader {
+    async fn recv(&mut self) -> Result<Message, TransportError> {
+        FrameReader::recv(self).await
+    }
+
+    fn try_recv(&mut self) -> Result<Option<Message>, TransportError> {
+        self.try_buffered()
+    }
+
+    async fn read_payload(
+        &mut self,
+        header: &ChunkHeader,
+        out: &mut Vec<u8>,
+    ) -> Result<(), TransportError> {
+        self.recv_payload(out, header.len as usize).await
+    }
+
+    async fn skip_payload(&mut self, header: &ChunkHeader) -> Result<(), TransportError> {
+        self.skip(header.len as usize).await
+    }
+
+    fn set_idle(&mut self, idle: Duration) {
+        FrameReader::set_idle(self, idle);
+    }
+}
+
+#[async_trait::async_trait]
+impl MessageWriter for FrameWriter {
+    async fn queue(&mut self, msg: &Message) -> Result<(), TransportError> {
+        FrameWriter::queue(self, msg).await
+    }
+
+    async fn send(&mut self, msg: &Message) -> Result<(), TransportError> {
+        FrameWriter::send(self, msg).await
+    }
+
+    async fn send_chunk(
+        &mut self,
+        header: &ChunkHeader,
+        payload: Payload<'_>,
+    ) -> Result<(), TransportError> {
+        if payload.len() != header.len as usize {
+            return Err(TransportError::Io(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "chunk of {} bytes given {} bytes",
+                    header.len,
+                    payload.len()
+                ),
+            )));
+        }
+        FrameWriter::queue(self, &Message::Chunk(*header)).await?;
+        self.send_payload(payload).await
+    }
+
+    async fn flush(&mut self) -> Result<(), TransportError> {
+        FrameWriter::flush(self).await
+    }
+
+    async fn close(&mut self) -> Result<(), TransportError> {
+        FrameWriter::close(self).await
+    }
+
+    fn sends_file_ranges(&self, len: usize) -> bool {
+        self.sends_from_file(len)
+    }
 }

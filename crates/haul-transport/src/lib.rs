@@ -1,14 +1,17 @@
-//! haul's transport: TCP sockets, TLS 1.3 with a pinned server identity, and
-//! the framed connection the protocol runs over (with `sendfile(2)` for
-//! chunk payloads on plaintext connections).
+//! haul's transport: the message-level interface sessions are driven over
+//! ([`MessageReader`], [`MessageWriter`]), and its implementations: TCP
+//! sockets with TLS 1.3 and a pinned server identity, framed by
+//! [`FrameReader`] / [`FrameWriter`] (with `sendfile(2)` for chunk payloads
+//! on plaintext connections), and an in-memory pair.
 //!
-//! A QUIC or relay transport later provides the same [`FrameReader`] /
-//! [`FrameWriter`] pair; nothing above this crate knows about sockets.
+//! Nothing above this crate names a socket type (a CI check holds it so):
+//! a QUIC transport implements the same interface.
 
 pub mod conn;
 pub mod error;
 pub mod identity;
 pub mod known_hosts;
+pub mod message;
 pub mod socket;
 pub mod tls;
 
@@ -16,7 +19,8 @@ pub use conn::{memory_pair, FrameReader, FrameWriter, Timeouts};
 pub use error::TransportError;
 pub use identity::{fingerprint_of, ServerIdentity};
 pub use known_hosts::{KnownHosts, TrustDecision};
-pub use socket::{accept_stream, connect, Listener, PeerKey, Security};
+pub use message::{Connection, MessageReader, MessageWriter, Payload};
+pub use socket::{connect, Accepted, Listener, PeerKey, Security, Tuning};
 
 /// The directory haul keeps its configuration in: `$HAUL_CONFIG_DIR`, else
 /// `$XDG_CONFIG_HOME/haul` (usually `~/.config/haul`).

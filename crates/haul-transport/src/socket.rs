@@ -12,6 +12,7 @@ use tokio_rustls::TlsConnector;
 use crate::conn::{FrameReader, FrameWriter, Sink, Timeouts};
 use crate::identity::ServerIdentity;
 use crate::known_hosts::{KnownHosts, TrustDecision};
+use crate::message::Connection;
 use crate::tls::{client_config, server_config, PinVerifier};
 use crate::TransportError;
 
@@ -62,14 +63,33 @@ impl PeerKey {
     }
 }
 
-/// Connects to `addr` (host:port), returning the framed halves and, over
+/// How a connection's socket is set up.
+#[derive(Debug, Clone, Copy)]
+pub struct Tuning {
+    /// Fixed socket buffers (default: the kernel's autotuning).
+    pub socket_buffer: Option<usize>,
+    /// Plaintext payloads from files with `sendfile(2)` (else from memory).
+    pub zero_copy: bool,
+}
+
+impl Default for Tuning {
+    fn default() -> Self {
+        Self {
+            socket_buffer: None,
+            zero_copy: true,
+        }
+    }
+}
+
+/// Connects to `addr` (host:port), returning the connection and, over
 /// TLS, the server's key (not yet recorded if new: see [`PeerKey::trust`]).
 pub async fn connect(
     addr: &str,
     security: &Security,
     timeouts: Timeouts,
-    socket_buffer: Option<usize>,
-) -> Result<(FrameReader, FrameWriter, Option<PeerKey>), TransportError> {
+    tuning: Tuning,
+) -> Result<(Connection, Option<PeerKey>), TransportError> {
+    let socket_buffer = tuning.socket_buffer;
     let connect_err = |source| TransportError::Connect {
         addr: addr.to_owned(),
         source,
@@ -104,9 +124,13 @@ pub async fn connect(
     let (fingerprint, known_hosts) = match security {
         Security::Plaintext => {
             let (r, w) = stream.into_split();
+            let mut writer = FrameWriter::new(Sink::Plain(w), timeouts.idle);
+            writer.set_zero_copy(tuning.zero_copy);
             return Ok((
-                FrameReader::new(Box::new(r), timeouts.idle),
-                FrameWriter::new(Sink::Plain(w), timeouts.idle),
+                (
+                    Box::new(FrameReader::new(Box::new(r), timeouts.idle)),
+                    Box::new(writer),
+                ),
                 None,
             ));
         }
@@ -182,8 +206,10 @@ pub async fn connect(
     }
     let (r, w) = tokio::io::split(tls);
     Ok((
-        FrameReader::new(Box::new(r), timeouts.idle),
-        FrameWriter::new(Sink::Boxed(Box::new(w)), timeouts.idle),
+        (
+            Box::new(FrameReader::new(Box::new(r), timeouts.idle)),
+            Box::new(FrameWriter::new(Sink::Boxed(Box::new(w)), timeouts.idle)),
+        ),
         Some(PeerKey {
             addr: addr.to_owned(),
             fingerprint: seen,
@@ -233,11 +259,35 @@ impl Listener {
         self.tcp.local_addr()
     }
 
-    /// Waits for the next TCP connection (handshake happens in [`accept_stream`]).
-    pub async fn accept(&self) -> std::io::Result<(TcpStream, SocketAddr, Option<TlsAcceptor>)> {
-        let (s, peer) = self.tcp.accept().await?;
-        tune(&s, self.socket_buffer);
-        Ok((s, peer, self.tls.clone()))
+    /// Waits for the next connection; its handshake runs in
+    /// [`Accepted::establish`] (on the connection's own task).
+    pub async fn accept(&self) -> std::io::Result<Accepted> {
+        let (stream, peer) = self.tcp.accept().await?;
+        tune(&stream, self.socket_buffer);
+        Ok(Accepted {
+            stream,
+            peer,
+            tls: self.tls.clone(),
+        })
+    }
+}
+
+/// A connection accepted, before its handshake.
+pub struct Accepted {
+    stream: TcpStream,
+    peer: SocketAddr,
+    tls: Option<TlsAcceptor>,
+}
+
+impl Accepted {
+    /// The peer's address.
+    pub fn peer(&self) -> SocketAddr {
+        self.peer
+    }
+
+    /// Runs the server side of TLS (if any) and gives the connection.
+    pub async fn establish(self, timeouts: Timeouts) -> Result<Connection, TransportError> {
+        accept_stream(self.stream, self.tls, timeouts).await
     }
 }
 
@@ -253,16 +303,16 @@ fn read_buffered(stream: TcpStream) -> tokio::io::BufReader<TcpStream> {
 }
 
 /// Runs the server side of TLS (if any) on an accepted stream.
-pub async fn accept_stream(
+async fn accept_stream(
     stream: TcpStream,
     tls: Option<TlsAcceptor>,
     timeouts: Timeouts,
-) -> Result<(FrameReader, FrameWriter), TransportError> {
+) -> Result<Connection, TransportError> {
     let Some(acceptor) = tls else {
         let (r, w) = stream.into_split();
         return Ok((
-            FrameReader::new(Box::new(r), timeouts.idle),
-            FrameWriter::new(Sink::Plain(w), timeouts.idle),
+            Box::new(FrameReader::new(Box::new(r), timeouts.idle)),
+            Box::new(FrameWriter::new(Sink::Plain(w), timeouts.idle)),
         ));
     };
     let peer = stream
@@ -281,8 +331,8 @@ pub async fn accept_stream(
     };
     let (r, w) = tokio::io::split(tls);
     Ok((
-        FrameReader::new(Box::new(r), timeouts.idle),
-        FrameWriter::new(Sink::Boxed(Box::new(w)), timeouts.idle),
+        Box::new(FrameReader::new(Box::new(r), timeouts.idle)),
+        Box::new(FrameWriter::new(Sink::Boxed(Box::new(w)), timeouts.idle)),
     ))
 }
 

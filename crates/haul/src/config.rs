@@ -100,14 +100,16 @@ pub fn client_options(t: &TransferArgs) -> Result<ClientOptions> {
         jobs,
         streams: t.streams,
         split_min: parse_size(&t.split_min)?,
-        socket_buffer: t
-            .socket_buffer
-            .as_deref()
-            .map(parse_size)
-            .transpose()?
-            .map(|s| s as usize),
+        tuning: haul_transport::Tuning {
+            socket_buffer: t
+                .socket_buffer
+                .as_deref()
+                .map(parse_size)
+                .transpose()?
+                .map(|s| s as usize),
+            zero_copy: !t.no_zero_copy,
+        },
         connect_attempts: t.retries,
-        zero_copy: !t.no_zero_copy,
         chunk_memory: chunk_memory(&t.chunk_memory)?,
         ..ClientOptions::default()
     })

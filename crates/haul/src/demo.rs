@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use haul_node::{ClientOptions, Remote, ServeOptions, Server, Summary};
+use haul_node::{ClientOptions, NodeUrl, ServeOptions, Server, Summary};
 use haul_transport::{KnownHosts, Listener, Security, ServerIdentity, Timeouts};
 
 use crate::cli::DemoArgs;
@@ -149,7 +149,7 @@ async fn demo(dir: &Path, args: &DemoArgs, mode: Mode) -> Result<u8> {
         ..ClientOptions::default()
     };
     let display = Arc::new(Display::new(mode));
-    let remote = Remote::parse(&format!("haul://{addr}/incoming"))?;
+    let remote = NodeUrl::parse(&format!("haul://{addr}/incoming"))?;
     let pushed = haul_node::push(
         &[source.display().to_string()],
         &remote,
@@ -161,7 +161,7 @@ async fn demo(dir: &Path, args: &DemoArgs, mode: Mode) -> Result<u8> {
     step(mode, "3. pushed it to the node", &pushed);
 
     let pulled_dir = dir.join("pulled");
-    let remote = Remote::parse(&format!("haul://{addr}/incoming/dataset"))?;
+    let remote = NodeUrl::parse(&format!("haul://{addr}/incoming/dataset"))?;
     let display = Arc::new(Display::new(mode));
     let pulled = haul_node::pull(&remote, &pulled_dir, &opts, display.clone()).await?;
     display.finish();

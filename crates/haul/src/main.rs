@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::{CommandFactory, FromArgMatches};
-use haul_node::{NodeError, Remote, ServeOptions, Server, Summary};
+use haul_node::{NodeError, NodeUrl, ServeOptions, Server, Summary};
 use haul_proto::ErrorCode;
 use haul_transport::{Listener, ServerIdentity, Timeouts, TransportError};
 
@@ -225,10 +225,10 @@ fn report(mode: Mode, display: &Display, summary: &Summary) -> u8 {
 async fn push(args: PushArgs, mode: Mode) -> Result<u8> {
     let mut paths = args.paths;
     let target = paths.pop().unwrap_or_default();
-    if !Remote::is_remote(&target) {
+    if !NodeUrl::is_remote(&target) {
         return Err(UsageError(format!("the last argument of push must be haul://HOST:PORT/DEST, not {target:?} (for a local copy use `haul pull SRC DEST`)")).into());
     }
-    let remote = Remote::parse(&target)?;
+    let remote = NodeUrl::parse(&target)?;
     for p in &paths {
         usage(config::check_local_source(p))?;
     }
@@ -252,8 +252,8 @@ async fn pull(args: PullArgs, mode: Mode) -> Result<u8> {
             &serde_json::json!({"event": "start", "command": "pull", "source": shown_source(&args.source), "dest": args.dest}),
         );
     }
-    let summary: Result<Summary> = if Remote::is_remote(&args.source) {
-        let remote = Remote::parse(&args.source)?;
+    let summary: Result<Summary> = if NodeUrl::is_remote(&args.source) {
+        let remote = NodeUrl::parse(&args.source)?;
         Ok(haul_node::pull(&remote, &args.dest, &opts, display.clone()).await?)
     } else if haul_remote::RemoteUrl::is_remote_url(&args.source) {
         let url = usage(haul_remote::RemoteUrl::parse(&args.source).map_err(anyhow::Error::from))?;

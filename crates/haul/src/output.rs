@@ -5,8 +5,8 @@ use std::collections::HashMap;
 use std::io::{IsTerminal, Write};
 use std::sync::Mutex;
 
-use haul_engine::{Event, Observer};
 use haul_node::Summary;
+use haul_session::{Event, Observer};
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 /// Output mode chosen from the flags.

@@ -6,8 +6,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use haul_engine::hash::ChunkHasher;
-use haul_engine::{Event, Observer, PartialFile};
+use haul_engine::PartialFile;
 use haul_remote::{RemoteEntry, RemoteError};
+use haul_session::{Event, Observer};
 
 use super::local;
 use crate::crawl::FileJob;

@@ -183,7 +183,7 @@ fn arb_message() -> impl Strategy<Value = Message> {
                 digest,
             })
         }),
-        any::<u32>().prop_map(|id| Message::RangeEnd { id }),
+        (any::<u32>(), any::<u32>()).prop_map(|(id, chunks)| Message::RangeEnd { id, chunks }),
         (any::<u32>(), proptest::collection::vec(any::<u32>(), 0..8))
             .prop_map(|(id, bad)| Message::RangeStatus { id, bad }),
         any::<u32>().prop_map(|id| Message::Finish { id }),

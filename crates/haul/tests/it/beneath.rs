@@ -226,7 +226,9 @@ fn fake_node(listener: TcpListener, mut before_first_commit: impl FnMut() + Send
             Some(Message::Hello { request, .. }) => request,
             other => panic!("expected Hello, got {other:?}"),
         };
-        raw.send(&Message::Welcome { version: 1 });
+        raw.send(&Message::Welcome {
+            version: haul_proto::PROTOCOL_VERSION,
+        });
         match request {
             Request::List { .. } => {
                 for d in ["src", "src/sub"] {
@@ -263,8 +265,8 @@ fn fake_node(listener: TcpListener, mut before_first_commit: impl FnMut() + Send
                             let (_, entry, data) =
                                 offered.iter().find(|o| o.0 == id).expect("offered");
                             let (entry, data) = (entry.clone(), *data);
-                            raw.send_chunks(id, &entry, data);
-                            raw.send(&Message::RangeEnd { id });
+                            let chunks = raw.send_chunks(id, &entry, data);
+                            raw.send(&Message::RangeEnd { id, chunks });
                         }
                         Message::RangeStatus { id, .. } => {
                             if !swapped {

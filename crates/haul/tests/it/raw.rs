@@ -40,7 +40,7 @@ impl Raw {
     }
     pub fn hello(&mut self, request: Request) -> Message {
         self.send(&Message::Hello {
-            version: 1,
+            version: haul_proto::PROTOCOL_VERSION,
             token: String::new(),
             request,
         });
@@ -93,14 +93,17 @@ impl Raw {
             Message::Need { skip: false, .. } => {}
             other => return Some(other),
         }
-        self.send_chunks(id, entry, data);
-        self.send(&Message::RangeEnd { id });
+        let chunks = self.send_chunks(id, entry, data);
+        self.send(&Message::RangeEnd { id, chunks });
         self.recv_skipping_keepalives()
     }
 
-    /// Every chunk of `data` (as `entry` cuts it), headers and payloads.
-    pub fn send_chunks(&mut self, id: u32, entry: &Entry, data: &[u8]) {
+    /// Every chunk of `data` (as `entry` cuts it), headers and payloads;
+    /// returns how many (what `RangeEnd` counts).
+    pub fn send_chunks(&mut self, id: u32, entry: &Entry, data: &[u8]) -> u32 {
+        let mut sent = 0;
         for (i, c) in data.chunks(entry.chunk_size as usize).enumerate() {
+            sent += 1;
             let digest = haul_engine::hash::chunk_digest(c, i as u32, entry.chunk_size, entry.size);
             self.send(&Message::Chunk(haul_proto::ChunkHeader {
                 id,
@@ -110,6 +113,7 @@ impl Raw {
             }));
             self.s.write_all(c).expect("payload");
         }
+        sent
     }
 }
 

@@ -166,7 +166,7 @@ fn a_malicious_pusher_cannot_write_outside_the_root() {
         digest,
     }));
     raw.s.write_all(data).expect("payload");
-    raw.send(&Message::RangeEnd { id });
+    raw.send(&Message::RangeEnd { id, chunks: 1 });
     assert!(matches!(raw.recv(), Some(Message::RangeStatus { ref bad, .. }) if bad.is_empty()));
     raw.send(&Message::Commit { id, root: digest });
     assert!(matches!(raw.recv(), Some(Message::Done { ok: true, .. })));

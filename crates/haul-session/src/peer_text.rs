@@ -5,7 +5,7 @@ use std::path::Path;
 
 /// `text` with every mention of `root` made relative: `ROOT/a/b` becomes
 /// `a/b` and `ROOT` alone becomes `.`.
-pub(crate) fn without_root(root: Option<&Path>, text: String) -> String {
+pub fn without_root(root: Option<&Path>, text: String) -> String {
     let Some(root) = root.and_then(Path::to_str) else {
         return text;
     };

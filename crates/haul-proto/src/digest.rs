@@ -4,10 +4,10 @@
 //! in the file, so the whole-file hash (plain `blake3(file)`, what `b3sum`
 //! prints) is computed by merging chunk digests, without reading the file twice.
 
+use crate::{Digest, MAX_CHUNK_LEN};
 use blake3::hazmat::{
     left_subtree_len, merge_subtrees_non_root, merge_subtrees_root, HasherExt, Mode,
 };
-use haul_proto::{Digest, MAX_CHUNK_LEN};
 
 /// Default chunk size: 4 MiB.
 pub const DEFAULT_CHUNK_SIZE: u32 = 4 << 20;
@@ -26,7 +26,7 @@ pub fn chunk_size_for(size: u64) -> u32 {
 
 /// Whether a chunk size is acceptable from a peer: a power of two in 1 KiB..=64 MiB.
 pub fn valid_chunk_size(cs: u32) -> bool {
-    cs.is_power_of_two() && (haul_proto::MIN_CHUNK_SIZE..=MAX_CHUNK_LEN).contains(&cs)
+    cs.is_power_of_two() && (crate::MIN_CHUNK_SIZE..=MAX_CHUNK_LEN).contains(&cs)
 }
 
 /// Digest of chunk `index` of a file of `file_size` bytes cut in `chunk_size` chunks.

@@ -7,14 +7,14 @@ pub const DEFAULT_PORT: u16 = 7878;
 
 /// A parsed `haul://` address.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Remote {
+pub struct NodeUrl {
     /// `host:port` to connect to.
     pub addr: String,
     /// Path under the server root (may be empty; may end with `/`).
     pub path: String,
 }
 
-impl Remote {
+impl NodeUrl {
     /// True if `s` looks like a haul URL.
     pub fn is_remote(s: &str) -> bool {
         s.starts_with("haul://")
@@ -64,13 +64,13 @@ mod tests {
 
     #[test]
     fn parses() {
-        let r = Remote::parse("haul://127.0.0.1:9000/a/b/").unwrap();
+        let r = NodeUrl::parse("haul://127.0.0.1:9000/a/b/").unwrap();
         assert_eq!(r.addr, "127.0.0.1:9000");
         assert_eq!(r.path, "a/b/");
-        assert_eq!(Remote::parse("haul://host").unwrap().addr, "host:7878");
-        assert!(Remote::parse("http://x").is_err());
-        assert!(Remote::parse("haul:///x").is_err());
-        assert_eq!(Remote::parse("haul://[::1]:9/x").unwrap().addr, "[::1]:9");
+        assert_eq!(NodeUrl::parse("haul://host").unwrap().addr, "host:7878");
+        assert!(NodeUrl::parse("http://x").is_err());
+        assert!(NodeUrl::parse("haul:///x").is_err());
+        assert_eq!(NodeUrl::parse("haul://[::1]:9/x").unwrap().addr, "[::1]:9");
         for bad in [
             "haul://h:99999/x",
             "haul://h:0",
@@ -78,7 +78,7 @@ mod tests {
             "haul://h:x/y",
         ] {
             assert!(
-                matches!(Remote::parse(bad), Err(NodeError::Usage(_))),
+                matches!(NodeUrl::parse(bad), Err(NodeError::Usage(_))),
                 "{bad}"
             );
         }

@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use haul_engine::{Event, Observer};
+use crate::event::{Event, Observer};
 use serde::Serialize;
 
 /// One delivered file.
@@ -76,7 +76,7 @@ pub struct Tally {
 }
 
 /// A data connection counted by [`Tally::connection`] while it lives.
-pub(crate) struct CountedConnection(Arc<Tally>);
+pub struct CountedConnection(Arc<Tally>);
 
 impl Drop for CountedConnection {
     fn drop(&mut self) {
@@ -98,7 +98,7 @@ impl Tally {
     }
 
     /// Counts a data connection as open until the guard drops.
-    pub(crate) fn connection(self: &Arc<Self>) -> CountedConnection {
+    pub fn connection(self: &Arc<Self>) -> CountedConnection {
         let now = self.open.fetch_add(1, Ordering::Relaxed) + 1;
         self.peak.fetch_max(now, Ordering::Relaxed);
         CountedConnection(self.clone())
@@ -183,7 +183,7 @@ mod tests {
 
     #[test]
     fn a_file_fails_once_however_often_it_is_reported() {
-        let tally = Tally::new(Arc::new(haul_engine::event::Quiet));
+        let tally = Tally::new(Arc::new(crate::event::Quiet));
         for error in ["range 0: gone", "range 1: gone", "range 1: gone"] {
             tally.event(&Event::FileError {
                 path: "big.bin".into(),

@@ -5,12 +5,12 @@ use std::sync::Arc;
 
 use haul_engine::{Destination, PartialFile, ReceiveError};
 
-use super::GROUP_COMMIT;
+use super::receive::GROUP_COMMIT;
 
 /// A file to commit: its id, staged data, and the sender's whole-file hash.
-pub(super) type CommitItem = (u32, Option<Arc<PartialFile>>, haul_proto::Digest);
+pub(crate) type CommitItem = (u32, Option<Arc<PartialFile>>, haul_proto::Digest);
 
-pub(super) fn commit_one((_, part, root): &CommitItem) -> Result<haul_proto::Digest, ReceiveError> {
+pub(crate) fn commit_one((_, part, root): &CommitItem) -> Result<haul_proto::Digest, ReceiveError> {
     match part {
         Some(p) => p.commit(root),
         None => Err(ReceiveError::BadOffer(
@@ -23,7 +23,7 @@ pub(super) fn commit_one((_, part, root): &CommitItem) -> Result<haul_proto::Dig
 /// durable with one `syncfs(2)`, then renamed into place: group commit, so
 /// many small files do not pay one journal commit each. Small batches fsync
 /// each file.
-pub(super) fn commit_all(
+pub(crate) fn commit_all(
     dest: &Destination,
     batch: &[CommitItem],
 ) -> Vec<Result<haul_proto::Digest, ReceiveError>> {

@@ -1,0 +1,337 @@
+//! haul's sessions against each other in simulated time: no sockets, no
+//! files, no clock. Every claim here is about the protocol core alone.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use haul_netsim::memfs::{bytes, MemDest, MemTree};
+use haul_netsim::pair::Sim;
+use haul_netsim::Profile;
+use haul_proto::EntryKind;
+use haul_session::{Event, FetchGroup, FetchJob, RangeGroup, SendJob, SessionConfig, SessionError};
+use proptest::prelude::*;
+
+const KIB: usize = 1 << 10;
+const MIB: usize = 1 << 20;
+
+fn tree() -> MemTree {
+    let mut t = MemTree::new();
+    t.dir("d").dir("d/sub");
+    t.file("d/empty", Vec::new(), None);
+    t.file("d/small", bytes(5000, 1), None);
+    t.file("d/sub/multi", bytes(10 * KIB + 17, 2), Some(KIB as u32));
+    t.file("top", bytes(3 * MIB + 5, 3), None);
+    t
+}
+
+fn profile(spec: &str) -> Profile {
+    Profile::parse(spec).unwrap()
+}
+
+fn done_files(events: &[&Event]) -> usize {
+    events
+        .iter()
+        .filter(|e| matches!(e, Event::FileDone { blake3, .. } if !blake3.is_empty()))
+        .count()
+}
+
+/// Every file of `src` is in `dest` with its bytes.
+fn assert_delivered(src: &MemTree, dest: &MemDest) {
+    for (path, (entry, data)) in &src.entries {
+        match entry.kind {
+            EntryKind::File => {
+                let (_, got) = dest
+                    .files
+                    .get(path)
+                    .unwrap_or_else(|| panic!("{path} missing"));
+                assert_eq!(got[..], data[..], "{path}");
+            }
+            _ => assert!(dest.dirs.contains(path), "{path} not made"),
+        }
+    }
+}
+
+#[test]
+fn a_push_of_a_tree_delivers_every_entry_verified() {
+    let mut sim = Sim::new(
+        tree(),
+        MemDest::new(),
+        profile("delay 5ms"),
+        SessionConfig::default(),
+    );
+    sim.push_all();
+    sim.connect_push();
+    assert!(sim.run(Duration::from_secs(60)));
+    assert_delivered(&sim.src, &sim.dest);
+    assert_eq!(done_files(&sim.client_events()), 4);
+    assert_eq!(done_files(&sim.server_events()), 4);
+    assert!(sim.conns[0].client.error.is_none() && sim.conns[0].server.error.is_none());
+    // A second push finds everything in place: nothing crosses but offers.
+    let dest = std::mem::take(&mut sim.dest);
+    let mut again = Sim::new(tree(), dest, profile("delay 5ms"), SessionConfig::default());
+    again.push_all();
+    again.connect_push();
+    assert!(again.run(Duration::from_secs(60)));
+    assert_eq!(again.chunks_delivered, 0);
+    let skipped = again
+        .client_events()
+        .iter()
+        .filter(|e| matches!(e, Event::FileDone { skipped: true, .. }))
+        .count();
+    assert_eq!(skipped, 4);
+}
+
+#[test]
+fn a_pull_of_a_tree_delivers_every_file_verified() {
+    let mut sim = Sim::new(
+        tree(),
+        MemDest::new(),
+        profile("delay 5ms"),
+        SessionConfig::default(),
+    );
+    sim.pull_all();
+    sim.connect_pull();
+    sim.connect_pull();
+    assert!(sim.run(Duration::from_secs(60)));
+    for (path, (entry, data)) in &sim.src.entries {
+        if entry.kind == EntryKind::File {
+            assert_eq!(sim.dest.files[path].1[..], data[..], "{path}");
+        }
+    }
+    assert_eq!(done_files(&sim.client_events()), 4);
+}
+
+#[test]
+fn a_corrupted_chunk_is_sent_again_and_never_written() {
+    let mut sim = Sim::new(
+        tree(),
+        MemDest::new(),
+        profile("delay 1ms"),
+        SessionConfig::default(),
+    );
+    sim.faults.corrupt = vec![("d/sub/multi".into(), 3), ("top".into(), 0)];
+    sim.push_all();
+    sim.connect_push();
+    assert!(sim.run(Duration::from_secs(60)));
+    assert_delivered(&sim.src, &sim.dest);
+    let refused = &sim.dest.refused;
+    assert!(refused.contains(&("d/sub/multi".into(), 3)) && refused.contains(&("top".into(), 0)));
+    // Each chunk was written once: the bad copy never.
+    let writes_of = |p: &str, i| {
+        sim.dest
+            .writes
+            .iter()
+            .filter(|w| w.0 == p && w.1 == i)
+            .count()
+    };
+    assert_eq!(writes_of("d/sub/multi", 3), 1);
+    assert_eq!(writes_of("top", 0), 1);
+}
+
+#[test]
+fn a_link_that_corrupts_every_resend_fails_the_file_alone() {
+    let mut t = MemTree::new();
+    t.file("bad", bytes(4 * KIB, 4), Some(KIB as u32));
+    t.file("good", bytes(4 * KIB, 5), Some(KIB as u32));
+    let cfg = SessionConfig {
+        max_retries: 2,
+        ..SessionConfig::default()
+    };
+    let mut sim = Sim::new(t, MemDest::new(), profile("delay 1ms"), cfg);
+    sim.faults.corrupt = vec![("bad".into(), 1); 10];
+    sim.push_all();
+    sim.connect_push();
+    assert!(sim.run(Duration::from_secs(60)));
+    assert!(!sim.dest.files.contains_key("bad"));
+    assert!(sim.dest.files.contains_key("good"));
+    let failed = sim.client_events().into_iter().any(
+        |e| matches!(e, Event::FileError { path, error } if path == "bad" && error.contains("resends")),
+    );
+    assert!(failed);
+}
+
+/// Pushes `data` as one file of 1 KiB chunks, cut after `cut` chunks, then
+/// again on a new connection: returns the chunks the second push sent.
+fn cut_and_resume(data: &[u8], cut: u64) -> (u64, MemDest) {
+    let mut t = MemTree::new();
+    t.file("f", data.to_vec(), Some(KIB as u32));
+    let cfg = SessionConfig {
+        idle: Duration::from_secs(5),
+        ..SessionConfig::default()
+    };
+    let mut first = Sim::new(t.clone(), MemDest::new(), profile("delay 2ms"), cfg.clone());
+    first.faults.cut_after_chunks = Some(cut);
+    first.push_all();
+    first.connect_push();
+    first.run(Duration::from_secs(60));
+    let dest = std::mem::take(&mut first.dest);
+    let mut second = Sim::new(t, dest, profile("delay 2ms"), cfg);
+    second.push_all();
+    second.connect_push();
+    assert!(second.run(Duration::from_secs(60)));
+    (second.chunks_delivered, std::mem::take(&mut second.dest))
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    /// Cut anywhere, resumed: the file verifies, and only the chunks not
+    /// yet verified cross again.
+    #[test]
+    fn resume_from_any_cut_point_sends_only_what_is_missing(cut in 0u64..12, extra in 0usize..1000) {
+        let data = bytes(11 * KIB + extra, 9);
+        let count = data.len().div_ceil(KIB) as u64;
+        let (sent_again, dest) = cut_and_resume(&data, cut);
+        prop_assert_eq!(&dest.files["f"].1[..], &data[..]);
+        let verified_before = cut.min(count);
+        prop_assert_eq!(sent_again, count - verified_before);
+    }
+}
+
+#[test]
+fn a_split_file_travels_over_several_sessions_and_commits_once() {
+    let data = bytes(64 * KIB + 3, 11);
+    let mut t = MemTree::new();
+    t.file("big", data.clone(), Some(4 * KIB as u32));
+    let entry = t.get("big").unwrap().0.clone();
+    let count = entry.chunk_count();
+    let group = RangeGroup::new(entry.clone(), 3);
+    let mut sim = Sim::new(
+        t,
+        MemDest::new(),
+        profile("delay 3ms"),
+        SessionConfig::default(),
+    );
+    for (first, end) in [(0, 6), (6, 11), (11, count)] {
+        sim.push_job(SendJob {
+            entry: entry.clone(),
+            first,
+            end,
+            group: Some(group.clone()),
+            source: "big".into(),
+        });
+    }
+    for _ in 0..3 {
+        sim.connect_push();
+    }
+    assert!(sim.run(Duration::from_secs(60)));
+    assert_eq!(sim.dest.files["big"].1, data);
+    // One commit: one FileDone for the file on the sending side.
+    assert_eq!(done_files(&sim.client_events()), 1);
+    // Each connection carried one range.
+    assert!(sim.conns.iter().all(|c| c.bytes_up() > 0));
+}
+
+#[test]
+fn a_split_pull_asks_for_the_commit_on_the_last_range() {
+    let data = bytes(40 * KIB, 12);
+    let mut t = MemTree::new();
+    t.file("big", data.clone(), Some(4 * KIB as u32));
+    let entry = t.get("big").unwrap().0.clone();
+    let group = FetchGroup::new(2);
+    let mut sim = Sim::new(
+        t,
+        MemDest::new(),
+        profile("delay 3ms"),
+        SessionConfig::default(),
+    );
+    for (first, end) in [(0, 5), (5, 10)] {
+        sim.pull_job(FetchJob {
+            path: "big".into(),
+            entry: entry.clone(),
+            first,
+            end,
+            group: Some(group.clone()),
+        });
+    }
+    sim.connect_pull();
+    sim.connect_pull();
+    assert!(sim.run(Duration::from_secs(60)));
+    assert_eq!(sim.dest.files["big"].1, data);
+    assert_eq!(done_files(&sim.client_events()), 1);
+}
+
+#[test]
+fn a_window_of_small_files_costs_no_round_trip_per_file() {
+    let mut t = MemTree::new();
+    for i in 0..300 {
+        t.file(&format!("f{i:03}"), bytes(100, i), None);
+    }
+    let one_way = Duration::from_millis(50);
+    let mut sim = Sim::new(
+        t,
+        MemDest::new(),
+        profile("delay 50ms"),
+        SessionConfig::default(),
+    );
+    sim.push_all();
+    sim.connect_push();
+    assert!(sim.run(Duration::from_secs(600)));
+    assert_eq!(sim.dest.files.len(), 300);
+    // One file costs three round trips (offer, need; chunk, status;
+    // commit, done), and the goodbye one more. With a window of 64, 300
+    // files take five windows' worth: 16 round trips, not 900.
+    let round_trips = sim.elapsed().as_secs_f64() / (2.0 * one_way.as_secs_f64());
+    let windows = 300usize.div_ceil(SessionConfig::default().window) as f64;
+    assert!(
+        round_trips <= windows * 3.0 + 1.05,
+        "{round_trips:.1} round trips for 300 files"
+    );
+}
+
+#[test]
+fn a_silent_peer_times_out_when_the_idle_limit_says() {
+    let mut t = MemTree::new();
+    t.file("f", bytes(64 * KIB, 13), Some(KIB as u32));
+    let idle = Duration::from_secs(30);
+    let cfg = SessionConfig {
+        idle,
+        ..SessionConfig::default()
+    };
+    let mut sim = Sim::new(t, MemDest::new(), profile("delay 10ms"), cfg);
+    sim.faults.cut_after_chunks = Some(20);
+    sim.push_all();
+    sim.connect_push();
+    assert!(sim.run(Duration::from_secs(600)), "both sides give up");
+    let conn = &sim.conns[0];
+    assert!(
+        matches!(conn.server.error, Some(SessionError::Timeout { .. })),
+        "{:?}",
+        conn.server.error
+    );
+    assert!(
+        matches!(conn.client.error, Some(SessionError::Timeout { .. })),
+        "{:?}",
+        conn.client.error
+    );
+    // The cut came within the first ~50 ms; nothing was heard since: the
+    // receiver gives up at the idle limit after its last arrival.
+    let t = sim.elapsed();
+    assert!(t >= idle && t < idle + Duration::from_millis(200), "{t:?}");
+}
+
+#[test]
+fn a_quarter_gigabyte_over_a_one_second_link_takes_the_links_time() {
+    let size = 256 * MIB;
+    let mut t = MemTree::new();
+    t.file("big", bytes(size, 14), None);
+    let link = profile("rate 200mbit delay 1000ms");
+    let mut sim = Sim::new(t, MemDest::new(), link, SessionConfig::default());
+    sim.push_all();
+    sim.connect_push();
+    let wall = std::time::Instant::now();
+    assert!(sim.run(Duration::from_secs(3600)));
+    let wall = wall.elapsed();
+    assert_eq!(sim.dest.files["big"].1.len(), size);
+    // What the link allows: the payload at 200 Mbit/s, plus the round
+    // trips of the protocol: offer and need (1), the last chunk's delay
+    // (0.5), status (0.5), commit and done (1), goodbye (1): 4 round trips of 2 s.
+    let serialize = size as f64 * 8.0 / 200e6;
+    let expected = serialize + 4.0 * 2.0;
+    let got = sim.elapsed().as_secs_f64();
+    assert!(
+        (got - expected).abs() < 0.02 * expected,
+        "took {got:.2} s, the link allows {expected:.2} s"
+    );
+    assert!(wall < Duration::from_secs(2), "{wall:?} of wall time");
+}

@@ -1,0 +1,114 @@
+//! The drivers: they run [`haul_session`] sessions over a connection and do
+//! their I/O. A session decides what happens next; a driver decides only
+//! how (inline or on threads, `sendfile` or bytes, when commits group).
+
+use std::sync::Arc;
+
+use haul_engine::haul_root::{ResolveError, Root};
+use haul_engine::{ChunkSource, LocalFile, SourceEntry};
+use haul_proto::digest::chunk_size_for;
+use haul_proto::{EntryKind, ErrorCode};
+
+use crate::jobs::{SendJob, Source};
+use crate::NodeError;
+
+mod commit;
+pub mod receive;
+pub mod send;
+
+/// How a session ended when its connection broke: the jobs it still held.
+pub struct Interrupted<J> {
+    /// What broke.
+    pub error: NodeError,
+    /// Jobs to give back to the queue.
+    pub unfinished: Vec<J>,
+}
+
+/// Hands `session` jobs from `queue` while it has room (`hand` gives it
+/// one); true when it waits for the queue (nothing to take yet, more may
+/// come). A session asked to retire, or whose queue is drained, closes
+/// once what it holds is done.
+pub(crate) fn take_jobs<S: haul_session::Windowed, J: crate::jobs::Job>(
+    session: &mut S,
+    queue: &crate::jobs::WorkQueue<J>,
+    mut hand: impl FnMut(&mut S, J),
+) -> bool {
+    if session.room() > 0 && queue.should_retire() {
+        // The pool has more connections than help: this one finishes what
+        // it holds and closes.
+        session.close_when_done();
+        return false;
+    }
+    while session.room() > 0 {
+        let busy = session.busy_groups();
+        let Some(job) = queue.try_take(&busy) else {
+            if queue.is_drained() {
+                session.close_when_done();
+                return false;
+            }
+            return session.in_flight() == 0;
+        };
+        hand(session, job);
+    }
+    false
+}
+
+/// Opens what a `Want` asks for, beneath the held `root`: no symlink
+/// followed on the way or at the end, nothing but a regular file, described
+/// from the opened file itself.
+pub(crate) fn read_want(
+    root: &Root,
+    path: &str,
+    dest: &str,
+    first: u32,
+    end: u32,
+) -> Result<(SendJob, Arc<dyn ChunkSource>), (ErrorCode, String)> {
+    let bad = |e: String| (ErrorCode::BadPath, e);
+    let comps = haul_proto::validate_entry_path(path).map_err(|e| bad(e.to_string()))?;
+    let (last, parents) = comps.split_last().ok_or_else(|| bad("empty path".into()))?;
+    let dir = root.open_dir(parents).map_err(|e| match e {
+        ResolveError::NotFound(_) => (ErrorCode::NotFound, format!("{path}: no such file")),
+        e => bad(e.to_string()),
+    })?;
+    let (file, meta) = dir.open_regular(last).map_err(|e| match e.raw_os_error() {
+        Some(libc::ENOENT) => (ErrorCode::NotFound, format!("{path}: no such file")),
+        Some(libc::ELOOP) => bad(format!(
+            "{path} is a symlink: a node never reads through a symlink"
+        )),
+        _ if e.kind() == std::io::ErrorKind::InvalidInput => {
+            bad(format!("{path} is not a regular file"))
+        }
+        _ => (ErrorCode::Io, format!("cannot read {path}: {e}")),
+    })?;
+    let entry = haul_proto::Entry {
+        path: dest.to_owned(),
+        kind: EntryKind::File,
+        size: meta.size,
+        mode: meta.permissions(),
+        mtime_sec: meta.mtime,
+        mtime_nsec: meta.mtime_nsec,
+        chunk_size: chunk_size_for(meta.size),
+    };
+    let end = end.min(entry.chunk_count());
+    let source: Arc<dyn ChunkSource> = Arc::new(LocalFile(file));
+    let job = SendJob {
+        entry,
+        first,
+        end,
+        group: None,
+        source: Source::Open(source.clone()),
+    };
+    Ok((job, source))
+}
+
+/// A send job for a local entry (the whole file).
+pub fn local_job(src: SourceEntry) -> SendJob {
+    let end = src.entry.chunk_count();
+    SendJob {
+        entry: src.entry,
+        first: 0,
+        end,
+        group: None,
+        source: Source::Path(src.local),
+    }
+}

@@ -1,0 +1,429 @@
+//! Drives a [`Receiver`] session over a connection: prepares files in the
+//! destination, reads each chunk's payload into a budgeted buffer and hands
+//! it to the file's sink chain (verify, then write), commits files in
+//! batches (one `syncfs` for many), owns the timer. A pulling client's
+//! receiver also feeds the session the jobs it asks for.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use haul_engine::{
+    ChunkSink, Destination, PartialFile, Prepared as Staged, ReceiveError, VerifiedChunk,
+};
+use haul_proto::{ChunkHeader, Digest, ErrorCode, Message};
+use haul_session::{
+    ChunkAction, ChunkOutcome, FetchJob, FileId, Observer, Prepared, Receiver, ReceiverIo, Refusal,
+    SessionConfig, Transmit,
+};
+use haul_transport::{MessageReader, MessageWriter};
+use tokio::sync::mpsc;
+
+use super::commit::{commit_all, CommitItem};
+use super::Interrupted;
+use crate::buffers::{ChunkBuf, ChunkBuffers};
+use crate::chunk_work::{ChunkWork, InlinePolicy};
+use crate::jobs::WorkQueue;
+use crate::NodeError;
+
+/// Settings of a receiver.
+#[derive(Clone)]
+pub struct ReceiverCtx {
+    /// Where events go.
+    pub observer: Arc<dyn Observer>,
+    /// The destination root.
+    pub dest: Arc<Destination>,
+    /// Prepended to every offered path (a push's destination directory).
+    pub prefix: String,
+    /// Wants in flight at most (pulling client).
+    pub window: usize,
+    /// The idle timeout (keepalives go out at a third of it during long work).
+    pub idle: Duration,
+    /// Where large chunks are verified and written ([`ChunkWork::for_this_machine`]).
+    pub chunk_work: ChunkWork,
+    /// Chunk buffers, under the process's memory budget.
+    pub buffers: Arc<ChunkBuffers>,
+}
+
+/// Large chunk writes that may overlap with receiving the next chunk.
+const WRITES_IN_FLIGHT: usize = 2;
+/// Batches of at least this many commits use one `syncfs(2)`.
+pub(crate) const GROUP_COMMIT: usize = 8;
+/// Chunks up to this size are verified and written inline.
+const INLINE_WRITE: usize = 256 << 10;
+/// Entries up to this size are prepared inline (a larger partial file is
+/// re-verified when reopened: that runs on a blocking thread).
+const INLINE_PREPARE: u64 = 256 << 10;
+
+/// What a blocking task finished.
+enum Done {
+    Write(FileId, u32, ChunkOutcome),
+    Prepare(FileId, u32, u32, Result<Staged, ReceiveError>),
+    Commits(Vec<CommitItem>, Vec<Result<Digest, ReceiveError>>),
+}
+
+/// Runs the receiver until the sender says `Bye` (push) or, when `wants` is
+/// given, until every job of the queue is done.
+pub async fn run_receiver(
+    reader: Box<dyn MessageReader>,
+    writer: Box<dyn MessageWriter>,
+    wants: Option<Arc<WorkQueue<FetchJob>>>,
+    ctx: ReceiverCtx,
+) -> Result<(), Interrupted<FetchJob>> {
+    let now = Instant::now();
+    let cfg = SessionConfig {
+        window: ctx.window,
+        idle: ctx.idle,
+        hide: Some(ctx.dest.root().display().to_string()),
+        ..SessionConfig::default()
+    };
+    let session = match wants {
+        Some(_) => Receiver::for_pull(cfg, now),
+        None => Receiver::for_push(cfg, ctx.prefix.clone(), now),
+    };
+    let (done_tx, done_rx) = mpsc::unbounded_channel();
+    let mut d = Driver {
+        session,
+        r: reader,
+        w: writer,
+        writes: InlinePolicy::new(ctx.chunk_work),
+        ctx,
+        parts: HashMap::new(),
+        writing: 0,
+        commits: Vec::new(),
+        committing: false,
+        done_tx,
+        done_rx,
+    };
+    d.ctx.dest.session_started();
+    let result = d.run(wants.as_deref()).await;
+    // A batch still committing (the connection broke) finishes its files,
+    // and files whose Commit arrived are committed — they verified and the
+    // sender asked for it; a retry then finds them in place — before the
+    // session ends and directory metadata is applied.
+    d.finish_commits().await;
+    d.ctx.dest.session_ended();
+    result.map_err(|error| Interrupted {
+        error,
+        unfinished: d.session.into_unfinished(),
+    })
+}
+
+struct Driver {
+    session: Receiver,
+    r: Box<dyn MessageReader>,
+    w: Box<dyn MessageWriter>,
+    writes: InlinePolicy,
+    ctx: ReceiverCtx,
+    /// Each file's staging (its sink chain: verified chunks are written there).
+    parts: HashMap<FileId, Arc<PartialFile>>,
+    /// Chunk writes running on blocking threads.
+    writing: usize,
+    /// Files whose commit the session asked for, for the next batch.
+    commits: Vec<CommitItem>,
+    /// A batch is running (one at a time).
+    committing: bool,
+    done_tx: mpsc::UnboundedSender<Done>,
+    done_rx: mpsc::UnboundedReceiver<Done>,
+}
+
+impl Driver {
+    async fn run(&mut self, wants: Option<&WorkQueue<FetchJob>>) -> Result<(), NodeError> {
+        loop {
+            let starved = match wants {
+                Some(q) => self.take_jobs(q),
+                None => false,
+            };
+            self.pump().await?;
+            if self.session.is_finished() {
+                self.w.flush().await?;
+                return Ok(());
+            }
+            if let Ok(done) = self.done_rx.try_recv() {
+                self.completed(done);
+                continue;
+            }
+            // Take what already arrived before writing anything.
+            if let Some(msg) = self.r.try_recv()? {
+                self.incoming(msg).await?;
+                continue;
+            }
+            // Nothing buffered: commits that gathered meanwhile go as one
+            // batch, while this connection goes on receiving.
+            self.start_commits();
+            self.w.flush().await?;
+            let deadline = self.session.poll_timeout();
+            let sleep = deadline.map(|t| tokio::time::sleep_until(t.into()));
+            tokio::select! {
+                // `recv` is cancel-safe: bytes already read stay buffered.
+                msg = self.r.recv() => {
+                    let msg = msg?;
+                    self.incoming(msg).await?;
+                }
+                Some(done) = self.done_rx.recv() => self.completed(done),
+                () = async { if let Some(s) = sleep { s.await } }, if deadline.is_some() => {
+                    self.session.handle_timeout(Instant::now())?;
+                }
+                () = async { if let Some(q) = wants { q.wait().await } }, if starved => {}
+            }
+        }
+    }
+
+    /// A pulling client's session asks for jobs while it has room.
+    fn take_jobs(&mut self, queue: &WorkQueue<FetchJob>) -> bool {
+        super::take_jobs(&mut self.session, queue, |s, job| {
+            s.want(Instant::now(), job);
+        })
+    }
+
+    /// Sends what the session transmits and does the I/O it asks for.
+    async fn pump(&mut self) -> Result<(), NodeError> {
+        loop {
+            let now = Instant::now();
+            if let Some(t) = self.session.poll_transmit(now) {
+                match t {
+                    Transmit::Message(m) => self.w.queue(&m).await?,
+                    Transmit::Chunk(_) => {
+                        return Err(NodeError::Internal("a receiver sends no chunks".into()))
+                    }
+                }
+                continue;
+            }
+            while let Some(e) = self.session.poll_event() {
+                self.ctx.observer.event(&e);
+            }
+            // Verified chunks: the seam a relay forwards from.
+            while self.session.poll_verified().is_some() {}
+            let Some(io) = self.session.poll_io() else {
+                return Ok(());
+            };
+            self.perform(io);
+        }
+    }
+
+    fn perform(&mut self, io: ReceiverIo) {
+        let now = Instant::now();
+        match io {
+            ReceiverIo::Make { file, entry } => {
+                let made = match self.ctx.dest.make_dir_or_link(&entry) {
+                    Some(r) => r.map_err(refusal),
+                    None => Err(Refusal {
+                        code: ErrorCode::Protocol,
+                        message: format!("{} is not a directory or symlink", entry.path),
+                    }),
+                };
+                self.session.made(now, file, made);
+            }
+            ReceiverIo::Prepare {
+                file,
+                entry,
+                first,
+                end,
+            } => {
+                // The quick check applies to a range too: a split file already
+                // in place is skipped range by range (the sender reports it once).
+                let dest = self.ctx.dest.clone();
+                if entry.size <= INLINE_PREPARE {
+                    let staged = dest.prepare_file(&entry, true);
+                    self.prepared(file, first, end, staged);
+                } else {
+                    // Reopening a large partial re-verifies what it holds:
+                    // it may take longer than the peer's idle timeout (the
+                    // session sends keepalives meanwhile).
+                    let tx = self.done_tx.clone();
+                    tokio::task::spawn_blocking(move || {
+                        let staged = dest.prepare_file(&entry, true);
+                        let _ = tx.send(Done::Prepare(file, first, end, staged));
+                    });
+                }
+            }
+            ReceiverIo::Commit { file, root } => {
+                let part = self.parts.get(&file).cloned();
+                self.commits.push((file, part, root));
+            }
+            ReceiverIo::Forget { file } => {
+                self.parts.remove(&file);
+            }
+        }
+    }
+
+    fn prepared(
+        &mut self,
+        file: FileId,
+        first: u32,
+        end: u32,
+        staged: Result<Staged, ReceiveError>,
+    ) {
+        let now = Instant::now();
+        let answer = match staged {
+            Ok(Staged::UpToDate) => Ok(Prepared::UpToDate),
+            Ok(Staged::Receive(part)) => {
+                let have = part.have(first, end);
+                self.parts.insert(file, part);
+                Ok(Prepared::Receive { have })
+            }
+            Err(e) => Err(refusal(e)),
+        };
+        self.session.prepared(now, file, answer);
+    }
+
+    async fn incoming(&mut self, msg: Message) -> Result<(), NodeError> {
+        let now = Instant::now();
+        let Message::Chunk(h) = msg else {
+            self.session.handle(now, msg)?;
+            return Ok(());
+        };
+        match self.session.handle_chunk(now, h)? {
+            ChunkAction::Discard => self.r.skip_payload(&h).await?,
+            ChunkAction::Write {
+                file,
+                index,
+                digest,
+            } => {
+                // Charged to the budget before any payload byte is read
+                // (this task holds no buffer while it waits); filled as the
+                // bytes arrive.
+                let mut buf = self.ctx.buffers.take(h.len as usize).await;
+                self.r.read_payload(&h, buf.vec()).await?;
+                self.write(file, &h, index, digest, buf).await;
+            }
+        }
+        Ok(())
+    }
+
+    /// Hands a chunk's payload to the file's sink chain: verified first,
+    /// then written (inline when cheap, else on a blocking thread while the
+    /// next chunk arrives).
+    async fn write(
+        &mut self,
+        file: FileId,
+        h: &ChunkHeader,
+        index: u32,
+        digest: Digest,
+        buf: ChunkBuf,
+    ) {
+        let Some(part) = self.parts.get(&file).cloned() else {
+            self.session.chunk_done(
+                Instant::now(),
+                file,
+                index,
+                ChunkOutcome::Failed("file not open".into()),
+            );
+            return;
+        };
+        let len = h.len as usize;
+        if len <= INLINE_WRITE {
+            let outcome = put(&part, index, &buf, &digest);
+            drop(buf);
+            self.session
+                .chunk_done(Instant::now(), file, index, outcome);
+            return;
+        }
+        if self.writes.inline(len) {
+            let started = Instant::now();
+            let outcome = put(&part, index, &buf, &digest);
+            if self.writes.took(len, started.elapsed()) {
+                tracing::debug!("chunk writes are slow: writing on blocking threads from now on");
+            }
+            drop(buf);
+            self.session
+                .chunk_done(Instant::now(), file, index, outcome);
+            return;
+        }
+        while self.writing >= WRITES_IN_FLIGHT {
+            match self.done_rx.recv().await {
+                Some(done) => self.completed(done),
+                None => break,
+            }
+        }
+        self.writing += 1;
+        let tx = self.done_tx.clone();
+        tokio::task::spawn_blocking(move || {
+            let outcome = put(&part, index, &buf, &digest);
+            // The buffer goes back to the pool from this thread.
+            drop(buf);
+            let _ = tx.send(Done::Write(file, index, outcome));
+        });
+    }
+
+    fn completed(&mut self, done: Done) {
+        let now = Instant::now();
+        match done {
+            Done::Write(file, index, outcome) => {
+                self.writing = self.writing.saturating_sub(1);
+                self.session.chunk_done(now, file, index, outcome);
+            }
+            Done::Prepare(file, first, end, staged) => self.prepared(file, first, end, staged),
+            Done::Commits(batch, results) => {
+                self.committing = false;
+                for ((file, _, _), result) in batch.iter().zip(results) {
+                    self.session
+                        .committed(now, *file, result.map_err(|e| e.to_string()));
+                }
+                self.start_commits();
+            }
+        }
+    }
+
+    /// Starts committing the files whose `Commit` arrived, on a blocking
+    /// thread, unless a batch is running already (then they wait for the
+    /// next one): linking, setting metadata and syncing one batch overlaps
+    /// with staging the next.
+    fn start_commits(&mut self) {
+        if self.committing || self.commits.is_empty() {
+            return;
+        }
+        let batch = std::mem::take(&mut self.commits);
+        let dest = self.ctx.dest.clone();
+        let tx = self.done_tx.clone();
+        self.committing = true;
+        tokio::task::spawn_blocking(move || {
+            let results = commit_all(&dest, &batch);
+            let _ = tx.send(Done::Commits(batch, results));
+        });
+    }
+
+    /// After a broken connection: the running batch ends, and the commits
+    /// asked for are made.
+    async fn finish_commits(&mut self) {
+        while let Some(io) = self.session.poll_io() {
+            if let ReceiverIo::Commit { file, root } = io {
+                let part = self.parts.get(&file).cloned();
+                self.commits.push((file, part, root));
+            }
+        }
+        while self.committing || self.writing > 0 {
+            match self.done_rx.recv().await {
+                Some(done) => self.completed(done),
+                None => break,
+            }
+        }
+        if !self.commits.is_empty() {
+            let (dest, batch) = (self.ctx.dest.clone(), std::mem::take(&mut self.commits));
+            let _ = tokio::task::spawn_blocking(move || commit_all(&dest, &batch)).await;
+        }
+    }
+}
+
+/// The sink chain of a received chunk: verified, then written to staging.
+fn put(part: &PartialFile, index: u32, data: &[u8], digest: &Digest) -> ChunkOutcome {
+    match VerifiedChunk::check(part.entry(), index, data, digest) {
+        None => ChunkOutcome::Bad,
+        Some(chunk) => match part.put(&chunk) {
+            Ok(()) => ChunkOutcome::Good,
+            Err(e) => ChunkOutcome::Failed(e.to_string()),
+        },
+    }
+}
+
+/// What the peer hears of a refused entry.
+fn refusal(e: ReceiveError) -> Refusal {
+    let code = match e {
+        ReceiveError::BadPath(_) | ReceiveError::SymlinkInPath(_) => ErrorCode::BadPath,
+        _ => ErrorCode::Io,
+    };
+    Refusal {
+        code,
+        message: e.to_string(),
+    }
+}

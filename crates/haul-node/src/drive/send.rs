@@ -1,0 +1,471 @@
+//! Drives a [`Sender`] session over a connection: feeds it jobs (a pushing
+//! client's queue) or answers its `Resolve`s (a serving node), reads and
+//! hashes chunks (inline or on blocking threads), sends what it transmits,
+//! owns its timer. Protocol decisions are the session's.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use haul_engine::haul_root::Root;
+use haul_engine::{ChunkSource, LocalFile};
+use haul_proto::{ChunkHeader, Digest, Entry, Message};
+use haul_session::{Event, Observer};
+use haul_session::{FileId, Sender, SenderIo, SessionConfig, Transmit};
+use haul_transport::{MessageReader, MessageWriter, Payload, TransportError};
+use tokio::sync::mpsc;
+
+use crate::buffers::{ChunkBuf, ChunkBuffers};
+use crate::chunk_work::{ChunkWork, InlinePolicy};
+use crate::drive::{read_want, Interrupted};
+use crate::jobs::{SendJob, Source, WorkQueue};
+use crate::NodeError;
+
+/// Where a sender's jobs come from.
+pub enum JobFeed {
+    /// A pushing client's shared queue.
+    Queue(Arc<WorkQueue<SendJob>>),
+    /// A serving node: the peer's `Want`s name files under `root`.
+    Wants {
+        /// The served root, held.
+        root: Root,
+    },
+}
+
+/// Settings of a sender.
+#[derive(Clone)]
+pub struct SenderCtx {
+    /// Where events go.
+    pub observer: Arc<dyn Observer>,
+    /// Offers in flight at most.
+    pub window: usize,
+    /// Times a chunk range may fail verification before the file fails.
+    pub max_retries: u32,
+    /// Longest wait for the peer.
+    pub idle: Duration,
+    /// Where large chunks are read and hashed ([`ChunkWork::for_this_machine`]).
+    pub chunk_work: ChunkWork,
+    /// Chunk buffers, under the process's memory budget.
+    pub buffers: Arc<ChunkBuffers>,
+}
+
+/// A chunk read and hashed, waiting to go out.
+enum Held {
+    /// Its bytes.
+    Bytes(ChunkBuf),
+    /// A range of the source's file (sent without a copy).
+    Range(Arc<dyn ChunkSource>, u64, usize),
+}
+
+/// What a blocking task finished.
+enum Done {
+    Read(FileId, u32, Result<(Digest, Held), String>),
+    Hash(FileId, Result<Vec<(u32, Digest)>, String>),
+    /// A source's chunk became ready (a file still being received).
+    Ready,
+}
+
+/// Runs the sender until its work is done and the peer said `Bye`.
+pub async fn run_sender(
+    reader: Box<dyn MessageReader>,
+    writer: Box<dyn MessageWriter>,
+    feed: JobFeed,
+    ctx: SenderCtx,
+) -> Result<(), Interrupted<SendJob>> {
+    let now = Instant::now();
+    let root = match &feed {
+        JobFeed::Wants { root } => Some(root.path().display().to_string()),
+        JobFeed::Queue(_) => None,
+    };
+    let cfg = SessionConfig {
+        window: ctx.window,
+        idle: ctx.idle,
+        max_retries: ctx.max_retries,
+        hide: root,
+        ..SessionConfig::default()
+    };
+    let session = match feed {
+        JobFeed::Queue(_) => Sender::push(cfg, now),
+        JobFeed::Wants { .. } => Sender::serve(cfg, now),
+    };
+    let (done_tx, done_rx) = mpsc::unbounded_channel();
+    let mut d = Driver {
+        session,
+        w: writer,
+        reads: InlinePolicy::new(ctx.chunk_work),
+        ctx,
+        files: HashMap::new(),
+        held: HashMap::new(),
+        waiting: VecDeque::new(),
+        running: 0,
+        done_tx,
+        woken: std::collections::HashSet::new(),
+    };
+    let (tx, mut rx) = mpsc::channel(4096);
+    let reader_task = tokio::spawn(forward(reader, tx));
+    let result = d.run(&feed, &mut rx, done_rx).await;
+    reader_task.abort();
+    result.map_err(|error| Interrupted {
+        error,
+        unfinished: d.session.into_unfinished(),
+    })
+}
+
+/// Reads the peer's messages and forwards them: neither side can then
+/// block the other (the session's timer bounds every wait).
+async fn forward(
+    mut reader: Box<dyn MessageReader>,
+    tx: mpsc::Sender<Result<Message, TransportError>>,
+) {
+    reader.set_idle(Duration::from_secs(24 * 3600));
+    loop {
+        let msg = reader.recv().await;
+        let stop = msg.is_err();
+        if tx.send(msg).await.is_err() || stop {
+            return;
+        }
+    }
+}
+
+struct Driver {
+    session: Sender<Source>,
+    w: Box<dyn MessageWriter>,
+    reads: InlinePolicy,
+    ctx: SenderCtx,
+    /// Each file's entry and open source.
+    files: HashMap<FileId, (Entry, Arc<dyn ChunkSource>)>,
+    held: HashMap<(FileId, u32), Held>,
+    /// Reads waiting for a buffer or for their chunk to be ready.
+    waiting: VecDeque<(FileId, u32)>,
+    /// Blocking tasks running.
+    running: usize,
+    done_tx: mpsc::UnboundedSender<Done>,
+    /// Files whose source wakes this connection when chunks verify.
+    woken: std::collections::HashSet<FileId>,
+}
+
+impl Driver {
+    async fn run(
+        &mut self,
+        feed: &JobFeed,
+        rx: &mut mpsc::Receiver<Result<Message, TransportError>>,
+        mut done_rx: mpsc::UnboundedReceiver<Done>,
+    ) -> Result<(), NodeError> {
+        let queue = match feed {
+            JobFeed::Queue(q) => Some(q.as_ref()),
+            JobFeed::Wants { .. } => None,
+        };
+        let root = match feed {
+            JobFeed::Wants { root } => Some(root),
+            JobFeed::Queue(_) => None,
+        };
+        loop {
+            let starved = match queue {
+                Some(q) => self.take_jobs(q),
+                None => false,
+            };
+            self.pump(root).await?;
+            if self.session.is_finished() {
+                self.w.flush().await?;
+                return Ok(());
+            }
+            // Answer everything that already arrived before writing: one
+            // write carries many small files.
+            match rx.try_recv() {
+                Ok(msg) => {
+                    self.session.handle(Instant::now(), msg?)?;
+                    continue;
+                }
+                Err(mpsc::error::TryRecvError::Disconnected) => {
+                    return Err(TransportError::Closed.into())
+                }
+                Err(mpsc::error::TryRecvError::Empty) => {}
+            }
+            if let Ok(done) = done_rx.try_recv() {
+                self.completed(done);
+                continue;
+            }
+            self.w.flush().await?;
+            let deadline = self.session.poll_timeout();
+            let sleep = deadline.map(|t| tokio::time::sleep_until(t.into()));
+            tokio::select! {
+                msg = rx.recv() => match msg {
+                    Some(msg) => self.session.handle(Instant::now(), msg?)?,
+                    None => return Err(TransportError::Closed.into()),
+                },
+                Some(done) = done_rx.recv() => self.completed(done),
+                () = async { if let Some(s) = sleep { s.await } }, if deadline.is_some() => {
+                    self.session.handle_timeout(Instant::now())?;
+                }
+                () = async { if let Some(q) = queue { q.wait().await } }, if starved => {}
+            }
+        }
+    }
+
+    /// Hands the session jobs while it has room. A file's source is opened
+    /// before it is offered: one that cannot be read fails alone, and
+    /// nothing goes on the wire.
+    fn take_jobs(&mut self, queue: &WorkQueue<SendJob>) -> bool {
+        let (files, observer) = (&mut self.files, &self.ctx.observer);
+        super::take_jobs(&mut self.session, queue, |s, job| {
+            let source: Option<Arc<dyn ChunkSource>> = match &job.source {
+                _ if job.entry.kind != haul_proto::EntryKind::File => None,
+                Source::Open(src) => Some(src.clone()),
+                Source::Path(path) => match haul_engine::source::open_file(path) {
+                    Ok(f) => Some(Arc::new(LocalFile(f))),
+                    Err(e) => {
+                        observer.event(&Event::FileError {
+                            path: job.entry.path.clone(),
+                            error: e.to_string(),
+                        });
+                        return;
+                    }
+                },
+            };
+            let entry = job.entry.clone();
+            let id = s.push_job(Instant::now(), job);
+            if let Some(source) = source {
+                files.insert(id, (entry, source));
+            }
+        })
+    }
+
+    /// Does what the session asks: sends its transmits, performs its I/O,
+    /// until it asks nothing more right now.
+    async fn pump(&mut self, root: Option<&Root>) -> Result<(), NodeError> {
+        loop {
+            let now = Instant::now();
+            if let Some(t) = self.session.poll_transmit(now) {
+                self.transmit(t).await?;
+                continue;
+            }
+            while let Some(e) = self.session.poll_event() {
+                self.ctx.observer.event(&e);
+            }
+            if let Some(io) = self.session.poll_io() {
+                self.perform(io, root).await;
+                continue;
+            }
+            // Reads that waited for a buffer or a chunk may go now.
+            if !self.waiting.is_empty() && self.retry_waiting().await {
+                continue;
+            }
+            return Ok(());
+        }
+    }
+
+    async fn transmit(&mut self, t: Transmit) -> Result<(), NodeError> {
+        match t {
+            Transmit::Message(m) => self.w.queue(&m).await?,
+            Transmit::Chunk(h) => {
+                let Some(held) = self.held.remove(&(h.id, h.index)) else {
+                    return Err(NodeError::Internal(format!(
+                        "chunk {} of file {} was not read",
+                        h.index, h.id
+                    )));
+                };
+                self.send_chunk(&h, held).await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn send_chunk(&mut self, h: &ChunkHeader, held: Held) -> Result<(), NodeError> {
+        match held {
+            Held::Bytes(buf) => self.w.send_chunk(h, Payload::Bytes(&buf)).await?,
+            Held::Range(source, offset, len) => {
+                let Some(file) = source.file() else {
+                    return Err(NodeError::Internal(
+                        "a file range of a source without a file".into(),
+                    ));
+                };
+                self.w
+                    .send_chunk(h, Payload::File { file, offset, len })
+                    .await?;
+            }
+        }
+        Ok(())
+    }
+
+    async fn perform(&mut self, io: SenderIo, root: Option<&Root>) {
+        let now = Instant::now();
+        match io {
+            SenderIo::Resolve {
+                file,
+                path,
+                dest,
+                first,
+                end,
+            } => {
+                let Some(root) = root else {
+                    self.session.resolved(
+                        now,
+                        file,
+                        Err((haul_proto::ErrorCode::Protocol, "no root".into())),
+                    );
+                    return;
+                };
+                match read_want(root, &path, &dest, first, end) {
+                    Ok((job, source)) => {
+                        self.files.insert(file, (job.entry.clone(), source));
+                        self.session.resolved(now, file, Ok(job));
+                    }
+                    Err(e) => self.session.resolved(now, file, Err(e)),
+                }
+            }
+            SenderIo::Read { file, index } => self.read(file, index).await,
+            SenderIo::Hash { file, indices } => self.hash(file, indices),
+            SenderIo::Forget { file } => {
+                self.files.remove(&file);
+                self.woken.remove(&file);
+                self.held.retain(|(f, _), _| *f != file);
+                self.waiting.retain(|(f, _)| *f != file);
+            }
+        }
+    }
+
+    /// Reads chunk `index` of `file`: inline when cheap, else on a blocking
+    /// thread. A read waits (it is retried) when no buffer is to be had
+    /// without waiting while this connection holds others, or when the
+    /// chunk of a file still being received has not verified yet.
+    async fn read(&mut self, file: FileId, index: u32) {
+        let Some((entry, source)) = self.files.get(&file).cloned() else {
+            self.session
+                .read_done(Instant::now(), file, index, Err("file not open".into()));
+            return;
+        };
+        if !source.ready(index) {
+            if self.woken.insert(file) {
+                let tx = self.done_tx.clone();
+                source.on_ready(Arc::new(move || {
+                    let _ = tx.send(Done::Ready);
+                }));
+            }
+            // Checked again: it may have verified meanwhile.
+            if !source.ready(index) {
+                self.waiting.push_back((file, index));
+                return;
+            }
+        }
+        let len = entry.chunk_len(index) as usize;
+        let keep = !(source.file().is_some() && self.w.sends_file_ranges(len));
+        let need = if keep {
+            len
+        } else {
+            len.min(haul_engine::chunks::HASH_PIECE)
+        };
+        let holding = !self.held.is_empty() || self.running > 0;
+        let buf = if holding {
+            match self.ctx.buffers.try_take(need) {
+                Some(b) => b,
+                None => {
+                    self.waiting.push_back((file, index));
+                    return;
+                }
+            }
+        } else {
+            self.ctx.buffers.take(need).await
+        };
+        let small = len <= 256 << 10;
+        if small || self.reads.inline(len) {
+            let started = Instant::now();
+            let result = read_one(&source, &entry, index, buf, keep);
+            if !small && self.reads.took(len, started.elapsed()) {
+                tracing::debug!("chunk reads are slow: reading on blocking threads from now on");
+            }
+            self.finished(Done::Read(file, index, result));
+            return;
+        }
+        self.running += 1;
+        let tx = self.done_tx.clone();
+        tokio::task::spawn_blocking(move || {
+            let result = read_one(&source, &entry, index, buf, keep);
+            let _ = tx.send(Done::Read(file, index, result));
+        });
+    }
+
+    /// Retries waiting reads; true if one went ahead.
+    async fn retry_waiting(&mut self) -> bool {
+        let before = self.waiting.len();
+        for _ in 0..before {
+            let Some((file, index)) = self.waiting.pop_front() else {
+                break;
+            };
+            self.read(file, index).await;
+        }
+        self.waiting.len() < before
+    }
+
+    fn hash(&mut self, file: FileId, indices: Vec<u32>) {
+        let Some((entry, source)) = self.files.get(&file).cloned() else {
+            self.session
+                .hashed(Instant::now(), file, Err("file not open".into()));
+            return;
+        };
+        self.running += 1;
+        let tx = self.done_tx.clone();
+        tokio::task::spawn_blocking(move || {
+            let mut buf = Vec::new();
+            let result = indices
+                .into_iter()
+                .map(|i| {
+                    source
+                        .read_chunk(&entry, i, &mut buf, false)
+                        .map(|d| (i, d))
+                        .map_err(|e| read_error(&entry, i, &e))
+                })
+                .collect();
+            let _ = tx.send(Done::Hash(file, result));
+        });
+    }
+
+    /// A blocking task's result (or a wake-up) arrived.
+    fn completed(&mut self, done: Done) {
+        if !matches!(done, Done::Ready) {
+            self.running = self.running.saturating_sub(1);
+        }
+        self.finished(done);
+    }
+
+    fn finished(&mut self, done: Done) {
+        let now = Instant::now();
+        match done {
+            Done::Read(file, index, result) => {
+                let digest = result.map(|(digest, held)| {
+                    self.held.insert((file, index), held);
+                    digest
+                });
+                self.session.read_done(now, file, index, digest);
+            }
+            Done::Hash(file, result) => self.session.hashed(now, file, result),
+            Done::Ready => {}
+        }
+    }
+}
+
+fn read_one(
+    source: &Arc<dyn ChunkSource>,
+    entry: &Entry,
+    index: u32,
+    mut buf: ChunkBuf,
+    keep: bool,
+) -> Result<(Digest, Held), String> {
+    let digest = source
+        .read_chunk(entry, index, buf.vec(), keep)
+        .map_err(|e| read_error(entry, index, &e))?;
+    let held = if keep {
+        Held::Bytes(buf)
+    } else {
+        let offset = u64::from(index) * u64::from(entry.chunk_size);
+        Held::Range(source.clone(), offset, entry.chunk_len(index) as usize)
+    };
+    Ok((digest, held))
+}
+
+fn read_error(entry: &Entry, index: u32, e: &std::io::Error) -> String {
+    let offset = u64::from(index) * u64::from(entry.chunk_size);
+    format!(
+        "cannot read {} at {offset}: {e} (did it shrink while sending?)",
+        entry.path
+    )
+}

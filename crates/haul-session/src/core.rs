@@ -1,0 +1,141 @@
+//! What both roles share: the queues of things for the driver to do, and
+//! the two timers (keepalive while busy, the peer's idle limit).
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+use haul_proto::Message;
+
+use crate::event::Event;
+use crate::{keepalive_interval, SessionError, Transmit};
+
+/// Queues and timers of a session; `I` is the role's I/O request type.
+#[derive(Debug)]
+pub(crate) struct Core<I> {
+    pub(crate) transmits: VecDeque<Transmit>,
+    pub(crate) io: VecDeque<I>,
+    pub(crate) events: VecDeque<Event>,
+    idle: Duration,
+    keepalive: Duration,
+    last_recv: Instant,
+    last_sent: Instant,
+    /// I/O requests that await a result.
+    pub(crate) io_pending: usize,
+    last_io_done: Instant,
+    /// The session failed: everything after is refused.
+    failed: Option<SessionError>,
+}
+
+impl<I> Core<I> {
+    pub(crate) fn new(idle: Duration, now: Instant) -> Self {
+        Self {
+            transmits: VecDeque::new(),
+            io: VecDeque::new(),
+            events: VecDeque::new(),
+            idle,
+            keepalive: keepalive_interval(idle),
+            last_recv: now,
+            last_sent: now,
+            io_pending: 0,
+            last_io_done: now,
+            failed: None,
+        }
+    }
+
+    pub(crate) fn send(&mut self, msg: Message) {
+        self.transmits.push_back(Transmit::Message(msg));
+    }
+
+    /// Queues an I/O request whose result will come back.
+    pub(crate) fn request(&mut self, io: I) {
+        self.io_pending += 1;
+        self.io.push_back(io);
+    }
+
+    /// Queues an I/O request that has no result.
+    pub(crate) fn tell(&mut self, io: I) {
+        self.io.push_back(io);
+    }
+
+    /// A result came back.
+    pub(crate) fn io_done(&mut self, now: Instant) {
+        self.io_pending = self.io_pending.saturating_sub(1);
+        self.last_io_done = now;
+    }
+
+    pub(crate) fn event(&mut self, event: Event) {
+        self.events.push_back(event);
+    }
+
+    pub(crate) fn received(&mut self, now: Instant) {
+        self.last_recv = now;
+    }
+
+    /// The next thing to send; `now` is when it leaves.
+    pub(crate) fn poll_transmit(&mut self, now: Instant) -> Option<Transmit> {
+        let t = self.transmits.pop_front()?;
+        self.last_sent = now;
+        Some(t)
+    }
+
+    /// The next timer: a keepalive while busy, the peer's silence while
+    /// `expecting` something from it.
+    pub(crate) fn poll_timeout(&self, expecting: bool) -> Option<Instant> {
+        if self.failed.is_some() {
+            return None;
+        }
+        let keepalive = (self.io_pending > 0).then(|| self.last_sent + self.keepalive);
+        let silence = (expecting && self.io_pending == 0)
+            .then(|| self.last_recv.max(self.last_io_done) + self.idle);
+        match (keepalive, silence) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        }
+    }
+
+    /// Acts on the timers at `now`: a keepalive goes out, or the session
+    /// fails because the peer was silent too long.
+    pub(crate) fn handle_timeout(
+        &mut self,
+        now: Instant,
+        expecting: bool,
+        what: &'static str,
+    ) -> Result<(), SessionError> {
+        self.check()?;
+        if self.io_pending > 0 && now >= self.last_sent + self.keepalive {
+            self.send(Message::KeepAlive);
+            // It leaves with the next poll; count it as sent now so one
+            // deadline does not queue many.
+            self.last_sent = now;
+        }
+        if expecting
+            && self.io_pending == 0
+            && now >= self.last_recv.max(self.last_io_done) + self.idle
+        {
+            return self.fail(SessionError::Timeout {
+                what,
+                secs: self.idle.as_secs(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Fails the session (the first error wins).
+    pub(crate) fn fail<T>(&mut self, e: SessionError) -> Result<T, SessionError> {
+        let e = self.failed.get_or_insert(e).clone();
+        Err(e)
+    }
+
+    /// Refuses any step after a failure.
+    pub(crate) fn check(&self) -> Result<(), SessionError> {
+        match &self.failed {
+            Some(e) => Err(e.clone()),
+            None => Ok(()),
+        }
+    }
+}
+
+/// A protocol error.
+pub(crate) fn protocol(text: impl Into<String>) -> SessionError {
+    SessionError::Protocol(text.into())
+}

@@ -1,0 +1,797 @@
+//! The sending role: offers entries, reads and sends the chunks the
+//! receiver needs, commits each file.
+//!
+//! Each file's phase is explicit ([`Phase`]):
+//!
+//! ```text
+//! (serve) Resolving ──▶ Offered ──Need{have}──▶ CheckingClaims ──▶ Sending ──▶ AwaitingStatus
+//!                          │                                         ▲              │
+//!                          │ Done (dirs, links, skip)                └── bad ───────┤ clean
+//!                          ▼                                                        ▼
+//!                        (gone)  ◀── Done ── AwaitingDone ◀── Commit ── (whole file, or last range)
+//!                                            Parked ── Finish ──▶ Finishing ──▶ AwaitingDone
+//! ```
+//! A pushing client feeds jobs ([`Sender::push_job`]) while it has room; a
+//! serving node gets them from the peer's `Want`s, which the driver resolves
+//! beneath its root ([`SenderIo::Resolve`]).
+
+use std::collections::{HashMap, VecDeque};
+use std::time::Instant;
+
+use haul_proto::digest::root_from_digests;
+use haul_proto::{validate_entry_path, ChunkHeader, Digest, EntryKind, ErrorCode, Message};
+
+use crate::core::{protocol, Core};
+use crate::event::Event;
+use crate::groups::SendJob;
+use crate::peer_text::without_root;
+use crate::{FileId, SessionConfig, SessionError, Transmit};
+
+/// What a sender asks its driver to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SenderIo {
+    /// A serving node: open `path` (checked: relative, no `..`) beneath the
+    /// root for the peer's `Want`, and answer [`Sender::resolved`] with the
+    /// job (the entry named `dest`, chunks `first..end` clamped to the file).
+    Resolve {
+        /// The file's id on this connection.
+        file: FileId,
+        /// Path under the served root.
+        path: String,
+        /// The entry's name in the offer.
+        dest: String,
+        /// First chunk wanted.
+        first: u32,
+        /// One past the last chunk wanted (`u32::MAX`: to the end).
+        end: u32,
+    },
+    /// Read and hash chunk `index` of `file` and hold its bytes (or file
+    /// range) for the [`Transmit::Chunk`] that follows [`Sender::read_done`].
+    Read {
+        /// The file.
+        file: FileId,
+        /// The chunk.
+        index: u32,
+    },
+    /// Hash chunks of `file` without sending them (the receiver's claims to
+    /// check, or the whole file for a `Finish`); answer [`Sender::hashed`].
+    Hash {
+        /// The file.
+        file: FileId,
+        /// The chunks, in order.
+        indices: Vec<u32>,
+    },
+    /// Nothing more will be asked of `file` on this connection: drop its
+    /// source and any bytes still held for it.
+    Forget {
+        /// The file.
+        file: FileId,
+    },
+}
+
+/// Where one file is on this connection.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Phase {
+    /// A `Want` being resolved by the driver.
+    Resolving,
+    /// Offered; waiting for `Need` (or `Done`, `FileError`).
+    Offered,
+    /// Checking the chunks the receiver claims to hold.
+    CheckingClaims(Vec<(u32, Digest)>),
+    /// Reading and sending chunks.
+    Sending(Round),
+    /// `RangeEnd` sent; waiting for `RangeStatus`.
+    AwaitingStatus,
+    /// A clean range a fetching receiver may ask to `Finish`.
+    Parked,
+    /// Hashing the whole file for a `Finish`.
+    Finishing,
+    /// `Commit` sent, or skipped; waiting for `Done`.
+    AwaitingDone,
+}
+
+/// One round of chunks: those still to read, reads outstanding, chunks sent.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+struct Round {
+    todo: VecDeque<u32>,
+    reading: usize,
+    sent: u32,
+}
+
+#[derive(Debug)]
+struct Flight<S> {
+    /// The job; `None` while a `Want` is resolved.
+    job: Option<SendJob<S>>,
+    phase: Phase,
+    digests: Vec<Option<Digest>>,
+    retries: u32,
+    /// Payload bytes sent for it on this connection.
+    sent: u64,
+}
+
+/// Where a sender's jobs come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Feed {
+    /// A pushing client: [`Sender::push_job`].
+    Push,
+    /// A serving node: the peer's `Want`s.
+    Serve,
+}
+
+/// How the conversation stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stage {
+    Running,
+    /// No more jobs: `Bye` once nothing is in flight.
+    Closing,
+    /// `Bye` sent; waiting for the peer's.
+    ByeSent,
+    Finished,
+}
+
+/// The sending side of one connection.
+#[derive(Debug)]
+pub struct Sender<S> {
+    core: Core<SenderIo>,
+    cfg: SessionConfig,
+    feed: Feed,
+    flights: HashMap<FileId, Flight<S>>,
+    next_id: FileId,
+    stage: Stage,
+    /// Reads outstanding across files.
+    reading: usize,
+    /// Files with chunks still to read, in the order they asked.
+    sending: VecDeque<FileId>,
+}
+
+impl<S> Sender<S> {
+    /// A pushing client's sender.
+    pub fn push(cfg: SessionConfig, now: Instant) -> Self {
+        Self::new(cfg, Feed::Push, now)
+    }
+
+    /// A serving node's sender (jobs come from the peer's `Want`s).
+    pub fn serve(cfg: SessionConfig, now: Instant) -> Self {
+        Self::new(cfg, Feed::Serve, now)
+    }
+
+    fn new(cfg: SessionConfig, feed: Feed, now: Instant) -> Self {
+        Self {
+            core: Core::new(cfg.idle, now),
+            cfg,
+            feed,
+            flights: HashMap::new(),
+            next_id: 1,
+            stage: Stage::Running,
+            reading: 0,
+            sending: VecDeque::new(),
+        }
+    }
+
+    /// Jobs a pushing client may hand over now (the window's free room).
+    pub fn room(&self) -> usize {
+        if self.feed != Feed::Push || self.stage != Stage::Running {
+            return 0;
+        }
+        self.cfg.window.saturating_sub(self.flights.len())
+    }
+
+    /// Groups (split files) with a range in flight here: a connection never
+    /// holds two ranges of one file.
+    pub fn busy_groups(&self) -> Vec<usize> {
+        self.flights
+            .values()
+            .filter_map(|f| f.job.as_ref()?.group.as_ref())
+            .map(|g| std::sync::Arc::as_ptr(g) as usize)
+            .collect()
+    }
+
+    /// Offers `job` (its source is open): returns its id.
+    pub fn push_job(&mut self, _now: Instant, job: SendJob<S>) -> FileId {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.offer(id, job);
+        id
+    }
+
+    /// No more jobs: say `Bye` once everything in flight is done.
+    pub fn close_when_done(&mut self) {
+        if self.stage == Stage::Running {
+            self.stage = Stage::Closing;
+        }
+        self.maybe_bye();
+    }
+
+    /// True once both sides said `Bye`.
+    pub fn is_finished(&self) -> bool {
+        self.stage == Stage::Finished
+    }
+
+    /// Files in flight now.
+    pub fn in_flight(&self) -> usize {
+        self.flights.len()
+    }
+
+    /// The jobs not finished (to give back when the connection broke).
+    pub fn into_unfinished(self) -> Vec<SendJob<S>> {
+        self.flights.into_values().filter_map(|f| f.job).collect()
+    }
+
+    fn offer(&mut self, id: FileId, job: SendJob<S>) {
+        let entry = &job.entry;
+        self.core.send(Message::Offer {
+            id,
+            entry: entry.clone(),
+            first: job.first,
+            end: job.end,
+        });
+        if job.first == 0 {
+            self.core.event(Event::FileStart {
+                path: entry.path.clone(),
+                size: entry.size,
+            });
+        }
+        let digests = vec![None; entry.chunk_count() as usize];
+        self.flights.insert(
+            id,
+            Flight {
+                job: Some(job),
+                phase: Phase::Offered,
+                digests,
+                retries: 0,
+                sent: 0,
+            },
+        );
+    }
+
+    fn peer_text(&self, text: String) -> String {
+        without_root(self.cfg.hide.as_deref().map(std::path::Path::new), text)
+    }
+
+    /// A message from the receiver.
+    pub fn handle(&mut self, now: Instant, msg: Message) -> Result<(), SessionError> {
+        self.core.check()?;
+        self.core.received(now);
+        let r = self.dispatch(msg);
+        if let Err(e) = r {
+            return self.core.fail(e);
+        }
+        self.maybe_bye();
+        Ok(())
+    }
+
+    fn dispatch(&mut self, msg: Message) -> Result<(), SessionError> {
+        match msg {
+            Message::Need { id, skip, have } => self.need(id, skip, have),
+            Message::RangeStatus { id, bad } => self.range_status(id, bad),
+            Message::Finish { id } => self.finish(id),
+            Message::Release { id } => {
+                if self
+                    .flights
+                    .get(&id)
+                    .is_some_and(|f| f.phase == Phase::Parked)
+                {
+                    self.forget(id);
+                }
+                Ok(())
+            }
+            Message::KeepAlive => Ok(()),
+            Message::Done {
+                id,
+                ok,
+                root,
+                message,
+            } => {
+                self.done(id, ok, root, message);
+                Ok(())
+            }
+            Message::FileError { id, message, .. } => {
+                if let Some(job) = self.forget(id) {
+                    self.core.event(Event::FileError {
+                        path: job.entry.path,
+                        error: format!("receiver: {message}"),
+                    });
+                }
+                Ok(())
+            }
+            Message::Want {
+                id,
+                path,
+                dest,
+                first,
+                end,
+            } => self.want(id, path, dest, first, end),
+            Message::Bye => match (self.feed, self.stage) {
+                (_, Stage::ByeSent) => {
+                    self.stage = Stage::Finished;
+                    Ok(())
+                }
+                (Feed::Serve, _) => {
+                    self.core.send(Message::Bye);
+                    self.stage = Stage::Finished;
+                    Ok(())
+                }
+                (Feed::Push, _) => Err(protocol("receiver said Bye with files in flight")),
+            },
+            Message::Refused { code, message } => Err(SessionError::Refused { code, message }),
+            other => Err(protocol(format!("unexpected {other:?} at the sender"))),
+        }
+    }
+
+    fn want(
+        &mut self,
+        id: FileId,
+        path: String,
+        dest: String,
+        first: u32,
+        end: u32,
+    ) -> Result<(), SessionError> {
+        if self.feed != Feed::Serve {
+            return Err(protocol("Want on a push connection"));
+        }
+        if self.flights.len() >= 4 * self.cfg.window {
+            return Err(protocol("too many files asked for at once"));
+        }
+        if self.flights.contains_key(&id) {
+            return Err(protocol(format!("Want reuses id {id} still in flight")));
+        }
+        // Paths are checked here, before the driver touches anything.
+        let bad = validate_entry_path(&path)
+            .err()
+            .or_else(|| validate_entry_path(&dest).err());
+        if let Some(e) = bad {
+            self.core.send(Message::FileError {
+                id,
+                code: ErrorCode::BadPath,
+                message: e.to_string(),
+            });
+            return Ok(());
+        }
+        self.flights.insert(
+            id,
+            Flight {
+                job: None,
+                phase: Phase::Resolving,
+                digests: Vec::new(),
+                retries: 0,
+                sent: 0,
+            },
+        );
+        self.core.request(SenderIo::Resolve {
+            file: id,
+            path,
+            dest,
+            first,
+            end,
+        });
+        Ok(())
+    }
+
+    /// The driver resolved a `Want`: the job to offer, or why not.
+    pub fn resolved(
+        &mut self,
+        now: Instant,
+        file: FileId,
+        result: Result<SendJob<S>, (ErrorCode, String)>,
+    ) {
+        self.core.io_done(now);
+        if !self
+            .flights
+            .get(&file)
+            .is_some_and(|f| f.phase == Phase::Resolving)
+        {
+            return;
+        }
+        self.flights.remove(&file);
+        match result {
+            Ok(job) if job.first <= job.end => self.offer(file, job),
+            Ok(job) => {
+                self.core.tell(SenderIo::Forget { file });
+                let message = format!("range {}..{} is empty", job.first, job.end);
+                self.core.send(Message::FileError {
+                    id: file,
+                    code: ErrorCode::Protocol,
+                    message,
+                });
+            }
+            Err((code, message)) => {
+                self.core.tell(SenderIo::Forget { file });
+                let message = self.peer_text(message);
+                self.core.send(Message::FileError {
+                    id: file,
+                    code,
+                    message,
+                });
+            }
+        }
+    }
+
+    fn need(
+        &mut self,
+        id: FileId,
+        skip: bool,
+        have: Vec<(u32, Digest)>,
+    ) -> Result<(), SessionError> {
+        let Some(f) = self.flights.get_mut(&id) else {
+            return Err(protocol(format!("Need for unknown file id {id}")));
+        };
+        let Some((first, end)) = f.job.as_ref().map(|j| (j.first, j.end)) else {
+            return Err(protocol(format!("Need for file id {id} not offered yet")));
+        };
+        if f.phase != Phase::Offered {
+            return Err(protocol(format!("a second Need for file id {id}")));
+        }
+        if skip {
+            f.phase = Phase::AwaitingDone;
+            return Ok(());
+        }
+        let mut seen = vec![false; (end - first) as usize];
+        let mut claimed = Vec::with_capacity(have.len());
+        for (i, d) in have {
+            if i < first || i >= end {
+                return Err(protocol(format!(
+                    "Need names chunk {i} outside {first}..{end}"
+                )));
+            }
+            if !std::mem::replace(&mut seen[(i - first) as usize], true) {
+                claimed.push((i, d));
+            }
+        }
+        if claimed.is_empty() {
+            self.start_round(id, (first..end).collect());
+        } else {
+            // Trust a held chunk only if it matches our data now.
+            let indices = claimed.iter().map(|(i, _)| *i).collect();
+            f.phase = Phase::CheckingClaims(claimed);
+            self.core.request(SenderIo::Hash { file: id, indices });
+        }
+        Ok(())
+    }
+
+    /// The driver hashed chunks (claims to check, or a whole file).
+    pub fn hashed(
+        &mut self,
+        now: Instant,
+        file: FileId,
+        result: Result<Vec<(u32, Digest)>, String>,
+    ) {
+        self.core.io_done(now);
+        let Some(f) = self.flights.get_mut(&file) else {
+            return;
+        };
+        let Some((first, end, chunk_size, size)) = f
+            .job
+            .as_ref()
+            .map(|j| (j.first, j.end, j.entry.chunk_size, j.entry.size))
+        else {
+            return;
+        };
+        let mine = match result {
+            Ok(d) => d,
+            Err(e) => return self.fail_local(file, e),
+        };
+        match std::mem::replace(&mut f.phase, Phase::AwaitingDone) {
+            Phase::CheckingClaims(claimed) => {
+                let mut held = vec![false; (end - first) as usize];
+                for ((i, theirs), (j, ours)) in claimed.iter().zip(&mine) {
+                    if i == j && theirs == ours {
+                        f.digests[*i as usize] = Some(*ours);
+                        held[(*i - first) as usize] = true;
+                    }
+                }
+                let todo = (first..end)
+                    .filter(|i| !held[(*i - first) as usize])
+                    .collect();
+                self.start_round(file, todo);
+            }
+            Phase::Finishing => {
+                let digests: Vec<Digest> = mine.into_iter().map(|(_, d)| d).collect();
+                match root_from_digests(&digests, chunk_size, size) {
+                    Some(root) => self.core.send(Message::Commit { id: file, root }),
+                    None => self.fail_local(file, "cannot compute the file's hash".into()),
+                }
+            }
+            other => f.phase = other,
+        }
+    }
+
+    fn start_round(&mut self, id: FileId, todo: VecDeque<u32>) {
+        let Some(f) = self.flights.get_mut(&id) else {
+            return;
+        };
+        f.phase = Phase::Sending(Round {
+            todo,
+            reading: 0,
+            sent: 0,
+        });
+        self.sending.push_back(id);
+        self.pump();
+    }
+
+    /// Issues reads while fewer than `reads_ahead` are outstanding, and ends
+    /// the rounds whose chunks all went out.
+    fn pump(&mut self) {
+        let mut idx = 0;
+        while idx < self.sending.len() {
+            let id = self.sending[idx];
+            let Some(f) = self.flights.get_mut(&id) else {
+                self.sending.remove(idx);
+                continue;
+            };
+            let Phase::Sending(round) = &mut f.phase else {
+                self.sending.remove(idx);
+                continue;
+            };
+            while self.reading < self.cfg.reads_ahead.max(1) {
+                let Some(index) = round.todo.pop_front() else {
+                    break;
+                };
+                round.reading += 1;
+                self.reading += 1;
+                self.core.request(SenderIo::Read { file: id, index });
+            }
+            if round.todo.is_empty() && round.reading == 0 {
+                let chunks = round.sent;
+                f.phase = Phase::AwaitingStatus;
+                self.core.send(Message::RangeEnd { id, chunks });
+                self.sending.remove(idx);
+                continue;
+            }
+            if self.reading >= self.cfg.reads_ahead.max(1) {
+                break;
+            }
+            idx += 1;
+        }
+    }
+
+    /// The driver read and hashed chunk `index` of `file` and holds its
+    /// bytes: the chunk goes out next.
+    pub fn read_done(
+        &mut self,
+        now: Instant,
+        file: FileId,
+        index: u32,
+        result: Result<Digest, String>,
+    ) {
+        self.core.io_done(now);
+        let Some(f) = self.flights.get_mut(&file) else {
+            return;
+        };
+        let Phase::Sending(round) = &mut f.phase else {
+            return;
+        };
+        round.reading = round.reading.saturating_sub(1);
+        self.reading = self.reading.saturating_sub(1);
+        let digest = match result {
+            Ok(d) => d,
+            Err(e) => {
+                self.fail_local(file, e);
+                self.pump();
+                return;
+            }
+        };
+        round.sent += 1;
+        let Some(job) = &f.job else { return };
+        let len = job.entry.chunk_len(index);
+        if let Some(slot) = f.digests.get_mut(index as usize) {
+            *slot = Some(digest);
+        }
+        f.sent += u64::from(len);
+        if let Some(group) = &job.group {
+            group.add_sent(u64::from(len));
+        }
+        let path = job.entry.path.clone();
+        self.core.transmits.push_back(Transmit::Chunk(ChunkHeader {
+            id: file,
+            index,
+            len,
+            digest,
+        }));
+        self.core.event(Event::Progress {
+            path,
+            bytes: u64::from(len),
+        });
+        self.pump();
+    }
+
+    fn range_status(&mut self, id: FileId, bad: Vec<u32>) -> Result<(), SessionError> {
+        let max_retries = self.cfg.max_retries;
+        let Some(f) = self.flights.get_mut(&id) else {
+            return Err(protocol(format!("RangeStatus for unknown file id {id}")));
+        };
+        let Some(job) = &f.job else {
+            return Err(protocol(format!(
+                "RangeStatus for file id {id} not offered yet"
+            )));
+        };
+        if f.phase != Phase::AwaitingStatus {
+            return Err(protocol(format!(
+                "RangeStatus for file id {id} before its RangeEnd"
+            )));
+        }
+        let (first, end, e) = (job.first, job.end, job.entry.clone());
+        let group = job.group.clone();
+        if !bad.is_empty() {
+            f.retries += 1;
+            if bad.iter().any(|i| *i < first || *i >= end) {
+                return Err(protocol("RangeStatus names a chunk outside the range"));
+            }
+            if f.retries > max_retries {
+                let msg = format!(
+                    "chunks kept failing verification after {max_retries} resends (corrupting link?)"
+                );
+                self.fail_local(id, msg);
+                return Ok(());
+            }
+            tracing::debug!("resending {} chunk(s) of {}", bad.len(), e.path);
+            self.start_round(id, bad.into_iter().collect());
+            return Ok(());
+        }
+        if first == 0 && end == e.chunk_count() {
+            let all: Option<Vec<Digest>> = f.digests.iter().copied().collect();
+            let Some(root) = all.and_then(|d| root_from_digests(&d, e.chunk_size, e.size)) else {
+                return Err(protocol("range clean but chunks missing"));
+            };
+            f.phase = Phase::AwaitingDone;
+            self.core.send(Message::Commit { id, root });
+            return Ok(());
+        }
+        let Some(group) = group else {
+            // A fetching receiver's range: it may ask to `Finish` here.
+            f.phase = Phase::Parked;
+            return Ok(());
+        };
+        match group.finish_range(first, &f.digests) {
+            Some(root) => {
+                f.phase = Phase::AwaitingDone;
+                self.core.send(Message::Commit { id, root });
+            }
+            None => {
+                // Another connection commits this file; this range is done.
+                self.forget(id);
+                self.core.send(Message::Release { id });
+                // Unless the others were skipped (the file was there): then
+                // nothing commits, and the file is up to date.
+                if group.settled_without_commit() {
+                    self.core.event(Event::up_to_date(e.path, e.size));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self, id: FileId) -> Result<(), SessionError> {
+        let Some(f) = self.flights.get_mut(&id) else {
+            return Err(protocol(format!("Finish for unknown file id {id}")));
+        };
+        let Some(count) = f.job.as_ref().map(|j| j.entry.chunk_count()) else {
+            return Err(protocol(format!("Finish for file id {id} not offered yet")));
+        };
+        if !matches!(
+            f.phase,
+            Phase::Parked | Phase::AwaitingStatus | Phase::AwaitingDone
+        ) {
+            return Err(protocol(format!("Finish for file id {id} still sending")));
+        }
+        f.phase = Phase::Finishing;
+        self.core.request(SenderIo::Hash {
+            file: id,
+            indices: (0..count).collect(),
+        });
+        Ok(())
+    }
+
+    fn done(&mut self, id: FileId, ok: bool, root: Digest, message: String) {
+        let Some(f) = self.flights.get(&id) else {
+            return;
+        };
+        let sent = f.sent;
+        let Some(job) = self.forget(id) else {
+            return;
+        };
+        let e = &job.entry;
+        if !ok {
+            self.core.event(Event::FileError {
+                path: e.path.clone(),
+                error: message,
+            });
+            return;
+        }
+        let is_file = e.kind == EntryKind::File;
+        let skipped = is_file && root == [0; 32];
+        // A split file is reported once: when its commit is done, or when
+        // every range was skipped.
+        let group = job.group.as_ref();
+        if skipped && group.is_some_and(|g| !g.range_skipped(job.first)) {
+            return;
+        }
+        self.core.event(Event::FileDone {
+            path: e.path.clone(),
+            size: e.size,
+            blake3: if is_file && !skipped {
+                hex(&root)
+            } else {
+                String::new()
+            },
+            sent: group.map_or(sent, |g| g.sent()),
+            skipped,
+        });
+    }
+
+    /// A file failed here (a read, a check): the receiver hears of it too.
+    fn fail_local(&mut self, id: FileId, error: String) {
+        let Some(job) = self.forget(id) else {
+            return;
+        };
+        self.core.event(Event::FileError {
+            path: job.entry.path.clone(),
+            error: error.clone(),
+        });
+        let message = self.peer_text(error);
+        self.core.send(Message::FileError {
+            id,
+            code: ErrorCode::Io,
+            message,
+        });
+    }
+
+    /// Drops file `id` from this connection; its job, if it had one.
+    fn forget(&mut self, id: FileId) -> Option<SendJob<S>> {
+        let f = self.flights.remove(&id)?;
+        if let Phase::Sending(round) = &f.phase {
+            // Reads still outstanding will come back to a forgotten file.
+            self.reading = self.reading.saturating_sub(round.reading);
+        }
+        self.core.tell(SenderIo::Forget { file: id });
+        f.job
+    }
+
+    fn maybe_bye(&mut self) {
+        if self.stage == Stage::Closing && self.flights.is_empty() {
+            self.core.send(Message::Bye);
+            self.stage = Stage::ByeSent;
+        }
+    }
+
+    /// The next message or chunk to send.
+    pub fn poll_transmit(&mut self, now: Instant) -> Option<Transmit> {
+        self.core.poll_transmit(now)
+    }
+
+    /// The next I/O request.
+    pub fn poll_io(&mut self) -> Option<SenderIo> {
+        self.core.io.pop_front()
+    }
+
+    /// The next event for the observers.
+    pub fn poll_event(&mut self) -> Option<Event> {
+        self.core.events.pop_front()
+    }
+
+    fn expecting(&self) -> bool {
+        match self.stage {
+            Stage::Finished => false,
+            Stage::ByeSent => true,
+            _ => self.feed == Feed::Serve || !self.flights.is_empty(),
+        }
+    }
+
+    /// When [`Sender::handle_timeout`] is due.
+    pub fn poll_timeout(&self) -> Option<Instant> {
+        self.core.poll_timeout(self.expecting())
+    }
+
+    /// Acts on timers: a keepalive, or a peer silent for too long.
+    pub fn handle_timeout(&mut self, now: Instant) -> Result<(), SessionError> {
+        let what = match self.stage {
+            Stage::ByeSent => "the receiver's goodbye",
+            _ => "the receiver's answer",
+        };
+        let expecting = self.expecting();
+        self.core.handle_timeout(now, expecting, what)
+    }
+}
+
+pub(crate) fn hex(d: &Digest) -> String {
+    d.iter().map(|b| format!("{b:02x}")).collect()
+}

@@ -1,0 +1,354 @@
+//! Sessions fed what a hostile peer might send: any sequence of well-formed
+//! messages. They may refuse or end the connection, but never panic, never
+//! ask for a path outside the root, never write a chunk no offer made room
+//! for, and never commit a file that was not received.
+
+use std::collections::{HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use haul_proto::{validate_entry_path, ChunkHeader, Entry, EntryKind, ErrorCode, Message};
+use proptest::prelude::*;
+
+use crate::{
+    ChunkAction, ChunkOutcome, Prepared, Receiver, ReceiverIo, SendJob, Sender, SenderIo,
+    SessionConfig,
+};
+
+fn path() -> impl Strategy<Value = String> {
+    prop_oneof![
+        Just("a".to_string()),
+        Just("a/b".to_string()),
+        Just("".to_string()),
+        Just("../x".to_string()),
+        Just("/etc/passwd".to_string()),
+        Just(".haul/partial/x".to_string()),
+        Just("a//b".to_string()),
+        Just("a/../../b".to_string()),
+        "[a-z]{1,3}(/[a-z]{1,3}){0,2}",
+    ]
+}
+
+fn entry() -> impl Strategy<Value = Entry> {
+    (
+        path(),
+        0u8..3,
+        0u64..5000,
+        prop_oneof![Just(1024u32), Just(4096), Just(3000), Just(0)],
+    )
+        .prop_map(|(path, kind, size, chunk_size)| Entry {
+            path,
+            kind: match kind {
+                0 => EntryKind::File,
+                1 => EntryKind::Dir,
+                _ => EntryKind::Symlink {
+                    target: "../../x".into(),
+                },
+            },
+            size,
+            mode: 0o644,
+            mtime_sec: 0,
+            mtime_nsec: 0,
+            chunk_size,
+        })
+}
+
+/// Messages a sender could send a receiver (and the odd wrong one).
+fn to_receiver() -> impl Strategy<Value = Message> {
+    let id = 0u32..6;
+    prop_oneof![
+        (id.clone(), entry(), 0u32..6, 0u32..6).prop_map(|(id, entry, first, end)| {
+            Message::Offer {
+                id,
+                entry,
+                first,
+                end,
+            }
+        }),
+        (id.clone(), 0u32..6, 0u32..5000, any::<[u8; 32]>()).prop_map(
+            |(id, index, len, digest)| {
+                Message::Chunk(ChunkHeader {
+                    id,
+                    index,
+                    len,
+                    digest,
+                })
+            }
+        ),
+        (id.clone(), 0u32..8).prop_map(|(id, chunks)| Message::RangeEnd { id, chunks }),
+        (id.clone(), any::<[u8; 32]>()).prop_map(|(id, root)| Message::Commit { id, root }),
+        id.clone().prop_map(|id| Message::Release { id }),
+        id.prop_map(|id| Message::FileError {
+            id,
+            code: ErrorCode::Io,
+            message: "x".into()
+        }),
+        Just(Message::KeepAlive),
+        Just(Message::Bye),
+        Just(Message::Welcome { version: 2 }),
+    ]
+}
+
+/// Messages a receiver could send a sender.
+fn to_sender() -> impl Strategy<Value = Message> {
+    let id = 0u32..6;
+    prop_oneof![
+        (id.clone(), path(), path(), 0u32..6, 0u32..8).prop_map(|(id, path, dest, first, end)| {
+            Message::Want {
+                id,
+                path,
+                dest,
+                first,
+                end,
+            }
+        }),
+        (
+            id.clone(),
+            any::<bool>(),
+            proptest::collection::vec((0u32..8, any::<[u8; 32]>()), 0..3)
+        )
+            .prop_map(|(id, skip, have)| Message::Need { id, skip, have }),
+        (id.clone(), proptest::collection::vec(0u32..8, 0..3))
+            .prop_map(|(id, bad)| Message::RangeStatus { id, bad }),
+        id.clone().prop_map(|id| Message::Finish { id }),
+        id.clone().prop_map(|id| Message::Release { id }),
+        (id, any::<bool>()).prop_map(|(id, ok)| Message::Done {
+            id,
+            ok,
+            root: [1; 32],
+            message: String::new()
+        }),
+        Just(Message::KeepAlive),
+        Just(Message::Bye),
+    ]
+}
+
+fn safe(path: &str) -> bool {
+    validate_entry_path(path).is_ok()
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 400, ..ProptestConfig::default() })]
+
+    #[test]
+    fn a_hostile_sender_cannot_lead_a_receiver_astray(
+        msgs in proptest::collection::vec((to_receiver(), any::<bool>()), 0..40),
+        prefix in prop_oneof![Just(String::new()), Just("in".to_string())],
+    ) {
+        let t0 = Instant::now();
+        let mut r = Receiver::for_push(SessionConfig::default(), prefix, t0);
+        // What the receiver was told and has allowed so far.
+        let mut prepared: HashMap<u32, Entry> = HashMap::new();
+        let mut received: HashSet<u32> = HashSet::new();
+        for (step, (msg, good)) in msgs.into_iter().enumerate() {
+            let now = t0 + Duration::from_millis(step as u64);
+            let result = match msg {
+                Message::Chunk(h) => r.handle_chunk(now, h).map(|action| {
+                    if let ChunkAction::Write { file, index, digest } = action {
+                        let entry = prepared.get(&file).expect("a write only for a prepared file");
+                        prop_assert!(index < entry.chunk_count());
+                        prop_assert_eq!(entry.chunk_len(index), h.len);
+                        prop_assert_eq!(digest, h.digest, "the sink checks the sender's digest");
+                        received.insert(file);
+                        let outcome = if good { ChunkOutcome::Good } else { ChunkOutcome::Bad };
+                        r.chunk_done(now, file, index, outcome);
+                    }
+                    Ok(())
+                }).and_then(|r| r.map_err(|e| crate::SessionError::Protocol(e.to_string()))),
+                m => r.handle(now, m),
+            };
+            while let Some(io) = r.poll_io() {
+                match io {
+                    ReceiverIo::Make { file, entry } => {
+                        prop_assert!(safe(&entry.path), "{:?}", entry.path);
+                        r.made(now, file, Ok(()));
+                    }
+                    ReceiverIo::Prepare { file, entry, .. } => {
+                        prop_assert!(safe(&entry.path), "{:?}", entry.path);
+                        prop_assert_eq!(entry.kind.clone(), EntryKind::File);
+                        prepared.insert(file, entry);
+                        r.prepared(now, file, Ok(Prepared::Receive { have: Vec::new() }));
+                    }
+                    ReceiverIo::Commit { file, root } => {
+                        prop_assert!(prepared.contains_key(&file), "commit of a file never prepared");
+                        r.committed(now, file, Ok(root));
+                    }
+                    ReceiverIo::Forget { file } => {
+                        prepared.remove(&file);
+                    }
+                }
+            }
+            while r.poll_transmit(now).is_some() {}
+            while r.poll_event().is_some() {}
+            if result.is_err() {
+                // The connection is closed: nothing more is taken.
+                prop_assert!(r.handle(now, Message::KeepAlive).is_err());
+                break;
+            }
+        }
+        let _ = received;
+    }
+
+    #[test]
+    fn a_hostile_receiver_cannot_lead_a_serving_sender_astray(
+        msgs in proptest::collection::vec(to_sender(), 0..40),
+    ) {
+        let t0 = Instant::now();
+        let mut s: Sender<()> = Sender::serve(SessionConfig::default(), t0);
+        for (step, msg) in msgs.into_iter().enumerate() {
+            let now = t0 + Duration::from_millis(step as u64);
+            let result = s.handle(now, msg);
+            while let Some(io) = s.poll_io() {
+                match io {
+                    SenderIo::Resolve { file, path, dest, first, end } => {
+                        prop_assert!(safe(&path) && safe(&dest), "{path:?} {dest:?}");
+                        let entry = Entry {
+                            path: dest,
+                            kind: EntryKind::File,
+                            size: 5000,
+                            mode: 0o644,
+                            mtime_sec: 0,
+                            mtime_nsec: 0,
+                            chunk_size: 1024,
+                        };
+                        let end = end.min(entry.chunk_count());
+                        s.resolved(now, file, Ok(SendJob { entry, first, end, group: None, source: () }));
+                    }
+                    SenderIo::Read { file, index } => {
+                        prop_assert!(index < 5);
+                        s.read_done(now, file, index, Ok([7; 32]));
+                    }
+                    SenderIo::Hash { file, indices } => {
+                        prop_assert!(indices.iter().all(|i| *i < 5));
+                        s.hashed(now, file, Ok(indices.into_iter().map(|i| (i, [7; 32])).collect()));
+                    }
+                    SenderIo::Forget { .. } => {}
+                }
+            }
+            while s.poll_transmit(now).is_some() {}
+            while s.poll_event().is_some() {}
+            if result.is_err() {
+                break;
+            }
+        }
+    }
+}
+
+#[test]
+fn a_receiver_waits_for_every_counted_chunk_in_any_order() {
+    let t0 = Instant::now();
+    let mut r = Receiver::for_push(SessionConfig::default(), String::new(), t0);
+    let entry = Entry {
+        path: "f".into(),
+        kind: EntryKind::File,
+        size: 3000,
+        mode: 0o644,
+        mtime_sec: 0,
+        mtime_nsec: 0,
+        chunk_size: 1024,
+    };
+    r.handle(
+        t0,
+        Message::Offer {
+            id: 1,
+            entry,
+            first: 0,
+            end: 3,
+        },
+    )
+    .unwrap();
+    let Some(ReceiverIo::Prepare { file, .. }) = r.poll_io() else {
+        panic!("prepare")
+    };
+    r.prepared(t0, file, Ok(Prepared::Receive { have: Vec::new() }));
+    assert!(matches!(
+        r.poll_transmit(t0),
+        Some(crate::Transmit::Message(Message::Need { .. }))
+    ));
+    // The RangeEnd overtakes two of the three chunks (streams per chunk).
+    let h = |index, len| ChunkHeader {
+        id: 1,
+        index,
+        len,
+        digest: [index as u8; 32],
+    };
+    let a = r.handle_chunk(t0, h(2, 952)).unwrap();
+    assert!(matches!(a, ChunkAction::Write { index: 2, .. }));
+    r.handle(t0, Message::RangeEnd { id: 1, chunks: 3 })
+        .unwrap();
+    r.chunk_done(t0, 1, 2, ChunkOutcome::Good);
+    assert_eq!(r.poll_transmit(t0), None, "two chunks still to come");
+    r.handle_chunk(t0, h(0, 1024)).unwrap();
+    r.handle_chunk(t0, h(1, 1024)).unwrap();
+    r.chunk_done(t0, 1, 1, ChunkOutcome::Bad);
+    assert_eq!(r.poll_transmit(t0), None, "a write still outstanding");
+    r.chunk_done(t0, 1, 0, ChunkOutcome::Good);
+    assert_eq!(
+        r.poll_transmit(t0),
+        Some(crate::Transmit::Message(Message::RangeStatus {
+            id: 1,
+            bad: vec![1]
+        }))
+    );
+    // The verified chunks are announced (what a relay forwards).
+    let verified: Vec<u32> = std::iter::from_fn(|| r.poll_verified())
+        .map(|(_, i, _)| i)
+        .collect();
+    assert_eq!(verified, vec![2, 0]);
+    // A chunk beyond the count is a protocol error.
+    r.handle_chunk(t0, h(1, 1024)).unwrap();
+    r.handle(t0, Message::RangeEnd { id: 1, chunks: 1 })
+        .unwrap();
+    assert!(r.handle_chunk(t0, h(1, 1024)).is_err());
+}
+
+#[test]
+fn a_busy_session_keeps_the_peer_informed_and_a_silent_peer_times_out() {
+    let t0 = Instant::now();
+    let idle = Duration::from_secs(30);
+    let cfg = SessionConfig {
+        idle,
+        ..SessionConfig::default()
+    };
+    let mut r = Receiver::for_push(cfg, String::new(), t0);
+    let entry = Entry {
+        path: "big".into(),
+        kind: EntryKind::File,
+        size: 1 << 20,
+        mode: 0o644,
+        mtime_sec: 0,
+        mtime_nsec: 0,
+        chunk_size: 1024,
+    };
+    r.handle(
+        t0,
+        Message::Offer {
+            id: 1,
+            entry,
+            first: 0,
+            end: 1024,
+        },
+    )
+    .unwrap();
+    assert!(matches!(r.poll_io(), Some(ReceiverIo::Prepare { .. })));
+    // Preparing (re-verifying a large partial) takes long: keepalives every third of the limit.
+    assert_eq!(r.poll_timeout(), Some(t0 + idle / 3));
+    r.handle_timeout(t0 + idle / 3).unwrap();
+    assert_eq!(
+        r.poll_transmit(t0 + idle / 3),
+        Some(crate::Transmit::Message(Message::KeepAlive))
+    );
+    // Its own I/O outstanding, the session never blames the peer.
+    r.handle_timeout(t0 + idle * 5).unwrap();
+    let done = t0 + idle * 5;
+    r.prepared(done, 1, Ok(Prepared::Receive { have: Vec::new() }));
+    while r.poll_transmit(done).is_some() {}
+    // Then the peer has the idle limit to speak, counted from that moment.
+    assert_eq!(r.poll_timeout(), Some(done + idle));
+    assert!(r
+        .handle_timeout(done + idle - Duration::from_millis(1))
+        .is_ok());
+    assert!(matches!(
+        r.handle_timeout(done + idle),
+        Err(crate::SessionError::Timeout { .. })
+    ));
+}

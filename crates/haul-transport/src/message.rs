@@ -1,0 +1,114 @@
+//! The message-level transport interface: what a session's driver needs of
+//! a connection, whatever carries it.
+//!
+//! - [`MessageReader`]: the next message, or chunk header, then that
+//!   chunk's payload; cancel-safe, so a driver can wait on it beside timers.
+//! - [`MessageWriter`]: queue messages (batched), send a chunk whose body is
+//!   a file range or bytes, flush, close.
+//!
+//! TCP (plaintext or TLS) implements them with [`crate::FrameReader`] and
+//! [`crate::FrameWriter`] and keeps `sendfile(2)` to itself; the in-memory
+//! pair serves local copies and tests. A transport with streams (QUIC) may
+//! carry each chunk on a stream of its own and hand headers over in any
+//! order: sessions count a round's chunks, they do not rely on their order.
+
+use std::fs::File;
+use std::time::Duration;
+
+use haul_proto::{ChunkHeader, Message};
+
+use crate::TransportError;
+
+/// The body of a chunk to send.
+#[derive(Debug, Clone, Copy)]
+pub enum Payload<'a> {
+    /// `len` bytes of `file` at `offset` (sent without passing through
+    /// memory where the transport can: see [`MessageWriter::sends_file_ranges`]).
+    File {
+        /// The file.
+        file: &'a File,
+        /// Where the chunk starts.
+        offset: u64,
+        /// Its length.
+        len: usize,
+    },
+    /// The bytes themselves.
+    Bytes(&'a [u8]),
+}
+
+impl Payload<'_> {
+    /// The payload's length.
+    pub fn len(&self) -> usize {
+        match self {
+            Payload::File { len, .. } => *len,
+            Payload::Bytes(b) => b.len(),
+        }
+    }
+
+    /// True for an empty payload.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// The receiving half of a connection.
+#[async_trait::async_trait]
+pub trait MessageReader: Send {
+    /// The next message. A [`Message::Chunk`] header is followed by its
+    /// payload: take it with [`MessageReader::read_payload`] or
+    /// [`MessageReader::skip_payload`] before the next call. Cancel-safe:
+    /// bytes read when the future is dropped stay for the next call. Waits
+    /// at most the idle limit for bytes.
+    async fn recv(&mut self) -> Result<Message, TransportError>;
+
+    /// The next message if it is here already (no waiting).
+    fn try_recv(&mut self) -> Result<Option<Message>, TransportError>;
+
+    /// Reads the payload of `header` (just received) into `out`, which is
+    /// cleared first; its memory is touched only as bytes arrive.
+    async fn read_payload(
+        &mut self,
+        header: &ChunkHeader,
+        out: &mut Vec<u8>,
+    ) -> Result<(), TransportError>;
+
+    /// Reads and drops the payload of `header`.
+    async fn skip_payload(&mut self, header: &ChunkHeader) -> Result<(), TransportError>;
+
+    /// Changes the idle limit.
+    fn set_idle(&mut self, idle: Duration);
+}
+
+/// The sending half of a connection.
+#[async_trait::async_trait]
+pub trait MessageWriter: Send {
+    /// Queues a message; it leaves at the next flush (or when the batch is full).
+    async fn queue(&mut self, msg: &Message) -> Result<(), TransportError>;
+
+    /// Sends a message now.
+    async fn send(&mut self, msg: &Message) -> Result<(), TransportError> {
+        self.queue(msg).await?;
+        self.flush().await
+    }
+
+    /// Sends a chunk: its header, then `payload` (exactly `header.len` bytes).
+    async fn send_chunk(
+        &mut self,
+        header: &ChunkHeader,
+        payload: Payload<'_>,
+    ) -> Result<(), TransportError>;
+
+    /// Writes everything queued.
+    async fn flush(&mut self) -> Result<(), TransportError>;
+
+    /// Flushes and closes the sending side.
+    async fn close(&mut self) -> Result<(), TransportError>;
+
+    /// True when a [`Payload::File`] of `len` bytes goes out without passing
+    /// through memory (`sendfile(2)`): a sender then need not keep a chunk's
+    /// bytes after hashing them.
+    fn sends_file_ranges(&self, len: usize) -> bool;
+}
+
+/// The two halves of a connection.
+pub type Connection = (Box<dyn MessageReader>, Box<dyn MessageWriter>);
