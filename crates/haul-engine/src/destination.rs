@@ -55,6 +55,9 @@ struct PendingDir {
     rel: String,
     mode: u32,
     mtime: (i64, u32),
+    /// The directory made (device, inode): a directory found under its
+    /// name later but another (renamed in meanwhile) is left alone.
+    id: (u64, u64),
 }
 
 /// The receiver's root directory, shared by every connection writing into it.
@@ -224,12 +227,13 @@ impl Destination {
     /// applied when the last session on this destination ends.
     pub fn make_dir(&self, entry: &Entry) -> Result<(), ReceiveError> {
         let comps = validate_entry_path(&entry.path)?;
-        self.dir(&comps)?;
+        let held = self.dir(&comps)?;
         if let Ok(mut pending) = self.pending_dirs.lock() {
             pending.push(PendingDir {
                 rel: entry.path.clone(),
                 mode: entry.mode & 0o1777,
                 mtime: (entry.mtime_sec, entry.mtime_nsec.min(999_999_999)),
+                id: held.id,
             });
         }
         Ok(())
@@ -246,14 +250,18 @@ impl Destination {
                 return Err(ReceiveError::WrongType(entry.path.clone(), "symlink"));
             }
         }
-        // A name of its own per link (connections make links side by side).
-        let n = LINK_SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let tmp = format!(".haul-link-{}-{n}", std::process::id());
-        let _ = place.dir.unlink(&tmp);
-        place
-            .dir
-            .symlink(target, &tmp)
-            .map_err(|e| io("symlink", e))?;
+        // A name of its own per link (connections make links side by side);
+        // one taken (by an entry of that very name) is never removed: the
+        // next number is tried.
+        let tmp = loop {
+            let n = LINK_SEQ.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let tmp = format!(".haul-link-{}-{n}", std::process::id());
+            match place.dir.symlink(target, &tmp) {
+                Ok(()) => break tmp,
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(io("symlink", e)),
+            }
+        };
         // The link's own mtime (best effort: not every filesystem keeps one).
         let _ = place
             .dir
@@ -508,6 +516,13 @@ impl Destination {
                     continue;
                 }
             };
+            if dir.meta().map(|m| (m.dev, m.ino)).ok() != Some(d.id) {
+                tracing::warn!(
+                    "{} is not the directory made there any more: its mode and mtime are left alone",
+                    d.rel
+                );
+                continue;
+            }
             if let Err(e) = dir.set_mode(d.mode | 0o700) {
                 tracing::warn!("cannot set mode of {}: {e}", d.rel);
             }
@@ -527,14 +542,32 @@ impl Destination {
 }
 
 /// Opens (making it if missing) `ROOT/.haul/partial` beneath the root.
+/// Both must be this user's and nobody else's to write: in a root others
+/// can write (a shared upload area, a DEST under `/tmp`), a `.haul` planted
+/// beforehand could hold hard links or FIFOs under the staging names.
 fn make_staging(root: &Root) -> Result<Arc<Dir>, ReceiveError> {
+    let mut foreign = None;
     let dir = root.make_dirs_from(
         root.dir(),
         &[],
         &[STATE_DIR, "partial"],
-        0o755,
-        &mut |_, _, _| {},
+        0o700,
+        &mut |i, dir, _| match dir.meta() {
+            // Ours: made private if an older run left it open.
+            Ok(m) if m.is_mine() => {
+                if m.permissions() & 0o077 != 0 && dir.set_mode(0o700).is_err() {
+                    foreign.get_or_insert(i);
+                }
+            }
+            _ => {
+                foreign.get_or_insert(i);
+            }
+        },
     )?;
+    if let Some(i) = foreign {
+        let comps = [STATE_DIR, "partial"];
+        return Err(ReceiveError::ForeignState(root.show(&comps[..=i])));
+    }
     Ok(Arc::new(dir))
 }
 

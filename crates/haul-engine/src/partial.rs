@@ -601,9 +601,7 @@ fn open_locked(dir: &Dir, name: &str, part_path: &Path, rel: &str) -> Result<Fil
     use std::os::unix::fs::MetadataExt;
     let deadline = std::time::Instant::now() + LOCK_PATIENCE;
     loop {
-        let part = dir
-            .open_rw(name, 0o600)
-            .map_err(|e| ReceiveError::io("open", part_path, e))?;
+        let part = open_private(dir, name, part_path)?;
         match lock_exclusive(&part) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
@@ -630,6 +628,23 @@ fn open_locked(dir: &Dir, name: &str, part_path: &Path, rel: &str) -> Result<Fil
     }
 }
 
+/// Opens (creating) a staging file of ours: a regular file with one link,
+/// owned by this user (nothing planted: a hard link to a file elsewhere,
+/// a FIFO, a device).
+fn open_private(dir: &Dir, name: &str, shown: &Path) -> Result<File, ReceiveError> {
+    use std::os::unix::fs::MetadataExt;
+    let file = dir
+        .open_rw(name, 0o600)
+        .map_err(|e| ReceiveError::io("open", shown, e))?;
+    let meta = file
+        .metadata()
+        .map_err(|e| ReceiveError::io("stat", shown, e))?;
+    if !meta.is_file() || meta.nlink() != 1 || meta.uid() != haul_root::my_uid() {
+        return Err(ReceiveError::ForeignState(shown.display().to_string()));
+    }
+    Ok(file)
+}
+
 /// Opens the resume log, keeping the recorded chunks that still verify against
 /// the partial data, and rewrites it compactly. Returns the log and the bytes kept.
 fn open_log(
@@ -641,10 +656,7 @@ fn open_log(
 ) -> Result<(File, u64), ReceiveError> {
     let header = header_bytes(entry, version);
     let state_path = &staging.shown.join(&staging.state);
-    let mut log = staging
-        .dir
-        .open_rw(&staging.state, 0o600)
-        .map_err(|e| ReceiveError::io("open", state_path, e))?;
+    let mut log = open_private(&staging.dir, &staging.state, state_path)?;
     let mut existing = Vec::new();
     log.read_to_end(&mut existing)
         .map_err(|e| ReceiveError::io("read", state_path, e))?;

@@ -77,6 +77,9 @@ pub struct SourceEntry {
     pub entry: Entry,
     /// Local path of the data (for local sources).
     pub local: PathBuf,
+    /// The file the walk found (device, inode): what opening `local` later
+    /// must find again.
+    pub id: (u64, u64),
 }
 
 /// A stream of entries from a source.
@@ -369,6 +372,7 @@ impl Naming {
                 chunk_size: chunk_size_for(size),
             },
             local,
+            id: (meta.dev, meta.ino),
         })
     }
 }
@@ -404,7 +408,9 @@ impl Source for LocalTree {
                 let first = (!contents).then(|| naming.make(Path::new(""), &meta, None));
                 let mut walk = Walk::new(dir);
                 if skip_state_dir {
-                    walk = walk.pruning(Box::new(|rel| rel == Path::new(haul_proto::STATE_DIR)));
+                    walk = walk.pruning(Box::new(|rel| {
+                        rel.to_str().is_some_and(haul_proto::is_state_dir)
+                    }));
                 }
                 let rest = walk.map(move |item| match item {
                     Ok(e) => naming.make(&e.rel, &e.meta, e.link),
@@ -419,10 +425,32 @@ impl Source for LocalTree {
     }
 }
 
-/// Opens a local entry's data for reading (a symlink put in its place since
-/// it was listed is not followed).
+/// Opens a local entry's data for reading: the very file the walk found
+/// (a path whose directories were swapped for symlinks since, leading to
+/// another file, is refused), never through a symlink at its last
+/// component, never waiting on a FIFO.
 pub fn open_local(entry: &SourceEntry) -> Result<File, SourceError> {
-    open_file(&entry.local)
+    open_found(&entry.local, entry.id)
+}
+
+/// Opens the file at `path` and checks it is the one with identity `id`
+/// (device, inode) a walk found there.
+pub fn open_found(path: &Path, id: (u64, u64)) -> Result<File, SourceError> {
+    use std::os::unix::fs::MetadataExt;
+    let file = open_file(path)?;
+    let meta = file.metadata().map_err(|source| SourceError::Io {
+        path: path.display().to_string(),
+        source,
+    })?;
+    if (meta.dev(), meta.ino()) != id || !meta.is_file() {
+        return Err(SourceError::Io {
+            path: path.display().to_string(),
+            source: std::io::Error::other(
+                "it changed since it was listed (a directory on its path swapped for a symlink?): not sent",
+            ),
+        });
+    }
+    Ok(file)
 }
 
 /// Opens the local file at `path` for reading, never through a symlink at
@@ -589,5 +617,31 @@ mod split_tests {
         assert_eq!(super::split_ranges(10, 3), [(0, 4), (4, 7), (7, 10)]);
         assert_eq!(super::split_ranges(2, 4), [(0, 1), (1, 2)]);
         assert_eq!(super::split_ranges(0, 4), [(0, 0)]);
+    }
+}
+
+#[cfg(test)]
+mod swap_tests {
+    use super::*;
+
+    #[test]
+    fn a_file_reached_through_a_directory_swapped_since_the_walk_is_not_read() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path();
+        std::fs::create_dir_all(d.join("tree/sub")).unwrap();
+        std::fs::write(d.join("tree/sub/f"), b"decoy").unwrap();
+        std::fs::create_dir_all(d.join("secret")).unwrap();
+        std::fs::write(d.join("secret/f"), b"s3cret").unwrap();
+        let tree = Box::new(LocalTree::new(d.join("tree").to_str().unwrap()).unwrap());
+        let f = tree
+            .entries()
+            .map(|e| e.unwrap())
+            .find(|e| e.entry.path == "tree/sub/f")
+            .unwrap();
+        // After the walk, `sub` becomes a symlink to a look-alike elsewhere.
+        std::fs::rename(d.join("tree/sub"), d.join("tree/sub.old")).unwrap();
+        std::os::unix::fs::symlink(d.join("secret"), d.join("tree/sub")).unwrap();
+        let e = open_local(&f).unwrap_err();
+        assert!(e.to_string().contains("changed since it was listed"), "{e}");
     }
 }

@@ -147,7 +147,7 @@ fn send_jobs(src: SourceEntry, streams: u32, split_min: u64) -> Vec<SendJob> {
             first,
             end,
             group: Some(group.clone()),
-            source: Source::Path(src.local.clone()),
+            source: Source::Path(src.local.clone(), src.id),
         })
         .collect()
 }
@@ -445,7 +445,7 @@ async fn read_listing(
                 None => Ok(()),
             },
             EntryKind::File => {
-                if let Err(e) = haul_proto::validate_rel_path(&entry.path) {
+                if let Err(e) = haul_proto::validate_entry_path(&entry.path) {
                     Err(e.into())
                 } else if dest.quick_check(&entry) {
                     tally.event(&Event::up_to_date(path.clone(), entry.size));

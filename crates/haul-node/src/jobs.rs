@@ -17,8 +17,9 @@ pub use haul_session::{FetchGroup, FetchJob, Job, RangeGroup};
 /// source already open (beneath a serving node's root, a staging file).
 #[derive(Debug, Clone)]
 pub enum Source {
-    /// A local path (the client's own tree).
-    Path(std::path::PathBuf),
+    /// A local file of the client's own tree: its path, and the identity
+    /// (device, inode) the walk found there, which the file opened must have.
+    Path(std::path::PathBuf, (u64, u64)),
     /// An open source.
     Open(Arc<dyn ChunkSource>),
 }

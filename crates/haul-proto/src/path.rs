@@ -75,10 +75,17 @@ pub fn validate_rel_path(path: &str) -> Result<Vec<&str>, PathError> {
             c => parts.push(c),
         }
     }
-    if parts.first() == Some(&STATE_DIR) {
+    if parts.first().is_some_and(|c| is_state_dir(c)) {
         return Err(PathError::Reserved(path.to_owned()));
     }
     Ok(parts)
+}
+
+/// True for a name that is the receiver's state directory on some file
+/// system: `.haul` in any letter case (vfat, exfat, CIFS and casefolded
+/// ext4 fold case).
+pub fn is_state_dir(name: &str) -> bool {
+    name.eq_ignore_ascii_case(STATE_DIR)
 }
 
 /// Checks the path of an entry (a file, directory or symlink to create):
@@ -108,7 +115,20 @@ pub fn validate_symlink_target(link: &str, target: &str) -> Result<(), PathError
         .filter(|c| !c.is_empty() && *c != ".")
         .take_while(|c| *c == "..")
         .count();
-    if leading_up > link.split('/').count() - 1 {
+    let depth = link.split('/').count() - 1;
+    if leading_up > depth {
+        return Err(unsafe_link());
+    }
+    // Nor into the state directory: where the link lands, lexically.
+    let mut at: Vec<&str> = link.split('/').take(depth).collect();
+    for c in target.split('/').filter(|c| !c.is_empty() && *c != ".") {
+        if c == ".." {
+            at.pop();
+        } else {
+            at.push(c);
+        }
+    }
+    if at.first().is_some_and(|c| is_state_dir(c)) {
         return Err(unsafe_link());
     }
     Ok(())
@@ -199,6 +219,12 @@ mod tests {
             validate_rel_path(".haul/x"),
             Err(PathError::Reserved(_))
         ));
+        // Case-folding file systems: `.HAUL` is the same directory there.
+        assert!(matches!(
+            validate_rel_path(".HAUL/partial/x"),
+            Err(PathError::Reserved(_))
+        ));
+        assert!(validate_rel_path("a/.haul").is_ok());
     }
 
     #[test]
@@ -213,5 +239,9 @@ mod tests {
         assert!(validate_symlink_target("a/link", "s/../x").is_err());
         assert!(validate_symlink_target("a/b/link", "../../x/y").is_ok());
         assert!(validate_symlink_target("a/link", "").is_err());
+        // Never into the receiver's state directory, in any case.
+        assert!(validate_symlink_target("link", ".haul/partial").is_err());
+        assert!(validate_symlink_target("a/link", "../.Haul").is_err());
+        assert!(validate_symlink_target("a/link", ".haul").is_ok());
     }
 }

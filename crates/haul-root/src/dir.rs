@@ -27,6 +27,8 @@ pub struct Meta {
     pub dev: u64,
     /// Inode.
     pub ino: u64,
+    /// Owner.
+    pub uid: u32,
 }
 
 impl Meta {
@@ -41,6 +43,7 @@ impl Meta {
             nlink: st.st_nlink as u64,
             dev: st.st_dev as u64,
             ino: st.st_ino as u64,
+            uid: st.st_uid as u32,
         }
     }
 
@@ -66,6 +69,11 @@ impl Meta {
     /// The permission bits (with setuid, setgid and sticky).
     pub fn permissions(&self) -> u32 {
         self.mode & 0o7777
+    }
+
+    /// True when this process's user owns it.
+    pub fn is_mine(&self) -> bool {
+        self.uid == crate::my_uid()
     }
 }
 
@@ -209,12 +217,14 @@ impl Dir {
     }
 
     /// Opens the regular file `name` for reading, with what it is: a symlink
-    /// there fails (`ELOOP`), and so does anything but a regular file (the
-    /// open does not wait on a FIFO: `O_NONBLOCK`, which regular files ignore).
+    /// there fails (`ELOOP`), and so does anything but a regular file —
+    /// looked at through an `O_PATH` descriptor first, so a device or FIFO
+    /// there is never opened (and no open waits on one).
     pub fn open_regular(&self, name: impl AsRef<OsStr>) -> io::Result<(File, Meta)> {
-        let flags = OFlags::RDONLY | OFlags::NOCTTY | OFlags::NONBLOCK;
-        let file = self.open_flags(name.as_ref(), flags, 0)?;
-        let meta = rustix::fs::fstat(&file)
+        let name = name_of(name.as_ref())?;
+        let flags = OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let path = rustix::fs::openat(&self.fd, name, flags, Mode::empty()).map_err(errno)?;
+        let meta = rustix::fs::fstat(&path)
             .map(|st| Meta::from_stat(&st))
             .map_err(errno)?;
         if !meta.is_file() {
@@ -223,13 +233,29 @@ impl Dir {
                 "not a regular file",
             ));
         }
-        Ok((file, meta))
+        // Reopened for reading through its own descriptor (the /proc link
+        // names the inode looked at, not a path); without /proc, by name
+        // again and checked to be the same file.
+        let read = OFlags::RDONLY | OFlags::NOCTTY | OFlags::NONBLOCK | OFlags::CLOEXEC;
+        let file =
+            match rustix::fs::openat(CWD, proc_fd(path.as_fd()).as_str(), read, Mode::empty()) {
+                Ok(fd) => File::from(fd),
+                Err(_) => self.open_flags(name, read, 0)?,
+            };
+        let now = rustix::fs::fstat(&file)
+            .map(|st| Meta::from_stat(&st))
+            .map_err(errno)?;
+        if (now.dev, now.ino) != (meta.dev, meta.ino) {
+            return Err(io::Error::other("the file changed while it was opened"));
+        }
+        Ok((file, now))
     }
 
     /// Opens file `name` for reading and writing, creating it (with `mode`)
-    /// if missing; never truncates.
+    /// if missing; never truncates, never waits on a FIFO there.
     pub fn open_rw(&self, name: impl AsRef<OsStr>, mode: u32) -> io::Result<File> {
-        self.open_flags(name.as_ref(), OFlags::RDWR | OFlags::CREATE, mode)
+        let flags = OFlags::RDWR | OFlags::CREATE | OFlags::NONBLOCK;
+        self.open_flags(name.as_ref(), flags, mode)
     }
 
     /// Opens the existing file `name` for appending.

@@ -281,6 +281,11 @@ impl Root {
     }
 }
 
+/// This process's effective user id (what owns what haul creates).
+pub fn my_uid() -> u32 {
+    rustix::process::geteuid().as_raw()
+}
+
 /// Checks that `name` is one plain component: not empty, not `.` or `..`,
 /// without `/` or NUL.
 pub fn check_name(name: &str) -> Result<(), ResolveError> {

@@ -22,6 +22,10 @@ pub(crate) struct Core<I> {
     /// I/O requests that await a result.
     pub(crate) io_pending: usize,
     last_io_done: Instant,
+    /// When the driver last finished writing what was transmitted: the
+    /// peer's silence is counted from then at the earliest (a slow link's
+    /// last writes are not the peer's delay).
+    last_flushed: Instant,
     /// The session failed: everything after is refused.
     failed: Option<SessionError>,
 }
@@ -38,6 +42,7 @@ impl<I> Core<I> {
             last_sent: now,
             io_pending: 0,
             last_io_done: now,
+            last_flushed: now,
             failed: None,
         }
     }
@@ -71,6 +76,14 @@ impl<I> Core<I> {
         self.last_recv = now;
     }
 
+    pub(crate) fn flushed(&mut self, now: Instant) {
+        self.last_flushed = self.last_flushed.max(now);
+    }
+
+    fn silent_since(&self) -> Instant {
+        self.last_recv.max(self.last_io_done).max(self.last_flushed)
+    }
+
     /// The next thing to send; `now` is when it leaves.
     pub(crate) fn poll_transmit(&mut self, now: Instant) -> Option<Transmit> {
         let t = self.transmits.pop_front()?;
@@ -85,8 +98,7 @@ impl<I> Core<I> {
             return None;
         }
         let keepalive = (self.io_pending > 0).then(|| self.last_sent + self.keepalive);
-        let silence = (expecting && self.io_pending == 0)
-            .then(|| self.last_recv.max(self.last_io_done) + self.idle);
+        let silence = (expecting && self.io_pending == 0).then(|| self.silent_since() + self.idle);
         match (keepalive, silence) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -108,10 +120,7 @@ impl<I> Core<I> {
             // deadline does not queue many.
             self.last_sent = now;
         }
-        if expecting
-            && self.io_pending == 0
-            && now >= self.last_recv.max(self.last_io_done) + self.idle
-        {
+        if expecting && self.io_pending == 0 && now >= self.silent_since() + self.idle {
             return self.fail(SessionError::Timeout {
                 what,
                 secs: self.idle.as_secs(),

@@ -138,6 +138,8 @@ impl Default for SessionConfig {
 /// What a driver feeding a session from a shared queue sees of it: a
 /// pushing client's [`Sender`], a pulling client's [`Receiver`].
 pub trait Windowed {
+    /// True while it takes jobs (not closing).
+    fn is_taking(&self) -> bool;
     /// Jobs it may take now (the window's free room).
     fn room(&self) -> usize;
     /// Groups (split files) with a range here: it never takes two of one.
@@ -149,6 +151,9 @@ pub trait Windowed {
 }
 
 impl<S> Windowed for Sender<S> {
+    fn is_taking(&self) -> bool {
+        Sender::is_taking(self)
+    }
     fn room(&self) -> usize {
         Sender::room(self)
     }
@@ -164,6 +169,9 @@ impl<S> Windowed for Sender<S> {
 }
 
 impl Windowed for Receiver {
+    fn is_taking(&self) -> bool {
+        Receiver::is_taking(self)
+    }
     fn room(&self) -> usize {
         Receiver::room(self)
     }

@@ -145,6 +145,8 @@ struct Round {
     expected: Option<u32>,
     /// Chunk headers that arrived.
     arrived: u32,
+    /// Their indices (a chunk arrives once per round).
+    seen: std::collections::HashSet<u32>,
     /// Writes the driver has not answered yet, with their digests.
     writing: Vec<(u32, Digest)>,
     bad: Vec<u32>,
@@ -188,8 +190,9 @@ pub struct Receiver {
     fetching: bool,
     files: HashMap<FileId, File>,
     next_id: FileId,
-    /// The highest id seen: chunks for settled ids below it are dropped.
-    max_id: FileId,
+    /// Ids settled lately (bounded): chunks still on the way for them are
+    /// dropped, where a chunk for an id never seen is a protocol error.
+    settled: std::collections::VecDeque<FileId>,
     stage: Stage,
     verified: std::collections::VecDeque<(FileId, u32, Digest)>,
 }
@@ -213,7 +216,7 @@ impl Receiver {
             fetching,
             files: HashMap::new(),
             next_id: 1,
-            max_id: 0,
+            settled: std::collections::VecDeque::new(),
             stage: Stage::Running,
             verified: std::collections::VecDeque::new(),
         }
@@ -240,7 +243,6 @@ impl Receiver {
     pub fn want(&mut self, _now: Instant, job: FetchJob) -> FileId {
         let id = self.next_id;
         self.next_id += 1;
-        self.max_id = self.max_id.max(id);
         self.core.send(Message::Want {
             id,
             path: job.path.clone(),
@@ -273,6 +275,16 @@ impl Receiver {
     /// True once both sides said `Bye`.
     pub fn is_finished(&self) -> bool {
         self.stage == Stage::Finished
+    }
+
+    /// True while it takes jobs (a pulling client that is not closing).
+    pub fn is_taking(&self) -> bool {
+        self.fetching && self.stage == Stage::Running
+    }
+
+    /// The driver finished writing what was transmitted.
+    pub fn flushed(&mut self, now: Instant) {
+        self.core.flushed(now);
     }
 
     /// Files open or asked for on this connection.
@@ -310,6 +322,17 @@ impl Receiver {
     }
 
     fn dispatch(&mut self, msg: Message) -> Result<(), SessionError> {
+        if self.stage == Stage::ByeSent {
+            // After our goodbye, only the peer's is expected.
+            return match msg {
+                Message::KeepAlive => Ok(()),
+                Message::Bye => {
+                    self.stage = Stage::Finished;
+                    Ok(())
+                }
+                other => Err(protocol(format!("expected Bye, got {other:?}"))),
+            };
+        }
         match msg {
             Message::Offer {
                 id,
@@ -364,6 +387,10 @@ impl Receiver {
                 }
                 Ok(())
             }
+            // A serving sender never releases what a pulling client asked for.
+            Message::Release { id } if self.fetching => Err(protocol(format!(
+                "Release of file id {id} from a serving sender"
+            ))),
             Message::Release { id } => {
                 if self
                     .files
@@ -376,10 +403,6 @@ impl Receiver {
             }
             Message::KeepAlive => Ok(()),
             Message::Bye => {
-                if self.stage == Stage::ByeSent {
-                    self.stage = Stage::Finished;
-                    return Ok(());
-                }
                 let asked = self.files.values().filter(|f| f.job.is_some()).count();
                 if asked > 0 {
                     return Err(protocol(format!(
@@ -439,7 +462,6 @@ impl Receiver {
             }
             None
         };
-        self.max_id = self.max_id.max(id);
         entry.path = self.full_path(&entry.path);
         let count = entry.chunk_count();
         let file = |phase, entry: Entry| File {
@@ -530,15 +552,22 @@ impl Receiver {
         self.maybe_bye();
     }
 
-    /// The driver prepared a file.
-    pub fn prepared(&mut self, now: Instant, file: FileId, result: Result<Prepared, Refusal>) {
+    /// The driver prepared a file. False when the file is no longer wanted
+    /// here (released, or failed, meanwhile): the driver drops what it
+    /// opened for it.
+    pub fn prepared(
+        &mut self,
+        now: Instant,
+        file: FileId,
+        result: Result<Prepared, Refusal>,
+    ) -> bool {
         self.core.io_done(now);
         let Some(f) = self
             .files
             .get_mut(&file)
             .filter(|f| f.phase == Phase::Preparing)
         else {
-            return;
+            return false;
         };
         let (path, size, first, end) = (f.entry.path.clone(), f.entry.size, f.first, f.end);
         match result {
@@ -575,6 +604,7 @@ impl Receiver {
             Err(r) => self.refuse(file, &path, r.code, r.message),
         }
         self.maybe_bye();
+        true
     }
 
     /// A chunk header arrived: where its payload goes (read it before the
@@ -596,7 +626,7 @@ impl Receiver {
         let Some(f) = self.files.get_mut(&h.id) else {
             // A file settled meanwhile (it failed, or was released) may
             // still have chunks on the way: they are dropped.
-            if h.id != 0 && h.id <= self.max_id {
+            if self.settled.contains(&h.id) {
                 return Ok(ChunkAction::Discard);
             }
             return Err(protocol(format!("chunk for unknown file id {}", h.id)));
@@ -611,6 +641,12 @@ impl Receiver {
             return Err(protocol(format!(
                 "chunk {} ({} bytes) does not fit {} ({}..{})",
                 h.index, h.len, f.entry.path, f.first, f.end
+            )));
+        }
+        if !round.seen.insert(h.index) {
+            return Err(protocol(format!(
+                "chunk {} of {} sent twice in one round",
+                h.index, f.entry.path
             )));
         }
         round.arrived += 1;
@@ -640,6 +676,7 @@ impl Receiver {
         });
         if action == ChunkAction::Discard {
             self.end_round(h.id);
+            self.maybe_bye();
         }
         Ok(action)
     }
@@ -678,6 +715,7 @@ impl Receiver {
             }
         }
         self.end_round(file);
+        self.maybe_bye();
     }
 
     /// Ends a round once its counted chunks all arrived and were written.
@@ -770,6 +808,10 @@ impl Receiver {
     fn settle(&mut self, id: FileId) -> Option<File> {
         let f = self.files.remove(&id)?;
         self.core.tell(ReceiverIo::Forget { file: id });
+        if self.settled.len() >= 2 * MAX_OPEN {
+            self.settled.pop_front();
+        }
+        self.settled.push_back(id);
         Some(f)
     }
 
@@ -823,10 +865,7 @@ impl Receiver {
 
     /// Acts on timers: a keepalive, or a peer silent for too long.
     pub fn handle_timeout(&mut self, now: Instant) -> Result<(), SessionError> {
-        let what = match self.stage {
-            Stage::ByeSent => "the sender's goodbye",
-            _ => "data from the peer",
-        };
+        let what = "data from the peer";
         let expecting = self.expecting();
         self.core.handle_timeout(now, expecting, what)
     }

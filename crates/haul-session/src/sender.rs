@@ -207,6 +207,17 @@ impl<S> Sender<S> {
         self.stage == Stage::Finished
     }
 
+    /// True while it takes jobs (not closing).
+    pub fn is_taking(&self) -> bool {
+        self.stage == Stage::Running
+    }
+
+    /// The driver finished writing what was transmitted (the peer's
+    /// silence counts from then at the earliest).
+    pub fn flushed(&mut self, now: Instant) {
+        self.core.flushed(now);
+    }
+
     /// Files in flight now.
     pub fn in_flight(&self) -> usize {
         self.flights.len()
@@ -261,7 +272,19 @@ impl<S> Sender<S> {
     }
 
     fn dispatch(&mut self, msg: Message) -> Result<(), SessionError> {
+        if self.stage == Stage::ByeSent {
+            // After our goodbye, only the peer's is expected.
+            return match msg {
+                Message::KeepAlive => Ok(()),
+                Message::Bye => {
+                    self.stage = Stage::Finished;
+                    Ok(())
+                }
+                other => Err(protocol(format!("expected Bye, got {other:?}"))),
+            };
+        }
         match msg {
+            Message::Need { id, skip: true, .. } if !self.flights.contains_key(&id) => Ok(()),
             Message::Need { id, skip, have } => self.need(id, skip, have),
             Message::RangeStatus { id, bad } => self.range_status(id, bad),
             Message::Finish { id } => self.finish(id),
@@ -302,10 +325,6 @@ impl<S> Sender<S> {
                 end,
             } => self.want(id, path, dest, first, end),
             Message::Bye => match (self.feed, self.stage) {
-                (_, Stage::ByeSent) => {
-                    self.stage = Stage::Finished;
-                    Ok(())
-                }
                 (Feed::Serve, _) => {
                     self.core.send(Message::Bye);
                     self.stage = Stage::Finished;
@@ -383,6 +402,11 @@ impl<S> Sender<S> {
             return;
         }
         self.flights.remove(&file);
+        let result = result.map(|mut job| {
+            // `end` is `u32::MAX` for "to the end".
+            job.end = job.end.min(job.entry.chunk_count());
+            job
+        });
         match result {
             Ok(job) if job.first <= job.end => self.offer(file, job),
             Ok(job) => {
@@ -404,6 +428,7 @@ impl<S> Sender<S> {
                 });
             }
         }
+        self.maybe_bye();
     }
 
     fn need(
@@ -456,6 +481,11 @@ impl<S> Sender<S> {
         result: Result<Vec<(u32, Digest)>, String>,
     ) {
         self.core.io_done(now);
+        self.hashed_inner(file, result);
+        self.maybe_bye();
+    }
+
+    fn hashed_inner(&mut self, file: FileId, result: Result<Vec<(u32, Digest)>, String>) {
         let Some(f) = self.flights.get_mut(&file) else {
             return;
         };
@@ -545,7 +575,8 @@ impl<S> Sender<S> {
     }
 
     /// The driver read and hashed chunk `index` of `file` and holds its
-    /// bytes: the chunk goes out next.
+    /// bytes: the chunk goes out next. Every `Read` asked for is answered,
+    /// also one the driver dropped (with an `Err`).
     pub fn read_done(
         &mut self,
         now: Instant,
@@ -554,6 +585,11 @@ impl<S> Sender<S> {
         result: Result<Digest, String>,
     ) {
         self.core.io_done(now);
+        self.read_done_inner(file, index, result);
+        self.maybe_bye();
+    }
+
+    fn read_done_inner(&mut self, file: FileId, index: u32, result: Result<Digest, String>) {
         let Some(f) = self.flights.get_mut(&file) else {
             return;
         };
@@ -669,9 +705,11 @@ impl<S> Sender<S> {
         };
         if !matches!(
             f.phase,
-            Phase::Parked | Phase::AwaitingStatus | Phase::AwaitingDone
+            Phase::Offered | Phase::Parked | Phase::AwaitingStatus | Phase::AwaitingDone
         ) {
-            return Err(protocol(format!("Finish for file id {id} still sending")));
+            return Err(protocol(format!(
+                "Finish for file id {id} before its range ended"
+            )));
         }
         f.phase = Phase::Finishing;
         self.core.request(SenderIo::Hash {
@@ -792,6 +830,13 @@ impl<S> Sender<S> {
     }
 }
 
+/// A digest in lowercase hex (as `b3sum` prints it).
 pub(crate) fn hex(d: &Digest) -> String {
-    d.iter().map(|b| format!("{b:02x}")).collect()
+    const DIGITS: &[u8; 16] = b"0123456789abcdef";
+    let mut s = String::with_capacity(64);
+    for b in d {
+        s.push(char::from(DIGITS[usize::from(b >> 4)]));
+        s.push(char::from(DIGITS[usize::from(b & 15)]));
+    }
+    s
 }

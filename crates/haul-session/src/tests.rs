@@ -352,3 +352,112 @@ fn a_busy_session_keeps_the_peer_informed_and_a_silent_peer_times_out() {
         Err(crate::SessionError::Timeout { .. })
     ));
 }
+
+fn one_file(size: u64) -> Entry {
+    Entry {
+        path: "f".into(),
+        kind: EntryKind::File,
+        size,
+        mode: 0o644,
+        mtime_sec: 0,
+        mtime_nsec: 0,
+        chunk_size: 1024,
+    }
+}
+
+fn drain(s: &mut Sender<()>, now: Instant) -> Vec<Message> {
+    std::iter::from_fn(|| s.poll_transmit(now))
+        .filter_map(|t| match t {
+            crate::Transmit::Message(m) => Some(m),
+            crate::Transmit::Chunk(_) => None,
+        })
+        .collect()
+}
+
+#[test]
+fn the_last_file_failing_in_a_read_still_ends_with_goodbye() {
+    let t0 = Instant::now();
+    let mut s: Sender<()> = Sender::push(SessionConfig::default(), t0);
+    let entry = one_file(3000);
+    s.push_job(
+        t0,
+        SendJob {
+            end: entry.chunk_count(),
+            entry,
+            first: 0,
+            group: None,
+            source: (),
+        },
+    );
+    s.close_when_done();
+    s.handle(
+        t0,
+        Message::Need {
+            id: 1,
+            skip: false,
+            have: Vec::new(),
+        },
+    )
+    .unwrap();
+    while let Some(io) = s.poll_io() {
+        if let SenderIo::Read { file, index } = io {
+            s.read_done(t0, file, index, Err("disk gone".into()));
+        }
+    }
+    let sent = drain(&mut s, t0);
+    assert!(sent
+        .iter()
+        .any(|m| matches!(m, Message::FileError { id: 1, .. })));
+    assert_eq!(sent.last(), Some(&Message::Bye), "{sent:?}");
+    // After its goodbye, only the peer's is taken.
+    assert!(s
+        .handle(
+            t0,
+            Message::Done {
+                id: 9,
+                ok: true,
+                root: [0; 32],
+                message: String::new()
+            }
+        )
+        .is_err());
+}
+
+#[test]
+fn a_serving_sender_may_not_release_what_a_puller_asked_for() {
+    let t0 = Instant::now();
+    let mut r = Receiver::for_pull(SessionConfig::default(), t0);
+    let job = crate::FetchJob {
+        path: "f".into(),
+        entry: one_file(3000),
+        first: 0,
+        end: u32::MAX,
+        group: None,
+    };
+    let id = r.want(t0, job);
+    assert!(r.handle(t0, Message::Release { id }).is_err());
+}
+
+#[test]
+fn chunks_of_files_never_offered_are_refused_not_dropped() {
+    let t0 = Instant::now();
+    let mut r = Receiver::for_push(SessionConfig::default(), String::new(), t0);
+    // A huge id once does not open the door for chunks of ids never seen.
+    r.handle(
+        t0,
+        Message::Offer {
+            id: u32::MAX,
+            entry: one_file(3000),
+            first: 0,
+            end: 3,
+        },
+    )
+    .unwrap();
+    let h = ChunkHeader {
+        id: 7,
+        index: 0,
+        len: 1024,
+        digest: [0; 32],
+    };
+    assert!(r.handle_chunk(t0, h).is_err());
+}

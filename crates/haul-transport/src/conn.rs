@@ -398,8 +398,12 @@ impl MessageReader for FrameReader {
 
 #[async_trait::async_trait]
 impl MessageWriter for FrameWriter {
-    async fn queue(&mut self, msg: &Message) -> Result<(), TransportError> {
-        FrameWriter::queue(self, msg).await
+    fn push(&mut self, msg: &Message) {
+        encode(msg, &mut self.buf);
+    }
+
+    fn batch_full(&self) -> bool {
+        self.buf.len() >= BATCH
     }
 
     async fn send(&mut self, msg: &Message) -> Result<(), TransportError> {

@@ -82,12 +82,25 @@ pub trait MessageReader: Send {
 /// The sending half of a connection.
 #[async_trait::async_trait]
 pub trait MessageWriter: Send {
-    /// Queues a message; it leaves at the next flush (or when the batch is full).
-    async fn queue(&mut self, msg: &Message) -> Result<(), TransportError>;
+    /// Queues a message (no I/O): it leaves at the next flush. Flush when
+    /// [`MessageWriter::batch_full`] says so.
+    fn push(&mut self, msg: &Message);
+
+    /// True when enough is queued that it should go out now.
+    fn batch_full(&self) -> bool;
+
+    /// Queues a message, and flushes when the batch is full.
+    async fn queue(&mut self, msg: &Message) -> Result<(), TransportError> {
+        self.push(msg);
+        if self.batch_full() {
+            self.flush().await?;
+        }
+        Ok(())
+    }
 
     /// Sends a message now.
     async fn send(&mut self, msg: &Message) -> Result<(), TransportError> {
-        self.queue(msg).await?;
+        self.push(msg);
         self.flush().await
     }
 

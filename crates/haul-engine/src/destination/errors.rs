@@ -33,6 +33,10 @@ pub enum ReceiveError {
     /// Another process holds the staging file (two pulls into one place).
     #[error("{0}: another haul process is receiving this file into the same place; try again when it ends")]
     Locked(String),
+    /// The state directory (or a staging file in it) is not this user's
+    /// alone: something planted there could redirect writes.
+    #[error("{0} is not this user's alone (another user owns it or may write it): haul keeps its staging there; remove it, or give haul a root of its own")]
+    ForeignState(String),
     /// Disk full: the partial file stays and the transfer resumes later.
     #[error(
         "disk full while writing {0}: free some space and run the same command again to resume"

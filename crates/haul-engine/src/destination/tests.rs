@@ -434,3 +434,48 @@ fn a_directory_swapped_for_a_symlink_mid_session_is_not_followed() {
         Err(ReceiveError::SymlinkInPath(_))
     ));
 }
+
+#[test]
+fn a_state_directory_planted_by_another_user_is_refused() {
+    if haul_root::my_uid() != 0 {
+        return; // Making a directory another user's takes root.
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let state = tmp.path().join(".haul/partial");
+    std::fs::create_dir_all(&state).unwrap();
+    std::os::unix::fs::chown(tmp.path().join(".haul"), Some(65534), Some(65534)).unwrap();
+    match Destination::open(tmp.path()) {
+        Err(ReceiveError::ForeignState(p)) => assert!(p.ends_with(".haul"), "{p}"),
+        other => panic!("expected the planted state directory refused, got {other:?}"),
+    }
+    // One of ours left open by an older run is made private again.
+    std::os::unix::fs::chown(tmp.path().join(".haul"), Some(0), Some(0)).unwrap();
+    std::fs::set_permissions(
+        tmp.path().join(".haul"),
+        std::fs::Permissions::from_mode(0o777),
+    )
+    .unwrap();
+    Destination::open(tmp.path()).unwrap();
+    let mode = std::fs::metadata(tmp.path().join(".haul"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o700);
+}
+
+#[test]
+fn a_planted_staging_file_is_never_written_through() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dest = Destination::open(tmp.path()).unwrap();
+    let entry = file_entry("big.bin", 4096, 1024);
+    // A hard link to a victim under the staging name this entry will use.
+    let victim = tmp.path().join("victim");
+    std::fs::write(&victim, b"precious").unwrap();
+    let id = blake3::hash(b"big.bin").to_hex()[..32].to_string();
+    std::fs::hard_link(&victim, tmp.path().join(format!(".haul/partial/{id}.part"))).unwrap();
+    assert!(matches!(
+        dest.prepare_file(&entry, true),
+        Err(ReceiveError::ForeignState(_))
+    ));
+    assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
+}

@@ -33,7 +33,7 @@ pub(crate) fn take_jobs<S: haul_session::Windowed, J: crate::jobs::Job>(
     queue: &crate::jobs::WorkQueue<J>,
     mut hand: impl FnMut(&mut S, J),
 ) -> bool {
-    if session.room() > 0 && queue.should_retire() {
+    if session.is_taking() && queue.should_retire() {
         // The pool has more connections than help: this one finishes what
         // it holds and closes.
         session.close_when_done();
@@ -109,6 +109,6 @@ pub fn local_job(src: SourceEntry) -> SendJob {
         first: 0,
         end,
         group: None,
-        source: Source::Path(src.local),
+        source: Source::Path(src.local, src.id),
     }
 }

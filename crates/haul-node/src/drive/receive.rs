@@ -94,6 +94,7 @@ pub async fn run_receiver(
         committing: false,
         done_tx,
         done_rx,
+        now,
     };
     d.ctx.dest.session_started();
     let result = d.run(wants.as_deref()).await;
@@ -125,11 +126,14 @@ struct Driver {
     committing: bool,
     done_tx: mpsc::UnboundedSender<Done>,
     done_rx: mpsc::UnboundedReceiver<Done>,
+    /// The time, read once per step (sessions need it in every call).
+    now: Instant,
 }
 
 impl Driver {
     async fn run(&mut self, wants: Option<&WorkQueue<FetchJob>>) -> Result<(), NodeError> {
         loop {
+            self.now = Instant::now();
             let starved = match wants {
                 Some(q) => self.take_jobs(q),
                 None => false,
@@ -138,6 +142,9 @@ impl Driver {
             if self.session.is_finished() {
                 self.w.flush().await?;
                 return Ok(());
+            }
+            if self.session.poll_timeout().is_some_and(|t| t <= self.now) {
+                self.session.handle_timeout(self.now)?;
             }
             if let Ok(done) = self.done_rx.try_recv() {
                 self.completed(done);
@@ -152,17 +159,27 @@ impl Driver {
             // batch, while this connection goes on receiving.
             self.start_commits();
             self.w.flush().await?;
+            self.now = Instant::now();
+            self.session.flushed(self.now);
             let deadline = self.session.poll_timeout();
             let sleep = deadline.map(|t| tokio::time::sleep_until(t.into()));
             tokio::select! {
                 // `recv` is cancel-safe: bytes already read stay buffered.
-                msg = self.r.recv() => {
+                // A pulling client waiting for its queue reads nothing: the
+                // peer owes it nothing then (and the transport's idle limit
+                // must not fire).
+                msg = self.r.recv(), if !starved => {
                     let msg = msg?;
+                    self.now = Instant::now();
                     self.incoming(msg).await?;
                 }
-                Some(done) = self.done_rx.recv() => self.completed(done),
+                Some(done) = self.done_rx.recv() => {
+                    self.now = Instant::now();
+                    self.completed(done);
+                }
                 () = async { if let Some(s) = sleep { s.await } }, if deadline.is_some() => {
-                    self.session.handle_timeout(Instant::now())?;
+                    self.now = Instant::now();
+                    self.session.handle_timeout(self.now)?;
                 }
                 () = async { if let Some(q) = wants { q.wait().await } }, if starved => {}
             }
@@ -172,17 +189,22 @@ impl Driver {
     /// A pulling client's session asks for jobs while it has room.
     fn take_jobs(&mut self, queue: &WorkQueue<FetchJob>) -> bool {
         super::take_jobs(&mut self.session, queue, |s, job| {
-            s.want(Instant::now(), job);
+            s.want(self.now, job);
         })
     }
 
     /// Sends what the session transmits and does the I/O it asks for.
     async fn pump(&mut self) -> Result<(), NodeError> {
         loop {
-            let now = Instant::now();
+            let now = self.now;
             if let Some(t) = self.session.poll_transmit(now) {
                 match t {
-                    Transmit::Message(m) => self.w.queue(&m).await?,
+                    Transmit::Message(m) => {
+                        self.w.push(&m);
+                        if self.w.batch_full() {
+                            self.w.flush().await?;
+                        }
+                    }
                     Transmit::Chunk(_) => {
                         return Err(NodeError::Internal("a receiver sends no chunks".into()))
                     }
@@ -202,7 +224,7 @@ impl Driver {
     }
 
     fn perform(&mut self, io: ReceiverIo) {
-        let now = Instant::now();
+        let now = self.now;
         match io {
             ReceiverIo::Make { file, entry } => {
                 let made = match self.ctx.dest.make_dir_or_link(&entry) {
@@ -254,21 +276,26 @@ impl Driver {
         end: u32,
         staged: Result<Staged, ReceiveError>,
     ) {
-        let now = Instant::now();
-        let answer = match staged {
-            Ok(Staged::UpToDate) => Ok(Prepared::UpToDate),
+        let now = self.now;
+        let (answer, part) = match staged {
+            Ok(Staged::UpToDate) => (Ok(Prepared::UpToDate), None),
             Ok(Staged::Receive(part)) => {
                 let have = part.have(first, end);
-                self.parts.insert(file, part);
-                Ok(Prepared::Receive { have })
+                (Ok(Prepared::Receive { have }), Some(part))
             }
-            Err(e) => Err(refusal(e)),
+            Err(e) => (Err(refusal(e)), None),
         };
-        self.session.prepared(now, file, answer);
+        // Kept only while the session still wants the file (one released
+        // while it was prepared must not hold its staging and lock).
+        if self.session.prepared(now, file, answer) {
+            if let Some(part) = part {
+                self.parts.insert(file, part);
+            }
+        }
     }
 
     async fn incoming(&mut self, msg: Message) -> Result<(), NodeError> {
-        let now = Instant::now();
+        let now = self.now;
         let Message::Chunk(h) = msg else {
             self.session.handle(now, msg)?;
             return Ok(());
@@ -285,6 +312,7 @@ impl Driver {
                 // bytes arrive.
                 let mut buf = self.ctx.buffers.take(h.len as usize).await;
                 self.r.read_payload(&h, buf.vec()).await?;
+                self.now = Instant::now();
                 self.write(file, &h, index, digest, buf).await;
             }
         }
@@ -304,7 +332,7 @@ impl Driver {
     ) {
         let Some(part) = self.parts.get(&file).cloned() else {
             self.session.chunk_done(
-                Instant::now(),
+                self.now,
                 file,
                 index,
                 ChunkOutcome::Failed("file not open".into()),
@@ -315,8 +343,7 @@ impl Driver {
         if len <= INLINE_WRITE {
             let outcome = put(&part, index, &buf, &digest);
             drop(buf);
-            self.session
-                .chunk_done(Instant::now(), file, index, outcome);
+            self.session.chunk_done(self.now, file, index, outcome);
             return;
         }
         if self.writes.inline(len) {
@@ -326,8 +353,7 @@ impl Driver {
                 tracing::debug!("chunk writes are slow: writing on blocking threads from now on");
             }
             drop(buf);
-            self.session
-                .chunk_done(Instant::now(), file, index, outcome);
+            self.session.chunk_done(self.now, file, index, outcome);
             return;
         }
         while self.writing >= WRITES_IN_FLIGHT {
@@ -347,7 +373,7 @@ impl Driver {
     }
 
     fn completed(&mut self, done: Done) {
-        let now = Instant::now();
+        let now = self.now;
         match done {
             Done::Write(file, index, outcome) => {
                 self.writing = self.writing.saturating_sub(1);

@@ -49,12 +49,32 @@ pub struct SenderCtx {
     pub buffers: Arc<ChunkBuffers>,
 }
 
+/// What a wait ended with.
+enum Picked {
+    Msg(Option<Result<Message, TransportError>>),
+    Done(Done),
+    Timer,
+    Queue,
+}
+
+/// Messages handled before pending I/O results and timers get a turn.
+const BATCH: usize = 64;
+
 /// A chunk read and hashed, waiting to go out.
 enum Held {
     /// Its bytes.
     Bytes(ChunkBuf),
     /// A range of the source's file (sent without a copy).
     Range(Arc<dyn ChunkSource>, u64, usize),
+}
+
+/// A file open on this connection.
+#[derive(Clone)]
+struct OpenFile {
+    entry: Entry,
+    source: Arc<dyn ChunkSource>,
+    /// Its local path, for messages (a node's texts to its peer drop the root).
+    shown: std::path::PathBuf,
 }
 
 /// What a blocking task finished.
@@ -100,6 +120,7 @@ pub async fn run_sender(
         running: 0,
         done_tx,
         woken: std::collections::HashSet::new(),
+        now,
     };
     let (tx, mut rx) = mpsc::channel(4096);
     let reader_task = tokio::spawn(forward(reader, tx));
@@ -133,7 +154,7 @@ struct Driver {
     reads: InlinePolicy,
     ctx: SenderCtx,
     /// Each file's entry and open source.
-    files: HashMap<FileId, (Entry, Arc<dyn ChunkSource>)>,
+    files: HashMap<FileId, OpenFile>,
     held: HashMap<(FileId, u32), Held>,
     /// Reads waiting for a buffer or for their chunk to be ready.
     waiting: VecDeque<(FileId, u32)>,
@@ -142,6 +163,8 @@ struct Driver {
     done_tx: mpsc::UnboundedSender<Done>,
     /// Files whose source wakes this connection when chunks verify.
     woken: std::collections::HashSet<FileId>,
+    /// The time, read once per step (sessions need it in every call).
+    now: Instant,
 }
 
 impl Driver {
@@ -160,6 +183,7 @@ impl Driver {
             JobFeed::Queue(_) => None,
         };
         loop {
+            self.now = Instant::now();
             let starved = match queue {
                 Some(q) => self.take_jobs(q),
                 None => false,
@@ -169,35 +193,53 @@ impl Driver {
                 self.w.flush().await?;
                 return Ok(());
             }
-            // Answer everything that already arrived before writing: one
-            // write carries many small files.
-            match rx.try_recv() {
-                Ok(msg) => {
-                    self.session.handle(Instant::now(), msg?)?;
-                    continue;
-                }
-                Err(mpsc::error::TryRecvError::Disconnected) => {
-                    return Err(TransportError::Closed.into())
-                }
-                Err(mpsc::error::TryRecvError::Empty) => {}
+            // Timers first: a flood of input must not keep them waiting.
+            if self.session.poll_timeout().is_some_and(|t| t <= self.now) {
+                self.session.handle_timeout(self.now)?;
             }
-            if let Ok(done) = done_rx.try_recv() {
+            // Answer what already arrived before writing (one write then
+            // carries many small files), a bounded batch at a time so reads
+            // and hashes that finished are not starved.
+            let mut took = false;
+            for _ in 0..BATCH {
+                match rx.try_recv() {
+                    Ok(msg) => {
+                        self.session.handle(self.now, msg?)?;
+                        took = true;
+                    }
+                    Err(mpsc::error::TryRecvError::Disconnected) => {
+                        return Err(TransportError::Closed.into())
+                    }
+                    Err(mpsc::error::TryRecvError::Empty) => break,
+                }
+            }
+            while let Ok(done) = done_rx.try_recv() {
                 self.completed(done);
+                took = true;
+            }
+            if took {
                 continue;
             }
             self.w.flush().await?;
+            self.now = Instant::now();
+            self.session.flushed(self.now);
             let deadline = self.session.poll_timeout();
             let sleep = deadline.map(|t| tokio::time::sleep_until(t.into()));
-            tokio::select! {
-                msg = rx.recv() => match msg {
-                    Some(msg) => self.session.handle(Instant::now(), msg?)?,
+            let picked = tokio::select! {
+                msg = rx.recv() => Picked::Msg(msg),
+                Some(done) = done_rx.recv() => Picked::Done(done),
+                () = async { if let Some(s) = sleep { s.await } }, if deadline.is_some() => Picked::Timer,
+                () = async { if let Some(q) = queue { q.wait().await } }, if starved => Picked::Queue,
+            };
+            self.now = Instant::now();
+            match picked {
+                Picked::Msg(msg) => match msg {
+                    Some(msg) => self.session.handle(self.now, msg?)?,
                     None => return Err(TransportError::Closed.into()),
                 },
-                Some(done) = done_rx.recv() => self.completed(done),
-                () = async { if let Some(s) = sleep { s.await } }, if deadline.is_some() => {
-                    self.session.handle_timeout(Instant::now())?;
-                }
-                () = async { if let Some(q) = queue { q.wait().await } }, if starved => {}
+                Picked::Done(done) => self.completed(done),
+                Picked::Timer => self.session.handle_timeout(self.now)?,
+                Picked::Queue => {}
             }
         }
     }
@@ -211,7 +253,7 @@ impl Driver {
             let source: Option<Arc<dyn ChunkSource>> = match &job.source {
                 _ if job.entry.kind != haul_proto::EntryKind::File => None,
                 Source::Open(src) => Some(src.clone()),
-                Source::Path(path) => match haul_engine::source::open_file(path) {
+                Source::Path(path, id) => match haul_engine::source::open_found(path, *id) {
                     Ok(f) => Some(Arc::new(LocalFile(f))),
                     Err(e) => {
                         observer.event(&Event::FileError {
@@ -223,9 +265,20 @@ impl Driver {
                 },
             };
             let entry = job.entry.clone();
-            let id = s.push_job(Instant::now(), job);
+            let shown = match &job.source {
+                Source::Path(path, _) => path.clone(),
+                Source::Open(_) => entry.path.clone().into(),
+            };
+            let id = s.push_job(self.now, job);
             if let Some(source) = source {
-                files.insert(id, (entry, source));
+                files.insert(
+                    id,
+                    OpenFile {
+                        entry,
+                        source,
+                        shown,
+                    },
+                );
             }
         })
     }
@@ -234,7 +287,7 @@ impl Driver {
     /// until it asks nothing more right now.
     async fn pump(&mut self, root: Option<&Root>) -> Result<(), NodeError> {
         loop {
-            let now = Instant::now();
+            let now = self.now;
             if let Some(t) = self.session.poll_transmit(now) {
                 self.transmit(t).await?;
                 continue;
@@ -256,7 +309,12 @@ impl Driver {
 
     async fn transmit(&mut self, t: Transmit) -> Result<(), NodeError> {
         match t {
-            Transmit::Message(m) => self.w.queue(&m).await?,
+            Transmit::Message(m) => {
+                self.w.push(&m);
+                if self.w.batch_full() {
+                    self.w.flush().await?;
+                }
+            }
             Transmit::Chunk(h) => {
                 let Some(held) = self.held.remove(&(h.id, h.index)) else {
                     return Err(NodeError::Internal(format!(
@@ -265,6 +323,8 @@ impl Driver {
                     )));
                 };
                 self.send_chunk(&h, held).await?;
+                self.now = Instant::now();
+                self.session.flushed(self.now);
             }
         }
         Ok(())
@@ -288,7 +348,7 @@ impl Driver {
     }
 
     async fn perform(&mut self, io: SenderIo, root: Option<&Root>) {
-        let now = Instant::now();
+        let now = self.now;
         match io {
             SenderIo::Resolve {
                 file,
@@ -307,7 +367,12 @@ impl Driver {
                 };
                 match read_want(root, &path, &dest, first, end) {
                     Ok((job, source)) => {
-                        self.files.insert(file, (job.entry.clone(), source));
+                        let open = OpenFile {
+                            entry: job.entry.clone(),
+                            source,
+                            shown: root.path().join(&path),
+                        };
+                        self.files.insert(file, open);
                         self.session.resolved(now, file, Ok(job));
                     }
                     Err(e) => self.session.resolved(now, file, Err(e)),
@@ -319,7 +384,14 @@ impl Driver {
                 self.files.remove(&file);
                 self.woken.remove(&file);
                 self.held.retain(|(f, _), _| *f != file);
-                self.waiting.retain(|(f, _)| *f != file);
+                // Reads that waited are answered all the same: the session
+                // counts every request it made until it hears back.
+                let (dropped, kept): (VecDeque<_>, VecDeque<_>) =
+                    self.waiting.drain(..).partition(|(f, _)| *f == file);
+                self.waiting = kept;
+                for (f, index) in dropped {
+                    self.session.read_done(now, f, index, Err("dropped".into()));
+                }
             }
         }
     }
@@ -329,9 +401,14 @@ impl Driver {
     /// without waiting while this connection holds others, or when the
     /// chunk of a file still being received has not verified yet.
     async fn read(&mut self, file: FileId, index: u32) {
-        let Some((entry, source)) = self.files.get(&file).cloned() else {
-            self.session
-                .read_done(Instant::now(), file, index, Err("file not open".into()));
+        let Some(OpenFile {
+            entry,
+            source,
+            shown,
+        }) = self.files.get(&file).cloned()
+        else {
+            let e = format!("file {file} is not open");
+            self.session.read_done(self.now, file, index, Err(e));
             return;
         };
         if !source.ready(index) {
@@ -369,7 +446,7 @@ impl Driver {
         let small = len <= 256 << 10;
         if small || self.reads.inline(len) {
             let started = Instant::now();
-            let result = read_one(&source, &entry, index, buf, keep);
+            let result = read_one(&source, &entry, &shown, index, buf, keep);
             if !small && self.reads.took(len, started.elapsed()) {
                 tracing::debug!("chunk reads are slow: reading on blocking threads from now on");
             }
@@ -379,7 +456,7 @@ impl Driver {
         self.running += 1;
         let tx = self.done_tx.clone();
         tokio::task::spawn_blocking(move || {
-            let result = read_one(&source, &entry, index, buf, keep);
+            let result = read_one(&source, &entry, &shown, index, buf, keep);
             let _ = tx.send(Done::Read(file, index, result));
         });
     }
@@ -397,9 +474,14 @@ impl Driver {
     }
 
     fn hash(&mut self, file: FileId, indices: Vec<u32>) {
-        let Some((entry, source)) = self.files.get(&file).cloned() else {
-            self.session
-                .hashed(Instant::now(), file, Err("file not open".into()));
+        let Some(OpenFile {
+            entry,
+            source,
+            shown,
+        }) = self.files.get(&file).cloned()
+        else {
+            let e = format!("file {file} is not open");
+            self.session.hashed(self.now, file, Err(e));
             return;
         };
         self.running += 1;
@@ -412,7 +494,10 @@ impl Driver {
                     source
                         .read_chunk(&entry, i, &mut buf, false)
                         .map(|d| (i, d))
-                        .map_err(|e| read_error(&entry, i, &e))
+                        .map_err(|e| {
+                            let offset = u64::from(i) * u64::from(entry.chunk_size);
+                            format!("cannot read {} at {offset}: {e}", shown.display())
+                        })
                 })
                 .collect();
             let _ = tx.send(Done::Hash(file, result));
@@ -428,11 +513,14 @@ impl Driver {
     }
 
     fn finished(&mut self, done: Done) {
-        let now = Instant::now();
+        let now = self.now;
         match done {
             Done::Read(file, index, result) => {
                 let digest = result.map(|(digest, held)| {
-                    self.held.insert((file, index), held);
+                    // A file forgotten meanwhile: its bytes (and buffer) go.
+                    if self.files.contains_key(&file) {
+                        self.held.insert((file, index), held);
+                    }
                     digest
                 });
                 self.session.read_done(now, file, index, digest);
@@ -446,13 +534,14 @@ impl Driver {
 fn read_one(
     source: &Arc<dyn ChunkSource>,
     entry: &Entry,
+    shown: &std::path::Path,
     index: u32,
     mut buf: ChunkBuf,
     keep: bool,
 ) -> Result<(Digest, Held), String> {
     let digest = source
         .read_chunk(entry, index, buf.vec(), keep)
-        .map_err(|e| read_error(entry, index, &e))?;
+        .map_err(|e| read_error(entry, shown, index, &e))?;
     let held = if keep {
         Held::Bytes(buf)
     } else {
@@ -462,10 +551,10 @@ fn read_one(
     Ok((digest, held))
 }
 
-fn read_error(entry: &Entry, index: u32, e: &std::io::Error) -> String {
+fn read_error(entry: &Entry, shown: &std::path::Path, index: u32, e: &std::io::Error) -> String {
     let offset = u64::from(index) * u64::from(entry.chunk_size);
     format!(
         "cannot read {} at {offset}: {e} (did it shrink while sending?)",
-        entry.path
+        shown.display()
     )
 }
