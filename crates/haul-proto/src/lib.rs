@@ -91,8 +91,8 @@ pub use message::{
     ChunkHeader, Digest, Entry, EntryKind, ErrorCode, Message, Request, PROTOCOL_VERSION,
 };
 pub use path::{
-    is_state_dir, symlink_target_refused_anywhere, validate_entry_path, validate_rel_path,
-    validate_symlink_target, PathError, MAX_NAME_LEN, MAX_PATH_LEN, STATE_DIR,
+    check_entry_path, is_state_dir, symlink_target_refused_anywhere, validate_entry_path,
+    validate_rel_path, validate_symlink_target, PathError, MAX_NAME_LEN, MAX_PATH_LEN, STATE_DIR,
 };
 
 /// Largest chunk a peer may announce (payload bytes after a [`Message::Chunk`]).

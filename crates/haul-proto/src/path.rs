@@ -88,6 +88,33 @@ pub fn is_state_dir(name: &str) -> bool {
     name.eq_ignore_ascii_case(STATE_DIR)
 }
 
+/// [`validate_entry_path`] without collecting the components (a check only).
+pub fn check_entry_path(path: &str) -> Result<(), PathError> {
+    if path.is_empty() {
+        return Err(PathError::Root);
+    }
+    if path.contains('\0') {
+        return Err(PathError::Nul);
+    }
+    if path.len() > MAX_PATH_LEN {
+        return Err(PathError::PathTooLong);
+    }
+    if path.starts_with('/') {
+        return Err(PathError::Absolute(path.to_owned()));
+    }
+    for (i, comp) in path.split('/').enumerate() {
+        match comp {
+            "" | "." => return Err(PathError::EmptyComponent(path.to_owned())),
+            ".." => return Err(PathError::ParentDir(path.to_owned())),
+            c if c.len() > MAX_NAME_LEN => return Err(PathError::NameTooLong),
+            c if c.contains('\\') => return Err(PathError::Backslash(path.to_owned())),
+            c if i == 0 && is_state_dir(c) => return Err(PathError::Reserved(path.to_owned())),
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
 /// Checks the path of an entry (a file, directory or symlink to create):
 /// [`validate_rel_path`]'s rules, and never empty — the destination root
 /// itself is not an entry, so no peer sets its mode or times.
@@ -169,6 +196,20 @@ mod tests {
         );
         assert!(validate_rel_path("").unwrap().is_empty());
         assert!(validate_rel_path("..hidden").is_ok());
+    }
+
+    #[test]
+    fn the_check_agrees_with_the_validation() {
+        for p in [
+            "a/b", "", "../x", "/etc", "a//b", "a/./b", ".haul/x", ".HAUL", "a\\b", "a\0b",
+            "ok/.haul",
+        ] {
+            assert_eq!(
+                check_entry_path(p).is_ok(),
+                validate_entry_path(p).is_ok(),
+                "{p:?}"
+            );
+        }
     }
 
     #[test]

@@ -15,11 +15,11 @@
 //! sent and that many have arrived and been written (or found bad): chunks
 //! may arrive in any order, before or after their `RangeEnd`.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::time::Instant;
 
 use haul_proto::{
-    validate_entry_path, validate_symlink_target, ChunkHeader, Digest, Entry, EntryKind, ErrorCode,
+    check_entry_path, validate_symlink_target, ChunkHeader, Digest, Entry, EntryKind, ErrorCode,
     Message,
 };
 
@@ -145,10 +145,13 @@ struct Round {
     expected: Option<u32>,
     /// Chunk headers that arrived.
     arrived: u32,
-    /// Their indices (a chunk arrives once per round).
-    seen: std::collections::HashSet<u32>,
-    /// Writes the driver has not answered yet, with their digests.
-    writing: Vec<(u32, Digest)>,
+    /// Their indices (a chunk arrives once per round): the first, then a
+    /// set once there are more (one-chunk files need none).
+    first_seen: Option<u32>,
+    seen: Option<std::collections::HashSet<u32>>,
+    /// Writes the driver has not answered yet (their digests are in the
+    /// receiver's `pending`).
+    writing: u32,
     bad: Vec<u32>,
     error: Option<String>,
     /// A `Commit` that came while writes were outstanding.
@@ -193,6 +196,10 @@ pub struct Receiver {
     /// Ids settled lately (bounded): chunks still on the way for them are
     /// dropped, where a chunk for an id never seen is a protocol error.
     settled: std::collections::VecDeque<FileId>,
+    /// Digests of the chunk writes the driver has not answered yet.
+    pending: HashMap<(FileId, u32), Digest>,
+    /// Files asked for and not offered yet (pull).
+    wanted: usize,
     stage: Stage,
     verified: std::collections::VecDeque<(FileId, u32, Digest)>,
 }
@@ -214,9 +221,11 @@ impl Receiver {
             cfg,
             prefix,
             fetching,
-            files: HashMap::new(),
+            files: HashMap::default(),
             next_id: 1,
             settled: std::collections::VecDeque::new(),
+            pending: HashMap::default(),
+            wanted: 0,
             stage: Stage::Running,
             verified: std::collections::VecDeque::new(),
         }
@@ -250,6 +259,7 @@ impl Receiver {
             first: job.first,
             end: job.end,
         });
+        self.wanted += 1;
         self.files.insert(
             id,
             File {
@@ -363,9 +373,7 @@ impl Receiver {
                     return Err(protocol(format!("Commit for unknown file id {id}")));
                 };
                 match &mut f.phase {
-                    Phase::Receiving(round) if !round.writing.is_empty() => {
-                        round.commit = Some(root)
-                    }
+                    Phase::Receiving(round) if round.writing > 0 => round.commit = Some(root),
                     Phase::Receiving(_) | Phase::AwaitingCommit => {
                         f.phase = Phase::Committing;
                         self.core.request(ReceiverIo::Commit { file: id, root });
@@ -434,11 +442,7 @@ impl Receiver {
         first: u32,
         end: u32,
     ) -> Result<(), SessionError> {
-        let open = self
-            .files
-            .values()
-            .filter(|f| f.phase != Phase::Wanted)
-            .count();
+        let open = self.files.len() - self.wanted;
         if open >= MAX_OPEN {
             return Err(protocol(format!(
                 "more than {MAX_OPEN} files offered at once"
@@ -455,6 +459,7 @@ impl Receiver {
                     entry.path
                 )));
             }
+            self.wanted = self.wanted.saturating_sub(1);
             self.files.remove(&id).and_then(|f| f.job)
         } else {
             if self.files.contains_key(&id) {
@@ -473,13 +478,10 @@ impl Receiver {
             job,
         };
         // Paths are checked here, before the driver touches anything.
-        let checked =
-            validate_entry_path(&entry.path)
-                .map(|_| ())
-                .and_then(|()| match &entry.kind {
-                    EntryKind::Symlink { target } => validate_symlink_target(&entry.path, target),
-                    _ => Ok(()),
-                });
+        let checked = check_entry_path(&entry.path).and_then(|()| match &entry.kind {
+            EntryKind::Symlink { target } => validate_symlink_target(&entry.path, target),
+            _ => Ok(()),
+        });
         if let Err(e) = checked {
             let path = entry.path.clone();
             self.files.insert(id, file(Phase::Making, entry));
@@ -643,7 +645,21 @@ impl Receiver {
                 h.index, h.len, f.entry.path, f.first, f.end
             )));
         }
-        if !round.seen.insert(h.index) {
+        let again = match (round.first_seen, round.seen.as_mut()) {
+            (None, _) => {
+                round.first_seen = Some(h.index);
+                false
+            }
+            (Some(first), None) => {
+                let mut set = std::collections::HashSet::new();
+                set.insert(first);
+                let again = !set.insert(h.index);
+                round.seen = Some(set);
+                again
+            }
+            (Some(_), Some(set)) => !set.insert(h.index),
+        };
+        if again {
             return Err(protocol(format!(
                 "chunk {} of {} sent twice in one round",
                 h.index, f.entry.path
@@ -662,7 +678,8 @@ impl Receiver {
         let action = if round.error.is_some() {
             ChunkAction::Discard
         } else {
-            round.writing.push((h.index, h.digest));
+            round.writing += 1;
+            self.pending.insert((h.id, h.index), h.digest);
             self.core.io_pending += 1;
             ChunkAction::Write {
                 file: h.id,
@@ -690,10 +707,10 @@ impl Receiver {
         let Phase::Receiving(round) = &mut f.phase else {
             return;
         };
-        let Some(pos) = round.writing.iter().position(|(i, _)| *i == index) else {
+        let Some(digest) = self.pending.remove(&(file, index)) else {
             return;
         };
-        let (_, digest) = round.writing.swap_remove(pos);
+        round.writing = round.writing.saturating_sub(1);
         match outcome {
             ChunkOutcome::Good => self.verified.push_back((file, index, digest)),
             ChunkOutcome::Bad => {
@@ -707,7 +724,7 @@ impl Receiver {
                 round.error.get_or_insert(e);
             }
         }
-        if round.writing.is_empty() {
+        if round.writing == 0 {
             if let Some(root) = round.commit.take() {
                 f.phase = Phase::Committing;
                 self.core.request(ReceiverIo::Commit { file, root });
@@ -726,7 +743,7 @@ impl Receiver {
         let Phase::Receiving(round) = &mut f.phase else {
             return;
         };
-        if round.expected != Some(round.arrived) || !round.writing.is_empty() {
+        if round.expected != Some(round.arrived) || round.writing > 0 {
             return;
         }
         if let Some(error) = round.error.take() {
@@ -807,6 +824,12 @@ impl Receiver {
     /// Drops `id` from this connection.
     fn settle(&mut self, id: FileId) -> Option<File> {
         let f = self.files.remove(&id)?;
+        if f.phase == Phase::Wanted {
+            self.wanted = self.wanted.saturating_sub(1);
+        }
+        if !self.pending.is_empty() {
+            self.pending.retain(|(file, _), _| *file != id);
+        }
         self.core.tell(ReceiverIo::Forget { file: id });
         if self.settled.len() >= 2 * MAX_OPEN {
             self.settled.pop_front();

@@ -15,11 +15,13 @@
 //! serving node gets them from the peer's `Want`s, which the driver resolves
 //! beneath its root ([`SenderIo::Resolve`]).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+use rustc_hash::FxHashMap as HashMap;
 use std::time::Instant;
 
 use haul_proto::digest::root_from_digests;
-use haul_proto::{validate_entry_path, ChunkHeader, Digest, EntryKind, ErrorCode, Message};
+use haul_proto::{check_entry_path, ChunkHeader, Digest, EntryKind, ErrorCode, Message};
 
 use crate::core::{protocol, Core};
 use crate::event::Event;
@@ -142,6 +144,8 @@ pub struct Sender<S> {
     reading: usize,
     /// Files with chunks still to read, in the order they asked.
     sending: VecDeque<FileId>,
+    /// Flights that are ranges of a split file.
+    grouped: usize,
 }
 
 impl<S> Sender<S> {
@@ -160,11 +164,12 @@ impl<S> Sender<S> {
             core: Core::new(cfg.idle, now),
             cfg,
             feed,
-            flights: HashMap::new(),
+            flights: HashMap::default(),
             next_id: 1,
             stage: Stage::Running,
             reading: 0,
             sending: VecDeque::new(),
+            grouped: 0,
         }
     }
 
@@ -179,6 +184,9 @@ impl<S> Sender<S> {
     /// Groups (split files) with a range in flight here: a connection never
     /// holds two ranges of one file.
     pub fn busy_groups(&self) -> Vec<usize> {
+        if self.grouped == 0 {
+            return Vec::new();
+        }
         self.flights
             .values()
             .filter_map(|f| f.job.as_ref()?.group.as_ref())
@@ -243,6 +251,9 @@ impl<S> Sender<S> {
             });
         }
         let digests = vec![None; entry.chunk_count() as usize];
+        if job.group.is_some() {
+            self.grouped += 1;
+        }
         self.flights.insert(
             id,
             Flight {
@@ -355,9 +366,9 @@ impl<S> Sender<S> {
             return Err(protocol(format!("Want reuses id {id} still in flight")));
         }
         // Paths are checked here, before the driver touches anything.
-        let bad = validate_entry_path(&path)
+        let bad = check_entry_path(&path)
             .err()
-            .or_else(|| validate_entry_path(&dest).err());
+            .or_else(|| check_entry_path(&dest).err());
         if let Some(e) = bad {
             self.core.send(Message::FileError {
                 id,
@@ -448,6 +459,10 @@ impl<S> Sender<S> {
         }
         if skip {
             f.phase = Phase::AwaitingDone;
+            return Ok(());
+        }
+        if have.is_empty() {
+            self.start_round(id, (first..end).collect());
             return Ok(());
         }
         let mut seen = vec![false; (end - first) as usize];
@@ -776,6 +791,9 @@ impl<S> Sender<S> {
     /// Drops file `id` from this connection; its job, if it had one.
     fn forget(&mut self, id: FileId) -> Option<SendJob<S>> {
         let f = self.flights.remove(&id)?;
+        if f.job.as_ref().is_some_and(|j| j.group.is_some()) {
+            self.grouped = self.grouped.saturating_sub(1);
+        }
         if let Phase::Sending(round) = &f.phase {
             // Reads still outstanding will come back to a forgotten file.
             self.reading = self.reading.saturating_sub(round.reading);
@@ -833,10 +851,11 @@ impl<S> Sender<S> {
 /// A digest in lowercase hex (as `b3sum` prints it).
 pub(crate) fn hex(d: &Digest) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    let mut s = String::with_capacity(64);
+    let mut out = Vec::with_capacity(64);
     for b in d {
-        s.push(char::from(DIGITS[usize::from(b >> 4)]));
-        s.push(char::from(DIGITS[usize::from(b & 15)]));
+        out.push(DIGITS[usize::from(b >> 4)]);
+        out.push(DIGITS[usize::from(b & 15)]);
     }
-    s
+    // Only ASCII digits went in.
+    String::from_utf8(out).unwrap_or_default()
 }

@@ -391,6 +391,17 @@ impl MessageReader for FrameReader {
         self.skip(header.len as usize).await
     }
 
+    fn try_read_payload(&mut self, header: &ChunkHeader, out: &mut Vec<u8>) -> bool {
+        let len = header.len as usize;
+        if self.buf.len() - self.start < len {
+            return false;
+        }
+        out.clear();
+        out.extend_from_slice(&self.buf[self.start..self.start + len]);
+        self.start += len;
+        true
+    }
+
     fn set_idle(&mut self, idle: Duration) {
         FrameReader::set_idle(self, idle);
     }
@@ -404,6 +415,15 @@ impl MessageWriter for FrameWriter {
 
     fn batch_full(&self) -> bool {
         self.buf.len() >= BATCH
+    }
+
+    fn push_chunk(&mut self, header: &ChunkHeader, bytes: &[u8]) -> bool {
+        if bytes.len() > INLINE_PAYLOAD || bytes.len() != header.len as usize {
+            return false;
+        }
+        encode(&Message::Chunk(*header), &mut self.buf);
+        self.buf.extend_from_slice(bytes);
+        true
     }
 
     async fn send(&mut self, msg: &Message) -> Result<(), TransportError> {

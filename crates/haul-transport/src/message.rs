@@ -75,6 +75,30 @@ pub trait MessageReader: Send {
     /// Reads and drops the payload of `header`.
     async fn skip_payload(&mut self, header: &ChunkHeader) -> Result<(), TransportError>;
 
+    /// Takes the payload of `header` into `out` if all of it is here
+    /// already (no waiting); false when it is not (then call
+    /// [`MessageReader::read_payload`]).
+    fn try_read_payload(&mut self, _header: &ChunkHeader, _out: &mut Vec<u8>) -> bool {
+        false
+    }
+
+    /// Waits for the next message, then takes every message already here
+    /// too (up to `max` in all) into `out`: one wait for many small files.
+    async fn recv_many(
+        &mut self,
+        out: &mut Vec<Message>,
+        max: usize,
+    ) -> Result<(), TransportError> {
+        out.push(self.recv().await?);
+        while out.len() < max {
+            match self.try_recv()? {
+                Some(m) => out.push(m),
+                None => break,
+            }
+        }
+        Ok(())
+    }
+
     /// Changes the idle limit.
     fn set_idle(&mut self, idle: Duration);
 }
@@ -110,6 +134,13 @@ pub trait MessageWriter: Send {
         header: &ChunkHeader,
         payload: Payload<'_>,
     ) -> Result<(), TransportError>;
+
+    /// Queues a small chunk (header and bytes) with no I/O, as
+    /// [`MessageWriter::push`] does a message; false when it is too large
+    /// for that (then call [`MessageWriter::send_chunk`]).
+    fn push_chunk(&mut self, _header: &ChunkHeader, _bytes: &[u8]) -> bool {
+        false
+    }
 
     /// Writes everything queued.
     async fn flush(&mut self) -> Result<(), TransportError>;

@@ -4,7 +4,7 @@
 //! batches (one `syncfs` for many), owns the timer. A pulling client's
 //! receiver also feeds the session the jobs it asks for.
 
-use std::collections::HashMap;
+use rustc_hash::FxHashMap as HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -88,7 +88,7 @@ pub async fn run_receiver(
         w: writer,
         writes: InlinePolicy::new(ctx.chunk_work),
         ctx,
-        parts: HashMap::new(),
+        parts: HashMap::default(),
         writing: 0,
         commits: Vec::new(),
         committing: false,
@@ -311,8 +311,10 @@ impl Driver {
                 // (this task holds no buffer while it waits); filled as the
                 // bytes arrive.
                 let mut buf = self.ctx.buffers.take(h.len as usize).await;
-                self.r.read_payload(&h, buf.vec()).await?;
-                self.now = Instant::now();
+                if !self.r.try_read_payload(&h, buf.vec()) {
+                    self.r.read_payload(&h, buf.vec()).await?;
+                    self.now = Instant::now();
+                }
                 self.write(file, &h, index, digest, buf).await;
             }
         }

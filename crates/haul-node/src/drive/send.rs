@@ -3,7 +3,9 @@
 //! hashes chunks (inline or on blocking threads), sends what it transmits,
 //! owns its timer. Protocol decisions are the session's.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+use rustc_hash::FxHashMap as HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -114,8 +116,8 @@ pub async fn run_sender(
         w: writer,
         reads: InlinePolicy::new(ctx.chunk_work),
         ctx,
-        files: HashMap::new(),
-        held: HashMap::new(),
+        files: HashMap::default(),
+        held: HashMap::default(),
         waiting: VecDeque::new(),
         running: 0,
         done_tx,
@@ -139,10 +141,16 @@ async fn forward(
     tx: mpsc::Sender<Result<Message, TransportError>>,
 ) {
     reader.set_idle(Duration::from_secs(24 * 3600));
+    let mut batch = Vec::new();
     loop {
-        let msg = reader.recv().await;
-        let stop = msg.is_err();
-        if tx.send(msg).await.is_err() || stop {
+        let got = reader.recv_many(&mut batch, 256).await;
+        for msg in batch.drain(..) {
+            if tx.send(Ok(msg)).await.is_err() {
+                return;
+            }
+        }
+        if let Err(e) = got {
+            let _ = tx.send(Err(e)).await;
             return;
         }
     }
@@ -154,7 +162,7 @@ struct Driver {
     reads: InlinePolicy,
     ctx: SenderCtx,
     /// Each file's entry and open source.
-    files: HashMap<FileId, OpenFile>,
+    files: HashMap<FileId, Arc<OpenFile>>,
     held: HashMap<(FileId, u32), Held>,
     /// Reads waiting for a buffer or for their chunk to be ready.
     waiting: VecDeque<(FileId, u32)>,
@@ -273,11 +281,11 @@ impl Driver {
             if let Some(source) = source {
                 files.insert(
                     id,
-                    OpenFile {
+                    Arc::new(OpenFile {
                         entry,
                         source,
                         shown,
-                    },
+                    }),
                 );
             }
         })
@@ -332,6 +340,11 @@ impl Driver {
 
     async fn send_chunk(&mut self, h: &ChunkHeader, held: Held) -> Result<(), NodeError> {
         match held {
+            Held::Bytes(buf) if self.w.push_chunk(h, &buf) => {
+                if self.w.batch_full() {
+                    self.w.flush().await?;
+                }
+            }
             Held::Bytes(buf) => self.w.send_chunk(h, Payload::Bytes(&buf)).await?,
             Held::Range(source, offset, len) => {
                 let Some(file) = source.file() else {
@@ -372,7 +385,7 @@ impl Driver {
                             source,
                             shown: root.path().join(&path),
                         };
-                        self.files.insert(file, open);
+                        self.files.insert(file, Arc::new(open));
                         self.session.resolved(now, file, Ok(job));
                     }
                     Err(e) => self.session.resolved(now, file, Err(e)),
@@ -401,16 +414,12 @@ impl Driver {
     /// without waiting while this connection holds others, or when the
     /// chunk of a file still being received has not verified yet.
     async fn read(&mut self, file: FileId, index: u32) {
-        let Some(OpenFile {
-            entry,
-            source,
-            shown,
-        }) = self.files.get(&file).cloned()
-        else {
+        let Some(open) = self.files.get(&file).cloned() else {
             let e = format!("file {file} is not open");
             self.session.read_done(self.now, file, index, Err(e));
             return;
         };
+        let (entry, source) = (&open.entry, &open.source);
         if !source.ready(index) {
             if self.woken.insert(file) {
                 let tx = self.done_tx.clone();
@@ -446,7 +455,7 @@ impl Driver {
         let small = len <= 256 << 10;
         if small || self.reads.inline(len) {
             let started = Instant::now();
-            let result = read_one(&source, &entry, &shown, index, buf, keep);
+            let result = read_one(&open, index, buf, keep);
             if !small && self.reads.took(len, started.elapsed()) {
                 tracing::debug!("chunk reads are slow: reading on blocking threads from now on");
             }
@@ -456,7 +465,7 @@ impl Driver {
         self.running += 1;
         let tx = self.done_tx.clone();
         tokio::task::spawn_blocking(move || {
-            let result = read_one(&source, &entry, &shown, index, buf, keep);
+            let result = read_one(&open, index, buf, keep);
             let _ = tx.send(Done::Read(file, index, result));
         });
     }
@@ -474,12 +483,7 @@ impl Driver {
     }
 
     fn hash(&mut self, file: FileId, indices: Vec<u32>) {
-        let Some(OpenFile {
-            entry,
-            source,
-            shown,
-        }) = self.files.get(&file).cloned()
-        else {
+        let Some(open) = self.files.get(&file).cloned() else {
             let e = format!("file {file} is not open");
             self.session.hashed(self.now, file, Err(e));
             return;
@@ -491,12 +495,12 @@ impl Driver {
             let result = indices
                 .into_iter()
                 .map(|i| {
-                    source
-                        .read_chunk(&entry, i, &mut buf, false)
+                    open.source
+                        .read_chunk(&open.entry, i, &mut buf, false)
                         .map(|d| (i, d))
                         .map_err(|e| {
-                            let offset = u64::from(i) * u64::from(entry.chunk_size);
-                            format!("cannot read {} at {offset}: {e}", shown.display())
+                            let offset = u64::from(i) * u64::from(open.entry.chunk_size);
+                            format!("cannot read {} at {offset}: {e}", open.shown.display())
                         })
                 })
                 .collect();
@@ -532,16 +536,15 @@ impl Driver {
 }
 
 fn read_one(
-    source: &Arc<dyn ChunkSource>,
-    entry: &Entry,
-    shown: &std::path::Path,
+    open: &OpenFile,
     index: u32,
     mut buf: ChunkBuf,
     keep: bool,
 ) -> Result<(Digest, Held), String> {
+    let (entry, source) = (&open.entry, &open.source);
     let digest = source
         .read_chunk(entry, index, buf.vec(), keep)
-        .map_err(|e| read_error(entry, shown, index, &e))?;
+        .map_err(|e| read_error(entry, &open.shown, index, &e))?;
     let held = if keep {
         Held::Bytes(buf)
     } else {
