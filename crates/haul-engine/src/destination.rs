@@ -64,6 +64,8 @@ struct PendingDir {
 #[derive(Debug)]
 pub struct Destination {
     root: Root,
+    /// The root's path, shared by every [`Place`] for its messages.
+    root_path: Arc<Path>,
     /// `ROOT/.haul/partial`, held (made again if removed under a running node).
     staging: Mutex<Arc<Dir>>,
     open: Mutex<HashMap<String, Weak<PartialFile>>>,
@@ -111,6 +113,7 @@ impl Destination {
         let root = Root::open(&path).map_err(|e| ReceiveError::io("open", &path, e))?;
         let staging = make_staging(&root)?;
         Ok(Arc::new(Self {
+            root_path: Arc::from(root.path()),
             root,
             staging: Mutex::new(staging),
             open: Mutex::new(HashMap::new()),
@@ -211,7 +214,7 @@ impl Destination {
             dir_id: held.id,
             dir_rel: parent_rel(&comps),
             name: OsString::from(comps[comps.len() - 1]),
-            shown: self.root.show(&comps).into(),
+            root_path: self.root_path.clone(),
         })
     }
 
@@ -244,7 +247,7 @@ impl Destination {
         validate_entry_path(&entry.path)?;
         validate_symlink_target(&entry.path, target)?;
         let place = self.resolve(&entry.path)?;
-        let io = |op, e| ReceiveError::io(op, &place.shown, e);
+        let io = |op, e| ReceiveError::io(op, &place.shown(), e);
         if let Ok(Some(meta)) = place.dir.stat(&place.name) {
             if meta.is_dir() {
                 return Err(ReceiveError::WrongType(entry.path.clone(), "symlink"));

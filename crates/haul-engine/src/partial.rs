@@ -50,8 +50,20 @@ pub(crate) struct Place {
     /// The directory's path relative to the root (`""`: the root).
     pub(crate) dir_rel: String,
     pub(crate) name: OsString,
-    /// The final path, for messages only.
-    pub(crate) shown: PathBuf,
+    /// The root's path, for messages only.
+    pub(crate) root_path: Arc<Path>,
+}
+
+impl Place {
+    /// The final path, for messages only (made when one is needed).
+    pub(crate) fn shown(&self) -> PathBuf {
+        let mut p = self.root_path.to_path_buf();
+        if !self.dir_rel.is_empty() {
+            p.push(&self.dir_rel);
+        }
+        p.push(&self.name);
+        p
+    }
 }
 
 /// Where a multi-chunk file stages: `<id>.part` and its resume log
@@ -76,7 +88,8 @@ pub struct PartialFile {
     /// The resume log's directory and name (multi-chunk files).
     log_at: Option<(Arc<Dir>, String)>,
     /// The staging file's path, for messages only.
-    shown_part: PathBuf,
+    /// The named staging file's path (for messages), when it has one.
+    shown_part: Option<PathBuf>,
     part: File,
     state: Mutex<State>,
     resumed_bytes: u64,
@@ -158,7 +171,7 @@ impl PartialFile {
             match place.dir.create_new(&candidate, mode) {
                 Ok(f) => break (f, candidate),
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-                Err(e) => return Err(ReceiveError::io("create", &place.shown, e)),
+                Err(e) => return Err(ReceiveError::io("create", &place.shown(), e)),
             }
         };
         let dir = place.dir.clone();
@@ -173,16 +186,12 @@ impl PartialFile {
         staged_as: Option<(Arc<Dir>, OsString)>,
     ) -> Self {
         let count = entry.chunk_count() as usize;
-        let shown_part = match &staged_as {
-            Some((_, name)) => place.shown.with_file_name(name),
-            None => place.shown.clone(),
-        };
         Self {
             entry,
             place,
             staged_as,
             log_at: None,
-            shown_part,
+            shown_part: None,
             part,
             state: Mutex::new(State {
                 log: None,
@@ -251,7 +260,7 @@ impl PartialFile {
             place,
             staged_as: Some((staging.dir.clone(), OsString::from(&staging.part))),
             log_at,
-            shown_part: part_path,
+            shown_part: Some(part_path),
             part,
             state: Mutex::new(State { log, digests }),
             resumed_bytes,
@@ -268,13 +277,19 @@ impl PartialFile {
     pub fn sync(&self) -> Result<(), ReceiveError> {
         self.part
             .sync_all()
-            .map_err(|e| ReceiveError::io("fsync", self.shown_path(), e))
+            .map_err(|e| ReceiveError::io("fsync", &self.shown_path(), e))
     }
 
     /// The path errors name: the staging file, or for an anonymous one
     /// (which has no name yet) the file it will become.
-    fn shown_path(&self) -> &Path {
-        &self.shown_part
+    fn shown_path(&self) -> PathBuf {
+        if let Some(p) = &self.shown_part {
+            return p.clone();
+        }
+        match &self.staged_as {
+            Some((_, name)) => self.place.shown().with_file_name(name),
+            None => self.place.shown(),
+        }
     }
 
     /// Removes the staging file and resume log (nothing is left of an
@@ -379,7 +394,7 @@ impl PartialFile {
         let offset = u64::from(index) * u64::from(self.entry.chunk_size) + u64::from(at);
         self.part
             .write_all_at(data, offset)
-            .map_err(|e| ReceiveError::io("write", self.shown_path(), e))
+            .map_err(|e| ReceiveError::io("write", &self.shown_path(), e))
     }
 
     /// Records chunk `index`, whose bytes [`PartialFile::write_piece`] wrote,
@@ -400,7 +415,7 @@ impl PartialFile {
     pub fn read_staged_at(&self, buf: &mut [u8], offset: u64) -> Result<(), ReceiveError> {
         self.part
             .read_exact_at(buf, offset)
-            .map_err(|e| ReceiveError::io("read", self.shown_path(), e))
+            .map_err(|e| ReceiveError::io("read", &self.shown_path(), e))
     }
 
     /// Throws the staged data and its resume log away (the source changed or
@@ -416,7 +431,7 @@ impl PartialFile {
         let offset = u64::from(index) * u64::from(self.entry.chunk_size);
         self.part
             .write_all_at(data, offset)
-            .map_err(|e| ReceiveError::io("write", self.shown_path(), e))?;
+            .map_err(|e| ReceiveError::io("write", &self.shown_path(), e))?;
         self.log_chunk(index, actual)
     }
 
@@ -430,7 +445,7 @@ impl PartialFile {
             rec[..4].copy_from_slice(&index.to_be_bytes());
             rec[4..].copy_from_slice(&actual);
             log.write_all(&rec)
-                .map_err(|e| ReceiveError::io("write", self.shown_path(), e))?;
+                .map_err(|e| ReceiveError::io("write", &self.shown_path(), e))?;
         }
         state.digests[index as usize] = Some(actual);
         drop(state);
@@ -447,7 +462,7 @@ impl PartialFile {
         let root = self.seal(sender_root)?;
         self.part
             .sync_all()
-            .map_err(|e| ReceiveError::io("fsync", self.shown_path(), e))?;
+            .map_err(|e| ReceiveError::io("fsync", &self.shown_path(), e))?;
         self.publish()?;
         Ok(root)
     }
@@ -492,12 +507,12 @@ impl PartialFile {
             self.remove_staged();
             return Err(ReceiveError::RootMismatch(self.entry.path.clone()));
         }
-        let p = self.shown_path();
+        let p = || self.shown_path();
         // The staged file must hold exactly the verified bytes.
         let meta = self
             .part
             .metadata()
-            .map_err(|e| ReceiveError::io("stat", p, e))?;
+            .map_err(|e| ReceiveError::io("stat", &p(), e))?;
         if meta.len() != self.entry.size || self.is_published() {
             return Err(ReceiveError::Incomplete(self.entry.path.clone()));
         }
@@ -510,11 +525,11 @@ impl PartialFile {
         if meta.permissions().mode() & 0o7777 != mode {
             self.part
                 .set_permissions(fs::Permissions::from_mode(mode))
-                .map_err(|e| ReceiveError::io("chmod", p, e))?;
+                .map_err(|e| ReceiveError::io("chmod", &p(), e))?;
         }
         self.part
             .set_modified(entry_mtime(&self.entry))
-            .map_err(|e| ReceiveError::io("set mtime", p, e))?;
+            .map_err(|e| ReceiveError::io("set mtime", &p(), e))?;
         Ok(root)
     }
 
@@ -535,7 +550,7 @@ impl PartialFile {
             None => self.link_into_place()?,
             Some((dir, name)) => dir
                 .rename(name, &self.place.dir, &self.place.name)
-                .map_err(|e| ReceiveError::io("rename", &self.place.shown, e))?,
+                .map_err(|e| ReceiveError::io("rename", &self.place.shown(), e))?,
         }
         self.in_place.store(true, Ordering::Release);
         // The new name becomes durable with the next directory sync. A crash
@@ -554,7 +569,7 @@ impl PartialFile {
     /// Gives an `O_TMPFILE` its final name: `linkat` when the name is free,
     /// else link under a unique name and rename over the old file (atomic).
     fn link_into_place(&self) -> Result<(), ReceiveError> {
-        let io = |e| ReceiveError::io("link", &self.place.shown, e);
+        let io = |e| ReceiveError::io("link", &self.place.shown(), e);
         let (dir, name) = (&self.place.dir, &self.place.name);
         match dir.link_file(&self.part, name) {
             Ok(()) => return Ok(()),
@@ -567,7 +582,7 @@ impl PartialFile {
                 Ok(()) => {
                     return dir.rename(&tmp, dir, name).map_err(|e| {
                         let _ = dir.unlink(&tmp);
-                        ReceiveError::io("rename", &self.place.shown, e)
+                        ReceiveError::io("rename", &self.place.shown(), e)
                     })
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,

@@ -16,8 +16,8 @@
 
 use std::ffi::OsString;
 use std::fs::File;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use haul_proto::{Entry, EntryKind};
 use haul_root::walk::Walk;
@@ -75,11 +75,27 @@ impl SourceError {
 pub struct SourceEntry {
     /// The entry as offered to a receiver.
     pub entry: Entry,
-    /// Local path of the data (for local sources).
+    /// Local path of the entry, as errors show it.
     pub local: PathBuf,
-    /// The file the walk found (device, inode): what opening `local` later
-    /// must find again.
-    pub id: (u64, u64),
+    /// Where a regular file's data is opened from.
+    pub data: Option<LocalData>,
+}
+
+/// A local file as the walk found it: its name in the directory the walk
+/// held. Opening it never resolves a path again, so a directory on the way
+/// swapped for a symlink since cannot lead the open elsewhere.
+#[derive(Debug, Clone)]
+pub struct LocalData {
+    parent: Arc<Dir>,
+    name: OsString,
+}
+
+impl LocalData {
+    /// Opens the data for reading: a symlink put there since fails, and
+    /// nothing waits on a FIFO.
+    pub fn open(&self) -> std::io::Result<File> {
+        self.parent.open_read(&self.name)
+    }
 }
 
 /// A stream of entries from a source.
@@ -104,8 +120,12 @@ enum Top {
         meta: Meta,
         contents: bool,
     },
-    /// One entry that is not a directory.
-    One { meta: Meta, link: Option<OsString> },
+    /// One entry that is not a directory, in its held parent.
+    One {
+        meta: Meta,
+        link: Option<OsString>,
+        data: LocalData,
+    },
 }
 
 /// A local file or directory tree, walked through directory descriptors
@@ -149,7 +169,7 @@ fn open_path_top(path: &Path, contents: bool) -> Result<Top, SourceError> {
                 parent
             };
             let held = Dir::open_path(parent).map_err(err)?;
-            return open_top(&held, name, path, false);
+            return open_top(held, name, path, false);
         }
     }
     // `dir/` (following a symlink given so), or `.`, `..`, `/`.
@@ -164,7 +184,7 @@ fn open_path_top(path: &Path, contents: bool) -> Result<Top, SourceError> {
 
 /// What `name` in `parent` is, opened as the top of a tree.
 fn open_top(
-    parent: &Dir,
+    parent: Dir,
     name: &std::ffi::OsStr,
     shown: &Path,
     contents: bool,
@@ -193,7 +213,11 @@ fn open_top(
     } else {
         None
     };
-    Ok(Top::One { meta, link })
+    let data = LocalData {
+        parent: Arc::new(parent),
+        name: name.to_owned(),
+    };
+    Ok(Top::One { meta, link, data })
 }
 
 impl LocalTree {
@@ -281,12 +305,10 @@ impl LocalTree {
             return Err(ResolveError::NotDir(shown));
         }
         let top =
-            open_top(&parent, std::ffi::OsStr::new(last), &path, contents).map_err(
-                |e| match e {
-                    SourceError::Io { source, .. } => io(source),
-                    other => io(std::io::Error::other(other.to_string())),
-                },
-            )?;
+            open_top(parent, std::ffi::OsStr::new(last), &path, contents).map_err(|e| match e {
+                SourceError::Io { source, .. } => io(source),
+                other => io(std::io::Error::other(other.to_string())),
+            })?;
         Ok(Self {
             naming: Naming {
                 path,
@@ -324,6 +346,7 @@ impl Naming {
         rel: &Path,
         meta: &Meta,
         link: Option<OsString>,
+        data: Option<LocalData>,
     ) -> Result<SourceEntry, SourceError> {
         let local = if rel.as_os_str().is_empty() {
             self.path.clone()
@@ -356,11 +379,8 @@ impl Naming {
         } else {
             return Err(SourceError::Special(self.shown(&local)));
         };
-        let size = if kind == EntryKind::File {
-            meta.size
-        } else {
-            0
-        };
+        let is_file = kind == EntryKind::File;
+        let size = if is_file { meta.size } else { 0 };
         Ok(SourceEntry {
             entry: Entry {
                 path,
@@ -372,7 +392,7 @@ impl Naming {
                 chunk_size: chunk_size_for(size),
             },
             local,
-            id: (meta.dev, meta.ino),
+            data: data.filter(|_| is_file),
         })
     }
 }
@@ -397,15 +417,18 @@ impl Source for LocalTree {
         };
         match top {
             Top::Path { .. } => Box::new(std::iter::empty()),
-            Top::One { meta, link } => {
-                Box::new(std::iter::once(naming.make(Path::new(""), &meta, link)))
-            }
+            Top::One { meta, link, data } => Box::new(std::iter::once(naming.make(
+                Path::new(""),
+                &meta,
+                link,
+                Some(data),
+            ))),
             Top::Dir {
                 dir,
                 meta,
                 contents,
             } => {
-                let first = (!contents).then(|| naming.make(Path::new(""), &meta, None));
+                let first = (!contents).then(|| naming.make(Path::new(""), &meta, None, None));
                 let mut walk = Walk::new(dir);
                 if skip_state_dir {
                     walk = walk.pruning(Box::new(|rel| {
@@ -413,7 +436,13 @@ impl Source for LocalTree {
                     }));
                 }
                 let rest = walk.map(move |item| match item {
-                    Ok(e) => naming.make(&e.rel, &e.meta, e.link),
+                    Ok(e) => {
+                        let data = LocalData {
+                            parent: e.parent,
+                            name: e.name,
+                        };
+                        naming.make(&e.rel, &e.meta, e.link, Some(data))
+                    }
                     Err(e) => Err(SourceError::Io {
                         path: naming.shown(&naming.path.join(&e.rel)),
                         source: e.source,
@@ -425,45 +454,25 @@ impl Source for LocalTree {
     }
 }
 
-/// Opens a local entry's data for reading: the very file the walk found
-/// (a path whose directories were swapped for symlinks since, leading to
-/// another file, is refused), never through a symlink at its last
-/// component, never waiting on a FIFO.
+/// Opens a local entry's data for reading: the file the walk found, by
+/// its name in the directory the walk held (see [`LocalData`]).
 pub fn open_local(entry: &SourceEntry) -> Result<File, SourceError> {
-    open_found(&entry.local, entry.id)
+    open_data(&entry.local, entry.data.as_ref())
 }
 
-/// Opens the file at `path` and checks it is the one with identity `id`
-/// (device, inode) a walk found there.
-pub fn open_found(path: &Path, id: (u64, u64)) -> Result<File, SourceError> {
-    use std::os::unix::fs::MetadataExt;
-    let file = open_file(path)?;
-    let meta = file.metadata().map_err(|source| SourceError::Io {
-        path: path.display().to_string(),
+/// Opens the data of the local file shown as `local` (see [`open_local`]).
+pub fn open_data(local: &Path, data: Option<&LocalData>) -> Result<File, SourceError> {
+    let io = |source| SourceError::Io {
+        path: local.display().to_string(),
         source,
+    };
+    let data = data.ok_or_else(|| {
+        io(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            "not a regular file",
+        ))
     })?;
-    if (meta.dev(), meta.ino()) != id || !meta.is_file() {
-        return Err(SourceError::Io {
-            path: path.display().to_string(),
-            source: std::io::Error::other(
-                "it changed since it was listed (a directory on its path swapped for a symlink?): not sent",
-            ),
-        });
-    }
-    Ok(file)
-}
-
-/// Opens the local file at `path` for reading, never through a symlink at
-/// its last component, and without waiting on a FIFO put there.
-pub fn open_file(path: &Path) -> Result<File, SourceError> {
-    File::options()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(path)
-        .map_err(|source| SourceError::Io {
-            path: path.display().to_string(),
-            source,
-        })
+    data.open().map_err(io)
 }
 
 #[cfg(test)]
@@ -625,7 +634,7 @@ mod swap_tests {
     use super::*;
 
     #[test]
-    fn a_file_reached_through_a_directory_swapped_since_the_walk_is_not_read() {
+    fn a_directory_swapped_since_the_walk_never_leads_the_open_elsewhere() {
         let tmp = tempfile::tempdir().unwrap();
         let d = tmp.path();
         std::fs::create_dir_all(d.join("tree/sub")).unwrap();
@@ -638,10 +647,12 @@ mod swap_tests {
             .map(|e| e.unwrap())
             .find(|e| e.entry.path == "tree/sub/f")
             .unwrap();
-        // After the walk, `sub` becomes a symlink to a look-alike elsewhere.
+        // After the walk, `sub` becomes a symlink to a look-alike elsewhere:
+        // the open still finds the file the walk found, in its old directory.
         std::fs::rename(d.join("tree/sub"), d.join("tree/sub.old")).unwrap();
         std::os::unix::fs::symlink(d.join("secret"), d.join("tree/sub")).unwrap();
-        let e = open_local(&f).unwrap_err();
-        assert!(e.to_string().contains("changed since it was listed"), "{e}");
+        let mut got = String::new();
+        std::io::Read::read_to_string(&mut open_local(&f).unwrap(), &mut got).unwrap();
+        assert_eq!(got, "decoy");
     }
 }

@@ -147,7 +147,7 @@ fn send_jobs(src: SourceEntry, streams: u32, split_min: u64) -> Vec<SendJob> {
             first,
             end,
             group: Some(group.clone()),
-            source: Source::Path(src.local.clone(), src.id),
+            source: Source::Path(src.local.clone(), src.data.clone()),
         })
         .collect()
 }

@@ -17,9 +17,9 @@ pub use haul_session::{FetchGroup, FetchJob, Job, RangeGroup};
 /// source already open (beneath a serving node's root, a staging file).
 #[derive(Debug, Clone)]
 pub enum Source {
-    /// A local file of the client's own tree: its path, and the identity
-    /// (device, inode) the walk found there, which the file opened must have.
-    Path(std::path::PathBuf, (u64, u64)),
+    /// A local file of the client's own tree: its path (as errors show it)
+    /// and where the walk found its data.
+    Path(std::path::PathBuf, Option<haul_engine::source::LocalData>),
     /// An open source.
     Open(Arc<dyn ChunkSource>),
 }

@@ -211,9 +211,11 @@ impl Dir {
         Ok(File::from(fd))
     }
 
-    /// Opens file `name` for reading (a symlink there fails: `ELOOP`).
+    /// Opens file `name` for reading (a symlink there fails: `ELOOP`), never
+    /// waiting on a FIFO put there.
     pub fn open_read(&self, name: impl AsRef<OsStr>) -> io::Result<File> {
-        self.open_flags(name.as_ref(), OFlags::RDONLY | OFlags::NOCTTY, 0)
+        let flags = OFlags::RDONLY | OFlags::NOCTTY | OFlags::NONBLOCK;
+        self.open_flags(name.as_ref(), flags, 0)
     }
 
     /// Opens the regular file `name` for reading, with what it is: a symlink

@@ -9,6 +9,7 @@
 use std::ffi::OsString;
 use std::io;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use crate::{Dir, Meta, MAX_DEPTH};
 
@@ -21,6 +22,11 @@ pub struct Entry {
     pub meta: Meta,
     /// For a symlink, its target.
     pub link: Option<OsString>,
+    /// The directory it is in, held: its data is opened from there by
+    /// `name`, never by a path that could lead elsewhere since the walk.
+    pub parent: Arc<Dir>,
+    /// Its name in `parent`.
+    pub name: OsString,
 }
 
 /// An entry that could not be read; the walk goes on with the next.
@@ -34,7 +40,7 @@ pub struct Error {
 }
 
 struct Frame {
-    dir: Dir,
+    dir: Arc<Dir>,
     names: std::vec::IntoIter<OsString>,
     rel: PathBuf,
 }
@@ -60,7 +66,7 @@ impl Walk {
         };
         match dir.names() {
             Ok(names) => walk.stack.push(Frame {
-                dir,
+                dir: Arc::new(dir),
                 names: names.into_iter(),
                 rel: PathBuf::new(),
             }),
@@ -94,7 +100,7 @@ impl Walk {
         }
         match top.dir.subdir(name).and_then(|d| d.names().map(|n| (d, n))) {
             Ok((dir, names)) => self.stack.push(Frame {
-                dir,
+                dir: Arc::new(dir),
                 names: names.into_iter(),
                 rel: rel.to_path_buf(),
             }),
@@ -135,13 +141,20 @@ impl Iterator for Walk {
                     Err(source) => return Some(Err(Error { rel, source })),
                 }
             }
+            let parent = top.dir.clone();
             if meta.is_dir() {
                 if self.prune.as_mut().is_some_and(|p| p(&rel)) {
                     continue;
                 }
                 self.descend(&name, &rel);
             }
-            return Some(Ok(Entry { rel, meta, link }));
+            return Some(Ok(Entry {
+                rel,
+                meta,
+                link,
+                parent,
+                name,
+            }));
         }
     }
 }

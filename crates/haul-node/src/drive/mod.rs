@@ -109,6 +109,6 @@ pub fn local_job(src: SourceEntry) -> SendJob {
         first: 0,
         end,
         group: None,
-        source: Source::Path(src.local, src.id),
+        source: Source::Path(src.local, src.data),
     }
 }

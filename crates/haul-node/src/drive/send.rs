@@ -261,16 +261,18 @@ impl Driver {
             let source: Option<Arc<dyn ChunkSource>> = match &job.source {
                 _ if job.entry.kind != haul_proto::EntryKind::File => None,
                 Source::Open(src) => Some(src.clone()),
-                Source::Path(path, id) => match haul_engine::source::open_found(path, *id) {
-                    Ok(f) => Some(Arc::new(LocalFile(f))),
-                    Err(e) => {
-                        observer.event(&Event::FileError {
-                            path: job.entry.path.clone(),
-                            error: e.to_string(),
-                        });
-                        return;
+                Source::Path(path, data) => {
+                    match haul_engine::source::open_data(path, data.as_ref()) {
+                        Ok(f) => Some(Arc::new(LocalFile(f))),
+                        Err(e) => {
+                            observer.event(&Event::FileError {
+                                path: job.entry.path.clone(),
+                                error: e.to_string(),
+                            });
+                            return;
+                        }
                     }
-                },
+                }
             };
             let entry = job.entry.clone();
             let shown = match &job.source {
