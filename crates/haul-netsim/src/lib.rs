@@ -10,9 +10,12 @@
 //! - [`pair`]: a sender and a receiver session over two such streams, with
 //!   in-memory files, driven in simulated time (as `quinn-proto`'s test
 //!   `Pair`): a 1 s delay costs nothing but arithmetic.
+//! - [`fanout`]: a relay plan at piece level, nodes dying, the client's
+//!   re-routing (`haul_plan::Routing`): 1,000 nodes in well under a second.
 
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
+pub mod fanout;
 pub mod link;
 pub mod memfs;
 pub mod packet;

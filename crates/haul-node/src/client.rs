@@ -74,11 +74,21 @@ impl Default for ClientOptions {
     }
 }
 
-async fn open_session(
+pub(crate) async fn open_session(
     addr: &str,
     opts: &ClientOptions,
     request: Request,
 ) -> Result<Connection, NodeError> {
+    Ok(open_keyed(addr, opts, request).await?.0)
+}
+
+/// [`open_session`], also returning the fingerprint of the key the node
+/// presented (`None` in plaintext).
+pub(crate) async fn open_keyed(
+    addr: &str,
+    opts: &ClientOptions,
+    request: Request,
+) -> Result<(Connection, Option<String>), NodeError> {
     let ((mut r, mut w), key) = connect(addr, &opts.security, opts.timeouts, opts.tuning).await?;
     match &key {
         Some(k) => tracing::info!(
@@ -116,7 +126,7 @@ async fn open_session(
         }
     }
     match answer {
-        Message::Welcome { .. } => Ok((r, w)),
+        Message::Welcome { .. } => Ok(((r, w), key.map(|k| k.fingerprint))),
         Message::Refused { code, message } => Err(NodeError::Refused { code, message }),
         other => Err(NodeError::Protocol(format!(
             "expected Welcome, got {other:?}"
@@ -152,10 +162,15 @@ fn send_jobs(src: SourceEntry, streams: u32, split_min: u64) -> Vec<SendJob> {
         .collect()
 }
 
-fn send_queue(
+/// The send jobs of `sources`, walked lazily. For a fan-out `depth` hops
+/// deep, files use the smaller chunks [`haul_plan::piece_size`] gives (a
+/// relay forwards a chunk once it verified it: the chunk is the latency
+/// each hop adds).
+pub(crate) fn send_queue(
     sources: &[String],
     opts: &ClientOptions,
     tally: &Arc<Tally>,
+    fanout: Option<usize>,
 ) -> Result<Arc<WorkQueue<SendJob>>, NodeError> {
     let mut iters: Vec<EntryIter> = Vec::new();
     for s in sources {
@@ -168,7 +183,12 @@ fn send_queue(
         .into_iter()
         .flatten()
         .flat_map(move |item| match item {
-            Ok(src) => send_jobs(src, streams, split_min),
+            Ok(mut src) => {
+                if let (Some(depth), EntryKind::File) = (fanout, &src.entry.kind) {
+                    src.entry.chunk_size = haul_plan::piece_size(src.entry.size, depth);
+                }
+                send_jobs(src, streams, split_min)
+            }
             Err(e) if e.is_skip() => {
                 observer.event(&Event::Warning {
                     message: e.to_string(),
@@ -216,47 +236,76 @@ pub async fn push(
     let dest = remote.path.trim_matches('/').to_owned();
     haul_proto::validate_rel_path(&dest).map_err(|e| NodeError::Usage(e.to_string()))?;
     let tally = Tally::new(observer);
-    let queue = send_queue(sources, opts, &tally)?;
+    let queue = send_queue(sources, opts, &tally, None)?;
     // Fail fast on a wrong address, token or key before spawning workers.
-    let first = open_session(&remote.addr, opts, Request::Push { dest: dest.clone() }).await?;
-    let mut first = Some(first);
+    let request = Request::Push { dest };
+    let first = open_session(&remote.addr, opts, request.clone()).await?;
+    let buffers = ChunkBuffers::new(opts.chunk_memory);
+    let (workers, err) = send_all(
+        &queue,
+        &remote.addr,
+        request,
+        Some(first),
+        opts,
+        &tally,
+        buffers,
+    )
+    .await;
+    fail_leftovers(&queue, &tally, &err, |j| j.entry.path.clone());
+    finish(&tally, started, workers, err)
+}
+
+/// Sends every job of `queue` to `addr` over a pool of connections
+/// (`first` already open) asking `request`, with retries; returns how many
+/// connections ran and the error that stopped them, if any.
+pub(crate) async fn send_all(
+    queue: &Arc<WorkQueue<SendJob>>,
+    addr: &str,
+    request: Request,
+    first: Option<Connection>,
+    opts: &ClientOptions,
+    tally: &Arc<Tally>,
+    buffers: Arc<ChunkBuffers>,
+) -> (u32, Option<NodeError>) {
+    let mut first = first;
     let ctx = SenderCtx {
         observer: tally.clone(),
         window: opts.window,
         max_retries: opts.max_retries,
         idle: opts.timeouts.idle,
         chunk_work: opts.chunk_work,
-        buffers: ChunkBuffers::new(opts.chunk_memory),
+        buffers,
     };
     let retire = || queue.retire_one();
-    let (workers, err) = run_pool(opts.jobs, &tally, &retire, || {
-        let (queue, tally, opts, ctx, addr, dest) = (
+    run_pool(opts.jobs, tally, &retire, || {
+        let (queue, tally, opts, ctx, addr, request) = (
             queue.clone(),
             tally.clone(),
             opts.clone(),
             ctx.clone(),
-            remote.addr.clone(),
-            dest.clone(),
+            addr.to_owned(),
+            request.clone(),
         );
         let mut ready = first.take();
         async move {
             with_retries(&queue, &tally, &opts, || {
                 let conn = ready.take();
-                let (queue, tally, opts, ctx, addr, dest) = (
+                let (queue, tally, opts, ctx, addr, request) = (
                     queue.clone(),
                     tally.clone(),
                     opts.clone(),
                     ctx.clone(),
                     addr.clone(),
-                    dest.clone(),
+                    request.clone(),
                 );
                 async move {
                     let (r, w) = match conn {
                         Some(c) => c,
                         // No connection for a queue with nothing left to take
-                        // (one small file needs one connection, not four).
-                        None if !queue.has_waiting() => return Ok(()),
-                        None => open_session(&addr, &opts, Request::Push { dest })
+                        // (one small file needs one connection, not four);
+                        // an open queue (a relay's) may still get jobs.
+                        None if !queue.has_waiting() && queue.is_drained() => return Ok(()),
+                        None => open_session(&addr, &opts, request)
                             .await
                             .map_err(|e| (e, Vec::new()))?,
                     };
@@ -269,9 +318,7 @@ pub async fn push(
             .await
         }
     })
-    .await;
-    fail_leftovers(&queue, &tally, &err, |j| j.entry.path.clone());
-    finish(&tally, started, workers, err)
+    .await
 }
 
 fn finish(
@@ -333,6 +380,7 @@ pub async fn pull(
         idle: opts.timeouts.idle,
         chunk_work: opts.chunk_work,
         buffers: ChunkBuffers::new(opts.chunk_memory),
+        relay: None,
     };
     let retire = || queue.retire_one();
     let (workers, mut err) = run_pool(opts.jobs, &tally, &retire, || {
@@ -502,7 +550,7 @@ pub async fn copy_local(
     let started = Instant::now();
     check_dest_dir(dest)?;
     let tally = Tally::new(observer);
-    let queue = send_queue(sources, opts, &tally)?;
+    let queue = send_queue(sources, opts, &tally, None)?;
     let destination = Destination::open(dest)?;
     destination.apply_dir_metadata_at_end();
     let sctx = SenderCtx {
@@ -523,6 +571,7 @@ pub async fn copy_local(
         // Its own pool: a sender holding buffers while it waits for this
         // receiver must never leave it without one.
         buffers: ChunkBuffers::new(opts.chunk_memory),
+        relay: None,
     };
     let timeouts: Timeouts = opts.timeouts;
     let retire = || queue.retire_one();

@@ -22,6 +22,15 @@ pub enum Source {
     Path(std::path::PathBuf, Option<haul_engine::source::LocalData>),
     /// An open source.
     Open(Arc<dyn ChunkSource>),
+    /// A source found when the file is offered (a relay's entry: the staging
+    /// file while it is received, the delivered file after).
+    Lazy(Arc<dyn OpenSource>),
+}
+
+/// Finds the source of an entry when it is offered.
+pub trait OpenSource: Send + Sync + std::fmt::Debug {
+    /// The source of `entry`'s bytes.
+    fn open(&self, entry: &haul_proto::Entry) -> std::io::Result<Arc<dyn ChunkSource>>;
 }
 
 /// What a sending connection transfers (see [`haul_session::SendJob`]).

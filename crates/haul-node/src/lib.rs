@@ -10,21 +10,26 @@
 //!   connections (`-j`, `--streams`, `auto`) and retries.
 //! - [`jobs`]: the work queues those pools share.
 //! - [`buffers`]: chunk buffers under one memory budget per process.
+//! - [`relay`]: fan-out on a node: tickets, the entries of a transfer, the
+//!   forwards that relay them downstream.
 
 pub mod buffers;
 mod chunk_work;
 pub mod client;
 pub mod drive;
 pub mod error;
+pub mod fanout;
 pub mod jobs;
 pub mod node_url;
 mod pool;
+pub mod relay;
 pub mod server;
 
 pub use buffers::ChunkBuffers;
 pub use chunk_work::ChunkWork;
 pub use client::{copy_local, pull, push, ClientOptions, DEFAULT_WINDOW};
 pub use error::NodeError;
+pub use fanout::{push_fanout, FanoutOptions, FanoutSummary, NodeReport};
 pub use haul_session::concurrency::Concurrency;
 pub use haul_session::summary::{self, Summary};
 pub use node_url::NodeUrl;

@@ -79,7 +79,7 @@ where
 pub(crate) async fn run_pool<F, Fut>(
     jobs: Concurrency,
     tally: &Tally,
-    retire: &dyn Fn(),
+    retire: &(dyn Fn() + Sync),
     mut spawn: F,
 ) -> (u32, Option<NodeError>)
 where

@@ -10,17 +10,24 @@ use std::time::Duration;
 
 use haul_engine::haul_root::ResolveError;
 use haul_engine::{Destination, LocalTree, Source};
-use haul_proto::{ErrorCode, Message, Request, PROTOCOL_VERSION};
+use haul_proto::{ErrorCode, Message, RelayTarget, Request, Ticket, PROTOCOL_VERSION};
 use haul_session::peer_text::without_root;
 use haul_session::{Event, Observer};
-use haul_transport::{Accepted, Listener, MessageReader, MessageWriter, Timeouts};
+use haul_transport::{
+    Accepted, KnownHosts, Listener, MessageReader, MessageWriter, Security, Timeouts,
+};
 use tokio::task::JoinSet;
 
 use crate::buffers::ChunkBuffers;
 use crate::chunk_work::ChunkWork;
 use crate::drive::receive::{run_receiver, ReceiverCtx};
 use crate::drive::send::{run_sender, JobFeed, SenderCtx};
-use crate::NodeError;
+use crate::jobs::{SendJob, WorkQueue};
+use crate::relay::{ForwardLog, Relays, Transfer};
+use crate::{ClientOptions, Concurrency, NodeError};
+
+/// Most downstream nodes one relay forwards to.
+pub const MAX_FORWARDS: usize = 64;
 
 /// How a node serves.
 #[derive(Debug, Clone)]
@@ -46,6 +53,7 @@ pub struct Server {
     opts: ServeOptions,
     dest: Arc<Destination>,
     buffers: Arc<ChunkBuffers>,
+    relays: Arc<Relays>,
 }
 
 struct LogObserver;
@@ -77,6 +85,7 @@ impl Server {
             opts,
             dest,
             buffers,
+            relays: Relays::new(),
         }))
     }
 
@@ -153,7 +162,9 @@ impl Server {
             let msg = format!("protocol version {version} is not supported (this node speaks {PROTOCOL_VERSION}); upgrade the older side");
             return refuse(&mut writer, ErrorCode::Version, msg).await;
         }
-        if !self.opts.tokens.is_empty() && !token_matches(&token, &self.opts.tokens) {
+        // A relayed push presents the transfer's ticket instead of a token.
+        let relayed = matches!(request, Request::Relayed { .. });
+        if !relayed && !self.opts.tokens.is_empty() && !token_matches(&token, &self.opts.tokens) {
             tracing::warn!("refused a client with a wrong or missing token");
             let msg = "wrong or missing token: pass --token, HAUL_TOKEN or --token-file with the node's token".into();
             return refuse(&mut writer, ErrorCode::Unauthorized, msg).await;
@@ -176,11 +187,19 @@ impl Server {
                     idle: t.idle,
                     chunk_work: ChunkWork::for_this_machine(),
                     buffers: self.buffers.clone(),
+                    relay: None,
                 };
                 run_receiver(reader, writer, None, ctx)
                     .await
                     .map_err(|i| i.error)
             }
+            Request::Admit { dest } => {
+                if let Err(e) = haul_proto::validate_rel_path(&dest) {
+                    return refuse(&mut writer, ErrorCode::BadPath, e.to_string()).await;
+                }
+                self.admit(reader, writer, dest).await
+            }
+            Request::Relayed { ticket } => self.relayed(reader, writer, &ticket).await,
             Request::List { path } => self.list(reader, writer, &path).await,
             Request::Fetch => {
                 writer
@@ -204,6 +223,173 @@ impl Server {
                     .map_err(|i| i.error)
             }
         }
+    }
+
+    /// A fan-out control connection: issues the ticket, starts the
+    /// forwards the client names, reports when this node's part is done.
+    /// The ticket dies with the connection.
+    async fn admit(
+        &self,
+        mut reader: Box<dyn MessageReader>,
+        mut writer: Box<dyn MessageWriter>,
+        dest: String,
+    ) -> Result<(), NodeError> {
+        let observer = Arc::new(LogObserver);
+        let (ticket, transfer) = self
+            .relays
+            .admit(dest, self.dest.clone(), observer)
+            .map_err(|e| NodeError::Internal(format!("no random bytes for a ticket: {e}")))?;
+        writer
+            .send(&Message::Welcome {
+                version: PROTOCOL_VERSION,
+            })
+            .await?;
+        writer.send(&Message::Ticket { ticket }).await?;
+        tracing::info!("admitted to a fan-out into {:?}", transfer.dest);
+        let result = self.control(&mut reader, &mut writer, &transfer).await;
+        self.relays.revoke(&ticket);
+        result
+    }
+
+    async fn control(
+        &self,
+        reader: &mut Box<dyn MessageReader>,
+        writer: &mut Box<dyn MessageWriter>,
+        transfer: &Arc<Transfer>,
+    ) -> Result<(), NodeError> {
+        let started = std::time::Instant::now();
+        // Progress at most once a second (keepalives when nothing moved).
+        let tick = (self.opts.timeouts.idle / 3).min(Duration::from_secs(1));
+        let mut next_tick = tokio::time::Instant::now() + tick;
+        let mut last_moved = 0;
+        let mut reported = false;
+        loop {
+            let changed = transfer.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            if !reported {
+                if let Some((failures, lost)) = transfer.finished() {
+                    let s = transfer.tally.finish(started.elapsed(), 0);
+                    writer
+                        .send(&Message::Report {
+                            ok: s.entries_ok,
+                            failed: s.failed,
+                            bytes: s.bytes_transferred,
+                            message: failures,
+                            lost,
+                        })
+                        .await?;
+                    reported = true;
+                }
+            }
+            tokio::select! {
+                msg = reader.recv() => match msg? {
+                    Message::Forward { targets } if targets.len() <= MAX_FORWARDS => {
+                        // New children: a report again once they are served.
+                        self.forward(transfer, targets);
+                        reported = false;
+                    }
+                    Message::Forward { targets } => {
+                        let msg = format!("{} forwards asked; at most {MAX_FORWARDS}", targets.len());
+                        return refuse(writer, ErrorCode::Protocol, msg).await;
+                    }
+                    Message::KeepAlive => {}
+                    Message::Bye => return Ok(()),
+                    other => {
+                        let msg = format!("unexpected {other:?} on a fan-out control connection");
+                        return refuse(writer, ErrorCode::Protocol, msg).await;
+                    }
+                },
+                () = &mut changed => {}
+                () = tokio::time::sleep_until(next_tick) => {
+                    next_tick = tokio::time::Instant::now() + tick;
+                    let moved = transfer.tally.moved();
+                    if moved != last_moved && !reported {
+                        last_moved = moved;
+                        let entries = transfer.tally.entries_ok();
+                        writer.send(&Message::Progress { bytes: moved, entries }).await?;
+                    } else {
+                        writer.send(&Message::KeepAlive).await?;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Starts (or re-routes) this node's forwards: one sending pool per
+    /// target, its TLS key pinned to what the client saw, the target's
+    /// ticket as the credential.
+    fn forward(&self, transfer: &Arc<Transfer>, targets: Vec<RelayTarget>) {
+        let t = self.opts.timeouts;
+        let base = ClientOptions {
+            token: String::new(),
+            timeouts: t,
+            jobs: Concurrency::Fixed(1),
+            streams: 1,
+            window: self.opts.window,
+            max_retries: self.opts.max_retries,
+            chunk_memory: self.opts.chunk_memory,
+            ..ClientOptions::default()
+        };
+        let buffers = self.buffers.clone();
+        let me = transfer.clone();
+        transfer.forward(targets, move |target, queue| {
+            let security = if target.fingerprint.is_empty() {
+                Security::Plaintext
+            } else {
+                Security::Tls {
+                    fingerprint: Some(target.fingerprint.clone()),
+                    known_hosts: KnownHosts::default_file(),
+                }
+            };
+            let opts = ClientOptions {
+                security,
+                ..base.clone()
+            };
+            let (buffers, transfer) = (buffers.clone(), me.clone());
+            tokio::spawn(async move {
+                let error = run_forward(&target, queue, &opts, buffers).await;
+                if let Some(e) = &error {
+                    tracing::warn!("forward to {} failed: {e}", target.addr);
+                }
+                transfer.forward_ended(&target.addr, error);
+            })
+        });
+    }
+
+    /// A push into a fan-out transfer, authenticated by its ticket; what
+    /// it stages is relayed.
+    async fn relayed(
+        &self,
+        reader: Box<dyn MessageReader>,
+        mut writer: Box<dyn MessageWriter>,
+        ticket: &Ticket,
+    ) -> Result<(), NodeError> {
+        let Some(transfer) = self.relays.get(ticket) else {
+            tracing::warn!("refused a relayed push with an unknown or expired ticket");
+            let msg = "unknown or expired relay ticket: a ticket is valid only on the node that issued it, while its fan-out runs".into();
+            return refuse(&mut writer, ErrorCode::Unauthorized, msg).await;
+        };
+        writer
+            .send(&Message::Welcome {
+                version: PROTOCOL_VERSION,
+            })
+            .await?;
+        let t = self.opts.timeouts;
+        let ctx = ReceiverCtx {
+            observer: transfer.tally.clone(),
+            dest: self.dest.clone(),
+            prefix: transfer.dest.clone(),
+            window: self.opts.window,
+            idle: t.idle,
+            chunk_work: ChunkWork::for_this_machine(),
+            buffers: self.buffers.clone(),
+            relay: Some(transfer.clone()),
+        };
+        transfer.upstream_started();
+        let result = run_receiver(reader, writer, None, ctx).await;
+        transfer.upstream_ended(result.is_ok());
+        result.map_err(|i| i.error)
     }
 
     /// Streams the listing of `path`, then `Bye`.
@@ -288,4 +474,26 @@ async fn refuse(
         .await?;
     let _ = writer.close().await;
     Err(NodeError::Refused { code, message })
+}
+
+/// Sends a forward's queue to its target until the queue is drained (the
+/// upstream said `Bye` and every entry went); the error it gave up with.
+async fn run_forward(
+    target: &RelayTarget,
+    queue: Arc<WorkQueue<SendJob>>,
+    opts: &ClientOptions,
+    buffers: Arc<ChunkBuffers>,
+) -> Option<String> {
+    let tally = haul_session::summary::Tally::new(Arc::new(ForwardLog(target.addr.clone())));
+    let request = Request::Relayed {
+        ticket: target.ticket,
+    };
+    let (_, err) =
+        crate::client::send_all(&queue, &target.addr, request, None, opts, &tally, buffers).await;
+    let summary = tally.finish(Duration::ZERO, 0);
+    match err {
+        Some(e) => Some(e.to_string()),
+        None if summary.failed > 0 => Some(format!("{} entries failed", summary.failed)),
+        None => None,
+    }
 }

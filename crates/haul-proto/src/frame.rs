@@ -3,7 +3,9 @@
 //! [`decode_frame`] never allocates more than the frame it was given, and
 //! rejects any length above its limit before looking further.
 
-use crate::message::{ChunkHeader, Digest, Entry, EntryKind, ErrorCode, Message, Request};
+use crate::message::{
+    ChunkHeader, Digest, Entry, EntryKind, ErrorCode, Message, RelayTarget, Request,
+};
 
 /// Largest frame body accepted (kind byte included).
 pub const MAX_FRAME_LEN: u32 = 4 << 20;
@@ -54,7 +56,14 @@ mod kind {
     pub const WANT: u8 = 15;
     pub const RELEASE: u8 = 16;
     pub const KEEPALIVE: u8 = 17;
+    pub const TICKET: u8 = 18;
+    pub const FORWARD: u8 = 19;
+    pub const REPORT: u8 = 20;
+    pub const PROGRESS: u8 = 21;
 }
+
+/// Fewest bytes one encoded [`RelayTarget`] takes (two empty strings and a ticket).
+const TARGET_MIN: usize = 4 + 4 + 32;
 
 /// Appends the frame for `msg` to `out`.
 pub fn encode(msg: &Message, out: &mut Vec<u8>) {
@@ -80,6 +89,14 @@ pub fn encode(msg: &Message, out: &mut Vec<u8>) {
                     w.str(path);
                 }
                 Request::Fetch => w.u8(3),
+                Request::Admit { dest } => {
+                    w.u8(4);
+                    w.str(dest);
+                }
+                Request::Relayed { ticket } => {
+                    w.u8(5);
+                    w.0.extend_from_slice(ticket);
+                }
             }
         }
         Message::Welcome { version } => {
@@ -166,6 +183,41 @@ pub fn encode(msg: &Message, out: &mut Vec<u8>) {
         }
         Message::Bye => w.u8(kind::BYE),
         Message::KeepAlive => w.u8(kind::KEEPALIVE),
+        Message::Ticket { ticket } => {
+            w.u8(kind::TICKET);
+            w.0.extend_from_slice(ticket);
+        }
+        Message::Forward { targets } => {
+            w.u8(kind::FORWARD);
+            w.u32(targets.len() as u32);
+            for t in targets {
+                w.str(&t.addr);
+                w.str(&t.fingerprint);
+                w.0.extend_from_slice(&t.ticket);
+            }
+        }
+        Message::Progress { bytes, entries } => {
+            w.u8(kind::PROGRESS);
+            w.u64(*bytes);
+            w.u64(*entries);
+        }
+        Message::Report {
+            ok,
+            failed,
+            bytes,
+            message,
+            lost,
+        } => {
+            w.u8(kind::REPORT);
+            w.u64(*ok);
+            w.u64(*failed);
+            w.u64(*bytes);
+            w.str(message);
+            w.u32(lost.len() as u32);
+            for addr in lost {
+                w.str(addr);
+            }
+        }
         Message::Listing { entry } => {
             w.u8(kind::LISTING);
             w.entry(entry);
@@ -218,6 +270,10 @@ fn decode_body(body: &[u8]) -> Result<Message, DecodeError> {
                 1 => Request::Push { dest: r.str()? },
                 2 => Request::List { path: r.str()? },
                 3 => Request::Fetch,
+                4 => Request::Admit { dest: r.str()? },
+                5 => Request::Relayed {
+                    ticket: r.digest()?,
+                },
                 _ => return Err(DecodeError::Malformed(name)),
             };
             Message::Hello {
@@ -285,6 +341,40 @@ fn decode_body(body: &[u8]) -> Result<Message, DecodeError> {
         },
         kind::BYE => Message::Bye,
         kind::KEEPALIVE => Message::KeepAlive,
+        kind::TICKET => Message::Ticket {
+            ticket: r.digest()?,
+        },
+        kind::FORWARD => {
+            let n = r.count(TARGET_MIN)?;
+            let mut targets = Vec::with_capacity(n);
+            for _ in 0..n {
+                targets.push(RelayTarget {
+                    addr: r.str()?,
+                    fingerprint: r.str()?,
+                    ticket: r.digest()?,
+                });
+            }
+            Message::Forward { targets }
+        }
+        kind::PROGRESS => Message::Progress {
+            bytes: r.u64()?,
+            entries: r.u64()?,
+        },
+        kind::REPORT => {
+            let (ok, failed, bytes, message) = (r.u64()?, r.u64()?, r.u64()?, r.str()?);
+            let n = r.count(4)?;
+            let mut lost = Vec::with_capacity(n);
+            for _ in 0..n {
+                lost.push(r.str()?);
+            }
+            Message::Report {
+                ok,
+                failed,
+                bytes,
+                message,
+                lost,
+            }
+        }
         kind::LISTING => Message::Listing { entry: r.entry()? },
         kind::WANT => Message::Want {
             id: r.u32()?,
@@ -320,6 +410,10 @@ fn kind_name(k: u8) -> Result<&'static str, DecodeError> {
         kind::WANT => "Want",
         kind::RELEASE => "Release",
         kind::KEEPALIVE => "KeepAlive",
+        kind::TICKET => "Ticket",
+        kind::FORWARD => "Forward",
+        kind::REPORT => "Report",
+        kind::PROGRESS => "Progress",
         other => return Err(DecodeError::UnknownKind(other)),
     })
 }

@@ -74,6 +74,21 @@
 //! pushing sender sends `Commit` itself once all its ranges are clean) and
 //! sends `Release{id}` for the other ranges, so the peer can forget them.
 //!
+//! ## Fan-out
+//! ```text
+//! client → every node (control, token-authenticated):
+//!   Hello{.., Admit{dest}} ->
+//!                          <- Welcome, Ticket{ticket}      (valid while this connection lives)
+//!   Forward{[(addr, fingerprint, ticket)...]} ->           (the node's children in the plan)
+//!                          <- KeepAlive, Progress{bytes, entries} ... Report{ok, failed, bytes, message, lost}
+//!   Bye ->                                                 (the ticket is revoked)
+//! client → its children, relay → its children (data, TLS pinned to the fingerprint):
+//!   Hello{token "", Relayed{ticket}} -> then the push flow above
+//! ```
+//! A relay offers downstream each entry it was offered, as soon as it has
+//! staged it, and sends each chunk only after it verified it (its staging
+//! file is the source); it sends `Bye` downstream after its upstream did.
+//!
 //! A side busy for long (re-verifying a large partial file, hashing a whole
 //! file, syncing a batch) sends `KeepAlive` every third of the idle timeout,
 //! so the other side's timeouts catch only real silence.
@@ -88,7 +103,8 @@ pub mod path;
 
 pub use frame::{decode_frame, encode, DecodeError, Decoded, MAX_FRAME_LEN};
 pub use message::{
-    ChunkHeader, Digest, Entry, EntryKind, ErrorCode, Message, Request, PROTOCOL_VERSION,
+    ChunkHeader, Digest, Entry, EntryKind, ErrorCode, Message, RelayTarget, Request, Ticket,
+    PROTOCOL_VERSION,
 };
 pub use path::{
     check_entry_path, is_state_dir, symlink_target_refused_anywhere, validate_entry_path,

@@ -4,7 +4,13 @@
 ///
 /// Version 2: `RangeEnd` counts the chunks sent in its round, so chunks may
 /// arrive in any order (a transport may carry each on its own stream).
-pub const PROTOCOL_VERSION: u16 = 2;
+/// Version 3: fan-out (`Admit`, `Relayed`, `Ticket`, `Forward`, `Report`).
+pub const PROTOCOL_VERSION: u16 = 3;
+
+/// A credential one node issues for one fan-out transfer: whoever presents
+/// it may push into that transfer's destination, while the client that
+/// asked for it stays connected. 32 random bytes.
+pub type Ticket = [u8; 32];
 
 /// A 32-byte BLAKE3 hash or chaining value.
 pub type Digest = [u8; 32];
@@ -25,6 +31,34 @@ pub enum Request {
     },
     /// The client will ask for files with [`Message::Want`]; the server is the sender.
     Fetch,
+    /// Fan-out control: the client admits this node to a transfer into
+    /// `dest`. The node answers `Welcome`, then [`Message::Ticket`]; the
+    /// client may then send [`Message::Forward`]s; the node sends
+    /// [`Message::Report`] when its part is done. The ticket lives as long
+    /// as this connection.
+    Admit {
+        /// Destination directory under the server root.
+        dest: String,
+    },
+    /// Fan-out data: a push into the destination of the transfer that
+    /// issued `ticket` (the Hello's token is empty: a node's token never
+    /// travels to another node).
+    Relayed {
+        /// The ticket the node issued for this transfer.
+        ticket: Ticket,
+    },
+}
+
+/// A node a relay forwards to, as the client tells it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RelayTarget {
+    /// `host:port` of the downstream node.
+    pub addr: String,
+    /// The downstream's TLS key fingerprint the relay must see (empty:
+    /// plaintext, only when the client itself pushes in plaintext).
+    pub fingerprint: String,
+    /// The ticket the downstream issued for this transfer.
+    pub ticket: Ticket,
 }
 
 /// Kind of a tree entry.
@@ -272,6 +306,41 @@ pub enum Message {
     },
     /// No more offers (from the sender) / all done (from the receiver).
     Bye,
+    /// Fan-out control, node → client: the ticket of this transfer.
+    Ticket {
+        /// The credential (see [`Ticket`]).
+        ticket: Ticket,
+    },
+    /// Fan-out control, client → node: the nodes this node forwards every
+    /// entry of the transfer to (replacing the previous list: a re-route
+    /// after a node failed). Each new target gets the whole transfer.
+    Forward {
+        /// Downstream nodes.
+        targets: Vec<RelayTarget>,
+    },
+    /// Fan-out control, node → client, about once a second while data
+    /// arrives: how far this node got.
+    Progress {
+        /// Payload bytes received so far.
+        bytes: u64,
+        /// Entries delivered so far.
+        entries: u64,
+    },
+    /// Fan-out control, node → client: this node's part is done (its
+    /// upstream said `Bye` and its forwards ended).
+    Report {
+        /// Entries delivered and verified (or already identical) here.
+        ok: u64,
+        /// Entries that failed here.
+        failed: u64,
+        /// Payload bytes received.
+        bytes: u64,
+        /// Forwards that failed, and why (empty when all went well).
+        message: String,
+        /// Addresses of the forwards that gave up (the client re-routes
+        /// past them).
+        lost: Vec<String>,
+    },
     /// Either side, while busy for a long time (re-verifying a large partial
     /// file, hashing a whole file, syncing a batch): "still here". Ignored.
     KeepAlive,

@@ -47,6 +47,25 @@ pub enum Event {
         /// The message.
         message: String,
     },
+    /// Fan-out: what one destination received so far (it reports about
+    /// once a second).
+    NodeProgress {
+        /// The destination (`haul://HOST:PORT/DEST`).
+        node: String,
+        /// Payload bytes it received.
+        bytes: u64,
+        /// Bytes of the dataset.
+        total: u64,
+    },
+    /// Fan-out: a destination is done, or failed.
+    NodeDone {
+        /// The destination (`haul://HOST:PORT/DEST`).
+        node: String,
+        /// It holds everything.
+        ok: bool,
+        /// Why not, empty when ok.
+        error: String,
+    },
 }
 
 impl Event {

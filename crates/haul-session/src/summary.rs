@@ -109,6 +109,11 @@ impl Tally {
         self.moved.load(Ordering::Relaxed)
     }
 
+    /// Entries delivered (or found identical) so far.
+    pub fn entries_ok(&self) -> u64 {
+        self.summary.lock().map(|s| s.entries_ok).unwrap_or(0)
+    }
+
     /// The summary so far, with its wall time set. `connections` is how
     /// many were used at most, unless connections were counted
     /// ([`Tally::connection`]): then the most open at once.

@@ -140,12 +140,24 @@ pub struct TransferArgs {
 /// `haul push`.
 #[derive(Debug, Args)]
 #[command(
-    after_help = "Example:\n  haul push ./data haul://node:7878/incoming   # creates incoming/data/...\n  haul push ./data/ haul://node:7878/incoming  # the contents of data go into incoming/"
+    after_help = "Example:\n  haul push ./data haul://node:7878/incoming   # creates incoming/data/...\n  haul push ./data/ haul://node:7878/incoming  # the contents of data go into incoming/\n  haul push ./data haul://a:7878/in haul://b:7878/in haul://c:7878/in   # fan-out: a relays to b, b to c\n  haul push ./data --to-file nodes.txt --plan tree:4 -v                 # hundreds of nodes"
 )]
 pub struct PushArgs {
-    /// Local files or directories, then the haul://HOST:PORT/DEST URL.
-    #[arg(required = true, num_args = 2..)]
+    /// Local files or directories, then one or more haul://HOST:PORT/DEST
+    /// URLs (several: a fan-out, the nodes relaying to each other).
+    #[arg(required = true, num_args = 1..)]
     pub paths: Vec<String>,
+    /// More destinations: a file with one haul:// URL per line (`#` comments).
+    #[arg(long, value_name = "FILE")]
+    pub to_file: Option<PathBuf>,
+    /// Fan-out plan: `chain` (each node relays to the next), `tree`,
+    /// `tree:K` (K children per sender) or `auto` (the fastest by the model).
+    #[arg(long, default_value = "chain", value_name = "PLAN")]
+    pub plan: String,
+    /// A destination's upload rate, URL=RATE (bytes/s with K/M/G, or
+    /// 20mbit): slow uploaders become leaves of the plan (repeatable).
+    #[arg(long, value_name = "URL=RATE")]
+    pub rate: Vec<String>,
     /// Transfer settings.
     #[command(flatten)]
     pub transfer: TransferArgs,

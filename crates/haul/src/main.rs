@@ -4,6 +4,7 @@
 mod cli;
 mod config;
 mod demo;
+mod fanout;
 mod fetch;
 mod output;
 
@@ -223,8 +224,20 @@ fn report(mode: Mode, display: &Display, summary: &Summary) -> u8 {
 }
 
 async fn push(args: PushArgs, mode: Mode) -> Result<u8> {
-    let mut paths = args.paths;
-    let target = paths.pop().unwrap_or_default();
+    let (mut dests, mut paths): (Vec<String>, Vec<String>) = args
+        .paths
+        .iter()
+        .cloned()
+        .partition(|p| NodeUrl::is_remote(p));
+    if let Some(file) = &args.to_file {
+        dests.extend(usage(fanout::read_url_file(file))?);
+    }
+    if dests.len() > 1 || args.to_file.is_some() {
+        return fanout::push(paths, dests, &args, mode).await;
+    }
+    let target = dests
+        .pop()
+        .unwrap_or_else(|| paths.pop().unwrap_or_default());
     if !NodeUrl::is_remote(&target) {
         return Err(UsageError(format!("the last argument of push must be haul://HOST:PORT/DEST, not {target:?} (for a local copy use `haul pull SRC DEST`)")).into());
     }

@@ -50,6 +50,8 @@ struct Bars {
     multi: MultiProgress,
     total: ProgressBar,
     files: Mutex<HashMap<String, ProgressBar>>,
+    /// Fan-out: one bar per destination.
+    nodes: Mutex<HashMap<String, ProgressBar>>,
 }
 
 impl Display {
@@ -70,6 +72,7 @@ impl Display {
                 multi,
                 total,
                 files: Mutex::new(HashMap::new()),
+                nodes: Mutex::new(HashMap::new()),
             }
         });
         let now = std::time::Instant::now();
@@ -183,6 +186,35 @@ impl Display {
                 }
             }
             Event::Warning { message } => b.multi.suspend(|| eprintln!("warning: {message}")),
+            Event::NodeProgress { node, bytes, total } => {
+                let Ok(mut nodes) = b.nodes.lock() else {
+                    return;
+                };
+                let bar = nodes.entry(node.clone()).or_insert_with(|| {
+                    let bar = b.multi.add(ProgressBar::new(*total));
+                    bar.set_style(
+                        ProgressStyle::with_template(
+                            "{msg:<32} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} ETA {eta}",
+                        )
+                        .unwrap_or_else(|_| ProgressStyle::default_bar())
+                        .progress_chars("=> "),
+                    );
+                    bar.set_message(node.clone());
+                    bar
+                });
+                bar.set_length((*total).max(*bytes));
+                bar.set_position(*bytes);
+            }
+            Event::NodeDone { node, ok, error } => {
+                if let Ok(mut nodes) = b.nodes.lock() {
+                    if let Some(bar) = nodes.remove(node) {
+                        bar.finish_and_clear();
+                    }
+                }
+                if !ok {
+                    b.multi.suspend(|| eprintln!("failed: {node}: {error}"));
+                }
+            }
         }
     }
 }

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use haul_engine::{
     ChunkSink, Destination, PartialFile, Prepared as Staged, ReceiveError, VerifiedChunk,
 };
-use haul_proto::{ChunkHeader, Digest, ErrorCode, Message};
+use haul_proto::{ChunkHeader, Digest, Entry, ErrorCode, Message};
 use haul_session::{
     ChunkAction, ChunkOutcome, FetchJob, FileId, Observer, Prepared, Receiver, ReceiverIo, Refusal,
     SessionConfig, Transmit,
@@ -24,6 +24,7 @@ use super::Interrupted;
 use crate::buffers::{ChunkBuf, ChunkBuffers};
 use crate::chunk_work::{ChunkWork, InlinePolicy};
 use crate::jobs::WorkQueue;
+use crate::relay::Transfer;
 use crate::NodeError;
 
 /// Settings of a receiver.
@@ -43,6 +44,9 @@ pub struct ReceiverCtx {
     pub chunk_work: ChunkWork,
     /// Chunk buffers, under the process's memory budget.
     pub buffers: Arc<ChunkBuffers>,
+    /// The fan-out transfer this push belongs to: every entry staged here
+    /// is relayed downstream ([`crate::relay`]).
+    pub relay: Option<Arc<Transfer>>,
 }
 
 /// Large chunk writes that may overlap with receiving the next chunk.
@@ -58,7 +62,7 @@ const INLINE_PREPARE: u64 = 256 << 10;
 /// What a blocking task finished.
 enum Done {
     Write(FileId, u32, ChunkOutcome),
-    Prepare(FileId, u32, u32, Result<Staged, ReceiveError>),
+    Prepare(FileId, u32, u32, Entry, Result<Staged, ReceiveError>),
     Commits(Vec<CommitItem>, Vec<Result<Digest, ReceiveError>>),
 }
 
@@ -234,6 +238,9 @@ impl Driver {
                         message: format!("{} is not a directory or symlink", entry.path),
                     }),
                 };
+                if let (Some(relay), Ok(())) = (&self.ctx.relay, &made) {
+                    relay.offered(&entry, None);
+                }
                 self.session.made(now, file, made);
             }
             ReceiverIo::Prepare {
@@ -247,7 +254,7 @@ impl Driver {
                 let dest = self.ctx.dest.clone();
                 if entry.size <= INLINE_PREPARE {
                     let staged = dest.prepare_file(&entry, true);
-                    self.prepared(file, first, end, staged);
+                    self.prepared(file, first, end, &entry, staged);
                 } else {
                     // Reopening a large partial re-verifies what it holds:
                     // it may take longer than the peer's idle timeout (the
@@ -255,7 +262,7 @@ impl Driver {
                     let tx = self.done_tx.clone();
                     tokio::task::spawn_blocking(move || {
                         let staged = dest.prepare_file(&entry, true);
-                        let _ = tx.send(Done::Prepare(file, first, end, staged));
+                        let _ = tx.send(Done::Prepare(file, first, end, entry, staged));
                     });
                 }
             }
@@ -274,6 +281,7 @@ impl Driver {
         file: FileId,
         first: u32,
         end: u32,
+        entry: &Entry,
         staged: Result<Staged, ReceiveError>,
     ) {
         let now = self.now;
@@ -288,6 +296,9 @@ impl Driver {
         // Kept only while the session still wants the file (one released
         // while it was prepared must not hold its staging and lock).
         if self.session.prepared(now, file, answer) {
+            if let Some(relay) = &self.ctx.relay {
+                relay.offered(entry, part.as_ref());
+            }
             if let Some(part) = part {
                 self.parts.insert(file, part);
             }
@@ -381,7 +392,9 @@ impl Driver {
                 self.writing = self.writing.saturating_sub(1);
                 self.session.chunk_done(now, file, index, outcome);
             }
-            Done::Prepare(file, first, end, staged) => self.prepared(file, first, end, staged),
+            Done::Prepare(file, first, end, entry, staged) => {
+                self.prepared(file, first, end, &entry, staged)
+            }
             Done::Commits(batch, results) => {
                 self.committing = false;
                 for ((file, _, _), result) in batch.iter().zip(results) {

@@ -261,6 +261,16 @@ impl Driver {
             let source: Option<Arc<dyn ChunkSource>> = match &job.source {
                 _ if job.entry.kind != haul_proto::EntryKind::File => None,
                 Source::Open(src) => Some(src.clone()),
+                Source::Lazy(open) => match open.open(&job.entry) {
+                    Ok(src) => Some(src),
+                    Err(e) => {
+                        observer.event(&Event::FileError {
+                            path: job.entry.path.clone(),
+                            error: e.to_string(),
+                        });
+                        return;
+                    }
+                },
                 Source::Path(path, data) => {
                     match haul_engine::source::open_data(path, data.as_ref()) {
                         Ok(f) => Some(Arc::new(LocalFile(f))),
@@ -277,7 +287,7 @@ impl Driver {
             let entry = job.entry.clone();
             let shown = match &job.source {
                 Source::Path(path, _) => path.clone(),
-                Source::Open(_) => entry.path.clone().into(),
+                Source::Open(_) | Source::Lazy(_) => entry.path.clone().into(),
             };
             let id = s.push_job(self.now, job);
             if let Some(source) = source {

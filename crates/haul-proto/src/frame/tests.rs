@@ -141,6 +141,45 @@ fn arb_message() -> impl Strategy<Value = Message> {
             token: "x".into(),
             request: Request::Fetch
         }),
+        arb_string().prop_map(|dest| Message::Hello {
+            version: 3,
+            token: "t".into(),
+            request: Request::Admit { dest }
+        }),
+        digest.prop_map(|ticket| Message::Hello {
+            version: 3,
+            token: String::new(),
+            request: Request::Relayed { ticket }
+        }),
+        digest.prop_map(|ticket| Message::Ticket { ticket }),
+        (any::<u64>(), any::<u64>())
+            .prop_map(|(bytes, entries)| Message::Progress { bytes, entries }),
+        proptest::collection::vec((arb_string(), arb_string(), digest), 0..4).prop_map(|t| {
+            Message::Forward {
+                targets: t
+                    .into_iter()
+                    .map(|(addr, fingerprint, ticket)| RelayTarget {
+                        addr,
+                        fingerprint,
+                        ticket,
+                    })
+                    .collect(),
+            }
+        }),
+        (
+            any::<u64>(),
+            any::<u64>(),
+            any::<u64>(),
+            arb_string(),
+            proptest::collection::vec(arb_string(), 0..3)
+        )
+            .prop_map(|(ok, failed, bytes, message, lost)| Message::Report {
+                ok,
+                failed,
+                bytes,
+                message,
+                lost
+            }),
         arb_entry().prop_map(|entry| Message::Listing { entry }),
         (
             any::<u32>(),

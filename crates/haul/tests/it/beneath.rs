@@ -288,7 +288,9 @@ fn fake_node(listener: TcpListener, mut before_first_commit: impl FnMut() + Send
                     }
                 }
             }
-            Request::Push { .. } => panic!("the client does not push"),
+            Request::Push { .. } | Request::Admit { .. } | Request::Relayed { .. } => {
+                panic!("the client does not push")
+            }
         }
     }
 }

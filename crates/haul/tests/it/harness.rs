@@ -25,7 +25,17 @@ impl Node {
     }
 
     pub fn start_on(root: &Path, config: &Path, listen: &str, extra: &[&str]) -> Node {
-        let mut cmd = Command::new(BIN);
+        Self::spawn(Command::new(BIN), root, config, listen, extra)
+    }
+
+    /// Starts a node with `cmd` as the program (e.g. `ip netns exec NS haul`).
+    pub fn spawn(
+        mut cmd: Command,
+        root: &Path,
+        config: &Path,
+        listen: &str,
+        extra: &[&str],
+    ) -> Node {
         cmd.args(["serve", "--root"])
             .arg(root)
             .args(["--listen", listen, "--identity"]);

@@ -4,7 +4,9 @@
 
 mod beneath;
 mod corruption;
+mod fanout;
 mod harness;
+mod lab_fanout;
 mod memory;
 mod proxy;
 mod raw;

@@ -1,0 +1,74 @@
+//! Predicted fan-out times: T(N)/T(1) for chain, trees and `auto`, by the
+//! planner's model (`haul_plan::Plan::predict`) and by the piece-level
+//! simulation (`haul_netsim::fanout`), on equal links of 200 Mbit/s.
+//!
+//!   cargo run --release -p haul-bench --bin fanout-model [SIZE_MIB] [HOP_MS...]
+//!
+//! Default: 256 MiB, hops of 1 ms and 5 ms.
+
+use haul_netsim::fanout::{run, FanoutSim};
+use haul_plan::{piece_size, Plan, Rates, Shape};
+
+const RATE: f64 = 25e6;
+
+fn links(n: usize, delay: f64) -> Rates {
+    Rates {
+        client: Some(RATE),
+        nodes: vec![Some(RATE); n],
+        delay,
+    }
+}
+
+fn simulate(plan: &Plan, n: usize, size: u64, delay: f64) -> f64 {
+    let sim = FanoutSim {
+        size,
+        piece: u64::from(piece_size(size, plan.max_depth())),
+        client_rate: RATE,
+        rates: vec![RATE; n],
+        delay,
+        detect: 1.0,
+        deaths: Vec::new(),
+    };
+    run(plan, &sim).seconds
+}
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let size_mib: u64 = args.next().and_then(|s| s.parse().ok()).unwrap_or(256);
+    let mut hops: Vec<f64> = args.filter_map(|s| s.parse().ok()).collect();
+    if hops.is_empty() {
+        hops = vec![1.0, 5.0];
+    }
+    let size = size_mib << 20;
+    println!("fan-out of {size_mib} MiB on equal 200 Mbit/s links: T(N)/T(1), model / simulation");
+    for hop_ms in hops {
+        let delay = hop_ms / 1000.0;
+        let one = Plan::build(&links(1, delay), Shape::Chain, size);
+        let t1_model = one.predict(&links(1, delay), size);
+        let t1_sim = simulate(&one, 1, size, delay);
+        println!("\nhop delay {hop_ms} ms (T(1) = {t1_sim:.2} s simulated)");
+        println!(
+            "{:>6}  {:>15}  {:>15}  {:>15}  {:>22}",
+            "nodes", "chain", "tree:2", "tree:4", "auto"
+        );
+        for n in [1usize, 2, 3, 6, 8, 100, 1000] {
+            let rates = links(n, delay);
+            let mut cells = Vec::new();
+            for shape in [Shape::Chain, Shape::Tree(2), Shape::Tree(4), Shape::Auto] {
+                let plan = Plan::build(&rates, shape, size);
+                let model = plan.predict(&rates, size) / t1_model;
+                let sim = simulate(&plan, n, size, delay) / t1_sim;
+                let cell = if shape == Shape::Auto {
+                    format!("{model:.2} / {sim:.2} ({})", plan.shape)
+                } else {
+                    format!("{model:.2} / {sim:.2}")
+                };
+                cells.push(cell);
+            }
+            println!(
+                "{n:>6}  {:>15}  {:>15}  {:>15}  {:>22}",
+                cells[0], cells[1], cells[2], cells[3]
+            );
+        }
+    }
+}

@@ -1,0 +1,153 @@
+//! Fan-out plans in simulated time: hundreds and thousands of nodes, nodes
+//! dying every few seconds, deterministic by seed.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use haul_netsim::fanout::{run, FanoutSim};
+use haul_netsim::rng::Rng;
+use haul_plan::{piece_size, Plan, Rates, Shape};
+
+const MIB: u64 = 1 << 20;
+/// 200 Mbit/s.
+const RATE: f64 = 25e6;
+
+/// One-way delay of every hop: the lab's `delay 5ms`.
+const DELAY: f64 = 0.005;
+
+/// `n` nodes and a client with equal uploads, hops of `delay`.
+fn links(n: usize, delay: f64) -> Rates {
+    Rates {
+        client: Some(RATE),
+        nodes: vec![Some(RATE); n],
+        delay,
+    }
+}
+
+fn sim(n: usize, size: u64, plan: &Plan, deaths: Vec<(f64, usize)>) -> FanoutSim {
+    FanoutSim {
+        size,
+        piece: u64::from(piece_size(size, plan.max_depth())),
+        client_rate: RATE,
+        rates: vec![RATE; n],
+        delay: DELAY,
+        detect: 1.0,
+        deaths,
+    }
+}
+
+fn one_node_time(size: u64) -> f64 {
+    let plan = Plan::build(&links(1, DELAY), Shape::Chain, size);
+    run(&plan, &sim(1, size, &plan, Vec::new())).seconds
+}
+
+/// A node (never the same twice) dies every `every` seconds from `from`.
+fn deaths(n: usize, every: f64, from: f64, until: f64, seed: u64) -> Vec<(f64, usize)> {
+    let mut rng = Rng::new(seed);
+    let mut out = Vec::new();
+    let mut t = from;
+    let mut used = std::collections::HashSet::new();
+    while t < until && used.len() < n / 2 {
+        let i = rng.below(n as u64) as usize;
+        if used.insert(i) {
+            out.push((t, i));
+            t += every;
+        }
+    }
+    out
+}
+
+#[test]
+fn eight_nodes_in_a_chain_take_about_the_time_of_one() {
+    for (size, bound) in [(256 * MIB, 1.15), (32 * MIB, 1.3)] {
+        let plan = Plan::build(&links(8, DELAY), Shape::Chain, size);
+        let out = run(&plan, &sim(8, size, &plan, Vec::new()));
+        assert!(out.all_live_complete());
+        let ratio = out.seconds / one_node_time(size);
+        assert!(ratio <= bound, "{size}: {ratio}");
+        // The client uploads the data once; every node relays it once.
+        assert_eq!(out.client_pieces * 8, out.pieces_sent);
+        // The model agrees with the simulation within 5 %.
+        let model = plan.predict(&links(8, DELAY), size);
+        assert!(
+            (model / out.seconds - 1.0).abs() < 0.05,
+            "{model} vs {}",
+            out.seconds
+        );
+    }
+}
+
+#[test]
+fn a_hundred_nodes_with_one_dying_every_two_seconds_all_complete() {
+    let size = 64 * MIB;
+    for shape in [Shape::Chain, Shape::Tree(2), Shape::Tree(4), Shape::Auto] {
+        let plan = Plan::build(&links(100, DELAY), shape, size);
+        let d = deaths(100, 2.0, 0.5, 8.0, 7);
+        let out = run(&plan, &sim(100, size, &plan, d.clone()));
+        assert!(out.all_live_complete(), "{shape}");
+        let died = out.died.iter().filter(|&&x| x).count();
+        // A node that was done when its death came is not lost.
+        assert!(died >= 1 && died <= d.len(), "{shape}");
+        // Every death costs at most its detection time, plus a re-send of
+        // what the orphans' new parent holds (bounded by the whole file).
+        let t1 = one_node_time(size);
+        let bound = plan.predict(&links(100, DELAY), size) + d.len() as f64 * (1.0 + t1);
+        assert!(out.seconds <= bound, "{shape}: {} > {bound}", out.seconds);
+    }
+}
+
+#[test]
+fn a_thousand_nodes_with_deaths_complete_and_the_plan_is_within_half_again_of_one() {
+    let size = 256 * MIB;
+    // Hops of 1 ms (one site): 1,000 hops of pipeline latency cost 1 s.
+    let hop = 0.001;
+    let rates = links(1000, hop);
+    let plan = Plan::build(&rates, Shape::Auto, size);
+    let one = Plan::build(&links(1, hop), Shape::Chain, size);
+    let at = |plan: &Plan, n: usize, d: Vec<(f64, usize)>| FanoutSim {
+        delay: hop,
+        ..sim(n, size, plan, d)
+    };
+    let t1 = run(&one, &at(&one, 1, Vec::new())).seconds;
+    let clean = run(&plan, &at(&plan, 1000, Vec::new()));
+    assert!(clean.all_live_complete());
+    assert!(
+        clean.seconds / t1 <= 1.5,
+        "{} ({})",
+        clean.seconds / t1,
+        plan.shape
+    );
+    let d = deaths(1000, 3.0, 1.0, 12.0, 42);
+    let out = run(&plan, &at(&plan, 1000, d.clone()));
+    assert!(out.all_live_complete());
+    assert!(out.died.iter().any(|&x| x));
+}
+
+#[test]
+fn the_same_seed_gives_the_same_run() {
+    let size = 16 * MIB;
+    let plan = Plan::build(&Rates::unknown(200), Shape::Tree(3), size);
+    let a = run(&plan, &sim(200, size, &plan, deaths(200, 0.5, 0.2, 3.0, 9)));
+    let b = run(&plan, &sim(200, size, &plan, deaths(200, 0.5, 0.2, 3.0, 9)));
+    assert_eq!(a, b);
+    let c = run(
+        &plan,
+        &sim(200, size, &plan, deaths(200, 0.5, 0.2, 3.0, 10)),
+    );
+    assert_ne!(a.complete, c.complete);
+}
+
+#[test]
+fn a_slow_uploader_placed_at_a_leaf_holds_nobody_back() {
+    let size = 64 * MIB;
+    let mut rates = links(8, DELAY);
+    rates.nodes[3] = Some(RATE / 10.0);
+    let plan = Plan::build(&rates, Shape::Chain, size);
+    let mut s = sim(8, size, &plan, Vec::new());
+    s.rates[3] = RATE / 10.0;
+    let placed = run(&plan, &s);
+    // The same slow node in the middle of an unplaced chain.
+    let naive = Plan::build(&links(8, DELAY), Shape::Chain, size);
+    let unplaced = run(&naive, &s);
+    let t1 = one_node_time(size);
+    assert!(placed.seconds / t1 <= 1.2, "{}", placed.seconds / t1);
+    assert!(unplaced.seconds > 3.0 * placed.seconds);
+}

@@ -1,0 +1,475 @@
+//! `haul push PATH... haul://A/DEST haul://B/DEST ...`: one dataset to many
+//! nodes, the nodes relaying verified chunks to each other.
+//!
+//! 1. **Admit.** A control connection to every node (its token, its key
+//!    pinned as for any push) asks `Admit{dest}` and gets a ticket valid
+//!    for this transfer only, while that connection lives.
+//! 2. **Plan.** [`haul_plan::Plan`] over the admitted nodes (a chain by
+//!    default); each node with children gets `Forward{children}`: their
+//!    address, the key fingerprint this client saw, their ticket. A node's
+//!    token never leaves this client.
+//! 3. **Send.** The client pushes to its own children only, with
+//!    `Relayed{ticket}`; every node relays what it verified (see
+//!    [`crate::relay`]) and sends `Report` when its part is done.
+//! 4. **Failures.** A node whose control connection breaks (killed, link
+//!    down: caught by the idle timeout, keepalives flow both ways), whose
+//!    upstream gave up on it, or that this client could not send to, is
+//!    failed; its children are re-routed to its nearest live ancestor,
+//!    which sends them the whole transfer again, and their `Need{have}`
+//!    keeps that to what they lack.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use haul_plan::{Parent, Plan, Rates, Routing, Shape, Step};
+use haul_proto::{Message, RelayTarget, Request, Ticket};
+use haul_session::summary::{Summary, Tally};
+use haul_session::{Event, Observer};
+use haul_transport::{MessageReader, MessageWriter, Security};
+use tokio::sync::mpsc;
+use tokio::task::JoinSet;
+
+use crate::buffers::ChunkBuffers;
+use crate::client::{open_keyed, send_all, send_queue, ClientOptions};
+use crate::{NodeError, NodeUrl};
+
+/// How a fan-out is planned.
+#[derive(Debug, Clone)]
+pub struct FanoutOptions {
+    /// Chain, tree or auto (`--plan`).
+    pub shape: Shape,
+    /// Upload rate of each destination, bytes per second (`--rate URL=RATE`), by index.
+    pub rates: Vec<Option<f64>>,
+}
+
+/// How one destination fared.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct NodeReport {
+    /// The destination as given (`haul://HOST:PORT/DEST`).
+    pub url: String,
+    /// Who it received from at the end (`client` or `host:port`).
+    pub from: String,
+    /// Every entry arrived and verified there.
+    pub ok: bool,
+    /// Entries delivered and verified (or already identical).
+    pub entries_ok: u64,
+    /// Entries that failed there.
+    pub failed: u64,
+    /// Payload bytes it received.
+    pub bytes: u64,
+    /// Seconds from the start until it reported.
+    pub seconds: f64,
+    /// Why it failed (or what its forwards reported), empty when all went well.
+    pub error: String,
+}
+
+/// The result of a fan-out.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct FanoutSummary {
+    /// The plan the transfer started with (node indices into `nodes`).
+    pub plan: Plan,
+    /// One report per destination, in the order given.
+    pub nodes: Vec<NodeReport>,
+    /// What this client sent itself (to its children in the plan).
+    pub sent: Summary,
+    /// Wall time.
+    pub seconds: f64,
+}
+
+impl FanoutSummary {
+    /// True when every destination holds everything.
+    pub fn all_ok(&self) -> bool {
+        self.nodes.iter().all(|n| n.ok) && self.sent.failed == 0
+    }
+}
+
+/// An admitted node: its control connection and what its children need.
+struct Admitted {
+    index: usize,
+    addr: String,
+    fingerprint: Option<String>,
+    ticket: Ticket,
+    control: (Box<dyn MessageReader>, Box<dyn MessageWriter>),
+    /// One round trip to it, as admission measured it.
+    rtt: Duration,
+}
+
+/// What the control tasks and sends tell the coordinator.
+enum News {
+    Progress(usize, u64),
+    Reported(usize, Message),
+    Lost(usize, String),
+    SendEnded(usize, Option<String>),
+}
+
+/// Pushes `sources` to every one of `dests` through a relay plan.
+pub async fn push_fanout(
+    sources: &[String],
+    dests: &[NodeUrl],
+    opts: &ClientOptions,
+    fan: &FanoutOptions,
+    observer: Arc<dyn Observer>,
+) -> Result<FanoutSummary, NodeError> {
+    let started = Instant::now();
+    for d in dests {
+        haul_proto::validate_rel_path(d.path.trim_matches('/'))
+            .map_err(|e| NodeError::Usage(e.to_string()))?;
+    }
+    let mut nodes: Vec<NodeReport> = dests
+        .iter()
+        .map(|d| NodeReport {
+            url: format!("haul://{}/{}", d.addr, d.path.trim_matches('/')),
+            from: String::new(),
+            ok: false,
+            entries_ok: 0,
+            failed: 0,
+            bytes: 0,
+            seconds: 0.0,
+            error: String::new(),
+        })
+        .collect();
+    // 1. Admit, all at once.
+    let mut admitting = JoinSet::new();
+    for (index, d) in dests.iter().enumerate() {
+        let (d, opts) = (d.clone(), opts.clone());
+        admitting.spawn(async move { (index, admit(&d, &opts).await) });
+    }
+    let mut admitted: Vec<Admitted> = Vec::new();
+    while let Some(joined) = admitting.join_next().await {
+        let Ok((index, result)) = joined else {
+            continue;
+        };
+        match result {
+            Ok(a) => admitted.push(Admitted { index, ..a }),
+            Err(e) => nodes[index].error = format!("not admitted: {e}"),
+        }
+    }
+    admitted.sort_by_key(|a| a.index);
+    if admitted.is_empty() {
+        let why = nodes.iter().map(|n| n.error.as_str()).collect::<Vec<_>>();
+        return Err(NodeError::Usage(format!(
+            "no destination could be reached: {}",
+            why.join("; ")
+        )));
+    }
+    // 2. Plan over the admitted nodes.
+    let rates = Rates {
+        client: None,
+        nodes: admitted
+            .iter()
+            .map(|a| fan.rates.get(a.index).copied().flatten())
+            .collect(),
+        delay: hop_delay(&admitted),
+    };
+    let (largest, total) = dataset_size(sources);
+    let plan = Plan::build(&rates, fan.shape, largest);
+    for (i, a) in admitted.iter().enumerate() {
+        let from = match plan.parents[i] {
+            Parent::Client => "client".to_owned(),
+            Parent::Node(p) => admitted[p].addr.clone(),
+        };
+        tracing::info!("plan ({}): {} <- {from}", plan.shape, a.addr);
+    }
+    let mut run = Run {
+        started,
+        routing: Routing::new(&plan),
+        depth: plan.max_depth(),
+        targets: admitted
+            .iter()
+            .map(|a| RelayTarget {
+                addr: a.addr.clone(),
+                fingerprint: a.fingerprint.clone().unwrap_or_default(),
+                ticket: a.ticket,
+            })
+            .collect(),
+        index: admitted.iter().map(|a| a.index).collect(),
+        commands: Vec::new(),
+        news_tx: None,
+        sources: sources.to_vec(),
+        opts: opts.clone(),
+        tally: Tally::new(observer),
+        buffers: ChunkBuffers::new(opts.chunk_memory),
+        sends: JoinSet::new(),
+    };
+    // 3. Control tasks: forwards first, then reports and keepalives.
+    let (news_tx, mut news) = mpsc::unbounded_channel();
+    run.news_tx = Some(news_tx.clone());
+    let mut controls = JoinSet::new();
+    for (i, a) in admitted.into_iter().enumerate() {
+        let (tx, rx) = mpsc::unbounded_channel();
+        run.commands.push(tx);
+        let news = news_tx.clone();
+        let idle = opts.timeouts.idle;
+        controls.spawn(control(i, a.control, rx, news, idle));
+    }
+    let start = run.routing.start();
+    run.apply(start);
+    // 4. Until every live node reported.
+    while run.routing.pending() {
+        let Some(n) = news.recv().await else { break };
+        match n {
+            News::Progress(i, bytes) => run.tally.event(&Event::NodeProgress {
+                node: nodes[run.index[i]].url.clone(),
+                bytes,
+                total,
+            }),
+            News::Reported(i, msg) => {
+                run.reported(i, msg, &mut nodes);
+                let n = &nodes[run.index[i]];
+                run.tally.event(&Event::NodeDone {
+                    node: n.url.clone(),
+                    ok: n.ok,
+                    error: n.error.clone(),
+                });
+            }
+            News::Lost(i, why) => {
+                run.lost(i, why, &mut nodes);
+                let n = &nodes[run.index[i]];
+                run.tally.event(&Event::NodeDone {
+                    node: n.url.clone(),
+                    ok: false,
+                    error: n.error.clone(),
+                });
+            }
+            News::SendEnded(i, error) => {
+                if let Some(e) = error {
+                    run.lost(
+                        i,
+                        format!("the client could not send to it: {e}"),
+                        &mut nodes,
+                    );
+                }
+            }
+        }
+    }
+    for c in &run.commands {
+        let _ = c.send(Message::Bye);
+    }
+    // Sends end once their queues drain; controls once they said Bye.
+    while run.sends.join_next().await.is_some() {}
+    let wait = tokio::time::timeout(opts.timeouts.handshake, async {
+        while controls.join_next().await.is_some() {}
+    });
+    let _ = wait.await;
+    controls.abort_all();
+    for i in 0..run.targets.len() {
+        let node = &mut nodes[run.index[i]];
+        node.from = match run.routing.parent(i) {
+            Parent::Client => "client".into(),
+            Parent::Node(p) => run.targets[p].addr.clone(),
+        };
+    }
+    let sent = run.tally.finish(started.elapsed(), 0);
+    Ok(FanoutSummary {
+        plan,
+        nodes,
+        sent,
+        seconds: started.elapsed().as_secs_f64(),
+    })
+}
+
+/// Opens a node's control connection and gets its ticket.
+async fn admit(dest: &NodeUrl, opts: &ClientOptions) -> Result<Admitted, NodeError> {
+    let request = Request::Admit {
+        dest: dest.path.trim_matches('/').to_owned(),
+    };
+    let started = Instant::now();
+    let ((mut r, w), fingerprint) = open_keyed(&dest.addr, opts, request).await?;
+    // TCP's handshake, TLS 1.3's, then Hello/Welcome.
+    let trips = if fingerprint.is_some() { 3 } else { 2 };
+    let rtt = started.elapsed() / trips;
+    match r.recv().await? {
+        Message::Ticket { ticket } => Ok(Admitted {
+            index: 0,
+            addr: dest.addr.clone(),
+            fingerprint,
+            ticket,
+            control: (r, w),
+            rtt,
+        }),
+        other => Err(NodeError::Protocol(format!(
+            "expected Ticket, got {other:?}"
+        ))),
+    }
+}
+
+/// Runs one control connection: sends the coordinator's messages, sends
+/// keepalives, passes on the node's `Report`; its end (or silence for the
+/// idle limit) is the node's loss.
+async fn control(
+    i: usize,
+    (mut r, mut w): (Box<dyn MessageReader>, Box<dyn MessageWriter>),
+    mut commands: mpsc::UnboundedReceiver<Message>,
+    news: mpsc::UnboundedSender<News>,
+    idle: Duration,
+) {
+    let result: Result<(), NodeError> = async {
+        loop {
+            tokio::select! {
+                msg = r.recv() => match msg? {
+                    Message::KeepAlive => {}
+                    Message::Progress { bytes, .. } => { let _ = news.send(News::Progress(i, bytes)); }
+                    m @ Message::Report { .. } => { let _ = news.send(News::Reported(i, m)); }
+                    other => return Err(NodeError::Protocol(format!("unexpected {other:?} on a control connection"))),
+                },
+                cmd = commands.recv() => match cmd {
+                    Some(Message::Bye) | None => {
+                        let _ = w.send(&Message::Bye).await;
+                        return Ok(());
+                    }
+                    Some(m) => w.send(&m).await?,
+                },
+                () = tokio::time::sleep(idle / 3) => w.send(&Message::KeepAlive).await?,
+            }
+        }
+    }
+    .await;
+    if let Err(e) = result {
+        let _ = news.send(News::Lost(i, e.to_string()));
+    }
+}
+
+/// The coordinator's state while a fan-out runs.
+struct Run {
+    started: Instant,
+    /// Who sends to each admitted node now.
+    routing: Routing,
+    /// Hops of the plan (chunk sizes follow it: [`haul_plan::piece_size`]).
+    depth: usize,
+    targets: Vec<RelayTarget>,
+    /// Admitted node → its index in the destinations given.
+    index: Vec<usize>,
+    commands: Vec<mpsc::UnboundedSender<Message>>,
+    news_tx: Option<mpsc::UnboundedSender<News>>,
+    sources: Vec<String>,
+    opts: ClientOptions,
+    tally: Arc<Tally>,
+    buffers: Arc<ChunkBuffers>,
+    sends: JoinSet<()>,
+}
+
+impl Run {
+    /// Does what the routing asks: forwards to relays, sends of its own.
+    fn apply(&mut self, steps: Vec<Step>) {
+        for step in steps {
+            match step {
+                Step::Forward { node, children } => {
+                    let targets = children.iter().map(|&c| self.targets[c].clone()).collect();
+                    let _ = self.commands[node].send(Message::Forward { targets });
+                }
+                Step::Send { node } => self.start_send(node),
+            }
+        }
+    }
+
+    /// Pushes the sources to `child`, pinned to the key seen at admission.
+    fn start_send(&mut self, child: usize) {
+        let target = self.targets[child].clone();
+        let mut opts = self.opts.clone();
+        if !target.fingerprint.is_empty() {
+            if let Security::Tls { fingerprint, .. } = &mut opts.security {
+                *fingerprint = Some(target.fingerprint.clone());
+            }
+        }
+        // One connection per hop, as relays use: a node's part ends when
+        // its upstream session says Bye.
+        opts.streams = 1;
+        opts.jobs = crate::Concurrency::Fixed(1);
+        let queue = match send_queue(&self.sources, &opts, &self.tally, Some(self.depth)) {
+            Ok(q) => q,
+            Err(e) => {
+                if let Some(tx) = &self.news_tx {
+                    let _ = tx.send(News::SendEnded(child, Some(e.to_string())));
+                }
+                return;
+            }
+        };
+        let (tally, buffers, news) = (
+            self.tally.clone(),
+            self.buffers.clone(),
+            self.news_tx.clone(),
+        );
+        self.sends.spawn(async move {
+            let request = Request::Relayed {
+                ticket: target.ticket,
+            };
+            let (_, err) =
+                send_all(&queue, &target.addr, request, None, &opts, &tally, buffers).await;
+            if let Some(tx) = news {
+                let _ = tx.send(News::SendEnded(child, err.map(|e| e.to_string())));
+            }
+        });
+    }
+
+    fn reported(&mut self, i: usize, msg: Message, nodes: &mut [NodeReport]) {
+        let Message::Report {
+            ok,
+            failed,
+            bytes,
+            message,
+            lost,
+        } = msg
+        else {
+            return;
+        };
+        self.routing.done(i);
+        let node = &mut nodes[self.index[i]];
+        node.entries_ok = ok;
+        node.failed = failed;
+        node.bytes = bytes;
+        node.seconds = self.started.elapsed().as_secs_f64();
+        node.ok = failed == 0;
+        node.error = message;
+        for addr in lost {
+            let gone = (0..self.targets.len()).find(|&c| {
+                self.targets[c].addr == addr && self.routing.parent(c) == Parent::Node(i)
+            });
+            if let Some(c) = gone {
+                self.lost(
+                    c,
+                    format!("its upstream {} gave up on it", self.targets[i].addr),
+                    nodes,
+                );
+            }
+        }
+    }
+
+    /// Node `i` failed: it leaves the plan, its children are re-routed.
+    fn lost(&mut self, i: usize, why: String, nodes: &mut [NodeReport]) {
+        if !self.routing.is_alive(i) || self.routing.is_done(i) {
+            return;
+        }
+        let node = &mut nodes[self.index[i]];
+        node.ok = false;
+        node.seconds = self.started.elapsed().as_secs_f64();
+        node.error = why;
+        let _ = self.commands[i].send(Message::Bye);
+        let steps = self.routing.lost(i);
+        self.apply(steps);
+    }
+}
+
+/// A hop's one-way delay for the plan: half the median round trip the
+/// admissions measured (the client's distance stands in for the nodes').
+fn hop_delay(admitted: &[Admitted]) -> f64 {
+    let mut rtts: Vec<f64> = admitted.iter().map(|a| a.rtt.as_secs_f64()).collect();
+    rtts.sort_by(f64::total_cmp);
+    rtts.get(rtts.len() / 2).map_or(0.0, |r| r / 2.0)
+}
+
+/// The largest file under `sources` (for `--plan auto`) and the bytes of
+/// all of them (for progress).
+fn dataset_size(sources: &[String]) -> (u64, u64) {
+    let (mut largest, mut total) = (0u64, 0u64);
+    for s in sources {
+        let Ok(tree) = haul_engine::LocalTree::new(s) else {
+            continue;
+        };
+        use haul_engine::Source as _;
+        for item in Box::new(tree).entries().flatten() {
+            largest = largest.max(item.entry.size);
+            total = total.saturating_add(item.entry.size);
+        }
+    }
+    (largest, total)
+}

@@ -1,0 +1,498 @@
+//! Fan-out on a node: tickets, the entries of a transfer, and the forwards
+//! that relay them downstream.
+//!
+//! A client admits a node to a transfer over a control connection
+//! (`Admit`, authenticated by the node's token) and gets a [`Ticket`]
+//! back: whoever presents it (the client, or the relay upstream of this
+//! node) may push into the transfer's destination while that control
+//! connection lives. The client then names the node's children
+//! (`Forward`: address, pinned key, their tickets).
+//!
+//! A relay is not a loop of its own: the receiving driver tells the
+//! [`Transfer`] each entry it staged ([`Transfer::offered`]), and each
+//! forward is an ordinary sending pool whose jobs' source is found when
+//! they are offered ([`Opener`]): the staging file while it is still being
+//! received (only verified chunks are ready; the sender waits for the
+//! rest), the delivered file after. So a chunk goes downstream once it
+//! verified here, never before. Every entry is logged, so a forward named
+//! later (a re-route past a failed node) gets the whole transfer, and the
+//! downstream's `Need{have}` says what it already holds.
+
+use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
+use std::sync::{Arc, Mutex, Weak};
+
+use haul_engine::chunks::LocalFile;
+use haul_engine::{ChunkSource, Destination, PartialFile};
+use haul_proto::{Digest, Entry, RelayTarget, Ticket};
+use haul_session::summary::Tally;
+use haul_session::{Event, Observer};
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
+
+use crate::jobs::{OpenSource, SendJob, Source, WorkQueue};
+
+/// The transfers a node was admitted to, by ticket.
+#[derive(Default)]
+pub struct Relays {
+    transfers: Mutex<HashMap<Ticket, Arc<Transfer>>>,
+}
+
+impl Relays {
+    /// No transfers.
+    pub fn new() -> Arc<Self> {
+        Arc::default()
+    }
+
+    /// Admits a transfer into `dest` (already validated): a fresh ticket.
+    pub fn admit(
+        &self,
+        dest: String,
+        root: Arc<Destination>,
+        observer: Arc<dyn Observer>,
+    ) -> std::io::Result<(Ticket, Arc<Transfer>)> {
+        let mut ticket = [0u8; 32];
+        getrandom::getrandom(&mut ticket).map_err(|e| std::io::Error::other(e.to_string()))?;
+        let transfer = Arc::new(Transfer::new(dest, root, observer));
+        if let Ok(mut map) = self.transfers.lock() {
+            map.insert(ticket, transfer.clone());
+        }
+        Ok((ticket, transfer))
+    }
+
+    /// The transfer `ticket` admits to, if it is still valid.
+    pub fn get(&self, ticket: &Ticket) -> Option<Arc<Transfer>> {
+        let map = self.transfers.lock().ok()?;
+        // Looked up by value; the map's hash is not keyed by a secret, but
+        // a guess must match all 32 random bytes.
+        map.get(ticket).cloned()
+    }
+
+    /// Revokes `ticket` (its control connection ended) and stops its forwards.
+    pub fn revoke(&self, ticket: &Ticket) {
+        let gone = self
+            .transfers
+            .lock()
+            .ok()
+            .and_then(|mut m| m.remove(ticket));
+        if let Some(t) = gone {
+            t.stop();
+        }
+    }
+}
+
+/// One downstream node and the pool sending to it.
+struct Forward {
+    target: RelayTarget,
+    queue: Arc<WorkQueue<SendJob>>,
+    task: JoinHandle<()>,
+}
+
+#[derive(Default)]
+struct State {
+    /// Every entry offered here, in order (paths relative to the transfer's
+    /// destination): what a forward named later is sent.
+    entries: Vec<Entry>,
+    seen: HashSet<String>,
+    forwards: Vec<Forward>,
+    /// Forwards that ended: address and error (`None`: all went well).
+    ended: Vec<(String, Option<String>)>,
+    /// An upstream session ended with `Bye`: no more entries will come.
+    upstream_done: bool,
+    /// Upstream sessions running now.
+    upstreams: usize,
+    stopped: bool,
+}
+
+/// One fan-out transfer on this node.
+pub struct Transfer {
+    /// The destination directory under the node's root.
+    pub dest: String,
+    /// What this node received (its `Report`).
+    pub tally: Arc<Tally>,
+    opener: Arc<Opener>,
+    state: Mutex<State>,
+    /// Something a control connection waits for changed.
+    pub changed: Notify,
+}
+
+impl Transfer {
+    fn new(dest: String, root: Arc<Destination>, observer: Arc<dyn Observer>) -> Self {
+        let opener = Arc::new(Opener {
+            root: Some(root),
+            dest: dest.clone(),
+            ..Opener::default()
+        });
+        if let Ok(mut me) = opener.me.lock() {
+            *me = Arc::downgrade(&opener);
+        }
+        Self {
+            opener,
+            dest,
+            tally: Tally::new(observer),
+            state: Mutex::default(),
+            changed: Notify::new(),
+        }
+    }
+
+    /// The receiving driver staged (or made, or found up to date) `entry`,
+    /// whose path includes the destination: every forward gets it.
+    pub fn offered(&self, entry: &Entry, staging: Option<&Arc<PartialFile>>) {
+        let Some(rel) = self.relative(&entry.path) else {
+            return;
+        };
+        if let Some(part) = staging {
+            self.opener.staged(rel, part);
+        }
+        let Ok(mut state) = self.state.lock() else {
+            return;
+        };
+        if state.stopped || !state.seen.insert(rel.to_owned()) {
+            return;
+        }
+        let entry = Entry {
+            path: rel.to_owned(),
+            ..entry.clone()
+        };
+        for f in &state.forwards {
+            f.queue.push(self.job(&entry));
+        }
+        state.entries.push(entry);
+    }
+
+    /// An upstream session into this transfer starts.
+    pub fn upstream_started(&self) {
+        if let Ok(mut state) = self.state.lock() {
+            state.upstreams += 1;
+        }
+    }
+
+    /// An upstream session ended; `clean`: with `Bye` (the upstream has
+    /// nothing more to offer). Once no upstream runs and one ended cleanly,
+    /// the forwards' queues close, so they say `Bye` downstream when done.
+    pub fn upstream_ended(&self, clean: bool) {
+        if let Ok(mut state) = self.state.lock() {
+            state.upstreams = state.upstreams.saturating_sub(1);
+            state.upstream_done |= clean;
+            if state.upstream_done && state.upstreams == 0 {
+                for f in &state.forwards {
+                    f.queue.close();
+                }
+            }
+        }
+        self.changed.notify_waiters();
+    }
+
+    /// Replaces the forwards with `targets`: kept ones go on, dropped ones
+    /// stop, new ones start with every entry so far (`spawn` runs the
+    /// pool that sends a queue to a target).
+    pub fn forward(
+        self: &Arc<Self>,
+        targets: Vec<RelayTarget>,
+        spawn: impl Fn(RelayTarget, Arc<WorkQueue<SendJob>>) -> JoinHandle<()>,
+    ) {
+        let Ok(mut state) = self.state.lock() else {
+            return;
+        };
+        if state.stopped {
+            return;
+        }
+        let (kept, dropped): (Vec<Forward>, Vec<Forward>) = std::mem::take(&mut state.forwards)
+            .into_iter()
+            .partition(|f| targets.contains(&f.target));
+        for f in dropped {
+            f.task.abort();
+        }
+        state.forwards = kept;
+        for target in targets {
+            if state.forwards.iter().any(|f| f.target == target) {
+                continue;
+            }
+            let queue = WorkQueue::open();
+            for entry in &state.entries {
+                queue.push(self.job(entry));
+            }
+            if state.upstream_done && state.upstreams == 0 {
+                queue.close();
+            }
+            let task = spawn(target.clone(), queue.clone());
+            state.forwards.push(Forward {
+                target,
+                queue,
+                task,
+            });
+        }
+        drop(state);
+        self.changed.notify_waiters();
+    }
+
+    /// A forward's pool ended (`error`: why it gave up).
+    pub fn forward_ended(&self, addr: &str, error: Option<String>) {
+        if let Ok(mut state) = self.state.lock() {
+            state.forwards.retain(|f| f.target.addr != addr);
+            state.ended.push((addr.to_owned(), error));
+        }
+        self.changed.notify_waiters();
+    }
+
+    /// Once this node's part is done (its upstream said `Bye` and no
+    /// forward is still running): what failed, and the addresses of the
+    /// forwards that gave up.
+    pub fn finished(&self) -> Option<(String, Vec<String>)> {
+        let state = self.state.lock().ok()?;
+        if !state.upstream_done || state.upstreams > 0 || !state.forwards.is_empty() {
+            return None;
+        }
+        let mut failures = Vec::new();
+        let mut lost = Vec::new();
+        for (addr, e) in &state.ended {
+            if let Some(e) = e {
+                failures.push(format!("forward to {addr}: {e}"));
+                lost.push(addr.clone());
+            }
+        }
+        Some((failures.join("; "), lost))
+    }
+
+    fn stop(&self) {
+        if let Ok(mut state) = self.state.lock() {
+            state.stopped = true;
+            for f in state.forwards.drain(..) {
+                f.task.abort();
+            }
+            state.entries = Vec::new();
+        }
+        if let Ok(mut staged) = self.opener.staged.lock() {
+            staged.clear();
+        }
+        if let Ok(mut waiting) = self.opener.waiting.lock() {
+            waiting.clear();
+        }
+        self.changed.notify_waiters();
+    }
+
+    fn job(&self, entry: &Entry) -> SendJob {
+        SendJob {
+            entry: entry.clone(),
+            first: 0,
+            end: entry.chunk_count(),
+            group: None,
+            source: Source::Lazy(self.opener.clone()),
+        }
+    }
+
+    fn relative<'a>(&self, path: &'a str) -> Option<&'a str> {
+        if self.dest.is_empty() {
+            return Some(path);
+        }
+        path.strip_prefix(self.dest.as_str())?.strip_prefix('/')
+    }
+}
+
+/// Wakes a reader waiting for chunks.
+type Waker = Arc<dyn Fn() + Send + Sync>;
+
+/// Finds a relayed entry's bytes when it is offered downstream.
+#[derive(Default)]
+struct Opener {
+    root: Option<Arc<Destination>>,
+    dest: String,
+    /// Each file's newest staging here, by path under the destination.
+    staged: Mutex<HashMap<String, Weak<PartialFile>>>,
+    /// Readers waiting on a file, woken when a newer staging of it appears
+    /// (its upstream session broke and another one staged it again).
+    waiting: Mutex<HashMap<String, Vec<Waker>>>,
+    /// Itself, for the sources it makes.
+    me: Mutex<Weak<Opener>>,
+}
+
+impl std::fmt::Debug for Opener {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Opener").field("dest", &self.dest).finish()
+    }
+}
+
+impl Opener {
+    /// `part` is now where `rel` is received: readers waiting on an older
+    /// staging move to it.
+    fn staged(&self, rel: &str, part: &Arc<PartialFile>) {
+        if let Ok(mut staged) = self.staged.lock() {
+            staged.insert(rel.to_owned(), Arc::downgrade(part));
+        }
+        let wakers = self
+            .waiting
+            .lock()
+            .ok()
+            .and_then(|w| w.get(rel).cloned())
+            .unwrap_or_default();
+        for wake in wakers {
+            wake();
+        }
+    }
+
+    /// The newest source of `entry`: its staging while it is received,
+    /// else the file in place (opened beneath the root, like everything a
+    /// node reads).
+    fn newest(&self, entry: &Entry) -> std::io::Result<Arc<dyn ChunkSource>> {
+        let same = |e: &Entry| {
+            e.size == entry.size
+                && e.mtime_sec == entry.mtime_sec
+                && e.mtime_nsec == entry.mtime_nsec
+                && e.chunk_size == entry.chunk_size
+        };
+        let staged = self
+            .staged
+            .lock()
+            .ok()
+            .and_then(|s| s.get(&entry.path).and_then(Weak::upgrade));
+        if let Some(part) = staged.filter(|p| same(p.entry()) && !p.is_published()) {
+            return Ok(part);
+        }
+        let full = if self.dest.is_empty() {
+            entry.path.clone()
+        } else {
+            format!("{}/{}", self.dest, entry.path)
+        };
+        let comps = haul_proto::validate_entry_path(&full)
+            .map_err(|e| std::io::Error::new(std::io::ErrorKind::InvalidInput, e.to_string()))?;
+        let (Some((last, parents)), Some(root)) = (comps.split_last(), &self.root) else {
+            return Err(std::io::ErrorKind::InvalidInput.into());
+        };
+        let dir = root
+            .held_root()
+            .open_dir(parents)
+            .map_err(|e| std::io::Error::other(e.to_string()))?;
+        let (file, meta) = dir.open_regular(last)?;
+        if meta.size != entry.size || meta.mtime != entry.mtime_sec {
+            return Err(std::io::Error::other(format!(
+                "{} changed here since it was received",
+                entry.path
+            )));
+        }
+        Ok(Arc::new(LocalFile(file)))
+    }
+}
+
+impl OpenSource for Opener {
+    fn open(&self, entry: &Entry) -> std::io::Result<Arc<dyn ChunkSource>> {
+        let current = self.newest(entry)?;
+        Ok(Arc::new(RelaySource {
+            opener: self.self_ref(),
+            entry: entry.clone(),
+            current: Mutex::new(current),
+            wakers: Mutex::default(),
+        }))
+    }
+}
+
+impl Opener {
+    fn self_ref(&self) -> Weak<Opener> {
+        self.me.lock().map(|m| m.clone()).unwrap_or_default()
+    }
+}
+
+/// A relayed file's bytes: the staging it was offered from, switched to a
+/// newer one when that one stalls (its upstream broke and the file is
+/// staged again from another), or to the file in place once delivered.
+/// Its chunks are ready only once verified here.
+struct RelaySource {
+    opener: Weak<Opener>,
+    entry: Entry,
+    current: Mutex<Arc<dyn ChunkSource>>,
+    wakers: Mutex<Vec<Waker>>,
+}
+
+impl std::fmt::Debug for RelaySource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RelaySource")
+            .field("path", &self.entry.path)
+            .finish()
+    }
+}
+
+impl RelaySource {
+    fn current(&self) -> Option<Arc<dyn ChunkSource>> {
+        self.current.lock().ok().map(|c| c.clone())
+    }
+
+    /// Moves to the newest source when it differs; true if it did.
+    fn refresh(&self) -> bool {
+        let Some(opener) = self.opener.upgrade() else {
+            return false;
+        };
+        let Ok(newest) = opener.newest(&self.entry) else {
+            return false;
+        };
+        let Ok(mut current) = self.current.lock() else {
+            return false;
+        };
+        if Arc::ptr_eq(&*current, &newest) {
+            return false;
+        }
+        *current = newest.clone();
+        drop(current);
+        for wake in self.wakers.lock().map(|w| w.clone()).unwrap_or_default() {
+            newest.on_ready(wake);
+        }
+        true
+    }
+}
+
+impl ChunkSource for RelaySource {
+    fn read_chunk(
+        &self,
+        entry: &Entry,
+        index: u32,
+        buf: &mut Vec<u8>,
+        keep: bool,
+    ) -> std::io::Result<Digest> {
+        let Some(current) = self.current() else {
+            return Err(std::io::Error::other("relay source lock poisoned"));
+        };
+        match current.read_chunk(entry, index, buf, keep) {
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && self.refresh() => {
+                let current = self.current().ok_or(e)?;
+                current.read_chunk(entry, index, buf, keep)
+            }
+            other => other,
+        }
+    }
+
+    /// None: the source may change under a reader, so payloads go from the
+    /// bytes read (a relay's links are slower than a copy).
+    fn file(&self) -> Option<&std::fs::File> {
+        None
+    }
+
+    fn ready(&self, index: u32) -> bool {
+        let ready = |s: Option<Arc<dyn ChunkSource>>| s.is_some_and(|s| s.ready(index));
+        ready(self.current()) || (self.refresh() && ready(self.current()))
+    }
+
+    fn on_ready(&self, wake: Waker) {
+        if let Ok(mut w) = self.wakers.lock() {
+            w.push(wake.clone());
+        }
+        if let Some(opener) = self.opener.upgrade() {
+            if let Ok(mut waiting) = opener.waiting.lock() {
+                waiting
+                    .entry(self.entry.path.clone())
+                    .or_default()
+                    .push(wake.clone());
+            }
+        }
+        if let Some(current) = self.current() {
+            current.on_ready(wake);
+        }
+    }
+}
+
+/// Counts what a forward delivered, for the node's log.
+pub struct ForwardLog(pub String);
+
+impl Observer for ForwardLog {
+    fn event(&self, event: &Event) {
+        if let Event::FileError { path, error } = event {
+            tracing::warn!("forward to {}: {path}: {error}", self.0);
+        }
+    }
+}

@@ -1,0 +1,340 @@
+//! # Fan-out plans
+//!
+//! A fan-out push sends one dataset to many nodes. The client builds a
+//! [`Plan`]: a tree rooted at the client in which every node receives from
+//! its parent and relays, cut-through, to its children. This crate is pure:
+//! no I/O, no clock. It decides the shape and placement and predicts the
+//! time a plan takes, so the choice is tested (and benchmarked for 1,000
+//! nodes) without a network.
+//!
+//! ## The model
+//! Every sender (the client or a node) has an upload rate `B` shared by its
+//! `k` children, so each child's link carries `B / k`. Data moves in pieces
+//! of `c` bytes (a chunk: a relay forwards a chunk once it verified it). A
+//! node at the end of a path `e1..ed` from the client has its first piece
+//! after `Σ (c / r(e) + d)` (`d`: a hop's one-way delay) and the rest at
+//! the slowest rate on the path:
+//!
+//! ```text
+//! T(node) = Σ_{e on path} (c / r(e) + d)  +  (S − c) / min_{e on path} r(e)
+//! T(plan) = max over nodes of T(node)
+//! ```
+//!
+//! A chain (`k = 1`) costs `S/B + (N−1)·c/B`; a `k`-ary tree costs about
+//! `k·S/B` but only `log_k N` hops of latency. So a chain wins until its
+//! per-hop latency `(N−1)·c` grows past `(k−1)·S`, and slow uploaders
+//! belong at the leaves, where they upload to nobody.
+
+use std::fmt;
+
+pub mod routing;
+pub use routing::{Routing, Step};
+
+/// Smallest piece a relay forwards (a chunk): below it, per-chunk costs
+/// (a header, a digest, a write) start to show.
+pub const MIN_PIECE: u32 = 64 << 10;
+/// Largest piece a relay forwards: relays hold a few pieces each, and a
+/// piece is the latency every hop adds.
+pub const MAX_PIECE: u32 = 1 << 20;
+
+/// The chunk size a fan-out uses for a file of `size` bytes when the plan
+/// is `depth` hops deep: small enough that the `depth` pieces of pipeline
+/// latency stay under an eighth of the file's time (`depth · c ≤ S / 8`),
+/// within [`MIN_PIECE`]..=[`MAX_PIECE`], never more chunks per file than
+/// the protocol allows and never more than a point-to-point push uses.
+pub fn piece_size(size: u64, depth: usize) -> u32 {
+    use haul_proto::digest::{chunk_size_for, MAX_CHUNKS};
+    let usual = chunk_size_for(size);
+    let target = size / (8 * depth.max(1) as u64).max(1);
+    let target = if target == 0 {
+        MIN_PIECE
+    } else {
+        // Largest power of two not above the target.
+        let p = 1u64 << (63 - target.leading_zeros());
+        p.clamp(u64::from(MIN_PIECE), u64::from(MAX_PIECE)) as u32
+    };
+    let fewest = size
+        .div_ceil(MAX_CHUNKS)
+        .next_power_of_two()
+        .min(u64::from(usual)) as u32;
+    target.max(fewest).min(usual)
+}
+
+/// How the nodes are arranged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase", tag = "shape", content = "fanout")]
+pub enum Shape {
+    /// Each node relays to one: client → n1 → n2 → … (the default).
+    Chain,
+    /// Each sender relays to up to `k` children (the client too).
+    Tree(u32),
+    /// The shape the model predicts fastest (a chain, or a tree when the
+    /// chain would be long or upload rates differ).
+    Auto,
+}
+
+/// A `--plan` value that is not `chain`, `tree[:K]` or `auto`.
+#[derive(Debug, thiserror::Error)]
+#[error("unknown plan {0:?}: use chain, tree, tree:K (K from 2 to 64) or auto")]
+pub struct ShapeError(String);
+
+impl std::str::FromStr for Shape {
+    type Err = ShapeError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "chain" => Ok(Self::Chain),
+            "auto" => Ok(Self::Auto),
+            "tree" => Ok(Self::Tree(2)),
+            _ => match s.strip_prefix("tree:").map(str::parse::<u32>) {
+                Some(Ok(k)) if (2..=64).contains(&k) => Ok(Self::Tree(k)),
+                _ => Err(ShapeError(s.to_owned())),
+            },
+        }
+    }
+}
+
+impl fmt::Display for Shape {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Chain => f.write_str("chain"),
+            Self::Tree(k) => write!(f, "tree:{k}"),
+            Self::Auto => f.write_str("auto"),
+        }
+    }
+}
+
+/// Who sends to a node: the client, or node `i` of the plan's input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Parent {
+    /// The pushing client.
+    Client,
+    /// Another node (its index in the list the plan was built from).
+    Node(usize),
+}
+
+/// What the planner knows of the senders' uploads.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Rates {
+    /// The client's upload, bytes per second (`None`: like a typical node).
+    pub client: Option<f64>,
+    /// Each node's upload, bytes per second (`None`: unknown, assumed as
+    /// fast as the fastest known).
+    pub nodes: Vec<Option<f64>>,
+    /// One-way delay of a hop, seconds (each hop adds it to the pipeline).
+    pub delay: f64,
+}
+
+impl Rates {
+    /// `n` nodes whose rates are unknown.
+    pub fn unknown(n: usize) -> Self {
+        Self {
+            client: None,
+            nodes: vec![None; n],
+            delay: 0.0,
+        }
+    }
+
+    /// The rate assumed for unknown uploads: the fastest known one (a rate
+    /// is given to mark a node slow; 1.0 when none is known: then only
+    /// ratios mean anything).
+    fn typical(&self) -> f64 {
+        self.nodes
+            .iter()
+            .flatten()
+            .chain(&self.client)
+            .copied()
+            .filter(|r| r.is_finite() && *r > 0.0)
+            .fold(None, |m: Option<f64>, r| Some(m.map_or(r, |m| m.max(r))))
+            .unwrap_or(1.0)
+    }
+
+    fn node(&self, i: usize) -> f64 {
+        self.nodes
+            .get(i)
+            .copied()
+            .flatten()
+            .filter(|r| r.is_finite() && *r > 0.0)
+            .unwrap_or_else(|| self.typical())
+    }
+
+    fn client(&self) -> f64 {
+        self.client
+            .filter(|r| r.is_finite() && *r > 0.0)
+            .unwrap_or_else(|| self.typical())
+    }
+}
+
+/// A distribution plan over `n` nodes.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct Plan {
+    /// The shape it was built as (never [`Shape::Auto`]).
+    pub shape: Shape,
+    /// Each node's parent, by node index.
+    pub parents: Vec<Parent>,
+}
+
+/// Above this many nodes, `auto` considers trees even on equal links.
+const AUTO_TREE_CANDIDATES: [u32; 4] = [2, 3, 4, 8];
+
+impl Plan {
+    /// Builds the plan for `rates.nodes.len()` nodes. `size` (bytes of the
+    /// largest file) matters only for [`Shape::Auto`], which predicts every
+    /// candidate and keeps the fastest. Faster uploaders get the places
+    /// nearest the client; the slowest become leaves.
+    pub fn build(rates: &Rates, shape: Shape, size: u64) -> Self {
+        let order = by_rate(rates);
+        match shape {
+            Shape::Chain => Self::chain(&order),
+            Shape::Tree(k) => Self::tree(&order, k.max(2)),
+            Shape::Auto => {
+                let mut best = Self::chain(&order);
+                let mut best_t = best.predict(rates, size);
+                for k in AUTO_TREE_CANDIDATES {
+                    if (k as usize) >= order.len() {
+                        break;
+                    }
+                    let plan = Self::tree(&order, k);
+                    let t = plan.predict(rates, size);
+                    // A tree must win clearly: a chain uploads the data once.
+                    if t < best_t * 0.95 {
+                        (best, best_t) = (plan, t);
+                    }
+                }
+                best
+            }
+        }
+    }
+
+    fn chain(order: &[usize]) -> Self {
+        let mut parents = vec![Parent::Client; order.len()];
+        for w in order.windows(2) {
+            parents[w[1]] = Parent::Node(w[0]);
+        }
+        Self {
+            shape: Shape::Chain,
+            parents,
+        }
+    }
+
+    /// Breadth first: the client's `k` children are the `k` fastest nodes,
+    /// their children the next `k²`, and so on.
+    fn tree(order: &[usize], k: u32) -> Self {
+        let k = k as usize;
+        let mut parents = vec![Parent::Client; order.len()];
+        for (pos, &node) in order.iter().enumerate() {
+            parents[node] = if pos < k {
+                Parent::Client
+            } else {
+                Parent::Node(order[(pos - k) / k])
+            };
+        }
+        Self {
+            shape: Shape::Tree(k as u32),
+            parents,
+        }
+    }
+
+    /// The nodes `of` sends to, in index order.
+    pub fn children(&self, of: Parent) -> Vec<usize> {
+        (0..self.parents.len())
+            .filter(|&i| self.parents[i] == of)
+            .collect()
+    }
+
+    /// Hops from the client to node `i` (1 for the client's children).
+    pub fn depth(&self, i: usize) -> usize {
+        let mut depth = 1;
+        let mut at = self.parents.get(i).copied();
+        while let Some(Parent::Node(p)) = at {
+            depth += 1;
+            if depth > self.parents.len() {
+                break;
+            }
+            at = self.parents.get(p).copied();
+        }
+        depth
+    }
+
+    /// The most hops from the client to a node.
+    pub fn max_depth(&self) -> usize {
+        (0..self.parents.len())
+            .map(|i| self.depth(i))
+            .max()
+            .unwrap_or(0)
+    }
+
+    /// Predicted seconds until every node holds a file of `size` bytes,
+    /// sent in [`piece_size`] pieces for this plan's depth.
+    pub fn predict(&self, rates: &Rates, size: u64) -> f64 {
+        let piece = u64::from(piece_size(size, self.max_depth()));
+        self.predict_with(rates, size, piece)
+    }
+
+    /// Predicted seconds with pieces of `piece` bytes (see the crate docs
+    /// for the model).
+    pub fn predict_with(&self, rates: &Rates, size: u64, piece: u64) -> f64 {
+        let n = self.parents.len();
+        // Children per sender: index n is the client.
+        let mut kids = vec![0usize; n + 1];
+        for p in &self.parents {
+            kids[match p {
+                Parent::Client => n,
+                Parent::Node(p) => (*p).min(n),
+            }] += 1;
+        }
+        let (typical_client, typical) = (rates.client(), rates.typical());
+        let link: Vec<f64> = (0..n)
+            .map(|i| match self.parents[i] {
+                Parent::Client => typical_client / kids[n].max(1) as f64,
+                Parent::Node(p) => {
+                    let rate = rates.nodes.get(p).copied().flatten();
+                    let rate = rate.filter(|r| r.is_finite() && *r > 0.0);
+                    rate.unwrap_or(typical) / kids[p.min(n)].max(1) as f64
+                }
+            })
+            .collect();
+        let (size, piece) = (size as f64, (piece.min(size.max(1))) as f64);
+        // Each node's latency to its first piece and its path's bottleneck,
+        // computed parents first (depth order).
+        let mut first = vec![f64::NAN; n];
+        let mut slowest = vec![f64::INFINITY; n];
+        let mut adj = vec![Vec::new(); n];
+        let mut frontier = Vec::new();
+        for (i, p) in self.parents.iter().enumerate() {
+            match p {
+                Parent::Client => frontier.push(i),
+                Parent::Node(p) if *p < n => adj[*p].push(i),
+                Parent::Node(_) => {}
+            }
+        }
+        let mut seen = 0;
+        while let Some(i) = frontier.pop() {
+            let (up_first, up_slow) = match self.parents[i] {
+                Parent::Client => (0.0, f64::INFINITY),
+                Parent::Node(p) => (first[p], slowest[p]),
+            };
+            first[i] = up_first + piece / link[i] + rates.delay;
+            slowest[i] = up_slow.min(link[i]);
+            seen += 1;
+            frontier.extend(adj[i].iter().copied());
+        }
+        if seen < n {
+            // A node the client does not reach (a cycle): it never completes.
+            return f64::INFINITY;
+        }
+        (0..n)
+            .map(|i| first[i] + (size - piece).max(0.0) / slowest[i])
+            .fold(0.0, f64::max)
+    }
+}
+
+/// Node indices, fastest upload first (stable: equal rates keep their order).
+fn by_rate(rates: &Rates) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..rates.nodes.len()).collect();
+    order.sort_by(|&a, &b| rates.node(b).total_cmp(&rates.node(a)));
+    order
+}
+
+#[cfg(test)]
+mod tests;

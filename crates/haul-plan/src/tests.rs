@@ -1,0 +1,236 @@
+use super::*;
+
+const MIB: u64 = 1 << 20;
+
+fn t1(rates: &Rates, size: u64, piece: u64) -> f64 {
+    let one = Rates {
+        client: rates.client,
+        nodes: vec![rates.nodes.first().copied().flatten()],
+        delay: rates.delay,
+    };
+    Plan::build(&one, Shape::Chain, size).predict_with(&one, size, piece)
+}
+
+#[test]
+fn parses_every_shape_and_refuses_others() {
+    assert_eq!("chain".parse::<Shape>().ok(), Some(Shape::Chain));
+    assert_eq!("tree".parse::<Shape>().ok(), Some(Shape::Tree(2)));
+    assert_eq!("tree:4".parse::<Shape>().ok(), Some(Shape::Tree(4)));
+    assert_eq!("auto".parse::<Shape>().ok(), Some(Shape::Auto));
+    for bad in ["", "tree:1", "tree:0", "tree:x", "ring", "tree:65"] {
+        assert!(bad.parse::<Shape>().is_err(), "{bad}");
+    }
+    assert_eq!(Shape::Tree(3).to_string(), "tree:3");
+}
+
+#[test]
+fn a_chain_links_every_node_once_in_order() {
+    let plan = Plan::build(&Rates::unknown(4), Shape::Chain, MIB);
+    assert_eq!(
+        plan.parents,
+        vec![
+            Parent::Client,
+            Parent::Node(0),
+            Parent::Node(1),
+            Parent::Node(2)
+        ]
+    );
+    assert_eq!(plan.children(Parent::Client), vec![0]);
+    assert_eq!(plan.depth(3), 4);
+}
+
+#[test]
+fn a_tree_gives_each_sender_at_most_k_children() {
+    for n in [1, 2, 5, 13, 100] {
+        for k in [2, 3, 8] {
+            let plan = Plan::build(&Rates::unknown(n), Shape::Tree(k), MIB);
+            let mut senders = vec![Parent::Client];
+            senders.extend((0..n).map(Parent::Node));
+            for s in senders {
+                assert!(plan.children(s).len() <= k as usize);
+            }
+            // Every node reaches the client (no cycles), within log_k n + 1 hops.
+            let bound = (n as f64).log(k as f64).ceil() as usize + 1;
+            for i in 0..n {
+                assert!(plan.depth(i) <= bound, "n {n} k {k} node {i}");
+            }
+        }
+    }
+}
+
+#[test]
+fn slow_uploaders_become_leaves_and_end_the_chain() {
+    let mb = 1e6;
+    let rates = Rates {
+        client: Some(25.0 * mb),
+        nodes: vec![
+            Some(25.0 * mb),
+            Some(2.5 * mb),
+            Some(25.0 * mb),
+            Some(25.0 * mb),
+        ],
+        delay: 0.005,
+    };
+    let chain = Plan::build(&rates, Shape::Chain, 32 * MIB);
+    assert!(chain.children(Parent::Node(1)).is_empty(), "{chain:?}");
+    let tree = Plan::build(&rates, Shape::Tree(2), 32 * MIB);
+    assert!(tree.children(Parent::Node(1)).is_empty(), "{tree:?}");
+    // Nobody waits on the slow node: the plan is as fast as with a fast one.
+    let fast = Rates {
+        nodes: vec![Some(25.0 * mb); 4],
+        ..rates.clone()
+    };
+    let with_fast = Plan::build(&fast, Shape::Chain, 32 * MIB).predict_with(&fast, 32 * MIB, MIB);
+    assert!((chain.predict_with(&rates, 32 * MIB, MIB) - with_fast).abs() < 1e-9);
+}
+
+#[test]
+fn the_model_matches_the_chain_and_tree_formulas() {
+    let rates = Rates::unknown(8);
+    let (s, c) = (256 * MIB, 4 * MIB);
+    let chain = Plan::build(&rates, Shape::Chain, s).predict_with(&rates, s, c);
+    // S/B + (N−1)·c/B with B = 1 byte/s.
+    assert!((chain - (s + 7 * c) as f64).abs() < 1e-6);
+    let ratio = chain / t1(&rates, s, c);
+    assert!((1.10..1.11).contains(&ratio), "{ratio}");
+    // 8 peers at 32 MiB with 1 MiB pieces: the issue's ≤ 1.3.
+    let ratio = Plan::build(&rates, Shape::Chain, 32 * MIB).predict_with(&rates, 32 * MIB, MIB)
+        / t1(&rates, 32 * MIB, MIB);
+    assert!(ratio <= 1.3, "{ratio}");
+    let tree = Plan::build(&rates, Shape::Tree(2), s).predict_with(&rates, s, c);
+    assert!(tree > 2.0 * s as f64 && tree < chain * 2.0);
+}
+
+#[test]
+fn pieces_shrink_with_depth_within_bounds() {
+    use haul_proto::digest::MAX_CHUNKS;
+    assert_eq!(piece_size(256 * MIB, 1), MAX_PIECE);
+    assert_eq!(piece_size(32 * MIB, 8), 512 << 10);
+    assert_eq!(piece_size(256 * MIB, 1000), MIN_PIECE);
+    assert_eq!(piece_size(0, 5), MIN_PIECE);
+    for size in [1, 4095, 1 << 30, 1 << 40, 1 << 42] {
+        for depth in [1, 8, 1000] {
+            let p = piece_size(size, depth);
+            assert!(p.is_power_of_two() && haul_proto::digest::valid_chunk_size(p));
+            assert!(size.div_ceil(u64::from(p)) <= MAX_CHUNKS, "{size} {depth}");
+        }
+    }
+}
+
+#[test]
+fn a_thousand_nodes_take_at_most_half_again_the_time_of_one() {
+    let rates = Rates::unknown(1000);
+    let s = 256 * MIB;
+    let plan = Plan::build(&rates, Shape::Auto, s);
+    let ratio = plan.predict(&rates, s)
+        / Plan::build(&Rates::unknown(1), Shape::Chain, s).predict(&Rates::unknown(1), s);
+    assert!(ratio <= 1.5, "{ratio} with {}", plan.shape);
+}
+
+#[test]
+fn a_plan_with_a_cycle_never_completes() {
+    let plan = Plan {
+        shape: Shape::Chain,
+        parents: vec![Parent::Node(1), Parent::Node(0)],
+    };
+    assert!(plan
+        .predict_with(&Rates::unknown(2), MIB, MIB)
+        .is_infinite());
+}
+
+#[test]
+fn auto_keeps_the_chain_when_short_and_picks_a_tree_when_long() {
+    let short = Plan::build(&Rates::unknown(8), Shape::Auto, 256 * MIB);
+    assert_eq!(short.shape, Shape::Chain);
+    // 1,000 nodes of a 16 MiB dataset in 4 MiB pieces: the chain's
+    // latency (999 pieces) dwarfs the data; a tree wins.
+    let long = Plan::build(&Rates::unknown(1000), Shape::Auto, 16 * MIB);
+    assert!(matches!(long.shape, Shape::Tree(_)), "{:?}", long.shape);
+}
+
+#[test]
+fn auto_is_never_slower_than_the_chain_or_any_tree() {
+    for n in [1, 3, 10, 100, 1000] {
+        for s in [32 * MIB, 256 * MIB, 4 * MIB, 1000] {
+            let rates = Rates::unknown(n);
+            let auto = Plan::build(&rates, Shape::Auto, s).predict(&rates, s);
+            for shape in [Shape::Chain, Shape::Tree(2), Shape::Tree(4)] {
+                let other = Plan::build(&rates, shape, s).predict(&rates, s);
+                // A tree replaces the chain only when 5 % faster.
+                assert!(auto <= other * 1.06, "n {n} {shape}: {auto} > {other}");
+            }
+        }
+    }
+}
+
+mod routing {
+    use crate::routing::{Routing, Step};
+    use crate::{Parent, Plan, Rates, Shape};
+
+    const MIB: u64 = 1 << 20;
+
+    #[test]
+    fn start_names_every_relay_and_the_clients_children() {
+        let plan = Plan::build(&Rates::unknown(5), Shape::Tree(2), MIB);
+        let r = Routing::new(&plan);
+        let steps = r.start();
+        let sends: Vec<_> = steps
+            .iter()
+            .filter(|s| matches!(s, Step::Send { .. }))
+            .collect();
+        assert_eq!(sends.len(), 2);
+        let forwarded: usize = steps
+            .iter()
+            .map(|s| match s {
+                Step::Forward { children, .. } => children.len(),
+                Step::Send { .. } => 0,
+            })
+            .sum();
+        assert_eq!(forwarded, 3);
+    }
+
+    #[test]
+    fn a_lost_relay_hands_its_children_to_the_nearest_live_ancestor() {
+        let plan = Plan::build(&Rates::unknown(5), Shape::Chain, MIB);
+        let mut r = Routing::new(&plan);
+        assert_eq!(
+            r.lost(2),
+            vec![Step::Forward {
+                node: 1,
+                children: vec![3]
+            }]
+        );
+        assert_eq!(r.parent(3), Parent::Node(1));
+        // Its new parent dies too: up to 0.
+        assert_eq!(
+            r.lost(1),
+            vec![Step::Forward {
+                node: 0,
+                children: vec![3]
+            }]
+        );
+        // And the head: the client sends to 3 itself.
+        assert_eq!(r.lost(0), vec![Step::Send { node: 3 }]);
+        assert!(r.lost(0).is_empty(), "a node is lost once");
+        assert!(r.pending());
+        r.done(3);
+        r.done(4);
+        assert!(!r.pending());
+    }
+
+    #[test]
+    fn a_node_that_reported_is_not_lost_and_a_leaf_moves_nobody() {
+        let plan = Plan::build(&Rates::unknown(3), Shape::Chain, MIB);
+        let mut r = Routing::new(&plan);
+        r.done(1);
+        assert!(r.lost(1).is_empty());
+        assert!(r.is_alive(1));
+        assert_eq!(
+            r.lost(2),
+            vec![Step::Forward {
+                node: 1,
+                children: vec![]
+            }]
+        );
+    }
+}

@@ -1,0 +1,133 @@
+//! Fan-out through the lab (root only: network namespaces and TUN): nodes
+//! in their own hosts behind rate-limited links, a node killed mid-file, a
+//! link pulled and plugged back. Timings are the benchmark's
+//! (`bench/fan-out.sh`); this checks what must hold on any machine.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use haul_lab::Lab;
+
+use crate::fanout::fanout;
+use crate::harness::{b3, listing, run, stderr, wait_for, write_file, Node, Scratch, BIN};
+
+const LIMIT: Duration = Duration::from_secs(240);
+
+fn root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root {
+        eprintln!("SKIPPED lab fan-out: the lab needs root (network namespaces, TUN)");
+    }
+    root
+}
+
+/// The staging file of a node that holds at least `bytes`.
+fn staged(root: &Path, bytes: u64) -> bool {
+    std::fs::read_dir(root.join(".haul/partial"))
+        .map(|d| {
+            d.flatten()
+                .any(|e| e.metadata().map(|m| m.len() >= bytes).unwrap_or(false))
+        })
+        .unwrap_or(false)
+}
+
+#[test]
+fn lab_fan_out_survives_a_killed_node_and_a_pulled_link() {
+    if !root() {
+        return;
+    }
+    let lab = Lab::builder()
+        .hosts(6)
+        .link("rate 100mbit delay 5ms")
+        .seed(3)
+        .start()
+        .expect("lab");
+    let s = Scratch::new();
+    let size = 24u64 << 20;
+    write_file(&s.path("src/a.bin"), size, 5);
+    for i in 0..20 {
+        write_file(&s.path(&format!("src/small/f{i}")), 300 + i, i);
+    }
+    // h1 pushes; h2..h6 are the nodes.
+    let mut nodes: Vec<Node> = (2..=6)
+        .map(|h| {
+            let host = lab.host(h);
+            let listen = format!("{}:7878", host.addr());
+            let root = s.path(&format!("n{h}"));
+            Node::spawn(
+                host.command(BIN),
+                &root,
+                &s.path("cfg"),
+                &listen,
+                &["--open", "--plaintext"],
+            )
+        })
+        .collect();
+    let urls = |dest: &str| -> Vec<String> { nodes.iter().map(|n| n.url(dest)).collect() };
+    let push = |urls: Vec<String>, extra: &[&str]| {
+        let mut cmd: Command = lab.host(1).command(BIN);
+        cmd.env("HAUL_CONFIG_DIR", s.path("client"))
+            .arg("push")
+            .arg(s.path("src"))
+            .args(urls)
+            .args(["--plaintext", "--json"])
+            .args(extra);
+        cmd
+    };
+    // A chain and a tree: every node holds the tree.
+    for (plan, dest) in [("chain", "c"), ("tree", "t")] {
+        let out = run(push(urls(dest), &["--plan", plan]), LIMIT);
+        assert!(out.status.success(), "{plan}: {}", stderr(&out));
+        for h in 2..=6 {
+            assert_eq!(
+                listing(&s.path(&format!("n{h}/{dest}/src"))),
+                listing(&s.path("src")),
+                "{plan} h{h}"
+            );
+        }
+    }
+    // A link pulled for 2 s mid-file and plugged back: TCP carries on,
+    // every node completes.
+    let pushing = {
+        let cmd = push(urls("l"), &["--timeout", "20"]);
+        std::thread::spawn(move || run(cmd, LIMIT))
+    };
+    wait_for(LIMIT, "h4 to stage a third", || {
+        staged(&s.path("n4"), size / 3)
+    });
+    lab.link_down(4).expect("link down");
+    std::thread::sleep(Duration::from_secs(2));
+    lab.link_up(4).expect("link up");
+    let out = pushing.join().expect("push thread");
+    assert!(out.status.success(), "{}", stderr(&out));
+    for h in 2..=6 {
+        assert_eq!(
+            b3(&s.path(&format!("n{h}/l/src/a.bin"))),
+            b3(&s.path("src/a.bin"))
+        );
+    }
+    // A relay killed at half the file: the others complete, it is named.
+    let pushing = {
+        let cmd = push(urls("k"), &["--timeout", "5"]);
+        std::thread::spawn(move || run(cmd, LIMIT))
+    };
+    wait_for(LIMIT, "h3 to stage half", || {
+        staged(&s.path("n3"), size / 2)
+    });
+    nodes[1].kill9();
+    let out = pushing.join().expect("push thread");
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let f = fanout(&out);
+    let reports = f["nodes"].as_array().unwrap();
+    for (i, r) in reports.iter().enumerate() {
+        assert_eq!(r["ok"], i != 1, "node {i}: {f}");
+    }
+    for h in [2, 4, 5, 6] {
+        assert_eq!(
+            b3(&s.path(&format!("n{h}/k/src/a.bin"))),
+            b3(&s.path("src/a.bin"))
+        );
+    }
+}
