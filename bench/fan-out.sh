@@ -13,20 +13,27 @@
 #
 #   sudo bash bench/fan-out.sh          (about 40 minutes with the defaults)
 # Environment: SIZES (MiB, default "32 64 128 256"), PEERS (default "1 2 3 6 8"), RUNS (3),
-#   RATE (200mbit), FAIL_SIZE (MiB, 128), OUT (bench/results), DATA (/dev/shm).
+#   BASE_RUNS (runs of the two baselines, default RUNS: they take N times as long),
+#   RATE (200mbit), FAIL_SIZE (MiB, 128; FAIL_SIZE=0 skips the failure runs), OUT
+#   (bench/results), DATA (/dev/shm).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SIZES=${SIZES:-"32 64 128 256"}
 PEERS=${PEERS:-"1 2 3 6 8"}
 RUNS=${RUNS:-3}
+BASE_RUNS=${BASE_RUNS:-$RUNS}
 RATE=${RATE:-200mbit}
 FAIL_SIZE=${FAIL_SIZE:-128}
 OUT=${OUT:-bench/results}
 DATA=${DATA:-/dev/shm}
 NAME=fanout$$
 
-if [ "$(id -u)" != 0 ]; then echo "fan-out.sh needs root (the lab): run it with sudo" >&2; exit 1; fi
 command -v python3 >/dev/null || { echo "missing python3" >&2; exit 1; }
+mkdir -p "$OUT"
+CSV=$OUT/fan-out.csv
+
+measure() {
+if [ "$(id -u)" != 0 ]; then echo "fan-out.sh needs root (the lab): run it with sudo" >&2; exit 1; fi
 cargo build --release -q -p haul -p haul-bench
 HAUL=$PWD/target/release/haul
 BASE=$PWD/target/release/sendfile-baseline
@@ -35,36 +42,35 @@ inh() { local h=$1; shift; ip netns exec "hl-$NAME-h$h" "$@"; }
 
 W=$(mktemp -d "$DATA/haul-fanout.XXXXXX")
 PIDS=()
+NAME=fanout$$
 cleanup() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done
   wait 2>/dev/null || true
   lab down >/dev/null 2>&1 || true
   rm -rf "$W"
 }
 trap cleanup EXIT
-mkdir -p "$OUT"
 export HAUL_CONFIG_DIR=$W/config
 
 lab up --hosts 9 --link "rate $RATE delay 5ms" --seed 1 >/dev/null
 now() { date +%s.%N; }
 median() { sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 
-start_node() { # $1 = host
-  inh "$1" "$HAUL" serve --root "$W/n$1" --listen "198.18.0.$1:7878" --open --plaintext \
-    --identity "$W/id$1" >"$W/node$1.log" 2>&1 &
+start_node() { # $1 = host; NODE[host] is the node's own pid (ip netns exec execs)
+  ip netns exec "hl-$NAME-h$1" "$HAUL" serve --root "$W/n$1" --listen "198.18.0.$1:7878" \
+    --open --plaintext --identity "$W/id$1" >"$W/node$1.log" 2>&1 &
   NODE[$1]=$!
   PIDS+=($!)
-  for _ in $(seq 1 100); do grep -q listening "$W/node$1.log" 2>/dev/null && return; sleep 0.05; done
-  echo "node h$1 did not start" >&2; exit 1
+  for _ in $(seq 1 200); do grep -q listening "$W/node$1.log" 2>/dev/null && return; sleep 0.05; done
+  echo "node h$1 did not start:" >&2; cat "$W/node$1.log" >&2; exit 1
 }
-declare -A NODE
+declare -gA NODE
 for h in $(seq 2 9); do start_node "$h"; done
 urls() { # $1 = peers, $2 = dest
   for h in $(seq 2 $((1 + $1))); do printf 'haul://198.18.0.%s:7878/%s ' "$h" "$2"; done
 }
 clear_dests() { for h in $(seq 2 9); do rm -rf "$W/n$h/$1" "$W/n$h/.haul/partial"/* 2>/dev/null || true; done; }
 
-CSV=$OUT/fan-out.csv
 echo "method,size_mib,peers,run,seconds" >"$CSV"
 RUN_ID=0
 for size in $SIZES; do
@@ -79,6 +85,7 @@ for size in $SIZES; do
       t1=$(now)
       echo "haul-fanout,$size,$peers,$run,$(awk "BEGIN {print $t1 - $t0}")" >>"$CSV"
       clear_dests "$d"
+      [ "$run" -le "$BASE_RUNS" ] || continue
       # bare sendfile, one sender process per peer, all at once
       receivers=()
       for h in $(seq 2 $((1 + peers))); do
@@ -114,6 +121,7 @@ for size in $SIZES; do
 done
 
 # Failures, 8 peers: when the 7 others finish, from each node's report.
+[ "$FAIL_SIZE" -gt 0 ] || RUNS=0
 head -c $((FAIL_SIZE << 20)) /dev/urandom >"$W/fail.bin"
 others_done() { # stdin: --json output; $1: the failed node's index (0-based)
   python3 -c '
@@ -143,9 +151,13 @@ for run in $(seq 1 "$RUNS"); do
   secs=$(inh 1 "$HAUL" push "$W/fail.bin" $(urls 8 "k$d") --plaintext --timeout 5 --json 2>/dev/null | others_done 2 || true)
   kill "$killer" 2>/dev/null || true
   wait "$killer" 2>/dev/null || true
-  echo "fail-killed,$FAIL_SIZE,8,$run,$secs" >>"$CSV"
+  if kill -0 "${NODE[4]}" 2>/dev/null; then
+    echo "fail-killed run $run: the push ended before h4 staged half; not counted" >&2
+  else
+    echo "fail-killed,$FAIL_SIZE,8,$run,$secs" >>"$CSV"
+    start_node 4
+  fi
   clear_dests "k$d"
-  start_node 4
   # slow: h6 on 20 Mbit/s both ways, said with --rate.
   lab set h6 "rate 20mbit delay 5ms" >/dev/null
   lab set h6 --dir ingress "rate 20mbit" >/dev/null
@@ -156,6 +168,17 @@ for run in $(seq 1 "$RUNS"); do
   echo "fail-slow,$FAIL_SIZE,8,$run,$secs" >>"$CSV"
   clear_dests "s$d"
 done
+
+# Peak memory of every node over the whole run (each relayed every size).
+for h in $(seq 2 9); do
+  if [ -r "/proc/${NODE[$h]}/status" ]; then
+    echo "node h$h peak RSS: $(awk '/VmHWM/ {print $2, $3}' "/proc/${NODE[$h]}/status")"
+  fi
+done | tee "$OUT/fan-out-rss.txt"
+}
+
+# SUMMARY_ONLY=1: only the table and plot, from an existing OUT/fan-out.csv.
+[ -n "${SUMMARY_ONLY:-}" ] || measure
 
 # Medians, ratios, plot.
 python3 - "$CSV" "$OUT" <<'PY'
@@ -198,7 +221,7 @@ PY
 if ! command -v gnuplot >/dev/null; then
   apt-get install -y -qq gnuplot-nox >/dev/null 2>&1 || true
 fi
-if command -v gnuplot >/dev/null; then
+if command -v gnuplot >/dev/null && [ -n "${SIZES// /}" ]; then
   n=0; plots=""
   for s in $SIZES; do for m in haul-fanout sendfile haul-parallel; do
     plots="$plots${plots:+, }'$OUT/fan-out.dat' index $n with linespoints title '$s MiB $m'"; n=$((n + 1))

@@ -18,6 +18,7 @@
 //!    which sends them the whole transfer again, and their `Need{have}`
 //!    keeps that to what they lack.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -57,7 +58,7 @@ pub struct NodeReport {
     pub failed: u64,
     /// Payload bytes it received.
     pub bytes: u64,
-    /// Seconds from the start until it reported.
+    /// Seconds from the start until it held everything (or failed).
     pub seconds: f64,
     /// Why it failed (or what its forwards reported), empty when all went well.
     pub error: String,
@@ -96,7 +97,7 @@ struct Admitted {
 
 /// What the control tasks and sends tell the coordinator.
 enum News {
-    Progress(usize, u64),
+    Progress(usize, u64, bool),
     Reported(usize, Message),
     Lost(usize, String),
     SendEnded(usize, Option<String>),
@@ -190,6 +191,7 @@ pub async fn push_fanout(
         tally: Tally::new(observer),
         buffers: ChunkBuffers::new(opts.chunk_memory),
         sends: JoinSet::new(),
+        sending: HashMap::new(),
     };
     // 3. Control tasks: forwards first, then reports and keepalives.
     let (news_tx, mut news) = mpsc::unbounded_channel();
@@ -208,29 +210,19 @@ pub async fn push_fanout(
     while run.routing.pending() {
         let Some(n) = news.recv().await else { break };
         match n {
-            News::Progress(i, bytes) => run.tally.event(&Event::NodeProgress {
-                node: nodes[run.index[i]].url.clone(),
-                bytes,
-                total,
-            }),
-            News::Reported(i, msg) => {
-                run.reported(i, msg, &mut nodes);
-                let n = &nodes[run.index[i]];
-                run.tally.event(&Event::NodeDone {
-                    node: n.url.clone(),
-                    ok: n.ok,
-                    error: n.error.clone(),
+            News::Progress(i, bytes, complete) => {
+                let node = &mut nodes[run.index[i]];
+                if complete && node.seconds == 0.0 {
+                    node.seconds = started.elapsed().as_secs_f64();
+                }
+                run.tally.event(&Event::NodeProgress {
+                    node: node.url.clone(),
+                    bytes,
+                    total,
                 });
             }
-            News::Lost(i, why) => {
-                run.lost(i, why, &mut nodes);
-                let n = &nodes[run.index[i]];
-                run.tally.event(&Event::NodeDone {
-                    node: n.url.clone(),
-                    ok: false,
-                    error: n.error.clone(),
-                });
-            }
+            News::Reported(i, msg) => run.reported(i, msg, &mut nodes),
+            News::Lost(i, why) => run.lost(i, why, &mut nodes),
             News::SendEnded(i, error) => {
                 if let Some(e) = error {
                     run.lost(
@@ -308,7 +300,7 @@ async fn control(
             tokio::select! {
                 msg = r.recv() => match msg? {
                     Message::KeepAlive => {}
-                    Message::Progress { bytes, .. } => { let _ = news.send(News::Progress(i, bytes)); }
+                    Message::Progress { bytes, complete, .. } => { let _ = news.send(News::Progress(i, bytes, complete)); }
                     m @ Message::Report { .. } => { let _ = news.send(News::Reported(i, m)); }
                     other => return Err(NodeError::Protocol(format!("unexpected {other:?} on a control connection"))),
                 },
@@ -346,6 +338,8 @@ struct Run {
     tally: Arc<Tally>,
     buffers: Arc<ChunkBuffers>,
     sends: JoinSet<()>,
+    /// The client's own send to each node, to stop when the node is lost.
+    sending: HashMap<usize, tokio::task::AbortHandle>,
 }
 
 impl Run {
@@ -389,7 +383,7 @@ impl Run {
             self.buffers.clone(),
             self.news_tx.clone(),
         );
-        self.sends.spawn(async move {
+        let handle = self.sends.spawn(async move {
             let request = Request::Relayed {
                 ticket: target.ticket,
             };
@@ -398,6 +392,19 @@ impl Run {
             if let Some(tx) = news {
                 let _ = tx.send(News::SendEnded(child, err.map(|e| e.to_string())));
             }
+        });
+        if let Some(old) = self.sending.insert(child, handle) {
+            old.abort();
+        }
+    }
+
+    /// Tells the observer that node `i` is done (or failed).
+    fn announce(&self, i: usize, nodes: &[NodeReport]) {
+        let n = &nodes[self.index[i]];
+        self.tally.event(&Event::NodeDone {
+            node: n.url.clone(),
+            ok: n.ok,
+            error: n.error.clone(),
         });
     }
 
@@ -417,9 +424,12 @@ impl Run {
         node.entries_ok = ok;
         node.failed = failed;
         node.bytes = bytes;
-        node.seconds = self.started.elapsed().as_secs_f64();
+        if node.seconds == 0.0 {
+            node.seconds = self.started.elapsed().as_secs_f64();
+        }
         node.ok = failed == 0;
         node.error = message;
+        self.announce(i, nodes);
         for addr in lost {
             let gone = (0..self.targets.len()).find(|&c| {
                 self.targets[c].addr == addr && self.routing.parent(c) == Parent::Node(i)
@@ -443,7 +453,11 @@ impl Run {
         node.ok = false;
         node.seconds = self.started.elapsed().as_secs_f64();
         node.error = why;
+        self.announce(i, nodes);
         let _ = self.commands[i].send(Message::Bye);
+        if let Some(send) = self.sending.remove(&i) {
+            send.abort();
+        }
         let steps = self.routing.lost(i);
         self.apply(steps);
     }

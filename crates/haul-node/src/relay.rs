@@ -234,6 +234,14 @@ impl Transfer {
         self.changed.notify_waiters();
     }
 
+    /// This node holds everything: an upstream said `Bye` and none runs.
+    pub fn received(&self) -> bool {
+        self.state
+            .lock()
+            .map(|s| s.upstream_done && s.upstreams == 0)
+            .unwrap_or(false)
+    }
+
     /// Once this node's part is done (its upstream said `Bye` and no
     /// forward is still running): what failed, and the addresses of the
     /// forwards that gave up.

@@ -263,10 +263,21 @@ impl Server {
         let mut next_tick = tokio::time::Instant::now() + tick;
         let mut last_moved = 0;
         let mut reported = false;
+        let mut complete = false;
         loop {
             let changed = transfer.changed.notified();
             tokio::pin!(changed);
             changed.as_mut().enable();
+            if !complete && transfer.received() {
+                complete = true;
+                writer
+                    .send(&Message::Progress {
+                        bytes: transfer.tally.moved(),
+                        entries: transfer.tally.entries_ok(),
+                        complete,
+                    })
+                    .await?;
+            }
             if !reported {
                 if let Some((failures, lost)) = transfer.finished() {
                     let s = transfer.tally.finish(started.elapsed(), 0);
@@ -307,7 +318,7 @@ impl Server {
                     if moved != last_moved && !reported {
                         last_moved = moved;
                         let entries = transfer.tally.entries_ok();
-                        writer.send(&Message::Progress { bytes: moved, entries }).await?;
+                        writer.send(&Message::Progress { bytes: moved, entries, complete }).await?;
                     } else {
                         writer.send(&Message::KeepAlive).await?;
                     }

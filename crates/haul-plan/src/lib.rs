@@ -149,15 +149,6 @@ impl Rates {
             .unwrap_or(1.0)
     }
 
-    fn node(&self, i: usize) -> f64 {
-        self.nodes
-            .get(i)
-            .copied()
-            .flatten()
-            .filter(|r| r.is_finite() && *r > 0.0)
-            .unwrap_or_else(|| self.typical())
-    }
-
     fn client(&self) -> f64 {
         self.client
             .filter(|r| r.is_finite() && *r > 0.0)
@@ -330,9 +321,20 @@ impl Plan {
 }
 
 /// Node indices, fastest upload first (stable: equal rates keep their order).
+/// Nodes whose rate is unknown come first: a rate is given to mark a node
+/// that differs, most often a slow one.
 fn by_rate(rates: &Rates) -> Vec<usize> {
+    let key = |i: usize| {
+        rates
+            .nodes
+            .get(i)
+            .copied()
+            .flatten()
+            .filter(|r| r.is_finite() && *r > 0.0)
+            .unwrap_or(f64::INFINITY)
+    };
     let mut order: Vec<usize> = (0..rates.nodes.len()).collect();
-    order.sort_by(|&a, &b| rates.node(b).total_cmp(&rates.node(a)));
+    order.sort_by(|&a, &b| key(b).total_cmp(&key(a)));
     order
 }
 

@@ -85,6 +85,18 @@ fn slow_uploaders_become_leaves_and_end_the_chain() {
 }
 
 #[test]
+fn a_node_marked_slow_alone_ends_the_chain() {
+    // Only the slow node's rate is given (`--rate URL=20mbit`).
+    let mut rates = Rates::unknown(8);
+    rates.nodes[4] = Some(2.5e6);
+    let chain = Plan::build(&rates, Shape::Chain, 32 * MIB);
+    assert!(chain.children(Parent::Node(4)).is_empty(), "{chain:?}");
+    assert_eq!(chain.depth(4), 8);
+    let tree = Plan::build(&rates, Shape::Tree(2), 32 * MIB);
+    assert!(tree.children(Parent::Node(4)).is_empty(), "{tree:?}");
+}
+
+#[test]
 fn the_model_matches_the_chain_and_tree_formulas() {
     let rates = Rates::unknown(8);
     let (s, c) = (256 * MIB, 4 * MIB);

@@ -196,10 +196,15 @@ pub fn encode(msg: &Message, out: &mut Vec<u8>) {
                 w.0.extend_from_slice(&t.ticket);
             }
         }
-        Message::Progress { bytes, entries } => {
+        Message::Progress {
+            bytes,
+            entries,
+            complete,
+        } => {
             w.u8(kind::PROGRESS);
             w.u64(*bytes);
             w.u64(*entries);
+            w.u8(u8::from(*complete));
         }
         Message::Report {
             ok,
@@ -359,6 +364,7 @@ fn decode_body(body: &[u8]) -> Result<Message, DecodeError> {
         kind::PROGRESS => Message::Progress {
             bytes: r.u64()?,
             entries: r.u64()?,
+            complete: r.bool()?,
         },
         kind::REPORT => {
             let (ok, failed, bytes, message) = (r.u64()?, r.u64()?, r.u64()?, r.str()?);

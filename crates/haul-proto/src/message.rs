@@ -319,12 +319,15 @@ pub enum Message {
         targets: Vec<RelayTarget>,
     },
     /// Fan-out control, node → client, about once a second while data
-    /// arrives: how far this node got.
+    /// arrives, and once when it holds everything: how far this node got.
     Progress {
         /// Payload bytes received so far.
         bytes: u64,
         /// Entries delivered so far.
         entries: u64,
+        /// Its upstream said `Bye`: it holds everything (its forwards may
+        /// still run; `Report` follows when they end).
+        complete: bool,
     },
     /// Fan-out control, node → client: this node's part is done (its
     /// upstream said `Bye` and its forwards ended).

@@ -152,8 +152,13 @@ fn arb_message() -> impl Strategy<Value = Message> {
             request: Request::Relayed { ticket }
         }),
         digest.prop_map(|ticket| Message::Ticket { ticket }),
-        (any::<u64>(), any::<u64>())
-            .prop_map(|(bytes, entries)| Message::Progress { bytes, entries }),
+        (any::<u64>(), any::<u64>(), any::<bool>()).prop_map(|(bytes, entries, complete)| {
+            Message::Progress {
+                bytes,
+                entries,
+                complete,
+            }
+        }),
         proptest::collection::vec((arb_string(), arb_string(), digest), 0..4).prop_map(|t| {
             Message::Forward {
                 targets: t
