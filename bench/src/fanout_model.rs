@@ -11,12 +11,9 @@ use haul_plan::{piece_size, Plan, Rates, Shape};
 
 const RATE: f64 = 25e6;
 
+/// `n` nodes and a client with equal uploads, hops of `delay`.
 fn links(n: usize, delay: f64) -> Rates {
-    Rates {
-        client: Some(RATE),
-        nodes: vec![Some(RATE); n],
-        delay,
-    }
+    Rates::equal(n, RATE, delay)
 }
 
 fn simulate(plan: &Plan, n: usize, size: u64, delay: f64) -> f64 {

@@ -15,11 +15,7 @@ const DELAY: f64 = 0.005;
 
 /// `n` nodes and a client with equal uploads, hops of `delay`.
 fn links(n: usize, delay: f64) -> Rates {
-    Rates {
-        client: Some(RATE),
-        nodes: vec![Some(RATE); n],
-        delay,
-    }
+    Rates::equal(n, RATE, delay)
 }
 
 fn sim(n: usize, size: u64, plan: &Plan, deaths: Vec<(f64, usize)>) -> FanoutSim {

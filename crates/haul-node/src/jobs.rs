@@ -30,7 +30,7 @@ pub enum Source {
 /// Finds the source of an entry when it is offered.
 pub trait OpenSource: Send + Sync + std::fmt::Debug {
     /// The source of `entry`'s bytes.
-    fn open(&self, entry: &haul_proto::Entry) -> std::io::Result<Arc<dyn ChunkSource>>;
+    fn open(self: Arc<Self>, entry: &haul_proto::Entry) -> std::io::Result<Arc<dyn ChunkSource>>;
 }
 
 /// What a sending connection transfers (see [`haul_session::SendJob`]).

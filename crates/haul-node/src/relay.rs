@@ -122,9 +122,6 @@ impl Transfer {
             dest: dest.clone(),
             ..Opener::default()
         });
-        if let Ok(mut me) = opener.me.lock() {
-            *me = Arc::downgrade(&opener);
-        }
         Self {
             opener,
             dest,
@@ -309,8 +306,6 @@ struct Opener {
     /// Readers waiting on a file, woken when a newer staging of it appears
     /// (its upstream session broke and another one staged it again).
     waiting: Mutex<HashMap<String, Vec<Waker>>>,
-    /// Itself, for the sources it makes.
-    me: Mutex<Weak<Opener>>,
 }
 
 impl std::fmt::Debug for Opener {
@@ -381,20 +376,14 @@ impl Opener {
 }
 
 impl OpenSource for Opener {
-    fn open(&self, entry: &Entry) -> std::io::Result<Arc<dyn ChunkSource>> {
+    fn open(self: Arc<Self>, entry: &Entry) -> std::io::Result<Arc<dyn ChunkSource>> {
         let current = self.newest(entry)?;
         Ok(Arc::new(RelaySource {
-            opener: self.self_ref(),
+            opener: Arc::downgrade(&self),
             entry: entry.clone(),
             current: Mutex::new(current),
             wakers: Mutex::default(),
         }))
-    }
-}
-
-impl Opener {
-    fn self_ref(&self) -> Weak<Opener> {
-        self.me.lock().map(|m| m.clone()).unwrap_or_default()
     }
 }
 

@@ -126,6 +126,16 @@ pub struct Rates {
 }
 
 impl Rates {
+    /// `n` nodes and a client that all upload at `rate` bytes per second,
+    /// hops of `delay` seconds.
+    pub fn equal(n: usize, rate: f64, delay: f64) -> Self {
+        Self {
+            client: Some(rate),
+            nodes: vec![Some(rate); n],
+            delay,
+        }
+    }
+
     /// `n` nodes whose rates are unknown.
     pub fn unknown(n: usize) -> Self {
         Self {

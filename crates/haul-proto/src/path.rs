@@ -53,6 +53,13 @@ pub const STATE_DIR: &str = ".haul";
 ///
 /// An empty path means the root itself and yields no components.
 pub fn validate_rel_path(path: &str) -> Result<Vec<&str>, PathError> {
+    let mut parts = Vec::new();
+    walk_rel_path(path, |c| parts.push(c))?;
+    Ok(parts)
+}
+
+/// The rules of [`validate_rel_path`], handing each component to `each`.
+fn walk_rel_path<'a>(path: &'a str, mut each: impl FnMut(&'a str)) -> Result<(), PathError> {
     if path.contains('\0') {
         return Err(PathError::Nul);
     }
@@ -63,22 +70,21 @@ pub fn validate_rel_path(path: &str) -> Result<Vec<&str>, PathError> {
         return Err(PathError::Absolute(path.to_owned()));
     }
     if path.is_empty() {
-        return Ok(Vec::new());
+        return Ok(());
     }
-    let mut parts = Vec::new();
     for comp in path.split('/') {
         match comp {
             "" | "." => return Err(PathError::EmptyComponent(path.to_owned())),
             ".." => return Err(PathError::ParentDir(path.to_owned())),
             c if c.len() > MAX_NAME_LEN => return Err(PathError::NameTooLong),
             c if c.contains('\\') => return Err(PathError::Backslash(path.to_owned())),
-            c => parts.push(c),
+            c => each(c),
         }
     }
-    if parts.first().is_some_and(|c| is_state_dir(c)) {
+    if path.split('/').next().is_some_and(is_state_dir) {
         return Err(PathError::Reserved(path.to_owned()));
     }
-    Ok(parts)
+    Ok(())
 }
 
 /// True for a name that is the receiver's state directory on some file
@@ -93,26 +99,7 @@ pub fn check_entry_path(path: &str) -> Result<(), PathError> {
     if path.is_empty() {
         return Err(PathError::Root);
     }
-    if path.contains('\0') {
-        return Err(PathError::Nul);
-    }
-    if path.len() > MAX_PATH_LEN {
-        return Err(PathError::PathTooLong);
-    }
-    if path.starts_with('/') {
-        return Err(PathError::Absolute(path.to_owned()));
-    }
-    for (i, comp) in path.split('/').enumerate() {
-        match comp {
-            "" | "." => return Err(PathError::EmptyComponent(path.to_owned())),
-            ".." => return Err(PathError::ParentDir(path.to_owned())),
-            c if c.len() > MAX_NAME_LEN => return Err(PathError::NameTooLong),
-            c if c.contains('\\') => return Err(PathError::Backslash(path.to_owned())),
-            c if i == 0 && is_state_dir(c) => return Err(PathError::Reserved(path.to_owned())),
-            _ => {}
-        }
-    }
-    Ok(())
+    walk_rel_path(path, |_| {})
 }
 
 /// Checks the path of an entry (a file, directory or symlink to create):

@@ -261,7 +261,7 @@ impl Driver {
             let source: Option<Arc<dyn ChunkSource>> = match &job.source {
                 _ if job.entry.kind != haul_proto::EntryKind::File => None,
                 Source::Open(src) => Some(src.clone()),
-                Source::Lazy(open) => match open.open(&job.entry) {
+                Source::Lazy(open) => match open.clone().open(&job.entry) {
                     Ok(src) => Some(src),
                     Err(e) => {
                         observer.event(&Event::FileError {
