@@ -52,6 +52,12 @@ pub trait ChunkSource: Send + Sync + std::fmt::Debug {
     /// Calls `wake` whenever more chunks become ready (never, for a source
     /// whose chunks all are).
     fn on_ready(&self, _wake: Arc<dyn Fn() + Send + Sync>) {}
+
+    /// True if chunks not ready now never will be (a staging file its
+    /// session let go): readers stop waiting.
+    fn abandoned(&self) -> bool {
+        false
+    }
 }
 
 /// Reads chunk `index` of `entry` from `file` through `buf` (see

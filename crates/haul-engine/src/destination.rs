@@ -386,6 +386,8 @@ impl Destination {
         if let Some(existing) = open.get(&entry.path).and_then(Weak::upgrade) {
             if !existing.is_published() {
                 if existing.entry() == entry {
+                    // Received again (a session let it go before): readers wait again.
+                    existing.reclaim();
                     return Ok(Prepared::Receive(existing));
                 }
                 // Two different versions at once would share one staging file.

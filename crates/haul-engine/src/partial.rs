@@ -105,6 +105,9 @@ pub struct PartialFile {
     device: AtomicU64,
     /// Called when a chunk verifies (readers of a file still being received).
     wakers: Wakers,
+    /// Its session let it go unfinished (the sender failed it): readers
+    /// waiting for chunks that will not come get an error instead.
+    abandoned: AtomicBool,
 }
 
 /// Callbacks for readers waiting on chunks still to verify.
@@ -204,6 +207,7 @@ impl PartialFile {
             publishing: Mutex::new(()),
             device: AtomicU64::new(u64::MAX),
             wakers: Wakers::default(),
+            abandoned: AtomicBool::new(false),
         }
     }
 
@@ -270,6 +274,7 @@ impl PartialFile {
             publishing: Mutex::new(()),
             device: AtomicU64::new(u64::MAX),
             wakers: Wakers::default(),
+            abandoned: AtomicBool::new(false),
         })
     }
 
@@ -301,6 +306,26 @@ impl PartialFile {
         if let Some((dir, name)) = &self.staged_as {
             let _ = dir.unlink(name);
         }
+    }
+
+    /// Its receiving session let it go unfinished: a relay's readers
+    /// waiting for its chunks fail instead of waiting for ever.
+    pub fn abandon(&self) {
+        self.abandoned.store(true, Ordering::Release);
+        let wakers = self.wakers.0.lock().map(|w| w.clone()).unwrap_or_default();
+        for wake in wakers {
+            wake();
+        }
+    }
+
+    /// A session receives it again after one abandoned it.
+    pub(crate) fn reclaim(&self) {
+        self.abandoned.store(false, Ordering::Release);
+    }
+
+    /// True once [`PartialFile::abandon`] was called (and not reclaimed).
+    pub fn is_abandoned(&self) -> bool {
+        self.abandoned.load(Ordering::Acquire)
     }
 
     /// True once renamed into place.
@@ -766,10 +791,22 @@ impl ChunkSource for PartialFile {
             .state
             .lock()
             .ok()
-            .and_then(|s| s.digests.get(index as usize).copied().flatten())
-            .ok_or_else(|| {
-                std::io::Error::new(std::io::ErrorKind::WouldBlock, "chunk not verified yet")
-            })?;
+            .and_then(|s| s.digests.get(index as usize).copied().flatten());
+        let logged = match logged {
+            Some(d) => d,
+            None if self.is_abandoned() => {
+                return Err(std::io::Error::other(format!(
+                    "{} is no longer being received here (its upstream failed it)",
+                    self.entry.path
+                )))
+            }
+            None => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::WouldBlock,
+                    "chunk not verified yet",
+                ))
+            }
+        };
         let digest = read_file_chunk(&self.part, &self.entry, index, buf, keep)?;
         if digest != logged {
             return Err(std::io::Error::other(format!(
@@ -784,16 +821,23 @@ impl ChunkSource for PartialFile {
         Some(&self.part)
     }
 
+    /// Verified, or never to be: an abandoned file's readers go on (to an error).
     fn ready(&self, index: u32) -> bool {
-        self.state
-            .lock()
-            .map(|s| s.digests.get(index as usize).copied().flatten().is_some())
-            .unwrap_or(false)
+        self.is_abandoned()
+            || self
+                .state
+                .lock()
+                .map(|s| s.digests.get(index as usize).copied().flatten().is_some())
+                .unwrap_or(false)
     }
 
     fn on_ready(&self, wake: Arc<dyn Fn() + Send + Sync>) {
         if let Ok(mut w) = self.wakers.0.lock() {
             w.push(wake);
         }
+    }
+
+    fn abandoned(&self) -> bool {
+        self.is_abandoned()
     }
 }

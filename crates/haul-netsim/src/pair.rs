@@ -133,6 +133,10 @@ impl Conn {
 pub struct Faults {
     /// Chunks (path, index) whose payload gets a flipped bit in flight, once each.
     pub corrupt: Vec<(String, u32)>,
+    /// Chunks (path, index) a lying relay alters once each: a flipped bit
+    /// in the payload and the header's digest made to match it (only an
+    /// origin seal tells).
+    pub forge: Vec<(String, u32)>,
     /// After this many chunks delivered in all, every stream stalls (a cut).
     pub cut_after_chunks: Option<u64>,
 }
@@ -346,7 +350,7 @@ impl Sim {
             }
             moved |= feed(side, push_jobs, pull_jobs, now);
             moved |= perform(side, src, dest, now);
-            moved |= transmit(side, stream, faults, *t, now);
+            moved |= transmit(side, stream, faults, src, *t, now);
         }
         moved
     }
@@ -606,6 +610,7 @@ fn transmit(
     side: &mut Side,
     stream: &mut Stream<Wire>,
     faults: &mut Faults,
+    src: &MemTree,
     t: Nanos,
     now: Instant,
 ) -> bool {
@@ -630,6 +635,23 @@ fn transmit(
                     faults.corrupt.remove(pos);
                     if let Some(b) = payload.first_mut() {
                         *b ^= 0x40;
+                    }
+                }
+                let mut h = h;
+                if let Some(pos) = faults
+                    .forge
+                    .iter()
+                    .position(|(p, i)| *p == path && *i == h.index)
+                {
+                    faults.forge.remove(pos);
+                    if let (Some(b), Some((e, _))) = (payload.first_mut(), src.get(&path)) {
+                        *b ^= 0x40;
+                        h.digest = haul_proto::digest::chunk_digest(
+                            &payload,
+                            h.index,
+                            e.chunk_size,
+                            e.size,
+                        );
                     }
                 }
                 Wire::Chunk(h, payload)

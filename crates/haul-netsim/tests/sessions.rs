@@ -2,13 +2,19 @@
 //! files, no clock. Every claim here is about the protocol core alone.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use haul_netsim::memfs::{bytes, MemDest, MemTree};
-use haul_netsim::pair::Sim;
+use haul_netsim::pair::{Role, Sim};
 use haul_netsim::Profile;
-use haul_proto::EntryKind;
-use haul_session::{Event, FetchGroup, FetchJob, RangeGroup, SendJob, SessionConfig, SessionError};
+use haul_proto::seal::Origin;
+use haul_proto::{Digest, Entry, EntryKind, Seal};
+use haul_session::{
+    Event, FetchGroup, FetchJob, OriginCheck, OriginPublic, RangeGroup, SendJob, SessionConfig,
+    SessionError,
+};
 use proptest::prelude::*;
 
 const KIB: usize = 1 << 10;
@@ -49,6 +55,14 @@ fn assert_delivered(src: &MemTree, dest: &MemDest) {
             _ => assert!(dest.dirs.contains(path), "{path} not made"),
         }
     }
+}
+
+/// How many times chunk `index` of `path` was written at `dest`.
+fn writes_of(dest: &MemDest, path: &str, index: u32) -> usize {
+    dest.writes
+        .iter()
+        .filter(|w| w.0 == path && w.1 == index)
+        .count()
 }
 
 #[test]
@@ -117,15 +131,8 @@ fn a_corrupted_chunk_is_sent_again_and_never_written() {
     let refused = &sim.dest.refused;
     assert!(refused.contains(&("d/sub/multi".into(), 3)) && refused.contains(&("top".into(), 0)));
     // Each chunk was written once: the bad copy never.
-    let writes_of = |p: &str, i| {
-        sim.dest
-            .writes
-            .iter()
-            .filter(|w| w.0 == p && w.1 == i)
-            .count()
-    };
-    assert_eq!(writes_of("d/sub/multi", 3), 1);
-    assert_eq!(writes_of("top", 0), 1);
+    assert_eq!(writes_of(&sim.dest, "d/sub/multi", 3), 1);
+    assert_eq!(writes_of(&sim.dest, "top", 0), 1);
 }
 
 #[test]
@@ -334,4 +341,105 @@ fn a_quarter_gigabyte_over_a_one_second_link_takes_the_links_time() {
         "took {got:.2} s, the link allows {expected:.2} s"
     );
     assert!(wall < Duration::from_secs(2), "{wall:?} of wall time");
+}
+
+/// A fan-out connection: the client seals with `origin`, the node checks
+/// against `check`.
+fn sealed_sim(
+    src: MemTree,
+    dest: MemDest,
+    origin: Arc<Origin>,
+    check: Arc<dyn OriginCheck>,
+) -> Sim {
+    let mut sim = Sim::new(src, dest, profile("delay 2ms"), SessionConfig::default());
+    sim.push_all();
+    let c = sim.connect_push();
+    let conn = &mut sim.conns[c];
+    if let Role::Sender(s) = &mut conn.client.role {
+        s.seal_with(origin);
+    }
+    if let Role::Receiver(r) = &mut conn.server.role {
+        r.check_origin(check);
+    }
+    sim
+}
+
+/// An origin check that also counts the chunk seals it accepted, as a
+/// relay's seal book would keep them.
+#[derive(Debug)]
+struct Counting(OriginPublic, Mutex<HashSet<(String, u32)>>);
+
+impl OriginCheck for Counting {
+    fn entry(&self, entry: &Entry, hash: &Digest, seal: Option<&Seal>) -> bool {
+        self.0.entry(entry, hash, seal)
+    }
+    fn chunk(&self, e: &Entry, h: &Digest, i: u32, d: &Digest, s: Option<&Seal>) -> bool {
+        let ok = self.0.chunk(e, h, i, d, s);
+        if ok {
+            self.1.lock().unwrap().insert((e.path.clone(), i));
+        }
+        ok
+    }
+}
+
+#[test]
+fn a_chunk_a_relay_altered_is_refused_by_its_seal_and_sent_again() {
+    let origin = Arc::new(Origin::generate().unwrap());
+    let check = Arc::new(OriginPublic(origin.public()));
+    let mut sim = sealed_sim(tree(), MemDest::new(), origin, check);
+    // Bytes and digest altered together: only the seal tells.
+    sim.faults.forge = vec![("d/sub/multi".into(), 3), ("top".into(), 0)];
+    assert!(sim.run(Duration::from_secs(60)));
+    assert_delivered(&sim.src, &sim.dest);
+    assert!(sim.faults.forge.is_empty(), "both forgeries were sent");
+    // Refused before the sink saw it: the good copy is the only write.
+    assert_eq!(writes_of(&sim.dest, "d/sub/multi", 3), 1);
+    assert_eq!(writes_of(&sim.dest, "top", 0), 1);
+    assert!(sim.dest.refused.is_empty(), "{:?}", sim.dest.refused);
+}
+
+#[test]
+fn entries_sealed_by_another_origin_are_refused_and_nothing_is_written() {
+    let origin = Arc::new(Origin::generate().unwrap());
+    let other = OriginPublic(Origin::generate().unwrap().public());
+    let mut sim = sealed_sim(tree(), MemDest::new(), origin, Arc::new(other));
+    assert!(sim.run(Duration::from_secs(60)));
+    assert!(sim.dest.files.is_empty() && sim.dest.dirs.is_empty());
+    assert!(sim.dest.writes.is_empty());
+    let refused = sim
+        .client_events()
+        .iter()
+        .filter(|e| matches!(e, Event::FileError { error, .. } if error.contains("not sealed")))
+        .count();
+    assert_eq!(refused, sim.src.entries.len());
+}
+
+#[test]
+fn a_node_that_holds_a_file_gets_the_origins_seals_of_every_chunk() {
+    let origin = Arc::new(Origin::generate().unwrap());
+    let key = OriginPublic(origin.public());
+    let mut first = sealed_sim(tree(), MemDest::new(), origin.clone(), Arc::new(key));
+    assert!(first.run(Duration::from_secs(60)));
+    let dest = std::mem::take(&mut first.dest);
+    // Rerun: everything is in place, nothing is sent, yet the node learns
+    // the seal of every chunk (what it needs to relay them).
+    let counting = Arc::new(Counting(key, Mutex::default()));
+    let mut again = sealed_sim(tree(), dest, origin, counting.clone());
+    assert!(again.run(Duration::from_secs(60)));
+    assert_eq!(again.chunks_delivered, 0);
+    let chunks: usize = again
+        .src
+        .entries
+        .values()
+        .map(|(e, _)| e.chunk_count() as usize)
+        .sum();
+    assert!(chunks > 10);
+    assert_eq!(counting.1.lock().unwrap().len(), chunks);
+    assert_eq!(done_files(&again.client_events()), 0);
+    let skipped = again
+        .client_events()
+        .iter()
+        .filter(|e| matches!(e, Event::FileDone { skipped: true, .. }))
+        .count();
+    assert_eq!(skipped, 4);
 }

@@ -240,7 +240,7 @@ pub async fn push(
     // Fail fast on a wrong address, token or key before spawning workers.
     let request = Request::Push { dest };
     let first = open_session(&remote.addr, opts, request.clone()).await?;
-    let buffers = ChunkBuffers::new(opts.chunk_memory);
+    let ctx = SenderCtx::for_client(opts, &tally, ChunkBuffers::new(opts.chunk_memory));
     let (workers, err) = send_all(
         &queue,
         &remote.addr,
@@ -248,7 +248,7 @@ pub async fn push(
         Some(first),
         opts,
         &tally,
-        buffers,
+        ctx,
     )
     .await;
     fail_leftovers(&queue, &tally, &err, |j| j.entry.path.clone());
@@ -265,17 +265,9 @@ pub(crate) async fn send_all(
     first: Option<Connection>,
     opts: &ClientOptions,
     tally: &Arc<Tally>,
-    buffers: Arc<ChunkBuffers>,
+    ctx: SenderCtx,
 ) -> (u32, Option<NodeError>) {
     let mut first = first;
-    let ctx = SenderCtx {
-        observer: tally.clone(),
-        window: opts.window,
-        max_retries: opts.max_retries,
-        idle: opts.timeouts.idle,
-        chunk_work: opts.chunk_work,
-        buffers,
-    };
     let retire = || queue.retire_one();
     run_pool(opts.jobs, tally, &retire, || {
         let (queue, tally, opts, ctx, addr, request) = (
@@ -553,14 +545,7 @@ pub async fn copy_local(
     let queue = send_queue(sources, opts, &tally, None)?;
     let destination = Destination::open(dest)?;
     destination.apply_dir_metadata_at_end();
-    let sctx = SenderCtx {
-        observer: tally.clone(),
-        window: opts.window,
-        max_retries: opts.max_retries,
-        idle: opts.timeouts.idle,
-        chunk_work: opts.chunk_work,
-        buffers: ChunkBuffers::new(opts.chunk_memory),
-    };
+    let sctx = SenderCtx::for_client(opts, &tally, ChunkBuffers::new(opts.chunk_memory));
     let rctx = ReceiverCtx {
         observer: Arc::new(haul_session::event::Quiet),
         dest: destination.clone(),

@@ -23,7 +23,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use haul_plan::{Parent, Plan, Rates, Routing, Shape, Step};
-use haul_proto::{Message, RelayTarget, Request, Ticket};
+use haul_proto::seal::Origin;
+use haul_proto::{Message, OriginKey, RelayTarget, Request, Ticket};
 use haul_session::summary::{Summary, Tally};
 use haul_session::{Event, Observer};
 use haul_transport::{MessageReader, MessageWriter, Security};
@@ -32,6 +33,8 @@ use tokio::task::JoinSet;
 
 use crate::buffers::ChunkBuffers;
 use crate::client::{open_keyed, send_all, send_queue, ClientOptions};
+use crate::drive::send::SenderCtx;
+use crate::jobs::{SendJob, WorkQueue};
 use crate::{NodeError, NodeUrl};
 
 /// How a fan-out is planned.
@@ -62,6 +65,12 @@ pub struct NodeReport {
     pub seconds: f64,
     /// Why it failed (or what its forwards reported), empty when all went well.
     pub error: String,
+    /// Entries the client filled in itself after the plan ran (they failed
+    /// on their way through the relays).
+    pub repaired: u64,
+    /// Paths whose copy on this node differs from the origin's (found when
+    /// it was to relay them): held damaged there, never relayed.
+    pub damaged: Vec<String>,
 }
 
 /// The result of a fan-out.
@@ -127,13 +136,18 @@ pub async fn push_fanout(
             bytes: 0,
             seconds: 0.0,
             error: String::new(),
+            repaired: 0,
+            damaged: Vec::new(),
         })
         .collect();
-    // 1. Admit, all at once.
+    // 1. Admit, all at once. Every node learns this transfer's origin key:
+    // whatever reaches it through relays must carry the origin's seals.
+    let origin = Arc::new(Origin::generate().map_err(|e| NodeError::Internal(e.to_string()))?);
+    let key = origin.public();
     let mut admitting = JoinSet::new();
     for (index, d) in dests.iter().enumerate() {
         let (d, opts) = (d.clone(), opts.clone());
-        admitting.spawn(async move { (index, admit(&d, &opts).await) });
+        admitting.spawn(async move { (index, admit(&d, &opts, key).await) });
     }
     let mut admitted: Vec<Admitted> = Vec::new();
     while let Some(joined) = admitting.join_next().await {
@@ -187,6 +201,7 @@ pub async fn push_fanout(
         commands: Vec::new(),
         news_tx: None,
         sources: sources.to_vec(),
+        origin,
         opts: opts.clone(),
         tally: Tally::new(observer),
         buffers: ChunkBuffers::new(opts.chunk_memory),
@@ -234,6 +249,9 @@ pub async fn push_fanout(
             }
         }
     }
+    // 5. What failed on its way through the relays, the client sends
+    // itself (each node says what it already holds).
+    run.repair(&mut nodes).await;
     for c in &run.commands {
         let _ = c.send(Message::Bye);
     }
@@ -261,9 +279,14 @@ pub async fn push_fanout(
 }
 
 /// Opens a node's control connection and gets its ticket.
-async fn admit(dest: &NodeUrl, opts: &ClientOptions) -> Result<Admitted, NodeError> {
+async fn admit(
+    dest: &NodeUrl,
+    opts: &ClientOptions,
+    origin: OriginKey,
+) -> Result<Admitted, NodeError> {
     let request = Request::Admit {
         dest: dest.path.trim_matches('/').to_owned(),
+        origin,
     };
     let started = Instant::now();
     let ((mut r, w), fingerprint) = open_keyed(&dest.addr, opts, request).await?;
@@ -334,6 +357,8 @@ struct Run {
     commands: Vec<mpsc::UnboundedSender<Message>>,
     news_tx: Option<mpsc::UnboundedSender<News>>,
     sources: Vec<String>,
+    /// Seals everything this client sends.
+    origin: Arc<Origin>,
     opts: ClientOptions,
     tally: Arc<Tally>,
     buffers: Arc<ChunkBuffers>,
@@ -359,17 +384,7 @@ impl Run {
     /// Pushes the sources to `child`, pinned to the key seen at admission.
     fn start_send(&mut self, child: usize) {
         let target = self.targets[child].clone();
-        let mut opts = self.opts.clone();
-        if !target.fingerprint.is_empty() {
-            if let Security::Tls { fingerprint, .. } = &mut opts.security {
-                *fingerprint = Some(target.fingerprint.clone());
-            }
-        }
-        // One connection per hop, as relays use: a node's part ends when
-        // its upstream session says Bye.
-        opts.streams = 1;
-        opts.jobs = crate::Concurrency::Fixed(1);
-        let queue = match send_queue(&self.sources, &opts, &self.tally, Some(self.depth)) {
+        let (queue, opts) = match self.direct_queue(child) {
             Ok(q) => q,
             Err(e) => {
                 if let Some(tx) = &self.news_tx {
@@ -378,17 +393,18 @@ impl Run {
                 return;
             }
         };
-        let (tally, buffers, news) = (
+        let (tally, buffers, news, origin) = (
             self.tally.clone(),
             self.buffers.clone(),
             self.news_tx.clone(),
+            self.origin.clone(),
         );
         let handle = self.sends.spawn(async move {
             let request = Request::Relayed {
                 ticket: target.ticket,
             };
-            let (_, err) =
-                send_all(&queue, &target.addr, request, None, &opts, &tally, buffers).await;
+            let ctx = SenderCtx::for_client(&opts, &tally, buffers).sealed(origin);
+            let (_, err) = send_all(&queue, &target.addr, request, None, &opts, &tally, ctx).await;
             if let Some(tx) = news {
                 let _ = tx.send(News::SendEnded(child, err.map(|e| e.to_string())));
             }
@@ -415,6 +431,7 @@ impl Run {
             bytes,
             message,
             lost,
+            damaged,
         } = msg
         else {
             return;
@@ -427,8 +444,12 @@ impl Run {
         if node.seconds == 0.0 {
             node.seconds = self.started.elapsed().as_secs_f64();
         }
-        node.ok = failed == 0;
+        node.ok = failed == 0 && damaged.is_empty();
         node.error = message;
+        if !damaged.is_empty() {
+            node.error = join_errors(&node.error, &damaged_text(&damaged));
+        }
+        node.damaged = damaged;
         self.announce(i, nodes);
         for addr in lost {
             let gone = (0..self.targets.len()).find(|&c| {
@@ -442,6 +463,76 @@ impl Run {
                 );
             }
         }
+    }
+
+    /// Sends, from the client, to every live node whose entries failed on
+    /// their way through the relays (a relay's copy that differs from the
+    /// origin's is never relayed): each node's `Need` says what it holds,
+    /// so only what is missing goes.
+    async fn repair(&mut self, nodes: &mut [NodeReport]) {
+        let mut repairs = JoinSet::new();
+        for i in 0..self.targets.len() {
+            let node = &nodes[self.index[i]];
+            if node.failed == 0 || !self.routing.is_alive(i) {
+                continue;
+            }
+            let Ok((queue, opts)) = self.direct_queue(i) else {
+                continue;
+            };
+            // Counted here per node, and in what this client sent.
+            let tally = Tally::new(self.tally.clone());
+            let ctx = SenderCtx::for_client(&opts, &tally, self.buffers.clone())
+                .sealed(self.origin.clone());
+            let target = self.targets[i].clone();
+            let request = Request::Relayed {
+                ticket: target.ticket,
+            };
+            repairs.spawn(async move {
+                let (_, err) =
+                    send_all(&queue, &target.addr, request, None, &opts, &tally, ctx).await;
+                (i, tally.finish(Duration::ZERO, 0), err)
+            });
+        }
+        while let Some(joined) = repairs.join_next().await {
+            let Ok((i, summary, err)) = joined else {
+                continue;
+            };
+            let node = &mut nodes[self.index[i]];
+            node.repaired = summary.files_ok;
+            node.failed = summary.failed;
+            node.entries_ok = node.entries_ok.max(summary.entries_ok);
+            node.ok = summary.failed == 0 && err.is_none() && node.damaged.is_empty();
+            let how = match &err {
+                Some(e) => format!("the client could not fill in what failed: {e}"),
+                None if summary.failed > 0 => format!(
+                    "{} entries failed, also when the client sent them itself",
+                    summary.failed
+                ),
+                None => format!("the client filled in {} files itself", summary.files_ok),
+            };
+            node.error = join_errors(&node.error, &how);
+            self.announce(i, nodes);
+        }
+    }
+
+    /// The sources as a queue for a send of the client's own to node `i`,
+    /// pinned to the key seen at admission, over one connection as relays
+    /// use (a node's part ends when its upstream session says `Bye`).
+    fn direct_queue(
+        &self,
+        i: usize,
+    ) -> Result<(Arc<WorkQueue<SendJob>>, ClientOptions), NodeError> {
+        let target = &self.targets[i];
+        let mut opts = self.opts.clone();
+        if !target.fingerprint.is_empty() {
+            if let Security::Tls { fingerprint, .. } = &mut opts.security {
+                *fingerprint = Some(target.fingerprint.clone());
+            }
+        }
+        opts.streams = 1;
+        opts.jobs = crate::Concurrency::Fixed(1);
+        let queue = send_queue(&self.sources, &opts, &self.tally, Some(self.depth))?;
+        Ok((queue, opts))
     }
 
     /// Node `i` failed: it leaves the plan, its children are re-routed.
@@ -461,6 +552,31 @@ impl Run {
         let steps = self.routing.lost(i);
         self.apply(steps);
     }
+}
+
+/// Two error texts as one.
+fn join_errors(a: &str, b: &str) -> String {
+    match (a.is_empty(), b.is_empty()) {
+        (true, _) => b.to_owned(),
+        (_, true) => a.to_owned(),
+        _ => format!("{a}; {b}"),
+    }
+}
+
+/// What a node's damaged copies mean, and what to do.
+fn damaged_text(paths: &[String]) -> String {
+    let shown: Vec<&str> = paths.iter().take(5).map(String::as_str).collect();
+    let more = paths.len().saturating_sub(shown.len());
+    let more = if more > 0 {
+        format!(" and {more} more")
+    } else {
+        String::new()
+    };
+    format!(
+        "its copy of {}{more} differs from the origin's (damaged on that node; \
+         none of it was relayed): remove it there and run the push again",
+        shown.join(", ")
+    )
 }
 
 /// A hop's one-way delay for the plan: half the median round trip the

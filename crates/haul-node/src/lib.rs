@@ -23,6 +23,7 @@ pub mod jobs;
 pub mod node_url;
 mod pool;
 pub mod relay;
+mod seal_book;
 pub mod server;
 
 pub use buffers::ChunkBuffers;

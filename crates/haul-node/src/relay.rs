@@ -23,13 +23,14 @@ use std::sync::{Arc, Mutex, Weak};
 
 use haul_engine::chunks::LocalFile;
 use haul_engine::{ChunkSource, Destination, PartialFile};
-use haul_proto::{Digest, Entry, RelayTarget, Ticket};
+use haul_proto::{Digest, Entry, OriginKey, RelayTarget, Ticket};
 use haul_session::summary::Tally;
 use haul_session::{Event, Observer};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 use crate::jobs::{OpenSource, SendJob, Source, WorkQueue};
+pub use crate::seal_book::SealBook;
 
 /// The transfers a node was admitted to, by ticket.
 #[derive(Default)]
@@ -47,12 +48,13 @@ impl Relays {
     pub fn admit(
         &self,
         dest: String,
+        origin: OriginKey,
         root: Arc<Destination>,
         observer: Arc<dyn Observer>,
     ) -> std::io::Result<(Ticket, Arc<Transfer>)> {
         let mut ticket = [0u8; 32];
         getrandom::getrandom(&mut ticket).map_err(|e| std::io::Error::other(e.to_string()))?;
-        let transfer = Arc::new(Transfer::new(dest, root, observer));
+        let transfer = Arc::new(Transfer::new(dest, origin, root, observer));
         if let Ok(mut map) = self.transfers.lock() {
             map.insert(ticket, transfer.clone());
         }
@@ -94,8 +96,8 @@ struct State {
     entries: Vec<Entry>,
     seen: HashSet<String>,
     forwards: Vec<Forward>,
-    /// Forwards that ended: address and error (`None`: all went well).
-    ended: Vec<(String, Option<String>)>,
+    /// Forwards that ended: address and how ([`ForwardEnd`]).
+    ended: Vec<(String, ForwardEnd)>,
     /// An upstream session ended with `Bye`: no more entries will come.
     upstream_done: bool,
     /// Upstream sessions running now.
@@ -109,6 +111,9 @@ pub struct Transfer {
     pub dest: String,
     /// What this node received (its `Report`).
     pub tally: Arc<Tally>,
+    /// The origin's seals of what this node received: checked on the way
+    /// in, passed on to its forwards.
+    pub book: Arc<SealBook>,
     opener: Arc<Opener>,
     state: Mutex<State>,
     /// Something a control connection waits for changed.
@@ -116,16 +121,24 @@ pub struct Transfer {
 }
 
 impl Transfer {
-    fn new(dest: String, root: Arc<Destination>, observer: Arc<dyn Observer>) -> Self {
+    fn new(
+        dest: String,
+        origin: OriginKey,
+        root: Arc<Destination>,
+        observer: Arc<dyn Observer>,
+    ) -> Self {
+        let book = Arc::new(SealBook::new(origin));
         let opener = Arc::new(Opener {
             root: Some(root),
             dest: dest.clone(),
+            book: Some(book.clone()),
             ..Opener::default()
         });
         Self {
             opener,
             dest,
             tally: Tally::new(observer),
+            book,
             state: Mutex::default(),
             changed: Notify::new(),
         }
@@ -222,8 +235,8 @@ impl Transfer {
         self.changed.notify_waiters();
     }
 
-    /// A forward's pool ended (`error`: why it gave up).
-    pub fn forward_ended(&self, addr: &str, error: Option<String>) {
+    /// A forward's pool ended, and how.
+    pub fn forward_ended(&self, addr: &str, error: ForwardEnd) {
         if let Ok(mut state) = self.state.lock() {
             state.forwards.retain(|f| f.target.addr != addr);
             state.ended.push((addr.to_owned(), error));
@@ -249,10 +262,14 @@ impl Transfer {
         }
         let mut failures = Vec::new();
         let mut lost = Vec::new();
-        for (addr, e) in &state.ended {
-            if let Some(e) = e {
-                failures.push(format!("forward to {addr}: {e}"));
-                lost.push(addr.clone());
+        for (addr, end) in &state.ended {
+            match end {
+                ForwardEnd::Clean => {}
+                ForwardEnd::Failures(e) => failures.push(format!("forward to {addr}: {e}")),
+                ForwardEnd::GaveUp(e) => {
+                    failures.push(format!("forward to {addr}: {e}"));
+                    lost.push(addr.clone());
+                }
             }
         }
         Some((failures.join("; "), lost))
@@ -272,6 +289,7 @@ impl Transfer {
         if let Ok(mut waiting) = self.opener.waiting.lock() {
             waiting.clear();
         }
+        self.book.clear();
         self.changed.notify_waiters();
     }
 
@@ -293,6 +311,18 @@ impl Transfer {
     }
 }
 
+/// How a forward ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ForwardEnd {
+    /// Everything went.
+    Clean,
+    /// It ran to the end, but some entries failed there (the downstream
+    /// reports them; the client fills them in).
+    Failures(String),
+    /// It gave up (the downstream is unreachable): the client re-routes past it.
+    GaveUp(String),
+}
+
 /// Wakes a reader waiting for chunks.
 type Waker = Arc<dyn Fn() + Send + Sync>;
 
@@ -301,6 +331,8 @@ type Waker = Arc<dyn Fn() + Send + Sync>;
 struct Opener {
     root: Option<Arc<Destination>>,
     dest: String,
+    /// The origin's seals: a chunk is ready to relay only with its seal.
+    book: Option<Arc<SealBook>>,
     /// Each file's newest staging here, by path under the destination.
     staged: Mutex<HashMap<String, Weak<PartialFile>>>,
     /// Readers waiting on a file, woken when a newer staging of it appears
@@ -380,6 +412,8 @@ impl OpenSource for Opener {
         let current = self.newest(entry)?;
         Ok(Arc::new(RelaySource {
             opener: Arc::downgrade(&self),
+            book: self.book.clone(),
+            hash: haul_proto::seal::entry_hash(entry),
             entry: entry.clone(),
             current: Mutex::new(current),
             wakers: Mutex::default(),
@@ -390,9 +424,12 @@ impl OpenSource for Opener {
 /// A relayed file's bytes: the staging it was offered from, switched to a
 /// newer one when that one stalls (its upstream broke and the file is
 /// staged again from another), or to the file in place once delivered.
-/// Its chunks are ready only once verified here.
+/// Its chunks are ready only once verified here and sealed by the origin.
 struct RelaySource {
     opener: Weak<Opener>,
+    book: Option<Arc<SealBook>>,
+    /// The entry's hash, which its seals cover.
+    hash: Digest,
     entry: Entry,
     current: Mutex<Arc<dyn ChunkSource>>,
     wakers: Mutex<Vec<Waker>>,
@@ -446,7 +483,8 @@ impl ChunkSource for RelaySource {
             return Err(std::io::Error::other("relay source lock poisoned"));
         };
         match current.read_chunk(entry, index, buf, keep) {
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock && self.refresh() => {
+            // Not verified yet, or abandoned: a newer staging may have it.
+            Err(e) if self.refresh() => {
                 let current = self.current().ok_or(e)?;
                 current.read_chunk(entry, index, buf, keep)
             }
@@ -460,14 +498,26 @@ impl ChunkSource for RelaySource {
         None
     }
 
+    /// Verified here and sealed by the origin; or never to be (its
+    /// staging was let go): the read then fails instead of waiting.
     fn ready(&self, index: u32) -> bool {
         let ready = |s: Option<Arc<dyn ChunkSource>>| s.is_some_and(|s| s.ready(index));
-        ready(self.current()) || (self.refresh() && ready(self.current()))
+        if !(ready(self.current()) || (self.refresh() && ready(self.current()))) {
+            return false;
+        }
+        let sealed = self
+            .book
+            .as_ref()
+            .is_none_or(|b| b.has(&self.entry.path, &self.hash, index));
+        sealed || self.current().is_some_and(|c| c.abandoned())
     }
 
     fn on_ready(&self, wake: Waker) {
         if let Ok(mut w) = self.wakers.lock() {
             w.push(wake.clone());
+        }
+        if let Some(book) = &self.book {
+            book.on_sealed(&self.entry.path, wake.clone());
         }
         if let Some(opener) = self.opener.upgrade() {
             if let Ok(mut waiting) = opener.waiting.lock() {

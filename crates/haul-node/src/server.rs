@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use haul_engine::haul_root::ResolveError;
 use haul_engine::{Destination, LocalTree, Source};
-use haul_proto::{ErrorCode, Message, RelayTarget, Request, Ticket, PROTOCOL_VERSION};
+use haul_proto::{ErrorCode, Message, OriginKey, RelayTarget, Request, Ticket, PROTOCOL_VERSION};
 use haul_session::peer_text::without_root;
 use haul_session::{Event, Observer};
 use haul_transport::{
@@ -23,7 +23,7 @@ use crate::chunk_work::ChunkWork;
 use crate::drive::receive::{run_receiver, ReceiverCtx};
 use crate::drive::send::{run_sender, JobFeed, SenderCtx};
 use crate::jobs::{SendJob, WorkQueue};
-use crate::relay::{ForwardLog, Relays, Transfer};
+use crate::relay::{ForwardEnd, ForwardLog, Relays, SealBook, Transfer};
 use crate::{ClientOptions, Concurrency, NodeError};
 
 /// Most downstream nodes one relay forwards to.
@@ -193,11 +193,11 @@ impl Server {
                     .await
                     .map_err(|i| i.error)
             }
-            Request::Admit { dest } => {
+            Request::Admit { dest, origin } => {
                 if let Err(e) = haul_proto::validate_rel_path(&dest) {
                     return refuse(&mut writer, ErrorCode::BadPath, e.to_string()).await;
                 }
-                self.admit(reader, writer, dest).await
+                self.admit(reader, writer, dest, origin).await
             }
             Request::Relayed { ticket } => self.relayed(reader, writer, &ticket).await,
             Request::List { path } => self.list(reader, writer, &path).await,
@@ -214,6 +214,7 @@ impl Server {
                     idle: t.idle,
                     chunk_work: ChunkWork::for_this_machine(),
                     buffers: self.buffers.clone(),
+                    sealer: None,
                 };
                 let feed = JobFeed::Wants {
                     root: self.dest.held_root().clone(),
@@ -233,11 +234,12 @@ impl Server {
         mut reader: Box<dyn MessageReader>,
         mut writer: Box<dyn MessageWriter>,
         dest: String,
+        origin: OriginKey,
     ) -> Result<(), NodeError> {
         let observer = Arc::new(LogObserver);
         let (ticket, transfer) = self
             .relays
-            .admit(dest, self.dest.clone(), observer)
+            .admit(dest, origin, self.dest.clone(), observer)
             .map_err(|e| NodeError::Internal(format!("no random bytes for a ticket: {e}")))?;
         writer
             .send(&Message::Welcome {
@@ -288,6 +290,7 @@ impl Server {
                             bytes: s.bytes_transferred,
                             message: failures,
                             lost,
+                            damaged: transfer.book.damaged(),
                         })
                         .await?;
                     reported = true;
@@ -359,8 +362,9 @@ impl Server {
             };
             let (buffers, transfer) = (buffers.clone(), me.clone());
             tokio::spawn(async move {
-                let error = run_forward(&target, queue, &opts, buffers).await;
-                if let Some(e) = &error {
+                let book = transfer.book.clone();
+                let error = run_forward(&target, queue, &opts, buffers, book).await;
+                if let ForwardEnd::Failures(e) | ForwardEnd::GaveUp(e) = &error {
                     tracing::warn!("forward to {} failed: {e}", target.addr);
                 }
                 transfer.forward_ended(&target.addr, error);
@@ -494,17 +498,21 @@ async fn run_forward(
     queue: Arc<WorkQueue<SendJob>>,
     opts: &ClientOptions,
     buffers: Arc<ChunkBuffers>,
-) -> Option<String> {
+    book: Arc<SealBook>,
+) -> ForwardEnd {
     let tally = haul_session::summary::Tally::new(Arc::new(ForwardLog(target.addr.clone())));
     let request = Request::Relayed {
         ticket: target.ticket,
     };
+    let ctx = SenderCtx::for_client(opts, &tally, buffers).sealed(book);
     let (_, err) =
-        crate::client::send_all(&queue, &target.addr, request, None, opts, &tally, buffers).await;
+        crate::client::send_all(&queue, &target.addr, request, None, opts, &tally, ctx).await;
     let summary = tally.finish(Duration::ZERO, 0);
     match err {
-        Some(e) => Some(e.to_string()),
-        None if summary.failed > 0 => Some(format!("{} entries failed", summary.failed)),
-        None => None,
+        Some(e) => ForwardEnd::GaveUp(e.to_string()),
+        None if summary.failed > 0 => {
+            ForwardEnd::Failures(format!("{} entries failed", summary.failed))
+        }
+        None => ForwardEnd::Clean,
     }
 }

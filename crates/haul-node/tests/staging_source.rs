@@ -94,6 +94,7 @@ async fn a_file_still_being_received_is_sent_on_as_its_chunks_verify() {
         idle: Duration::from_secs(30),
         chunk_work: ChunkWork::for_this_machine(),
         buffers: ChunkBuffers::new(64 << 20),
+        sealer: None,
     };
     let rctx = ReceiverCtx {
         observer: Arc::new(haul_session::event::Quiet),

@@ -4,7 +4,8 @@
 //! rejects any length above its limit before looking further.
 
 use crate::message::{
-    ChunkHeader, Digest, Entry, EntryKind, ErrorCode, Message, RelayTarget, Request,
+    ChunkHeader, ChunkSeal, Digest, Entry, EntryKind, ErrorCode, Message, RelayTarget, Request,
+    Seal, MAX_SEALS,
 };
 
 /// Largest frame body accepted (kind byte included).
@@ -60,6 +61,7 @@ mod kind {
     pub const FORWARD: u8 = 19;
     pub const REPORT: u8 = 20;
     pub const PROGRESS: u8 = 21;
+    pub const SEALED: u8 = 22;
 }
 
 /// Fewest bytes one encoded [`RelayTarget`] takes (two empty strings and a ticket).
@@ -89,9 +91,10 @@ pub fn encode(msg: &Message, out: &mut Vec<u8>) {
                     w.str(path);
                 }
                 Request::Fetch => w.u8(3),
-                Request::Admit { dest } => {
+                Request::Admit { dest, origin } => {
                     w.u8(4);
                     w.str(dest);
+                    w.0.extend_from_slice(origin);
                 }
                 Request::Relayed { ticket } => {
                     w.u8(5);
@@ -113,12 +116,24 @@ pub fn encode(msg: &Message, out: &mut Vec<u8>) {
             entry,
             first,
             end,
+            seal,
         } => {
             w.u8(kind::OFFER);
             w.u32(*id);
             w.entry(entry);
             w.u32(*first);
             w.u32(*end);
+            w.seal(seal.as_ref());
+        }
+        Message::Sealed { id, chunks } => {
+            w.u8(kind::SEALED);
+            w.u32(*id);
+            w.u32(chunks.len() as u32);
+            for c in chunks {
+                w.u32(c.index);
+                w.0.extend_from_slice(&c.digest);
+                w.0.extend_from_slice(&c.seal);
+            }
         }
         Message::Need { id, skip, have } => {
             w.u8(kind::NEED);
@@ -136,6 +151,7 @@ pub fn encode(msg: &Message, out: &mut Vec<u8>) {
             w.u32(h.index);
             w.u32(h.len);
             w.0.extend_from_slice(&h.digest);
+            w.seal(h.seal.as_ref());
         }
         Message::RangeEnd { id, chunks } => {
             w.u8(kind::RANGE_END);
@@ -212,6 +228,7 @@ pub fn encode(msg: &Message, out: &mut Vec<u8>) {
             bytes,
             message,
             lost,
+            damaged,
         } => {
             w.u8(kind::REPORT);
             w.u64(*ok);
@@ -221,6 +238,10 @@ pub fn encode(msg: &Message, out: &mut Vec<u8>) {
             w.u32(lost.len() as u32);
             for addr in lost {
                 w.str(addr);
+            }
+            w.u32(damaged.len() as u32);
+            for path in damaged {
+                w.str(path);
             }
         }
         Message::Listing { entry } => {
@@ -275,7 +296,10 @@ fn decode_body(body: &[u8]) -> Result<Message, DecodeError> {
                 1 => Request::Push { dest: r.str()? },
                 2 => Request::List { path: r.str()? },
                 3 => Request::Fetch,
-                4 => Request::Admit { dest: r.str()? },
+                4 => Request::Admit {
+                    dest: r.str()?,
+                    origin: r.digest()?,
+                },
                 5 => Request::Relayed {
                     ticket: r.digest()?,
                 },
@@ -297,7 +321,24 @@ fn decode_body(body: &[u8]) -> Result<Message, DecodeError> {
             entry: r.entry()?,
             first: r.u32()?,
             end: r.u32()?,
+            seal: r.seal()?,
         },
+        kind::SEALED => {
+            let id = r.u32()?;
+            let n = r.count(100)?;
+            if n > MAX_SEALS {
+                return Err(DecodeError::Malformed(name));
+            }
+            let mut chunks = Vec::with_capacity(n);
+            for _ in 0..n {
+                chunks.push(ChunkSeal {
+                    index: r.u32()?,
+                    digest: r.digest()?,
+                    seal: r.arr()?,
+                });
+            }
+            Message::Sealed { id, chunks }
+        }
         kind::NEED => {
             let id = r.u32()?;
             let skip = r.bool()?;
@@ -313,6 +354,7 @@ fn decode_body(body: &[u8]) -> Result<Message, DecodeError> {
             index: r.u32()?,
             len: r.u32()?,
             digest: r.digest()?,
+            seal: r.seal()?,
         }),
         kind::RANGE_END => Message::RangeEnd {
             id: r.u32()?,
@@ -373,12 +415,18 @@ fn decode_body(body: &[u8]) -> Result<Message, DecodeError> {
             for _ in 0..n {
                 lost.push(r.str()?);
             }
+            let n = r.count(4)?;
+            let mut damaged = Vec::with_capacity(n);
+            for _ in 0..n {
+                damaged.push(r.str()?);
+            }
             Message::Report {
                 ok,
                 failed,
                 bytes,
                 message,
                 lost,
+                damaged,
             }
         }
         kind::LISTING => Message::Listing { entry: r.entry()? },
@@ -420,6 +468,7 @@ fn kind_name(k: u8) -> Result<&'static str, DecodeError> {
         kind::FORWARD => "Forward",
         kind::REPORT => "Report",
         kind::PROGRESS => "Progress",
+        kind::SEALED => "Sealed",
         other => return Err(DecodeError::UnknownKind(other)),
     })
 }
@@ -459,6 +508,21 @@ impl Writer<'_> {
         self.u32(e.mtime_nsec);
         self.u32(e.chunk_size);
     }
+    /// An optional seal: a flag byte, then 64 bytes when present.
+    fn seal(&mut self, s: Option<&Seal>) {
+        match s {
+            None => self.u8(0),
+            Some(s) => {
+                self.u8(1);
+                self.0.extend_from_slice(s);
+            }
+        }
+    }
+}
+
+/// The bytes of `entry` as the wire encodes it (what a seal covers).
+pub fn encode_entry(entry: &Entry, out: &mut Vec<u8>) {
+    Writer(out).entry(entry);
 }
 
 struct Reader<'a> {
@@ -501,6 +565,13 @@ impl<'a> Reader<'a> {
     }
     fn digest(&mut self) -> Result<Digest, DecodeError> {
         self.arr()
+    }
+    fn seal(&mut self) -> Result<Option<Seal>, DecodeError> {
+        match self.u8()? {
+            0 => Ok(None),
+            1 => Ok(Some(self.arr()?)),
+            _ => Err(DecodeError::Malformed(self.name)),
+        }
     }
     /// A element count, checked against the bytes actually left.
     fn count(&mut self, elem_size: usize) -> Result<usize, DecodeError> {

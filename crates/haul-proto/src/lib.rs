@@ -89,6 +89,21 @@
 //! staged it, and sends each chunk only after it verified it (its staging
 //! file is the source); it sends `Bye` downstream after its upstream did.
 //!
+//! Seals ([`seal`]): `Admit` carries the public key the client made for this
+//! transfer. On every relayed connection each `Offer` carries the origin's
+//! seal of its entry and each `Chunk` the origin's seal of its digest,
+//! passed on unchanged by relays; a receiver refuses an unsealed entry
+//! (`FileError{Unsealed}`) and answers an unsealed chunk as bad. Chunks the
+//! receiver already holds get their seals in `Sealed` (after `Need{have}`;
+//! after `Need{skip}` for every chunk of the range, and the receiver sends
+//! `Done` once all were named), so it can relay them in turn.
+//! ```text
+//!   Offer{id, entry, a..b, seal}      ->
+//!                                   <- Need{id, skip, have}
+//!   Sealed{id, [(i, digest, seal)]}   ->               (held chunks, or all of a skipped file)
+//!   Chunk{id, i, len, digest, seal}+bytes ->
+//! ```
+//!
 //! A side busy for long (re-verifying a large partial file, hashing a whole
 //! file, syncing a batch) sends `KeepAlive` every third of the idle timeout,
 //! so the other side's timeouts catch only real silence.
@@ -100,11 +115,12 @@ pub mod digest;
 pub mod frame;
 pub mod message;
 pub mod path;
+pub mod seal;
 
 pub use frame::{decode_frame, encode, DecodeError, Decoded, MAX_FRAME_LEN};
 pub use message::{
-    ChunkHeader, Digest, Entry, EntryKind, ErrorCode, Message, RelayTarget, Request, Ticket,
-    PROTOCOL_VERSION,
+    ChunkHeader, ChunkSeal, Digest, Entry, EntryKind, ErrorCode, Message, OriginKey, RelayTarget,
+    Request, Seal, Ticket, MAX_SEALS, PROTOCOL_VERSION,
 };
 pub use path::{
     check_entry_path, is_state_dir, symlink_target_refused_anywhere, validate_entry_path,

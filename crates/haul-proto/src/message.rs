@@ -5,7 +5,9 @@
 /// Version 2: `RangeEnd` counts the chunks sent in its round, so chunks may
 /// arrive in any order (a transport may carry each on its own stream).
 /// Version 3: fan-out (`Admit`, `Relayed`, `Ticket`, `Forward`, `Report`).
-pub const PROTOCOL_VERSION: u16 = 3;
+/// Version 4: fan-out seals: the origin's key in `Admit`, a seal on every
+/// relayed `Offer` and chunk, `Sealed` for chunks a node already holds.
+pub const PROTOCOL_VERSION: u16 = 4;
 
 /// A credential one node issues for one fan-out transfer: whoever presents
 /// it may push into that transfer's destination, while the client that
@@ -14,6 +16,27 @@ pub type Ticket = [u8; 32];
 
 /// A 32-byte BLAKE3 hash or chaining value.
 pub type Digest = [u8; 32];
+
+/// An Ed25519 signature by a fan-out's origin (see [`crate::seal`]).
+pub type Seal = [u8; 64];
+
+/// The Ed25519 public key of a fan-out's origin, one per transfer.
+pub type OriginKey = [u8; 32];
+
+/// Most chunk seals one [`Message::Sealed`] carries (100 bytes each).
+pub const MAX_SEALS: usize = 16384;
+
+/// The origin's seal of one chunk, for a chunk the receiver already holds
+/// (in [`Message::Sealed`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ChunkSeal {
+    /// Chunk index in the file.
+    pub index: u32,
+    /// The chunk's digest at the origin.
+    pub digest: Digest,
+    /// The origin's signature of it.
+    pub seal: Seal,
+}
 
 /// What a client asks of a server in its [`Message::Hello`].
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,6 +62,9 @@ pub enum Request {
     Admit {
         /// Destination directory under the server root.
         dest: String,
+        /// The public key of this transfer's origin: every entry and chunk
+        /// relayed into the transfer must carry its seal.
+        origin: OriginKey,
     },
     /// Fan-out data: a push into the destination of the transfer that
     /// issued `ticket` (the Hello's token is empty: a node's token never
@@ -127,6 +153,8 @@ pub struct ChunkHeader {
     pub len: u32,
     /// BLAKE3 chaining value of the payload at its offset (root hash for 1-chunk files).
     pub digest: Digest,
+    /// The origin's seal of `digest` (fan-out only).
+    pub seal: Option<Seal>,
 }
 
 /// Why a peer refused a request or a file.
@@ -150,6 +178,9 @@ pub enum ErrorCode {
     /// cannot travel, a symlink no receiver recreates): a warning, not a
     /// failure.
     Skipped,
+    /// Fan-out: an entry or chunk without a valid seal of the transfer's
+    /// origin (altered on the way, or by a relay).
+    Unsealed,
     /// A code this build does not know.
     Other(u16),
 }
@@ -166,6 +197,7 @@ impl ErrorCode {
             Self::Protocol => 6,
             Self::ShuttingDown => 7,
             Self::Skipped => 8,
+            Self::Unsealed => 9,
             Self::Other(v) => v,
         }
     }
@@ -181,6 +213,7 @@ impl ErrorCode {
             6 => Self::Protocol,
             7 => Self::ShuttingDown,
             8 => Self::Skipped,
+            9 => Self::Unsealed,
             v => Self::Other(v),
         }
     }
@@ -238,6 +271,19 @@ pub enum Message {
         first: u32,
         /// One past the last chunk this connection will carry.
         end: u32,
+        /// The origin's seal of the entry (fan-out only).
+        seal: Option<Seal>,
+    },
+    /// Fan-out, sender → receiver: the origin's seals of chunks the
+    /// receiver holds (its `Need{have}`, or every chunk of a file it
+    /// skipped, which it then answers with `Done` once every chunk of the
+    /// range was named), so it can relay them. A chunk the sender cannot
+    /// seal is named with 64 zero bytes.
+    Sealed {
+        /// File id.
+        id: u32,
+        /// Chunks in order, at most [`MAX_SEALS`] per message.
+        chunks: Vec<ChunkSeal>,
     },
     /// Receiver tells what it already holds of the offered range.
     Need {
@@ -343,6 +389,10 @@ pub enum Message {
         /// Addresses of the forwards that gave up (the client re-routes
         /// past them).
         lost: Vec<String>,
+        /// Paths (under the destination) whose copy on this node turned out
+        /// to differ from the origin's when it was to be relayed: this node
+        /// holds them damaged, and relayed none of their bad bytes.
+        damaged: Vec<String>,
     },
     /// Either side, while busy for a long time (re-verifying a large partial
     /// file, hashing a whole file, syncing a batch): "still here". Ignored.

@@ -55,6 +55,7 @@ pub mod event;
 pub mod groups;
 pub mod peer_text;
 pub mod receiver;
+pub mod seals;
 pub mod sender;
 pub mod summary;
 
@@ -67,6 +68,7 @@ pub use event::{Event, Observer};
 pub use groups::{FetchGroup, FetchJob, Job, RangeGroup, SendJob};
 pub use haul_proto::{ChunkHeader, Digest, ErrorCode, Message};
 pub use receiver::{ChunkAction, ChunkOutcome, Prepared, Receiver, ReceiverIo, Refusal};
+pub use seals::{OriginCheck, OriginPublic, Sealer};
 pub use sender::{Sender, SenderIo};
 
 /// A file's id on one connection (the wire's `id`).

@@ -19,14 +19,16 @@ use rustc_hash::FxHashMap as HashMap;
 use std::time::Instant;
 
 use haul_proto::{
-    check_entry_path, validate_symlink_target, ChunkHeader, Digest, Entry, EntryKind, ErrorCode,
-    Message,
+    check_entry_path, validate_symlink_target, ChunkHeader, ChunkSeal, Digest, Entry, EntryKind,
+    ErrorCode, Message, Seal,
 };
+use std::sync::Arc;
 
 use crate::core::{protocol, Core};
 use crate::event::Event;
 use crate::groups::FetchJob;
 use crate::peer_text::without_root;
+use crate::seals::OriginCheck;
 use crate::sender::hex;
 use crate::{FileId, SessionConfig, SessionError, Transmit, MAX_OPEN};
 
@@ -136,6 +138,9 @@ enum Phase {
     AwaitingCommit,
     /// The commit is running.
     Committing,
+    /// Fan-out: up to date here; waiting for the origin's seals of this
+    /// many more chunks (to relay them), then `Done`.
+    AwaitingSeals(u32),
 }
 
 /// One round of chunks of a file.
@@ -168,6 +173,9 @@ struct File {
     received: u64,
     /// The pulling client's job (`None` on a push).
     job: Option<FetchJob>,
+    /// Fan-out: the entry as offered (its path under the transfer's
+    /// destination) and its hash, which its chunks' seals cover.
+    sealed: Option<(Entry, Digest)>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -202,6 +210,8 @@ pub struct Receiver {
     wanted: usize,
     stage: Stage,
     verified: std::collections::VecDeque<(FileId, u32, Digest)>,
+    /// Fan-out: every entry and chunk must carry the origin's seal.
+    origin: Option<Arc<dyn OriginCheck>>,
 }
 
 impl Receiver {
@@ -228,7 +238,15 @@ impl Receiver {
             wanted: 0,
             stage: Stage::Running,
             verified: std::collections::VecDeque::new(),
+            origin: None,
         }
+    }
+
+    /// A fan-out receiver: it refuses entries and chunks without a valid
+    /// seal of the transfer's origin (`check` also remembers them, on a
+    /// relay).
+    pub fn check_origin(&mut self, check: Arc<dyn OriginCheck>) {
+        self.origin = Some(check);
     }
 
     /// Files a pulling client may ask for now (the window's free room).
@@ -269,6 +287,7 @@ impl Receiver {
                 end: job.end,
                 received: 0,
                 job: Some(job),
+                sealed: None,
             },
         );
         id
@@ -349,7 +368,9 @@ impl Receiver {
                 entry,
                 first,
                 end,
-            } => self.offer(id, entry, first, end),
+                seal,
+            } => self.offer(id, entry, first, end, seal),
+            Message::Sealed { id, chunks } => self.sealed(id, chunks),
             Message::Chunk(_) => Err(protocol("a chunk header handed over as a message")),
             Message::RangeEnd { id, chunks } => {
                 let Some(f) = self.files.get_mut(&id) else {
@@ -441,6 +462,7 @@ impl Receiver {
         mut entry: Entry,
         first: u32,
         end: u32,
+        seal: Option<Seal>,
     ) -> Result<(), SessionError> {
         let open = self.files.len() - self.wanted;
         if open >= MAX_OPEN {
@@ -467,8 +489,14 @@ impl Receiver {
             }
             None
         };
+        let sealed = self.origin.as_ref().map(|check| {
+            let hash = haul_proto::seal::entry_hash(&entry);
+            let ok = check.entry(&entry, &hash, seal.as_ref());
+            (ok, (entry.clone(), hash))
+        });
         entry.path = self.full_path(&entry.path);
         let count = entry.chunk_count();
+        let unsealed = sealed.as_ref().is_some_and(|(ok, _)| !ok);
         let file = |phase, entry: Entry| File {
             phase,
             entry,
@@ -476,7 +504,16 @@ impl Receiver {
             end,
             received: 0,
             job,
+            sealed: sealed.map(|(_, s)| s),
         };
+        if unsealed {
+            let path = entry.path.clone();
+            self.files.insert(id, file(Phase::Making, entry));
+            let why = "not sealed by this transfer's origin (altered by a relay, or not \
+                       from the client that admitted this node): refused";
+            self.refuse(id, &path, ErrorCode::Unsealed, why.into());
+            return Ok(());
+        }
         // Paths are checked here, before the driver touches anything.
         let checked = check_entry_path(&entry.path).and_then(|()| match &entry.kind {
             EntryKind::Symlink { target } => validate_symlink_target(&entry.path, target),
@@ -573,6 +610,15 @@ impl Receiver {
         };
         let (path, size, first, end) = (f.entry.path.clone(), f.entry.size, f.first, f.end);
         match result {
+            Ok(Prepared::UpToDate) if self.origin.is_some() && first < end => {
+                // The sender sends the origin's seals of every chunk first.
+                self.core.send(Message::Need {
+                    id: file,
+                    skip: true,
+                    have: Vec::new(),
+                });
+                f.phase = Phase::AwaitingSeals(end - first);
+            }
             Ok(Prepared::UpToDate) => {
                 self.core.send(Message::Need {
                     id: file,
@@ -675,7 +721,21 @@ impl Receiver {
         f.received += u64::from(h.len);
         // Every payload byte that crosses the network counts, good or bad.
         let path = f.entry.path.clone();
+        let unsealed = match (&self.origin, &f.sealed) {
+            (Some(check), Some((wire, hash))) => {
+                !check.chunk(wire, hash, h.index, &h.digest, h.seal.as_ref())
+            }
+            (Some(_), None) => true,
+            (None, _) => false,
+        };
         let action = if round.error.is_some() {
+            ChunkAction::Discard
+        } else if unsealed {
+            tracing::warn!(
+                "chunk {} of {path} is not sealed by the transfer's origin; asking again",
+                h.index
+            );
+            round.bad.push(h.index);
             ChunkAction::Discard
         } else {
             round.writing += 1;
@@ -733,6 +793,43 @@ impl Receiver {
         }
         self.end_round(file);
         self.maybe_bye();
+    }
+
+    /// Fan-out: the origin's seals of chunks held here (checked, and
+    /// remembered by a relay's check).
+    fn sealed(&mut self, id: FileId, chunks: Vec<ChunkSeal>) -> Result<(), SessionError> {
+        let Some(check) = self.origin.clone() else {
+            return Err(protocol("Sealed on a connection that is not a fan-out"));
+        };
+        let Some(f) = self.files.get_mut(&id) else {
+            if self.settled.contains(&id) {
+                return Ok(());
+            }
+            return Err(protocol(format!("Sealed for unknown file id {id}")));
+        };
+        let Some((wire, hash)) = &f.sealed else {
+            return Err(protocol(format!("Sealed for unsealed file id {id}")));
+        };
+        for c in &chunks {
+            if (f.first..f.end).contains(&c.index) && c.seal != crate::seals::NO_SEAL {
+                check.chunk(wire, hash, c.index, &c.digest, Some(&c.seal));
+            }
+        }
+        if let Phase::AwaitingSeals(left) = &mut f.phase {
+            *left = left.saturating_sub(chunks.len() as u32);
+            if *left == 0 {
+                let (path, size) = (f.entry.path.clone(), f.entry.size);
+                self.core.send(Message::Done {
+                    id,
+                    ok: true,
+                    root: [0; 32],
+                    message: String::new(),
+                });
+                self.settle(id);
+                self.core.event(Event::up_to_date(path, size));
+            }
+        }
+        Ok(())
     }
 
     /// Ends a round once its counted chunks all arrived and were written.

@@ -21,12 +21,16 @@ use rustc_hash::FxHashMap as HashMap;
 use std::time::Instant;
 
 use haul_proto::digest::root_from_digests;
-use haul_proto::{check_entry_path, ChunkHeader, Digest, EntryKind, ErrorCode, Message};
+use haul_proto::{
+    check_entry_path, ChunkHeader, ChunkSeal, Digest, EntryKind, ErrorCode, Message, MAX_SEALS,
+};
+use std::sync::Arc;
 
 use crate::core::{protocol, Core};
 use crate::event::Event;
 use crate::groups::SendJob;
 use crate::peer_text::without_root;
+use crate::seals::{Sealer, NO_SEAL};
 use crate::{FileId, SessionConfig, SessionError, Transmit};
 
 /// What a sender asks its driver to do.
@@ -80,6 +84,9 @@ enum Phase {
     Offered,
     /// Checking the chunks the receiver claims to hold.
     CheckingClaims(Vec<(u32, Digest)>),
+    /// Fan-out: hashing a file the receiver skipped, to send it the
+    /// origin's seals of every chunk (it answers `Done` once it has them).
+    Sealing,
     /// Reading and sending chunks.
     Sending(Round),
     /// `RangeEnd` sent; waiting for `RangeStatus`.
@@ -146,6 +153,8 @@ pub struct Sender<S> {
     sending: VecDeque<FileId>,
     /// Flights that are ranges of a split file.
     grouped: usize,
+    /// Fan-out: seals every offer and chunk.
+    sealer: Option<Arc<dyn Sealer>>,
 }
 
 impl<S> Sender<S> {
@@ -170,7 +179,14 @@ impl<S> Sender<S> {
             reading: 0,
             sending: VecDeque::new(),
             grouped: 0,
+            sealer: None,
         }
+    }
+
+    /// A fan-out sender: every offer and chunk carries a seal from `sealer`,
+    /// and chunks the receiver already holds get theirs in `Sealed`.
+    pub fn seal_with(&mut self, sealer: Arc<dyn Sealer>) {
+        self.sealer = Some(sealer);
     }
 
     /// Jobs a pushing client may hand over now (the window's free room).
@@ -238,11 +254,18 @@ impl<S> Sender<S> {
 
     fn offer(&mut self, id: FileId, job: SendJob<S>) {
         let entry = &job.entry;
+        let seal = self.sealer.as_ref().and_then(|s| {
+            // Unsealed, the receiver refuses it and says why.
+            s.entry(entry)
+                .map_err(|e| tracing::warn!("{}: {e}", entry.path))
+                .ok()
+        });
         self.core.send(Message::Offer {
             id,
             entry: entry.clone(),
             first: job.first,
             end: job.end,
+            seal,
         });
         if job.first == 0 {
             self.core.event(Event::FileStart {
@@ -458,7 +481,13 @@ impl<S> Sender<S> {
             return Err(protocol(format!("a second Need for file id {id}")));
         }
         if skip {
-            f.phase = Phase::AwaitingDone;
+            if self.sealer.is_some() && first < end {
+                f.phase = Phase::Sealing;
+                let indices = (first..end).collect();
+                self.core.request(SenderIo::Hash { file: id, indices });
+            } else {
+                f.phase = Phase::AwaitingDone;
+            }
             return Ok(());
         }
         if have.is_empty() {
@@ -527,7 +556,17 @@ impl<S> Sender<S> {
                 let todo = (first..end)
                     .filter(|i| !held[(*i - first) as usize])
                     .collect();
+                let held: Vec<(u32, Digest)> = claimed
+                    .iter()
+                    .filter(|(i, _)| held[(*i - first) as usize])
+                    .copied()
+                    .collect();
+                self.send_seals(file, &held);
                 self.start_round(file, todo);
+            }
+            Phase::Sealing => {
+                f.phase = Phase::AwaitingDone;
+                self.send_seals(file, &mine);
             }
             Phase::Finishing => {
                 let digests: Vec<Digest> = mine.into_iter().map(|(_, d)| d).collect();
@@ -537,6 +576,35 @@ impl<S> Sender<S> {
                 }
             }
             other => f.phase = other,
+        }
+    }
+
+    /// Fan-out: the seals of chunks the receiver holds, in `Sealed`
+    /// messages. A chunk this side cannot seal (a relay whose copy differs
+    /// from the origin's) goes with no seal: the receiver keeps its own copy
+    /// but cannot relay that chunk.
+    fn send_seals(&mut self, id: FileId, chunks: &[(u32, Digest)]) {
+        let (Some(sealer), Some(job)) = (
+            self.sealer.clone(),
+            self.flights.get(&id).and_then(|f| f.job.as_ref()),
+        ) else {
+            return;
+        };
+        let entry = job.entry.clone();
+        for batch in chunks.chunks(MAX_SEALS) {
+            let chunks = batch
+                .iter()
+                .map(|(index, digest)| {
+                    let seal = sealer.chunk(&entry, *index, digest);
+                    let seal = seal.map_err(|e| tracing::warn!("{}: {e}", entry.path));
+                    ChunkSeal {
+                        index: *index,
+                        digest: *digest,
+                        seal: seal.unwrap_or(NO_SEAL),
+                    }
+                })
+                .collect();
+            self.core.send(Message::Sealed { id, chunks });
         }
     }
 
@@ -613,7 +681,14 @@ impl<S> Sender<S> {
         };
         round.reading = round.reading.saturating_sub(1);
         self.reading = self.reading.saturating_sub(1);
-        let digest = match result {
+        let Some(job) = &f.job else { return };
+        let sealed = |digest: Digest| match &self.sealer {
+            None => Ok((digest, None)),
+            Some(s) => s
+                .chunk(&job.entry, index, &digest)
+                .map(|s| (digest, Some(s))),
+        };
+        let (digest, seal) = match result.and_then(sealed) {
             Ok(d) => d,
             Err(e) => {
                 self.fail_local(file, e);
@@ -622,7 +697,6 @@ impl<S> Sender<S> {
             }
         };
         round.sent += 1;
-        let Some(job) = &f.job else { return };
         let len = job.entry.chunk_len(index);
         if let Some(slot) = f.digests.get_mut(index as usize) {
             *slot = Some(digest);
@@ -637,6 +711,7 @@ impl<S> Sender<S> {
             index,
             len,
             digest,
+            seal,
         }));
         self.core.event(Event::Progress {
             path,

@@ -62,6 +62,7 @@ fn to_receiver() -> impl Strategy<Value = Message> {
                 entry,
                 first,
                 end,
+                seal: None,
             }
         }),
         (id.clone(), 0u32..6, 0u32..5000, any::<[u8; 32]>()).prop_map(
@@ -71,6 +72,7 @@ fn to_receiver() -> impl Strategy<Value = Message> {
                     index,
                     len,
                     digest,
+                    seal: None,
                 })
             }
         ),
@@ -253,6 +255,7 @@ fn a_receiver_waits_for_every_counted_chunk_in_any_order() {
             entry,
             first: 0,
             end: 3,
+            seal: None,
         },
     )
     .unwrap();
@@ -270,6 +273,7 @@ fn a_receiver_waits_for_every_counted_chunk_in_any_order() {
         index,
         len,
         digest: [index as u8; 32],
+        seal: None,
     };
     let a = r.handle_chunk(t0, h(2, 952)).unwrap();
     assert!(matches!(a, ChunkAction::Write { index: 2, .. }));
@@ -326,6 +330,7 @@ fn a_busy_session_keeps_the_peer_informed_and_a_silent_peer_times_out() {
             entry,
             first: 0,
             end: 1024,
+            seal: None,
         },
     )
     .unwrap();
@@ -450,6 +455,7 @@ fn chunks_of_files_never_offered_are_refused_not_dropped() {
             entry: one_file(3000),
             first: 0,
             end: 3,
+            seal: None,
         },
     )
     .unwrap();
@@ -458,6 +464,7 @@ fn chunks_of_files_never_offered_are_refused_not_dropped() {
         index: 0,
         len: 1024,
         digest: [0; 32],
+        seal: None,
     };
     assert!(r.handle_chunk(t0, h).is_err());
 }

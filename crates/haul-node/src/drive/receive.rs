@@ -81,10 +81,14 @@ pub async fn run_receiver(
         hide: Some(ctx.dest.root().display().to_string()),
         ..SessionConfig::default()
     };
-    let session = match wants {
+    let mut session = match wants {
         Some(_) => Receiver::for_pull(cfg, now),
         None => Receiver::for_push(cfg, ctx.prefix.clone(), now),
     };
+    if let Some(transfer) = &ctx.relay {
+        // A fan-out: only what the origin sealed is taken (and relayed).
+        session.check_origin(transfer.book.clone());
+    }
     let (done_tx, done_rx) = mpsc::unbounded_channel();
     let mut d = Driver {
         session,
@@ -271,7 +275,13 @@ impl Driver {
                 self.commits.push((file, part, root));
             }
             ReceiverIo::Forget { file } => {
-                self.parts.remove(&file);
+                // Let go unfinished (failed, refused): a relay's forwards
+                // waiting for its chunks give up on it.
+                if let Some(part) = self.parts.remove(&file) {
+                    if !part.is_published() {
+                        part.abandon();
+                    }
+                }
             }
         }
     }

@@ -13,7 +13,7 @@ use haul_engine::haul_root::Root;
 use haul_engine::{ChunkSource, LocalFile};
 use haul_proto::{ChunkHeader, Digest, Entry, Message};
 use haul_session::{Event, Observer};
-use haul_session::{FileId, Sender, SenderIo, SessionConfig, Transmit};
+use haul_session::{FileId, Sealer, Sender, SenderIo, SessionConfig, Transmit};
 use haul_transport::{MessageReader, MessageWriter, Payload, TransportError};
 use tokio::sync::mpsc;
 
@@ -49,6 +49,35 @@ pub struct SenderCtx {
     pub chunk_work: ChunkWork,
     /// Chunk buffers, under the process's memory budget.
     pub buffers: Arc<ChunkBuffers>,
+    /// Fan-out: what seals every offer and chunk ([`haul_session::seals`]).
+    pub sealer: Option<Arc<dyn Sealer>>,
+}
+
+impl SenderCtx {
+    /// A client's sender with `opts`' settings, reporting to `observer`.
+    pub fn for_client(
+        opts: &crate::ClientOptions,
+        observer: &Arc<impl Observer + 'static>,
+        buffers: Arc<ChunkBuffers>,
+    ) -> Self {
+        Self {
+            observer: observer.clone(),
+            window: opts.window,
+            max_retries: opts.max_retries,
+            idle: opts.timeouts.idle,
+            chunk_work: opts.chunk_work,
+            buffers,
+            sealer: None,
+        }
+    }
+
+    /// The same, sealing with `sealer` (a fan-out's client or relay).
+    pub fn sealed(self, sealer: Arc<dyn Sealer>) -> Self {
+        Self {
+            sealer: Some(sealer),
+            ..self
+        }
+    }
 }
 
 /// What a wait ended with.
@@ -106,10 +135,13 @@ pub async fn run_sender(
         hide: root,
         ..SessionConfig::default()
     };
-    let session = match feed {
+    let mut session = match feed {
         JobFeed::Queue(_) => Sender::push(cfg, now),
         JobFeed::Wants { .. } => Sender::serve(cfg, now),
     };
+    if let Some(sealer) = &ctx.sealer {
+        session.seal_with(sealer.clone());
+    }
     let (done_tx, done_rx) = mpsc::unbounded_channel();
     let mut d = Driver {
         session,
@@ -119,6 +151,7 @@ pub async fn run_sender(
         files: HashMap::default(),
         held: HashMap::default(),
         waiting: VecDeque::new(),
+        hashes: Vec::new(),
         running: 0,
         done_tx,
         woken: std::collections::HashSet::new(),
@@ -166,6 +199,9 @@ struct Driver {
     held: HashMap<(FileId, u32), Held>,
     /// Reads waiting for a buffer or for their chunk to be ready.
     waiting: VecDeque<(FileId, u32)>,
+    /// Hashes waiting for their chunks to be ready (a relay's file whose
+    /// chunks or seals are still on the way).
+    hashes: Vec<(FileId, Vec<u32>)>,
     /// Blocking tasks running.
     running: usize,
     done_tx: mpsc::UnboundedSender<Done>,
@@ -323,6 +359,9 @@ impl Driver {
             if !self.waiting.is_empty() && self.retry_waiting().await {
                 continue;
             }
+            if !self.hashes.is_empty() && self.retry_hashes() {
+                continue;
+            }
             return Ok(());
         }
     }
@@ -408,6 +447,7 @@ impl Driver {
             SenderIo::Forget { file } => {
                 self.files.remove(&file);
                 self.woken.remove(&file);
+                self.hashes.retain(|(f, _)| *f != file);
                 self.held.retain(|(f, _), _| *f != file);
                 // Reads that waited are answered all the same: the session
                 // counts every request it made until it hears back.
@@ -494,12 +534,33 @@ impl Driver {
         self.waiting.len() < before
     }
 
+    /// Retries hashes that waited for their chunks; true if one went ahead.
+    fn retry_hashes(&mut self) -> bool {
+        let before = self.hashes.len();
+        for (file, indices) in std::mem::take(&mut self.hashes) {
+            self.hash(file, indices);
+        }
+        self.hashes.len() < before
+    }
+
     fn hash(&mut self, file: FileId, indices: Vec<u32>) {
         let Some(open) = self.files.get(&file).cloned() else {
             let e = format!("file {file} is not open");
             self.session.hashed(self.now, file, Err(e));
             return;
         };
+        if !indices.iter().all(|&i| open.source.ready(i)) {
+            if self.woken.insert(file) {
+                let tx = self.done_tx.clone();
+                open.source.on_ready(Arc::new(move || {
+                    let _ = tx.send(Done::Ready);
+                }));
+            }
+            if !indices.iter().all(|&i| open.source.ready(i)) {
+                self.hashes.push((file, indices));
+                return;
+            }
+        }
         self.running += 1;
         let tx = self.done_tx.clone();
         tokio::task::spawn_blocking(move || {

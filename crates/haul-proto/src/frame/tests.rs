@@ -52,9 +52,10 @@ fn hex_snapshots() {
             id: 1,
             index: 2,
             len: 3,
-            digest
+            digest,
+            seal: None,
         })),
-        format!("0000002d06000000010000000200000003{}", "ab".repeat(32))
+        format!("0000002e06000000010000000200000003{}00", "ab".repeat(32))
     );
 }
 
@@ -88,6 +89,15 @@ fn rejects_huge_counts() {
     // Need with a count of 2^32-1 entries but no bytes behind it.
     let buf = [0, 0, 0, 10, 5, 0, 0, 0, 1, 0, 0xff, 0xff, 0xff, 0xff];
     assert_eq!(decode_frame(&buf), Err(DecodeError::Malformed("Need")));
+}
+
+fn arb_seal() -> impl Strategy<Value = Option<Seal>> {
+    proptest::option::of((any::<[u8; 32]>(), any::<[u8; 32]>()).prop_map(|(a, b)| {
+        let mut s = [0u8; 64];
+        s[..32].copy_from_slice(&a);
+        s[32..].copy_from_slice(&b);
+        s
+    }))
 }
 
 fn arb_string() -> impl Strategy<Value = String> {
@@ -141,11 +151,26 @@ fn arb_message() -> impl Strategy<Value = Message> {
             token: "x".into(),
             request: Request::Fetch
         }),
-        arb_string().prop_map(|dest| Message::Hello {
+        (arb_string(), digest).prop_map(|(dest, origin)| Message::Hello {
             version: 3,
             token: "t".into(),
-            request: Request::Admit { dest }
+            request: Request::Admit { dest, origin }
         }),
+        (
+            any::<u32>(),
+            proptest::collection::vec((any::<u32>(), digest, arb_seal()), 0..4)
+        )
+            .prop_map(|(id, c)| Message::Sealed {
+                id,
+                chunks: c
+                    .into_iter()
+                    .map(|(index, digest, seal)| ChunkSeal {
+                        index,
+                        digest,
+                        seal: seal.unwrap_or([1; 64]),
+                    })
+                    .collect(),
+            }),
         digest.prop_map(|ticket| Message::Hello {
             version: 3,
             token: String::new(),
@@ -176,15 +201,19 @@ fn arb_message() -> impl Strategy<Value = Message> {
             any::<u64>(),
             any::<u64>(),
             arb_string(),
-            proptest::collection::vec(arb_string(), 0..3)
+            proptest::collection::vec(arb_string(), 0..3),
+            proptest::collection::vec(arb_string(), 0..2)
         )
-            .prop_map(|(ok, failed, bytes, message, lost)| Message::Report {
-                ok,
-                failed,
-                bytes,
-                message,
-                lost
-            }),
+            .prop_map(
+                |(ok, failed, bytes, message, lost, damaged)| Message::Report {
+                    ok,
+                    failed,
+                    bytes,
+                    message,
+                    lost,
+                    damaged
+                }
+            ),
         arb_entry().prop_map(|entry| Message::Listing { entry }),
         (
             any::<u32>(),
@@ -205,28 +234,37 @@ fn arb_message() -> impl Strategy<Value = Message> {
             code: ErrorCode::from_u16(c),
             message
         }),
-        (any::<u32>(), arb_entry(), any::<u32>(), any::<u32>()).prop_map(
-            |(id, entry, first, end)| Message::Offer {
+        (
+            any::<u32>(),
+            arb_entry(),
+            any::<u32>(),
+            any::<u32>(),
+            arb_seal()
+        )
+            .prop_map(|(id, entry, first, end, seal)| Message::Offer {
                 id,
                 entry,
                 first,
-                end
-            }
-        ),
+                end,
+                seal
+            }),
         (
             any::<u32>(),
             any::<bool>(),
             proptest::collection::vec((any::<u32>(), any::<[u8; 32]>()), 0..5)
         )
             .prop_map(|(id, skip, have)| Message::Need { id, skip, have }),
-        (any::<u32>(), any::<u32>(), any::<u32>(), digest).prop_map(|(id, index, len, digest)| {
-            Message::Chunk(ChunkHeader {
-                id,
-                index,
-                len,
-                digest,
-            })
-        }),
+        (any::<u32>(), any::<u32>(), any::<u32>(), digest, arb_seal()).prop_map(
+            |(id, index, len, digest, seal)| {
+                Message::Chunk(ChunkHeader {
+                    id,
+                    index,
+                    len,
+                    digest,
+                    seal,
+                })
+            }
+        ),
         (any::<u32>(), any::<u32>()).prop_map(|(id, chunks)| Message::RangeEnd { id, chunks }),
         (any::<u32>(), proptest::collection::vec(any::<u32>(), 0..8))
             .prop_map(|(id, bad)| Message::RangeStatus { id, bad }),

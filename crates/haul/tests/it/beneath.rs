@@ -110,6 +110,7 @@ fn no_peer_can_change_the_roots_own_mode() {
         entry: dir_entry("", 0o777),
         first: 0,
         end: 0,
+        seal: None,
     });
     match raw.recv() {
         Some(Message::FileError {
@@ -141,6 +142,7 @@ fn a_directory_swapped_between_two_offers_leads_nowhere() {
         entry: dir_entry("d/e", 0o777),
         first: 0,
         end: 0,
+        seal: None,
     });
     assert!(matches!(raw.recv(), Some(Message::Done { ok: true, .. })));
     // A local user swaps `d` for a symlink to a look-alike tree outside.
@@ -256,6 +258,7 @@ fn fake_node(listener: TcpListener, mut before_first_commit: impl FnMut() + Send
                                 entry: entry.clone(),
                                 first: 0,
                                 end: 1,
+                                seal: None,
                             });
                             offered.push((id, entry, data));
                         }

@@ -33,6 +33,13 @@ pub fn fanout(out: &Output) -> serde_json::Value {
         .unwrap_or_else(|| panic!("no fanout event; stderr {}", stderr(out)))
 }
 
+/// `n` open TLS nodes with roots `n0`, `n1`, ...
+fn open_nodes(s: &Scratch, n: usize) -> Vec<Node> {
+    (0..n)
+        .map(|i| Node::start(&s.path(&format!("n{i}")), &s.path("cfg"), &["--open"]))
+        .collect()
+}
+
 /// `n` open plaintext nodes with roots `n0`, `n1`, ...
 fn plaintext_nodes(s: &Scratch, n: usize) -> Vec<Node> {
     (0..n)
@@ -103,9 +110,7 @@ fn a_chain_and_a_tree_deliver_the_same_tree_to_every_node() {
 fn a_rerun_sends_each_node_only_what_it_lacks() {
     let s = Scratch::new();
     dataset(&s.path("src"));
-    let nodes: Vec<Node> = (0..3)
-        .map(|i| Node::start(&s.path(&format!("n{i}")), &s.path("cfg"), &["--open"]))
-        .collect();
+    let nodes = open_nodes(&s, 3);
     let urls: Vec<String> = nodes.iter().map(|n| n.url("in")).collect();
     let out = push(&s.path("client"), &s.path("src"), &urls, &[]);
     assert!(out.status.success(), "{}", stderr(&out));
@@ -233,7 +238,10 @@ fn relay_tickets_work_only_on_their_node_and_only_while_the_transfer_lasts() {
     );
     // Admission needs the node's own token.
     let mut control = Raw::connect(&a.addr);
-    let refused = control.hello(Request::Admit { dest: "in".into() });
+    let refused = control.hello(Request::Admit {
+        dest: "in".into(),
+        origin: [0; 32],
+    });
     assert!(matches!(
         refused,
         Message::Refused {
@@ -245,7 +253,10 @@ fn relay_tickets_work_only_on_their_node_and_only_while_the_transfer_lasts() {
     control.send(&Message::Hello {
         version: haul_proto::PROTOCOL_VERSION,
         token: "ta".into(),
-        request: Request::Admit { dest: "in".into() },
+        request: Request::Admit {
+            dest: "in".into(),
+            origin: [0; 32],
+        },
     });
     assert!(matches!(control.recv(), Some(Message::Welcome { .. })));
     let Some(Message::Ticket { ticket }) = control.recv() else {
@@ -345,4 +356,60 @@ fn fan_out_mistakes_say_what_to_do() {
     let out = run(cmd, LIMIT);
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("tree:K"), "{}", stderr(&out));
+}
+
+#[test]
+fn a_relay_whose_copy_differs_from_the_origin_relays_none_of_it_and_the_client_fills_in() {
+    let s = Scratch::new();
+    dataset(&s.path("src"));
+    let nodes = open_nodes(&s, 3);
+    let urls: Vec<String> = nodes.iter().map(|n| n.url("in")).collect();
+    let out = push(
+        &s.path("client"),
+        &s.path("src"),
+        &urls,
+        &["--plan", "chain"],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    // The first relay's copy goes bad in one byte; its size and mtime stay,
+    // so it still looks up to date. The two nodes after it lose theirs.
+    let bad = s.path("n0/in/src/big/b.bin");
+    let mtime = std::fs::metadata(&bad).unwrap().modified().unwrap();
+    let mut bytes = std::fs::read(&bad).unwrap();
+    bytes[5 << 20] ^= 1;
+    std::fs::write(&bad, &bytes).unwrap();
+    let f = std::fs::File::options().write(true).open(&bad).unwrap();
+    f.set_modified(mtime).unwrap();
+    drop(f);
+    for i in [1, 2] {
+        std::fs::remove_file(s.path(&format!("n{i}/in/src/big/b.bin"))).unwrap();
+    }
+    let out = push(
+        &s.path("client"),
+        &s.path("src"),
+        &urls,
+        &["--plan", "chain"],
+    );
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let f = fanout(&out);
+    let reports = f["nodes"].as_array().unwrap();
+    // The bad bytes went nowhere: both nodes behind it hold the origin's file,
+    // filled in by the client once the relay refused to relay what it holds.
+    let want = b3(&s.path("src/big/b.bin"));
+    for i in [1, 2] {
+        assert_eq!(
+            b3(&s.path(&format!("n{i}/in/src/big/b.bin"))),
+            want,
+            "node {i}"
+        );
+        assert_eq!(reports[i]["ok"], true, "node {i}: {}", reports[i]);
+        assert_eq!(reports[i]["repaired"], 1, "node {i}: {}", reports[i]);
+    }
+    assert_eq!(reports[0]["ok"], false, "{}", reports[0]);
+    assert_eq!(reports[0]["damaged"][0], "src/big/b.bin", "{}", reports[0]);
+    let why = reports[0]["error"].as_str().unwrap();
+    assert!(why.contains("differs from the origin's"), "{why}");
+    // What the client sent: the file for each of the two nodes, not more.
+    let sent = f["sent"]["bytes_transferred"].as_u64().unwrap();
+    assert!(sent <= 2 * (9 << 20), "{sent}");
 }

@@ -62,6 +62,7 @@ fn fifty_connections_announcing_maximal_chunks_stay_within_the_budget() {
                     entry,
                     first: 0,
                     end: 1,
+                    seal: None,
                 });
                 if !matches!(raw.recv(), Some(Message::Need { .. })) {
                     return raw;
@@ -71,6 +72,7 @@ fn fifty_connections_announcing_maximal_chunks_stay_within_the_budget() {
                     index: 0,
                     len: MAX_CHUNK_LEN,
                     digest: [0; 32],
+                    seal: None,
                 }));
                 let piece = vec![0x5a; 1 << 20];
                 for _ in 0..4 {

@@ -88,6 +88,7 @@ impl Raw {
             entry: entry.clone(),
             first: 0,
             end: count,
+            seal: None,
         });
         match self.recv_skipping_keepalives()? {
             Message::Need { skip: false, .. } => {}
@@ -110,6 +111,7 @@ impl Raw {
                 index: i as u32,
                 len: c.len() as u32,
                 digest,
+                seal: None,
             }));
             self.s.write_all(c).expect("payload");
         }

@@ -49,6 +49,7 @@ fn a_malicious_pusher_cannot_write_outside_the_root() {
             entry: file(path, 5),
             first: 0,
             end: 1,
+            seal: None,
         });
         match raw.recv() {
             Some(Message::FileError {
@@ -71,6 +72,7 @@ fn a_malicious_pusher_cannot_write_outside_the_root() {
             entry: file(path, 5),
             first: 0,
             end: 1,
+            seal: None,
         });
         assert!(matches!(
             raw.recv(),
@@ -94,6 +96,7 @@ fn a_malicious_pusher_cannot_write_outside_the_root() {
             entry,
             first: 0,
             end: 0,
+            seal: None,
         });
         assert!(
             matches!(raw.recv(), Some(Message::FileError { .. })),
@@ -112,6 +115,7 @@ fn a_malicious_pusher_cannot_write_outside_the_root() {
         entry: dir,
         first: 0,
         end: 0,
+        seal: None,
     });
     assert!(matches!(raw.recv(), Some(Message::Done { ok: true, .. })));
     id += 1;
@@ -126,6 +130,7 @@ fn a_malicious_pusher_cannot_write_outside_the_root() {
         entry: up,
         first: 0,
         end: 0,
+        seal: None,
     });
     assert!(matches!(raw.recv(), Some(Message::Done { ok: true, .. })));
     for (link, target) in [("y", "a/s/../outside"), (".x.haul", "a/s/../../outside/x")] {
@@ -141,6 +146,7 @@ fn a_malicious_pusher_cannot_write_outside_the_root() {
             entry,
             first: 0,
             end: 0,
+            seal: None,
         });
         assert!(
             matches!(raw.recv(), Some(Message::FileError { .. })),
@@ -157,6 +163,7 @@ fn a_malicious_pusher_cannot_write_outside_the_root() {
         entry: file("x", 5),
         first: 0,
         end: 1,
+        seal: None,
     });
     assert!(matches!(raw.recv(), Some(Message::Need { .. })));
     raw.send(&Message::Chunk(ChunkHeader {
@@ -164,6 +171,7 @@ fn a_malicious_pusher_cannot_write_outside_the_root() {
         index: 0,
         len: 5,
         digest,
+        seal: None,
     }));
     raw.s.write_all(data).expect("payload");
     raw.send(&Message::RangeEnd { id, chunks: 1 });
@@ -279,6 +287,7 @@ fn malformed_frames_close_only_that_connection() {
         entry: file("f10", 10),
         first: 0,
         end: 1,
+        seal: None,
     });
     assert!(matches!(raw.recv(), Some(Message::Need { .. })));
     raw.send(&Message::Chunk(ChunkHeader {
@@ -286,6 +295,7 @@ fn malformed_frames_close_only_that_connection() {
         index: 0,
         len: 1 << 30,
         digest: [0; 32],
+        seal: None,
     }));
     assert_eq!(raw.recv(), None, "connection closed");
     assert!(!s.path("node/f10").exists());

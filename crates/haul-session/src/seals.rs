@@ -1,0 +1,72 @@
+//! Fan-out seals in the sessions (the scheme is `haul_proto::seal`'s).
+//!
+//! A fan-out's sender seals what it offers and sends ([`Sealer`]): the
+//! client signs with the transfer's key, a relay passes on the seals it
+//! received. A fan-out's receiver checks them ([`OriginCheck`]) before it
+//! prepares an entry or writes a chunk; a relay's check also remembers them,
+//! to pass them on.
+
+use haul_proto::seal::{chunk_sealed, entry_hash, entry_sealed, Origin};
+use haul_proto::{Digest, Entry, OriginKey, Seal};
+
+/// In a `Sealed` message, the seal of a chunk the sender could not seal
+/// (its copy differs from the origin's): never checked, never relayed.
+pub const NO_SEAL: Seal = [0; 64];
+
+/// Seals what a sender offers and sends.
+pub trait Sealer: Send + Sync + std::fmt::Debug {
+    /// The seal of `entry`, as offered.
+    fn entry(&self, entry: &Entry) -> Result<Seal, String>;
+    /// The seal of chunk `index` of `entry`, whose bytes read here hash to
+    /// `digest`. An error (a relay's copy that differs from the origin's)
+    /// fails the file on this connection: it is never sent unsealed.
+    fn chunk(&self, entry: &Entry, index: u32, digest: &Digest) -> Result<Seal, String>;
+}
+
+impl Sealer for Origin {
+    fn entry(&self, entry: &Entry) -> Result<Seal, String> {
+        Ok(self.seal_entry(entry))
+    }
+
+    fn chunk(&self, entry: &Entry, index: u32, digest: &Digest) -> Result<Seal, String> {
+        Ok(self.seal_chunk(&entry_hash(entry), index, digest))
+    }
+}
+
+/// Checks seals against a transfer's origin.
+pub trait OriginCheck: Send + Sync + std::fmt::Debug {
+    /// True if `seal` is the origin's seal of `entry` (its wire form, whose
+    /// hash is `hash`).
+    fn entry(&self, entry: &Entry, hash: &Digest, seal: Option<&Seal>) -> bool;
+    /// True if `seal` is the origin's seal of chunk `index` of that entry
+    /// with `digest`.
+    fn chunk(
+        &self,
+        entry: &Entry,
+        hash: &Digest,
+        index: u32,
+        digest: &Digest,
+        seal: Option<&Seal>,
+    ) -> bool;
+}
+
+/// The plain check: the origin's public key, remembering nothing.
+#[derive(Debug, Clone, Copy)]
+pub struct OriginPublic(pub OriginKey);
+
+impl OriginCheck for OriginPublic {
+    fn entry(&self, _entry: &Entry, hash: &Digest, seal: Option<&Seal>) -> bool {
+        seal.is_some_and(|s| entry_sealed(&self.0, hash, s))
+    }
+
+    fn chunk(
+        &self,
+        _entry: &Entry,
+        hash: &Digest,
+        index: u32,
+        digest: &Digest,
+        seal: Option<&Seal>,
+    ) -> bool {
+        seal.is_some_and(|s| chunk_sealed(&self.0, hash, index, digest, s))
+    }
+}
