@@ -10,6 +10,8 @@
 //! - [`pair`]: a sender and a receiver session over two such streams, with
 //!   in-memory files, driven in simulated time (as `quinn-proto`'s test
 //!   `Pair`): a 1 s delay costs nothing but arithmetic.
+//! - [`quic`]: real QUIC (quinn-proto, haul's TLS identity, the
+//!   loss-tolerant controller) over simulated links in simulated time.
 //! - [`fanout`]: a relay plan at piece level, nodes dying, the client's
 //!   re-routing (`haul_plan::Routing`): 1,000 nodes in well under a second.
 
@@ -21,6 +23,7 @@ pub mod memfs;
 pub mod packet;
 pub mod pair;
 pub mod profile;
+pub mod quic;
 pub mod rng;
 pub mod stats;
 pub mod stream;

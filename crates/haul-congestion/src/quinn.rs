@@ -1,0 +1,112 @@
+//! [`LossTolerant`] behind quinn 0.11's `congestion::Controller` (the
+//! trait changes in 0.12: the workspace pins 0.11).
+
+use std::any::Any;
+use std::sync::Arc;
+use std::time::Instant;
+
+use quinn_proto::congestion::{Controller, ControllerFactory, ControllerMetrics};
+use quinn_proto::RttEstimator;
+
+use crate::{LossTolerant, RateConfig};
+
+/// Makes a [`LossTolerant`] controller for each quinn connection
+/// (`TransportConfig::congestion_controller_factory`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LossTolerantConfig {
+    /// The controller's settings (`mtu` follows the connection's).
+    pub rate: RateConfig,
+}
+
+impl ControllerFactory for LossTolerantConfig {
+    fn build(self: Arc<Self>, _now: Instant, current_mtu: u16) -> Box<dyn Controller> {
+        let mut c = LossTolerant::new(self.rate);
+        c.set_mtu(u64::from(current_mtu));
+        Box::new(QuinnController { c })
+    }
+}
+
+/// The quinn side of a [`LossTolerant`].
+#[derive(Debug, Clone)]
+struct QuinnController {
+    c: LossTolerant,
+}
+
+impl Controller for QuinnController {
+    fn on_ack(
+        &mut self,
+        now: Instant,
+        _sent: Instant,
+        bytes: u64,
+        app_limited: bool,
+        rtt: &RttEstimator,
+    ) {
+        self.c.on_ack(now, bytes, app_limited, rtt.get(), rtt.min());
+    }
+
+    fn on_congestion_event(
+        &mut self,
+        now: Instant,
+        _sent: Instant,
+        is_persistent_congestion: bool,
+        lost_bytes: u64,
+    ) {
+        if lost_bytes == 0 {
+            // quinn signals ECN congestion marks with no bytes lost.
+            self.c.on_congestion_mark();
+        } else {
+            self.c.on_loss(now, lost_bytes, is_persistent_congestion);
+        }
+    }
+
+    fn on_mtu_update(&mut self, new_mtu: u16) {
+        self.c.set_mtu(u64::from(new_mtu));
+    }
+
+    fn window(&self) -> u64 {
+        self.c.window()
+    }
+
+    fn metrics(&self) -> ControllerMetrics {
+        let mut m = ControllerMetrics::default();
+        m.congestion_window = self.c.window();
+        m.pacing_rate = Some(self.c.rate() * 8);
+        m
+    }
+
+    fn clone_box(&self) -> Box<dyn Controller> {
+        Box::new(self.clone())
+    }
+
+    fn initial_window(&self) -> u64 {
+        RateConfig::default().initial_window
+    }
+
+    fn into_any(self: Box<Self>) -> Box<dyn Any> {
+        self
+    }
+}
+
+/// Bytes in flight a connection must allow to fill 1 Gbit/s over a 2 s RTT.
+pub const LONG_FAT_WINDOW: u64 = 250_000_000;
+
+/// quinn's transport settings for haul: the loss-tolerant controller with
+/// `rate`, stream and connection windows for [`LONG_FAT_WINDOW`], an idle
+/// limit of `idle`, and keepalives at a third of it.
+pub fn transport_config(
+    rate: RateConfig,
+    idle: std::time::Duration,
+) -> quinn_proto::TransportConfig {
+    use quinn_proto::VarInt;
+    let mut t = quinn_proto::TransportConfig::default();
+    let window = VarInt::from_u64(LONG_FAT_WINDOW).unwrap_or(VarInt::MAX);
+    t.stream_receive_window(window)
+        .receive_window(window)
+        .send_window(LONG_FAT_WINDOW)
+        .congestion_controller_factory(Arc::new(LossTolerantConfig { rate }))
+        .keep_alive_interval(Some(idle / 3));
+    if let Ok(idle) = quinn_proto::IdleTimeout::try_from(idle) {
+        t.max_idle_timeout(Some(idle));
+    }
+    t
+}

@@ -1,0 +1,374 @@
+//! The controller itself: rounds, the bottleneck estimate, random loss,
+//! congestion signals, the rate and the window (see the crate docs).
+
+use std::collections::VecDeque;
+use std::time::{Duration, Instant};
+
+/// Rounds the bottleneck estimate remembers its largest sample for.
+pub const BTL_ROUNDS: usize = 10;
+/// Largest random-loss fraction compensated for (the rate is at most
+/// `1 / (1 − MAX_LOSS)` times the estimate).
+pub const MAX_LOSS: f64 = 0.5;
+/// The smoothed RTT above this many times the minimum (plus
+/// [`QUEUE_RTT_SLACK`]) means the sender fills a queue.
+pub const QUEUE_RTT_FACTOR: f64 = 1.5;
+/// Slack on top of [`QUEUE_RTT_FACTOR`] (jitter, ack delay).
+pub const QUEUE_RTT_SLACK: Duration = Duration::from_millis(10);
+/// A probing round whose loss exceeds the cruise loss by this much found
+/// the capacity: the extra loss came with the extra rate.
+pub const PROBE_LOSS_MARGIN: f64 = 0.08;
+/// Rate growth per round in startup (BBR's 2/ln 2).
+pub const STARTUP_GAIN: f64 = 2.885;
+/// Gains of the cruise cycle, one per round: probe up, drain, cruise.
+const CYCLE: [f64; 8] = [1.25, 0.75, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0];
+/// Rounds after startup that carry no congestion signal (its excess is
+/// still being acked or declared lost).
+const SETTLE_ROUNDS: u8 = 2;
+/// Cruise rounds the random-loss estimate looks back on.
+const LOSS_ROUNDS: usize = 16;
+/// Fewest bytes a round must see acked or lost for its loss fraction to count.
+const MIN_ROUND_BYTES: u64 = 16 * 1200;
+
+/// Settings of a [`LossTolerant`] controller.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RateConfig {
+    /// Datagram size the window is counted in.
+    pub mtu: u64,
+    /// The window before anything was measured (quinn's default: 10 packets).
+    pub initial_window: u64,
+    /// Smallest window (packets keep flowing to measure the path).
+    pub min_window: u64,
+    /// Largest window: rate × RTT for the fastest, longest link it must fill.
+    pub max_window: u64,
+    /// A cap on the send rate in bytes per second (`--max-rate`).
+    pub max_rate: Option<u64>,
+}
+
+impl Default for RateConfig {
+    fn default() -> Self {
+        Self {
+            mtu: 1200,
+            initial_window: 14_720,
+            min_window: 4 * 1200,
+            // 1 Gbit/s × 2 s.
+            max_window: 250_000_000,
+            max_rate: None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Mode {
+    Startup {
+        stalls: u8,
+        best: f64,
+    },
+    /// One round after startup at its inverse gain.
+    Drain,
+    Cruise {
+        phase: usize,
+    },
+}
+
+/// What one round saw.
+#[derive(Debug, Clone, Copy, Default)]
+struct Round {
+    start: Option<Instant>,
+    acked: u64,
+    lost: u64,
+    app_limited: bool,
+}
+
+/// The loss-tolerant rate controller (see the crate docs).
+#[derive(Debug, Clone)]
+pub struct LossTolerant {
+    cfg: RateConfig,
+    mode: Mode,
+    /// Send rate now, bytes per second.
+    rate: f64,
+    /// Recent goodput samples (bytes per second), newest last.
+    samples: VecDeque<f64>,
+    /// Random-loss fraction estimate.
+    loss: f64,
+    /// Loss fractions of recent cruise rounds.
+    losses: VecDeque<f64>,
+    /// Rounds after startup whose acks and losses are still startup's.
+    settling: u8,
+    round: Round,
+    srtt: Duration,
+    min_rtt: Duration,
+    /// Bytes in flight don't matter here; the window is what quinn enforces.
+    window: u64,
+}
+
+impl LossTolerant {
+    /// A controller at the start of a connection.
+    pub fn new(cfg: RateConfig) -> Self {
+        let rtt = Duration::from_millis(333);
+        let rate = cfg.initial_window as f64 / rtt.as_secs_f64();
+        let mut c = Self {
+            cfg,
+            mode: Mode::Startup {
+                stalls: 0,
+                best: 0.0,
+            },
+            rate,
+            samples: VecDeque::with_capacity(BTL_ROUNDS + 1),
+            loss: 0.0,
+            losses: VecDeque::with_capacity(LOSS_ROUNDS + 1),
+            settling: 0,
+            round: Round::default(),
+            srtt: rtt,
+            min_rtt: rtt,
+            window: cfg.initial_window,
+        };
+        c.window = c.cfg.initial_window.max(c.cfg.min_window);
+        c
+    }
+
+    /// The send rate now, in bytes per second.
+    pub fn rate(&self) -> u64 {
+        self.rate as u64
+    }
+
+    /// The window quinn should enforce, in bytes.
+    pub fn window(&self) -> u64 {
+        self.window
+    }
+
+    /// The bottleneck estimate (largest recent goodput), bytes per second.
+    pub fn bottleneck(&self) -> u64 {
+        self.best_sample() as u64
+    }
+
+    /// The random-loss estimate, 0..=[`MAX_LOSS`].
+    pub fn loss(&self) -> f64 {
+        self.loss
+    }
+
+    /// True while the rate still grows exponentially.
+    pub fn in_startup(&self) -> bool {
+        matches!(self.mode, Mode::Startup { .. })
+    }
+
+    /// The datagram size changed.
+    pub fn set_mtu(&mut self, mtu: u64) {
+        self.cfg.mtu = mtu.max(1200);
+        self.update_window();
+    }
+
+    /// `bytes` were acknowledged at `now`; `rtt` is the smoothed RTT and
+    /// `min_rtt` the smallest seen. `app_limited`: the sender had nothing
+    /// more to send (a low goodput then says nothing about the path).
+    pub fn on_ack(
+        &mut self,
+        now: Instant,
+        bytes: u64,
+        app_limited: bool,
+        rtt: Duration,
+        min_rtt: Duration,
+    ) {
+        self.srtt = rtt.max(Duration::from_micros(100));
+        self.min_rtt = min_rtt.max(Duration::from_micros(100)).min(self.srtt);
+        let start = *self.round.start.get_or_insert(now);
+        self.round.acked += bytes;
+        self.round.app_limited |= app_limited;
+        if self.in_startup() {
+            // Like slow start, each acked byte adds to the rate: a round
+            // multiplies it by the gain; bounded by what was delivered.
+            let grown = self.rate + bytes as f64 * (STARTUP_GAIN - 1.0) / self.srtt.as_secs_f64();
+            let cap = self.cfg.max_rate.map_or(f64::INFINITY, |r| r as f64);
+            self.rate = grown.min(self.startup_cap()).min(cap);
+        }
+        let elapsed = now.saturating_duration_since(start);
+        if elapsed >= self.srtt {
+            self.end_round(elapsed);
+            self.round = Round {
+                start: Some(now),
+                ..Round::default()
+            };
+        }
+        self.update_window();
+    }
+
+    /// `bytes` were declared lost at `now` (`persistent`: every packet of a
+    /// long stretch was lost).
+    pub fn on_loss(&mut self, now: Instant, bytes: u64, persistent: bool) {
+        self.round.start.get_or_insert(now);
+        self.round.lost += bytes;
+        if persistent {
+            // Nothing got through for a while: start measuring again, from
+            // half the rate (the estimate would otherwise hold a dead path's).
+            self.rate = (self.rate / 2.0).max(self.floor_rate());
+            self.samples.clear();
+            self.mode = Mode::Startup {
+                stalls: 0,
+                best: 0.0,
+            };
+            self.update_window();
+        }
+    }
+
+    /// An explicit congestion signal (ECN CE marks): the path has a queue.
+    pub fn on_congestion_mark(&mut self) {
+        self.back_off(self.best_sample() * 0.85);
+    }
+
+    fn end_round(&mut self, elapsed: Duration) {
+        let round = self.round;
+        let secs = elapsed.as_secs_f64().max(1e-6);
+        let goodput = round.acked as f64 / secs;
+        let seen = round.acked + round.lost;
+        let loss = (seen >= MIN_ROUND_BYTES).then(|| round.lost as f64 / seen as f64);
+        // At the cap (`max_rate`) or with nothing to send, a lower sample
+        // says nothing about the path: only a higher one counts.
+        let capped = self
+            .cfg
+            .max_rate
+            .is_some_and(|cap| self.rate >= cap as f64 * 0.99);
+        if !(round.app_limited || capped) || goodput > self.best_sample() {
+            self.samples.push_back(goodput);
+            while self.samples.len() > BTL_ROUNDS {
+                self.samples.pop_front();
+            }
+        }
+        let queued = self.srtt.as_secs_f64()
+            > self.min_rtt.as_secs_f64() * QUEUE_RTT_FACTOR + QUEUE_RTT_SLACK.as_secs_f64();
+        match self.mode {
+            Mode::Startup { stalls, best } => {
+                // Below the capacity, startup's loss is the path's (the
+                // quartile leaves out the rounds that overshot).
+                if let (Some(l), true) = (loss, self.srtt <= self.min_rtt + QUEUE_RTT_SLACK) {
+                    self.note_loss(l);
+                }
+                let grew = goodput >= best * 1.25;
+                let stalls = if grew { 0 } else { stalls + 1 };
+                if queued || stalls >= 2 {
+                    // The capacity is found: drain what startup queued (or
+                    // cruise, if the excess was dropped, not queued); what
+                    // the next rounds see of startup's excess is no signal.
+                    self.settling = SETTLE_ROUNDS;
+                    self.mode = if queued {
+                        Mode::Drain
+                    } else {
+                        Mode::Cruise { phase: 2 }
+                    };
+                } else {
+                    self.mode = Mode::Startup {
+                        stalls,
+                        best: best.max(goodput),
+                    };
+                }
+            }
+            Mode::Drain => self.mode = Mode::Cruise { phase: 2 },
+            Mode::Cruise { phase } if self.settling > 0 => {
+                self.settling -= 1;
+                self.mode = Mode::Cruise {
+                    phase: (phase + 1) % CYCLE.len(),
+                };
+            }
+            Mode::Cruise { phase } => {
+                // Acks and losses seen now are mostly of packets sent a
+                // round ago (losses are declared about 9/8 RTT after).
+                let sent_at = CYCLE[(phase + CYCLE.len() - 1) % CYCLE.len()];
+                // A queue that drops: at long RTTs a full queue is a small
+                // part of the RTT, so it counts together with extra loss.
+                let dropping = self.srtt > self.min_rtt + QUEUE_RTT_SLACK
+                    && loss.is_some_and(|l| l > self.loss + PROBE_LOSS_MARGIN);
+                if (queued || dropping) && sent_at == 1.0 {
+                    // Cruising at the estimate fills a queue (another flow
+                    // came, or the estimate is too high): back off towards
+                    // what got through. After a probe, the same signs only
+                    // say it found the capacity; the drain round follows.
+                    return self.back_off(goodput);
+                }
+                // With a queue building, loss may be congestion: only what
+                // is lost with the RTT near its floor is the path's.
+                let floor = self.srtt <= self.min_rtt + QUEUE_RTT_SLACK;
+                if let (Some(l), true) = (loss, floor) {
+                    self.note_loss(l);
+                }
+                self.mode = Mode::Cruise {
+                    phase: (phase + 1) % CYCLE.len(),
+                };
+            }
+        }
+        self.set_rate();
+    }
+
+    /// Random loss is the floor under every round's loss (congestion only
+    /// adds to it): the lower quartile of the recent cruise rounds', so the
+    /// rounds a probe or a queue pushed up do not count.
+    fn note_loss(&mut self, l: f64) {
+        self.losses.push_back(l.min(MAX_LOSS));
+        while self.losses.len() > LOSS_ROUNDS {
+            self.losses.pop_front();
+        }
+        let mut sorted: Vec<f64> = self.losses.iter().copied().collect();
+        sorted.sort_by(f64::total_cmp);
+        self.loss = sorted.get(sorted.len() / 4).copied().unwrap_or(0.0);
+    }
+
+    /// The estimate drops towards `delivered` (by at most 15 % a round, so
+    /// one bad round does not cost a long climb back); one round drains
+    /// the queue.
+    fn back_off(&mut self, delivered: f64) {
+        let next = delivered.max(self.best_sample() * 0.85);
+        self.samples.clear();
+        self.samples.push_back(next.max(self.floor_rate()));
+        self.mode = Mode::Cruise { phase: 1 };
+        self.set_rate();
+    }
+
+    fn best_sample(&self) -> f64 {
+        self.samples.iter().copied().fold(0.0, f64::max)
+    }
+
+    /// Startup's rate stays within reach of what was delivered (its
+    /// samples lag a round behind the rate).
+    fn startup_cap(&self) -> f64 {
+        2.0 * STARTUP_GAIN * self.best_sample().max(self.initial_rate())
+    }
+
+    fn initial_rate(&self) -> f64 {
+        self.cfg.initial_window as f64 / self.srtt.as_secs_f64().max(1e-3)
+    }
+
+    fn floor_rate(&self) -> f64 {
+        self.cfg.min_window as f64 / self.srtt.as_secs_f64().max(1e-3)
+    }
+
+    fn set_rate(&mut self) {
+        let rate = match self.mode {
+            Mode::Startup { .. } => self.rate.min(self.startup_cap()),
+            Mode::Drain => self.best_sample() / STARTUP_GAIN,
+            Mode::Cruise { phase } => {
+                self.best_sample() * CYCLE[phase] / (1.0 - self.loss.min(MAX_LOSS))
+            }
+        };
+        let cap = self.cfg.max_rate.map_or(f64::INFINITY, |r| r as f64);
+        self.rate = rate.max(self.floor_rate()).min(cap);
+        self.update_window();
+    }
+
+    fn update_window(&mut self) {
+        // rate × the path's RTT (its minimum, so no standing queue keeps
+        // itself), a little headroom (the window, not the pacer, bounds
+        // quinn's rate), and the lost packets that stay in flight until
+        // they are declared lost, about 9/8 RTT.
+        let (min, srtt) = (self.min_rtt.as_secs_f64(), self.srtt.as_secs_f64());
+        let capped = self
+            .cfg
+            .max_rate
+            .is_some_and(|cap| self.rate >= cap as f64 * 0.99);
+        // At the cap, no headroom: the window is what holds the rate there.
+        let base = if capped { srtt } else { min + 0.002 };
+        let in_flight_time = base + 1.125 * self.loss * srtt;
+        let w = (self.rate * in_flight_time) as u64 + if capped { 0 } else { 2 * self.cfg.mtu };
+        let min = self.cfg.min_window.max(4 * self.cfg.mtu);
+        self.window = w.clamp(min, self.cfg.max_window.max(min));
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,71 @@
+//! QUIC with the loss-tolerant controller over simulated bad links: each
+//! transfer completes, nothing damaged is read, and the time is the link's.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::time::Duration;
+
+use haul_congestion::RateConfig;
+use haul_netsim::quic::{QuicRun, QuicSim};
+use haul_netsim::Profile;
+
+const MIB: u64 = 1 << 20;
+
+fn push(size: u64, up: &str, rate: Option<RateConfig>, limit: Duration) -> QuicRun {
+    let up = Profile::parse(up).unwrap();
+    let down = Profile::parse("delay 10ms").unwrap();
+    let mut sim = QuicSim::new(size, &up, &down, rate, 3).unwrap();
+    sim.run(limit)
+}
+
+/// Goodput in Mbit/s of a finished run.
+fn mbit(size: u64, r: &QuicRun) -> f64 {
+    let took = r.took.expect("finished").as_secs_f64();
+    size as f64 * 8.0 / took / 1e6
+}
+
+#[test]
+fn thirty_percent_loss_keeps_most_of_the_clean_rate() {
+    let size = 48 * MIB;
+    let ours = Some(RateConfig::default());
+    let limit = Duration::from_secs(120);
+    let clean = push(size, "rate 100mbit delay 10ms", ours, limit);
+    let lossy = push(size, "rate 100mbit delay 10ms loss 30%", ours, limit);
+    for r in [&clean, &lossy] {
+        assert_eq!(r.received, size, "{r:?}");
+        assert_eq!(r.corrupt, 0);
+    }
+    let (c, l) = (mbit(size, &clean), mbit(size, &lossy));
+    // quinn's own CUBIC reads the same loss as congestion.
+    let cubic = push(8 * MIB, "rate 100mbit delay 10ms loss 30%", None, limit);
+    let cubic = cubic.took.map_or(0.0, |_| mbit(8 * MIB, &cubic));
+    println!("clean {c:.1} Mbit/s, 30% loss {l:.1} Mbit/s ({} dropped); CUBIC at 30% loss {cubic:.2} Mbit/s", lossy.dropped);
+    assert!(c > 70.0, "clean {c:.1} Mbit/s");
+    assert!(l >= 0.7 * c, "30% loss: {l:.1} of {c:.1} Mbit/s");
+    assert!(
+        cubic < 0.2 * c,
+        "CUBIC kept {cubic:.1} Mbit/s: the comparison says nothing"
+    );
+}
+
+#[test]
+fn every_bad_link_completes_and_nothing_damaged_is_read() {
+    let size = 8 * MIB;
+    for spec in [
+        "rate 100mbit delay 1000ms",
+        "rate 100mbit delay 10ms loss 10% 50%",
+        "rate 100mbit delay 10ms loss gemodel 2% 30% 80% 1%",
+        "rate 100mbit delay 10ms reorder 25% 50%",
+        "rate 100mbit delay 10ms duplicate 50%",
+        "rate 100mbit delay 10ms corrupt 50%",
+    ] {
+        let r = push(
+            size,
+            spec,
+            Some(RateConfig::default()),
+            Duration::from_secs(300),
+        );
+        assert_eq!(r.received, size, "{spec}: {r:?}");
+        assert_eq!(r.corrupt, 0, "{spec}");
+        println!("{spec}: {:.1} Mbit/s", mbit(size, &r));
+    }
+}
