@@ -11,7 +11,8 @@ use haul_session::concurrency::Concurrency;
 use haul_session::summary::{Summary, Tally};
 use haul_session::{Event, Observer};
 use haul_transport::{
-    connect, memory_pair, Connection, Security, Timeouts, TransportError, Tuning,
+    connect, connect_quic, memory_pair, Connection, Security, Timeouts, Transport, TransportError,
+    Tuning,
 };
 
 use crate::buffers::ChunkBuffers;
@@ -48,6 +49,8 @@ pub struct ClientOptions {
     pub connect_attempts: u32,
     /// Socket buffers and zero copy.
     pub tuning: Tuning,
+    /// TCP or QUIC.
+    pub transport: Transport,
     /// Where connections read, hash, verify and write large chunks.
     pub chunk_work: ChunkWork,
     /// Bytes of chunk buffers across all connections ([`crate::buffers`]);
@@ -68,6 +71,7 @@ impl Default for ClientOptions {
             max_retries: 5,
             connect_attempts: 5,
             tuning: Tuning::default(),
+            transport: Transport::Tcp,
             chunk_memory: crate::buffers::DEFAULT_BUDGET,
             chunk_work: ChunkWork::for_this_machine(),
         }
@@ -89,10 +93,20 @@ pub(crate) async fn open_keyed(
     opts: &ClientOptions,
     request: Request,
 ) -> Result<(Connection, Option<String>), NodeError> {
-    let ((mut r, mut w), key) = connect(addr, &opts.security, opts.timeouts, opts.tuning).await?;
+    let ((mut r, mut w), key) = match opts.transport {
+        Transport::Tcp => connect(addr, &opts.security, opts.timeouts, opts.tuning).await?,
+        Transport::Quic => {
+            let (conn, key) = connect_quic(addr, &opts.security, opts.timeouts).await?;
+            (conn, Some(key))
+        }
+    };
+    let over = match opts.transport {
+        Transport::Tcp => "TLS 1.3",
+        Transport::Quic => "QUIC (TLS 1.3)",
+    };
     match &key {
         Some(k) => tracing::info!(
-            "connected to {addr} over TLS 1.3, server key {}",
+            "connected to {addr} over {over}, server key {}",
             k.fingerprint
         ),
         None => tracing::info!("connected to {addr} (plaintext)"),

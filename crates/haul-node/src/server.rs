@@ -14,7 +14,8 @@ use haul_proto::{ErrorCode, Message, OriginKey, RelayTarget, Request, Ticket, PR
 use haul_session::peer_text::without_root;
 use haul_session::{Event, Observer};
 use haul_transport::{
-    Accepted, KnownHosts, Listener, MessageReader, MessageWriter, Security, Timeouts,
+    Accepted, KnownHosts, Listener, MessageReader, MessageWriter, QuicAccepted, QuicListener,
+    Security, Timeouts,
 };
 use tokio::task::JoinSet;
 
@@ -68,6 +69,21 @@ impl Observer for LogObserver {
     }
 }
 
+/// A connection on its way in, before its handshake.
+enum Arrival {
+    Tcp(Accepted),
+    Quic(Box<QuicAccepted>),
+}
+
+impl Arrival {
+    fn peer(&self) -> std::net::SocketAddr {
+        match self {
+            Arrival::Tcp(a) => a.peer(),
+            Arrival::Quic(a) => a.peer(),
+        }
+    }
+}
+
 /// Compares without leaking the position of the first difference.
 fn token_matches(given: &str, accepted: &[String]) -> bool {
     accepted.iter().any(|t| {
@@ -96,31 +112,42 @@ impl Server {
     pub async fn serve(
         self: Arc<Self>,
         listener: Listener,
+        quic: Option<QuicListener>,
         shutdown: impl std::future::Future<Output = ()>,
         hurry: impl std::future::Future<Output = ()>,
     ) {
         let mut conns = JoinSet::new();
         tokio::pin!(shutdown);
+        let next_quic = || async {
+            match &quic {
+                Some(q) => q.accept().await,
+                None => std::future::pending().await,
+            }
+        };
         loop {
-            tokio::select! {
+            let arrival = tokio::select! {
                 _ = &mut shutdown => break,
                 accepted = listener.accept() => match accepted {
-                    Ok(accepted) => {
-                        let me = self.clone();
-                        let peer = accepted.peer();
-                        conns.spawn(async move {
-                            if let Err(e) = me.connection(accepted).await {
-                                tracing::warn!("connection from {peer}: {e}");
-                            }
-                        });
-                    }
+                    Ok(accepted) => Arrival::Tcp(accepted),
                     Err(e) => {
                         tracing::warn!("accept failed: {e}");
                         tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
                     }
                 },
-                Some(_) = conns.join_next(), if !conns.is_empty() => {}
-            }
+                Some(accepted) = next_quic() => Arrival::Quic(Box::new(accepted)),
+                Some(_) = conns.join_next(), if !conns.is_empty() => continue,
+            };
+            let me = self.clone();
+            conns.spawn(async move {
+                let peer = arrival.peer();
+                if let Err(e) = me.connection(arrival).await {
+                    tracing::warn!("connection from {peer}: {e}");
+                }
+            });
+        }
+        if let Some(q) = &quic {
+            q.close();
         }
         if !conns.is_empty() {
             tracing::info!(
@@ -144,9 +171,12 @@ impl Server {
         self.dest.apply_dir_metadata();
     }
 
-    async fn connection(&self, accepted: Accepted) -> Result<(), NodeError> {
+    async fn connection(&self, arrival: Arrival) -> Result<(), NodeError> {
         let t = self.opts.timeouts;
-        let (mut reader, mut writer) = accepted.establish(t).await?;
+        let (mut reader, mut writer) = match arrival {
+            Arrival::Tcp(a) => a.establish(t).await?,
+            Arrival::Quic(a) => a.establish(t).await?,
+        };
         reader.set_idle(t.handshake);
         let hello = reader.recv().await?;
         reader.set_idle(t.idle);

@@ -57,6 +57,9 @@ pub enum TransportError {
     /// The peer sent bytes that are not the protocol.
     #[error("protocol error from peer: {0}")]
     Decode(#[from] haul_proto::DecodeError),
+    /// QUIC was asked for with `--plaintext`.
+    #[error("--plaintext has no QUIC form (QUIC always encrypts, with TLS 1.3 inside): drop --plaintext, or use --transport tcp")]
+    NoPlaintextQuic,
     /// The peer closed the connection.
     #[error("the peer closed the connection")]
     Closed,

@@ -12,6 +12,7 @@ pub mod error;
 pub mod identity;
 pub mod known_hosts;
 pub mod message;
+pub mod quic;
 pub mod socket;
 pub mod tls;
 
@@ -20,7 +21,8 @@ pub use error::TransportError;
 pub use identity::{fingerprint_of, ServerIdentity};
 pub use known_hosts::{KnownHosts, TrustDecision};
 pub use message::{Connection, MessageReader, MessageWriter, Payload};
-pub use socket::{connect, Accepted, Listener, PeerKey, Security, Tuning};
+pub use quic::{connect_quic, QuicAccepted, QuicListener};
+pub use socket::{connect, Accepted, Listener, PeerKey, Security, Transport, Tuning};
 
 /// The directory haul keeps its configuration in: `$HAUL_CONFIG_DIR`, else
 /// `$XDG_CONFIG_HOME/haul` (usually `~/.config/haul`).

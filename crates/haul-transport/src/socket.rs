@@ -63,6 +63,16 @@ impl PeerKey {
     }
 }
 
+/// What carries a client's connections.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Transport {
+    /// TCP (plaintext or TLS).
+    #[default]
+    Tcp,
+    /// QUIC over UDP, TLS inside ([`crate::quic`]): for lossy or long links.
+    Quic,
+}
+
 /// How a connection's socket is set up.
 #[derive(Debug, Clone, Copy)]
 pub struct Tuning {
@@ -94,22 +104,7 @@ pub async fn connect(
         addr: addr.to_owned(),
         source,
     };
-    let resolve = tokio::time::timeout(timeouts.connect, tokio::net::lookup_host(addr));
-    let addrs: Vec<SocketAddr> = match resolve.await {
-        Ok(Ok(found)) => found.collect(),
-        Ok(Err(source)) => {
-            return Err(TransportError::Resolve {
-                addr: addr.to_owned(),
-                source,
-            })
-        }
-        Err(_) => {
-            return Err(TransportError::Timeout {
-                what: "the host name to resolve",
-                secs: timeouts.connect.as_secs(),
-            })
-        }
-    };
+    let addrs = resolve(addr, timeouts).await?;
     let stream = match tokio::time::timeout(timeouts.connect, TcpStream::connect(&addrs[..])).await
     {
         Ok(r) => r.map_err(connect_err)?,
@@ -121,7 +116,7 @@ pub async fn connect(
         }
     };
     tune(&stream, socket_buffer);
-    let (fingerprint, known_hosts) = match security {
+    let pinning = match security {
         Security::Plaintext => {
             let (r, w) = stream.into_split();
             let mut writer = FrameWriter::new(Sink::Plain(w), timeouts.idle);
@@ -137,14 +132,9 @@ pub async fn connect(
         Security::Tls {
             fingerprint,
             known_hosts,
-        } => (fingerprint, known_hosts),
+        } => Pinning::new(addr, fingerprint, known_hosts),
     };
-    let pinned = fingerprint
-        .clone()
-        .map(|fp| (fp, "(from --fingerprint)".to_owned()))
-        .or_else(|| known_hosts.lookup(addr).map(|fp| (fp, String::new())));
-    let verifier = PinVerifier::new(pinned.as_ref().map(|(fp, _)| fp.clone()));
-    let cfg = client_config(verifier.clone()).map_err(|e| TransportError::Tls {
+    let cfg = client_config(pinning.verifier.clone()).map_err(|e| TransportError::Tls {
         host: addr.to_owned(),
         source: std::io::Error::other(e),
     })?;
@@ -160,62 +150,120 @@ pub async fn connect(
                 secs: timeouts.handshake.as_secs(),
             })
         }
-        Ok(Err(e)) => {
-            if let (Some(got), Some((expected, hint))) = (verifier.seen(), pinned) {
-                if got != expected {
-                    return Err(TransportError::KeyChanged {
-                        host: addr.to_owned(),
-                        got,
-                        expected,
-                        hint: if hint.is_empty() {
-                            String::new()
-                        } else {
-                            format!(" {hint}")
-                        },
-                        file: if hint.is_empty() {
-                            known_hosts.path().display().to_string()
-                        } else {
-                            String::new()
-                        },
-                    });
-                }
-            }
-            return Err(TransportError::Tls {
-                host: addr.to_owned(),
-                source: e,
-            });
-        }
+        Ok(Err(e)) => return Err(pinning.failed(e)),
         Ok(Ok(tls)) => tls,
     };
-    let seen = verifier.seen().unwrap_or_default();
-    let mut first_use = None;
-    if fingerprint.is_none() {
-        match known_hosts.decide(addr, &seen) {
-            TrustDecision::Changed { expected } => {
-                return Err(TransportError::KeyChanged {
-                    host: addr.to_owned(),
-                    got: seen,
-                    expected,
-                    hint: String::new(),
-                    file: known_hosts.path().display().to_string(),
-                })
-            }
-            TrustDecision::Learned => first_use = Some(known_hosts.clone()),
-            TrustDecision::Known => {}
-        }
-    }
+    let key = pinning.accepted()?;
     let (r, w) = tokio::io::split(tls);
     Ok((
         (
             Box::new(FrameReader::new(Box::new(r), timeouts.idle)),
             Box::new(FrameWriter::new(Sink::Boxed(Box::new(w)), timeouts.idle)),
         ),
-        Some(PeerKey {
+        Some(key),
+    ))
+}
+
+/// The addresses `addr` (host:port) names, within the connect timeout.
+pub(crate) async fn resolve(
+    addr: &str,
+    timeouts: Timeouts,
+) -> Result<Vec<SocketAddr>, TransportError> {
+    let resolve = tokio::time::timeout(timeouts.connect, tokio::net::lookup_host(addr));
+    match resolve.await {
+        Ok(Ok(found)) => Ok(found.collect()),
+        Ok(Err(source)) => Err(TransportError::Resolve {
             addr: addr.to_owned(),
+            source,
+        }),
+        Err(_) => Err(TransportError::Timeout {
+            what: "the host name to resolve",
+            secs: timeouts.connect.as_secs(),
+        }),
+    }
+}
+
+/// What a client expects of a server's key (an explicit pin, or its
+/// known-hosts line), and how it decides once the handshake is done: the
+/// same for TCP and QUIC.
+pub(crate) struct Pinning {
+    addr: String,
+    /// Checks the key during the handshake.
+    pub(crate) verifier: Arc<PinVerifier>,
+    /// The key expected, and where it came from (empty: known_hosts).
+    pinned: Option<(String, String)>,
+    explicit: bool,
+    known_hosts: KnownHosts,
+}
+
+impl Pinning {
+    pub(crate) fn new(addr: &str, fingerprint: &Option<String>, known_hosts: &KnownHosts) -> Self {
+        let pinned = fingerprint
+            .clone()
+            .map(|fp| (fp, "(from --fingerprint)".to_owned()))
+            .or_else(|| known_hosts.lookup(addr).map(|fp| (fp, String::new())));
+        Self {
+            addr: addr.to_owned(),
+            verifier: PinVerifier::new(pinned.as_ref().map(|(fp, _)| fp.clone())),
+            pinned,
+            explicit: fingerprint.is_some(),
+            known_hosts: known_hosts.clone(),
+        }
+    }
+
+    /// The handshake failed with `e`: a changed key says so.
+    pub(crate) fn failed(&self, e: std::io::Error) -> TransportError {
+        if let (Some(got), Some((expected, hint))) = (self.verifier.seen(), &self.pinned) {
+            if got != *expected {
+                return TransportError::KeyChanged {
+                    host: self.addr.clone(),
+                    got,
+                    expected: expected.clone(),
+                    hint: if hint.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" {hint}")
+                    },
+                    file: if hint.is_empty() {
+                        self.known_hosts.path().display().to_string()
+                    } else {
+                        String::new()
+                    },
+                };
+            }
+        }
+        TransportError::Tls {
+            host: self.addr.clone(),
+            source: e,
+        }
+    }
+
+    /// The handshake succeeded: the key the server showed, checked against
+    /// known_hosts (trust on first use, recorded later by [`PeerKey::trust`]).
+    pub(crate) fn accepted(self) -> Result<PeerKey, TransportError> {
+        let seen = self.verifier.seen().unwrap_or_default();
+        let mut first_use = None;
+        if !self.explicit {
+            match self.known_hosts.decide(&self.addr, &seen) {
+                TrustDecision::Changed { expected } => {
+                    return Err(TransportError::KeyChanged {
+                        host: self.addr,
+                        got: seen,
+                        expected,
+                        hint: String::new(),
+                        file: self.known_hosts.path().display().to_string(),
+                    })
+                }
+                TrustDecision::Learned => first_use = Some(self.known_hosts.clone()),
+                TrustDecision::Known => {}
+            }
+        }
+        Ok(PeerKey {
+            addr: self.addr,
             fingerprint: seen,
             first_use,
-        }),
-    ))
+        })
+    }
 }
 
 /// A listening socket with its TLS acceptor (none when plaintext).

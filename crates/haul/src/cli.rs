@@ -75,8 +75,13 @@ pub struct ServeArgs {
     #[arg(long)]
     pub open: bool,
     /// No TLS: plaintext TCP with sendfile(2) (trusted networks; clients pass --plaintext too).
+    /// Implies --no-quic (QUIC has no plaintext form).
     #[arg(long)]
     pub plaintext: bool,
+    /// Do not accept QUIC (by default a node also listens on UDP at the
+    /// port number of --listen, for clients with --transport quic).
+    #[arg(long)]
+    pub no_quic: bool,
     /// Directory of the node's TLS identity (created on first start).
     #[arg(long)]
     pub identity: Option<PathBuf>,
@@ -114,6 +119,10 @@ pub struct TransferArgs {
     /// Plaintext TCP (the node must run with --plaintext).
     #[arg(long)]
     pub plaintext: bool,
+    /// `tcp`, or `quic` for lossy or long links (UDP to the node's port;
+    /// TLS 1.3 inside, the same key and pinning as TCP).
+    #[arg(long, env = "HAUL_TRANSPORT", default_value = "tcp", value_parser = ["tcp", "quic"])]
+    pub transport: String,
     /// Pin the node's key (SHA256:... as `haul serve` prints it).
     #[arg(long)]
     pub fingerprint: Option<String>,

@@ -88,9 +88,17 @@ pub fn client_options(t: &TransferArgs) -> Result<ClientOptions> {
             known_hosts,
         }
     };
+    let transport = match t.transport.as_str() {
+        "quic" if t.plaintext => bail!(
+            "--plaintext has no QUIC form (QUIC always encrypts, with TLS 1.3 inside): drop --plaintext, or use --transport tcp"
+        ),
+        "quic" => haul_transport::Transport::Quic,
+        _ => haul_transport::Transport::Tcp,
+    };
     let idle = Duration::from_secs(t.timeout);
     Ok(ClientOptions {
         security,
+        transport,
         token: token(&t.token, &t.token_file)?.unwrap_or_default(),
         timeouts: Timeouts {
             connect: idle.min(Duration::from_secs(10)),

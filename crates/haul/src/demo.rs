@@ -130,6 +130,7 @@ async fn demo(dir: &Path, args: &DemoArgs, mode: Mode) -> Result<u8> {
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let node = tokio::spawn(server.serve(
         listener,
+        None,
         async move {
             let _ = stop_rx.await;
         },

@@ -355,11 +355,20 @@ async fn serve(args: ServeArgs, mode: Mode) -> Result<u8> {
         .await
         .map_err(|e| UsageError(e.to_string()))?;
     let local = listener.local_addr()?;
+    // QUIC on UDP at the same port number, unless turned off (or plaintext).
+    let quic = match (&identity, args.no_quic) {
+        (Some(id), false) => Some(
+            haul_transport::QuicListener::bind(local, id, idle)
+                .map_err(|e| UsageError(format!("{e} (UDP; pass --no-quic to serve TCP only)")))?,
+        ),
+        _ => None,
+    };
     let fingerprint = identity.as_ref().map(|i| i.fingerprint());
     match mode {
         Mode::Json => output::json_line(&serde_json::json!({
             "event": "listening", "addr": local.to_string(), "fingerprint": fingerprint,
             "root": args.root, "root_created": root_is_new, "tls": !args.plaintext, "auth": !args.open,
+            "quic": quic.is_some(),
         })),
         _ => {
             println!("haul node listening on {local}");
@@ -377,6 +386,10 @@ async fn serve(args: ServeArgs, mode: Mode) -> Result<u8> {
                 println!("auth none (--open: anyone who can connect may push and pull)");
             } else {
                 println!("auth token");
+            }
+            match &quic {
+                Some(_) => println!("quic on UDP {local} (clients: --transport quic)"),
+                None => println!("quic off"),
             }
         }
     }
@@ -396,7 +409,7 @@ async fn serve(args: ServeArgs, mode: Mode) -> Result<u8> {
             let _ = rx.wait_for(|got| *got >= n).await;
         }
     };
-    server.serve(listener, nth(1), nth(2)).await;
+    server.serve(listener, quic, nth(1), nth(2)).await;
     tracing::info!("stopped");
     Ok(EXIT_OK)
 }

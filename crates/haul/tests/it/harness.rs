@@ -241,3 +241,14 @@ pub fn wait_for(limit: Duration, what: &str, mut f: impl FnMut() -> bool) {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// True when running as root (the lab needs namespaces and TUN); says
+/// what is skipped otherwise.
+pub fn lab_root(what: &str) -> bool {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    if !root {
+        eprintln!("SKIPPED {what}: the lab needs root (network namespaces, TUN)");
+    }
+    root
+}

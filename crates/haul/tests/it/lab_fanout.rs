@@ -15,12 +15,7 @@ use crate::harness::{b3, listing, run, stderr, wait_for, write_file, Node, Scrat
 const LIMIT: Duration = Duration::from_secs(240);
 
 fn root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
-    if !root {
-        eprintln!("SKIPPED lab fan-out: the lab needs root (network namespaces, TUN)");
-    }
-    root
+    crate::harness::lab_root("lab fan-out")
 }
 
 /// The staging file of a node that holds at least `bytes`.

@@ -7,7 +7,7 @@ use crate::harness::*;
 
 const T: Duration = Duration::from_secs(120);
 
-fn make_tree(root: &std::path::Path) {
+pub(crate) fn make_tree(root: &std::path::Path) {
     write_file(&root.join("big.bin"), 21 << 20, 1); // several 4 MiB chunks, last one short
     write_file(&root.join("nested/deeper/still/f.txt"), 1000, 2);
     write_file(&root.join("name with spaces ü 日本.txt"), 333, 3);

@@ -1,0 +1,342 @@
+//! QUIC: haul's messages over QUIC (quinn 0.11), for links that lose,
+//! delay or damage packets.
+//!
+//! - The same node identity, fingerprint, `known_hosts` pinning and token
+//!   as TCP: TLS 1.3 runs inside QUIC with the node's key
+//!   ([`crate::tls`]), ALPN `haul`. There is no plaintext form.
+//! - Rate control is `haul-congestion`'s loss-tolerant controller, with
+//!   stream and connection windows for 1 Gbit/s × 2 s
+//!   ([`haul_congestion::quinn::transport_config`]).
+//! - A node listens on UDP at the port number of its TCP listener.
+//! - A haul connection is one QUIC connection whose first bidirectional
+//!   stream carries the framed messages, as a TCP connection's bytes do.
+//!   (Chunks on streams of their own, so that a lost packet delays only its
+//!   chunk, are the next step: sessions already accept chunks in any order.)
+//! - UDP socket buffers are asked large ([`UDP_BUFFER`]); what the kernel
+//!   granted is logged.
+
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use haul_congestion::RateConfig;
+use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+
+use crate::conn::{FrameReader, FrameWriter, Sink, Timeouts};
+use crate::identity::ServerIdentity;
+use crate::message::Connection;
+use crate::socket::{resolve, PeerKey, Pinning, Security};
+use crate::tls::{client_config, server_config};
+use crate::TransportError;
+
+/// The ALPN protocol name haul speaks inside QUIC.
+pub const ALPN: &[u8] = b"haul";
+
+/// UDP socket buffers asked for (the kernel may grant less; as root, haul
+/// asks past `net.core.rmem_max`).
+pub const UDP_BUFFER: usize = 32 << 20;
+
+/// How long a closing side waits for the peer to acknowledge what it sent.
+const CLOSE_WAIT: Duration = Duration::from_secs(10);
+
+fn tls_err(host: &str, e: impl std::fmt::Display) -> TransportError {
+    TransportError::Tls {
+        host: host.to_owned(),
+        source: std::io::Error::other(e.to_string()),
+    }
+}
+
+/// A UDP socket bound to `addr` with large buffers; logs what was granted.
+fn udp_socket(addr: SocketAddr) -> std::io::Result<std::net::UdpSocket> {
+    let domain = socket2::Domain::for_address(addr);
+    let sock = socket2::Socket::new(domain, socket2::Type::DGRAM, Some(socket2::Protocol::UDP))?;
+    for (name, set, get) in [
+        (
+            "receive",
+            socket2::Socket::set_recv_buffer_size as fn(&socket2::Socket, usize) -> _,
+            socket2::Socket::recv_buffer_size as fn(&socket2::Socket) -> _,
+        ),
+        (
+            "send",
+            socket2::Socket::set_send_buffer_size,
+            socket2::Socket::send_buffer_size,
+        ),
+    ] {
+        let _ = set(&sock, UDP_BUFFER);
+        let mut granted = get(&sock).unwrap_or(0);
+        if granted < UDP_BUFFER {
+            force_buffer(&sock, name == "receive");
+            granted = get(&sock).unwrap_or(granted);
+        }
+        tracing::debug!(
+            "UDP {name} buffer on {addr}: asked {} KiB, granted {} KiB",
+            UDP_BUFFER >> 10,
+            granted >> 10
+        );
+    }
+    sock.bind(&addr.into())?;
+    sock.set_nonblocking(true)?;
+    Ok(sock.into())
+}
+
+/// As root, asks past the kernel's limit (`SO_RCVBUFFORCE`/`SO_SNDBUFFORCE`).
+fn force_buffer(sock: &socket2::Socket, receive: bool) {
+    use rustix::net::sockopt;
+    let _ = if receive {
+        sockopt::set_socket_recv_buffer_size_force(sock, UDP_BUFFER)
+    } else {
+        sockopt::set_socket_send_buffer_size_force(sock, UDP_BUFFER)
+    };
+}
+
+fn transport(idle: Duration) -> Arc<quinn::TransportConfig> {
+    Arc::new(haul_congestion::quinn::transport_config(
+        RateConfig::default(),
+        idle,
+    ))
+}
+
+/// A node's QUIC listener.
+pub struct QuicListener {
+    endpoint: quinn::Endpoint,
+}
+
+impl QuicListener {
+    /// Listens on UDP `addr` with the node's `identity`; `idle` is the
+    /// longest silence of a connection.
+    pub fn bind(
+        addr: SocketAddr,
+        identity: &ServerIdentity,
+        idle: Duration,
+    ) -> Result<Self, TransportError> {
+        let host = addr.to_string();
+        let mut tls = (*server_config(identity).map_err(|e| tls_err(&host, e))?).clone();
+        tls.alpn_protocols = vec![ALPN.to_vec()];
+        let crypto = QuicServerConfig::try_from(tls).map_err(|e| tls_err(&host, e))?;
+        let mut config = quinn::ServerConfig::with_crypto(Arc::new(crypto));
+        config.transport_config(transport(idle));
+        let listen_err = |source| TransportError::Listen {
+            addr: host.clone(),
+            source,
+        };
+        let socket = udp_socket(addr).map_err(listen_err)?;
+        let endpoint = quinn::Endpoint::new(
+            quinn::EndpointConfig::default(),
+            Some(config),
+            socket,
+            Arc::new(quinn::TokioRuntime),
+        )
+        .map_err(listen_err)?;
+        Ok(Self { endpoint })
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.endpoint.local_addr()
+    }
+
+    /// Waits for the next connection attempt (`None`: the endpoint closed).
+    pub async fn accept(&self) -> Option<QuicAccepted> {
+        let incoming = self.endpoint.accept().await?;
+        Some(QuicAccepted { incoming })
+    }
+
+    /// Stops accepting; connections in flight go on.
+    pub fn close(&self) {
+        self.endpoint.set_server_config(None);
+    }
+}
+
+/// A QUIC connection attempt, before its handshake.
+pub struct QuicAccepted {
+    incoming: quinn::Incoming,
+}
+
+impl QuicAccepted {
+    /// The peer's address.
+    pub fn peer(&self) -> SocketAddr {
+        self.incoming.remote_address()
+    }
+
+    /// Runs the handshake and takes the client's message stream.
+    pub async fn establish(self, timeouts: Timeouts) -> Result<Connection, TransportError> {
+        let peer = self.peer().to_string();
+        let setup = async {
+            let conn = self.incoming.await.map_err(|e| tls_err(&peer, e))?;
+            let (send, recv) = conn.accept_bi().await.map_err(|e| tls_err(&peer, e))?;
+            Ok::<_, TransportError>(halves(conn, None, send, recv, timeouts))
+        };
+        match tokio::time::timeout(timeouts.handshake, setup).await {
+            Ok(r) => r,
+            Err(_) => Err(TransportError::Timeout {
+                what: "the QUIC handshake",
+                secs: timeouts.handshake.as_secs(),
+            }),
+        }
+    }
+}
+
+/// Connects to `addr` (host:port) over QUIC, pinned as [`crate::connect`]
+/// pins a TLS server (`security` must be TLS: QUIC has no plaintext form).
+pub async fn connect_quic(
+    addr: &str,
+    security: &Security,
+    timeouts: Timeouts,
+) -> Result<(Connection, PeerKey), TransportError> {
+    let Security::Tls {
+        fingerprint,
+        known_hosts,
+    } = security
+    else {
+        return Err(TransportError::NoPlaintextQuic);
+    };
+    let remote =
+        *resolve(addr, timeouts)
+            .await?
+            .first()
+            .ok_or_else(|| TransportError::Resolve {
+                addr: addr.to_owned(),
+                source: std::io::Error::other("no address"),
+            })?;
+    let pinning = Pinning::new(addr, fingerprint, known_hosts);
+    let mut tls = (*client_config(pinning.verifier.clone()).map_err(|e| tls_err(addr, e))?).clone();
+    tls.alpn_protocols = vec![ALPN.to_vec()];
+    let crypto = QuicClientConfig::try_from(tls).map_err(|e| tls_err(addr, e))?;
+    let mut config = quinn::ClientConfig::new(Arc::new(crypto));
+    config.transport_config(transport(timeouts.idle));
+    let local: SocketAddr = if remote.is_ipv4() {
+        ([0, 0, 0, 0], 0).into()
+    } else {
+        (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
+    };
+    let connect_err = |source| TransportError::Connect {
+        addr: addr.to_owned(),
+        source,
+    };
+    let socket = udp_socket(local).map_err(connect_err)?;
+    let endpoint = quinn::Endpoint::new(
+        quinn::EndpointConfig::default(),
+        None,
+        socket,
+        Arc::new(quinn::TokioRuntime),
+    )
+    .map_err(connect_err)?;
+    let connecting = endpoint
+        .connect_with(config, remote, "haul")
+        .map_err(|e| tls_err(addr, e))?;
+    let conn =
+        match tokio::time::timeout(timeouts.handshake, connecting).await {
+            Err(_) => return Err(TransportError::Timeout {
+                what: "the QUIC handshake (is UDP to the node's port blocked? try --transport tcp)",
+                secs: timeouts.handshake.as_secs(),
+            }),
+            Ok(Err(e)) => return Err(pinning.failed(std::io::Error::other(e.to_string()))),
+            Ok(Ok(c)) => c,
+        };
+    let key = pinning.accepted()?;
+    let (send, recv) = conn.open_bi().await.map_err(|e| tls_err(addr, e))?;
+    Ok((halves(conn, Some(endpoint), send, recv, timeouts), key))
+}
+
+fn halves(
+    conn: quinn::Connection,
+    endpoint: Option<quinn::Endpoint>,
+    send: quinn::SendStream,
+    recv: quinn::RecvStream,
+    timeouts: Timeouts,
+) -> Connection {
+    let read = QuicRead {
+        recv,
+        _conn: conn.clone(),
+    };
+    let write = QuicWrite {
+        send: Some(send),
+        conn,
+        endpoint,
+    };
+    (
+        Box::new(FrameReader::new(Box::new(read), timeouts.idle)),
+        Box::new(FrameWriter::new(
+            Sink::Boxed(Box::new(write)),
+            timeouts.idle,
+        )),
+    )
+}
+
+/// The message stream's receiving half (it keeps the connection open).
+struct QuicRead {
+    recv: quinn::RecvStream,
+    _conn: quinn::Connection,
+}
+
+impl AsyncRead for QuicRead {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        Pin::new(&mut self.recv).poll_read(cx, buf)
+    }
+}
+
+/// The message stream's sending half. Dropped, it finishes the stream and
+/// closes the connection once the peer acknowledged everything (at most
+/// [`CLOSE_WAIT`] later), so a last message is never cut off.
+struct QuicWrite {
+    send: Option<quinn::SendStream>,
+    conn: quinn::Connection,
+    endpoint: Option<quinn::Endpoint>,
+}
+
+impl AsyncWrite for QuicWrite {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        match self.send.as_mut() {
+            Some(s) => Pin::new(s)
+                .poll_write(cx, buf)
+                .map_err(std::io::Error::from),
+            None => Poll::Ready(Err(std::io::ErrorKind::BrokenPipe.into())),
+        }
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.send.as_mut() {
+            Some(s) => Pin::new(s).poll_flush(cx),
+            None => Poll::Ready(Ok(())),
+        }
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        match self.send.as_mut() {
+            Some(s) => Pin::new(s).poll_shutdown(cx),
+            None => Poll::Ready(Ok(())),
+        }
+    }
+}
+
+impl Drop for QuicWrite {
+    fn drop(&mut self) {
+        let Some(mut send) = self.send.take() else {
+            return;
+        };
+        let _ = send.finish();
+        let acked = send.stopped();
+        let (conn, endpoint) = (self.conn.clone(), self.endpoint.take());
+        let linger = async move {
+            let _ = tokio::time::timeout(CLOSE_WAIT, acked).await;
+            conn.close(0u32.into(), b"done");
+            if let Some(e) = endpoint {
+                let _ = tokio::time::timeout(Duration::from_secs(1), e.wait_idle()).await;
+            }
+        };
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(linger);
+        }
+    }
+}

@@ -1,0 +1,125 @@
+//! QUIC through the lab (root only): pushes and pulls complete, verified,
+//! through loss, corruption, reordering, duplication and a 1 s delay, and
+//! a link pulled for seconds and plugged back. Rates are the benchmark's
+//! (`docs/BENCHMARKS.md`); this checks what must hold on any machine.
+
+use std::process::Command;
+use std::time::Duration;
+
+use haul_lab::{Dir, Lab};
+
+use crate::harness::{b3, run, stderr, wait_for, write_file, Node, Scratch, BIN};
+
+const LIMIT: Duration = Duration::from_secs(180);
+
+fn root() -> bool {
+    crate::harness::lab_root("lab QUIC")
+}
+
+#[test]
+fn lab_quic_completes_through_bad_links_with_nothing_damaged() {
+    if !root() {
+        return;
+    }
+    let lab = Lab::builder()
+        .hosts(2)
+        .link("rate 100mbit delay 10ms")
+        .seed(5)
+        .start()
+        .expect("lab");
+    let s = Scratch::new();
+    write_file(&s.path("src/a.bin"), 6 << 20, 11);
+    write_file(&s.path("src/small"), 5000, 12);
+    let host = lab.host(2);
+    let node = Node::spawn(
+        host.command(BIN),
+        &s.path("node"),
+        &s.path("cfg"),
+        &format!("{}:7878", host.addr()),
+        &["--open"],
+    );
+    let haul = |args: &[&str]| {
+        let mut cmd: Command = lab.host(1).command(BIN);
+        cmd.env("HAUL_CONFIG_DIR", s.path("client"))
+            .args(args)
+            .args(["--transport", "quic", "--json", "--timeout", "20"]);
+        cmd
+    };
+    let want = b3(&s.path("src/a.bin"));
+    for (i, impair) in [
+        "loss 30%",
+        "corrupt 50%",
+        "reorder 25% 50%",
+        "duplicate 50%",
+    ]
+    .iter()
+    .enumerate()
+    {
+        // On the data's way (the sender's egress), as the seed's benchmark
+        // impaired it; acknowledgements come back over a clean link.
+        let (bad, clean) = (
+            format!("rate 100mbit delay 10ms {impair}"),
+            "rate 100mbit delay 10ms",
+        );
+        lab.set_profile(1, Dir::Egress, &bad).expect("profile");
+        lab.set_profile(2, Dir::Egress, clean).expect("profile");
+        let dest = format!("d{i}");
+        let mut push = haul(&["push"]);
+        push.arg(s.path("src")).arg(node.url(&dest));
+        let t0 = std::time::Instant::now();
+        let out = run(push, LIMIT);
+        eprintln!("{impair}: push {:?}", t0.elapsed());
+        assert!(out.status.success(), "push, {impair}: {}", stderr(&out));
+        assert_eq!(
+            b3(&s.path(&format!("node/{dest}/src/a.bin"))),
+            want,
+            "{impair}"
+        );
+        lab.set_profile(1, Dir::Egress, clean).expect("profile");
+        lab.set_profile(2, Dir::Egress, &bad).expect("profile");
+        let mut pull = haul(&["pull"]);
+        pull.arg(node.url(&format!("{dest}/src")))
+            .arg(s.path(&format!("back{i}")));
+        let t0 = std::time::Instant::now();
+        let out = run(pull, LIMIT);
+        eprintln!("{impair}: pull {:?}", t0.elapsed());
+        assert!(out.status.success(), "pull, {impair}: {}", stderr(&out));
+        assert_eq!(b3(&s.path(&format!("back{i}/src/a.bin"))), want, "{impair}");
+    }
+    // A second of delay each way.
+    lab.set_profile(1, Dir::Both, "rate 100mbit delay 1000ms")
+        .expect("profile");
+    lab.set_profile(2, Dir::Both, "rate 100mbit delay 10ms")
+        .expect("profile");
+    let mut push = haul(&["push"]);
+    push.arg(s.path("src/small")).arg(node.url("far"));
+    let t0 = std::time::Instant::now();
+    let out = run(push, LIMIT);
+    eprintln!("1 s: push {:?}", t0.elapsed());
+    assert!(out.status.success(), "1 s delay: {}", stderr(&out));
+    assert!(s.path("node/far/small").exists());
+    // A link pulled for 5 s mid-file and plugged back: QUIC carries on.
+    lab.set_profile(1, Dir::Both, "rate 20mbit delay 10ms")
+        .expect("profile");
+    let pushing = {
+        let mut cmd = haul(&["push"]);
+        cmd.arg(s.path("src/a.bin")).arg(node.url("cut"));
+        std::thread::spawn(move || run(cmd, LIMIT))
+    };
+    wait_for(LIMIT, "a third of the file", || {
+        std::fs::read_dir(s.path("node/.haul/partial"))
+            .map(|d| {
+                d.flatten()
+                    .any(|e| e.metadata().is_ok_and(|m| m.len() >= 2 << 20))
+            })
+            .unwrap_or(false)
+    });
+    lab.link_down(1).expect("link down");
+    std::thread::sleep(Duration::from_secs(5));
+    lab.link_up(1).expect("link up");
+    let t0 = std::time::Instant::now();
+    let out = pushing.join().expect("push thread");
+    eprintln!("cut: rest {:?}", t0.elapsed());
+    assert!(out.status.success(), "link pulled: {}", stderr(&out));
+    assert_eq!(b3(&s.path("node/cut/a.bin")), want);
+}

@@ -1,0 +1,146 @@
+//! `--transport quic` against real nodes: the same results as TCP, the
+//! same key pinning, and clear words when QUIC cannot be used.
+
+use std::time::{Duration, Instant};
+
+use crate::harness::*;
+use crate::transfer::make_tree;
+
+const T: Duration = Duration::from_secs(120);
+
+/// Everything a run printed (with `--json`, errors are events on stdout).
+fn said(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned() + &stderr(out)
+}
+
+fn quic(s: &Scratch, args: &[&str]) -> std::process::Command {
+    let mut c = haul(&s.path("config"));
+    c.args(args).args(["--transport", "quic", "--json"]);
+    c
+}
+
+#[test]
+fn push_then_pull_a_tree_over_quic() {
+    let s = Scratch::new();
+    let src = s.path("src/data");
+    make_tree(&src);
+    let node = Node::start(&s.path("node"), &s.path("config"), &["--token", "sekrit"]);
+    let mut c = quic(&s, &["push", "--token", "sekrit", "-j", "4"]);
+    c.arg(&src).arg(node.url("in"));
+    let out = run(c, T);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(summary(&out)["failed"], 0);
+    assert_eq!(listing(&src), listing(&s.path("node/in/data")));
+    // Again: nothing moves.
+    let mut c = quic(&s, &["push", "--token", "sekrit"]);
+    c.arg(&src).arg(node.url("in"));
+    let out = run(c, T);
+    assert_eq!(summary(&out)["bytes_transferred"], 0, "{}", stderr(&out));
+    // Back, with the transport from the environment and a split file.
+    let mut c = haul(&s.path("config"));
+    c.env("HAUL_TRANSPORT", "quic")
+        .args(["pull", "--json", "--token", "sekrit", "--streams", "2"])
+        .args(["--split-min", "1M", "-j", "3"])
+        .arg(node.url("in/data"))
+        .arg(s.path("back"));
+    let out = run(c, T);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(listing(&src), listing(&s.path("back/data")));
+    let big = b3(&src.join("big.bin"));
+    assert_eq!(b3(&s.path("back/data/big.bin")), big);
+}
+
+#[test]
+fn quic_pins_the_same_key_as_tcp() {
+    let s = Scratch::new();
+    write_file(&s.path("src/f"), 100_000, 3);
+    let node = Node::start(&s.path("node"), &s.path("config"), &["--open"]);
+    // Learned over TCP, trusted over QUIC: one key, one known_hosts line.
+    let mut c = haul(&s.path("config"));
+    c.args(["push", "--json"])
+        .arg(s.path("src/f"))
+        .arg(node.url("a"));
+    assert_eq!(run(c, T).status.code(), Some(0));
+    let mut c = quic(&s, &["push"]);
+    c.arg(s.path("src/f")).arg(node.url("b"));
+    let out = run(c, T);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(s.path("node/b/f").exists());
+    // The same address with another key is refused over QUIC too.
+    let addr = node.addr.clone();
+    drop(node);
+    let other = Node::start_on(&s.path("node2"), &s.path("other"), &addr, &["--open"]);
+    let mut c = quic(&s, &["push"]);
+    c.arg(s.path("src/f")).arg(other.url("c"));
+    let out = run(c, T);
+    assert_ne!(out.status.code(), Some(0));
+    let err = said(&out);
+    assert!(err.contains("This may be an attack"), "{err}");
+    assert!(!s.path("node2/c").exists());
+}
+
+#[test]
+fn quic_mistakes_say_what_to_do() {
+    let s = Scratch::new();
+    write_file(&s.path("src/f"), 1000, 1);
+    let mut c = quic(&s, &["push", "--plaintext"]);
+    c.arg(s.path("src/f")).arg("haul://127.0.0.1:9/x");
+    let out = run(c, T);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(said(&out).contains("no QUIC form"), "{}", said(&out));
+    // A node that does not take QUIC: the client says what to try, soon.
+    let node = Node::start(&s.path("node"), &s.path("config"), &["--open", "--no-quic"]);
+    let started = Instant::now();
+    let mut c = quic(&s, &["push", "--timeout", "2", "--retries", "0"]);
+    c.arg(s.path("src/f")).arg(node.url("x"));
+    let out = run(c, T);
+    assert_ne!(out.status.code(), Some(0));
+    let err = said(&out);
+    assert!(err.contains("--transport tcp"), "{err}");
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "{:?}",
+        started.elapsed()
+    );
+}
+
+#[test]
+fn a_quic_push_resumes_after_sigkill_of_the_sender() {
+    let s = Scratch::new();
+    let size = 200u64 << 20;
+    write_file(&s.path("src/file.bin"), size, 9);
+    let node = Node::start(&s.path("node"), &s.path("config"), &["--open"]);
+    let push = || {
+        let mut c = quic(&s, &["push", "-j", "1"]);
+        c.arg(s.path("src/file.bin")).arg(node.url(""));
+        c
+    };
+    let mut cmd = push();
+    cmd.stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null());
+    let mut child = cmd.spawn().expect("spawn");
+    let partial = || {
+        std::fs::read_dir(s.path("node/.haul/partial"))
+            .map(|d| {
+                d.flatten()
+                    .filter_map(|e| e.metadata().ok())
+                    .map(|m| m.len())
+                    .max()
+            })
+            .ok()
+            .flatten()
+            .unwrap_or(0)
+    };
+    wait_for(T, "partial data", || partial() >= 24 << 20);
+    unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
+    let _ = child.wait();
+    assert!(
+        !s.path("node/file.bin").exists(),
+        "finished before the kill"
+    );
+    let out = run(push(), T);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let sent = summary(&out)["bytes_transferred"].as_u64().unwrap();
+    assert!(sent <= size - (16 << 20), "re-sent {sent} of {size}");
+    assert_eq!(b3(&s.path("node/file.bin")), b3(&s.path("src/file.bin")));
+}
