@@ -36,7 +36,7 @@
 //!   signal.
 //! - **Window.** quinn paces at 1.25 × window / RTT and caps bytes in flight
 //!   at the window, so the window is what sets the rate: `rate × (min RTT +
-//!   2 ms) + 2 packets`, plus the lost packets that stay in flight until they
+//!   WINDOW_SLACK) + 2 packets`, plus the lost packets that stay in flight until they
 //!   are declared lost (`9/8 · p · srtt` of sending); at the `max_rate` cap,
 //!   `rate × srtt` exactly. Bounded by [`RateConfig::min_window`] and
 //!   [`RateConfig::max_window`] (1 Gbit/s × 2 s by default).
@@ -57,5 +57,5 @@ mod rate;
 
 pub use rate::{
     LossTolerant, RateConfig, BTL_ROUNDS, MAX_LOSS, PROBE_LOSS_MARGIN, QUEUE_RTT_FACTOR,
-    QUEUE_RTT_SLACK, STARTUP_GAIN,
+    QUEUE_RTT_SLACK, STARTUP_GAIN, WINDOW_SLACK,
 };

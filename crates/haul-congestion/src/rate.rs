@@ -21,6 +21,11 @@ pub const PROBE_LOSS_MARGIN: f64 = 0.08;
 pub const STARTUP_GAIN: f64 = 2.885;
 /// Gains of the cruise cycle, one per round: probe up, drain, cruise.
 const CYCLE: [f64; 8] = [1.25, 0.75, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0];
+/// In-flight time allowed over the minimum RTT (acks and receivers take a
+/// little time; the lab's forwarding under load takes a few ms): without
+/// it the window, not the rate, would bound the sender below its estimate
+/// and the estimate would shrink with it. At most this much queue stands.
+pub const WINDOW_SLACK: Duration = Duration::from_millis(5);
 /// Rounds after startup that carry no congestion signal (its excess is
 /// still being acked or declared lost).
 const SETTLE_ROUNDS: u8 = 2;
@@ -234,6 +239,20 @@ impl LossTolerant {
         }
         let queued = self.srtt.as_secs_f64()
             > self.min_rtt.as_secs_f64() * QUEUE_RTT_FACTOR + QUEUE_RTT_SLACK.as_secs_f64();
+        // One line a round at trace level: what the lab and the simulation
+        // are compared by (`HAUL_LOG=haul_congestion=trace`).
+        tracing::trace!(
+            mode = ?self.mode,
+            goodput = goodput as u64,
+            lost = round.lost,
+            acked = round.acked,
+            srtt_ms = self.srtt.as_millis() as u64,
+            min_ms = self.min_rtt.as_millis() as u64,
+            rate = self.rate as u64,
+            window = self.window,
+            loss = self.loss,
+            "round"
+        );
         match self.mode {
             Mode::Startup { stalls, best } => {
                 // Below the capacity, startup's loss is the path's (the
@@ -353,7 +372,7 @@ impl LossTolerant {
 
     fn update_window(&mut self) {
         // rate × the path's RTT (its minimum, so no standing queue keeps
-        // itself), a little headroom (the window, not the pacer, bounds
+        // itself) plus WINDOW_SLACK (the window, not the pacer, bounds
         // quinn's rate), and the lost packets that stay in flight until
         // they are declared lost, about 9/8 RTT.
         let (min, srtt) = (self.min_rtt.as_secs_f64(), self.srtt.as_secs_f64());
@@ -362,7 +381,11 @@ impl LossTolerant {
             .max_rate
             .is_some_and(|cap| self.rate >= cap as f64 * 0.99);
         // At the cap, no headroom: the window is what holds the rate there.
-        let base = if capped { srtt } else { min + 0.002 };
+        let base = if capped {
+            srtt
+        } else {
+            min + WINDOW_SLACK.as_secs_f64()
+        };
         let in_flight_time = base + 1.125 * self.loss * srtt;
         let w = (self.rate * in_flight_time) as u64 + if capped { 0 } else { 2 * self.cfg.mtu };
         let min = self.cfg.min_window.max(4 * self.cfg.mtu);

@@ -71,7 +71,7 @@ fn udp_socket(addr: SocketAddr) -> std::io::Result<std::net::UdpSocket> {
             force_buffer(&sock, name == "receive");
             granted = get(&sock).unwrap_or(granted);
         }
-        tracing::debug!(
+        tracing::info!(
             "UDP {name} buffer on {addr}: asked {} KiB, granted {} KiB",
             UDP_BUFFER >> 10,
             granted >> 10
