@@ -291,3 +291,19 @@ fn max_rate_caps_it() {
         "goodput {g:.1} Mbit/s under a 20 Mbit/s cap"
     );
 }
+
+#[test]
+fn rounds_with_little_to_send_do_not_end_startup() {
+    // A connection's first rounds carry its handshake and requests: a few
+    // KB acked per round, app-limited, before the data flows.
+    let mut c = LossTolerant::new(RateConfig::default());
+    let t0 = Instant::now();
+    let rtt = Duration::from_millis(1010);
+    for round in 1..=5u32 {
+        c.on_ack(t0 + rtt * round, 2_700, true, rtt, rtt);
+    }
+    assert!(
+        c.in_startup(),
+        "startup ended on rounds with nothing to send"
+    );
+}
