@@ -8,7 +8,9 @@
 //! here. If its name is swapped for a symlink meanwhile, the descriptor
 //! still names that directory, wherever it is now — never what the name
 //! points to. The cache is emptied when the last session ends, so a new
-//! run of sessions sees the tree as it is then.
+//! run of sessions sees the tree as it is then, and when a held directory
+//! turns out removed (no links left: an operator deleted it while a
+//! session lingered), so that it is made again instead of written into.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -37,7 +39,14 @@ pub(crate) struct DirCache {
 
 impl DirCache {
     pub(crate) fn get(&self, rel: &str) -> Option<HeldDir> {
-        self.dirs.lock().ok().and_then(|d| d.get(rel).cloned())
+        let mut dirs = self.dirs.lock().ok()?;
+        let held = dirs.get(rel).cloned()?;
+        if held.dir.meta().is_ok_and(|m| m.nlink == 0) {
+            // Removed, and so maybe its parents: resolve everything anew.
+            dirs.clear();
+            return None;
+        }
+        Some(held)
     }
 
     pub(crate) fn insert(&self, rel: String, held: HeldDir) {

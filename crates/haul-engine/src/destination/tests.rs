@@ -293,6 +293,26 @@ fn a_directory_made_here_is_known_empty_until_sessions_end() {
     dest.session_ended();
 }
 
+#[test]
+fn a_directory_removed_while_sessions_run_is_made_again() {
+    // An operator (or a benchmark) removes a destination directory while
+    // a session lingers: later files must land in the directory made anew,
+    // never fail on the held descriptor of the removed one.
+    let tmp = tempfile::tempdir().unwrap();
+    let dest = Destination::open(tmp.path()).unwrap();
+    dest.session_started();
+    let a = file_entry("gone/deeper/a", 5, 1024);
+    assert!(receive_small(&dest, &a, b"hello"));
+    std::fs::remove_dir_all(tmp.path().join("gone")).unwrap();
+    let b = file_entry("gone/deeper/b", 4, 1024);
+    assert!(receive_small(&dest, &b, b"ours"));
+    assert_eq!(
+        std::fs::read(tmp.path().join("gone/deeper/b")).unwrap(),
+        b"ours"
+    );
+    dest.session_ended();
+}
+
 /// Writes `body` at `path` as another program would, with `entry`'s mtime
 /// and mode: what a quick check takes for the same file.
 fn plant(path: &Path, body: &[u8], entry: &Entry) {
