@@ -33,6 +33,19 @@ const SETTLE_ROUNDS: u8 = 2;
 const LOSS_ROUNDS: usize = 16;
 /// Fewest bytes a round must see acked or lost for its loss fraction to count.
 const MIN_ROUND_BYTES: u64 = 16 * 1200;
+/// A startup round that lost this much more than the path's loss overshot
+/// the capacity (the rate is then at least 1.18 times it; one round later
+/// it would be [`STARTUP_GAIN`] times that).
+pub const STARTUP_LOSS_MARGIN: f64 = 0.15;
+/// Fewest bytes a startup round must see for its loss to end startup (250
+/// packets: a round of 30 % random loss shows 38 % less than once in 600).
+const OVERSHOOT_MIN_BYTES: u64 = 250 * 1200;
+
+/// Marks of the acked count per RTT: a round's goodput sample is the
+/// best delivery rate over one RTT ending at any of them, not only the
+/// one that lines up with the round (at long RTTs the capacity is found
+/// in the middle of a round, and the round's average hides it).
+const MARKS_PER_RTT: u32 = 8;
 
 /// Settings of a [`LossTolerant`] controller.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -82,6 +95,8 @@ struct Round {
     acked: u64,
     lost: u64,
     app_limited: bool,
+    /// The highest delivery rate over one RTT that ended in this round.
+    peak: f64,
 }
 
 /// The loss-tolerant rate controller (see the crate docs).
@@ -104,6 +119,11 @@ pub struct LossTolerant {
     min_rtt: Duration,
     /// Bytes in flight don't matter here; the window is what quinn enforces.
     window: u64,
+    /// Bytes acked since the start.
+    acked: u64,
+    /// (time, bytes acked by then), about [`MARKS_PER_RTT`] a round trip,
+    /// reaching back one RTT: delivery rates over one RTT at any offset.
+    marks: VecDeque<(Instant, u64)>,
 }
 
 impl LossTolerant {
@@ -126,6 +146,8 @@ impl LossTolerant {
             srtt: rtt,
             min_rtt: rtt,
             window: cfg.initial_window,
+            acked: 0,
+            marks: VecDeque::with_capacity(2 * MARKS_PER_RTT as usize + 2),
         };
         c.window = c.cfg.initial_window.max(c.cfg.min_window);
         c
@@ -178,6 +200,8 @@ impl LossTolerant {
         let start = *self.round.start.get_or_insert(now);
         self.round.acked += bytes;
         self.round.app_limited |= app_limited;
+        self.acked += bytes;
+        self.mark(now);
         if self.in_startup() {
             // Like slow start, each acked byte adds to the rate: a round
             // multiplies it by the gain; bounded by what was delivered.
@@ -194,6 +218,29 @@ impl LossTolerant {
             };
         }
         self.update_window();
+    }
+
+    /// Notes the acked count now and then, and the delivery rate over the
+    /// last RTT.
+    fn mark(&mut self, now: Instant) {
+        let step = self.srtt / MARKS_PER_RTT;
+        if self.marks.back().is_some_and(|(t, _)| now.saturating_duration_since(*t) < step) {
+            return;
+        }
+        self.marks.push_back((now, self.acked));
+        // Keep one mark at least an RTT old, and none older than that.
+        while self.marks.len() > 2
+            && self.marks.get(1).is_some_and(|(t, _)| now.saturating_duration_since(*t) >= self.srtt)
+        {
+            self.marks.pop_front();
+        }
+        if let Some(&(t, acked)) = self.marks.front() {
+            let span = now.saturating_duration_since(t);
+            if span >= self.srtt {
+                let rate = (self.acked - acked) as f64 / span.as_secs_f64();
+                self.round.peak = self.round.peak.max(rate);
+            }
+        }
     }
 
     /// `bytes` were declared lost at `now` (`persistent`: every packet of a
@@ -222,7 +269,7 @@ impl LossTolerant {
     fn end_round(&mut self, elapsed: Duration) {
         let round = self.round;
         let secs = elapsed.as_secs_f64().max(1e-6);
-        let goodput = round.acked as f64 / secs;
+        let goodput = (round.acked as f64 / secs).max(round.peak);
         let seen = round.acked + round.lost;
         let loss = (seen >= MIN_ROUND_BYTES).then(|| round.lost as f64 / seen as f64);
         // At the cap (`max_rate`) or with nothing to send, a lower sample
@@ -264,14 +311,22 @@ impl LossTolerant {
                 // first rounds of a connection carry its handshake and
                 // requests (measured in the lab at 1 s one way: three such
                 // rounds ended startup at 3 KB/s).
-                let sending = !round.app_limited && seen >= MIN_ROUND_BYTES;
+                // A round that lost well above the path's loss sent more
+                // than the path takes: startup is over, whether or not its
+                // goodput still grew (goodput lags the rate by a round, so
+                // at long RTTs it grows while the rate is already several
+                // times the capacity), and even if it was app-limited (a
+                // sender held by the receiver's flow control is).
+                let overshot = seen >= OVERSHOOT_MIN_BYTES
+                    && loss.is_some_and(|l| l > self.loss + STARTUP_LOSS_MARGIN);
+                let sending = seen >= MIN_ROUND_BYTES && !round.app_limited;
                 let grew = goodput >= best * 1.25;
                 let stalls = match (sending, grew) {
                     (false, _) => stalls,
                     (true, true) => 0,
                     (true, false) => stalls + 1,
                 };
-                if queued || stalls >= 2 {
+                if queued || stalls >= 2 || overshot {
                     // The capacity is found: drain what startup queued (or
                     // cruise, if the excess was dropped, not queued); what
                     // the next rounds see of startup's excess is no signal.

@@ -44,6 +44,10 @@ struct Run {
     /// Acked bytes per 100 ms slot.
     goodput: Vec<u64>,
     competitor: Option<Competitor>,
+    /// The receiver's flow-control window: in flight at most this many
+    /// bytes, whatever the controller allows; a sender held by it is
+    /// app-limited, as quinn reports it.
+    flow_window: Option<u64>,
 }
 
 impl Run {
@@ -70,6 +74,7 @@ impl Run {
             next_send: 0,
             goodput: Vec::new(),
             competitor: None,
+            flow_window: None,
         }
     }
 
@@ -94,7 +99,7 @@ impl Run {
 
     fn next_event(&self) -> Nanos {
         let mut t = self.now + 5 * MS;
-        if self.in_flight + PKT as u64 <= self.c.window() {
+        if self.in_flight + PKT as u64 <= self.c.window() && !self.flow_blocked() {
             t = t.min(self.next_send.max(self.now));
         }
         if let Some(d) = self.link.next_due() {
@@ -118,7 +123,10 @@ impl Run {
                 c.next = c.next.max(c.from) + c.every;
             }
         }
-        while self.next_send <= self.now && self.in_flight + PKT as u64 <= self.c.window() {
+        while self.next_send <= self.now
+            && self.in_flight + PKT as u64 <= self.c.window()
+            && !self.flow_blocked()
+        {
             let seq = self.next_seq;
             self.next_seq += 1;
             let mut pkt = vec![0u8; PKT];
@@ -130,6 +138,11 @@ impl Run {
             let rate = 1.25 * self.c.window() as f64 / self.srtt().as_secs_f64();
             self.next_send = self.now + (PKT as f64 / rate * 1e9) as Nanos;
         }
+    }
+
+    fn flow_blocked(&self) -> bool {
+        self.flow_window
+            .is_some_and(|w| self.in_flight + PKT as u64 > w)
     }
 
     fn deliver(&mut self) {
@@ -163,7 +176,8 @@ impl Run {
             }
             self.goodput[slot] += PKT as u64;
             let (now, srtt, min) = (self.at(self.now), self.srtt(), self.min_rtt);
-            self.c.on_ack(now, PKT as u64, false, srtt, min);
+            let app_limited = self.flow_blocked();
+            self.c.on_ack(now, PKT as u64, app_limited, srtt, min);
             // Packet threshold: three later packets acked.
             let lost: Vec<u64> = self
                 .flight
@@ -259,6 +273,52 @@ fn a_one_second_delay_costs_startup_rounds_not_the_rate() {
 }
 
 #[test]
+fn a_sender_held_by_flow_control_still_leaves_startup_when_it_overshoots() {
+    // The receiver's window, not the controller, holds the sender (3 round
+    // trips of the link's rate): every round is app-limited. Startup must
+    // still end once its own losses show the capacity (in the lab, a
+    // startup that never ended dropped 57 % of what it sent at 1 s).
+    let mut r = Run::new("rate 200mbit delay 1000ms", RateConfig::default());
+    r.flow_window = Some(75_000_000);
+    r.run_until(60 * SEC);
+    assert!(!r.c.in_startup(), "still in startup after 60 s");
+    let g = r.goodput_mbit(30.0, 60.0);
+    assert!(g > 150.0, "goodput {g:.1} Mbit/s at 1 s one way");
+    let st = r.link.stats();
+    let dropped = st.queue_drops as f64 / st.packets as f64;
+    assert!(
+        dropped < 0.2,
+        "{:.0} % of packets dropped by the queue",
+        dropped * 100.0
+    );
+}
+
+#[test]
+fn a_round_that_lost_far_above_the_path_ends_startup_though_goodput_grew() {
+    // At 1 s one way, goodput lags the rate by a round: it still grows
+    // while startup already sends several times the capacity, and a sender
+    // held by flow control reports every round app-limited. The lab's
+    // trace: goodput 15, then 22.5 MB/s with 13.5 MB lost of 37.6 MB.
+    let mut c = LossTolerant::new(RateConfig::default());
+    let t0 = Instant::now();
+    let rtt = Duration::from_millis(1010);
+    c.on_ack(t0, 0, true, rtt, rtt);
+    let mut t = t0;
+    for (acked, lost) in [(2_000_000u64, 0u64), (6_000_000, 0), (15_000_000, 0)] {
+        t += rtt;
+        c.on_loss(t, lost, false);
+        c.on_ack(t, acked, true, rtt, rtt);
+    }
+    assert!(c.in_startup());
+    let srtt = rtt + Duration::from_millis(58);
+    t += srtt;
+    c.on_loss(t, 13_500_000, false);
+    c.on_ack(t, 22_500_000, true, srtt, rtt);
+    assert!(!c.in_startup(), "startup went on at {} B/s", c.rate());
+    assert!(c.rate() < 30_000_000, "rate {} B/s", c.rate());
+}
+
+#[test]
 fn a_competing_flow_that_fills_the_queue_makes_it_back_off() {
     let mut r = Run::new("rate 100mbit delay 10ms", RateConfig::default());
     r.run_until(6 * SEC);
@@ -307,3 +367,4 @@ fn rounds_with_little_to_send_do_not_end_startup() {
         "startup ended on rounds with nothing to send"
     );
 }
+
