@@ -54,10 +54,11 @@ push_once() { # $1 transport, $2 file, $3 size MiB
   local t0 t1
   t0=$(date +%s.%N)
   if inh 1 timeout "$LIMIT" "$HAUL" push "$2" haul://198.18.0.2:7878/d --transport "$1" \
-       -j 1 --json >/dev/null 2>"$W/err"; then
+       -j 1 --json >"$W/out" 2>"$W/err"; then
     t1=$(date +%s.%N)
     awk -v s="$3" -v a="$t0" -v b="$t1" 'BEGIN {printf "%.1f\n", s*8*1.048576/(b-a)}'
   else
+    { echo "push over $1 failed or hit ${LIMIT}s:"; grep -v progress "$W/out" | tail -3; tail -3 "$W/err"; } >&2
     awk -v s="$3" -v l="$LIMIT" 'BEGIN {printf ">%.2f\n", s*8*1.048576/l}'
   fi
 }

@@ -224,13 +224,20 @@ impl LossTolerant {
     /// last RTT.
     fn mark(&mut self, now: Instant) {
         let step = self.srtt / MARKS_PER_RTT;
-        if self.marks.back().is_some_and(|(t, _)| now.saturating_duration_since(*t) < step) {
+        if self
+            .marks
+            .back()
+            .is_some_and(|(t, _)| now.saturating_duration_since(*t) < step)
+        {
             return;
         }
         self.marks.push_back((now, self.acked));
         // Keep one mark at least an RTT old, and none older than that.
         while self.marks.len() > 2
-            && self.marks.get(1).is_some_and(|(t, _)| now.saturating_duration_since(*t) >= self.srtt)
+            && self
+                .marks
+                .get(1)
+                .is_some_and(|(t, _)| now.saturating_duration_since(*t) >= self.srtt)
         {
             self.marks.pop_front();
         }

@@ -11,8 +11,8 @@ use haul_session::concurrency::Concurrency;
 use haul_session::summary::{Summary, Tally};
 use haul_session::{Event, Observer};
 use haul_transport::{
-    connect, connect_quic, memory_pair, Connection, Security, Timeouts, Transport, TransportError,
-    Tuning,
+    connect, connect_quic, memory_pair_paced, Connection, Security, Timeouts, Transport,
+    TransportError, Tuning,
 };
 
 use crate::buffers::ChunkBuffers;
@@ -94,9 +94,10 @@ pub(crate) async fn open_keyed(
     request: Request,
 ) -> Result<(Connection, Option<String>), NodeError> {
     let ((mut r, mut w), key) = match opts.transport {
-        Transport::Tcp => connect(addr, &opts.security, opts.timeouts, opts.tuning).await?,
+        Transport::Tcp => connect(addr, &opts.security, opts.timeouts, &opts.tuning).await?,
         Transport::Quic => {
-            let (conn, key) = connect_quic(addr, &opts.security, opts.timeouts).await?;
+            let (conn, key) =
+                connect_quic(addr, &opts.security, opts.timeouts, &opts.tuning).await?;
             (conn, Some(key))
         }
     };
@@ -576,8 +577,9 @@ pub async fn copy_local(
     let retire = || queue.retire_one();
     let (workers, err) = run_pool(opts.jobs, &tally, &retire, || {
         let (queue, sctx, rctx) = (queue.clone(), sctx.clone(), rctx.clone());
+        let pace = opts.tuning.pace.clone();
         async move {
-            let ((sr, sw), (rr, rw)) = memory_pair(timeouts);
+            let ((sr, sw), (rr, rw)) = memory_pair_paced(timeouts, pace);
             let receiver = tokio::spawn(run_receiver(rr, rw, None, rctx));
             let sent = run_sender(sr, sw, JobFeed::Queue(queue.clone()), sctx).await;
             let received = receiver.await;

@@ -11,7 +11,9 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::tcp::OwnedWriteHalf;
 
 use crate::message::{MessageReader, MessageWriter, Payload};
+use crate::pace::{RateLimit, SLICE};
 use crate::TransportError;
+use std::sync::Arc;
 
 /// Time limits for every network wait.
 #[derive(Debug, Clone, Copy)]
@@ -65,6 +67,10 @@ pub struct FrameReader {
     buf: Vec<u8>,
     start: usize,
     idle: Duration,
+    /// Bytes consumed so far (messages decoded, payloads taken or skipped).
+    consumed: u64,
+    /// A cap on the bytes read per second (`--max-rate`).
+    pace: Option<Arc<RateLimit>>,
 }
 
 /// The read buffer's usual capacity (a large control frame grows it for a
@@ -78,7 +84,30 @@ impl FrameReader {
             buf: Vec::with_capacity(READ_BUF),
             start: 0,
             idle,
+            consumed: 0,
+            pace: None,
         }
+    }
+
+    /// Reads at most `pace`'s rate from now on.
+    pub(crate) fn set_pace(&mut self, pace: Option<Arc<RateLimit>>) {
+        self.pace = pace;
+    }
+
+    /// Waits for the rate's room for `n` bytes just read.
+    fn paced(&self, n: usize) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let pace = self.pace.clone();
+        async move {
+            if let Some(p) = pace {
+                p.take(n).await;
+            }
+        }
+    }
+
+    /// Bytes of the stream consumed so far: what a QUIC chunk stream that
+    /// was opened after them waits for.
+    pub(crate) fn consumed(&self) -> u64 {
+        self.consumed
     }
 
     /// Changes the idle limit.
@@ -92,6 +121,7 @@ impl FrameReader {
             match decode_frame(&self.buf[self.start..])? {
                 Decoded::Message(msg, used) => {
                     self.start += used;
+                    self.consumed += used as u64;
                     return Ok(msg);
                 }
                 Decoded::NeedMore(n) => self.fill(n).await?,
@@ -104,6 +134,7 @@ impl FrameReader {
         match decode_frame(&self.buf[self.start..])? {
             Decoded::Message(msg, used) => {
                 self.start += used;
+                self.consumed += used as u64;
                 Ok(Some(msg))
             }
             Decoded::NeedMore(_) => Ok(None),
@@ -132,12 +163,14 @@ impl FrameReader {
             if n == 0 {
                 return Err(TransportError::Closed);
             }
+            self.paced(n).await;
         }
         Ok(())
     }
 
     /// Reads and drops `len` payload bytes.
     pub async fn skip(&mut self, len: usize) -> Result<(), TransportError> {
+        self.consumed += len as u64;
         let buffered = (self.buf.len() - self.start).min(len);
         self.start += buffered;
         let mut left = len - buffered;
@@ -153,6 +186,7 @@ impl FrameReader {
             if n == 0 {
                 return Err(TransportError::Closed);
             }
+            self.paced(n).await;
             left -= n;
         }
         Ok(())
@@ -170,6 +204,7 @@ impl FrameReader {
         }
         out.clear();
         out.reserve(len);
+        self.consumed += len as u64;
         let buffered = (self.buf.len() - self.start).min(len);
         out.extend_from_slice(&self.buf[self.start..self.start + buffered]);
         self.start += buffered;
@@ -184,6 +219,7 @@ impl FrameReader {
             if n == 0 {
                 return Err(TransportError::Closed);
             }
+            self.paced(n).await;
         }
         Ok(())
     }
@@ -200,6 +236,10 @@ pub struct FrameWriter {
     buf: Vec<u8>,
     idle: Duration,
     zero_copy: bool,
+    /// Bytes handed to the sink so far.
+    sent: u64,
+    /// A cap on the bytes written per second (`--max-rate`).
+    pace: Option<Arc<RateLimit>>,
 }
 
 /// Flush queued messages once this many bytes wait.
@@ -215,7 +255,19 @@ impl FrameWriter {
             buf: Vec::with_capacity(BATCH * 2),
             idle,
             zero_copy,
+            sent: 0,
+            pace: None,
         }
+    }
+
+    /// Writes at most `pace`'s rate from now on.
+    pub(crate) fn set_pace(&mut self, pace: Option<Arc<RateLimit>>) {
+        self.pace = pace;
+    }
+
+    /// Bytes written to the connection so far (what is queued not counted).
+    pub(crate) fn sent(&self) -> u64 {
+        self.sent
     }
 
     /// True when payloads go out with `sendfile(2)`.
@@ -256,6 +308,20 @@ impl FrameWriter {
     }
 
     async fn write_raw(&mut self, data: &[u8]) -> Result<(), TransportError> {
+        match self.pace.clone() {
+            None => self.write_slice(data).await,
+            Some(pace) => {
+                for slice in data.chunks(SLICE) {
+                    pace.take(slice.len()).await;
+                    self.write_slice(slice).await?;
+                }
+                Ok(())
+            }
+        }
+    }
+
+    async fn write_slice(&mut self, data: &[u8]) -> Result<(), TransportError> {
+        self.sent += data.len() as u64;
         match &mut self.sink {
             Sink::Plain(w) => within(self.idle, "the peer to accept data", w.write_all(data)).await,
             Sink::Boxed(w) => {
@@ -297,14 +363,26 @@ impl FrameWriter {
         let stream = w.as_ref();
         let mut off = offset;
         let mut left = len;
+        // Bytes whose time at the `--max-rate` pace is already taken.
+        let mut paid = 0;
         while left > 0 {
+            let step = match &self.pace {
+                Some(p) => {
+                    if paid == 0 {
+                        paid = left.min(SLICE);
+                        p.take(paid).await;
+                    }
+                    paid
+                }
+                None => left,
+            };
             within(self.idle, "the peer to accept data", stream.writable()).await?;
             let res = stream.try_io(tokio::io::Interest::WRITABLE, || {
                 let mut o = off as libc::off_t;
                 // SAFETY: both descriptors are open for the duration of the call;
                 // `o` is a valid pointer to a local.
                 let n =
-                    unsafe { libc::sendfile(stream.as_raw_fd(), file.as_raw_fd(), &mut o, left) };
+                    unsafe { libc::sendfile(stream.as_raw_fd(), file.as_raw_fd(), &mut o, step) };
                 if n < 0 {
                     Err(io::Error::last_os_error())
                 } else {
@@ -320,6 +398,8 @@ impl FrameWriter {
                 Ok(n) => {
                     off += n as u64;
                     left -= n;
+                    paid = paid.saturating_sub(n);
+                    self.sent += n as u64;
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
                 Err(e) => return Err(TransportError::Io(e)),
@@ -354,18 +434,29 @@ impl FrameWriter {
 
 /// Two connected in-memory ends (local copies through the same engine, and tests).
 pub fn memory_pair(timeouts: Timeouts) -> (crate::Connection, crate::Connection) {
+    memory_pair_paced(timeouts, None)
+}
+
+/// [`memory_pair`] whose first end writes at most `pace`'s rate (a local
+/// copy with `--max-rate`).
+pub fn memory_pair_paced(
+    timeouts: Timeouts,
+    pace: Option<Arc<RateLimit>>,
+) -> (crate::Connection, crate::Connection) {
     let (a, b) = tokio::io::duplex(8 << 20);
     let (ar, aw) = tokio::io::split(a);
     let (br, bw) = tokio::io::split(b);
-    let end = |r: BoxRead, w: BoxWrite| -> crate::Connection {
+    let end = |r: BoxRead, w: BoxWrite, pace| -> crate::Connection {
+        let mut writer = FrameWriter::new(Sink::Boxed(w), timeouts.idle);
+        writer.set_pace(pace);
         (
             Box::new(FrameReader::new(r, timeouts.idle)),
-            Box::new(FrameWriter::new(Sink::Boxed(w), timeouts.idle)),
+            Box::new(writer),
         )
     };
     (
-        end(Box::new(ar), Box::new(aw)),
-        end(Box::new(br), Box::new(bw)),
+        end(Box::new(ar), Box::new(aw), pace),
+        end(Box::new(br), Box::new(bw), None),
     )
 }
 
@@ -399,6 +490,7 @@ impl MessageReader for FrameReader {
         out.clear();
         out.extend_from_slice(&self.buf[self.start..self.start + len]);
         self.start += len;
+        self.consumed += len as u64;
         true
     }
 

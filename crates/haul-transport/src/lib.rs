@@ -12,15 +12,17 @@ pub mod error;
 pub mod identity;
 pub mod known_hosts;
 pub mod message;
+pub mod pace;
 pub mod quic;
 pub mod socket;
 pub mod tls;
 
-pub use conn::{memory_pair, FrameReader, FrameWriter, Timeouts};
+pub use conn::{memory_pair, memory_pair_paced, FrameReader, FrameWriter, Timeouts};
 pub use error::TransportError;
 pub use identity::{fingerprint_of, ServerIdentity};
 pub use known_hosts::{KnownHosts, TrustDecision};
 pub use message::{Connection, MessageReader, MessageWriter, Payload};
+pub use pace::RateLimit;
 pub use quic::{connect_quic, QuicAccepted, QuicListener};
 pub use socket::{connect, Accepted, Listener, PeerKey, Security, Transport, Tuning};
 

@@ -13,6 +13,7 @@ use crate::conn::{FrameReader, FrameWriter, Sink, Timeouts};
 use crate::identity::ServerIdentity;
 use crate::known_hosts::{KnownHosts, TrustDecision};
 use crate::message::Connection;
+use crate::pace::RateLimit;
 use crate::tls::{client_config, server_config, PinVerifier};
 use crate::TransportError;
 
@@ -74,12 +75,15 @@ pub enum Transport {
 }
 
 /// How a connection's socket is set up.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Tuning {
     /// Fixed socket buffers (default: the kernel's autotuning).
     pub socket_buffer: Option<usize>,
     /// Plaintext payloads from files with `sendfile(2)` (else from memory).
     pub zero_copy: bool,
+    /// A byte rate shared by every connection of the transfer
+    /// (`--max-rate`): reads and writes are paced to it.
+    pub pace: Option<Arc<RateLimit>>,
 }
 
 impl Default for Tuning {
@@ -87,6 +91,7 @@ impl Default for Tuning {
         Self {
             socket_buffer: None,
             zero_copy: true,
+            pace: None,
         }
     }
 }
@@ -97,7 +102,7 @@ pub async fn connect(
     addr: &str,
     security: &Security,
     timeouts: Timeouts,
-    tuning: Tuning,
+    tuning: &Tuning,
 ) -> Result<(Connection, Option<PeerKey>), TransportError> {
     let socket_buffer = tuning.socket_buffer;
     let connect_err = |source| TransportError::Connect {
@@ -121,13 +126,10 @@ pub async fn connect(
             let (r, w) = stream.into_split();
             let mut writer = FrameWriter::new(Sink::Plain(w), timeouts.idle);
             writer.set_zero_copy(tuning.zero_copy);
-            return Ok((
-                (
-                    Box::new(FrameReader::new(Box::new(r), timeouts.idle)),
-                    Box::new(writer),
-                ),
-                None,
-            ));
+            writer.set_pace(tuning.pace.clone());
+            let mut reader = FrameReader::new(Box::new(r), timeouts.idle);
+            reader.set_pace(tuning.pace.clone());
+            return Ok(((Box::new(reader), Box::new(writer)), None));
         }
         Security::Tls {
             fingerprint,
@@ -155,13 +157,11 @@ pub async fn connect(
     };
     let key = pinning.accepted()?;
     let (r, w) = tokio::io::split(tls);
-    Ok((
-        (
-            Box::new(FrameReader::new(Box::new(r), timeouts.idle)),
-            Box::new(FrameWriter::new(Sink::Boxed(Box::new(w)), timeouts.idle)),
-        ),
-        Some(key),
-    ))
+    let mut reader = FrameReader::new(Box::new(r), timeouts.idle);
+    reader.set_pace(tuning.pace.clone());
+    let mut writer = FrameWriter::new(Sink::Boxed(Box::new(w)), timeouts.idle);
+    writer.set_pace(tuning.pace.clone());
+    Ok(((Box::new(reader), Box::new(writer)), Some(key)))
 }
 
 /// The addresses `addr` (host:port) names, within the connect timeout.

@@ -138,6 +138,10 @@ pub struct TransferArgs {
     /// Socket buffer size (default: kernel autotuning), e.g. 16M for long fat links.
     #[arg(long)]
     pub socket_buffer: Option<String>,
+    /// Cap on the whole transfer's rate, across all connections, paced:
+    /// `50mbit`, or bytes per second with K/M/G (`10M` as rclone, `500K`).
+    #[arg(long, visible_alias = "bwlimit", value_name = "RATE")]
+    pub max_rate: Option<String>,
     /// Write payloads from memory instead of sendfile(2) (plaintext only).
     #[arg(long, hide = true)]
     pub no_zero_copy: bool,

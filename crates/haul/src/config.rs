@@ -32,6 +32,45 @@ pub fn parse_size(s: &str) -> Result<u64> {
         .with_context(|| format!("{s:?} is too large"))
 }
 
+/// Parses a rate: bytes per second (`25M`, binary units) or bits per
+/// second with `kbit`, `mbit`, `gbit` (decimal, as tc writes them).
+pub fn parse_rate(s: &str) -> Result<f64> {
+    let lower = s.trim().to_ascii_lowercase();
+    for (suffix, mult) in [("kbit", 1e3), ("mbit", 1e6), ("gbit", 1e9), ("bit", 1.0)] {
+        if let Some(num) = lower.strip_suffix(suffix) {
+            let n: f64 = num
+                .trim()
+                .parse()
+                .with_context(|| format!("{s:?} is not a rate (e.g. 20mbit or 25M)"))?;
+            if !(n.is_finite() && n > 0.0) {
+                bail!("{s:?}: a rate must be above zero");
+            }
+            return Ok(n * mult / 8.0);
+        }
+    }
+    let n =
+        parse_size(&lower).with_context(|| format!("{s:?} is not a rate (e.g. 20mbit or 25M)"))?;
+    if n == 0 {
+        bail!("{s:?}: a rate must be above zero");
+    }
+    Ok(n as f64)
+}
+
+/// `--max-rate` (`--bwlimit`) in bytes per second. A bare number is
+/// refused: rsync reads it as KiB/s, rclone as bytes, so it says which.
+pub fn max_rate(s: &str) -> Result<u64> {
+    if s.trim().chars().all(|c| c.is_ascii_digit() || c == '.') {
+        bail!(
+            "--max-rate {s}: give a unit: {s}K (KiB/s, what rsync's --bwlimit {s} means), {s}M (MiB/s), or bits as {s}mbit"
+        );
+    }
+    let r = parse_rate(s)?;
+    if r < 1024.0 {
+        bail!("--max-rate {s} is below 1K per second");
+    }
+    Ok(r as u64)
+}
+
 /// Reads a token from `--token`/`HAUL_TOKEN` or the first line of `--token-file`.
 pub fn token(token: &Option<String>, file: &Option<std::path::PathBuf>) -> Result<Option<String>> {
     if let Some(path) = file {
@@ -116,6 +155,12 @@ pub fn client_options(t: &TransferArgs) -> Result<ClientOptions> {
                 .transpose()?
                 .map(|s| s as usize),
             zero_copy: !t.no_zero_copy,
+            pace: t
+                .max_rate
+                .as_deref()
+                .map(max_rate)
+                .transpose()?
+                .map(|r| std::sync::Arc::new(haul_transport::RateLimit::new(r))),
         },
         connect_attempts: t.retries,
         chunk_memory: chunk_memory(&t.chunk_memory)?,

@@ -33,30 +33,6 @@ pub fn read_url_file(path: &Path) -> Result<Vec<String>> {
     Ok(urls)
 }
 
-/// Parses a rate: bytes per second (`25M`, binary units) or bits per
-/// second with `kbit`, `mbit`, `gbit` (decimal, as tc writes them).
-pub fn parse_rate(s: &str) -> Result<f64> {
-    let lower = s.trim().to_ascii_lowercase();
-    for (suffix, mult) in [("kbit", 1e3), ("mbit", 1e6), ("gbit", 1e9), ("bit", 1.0)] {
-        if let Some(num) = lower.strip_suffix(suffix) {
-            let n: f64 = num
-                .trim()
-                .parse()
-                .with_context(|| format!("{s:?} is not a rate (e.g. 20mbit or 25M)"))?;
-            if !(n.is_finite() && n > 0.0) {
-                bail!("{s:?}: a rate must be above zero");
-            }
-            return Ok(n * mult / 8.0);
-        }
-    }
-    let n = config::parse_size(&lower)
-        .with_context(|| format!("{s:?} is not a rate (e.g. 20mbit or 25M)"))?;
-    if n == 0 {
-        bail!("{s:?}: a rate must be above zero");
-    }
-    Ok(n as f64)
-}
-
 /// Runs a fan-out push of `paths` to `dests`.
 pub async fn push(
     paths: Vec<String>,
@@ -95,7 +71,7 @@ pub async fn push(
             ))
             .into());
         };
-        let rate = usage(parse_rate(rate))?;
+        let rate = usage(config::parse_rate(rate))?;
         let at = NodeUrl::parse(url)?;
         let mut found = false;
         for (i, u) in urls.iter().enumerate() {

@@ -76,6 +76,9 @@ pub fn fetch_options(
     if r.max_conn_per_host == 0 {
         bail!("--max-conn-per-host must be at least 1");
     }
+    if t.max_rate.is_some() {
+        bail!("--max-rate (--bwlimit) caps haul:// and local transfers; FTP, SFTP, HTTP and S3 pulls do not take it yet");
+    }
     Ok(FetchOptions {
         jobs: client.jobs,
         streams: t.streams.max(1),

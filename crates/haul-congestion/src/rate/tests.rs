@@ -367,4 +367,3 @@ fn rounds_with_little_to_send_do_not_end_startup() {
         "startup ended on rounds with nothing to send"
     );
 }
-

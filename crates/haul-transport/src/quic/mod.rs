@@ -9,9 +9,12 @@
 //!   ([`haul_congestion::quinn::transport_config`]).
 //! - A node listens on UDP at the port number of its TCP listener.
 //! - A haul connection is one QUIC connection whose first bidirectional
-//!   stream carries the framed messages, as a TCP connection's bytes do.
-//!   (Chunks on streams of their own, so that a lost packet delays only its
-//!   chunk, are the next step: sessions already accept chunks in any order.)
+//!   stream carries the framed messages, as a TCP connection's bytes do,
+//!   and whose chunks larger than [`INLINE_CHUNK`] travel on streams of
+//!   their own ([`reader`] has the layout), so that a lost packet delays
+//!   only its chunk; sessions take chunks in any order.
+//! - Windows grow with the path ([`windows`]): a few round trips of data on
+//!   a long fat link, little on a LAN.
 //! - UDP socket buffers are asked large ([`UDP_BUFFER`]); what the kernel
 //!   granted is logged.
 
@@ -25,10 +28,17 @@ use haul_congestion::RateConfig;
 use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
-use crate::conn::{FrameReader, FrameWriter, Sink, Timeouts};
+mod reader;
+mod windows;
+mod writer;
+
+pub use windows::{ReceiveWindow, INITIAL_RECEIVE_WINDOW, MIN_SEND_WINDOW};
+
+use crate::conn::{FrameWriter, Sink, Timeouts};
 use crate::identity::ServerIdentity;
 use crate::message::Connection;
-use crate::socket::{resolve, PeerKey, Pinning, Security};
+use crate::pace::RateLimit;
+use crate::socket::{resolve, PeerKey, Pinning, Security, Tuning};
 use crate::tls::{client_config, server_config};
 use crate::TransportError;
 
@@ -38,6 +48,11 @@ pub const ALPN: &[u8] = b"haul";
 /// UDP socket buffers asked for (the kernel may grant less; as root, haul
 /// asks past `net.core.rmem_max`).
 pub const UDP_BUFFER: usize = 32 << 20;
+
+/// Chunks up to this size ride on the control stream with their header
+/// (as on TCP, many small files' chunks in one write); larger ones get a
+/// stream of their own.
+pub const INLINE_CHUNK: usize = 64 << 10;
 
 /// How long a closing side waits for the peer to acknowledge what it sent.
 const CLOSE_WAIT: Duration = Duration::from_secs(10);
@@ -92,12 +107,25 @@ fn force_buffer(sock: &socket2::Socket, receive: bool) {
     };
 }
 
-fn transport(idle: Duration) -> Arc<quinn::TransportConfig> {
-    Arc::new(haul_congestion::quinn::transport_config(
-        RateConfig::default(),
-        idle,
-    ))
+fn transport(idle: Duration, max_rate: Option<u64>) -> Arc<quinn::TransportConfig> {
+    let rate = RateConfig {
+        max_rate,
+        ..RateConfig::default()
+    };
+    let mut t = haul_congestion::quinn::transport_config(rate, idle);
+    // Windows start small and grow with the path (`windows`); streams go
+    // out in the order they were written (a chunk is sent whole before the
+    // next, so chunks complete one after another, not all at the end).
+    t.receive_window(quinn::VarInt::from_u32(INITIAL_RECEIVE_WINDOW as u32))
+        .send_window(MIN_SEND_WINDOW)
+        .send_fairness(false)
+        .max_concurrent_uni_streams(quinn::VarInt::from_u32(MAX_CHUNK_STREAMS));
+    Arc::new(t)
 }
+
+/// Chunk streams a peer may have open at once (1 Gbit/s × 2 s of 256 KiB
+/// chunks; the receive window bounds the bytes).
+const MAX_CHUNK_STREAMS: u32 = 1024;
 
 /// A node's QUIC listener.
 pub struct QuicListener {
@@ -117,7 +145,7 @@ impl QuicListener {
         tls.alpn_protocols = vec![ALPN.to_vec()];
         let crypto = QuicServerConfig::try_from(tls).map_err(|e| tls_err(&host, e))?;
         let mut config = quinn::ServerConfig::with_crypto(Arc::new(crypto));
-        config.transport_config(transport(idle));
+        config.transport_config(transport(idle, None));
         let listen_err = |source| TransportError::Listen {
             addr: host.clone(),
             source,
@@ -167,7 +195,7 @@ impl QuicAccepted {
         let setup = async {
             let conn = self.incoming.await.map_err(|e| tls_err(&peer, e))?;
             let (send, recv) = conn.accept_bi().await.map_err(|e| tls_err(&peer, e))?;
-            Ok::<_, TransportError>(halves(conn, None, send, recv, timeouts))
+            Ok::<_, TransportError>(halves(conn, None, send, recv, timeouts, None))
         };
         match tokio::time::timeout(timeouts.handshake, setup).await {
             Ok(r) => r,
@@ -181,11 +209,30 @@ impl QuicAccepted {
 
 /// Connects to `addr` (host:port) over QUIC, pinned as [`crate::connect`]
 /// pins a TLS server (`security` must be TLS: QUIC has no plaintext form).
+/// `tuning.pace` caps the rate (the controller's too).
 pub async fn connect_quic(
     addr: &str,
     security: &Security,
     timeouts: Timeouts,
+    tuning: &Tuning,
 ) -> Result<(Connection, PeerKey), TransportError> {
+    let pace = tuning.pace.clone();
+    let max_rate = pace.as_ref().map(|p| p.bytes_per_sec());
+    let (conn, endpoint, key) = quic_connection(addr, security, timeouts, max_rate).await?;
+    let (send, recv) = conn.open_bi().await.map_err(|e| tls_err(addr, e))?;
+    Ok((
+        halves(conn, Some(endpoint), send, recv, timeouts, pace),
+        key,
+    ))
+}
+
+/// The QUIC connection of [`connect_quic`], before its streams.
+async fn quic_connection(
+    addr: &str,
+    security: &Security,
+    timeouts: Timeouts,
+    max_rate: Option<u64>,
+) -> Result<(quinn::Connection, quinn::Endpoint, PeerKey), TransportError> {
     let Security::Tls {
         fingerprint,
         known_hosts,
@@ -206,7 +253,7 @@ pub async fn connect_quic(
     tls.alpn_protocols = vec![ALPN.to_vec()];
     let crypto = QuicClientConfig::try_from(tls).map_err(|e| tls_err(addr, e))?;
     let mut config = quinn::ClientConfig::new(Arc::new(crypto));
-    config.transport_config(transport(timeouts.idle));
+    config.transport_config(transport(timeouts.idle, max_rate));
     let local: SocketAddr = if remote.is_ipv4() {
         ([0, 0, 0, 0], 0).into()
     } else {
@@ -237,8 +284,7 @@ pub async fn connect_quic(
             Ok(Ok(c)) => c,
         };
     let key = pinning.accepted()?;
-    let (send, recv) = conn.open_bi().await.map_err(|e| tls_err(addr, e))?;
-    Ok((halves(conn, Some(endpoint), send, recv, timeouts), key))
+    Ok((conn, endpoint, key))
 }
 
 fn halves(
@@ -247,29 +293,31 @@ fn halves(
     send: quinn::SendStream,
     recv: quinn::RecvStream,
     timeouts: Timeouts,
+    pace: Option<Arc<RateLimit>>,
 ) -> Connection {
-    let read = QuicRead {
-        recv,
-        _conn: conn.clone(),
-    };
+    // Control messages overtake chunk data queued before them.
+    let _ = send.set_priority(1);
+    let activity = reader::Activity::new();
+    let read = reader::QuicReader::new(conn.clone(), recv, activity, timeouts.idle, pace.clone());
     let write = QuicWrite {
         send: Some(send),
-        conn,
+        conn: conn.clone(),
         endpoint,
     };
+    let mut control = FrameWriter::new(Sink::Boxed(Box::new(write)), timeouts.idle);
+    control.set_pace(pace.clone());
     (
-        Box::new(FrameReader::new(Box::new(read), timeouts.idle)),
-        Box::new(FrameWriter::new(
-            Sink::Boxed(Box::new(write)),
-            timeouts.idle,
-        )),
+        Box::new(read),
+        Box::new(writer::QuicWriter::new(control, conn, timeouts.idle, pace)),
     )
 }
 
-/// The message stream's receiving half (it keeps the connection open).
+#[cfg(test)]
+mod tests;
+
+/// The control stream's receiving half.
 struct QuicRead {
     recv: quinn::RecvStream,
-    _conn: quinn::Connection,
 }
 
 impl AsyncRead for QuicRead {

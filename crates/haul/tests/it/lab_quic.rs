@@ -1,6 +1,7 @@
 //! QUIC through the lab (root only): pushes and pulls complete, verified,
-//! through loss, corruption, reordering, duplication and a 1 s delay, and
-//! a link pulled for seconds and plugged back. Rates are the benchmark's
+//! through loss, corruption, reordering, duplication and a 1 s delay, a
+//! link pulled for 20 s and plugged back, and a node killed mid-transfer
+//! and started again. Rates are the benchmark's
 //! (`docs/BENCHMARKS.md`); this checks what must hold on any machine.
 
 use std::process::Command;
@@ -31,7 +32,7 @@ fn lab_quic_completes_through_bad_links_with_nothing_damaged() {
     write_file(&s.path("src/a.bin"), 6 << 20, 11);
     write_file(&s.path("src/small"), 5000, 12);
     let host = lab.host(2);
-    let node = Node::spawn(
+    let mut node = Node::spawn(
         host.command(BIN),
         &s.path("node"),
         &s.path("cfg"),
@@ -98,28 +99,60 @@ fn lab_quic_completes_through_bad_links_with_nothing_damaged() {
     eprintln!("1 s: push {:?}", t0.elapsed());
     assert!(out.status.success(), "1 s delay: {}", stderr(&out));
     assert!(s.path("node/far/small").exists());
-    // A link pulled for 5 s mid-file and plugged back: QUIC carries on.
+    // A link pulled for 20 s mid-file and plugged back: the connection
+    // times out (--timeout 20), the retry resumes from what was verified.
     lab.set_profile(1, Dir::Both, "rate 20mbit delay 10ms")
         .expect("profile");
-    let pushing = {
-        let mut cmd = haul(&["push"]);
-        cmd.arg(s.path("src/a.bin")).arg(node.url("cut"));
-        std::thread::spawn(move || run(cmd, LIMIT))
-    };
-    wait_for(LIMIT, "a third of the file", || {
+    let staged = || {
         std::fs::read_dir(s.path("node/.haul/partial"))
             .map(|d| {
                 d.flatten()
                     .any(|e| e.metadata().is_ok_and(|m| m.len() >= 2 << 20))
             })
             .unwrap_or(false)
-    });
+    };
+    let pushing = {
+        let mut cmd = haul(&["push"]);
+        cmd.arg(s.path("src/a.bin")).arg(node.url("cut"));
+        std::thread::spawn(move || run(cmd, LIMIT))
+    };
+    wait_for(LIMIT, "a third of the file", staged);
     lab.link_down(1).expect("link down");
-    std::thread::sleep(Duration::from_secs(5));
+    std::thread::sleep(Duration::from_secs(20));
     lab.link_up(1).expect("link up");
     let t0 = std::time::Instant::now();
     let out = pushing.join().expect("push thread");
     eprintln!("cut: rest {:?}", t0.elapsed());
     assert!(out.status.success(), "link pulled: {}", stderr(&out));
     assert_eq!(b3(&s.path("node/cut/a.bin")), want);
+    // The node killed (-9) mid-file and started again on the same root
+    // and key: the client's retry finds it and resumes.
+    let pushing = {
+        let mut cmd = haul(&["push"]);
+        cmd.arg(s.path("src/a.bin")).arg(node.url("killed"));
+        std::thread::spawn(move || run(cmd, LIMIT))
+    };
+    wait_for(LIMIT, "a third of the file", staged);
+    node.kill9();
+    let node = Node::spawn(
+        host.command(BIN),
+        &s.path("node"),
+        &s.path("cfg"),
+        &format!("{}:7878", host.addr()),
+        &["--open"],
+    );
+    let out = pushing.join().expect("push thread");
+    assert!(out.status.success(), "node restarted: {}", stderr(&out));
+    assert_eq!(b3(&s.path("node/killed/a.bin")), want);
+    // The connection that finished sent only what the node lacked.
+    let done = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|e| e["event"] == "file_done")
+        .expect("file_done event");
+    assert!(
+        done["sent"].as_u64().unwrap_or(u64::MAX) < 6 << 20,
+        "nothing resumed: {done}"
+    );
+    drop(node);
 }

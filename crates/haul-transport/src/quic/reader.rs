@@ -1,0 +1,368 @@
+//! The receiving half of a haul QUIC connection.
+//!
+//! Control messages come on the connection's first bidirectional stream,
+//! in order. A chunk of more than [`super::INLINE_CHUNK`] bytes comes on a
+//! unidirectional stream of its own:
+//!
+//! ```text
+//! after: u64 LE | Chunk frame (as on the control stream) | payload
+//! ```
+//!
+//! `after` is how many control-stream bytes the sender had written when it
+//! opened the chunk's stream. A chunk is handed to the session only once
+//! the control stream was read that far, so it never overtakes a message
+//! sent before it (an offer, a need), while chunks overtake each other
+//! freely: a lost packet delays only its own chunk.
+//!
+//! Each chunk stream is read by a task of its own into a buffer as its
+//! bytes arrive. The buffers of a connection hold at most its receive
+//! window ([`super::windows::ReceiveWindow`]): a stream past it waits, its
+//! bytes staying in quinn, whose flow control then stops the peer.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use haul_proto::{decode_frame, ChunkHeader, Decoded, Message, MAX_CHUNK_LEN};
+use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
+
+use super::windows::ReceiveWindow;
+use crate::conn::FrameReader;
+use crate::message::MessageReader;
+use crate::pace::RateLimit;
+use crate::TransportError;
+
+/// Largest chunk header frame on a chunk stream.
+const MAX_HEADER_FRAME: usize = 4 << 10;
+
+/// How often the receive window is reconsidered.
+const WINDOW_TICK: Duration = Duration::from_millis(50);
+
+/// When anything last arrived on a connection (any stream).
+#[derive(Debug)]
+pub(super) struct Activity {
+    epoch: Instant,
+    micros: AtomicU64,
+}
+
+impl Activity {
+    pub(super) fn new() -> Arc<Self> {
+        Arc::new(Self {
+            epoch: Instant::now(),
+            micros: AtomicU64::new(0),
+        })
+    }
+
+    fn touch(&self) {
+        let us = self.epoch.elapsed().as_micros() as u64;
+        self.micros.fetch_max(us, Ordering::Relaxed);
+    }
+
+    fn last(&self) -> Instant {
+        self.epoch + Duration::from_micros(self.micros.load(Ordering::Relaxed))
+    }
+}
+
+/// A chunk read whole from its stream.
+struct Arrived {
+    after: u64,
+    header: ChunkHeader,
+    payload: Vec<u8>,
+    /// Its bytes' share of the connection's receive window.
+    _window: OwnedSemaphorePermit,
+}
+
+type Delivery = Result<Arrived, TransportError>;
+
+/// Reads control messages and chunk streams (see the module docs).
+pub(super) struct QuicReader {
+    control: FrameReader,
+    arrived: mpsc::UnboundedReceiver<Delivery>,
+    /// Chunks that came before the control bytes sent ahead of them.
+    early: Vec<Arrived>,
+    /// The chunk whose header was handed out last (`None`: it came on the
+    /// control stream, whose reader holds its payload).
+    current: Option<Arrived>,
+    streams_open: bool,
+    window: Arc<Semaphore>,
+    activity: Arc<Activity>,
+    idle: Duration,
+    accept: tokio::task::JoinHandle<()>,
+}
+
+/// Idle limit of the control stream's own reads: the connection's idle
+/// limit counts any stream's bytes (a long chunk-only stretch leaves the
+/// control stream silent).
+const CONTROL_IDLE: Duration = Duration::from_secs(365 * 24 * 3600);
+
+impl QuicReader {
+    /// Reads `control` and the chunk streams `conn` accepts.
+    pub(super) fn new(
+        conn: quinn::Connection,
+        control: quinn::RecvStream,
+        activity: Arc<Activity>,
+        idle: Duration,
+        pace: Option<Arc<RateLimit>>,
+    ) -> Self {
+        let window = Arc::new(Semaphore::new(ReceiveWindow::new().get() as usize));
+        let (tx, arrived) = mpsc::unbounded_channel();
+        let accept = tokio::spawn(accept_chunks(
+            conn,
+            tx,
+            window.clone(),
+            activity.clone(),
+            pace.clone(),
+        ));
+        let read = super::QuicRead { recv: control };
+        let mut control = FrameReader::new(Box::new(read), CONTROL_IDLE);
+        control.set_pace(pace);
+        Self {
+            control,
+            arrived,
+            early: Vec::new(),
+            current: None,
+            streams_open: true,
+            window,
+            activity,
+            idle,
+            accept,
+        }
+    }
+
+    /// A chunk whose control bytes were all read, if any.
+    fn ready(&mut self) -> Option<ChunkHeader> {
+        let read = self.control.consumed();
+        let i = self.early.iter().position(|a| a.after <= read)?;
+        let a = self.early.swap_remove(i);
+        let header = a.header;
+        self.current = Some(a);
+        Some(header)
+    }
+
+    fn take_current(&mut self, header: &ChunkHeader) -> Option<Arrived> {
+        match &self.current {
+            Some(a) if a.header.id == header.id && a.header.index == header.index => {
+                self.current.take()
+            }
+            _ => None,
+        }
+    }
+}
+
+impl Drop for QuicReader {
+    fn drop(&mut self) {
+        // Chunk tasks waiting for window room end; no new ones start.
+        self.window.close();
+        self.accept.abort();
+    }
+}
+
+#[async_trait::async_trait]
+impl MessageReader for QuicReader {
+    async fn recv(&mut self) -> Result<Message, TransportError> {
+        self.current = None;
+        loop {
+            if let Some(h) = self.ready() {
+                return Ok(Message::Chunk(h));
+            }
+            let quiet_until = self.activity.last() + self.idle;
+            tokio::select! {
+                msg = self.control.recv() => {
+                    self.activity.touch();
+                    return msg;
+                }
+                got = self.arrived.recv(), if self.streams_open => match got {
+                    Some(Ok(a)) => self.early.push(a),
+                    Some(Err(e)) => return Err(e),
+                    None => self.streams_open = false,
+                },
+                () = tokio::time::sleep_until(quiet_until.into()) => {
+                    if self.activity.last() + self.idle <= Instant::now() {
+                        return Err(TransportError::Timeout {
+                            what: "data from the peer",
+                            secs: self.idle.as_secs(),
+                        });
+                    }
+                }
+            }
+        }
+    }
+
+    fn try_recv(&mut self) -> Result<Option<Message>, TransportError> {
+        self.current = None;
+        while let Ok(got) = self.arrived.try_recv() {
+            self.early.push(got?);
+        }
+        if let Some(h) = self.ready() {
+            return Ok(Some(Message::Chunk(h)));
+        }
+        self.control.try_buffered()
+    }
+
+    async fn read_payload(
+        &mut self,
+        header: &ChunkHeader,
+        out: &mut Vec<u8>,
+    ) -> Result<(), TransportError> {
+        match self.take_current(header) {
+            // The buffer changes hands; its window share is given back.
+            Some(mut a) => {
+                std::mem::swap(out, &mut a.payload);
+                Ok(())
+            }
+            None => self.control.recv_payload(out, header.len as usize).await,
+        }
+    }
+
+    async fn skip_payload(&mut self, header: &ChunkHeader) -> Result<(), TransportError> {
+        match self.take_current(header) {
+            Some(_) => Ok(()),
+            None => self.control.skip(header.len as usize).await,
+        }
+    }
+
+    fn try_read_payload(&mut self, header: &ChunkHeader, out: &mut Vec<u8>) -> bool {
+        match self.take_current(header) {
+            Some(mut a) => {
+                std::mem::swap(out, &mut a.payload);
+                true
+            }
+            None => self.control.try_read_payload(header, out),
+        }
+    }
+
+    fn set_idle(&mut self, idle: Duration) {
+        self.idle = idle;
+    }
+}
+
+/// Accepts the peer's chunk streams, each read by a task of its own, and
+/// grows the receive window with the path.
+async fn accept_chunks(
+    conn: quinn::Connection,
+    tx: mpsc::UnboundedSender<Delivery>,
+    window: Arc<Semaphore>,
+    activity: Arc<Activity>,
+    pace: Option<Arc<RateLimit>>,
+) {
+    let mut tune = ReceiveWindow::new();
+    let mut tick = tokio::time::interval(WINDOW_TICK);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            stream = conn.accept_uni() => match stream {
+                Ok(s) => {
+                    let (tx, window, activity) = (tx.clone(), window.clone(), activity.clone());
+                    let pace = pace.clone();
+                    tokio::spawn(async move {
+                        if let Some(got) = read_chunk_stream(s, &window, &activity, pace.as_deref()).await {
+                            let _ = tx.send(got);
+                        }
+                    });
+                }
+                // The connection ended: the control stream says how.
+                Err(_) => return,
+            },
+            _ = tick.tick() => {
+                let before = tune.get();
+                if let Some(w) = tune.on_sample(Instant::now(), conn.stats().udp_rx.bytes, conn.rtt()) {
+                    if let Ok(v) = quinn::VarInt::from_u64(w) {
+                        conn.set_receive_window(v);
+                    }
+                    window.add_permits((w - before) as usize);
+                    tracing::debug!("QUIC receive window {} MiB (RTT {:?})", w >> 20, conn.rtt());
+                }
+            }
+        }
+    }
+}
+
+fn broken(what: impl std::fmt::Display) -> TransportError {
+    TransportError::Io(std::io::Error::new(
+        std::io::ErrorKind::InvalidData,
+        format!("bad chunk stream from the peer: {what}"),
+    ))
+}
+
+/// Reads one chunk stream whole. `None`: the reader is gone.
+async fn read_chunk_stream(
+    mut s: quinn::RecvStream,
+    window: &Arc<Semaphore>,
+    activity: &Activity,
+    pace: Option<&RateLimit>,
+) -> Option<Delivery> {
+    let mut after = [0u8; 8];
+    match s.read_exact(&mut after).await {
+        Ok(()) => {}
+        Err(quinn::ReadExactError::FinishedEarly(_)) => return Some(Err(broken("cut short"))),
+        Err(quinn::ReadExactError::ReadError(_)) => return Some(Err(TransportError::Closed)),
+    }
+    let after = u64::from_le_bytes(after);
+    let mut frame = Vec::with_capacity(64);
+    let header = loop {
+        match decode_frame(&frame) {
+            Ok(Decoded::Message(Message::Chunk(h), used)) if used == frame.len() => break h,
+            Ok(Decoded::Message(_, _)) => {
+                return Some(Err(broken("a message where a chunk header belongs")))
+            }
+            Ok(Decoded::NeedMore(n)) if n <= MAX_HEADER_FRAME => {
+                let have = frame.len();
+                frame.resize(n, 0);
+                match s.read_exact(&mut frame[have..]).await {
+                    Ok(()) => {}
+                    Err(quinn::ReadExactError::FinishedEarly(_)) => {
+                        return Some(Err(broken("cut short")))
+                    }
+                    Err(quinn::ReadExactError::ReadError(_)) => {
+                        return Some(Err(TransportError::Closed))
+                    }
+                }
+            }
+            Ok(Decoded::NeedMore(n)) => return Some(Err(broken(format!("header of {n} bytes")))),
+            Err(e) => return Some(Err(TransportError::Decode(e))),
+        }
+    };
+    if header.len > MAX_CHUNK_LEN {
+        return Some(Err(TransportError::ChunkTooLarge(header.len)));
+    }
+    let len = header.len as usize;
+    // A chunk larger than the whole window takes all of it.
+    let share = (len.max(1) as u64).min(ReceiveWindow::new().get()) as u32;
+    let permit = window.clone().acquire_many_owned(share).await.ok()?;
+    // Read out of order as packets arrive: quinn keeps no gapped data of
+    // ours (it takes at most 1024 gaps a stream, which a long lossy round
+    // trip of one stream exceeds), and a retransmission fills its hole.
+    let base = (8 + frame.len()) as u64;
+    let end = base + len as u64;
+    let mut payload = vec![0u8; len];
+    let mut got = 0usize;
+    loop {
+        match s.read_chunk(len.max(1), false).await {
+            Ok(Some(c)) => {
+                let (from, to) = (c.offset, c.offset + c.bytes.len() as u64);
+                if to > end {
+                    return Some(Err(broken("longer than its header says")));
+                }
+                // Bytes of the prefix are never given again once read.
+                let skip = base.saturating_sub(from).min(c.bytes.len() as u64) as usize;
+                let at = (from.max(base) - base) as usize;
+                let bytes = &c.bytes[skip..];
+                payload[at..at + bytes.len()].copy_from_slice(bytes);
+                got += bytes.len();
+                activity.touch();
+                if let Some(p) = pace {
+                    p.take(bytes.len()).await;
+                }
+            }
+            Ok(None) if got == len => break,
+            Ok(None) => return Some(Err(broken("ended inside its payload"))),
+            Err(_) => return Some(Err(TransportError::Closed)),
+        }
+    }
+    Some(Ok(Arrived {
+        after,
+        header,
+        payload,
+        _window: permit,
+    }))
+}

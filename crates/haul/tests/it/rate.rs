@@ -1,0 +1,76 @@
+//! `--max-rate` (`--bwlimit`): the whole transfer, over every connection,
+//! stays under the cap, for TCP, QUIC and a local copy; a bare number is
+//! refused with the units it could mean.
+
+use std::time::{Duration, Instant};
+
+use crate::harness::*;
+
+const T: Duration = Duration::from_secs(60);
+
+/// Pushes 6 MiB in 3 files at `--max-rate 16mbit` (2 MB/s) with `extra`:
+/// it cannot finish in under 3 s.
+fn capped(extra: &[&str]) {
+    let s = Scratch::new();
+    for i in 0..3 {
+        write_file(&s.path(&format!("src/f{i}")), 2 << 20, i);
+    }
+    let node = Node::start(&s.path("node"), &s.path("config"), &["--open"]);
+    let mut c = haul(&s.path("config"));
+    c.args(["push", "--json", "-j", "3", "--max-rate", "16mbit"])
+        .args(extra)
+        .arg(s.path("src"))
+        .arg(node.url("in"));
+    let t0 = Instant::now();
+    let out = run(c, T);
+    let took = t0.elapsed();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(listing(&s.path("src")), listing(&s.path("node/in/src")));
+    // 6 MiB at 2 MB/s is 3.1 s; the pacer allows a few ms of slack.
+    assert!(took >= Duration::from_millis(2900), "{extra:?}: {took:?}");
+    assert!(took < Duration::from_secs(30), "{extra:?}: {took:?}");
+}
+
+#[test]
+fn max_rate_caps_a_tcp_push_across_connections() {
+    capped(&[]);
+}
+
+#[test]
+fn max_rate_caps_a_quic_push() {
+    capped(&["--transport", "quic"]);
+}
+
+#[test]
+fn bwlimit_caps_a_local_copy() {
+    let s = Scratch::new();
+    write_file(&s.path("src/a"), 4 << 20, 1);
+    let mut c = haul(&s.path("config"));
+    c.args(["pull", "--bwlimit", "2M"])
+        .arg(s.path("src"))
+        .arg(s.path("dst"));
+    let t0 = Instant::now();
+    let out = run(c, T);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    // 4 MiB at 2 MiB/s.
+    assert!(
+        t0.elapsed() >= Duration::from_millis(1900),
+        "{:?}",
+        t0.elapsed()
+    );
+    assert_eq!(b3(&s.path("src/a")), b3(&s.path("dst/src/a")));
+}
+
+#[test]
+fn a_bare_number_says_which_unit_it_could_mean() {
+    let s = Scratch::new();
+    write_file(&s.path("src/a"), 10, 1);
+    let mut c = haul(&s.path("config"));
+    c.args(["pull", "--bwlimit", "1000"])
+        .arg(s.path("src"))
+        .arg(s.path("dst"));
+    let out = run(c, T);
+    assert_eq!(out.status.code(), Some(2));
+    let err = stderr(&out);
+    assert!(err.contains("1000K") && err.contains("rsync"), "{err}");
+}
