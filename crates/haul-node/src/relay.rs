@@ -26,6 +26,7 @@ use haul_engine::{ChunkSource, Destination, PartialFile};
 use haul_proto::{Digest, Entry, OriginKey, RelayTarget, Ticket};
 use haul_session::summary::Tally;
 use haul_session::{Event, Observer};
+use haul_transport::Transport;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
@@ -51,10 +52,11 @@ impl Relays {
         origin: OriginKey,
         root: Arc<Destination>,
         observer: Arc<dyn Observer>,
+        transport: Transport,
     ) -> std::io::Result<(Ticket, Arc<Transfer>)> {
         let mut ticket = [0u8; 32];
         getrandom::getrandom(&mut ticket).map_err(|e| std::io::Error::other(e.to_string()))?;
-        let transfer = Arc::new(Transfer::new(dest, origin, root, observer));
+        let transfer = Arc::new(Transfer::new(dest, origin, root, observer, transport));
         if let Ok(mut map) = self.transfers.lock() {
             map.insert(ticket, transfer.clone());
         }
@@ -118,6 +120,9 @@ pub struct Transfer {
     state: Mutex<State>,
     /// Something a control connection waits for changed.
     pub changed: Notify,
+    /// How the client reached this node, and so how it forwards (TCP or
+    /// QUIC).
+    pub transport: Transport,
 }
 
 impl Transfer {
@@ -126,6 +131,7 @@ impl Transfer {
         origin: OriginKey,
         root: Arc<Destination>,
         observer: Arc<dyn Observer>,
+        transport: Transport,
     ) -> Self {
         let book = Arc::new(SealBook::new(origin));
         let opener = Arc::new(Opener {
@@ -141,6 +147,7 @@ impl Transfer {
             book,
             state: Mutex::default(),
             changed: Notify::new(),
+            transport,
         }
     }
 

@@ -15,7 +15,7 @@ use haul_session::peer_text::without_root;
 use haul_session::{Event, Observer};
 use haul_transport::{
     Accepted, KnownHosts, Listener, MessageReader, MessageWriter, QuicAccepted, QuicListener,
-    Security, Timeouts,
+    Security, Timeouts, Transport,
 };
 use tokio::task::JoinSet;
 
@@ -173,9 +173,10 @@ impl Server {
 
     async fn connection(&self, arrival: Arrival) -> Result<(), NodeError> {
         let t = self.opts.timeouts;
-        let (mut reader, mut writer) = match arrival {
-            Arrival::Tcp(a) => a.establish(t).await?,
-            Arrival::Quic(a) => a.establish(t).await?,
+        // A relay forwards over the transport its client chose.
+        let (over, (mut reader, mut writer)) = match arrival {
+            Arrival::Tcp(a) => (Transport::Tcp, a.establish(t).await?),
+            Arrival::Quic(a) => (Transport::Quic, a.establish(t).await?),
         };
         reader.set_idle(t.handshake);
         let hello = reader.recv().await?;
@@ -227,7 +228,7 @@ impl Server {
                 if let Err(e) = haul_proto::validate_rel_path(&dest) {
                     return refuse(&mut writer, ErrorCode::BadPath, e.to_string()).await;
                 }
-                self.admit(reader, writer, dest, origin).await
+                self.admit(reader, writer, dest, origin, over).await
             }
             Request::Relayed { ticket } => self.relayed(reader, writer, &ticket).await,
             Request::List { path } => self.list(reader, writer, &path).await,
@@ -265,11 +266,12 @@ impl Server {
         mut writer: Box<dyn MessageWriter>,
         dest: String,
         origin: OriginKey,
+        over: Transport,
     ) -> Result<(), NodeError> {
         let observer = Arc::new(LogObserver);
         let (ticket, transfer) = self
             .relays
-            .admit(dest, origin, self.dest.clone(), observer)
+            .admit(dest, origin, self.dest.clone(), observer, over)
             .map_err(|e| NodeError::Internal(format!("no random bytes for a ticket: {e}")))?;
         writer
             .send(&Message::Welcome {
@@ -388,6 +390,7 @@ impl Server {
             };
             let opts = ClientOptions {
                 security,
+                transport: me.transport,
                 ..base.clone()
             };
             let (buffers, transfer) = (buffers.clone(), me.clone());

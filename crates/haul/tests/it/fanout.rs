@@ -413,3 +413,41 @@ fn a_relay_whose_copy_differs_from_the_origin_relays_none_of_it_and_the_client_f
     let sent = f["sent"]["bytes_transferred"].as_u64().unwrap();
     assert!(sent <= 2 * (9 << 20), "{sent}");
 }
+
+#[test]
+fn a_fan_out_over_quic_relays_over_quic() {
+    let s = Scratch::new();
+    dataset(&s.path("src"));
+    let want = listing(&s.path("src"));
+    let logs: Vec<_> = (0..3).map(|i| s.path(&format!("n{i}.log"))).collect();
+    let nodes: Vec<Node> = (0..3)
+        .map(|i| {
+            Node::start_logged(
+                &s.path(&format!("n{i}")),
+                &s.path("cfg"),
+                &["--open"],
+                &logs[i],
+            )
+        })
+        .collect();
+    let urls: Vec<String> = nodes.iter().map(|n| n.url("q")).collect();
+    let out = push(
+        &s.path("client"),
+        &s.path("src"),
+        &urls,
+        &["--transport", "quic"],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    for i in 0..3 {
+        assert_eq!(listing(&s.path(&format!("n{i}/q/src"))), want, "node {i}");
+    }
+    // Each relay reached the next node the way the client reached it.
+    for i in 0..2 {
+        let log = std::fs::read_to_string(&logs[i]).unwrap();
+        let next = &nodes[i + 1].addr;
+        assert!(
+            log.contains(&format!("connected to {next} over QUIC")),
+            "node {i} did not forward over QUIC:\n{log}"
+        );
+    }
+}

@@ -28,13 +28,25 @@ impl Node {
         Self::spawn(Command::new(BIN), root, config, listen, extra)
     }
 
+    /// Starts a node whose log (info level) goes to `log`.
+    pub fn start_logged(root: &Path, config: &Path, extra: &[&str], log: &Path) -> Node {
+        let mut cmd = Command::new(BIN);
+        cmd.env("HAUL_LOG", "info");
+        Self::spawn_to(cmd, root, config, "127.0.0.1:0", extra, Some(log))
+    }
+
     /// Starts a node with `cmd` as the program (e.g. `ip netns exec NS haul`).
-    pub fn spawn(
+    pub fn spawn(cmd: Command, root: &Path, config: &Path, listen: &str, extra: &[&str]) -> Node {
+        Self::spawn_to(cmd, root, config, listen, extra, None)
+    }
+
+    fn spawn_to(
         mut cmd: Command,
         root: &Path,
         config: &Path,
         listen: &str,
         extra: &[&str],
+        log: Option<&Path>,
     ) -> Node {
         cmd.args(["serve", "--root"])
             .arg(root)
@@ -43,7 +55,11 @@ impl Node {
         cmd.args(extra)
             .env("HAUL_CONFIG_DIR", config)
             .env_remove("HAUL_TOKEN");
-        cmd.stdout(Stdio::piped()).stderr(Stdio::null());
+        let stderr = match log {
+            Some(p) => Stdio::from(std::fs::File::create(p).expect("node log")),
+            None => Stdio::null(),
+        };
+        cmd.stdout(Stdio::piped()).stderr(stderr);
         let mut child = cmd.spawn().expect("spawn haul serve");
         let stdout = child.stdout.take().expect("stdout");
         let mut lines = BufReader::new(stdout).lines();
