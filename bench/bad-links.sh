@@ -34,8 +34,8 @@ RUNS=${RUNS:-3}
 BASE_RUNS=${BASE_RUNS:-1}
 RATE=${RATE:-200mbit}
 LIMIT=${LIMIT:-150}
-SWEEPS=${SWEEPS:-"delay loss corrupt reorder duplicate"}
-TOOLS=${TOOLS:-"haul-quic haul-tcp lftp rclone"}
+SWEEPS=${SWEEPS-"delay loss corrupt reorder duplicate"}
+TOOLS=${TOOLS-"haul-quic haul-tcp lftp rclone"}
 DELAY_SIZE=${DELAY_SIZE:-1024}
 TARGETS=${TARGETS:-1}
 OUT=${OUT:-bench/results}
@@ -270,7 +270,7 @@ for t in quic tcp; do
     /usr/bin/time -f %M -o "$W/client.rss" "$HAUL" push "$W/loop.bin" haul://127.0.0.1:7979/d -q \
       --transport "$t" >/dev/null 2>&1
     t1=$(date +%s.%N)
-    kill -INT "$LN"; wait "$LN" 2>/dev/null || true
+    pkill -INT -P "$LN" || true; wait "$LN" 2>/dev/null || true
     vals+=("$(mbit 1024 "$t0" "$t1")")
     rss+=("$(( $(cat "$W/client.rss") / 1024 ))/$(( $(tail -1 "$W/node.rss") / 1024 ))")
   done

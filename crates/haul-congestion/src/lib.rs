@@ -20,8 +20,11 @@
 //!   adds to a round's loss), at most [`MAX_LOSS`]. The send rate is
 //!   `estimate × gain / (1 − p)`, so goodput stays at the estimate as `p`
 //!   grows.
+//! - **The path's RTT** is the smallest smoothed RTT of the last 40 rounds,
+//!   never below the minimum RTT — not the minimum itself: a reordered
+//!   packet that skipped the delay is as fast as the ack path alone.
 //! - **Congestion is obeyed.** While cruising at the estimate, two signs say
-//!   the sender fills a queue: the smoothed RTT well above the minimum
+//!   the sender fills a queue: the smoothed RTT well above the path's
 //!   ([`QUEUE_RTT_FACTOR`]), or above it by [`QUEUE_RTT_SLACK`] together with
 //!   loss above `p` by [`PROBE_LOSS_MARGIN`] (loss that came with its own
 //!   rate: at long RTTs a full queue is a small part of the RTT). Then the
@@ -39,9 +42,11 @@
 //!   while the rate is several times the capacity (measured in the lab:
 //!   a startup that went on dropped 57 % of what it sent).
 //! - **Window.** quinn paces at 1.25 × window / RTT and caps bytes in flight
-//!   at the window, so the window is what sets the rate: `rate × (min RTT +
-//!   WINDOW_SLACK) + 2 packets`, plus the lost packets that stay in flight until they
-//!   are declared lost (`9/8 · p · srtt` of sending); at the `max_rate` cap,
+//!   at the window, so the window is what sets the rate: `rate × (path RTT
+//!   + WINDOW_SLACK) + 2 packets`, plus the lost packets that stay in flight
+//!   until they are declared lost ([`LOSS_AFTER_RTTS`]` · p · srtt` of
+//!   sending: quinn declares loss by time only, so reordering is not loss);
+//!   at the `max_rate` cap,
 //!   `rate × srtt` exactly. Bounded by [`RateConfig::min_window`] and
 //!   [`RateConfig::max_window`] (1 Gbit/s × 2 s by default).
 //!
@@ -60,6 +65,6 @@ pub mod quinn;
 mod rate;
 
 pub use rate::{
-    LossTolerant, RateConfig, BTL_ROUNDS, MAX_LOSS, PROBE_LOSS_MARGIN, QUEUE_RTT_FACTOR,
-    QUEUE_RTT_SLACK, STARTUP_GAIN, STARTUP_LOSS_MARGIN, WINDOW_SLACK,
+    LossTolerant, RateConfig, BTL_ROUNDS, LOSS_AFTER_RTTS, MAX_LOSS, PROBE_LOSS_MARGIN,
+    QUEUE_RTT_FACTOR, QUEUE_RTT_SLACK, STARTUP_GAIN, STARTUP_LOSS_MARGIN, WINDOW_SLACK,
 };

@@ -87,6 +87,10 @@ impl Controller for QuinnController {
     }
 }
 
+/// Packets a later-sent packet may overtake before the earlier one is
+/// declared lost (quinn's default is 3).
+pub const REORDER_PACKETS: u32 = 100_000;
+
 /// Bytes in flight a connection must allow to fill 1 Gbit/s over a 2 s RTT.
 pub const LONG_FAT_WINDOW: u64 = 250_000_000;
 
@@ -104,6 +108,12 @@ pub fn transport_config(
         .receive_window(window)
         .send_window(LONG_FAT_WINDOW)
         .congestion_controller_factory(Arc::new(LossTolerantConfig { rate }))
+        // Loss is declared by time (LOSS_AFTER_RTTS without an ack), not
+        // by three later packets acked: a reordered packet overtakes
+        // hundreds of others on a fast link, and each of those would count
+        // as lost and be sent again.
+        .packet_threshold(REORDER_PACKETS)
+        .time_threshold(crate::LOSS_AFTER_RTTS as f32)
         .keep_alive_interval(Some(idle / 3));
     if let Ok(idle) = quinn_proto::IdleTimeout::try_from(idle) {
         t.max_idle_timeout(Some(idle));
