@@ -24,7 +24,8 @@
 #   (lftp/rclone, 1), RATE (200mbit), LIMIT (150), SWEEPS ("delay loss corrupt
 #   reorder duplicate"), TOOLS ("haul-quic haul-tcp lftp rclone"), DELAY_SIZE
 #   (MiB for the 1 s row, 1024), TARGETS (1: the target rows), OUT
-#   (bench/results), DATA (/dev/shm).
+#   (bench/results), DATA (/dev/shm); APPEND=1 reruns TOOLS x SWEEPS into an
+#   existing CSV (those rows replaced, the rest kept), PLOT_ONLY=1 only redraws the plots.
 # Writes OUT/bad-links.csv, OUT/bad-links-targets.txt and one PNG per sweep
 # (OUT/bad-links-SWEEP.png).
 set -euo pipefail
@@ -66,6 +67,35 @@ cleanup() {
   rm -rf "$W"
 }
 trap cleanup EXIT
+CSV=$OUT/bad-links.csv
+# One PNG per sweep from the CSV, every tool in it.
+plot() { # $1 sweep
+  command -v gnuplot >/dev/null || return 0
+  local sweep=$1 unit="%" plots="" t
+  [ "$sweep" = delay ] && unit="ms, one way"
+  for t in $(awk -F, -v s="$sweep" 'NR > 1 && $1==s {print $4}' "$CSV" | awk '!seen[$0]++'); do
+    awk -F, -v s="$sweep" -v t="$t" '$1==s && $4==t {g=$5; sub(/^>/, "", g); if (g != "corrupt") print $2, g}' "$CSV" >"$W/$sweep-$t.dat"
+    plots="$plots${plots:+, }\"$W/$sweep-$t.dat\" using 1:2 with linespoints title \"$t\""
+  done
+  [ -n "$plots" ] || return 0
+  gnuplot <<GP
+set terminal pngcairo size 900,540
+set output "$OUT/bad-links-$sweep.png"
+set title "goodput vs $sweep, rate $RATE (lab, $SIZE MiB; a run past ${LIMIT}s plots its bound)"
+set xlabel "$sweep ($unit)"
+set ylabel "goodput (Mbit/s)"
+set logscale y
+set yrange [0.5:*]
+set grid
+set key outside right
+plot $plots
+GP
+}
+
+if [ "${PLOT_ONLY:-0}" = 1 ]; then
+  for sweep in $SWEEPS; do plot "$sweep"; done
+  exit 0
+fi
 export HAUL_CONFIG_DIR=$W/config
 "$HAUL" lab up --hosts 2 --link "rate $RATE delay 10ms" --seed 1 --name "$NAME" >/dev/null
 inh() { local h=$1; shift; ip netns exec "hl-$NAME-h$h" "$@"; }
@@ -107,7 +137,7 @@ once() { # $1 tool, $2 source file, $3 size MiB
     rclone)
       dst="$W/dst/f00.bin"
       local hp=${FTP#*://}; hp=${hp%%/*}
-      inh 1 timeout "$LIMIT" rclone copy --retries 1 --low-level-retries 1 \
+      inh 1 timeout "$LIMIT" rclone copy --retries 1 --low-level-retries 1 --multi-thread-streams 0 \
         ":ftp,host=${hp%:*},port=${hp#*:},user=anonymous,pass=$(rclone obscure haul):/data/f00.bin" "$W/dst" \
         >"$W/tool.log" 2>&1 && ok=1 ;;
   esac
@@ -159,7 +189,14 @@ spec() { # $1 sweep, $2 value
 
 mkdir -p "$OUT"
 CSV=$OUT/bad-links.csv
-echo "sweep,value,link,tool,goodput_mbit" >"$CSV"
+if [ "${APPEND:-0}" = 1 ] && [ -f "$CSV" ]; then
+  # Rerun some tools in some sweeps: those rows go, every other row stays.
+  awk -F, -v tools=" $TOOLS " -v sweeps=" $SWEEPS " \
+    'NR == 1 || index(tools, " " $4 " ") == 0 || index(sweeps, " " $1 " ") == 0' "$CSV" >"$W/keep.csv"
+  cp "$W/keep.csv" "$CSV"
+else
+  echo "sweep,value,link,tool,goodput_mbit" >"$CSV"
+fi
 for sweep in $SWEEPS; do
   echo "== $sweep (goodput Mbit/s, SIZE=$SIZE MiB) =="
   printf '| %s |' "$sweep"; for t in $TOOLS; do printf ' %s |' "$t"; done; echo
@@ -181,26 +218,7 @@ for sweep in $SWEEPS; do
     echo "$row"
   done
   unset GAVE_UP
-  if command -v gnuplot >/dev/null; then
-    for t in $TOOLS; do
-      awk -F, -v s="$sweep" -v t="$t" '$1==s && $4==t {g=$5; sub(/^>/, "", g); if (g != "corrupt") print $2, g}' "$CSV" >"$W/$sweep-$t.dat"
-    done
-    unit="%"; [ "$sweep" = delay ] && unit="ms, one way"
-    plots=""
-    for t in $TOOLS; do plots="$plots${plots:+, }\"$W/$sweep-$t.dat\" using 1:2 with linespoints title \"$t\""; done
-    gnuplot <<GP
-set terminal pngcairo size 900,540
-set output "$OUT/bad-links-$sweep.png"
-set title "goodput vs $sweep, rate $RATE (lab, $SIZE MiB; a timeout plots its bound)"
-set xlabel "$sweep ($unit)"
-set ylabel "goodput (Mbit/s)"
-set logscale y
-set yrange [0.5:*]
-set grid
-set key outside right
-plot $plots
-GP
-  fi
+  plot "$sweep"
 done
 
 [ "$TARGETS" = 1 ] || { echo "csv: $CSV"; exit 0; }
