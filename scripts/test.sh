@@ -45,3 +45,12 @@ fi
 [ "$(id -u)" = 0 ] && mkdir -p /run/sshd
 
 cargo test --workspace --locked "$@"
+
+# The end-to-end suites that talk to a node, again over QUIC (issue 14: every
+# push and pull without --plaintext or --transport goes over QUIC; see
+# `with_test_transport` in crates/haul/tests/it/harness.rs).
+if [ $# -eq 0 ]; then
+  echo "== the node end-to-end suites again, over QUIC =="
+  HAUL_TEST_TRANSPORT=quic cargo test --locked -p haul --test it -- \
+    transfer:: resume:: beneath:: security:: rate:: fanout::
+fi

@@ -99,9 +99,33 @@ pub fn haul(config: &Path) -> Command {
     c
 }
 
+/// With `HAUL_TEST_TRANSPORT=quic` in the test's environment, a push or
+/// pull that names neither `--plaintext` nor `--transport` runs over that
+/// transport: the same end-to-end suites for both transports
+/// (`scripts/test.sh` runs them so). Every command that spawns a transfer
+/// goes through this.
+pub fn with_test_transport(cmd: &mut Command) {
+    let Ok(t) = std::env::var("HAUL_TEST_TRANSPORT") else {
+        return;
+    };
+    let args: Vec<_> = cmd
+        .get_args()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let transfer = args.iter().any(|a| a == "push" || a == "pull");
+    if transfer
+        && !args
+            .iter()
+            .any(|a| a == "--plaintext" || a == "--transport")
+    {
+        cmd.env("HAUL_TRANSPORT", t);
+    }
+}
+
 /// Runs to completion with a deadline (tests never hang). Output is drained
 /// while it runs, so a chatty child never blocks on a full pipe.
 pub fn run(mut cmd: Command, limit: Duration) -> Output {
+    with_test_transport(&mut cmd);
     cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
     let mut child = cmd.spawn().expect("spawn haul");
     let drain = |r: Option<Box<dyn std::io::Read + Send>>| {

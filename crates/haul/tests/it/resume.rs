@@ -39,6 +39,7 @@ fn start_until(
     root: &std::path::Path,
     mib: u64,
 ) -> std::process::Child {
+    crate::harness::with_test_transport(&mut cmd);
     cmd.stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null());
     let child = cmd.spawn().expect("spawn");
