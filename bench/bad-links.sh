@@ -15,7 +15,8 @@
 # a tool that timed out is not run at the harsher points of that sweep.
 # Every delivered file is compared with the source byte for byte.
 #
-# Then the issue's target rows: 1 GiB at `rate RATE delay 1000ms`, haul QUIC
+# Then the issue's target rows: haul QUIC at 30 % loss against the same link
+# clean, 1 GiB at `rate RATE delay 1000ms`, haul QUIC
 # sharing the clean bottleneck with an iperf3 TCP flow (fairness), and a
 # loopback push over QUIC and over TLS/TCP with the peak RSS of both ends.
 #
@@ -23,7 +24,8 @@
 # Environment: SIZE (MiB, 256), RUNS (haul runs per point, 3), BASE_RUNS
 #   (lftp/rclone, 1), RATE (200mbit), LIMIT (150), SWEEPS ("delay loss corrupt
 #   reorder duplicate"), TOOLS ("haul-quic haul-tcp lftp rclone"), DELAY_SIZE
-#   (MiB for the 1 s row, 1024), TARGETS (1: the target rows), OUT
+#   (MiB for the 1 s row, 1024), DELAY_TOOLS (who runs it: "haul-quic
+#   haul-tcp"), TARGETS (1: the target rows), OUT
 #   (bench/results), DATA (/dev/shm); APPEND=1 reruns TOOLS x SWEEPS into an
 #   existing CSV (those rows replaced, the rest kept), PLOT_ONLY=1 only redraws the plots.
 # Writes OUT/bad-links.csv, OUT/bad-links-targets.txt and one PNG per sweep
@@ -226,9 +228,17 @@ T=$OUT/bad-links-targets.txt
 : >"$T"
 say() { echo "$*" | tee -a "$T"; }
 
+# 0. 30 % loss against the same link without loss, haul QUIC, SIZE MiB,
+#    medians of RUNS (the sweep's points are 24 and 32 %).
+data_way haul-quic "rate $RATE delay 10ms"
+clean=$(measure haul-quic "$SRC" "$SIZE")
+data_way haul-quic "rate $RATE delay 10ms loss 30%"
+lossy=$(measure haul-quic "$SRC" "$SIZE")
+say "loss 30%, $SIZE MiB, haul-quic: $lossy Mbit/s against $clean clean ($(awk -v l="${lossy#>}" -v c="$clean" 'BEGIN {printf "%.2f", l/c}') of clean; target >= 0.7)"
+
 # 1. One second one way, DELAY_SIZE MiB, from the first byte.
 head -c $((DELAY_SIZE << 20)) /dev/urandom >"$W/big.bin"
-for t in haul-quic haul-tcp; do
+for t in ${DELAY_TOOLS:-haul-quic haul-tcp}; do
   data_way "$t" "rate $RATE delay 1000ms"
   g=$(LIMIT=$((LIMIT * 4)) once "$t" "$W/big.bin" "$DELAY_SIZE")
   say "delay 1000ms, $DELAY_SIZE MiB, $t: $g Mbit/s ($(awk -v g="${g#>}" -v r="${RATE%mbit}" 'BEGIN {printf "%.2f", g/r}') of the link)"
