@@ -25,7 +25,8 @@
 #   (lftp/rclone, 1), RATE (200mbit), LIMIT (150), SWEEPS ("delay loss corrupt
 #   reorder duplicate"), TOOLS ("haul-quic haul-tcp lftp rclone"), DELAY_SIZE
 #   (MiB for the 1 s row, 1024), DELAY_TOOLS (who runs it: "haul-quic
-#   haul-tcp"), TARGETS (1: the target rows), OUT
+#   haul-tcp"), TARGETS (1: the target rows), TARGET_ROWS (which: "loss delay
+#   fair loopback"), OUT
 #   (bench/results), DATA (/dev/shm); APPEND=1 reruns TOOLS x SWEEPS into an
 #   existing CSV (those rows replaced, the rest kept), PLOT_ONLY=1 only redraws the plots.
 # Writes OUT/bad-links.csv, OUT/bad-links-targets.txt and one PNG per sweep
@@ -225,18 +226,24 @@ done
 
 [ "$TARGETS" = 1 ] || { echo "csv: $CSV"; exit 0; }
 T=$OUT/bad-links-targets.txt
-: >"$T"
+[ -n "${TARGET_ROWS:-}" ] || : >"$T"
 say() { echo "$*" | tee -a "$T"; }
+
+ROWS=" ${TARGET_ROWS:-loss delay fair loopback} "
+row() { [[ $ROWS == *" $1 "* ]]; }
 
 # 0. 30 % loss against the same link without loss, haul QUIC, SIZE MiB,
 #    medians of RUNS (the sweep's points are 24 and 32 %).
+if row loss; then
 data_way haul-quic "rate $RATE delay 10ms"
 clean=$(measure haul-quic "$SRC" "$SIZE")
 data_way haul-quic "rate $RATE delay 10ms loss 30%"
 lossy=$(measure haul-quic "$SRC" "$SIZE")
 say "loss 30%, $SIZE MiB, haul-quic: $lossy Mbit/s against $clean clean ($(awk -v l="${lossy#>}" -v c="$clean" 'BEGIN {printf "%.2f", l/c}') of clean; target >= 0.7)"
+fi
 
 # 1. One second one way, DELAY_SIZE MiB, from the first byte.
+if row delay; then
 head -c $((DELAY_SIZE << 20)) /dev/urandom >"$W/big.bin"
 for t in ${DELAY_TOOLS:-haul-quic haul-tcp}; do
   data_way "$t" "rate $RATE delay 1000ms"
@@ -244,9 +251,11 @@ for t in ${DELAY_TOOLS:-haul-quic haul-tcp}; do
   say "delay 1000ms, $DELAY_SIZE MiB, $t: $g Mbit/s ($(awk -v g="${g#>}" -v r="${RATE%mbit}" 'BEGIN {printf "%.2f", g/r}') of the link)"
 done
 rm -f "$W/big.bin"
+fi
 
 # 2. Fairness: a 60 s QUIC push and a 20 s iperf3 TCP flow from h1 to h2
 #    share h1's clean uplink; each flow's rate while both run.
+if row fair; then
 setp h1 "rate $RATE delay 10ms"; setp h2 "rate $RATE delay 10ms"
 inh 2 iperf3 -s -D -1 >/dev/null 2>&1
 head -c $((2048 << 20)) /dev/zero >"$W/fair.bin"
@@ -282,9 +291,11 @@ PY
 )
 say "fairness, clean $RATE shared: haul QUIC $quic Mbit/s, iperf3 TCP $tcp Mbit/s (QUIC/TCP $(awk -v q="$quic" -v t="$tcp" 'BEGIN {printf "%.2f", q/t}'); target <= 2)"
 rm -f "$W/fair.bin"
+fi
 
 # 3. Loopback, clean: 1 GiB pushed over QUIC and over TLS/TCP; peak RSS of
 #    the client and the node (GNU time), medians of RUNS.
+if row loopback; then
 head -c $((1024 << 20)) /dev/urandom >"$W/loop.bin"
 for t in quic tcp; do
   vals=() rss=()
@@ -307,4 +318,5 @@ for t in quic tcp; do
   say "loopback 1 GiB over $t: $g Mbit/s (runs: ${vals[*]}); peak RSS client/node MiB: ${rss[*]}"
 done
 say "loopback QUIC / TLS-over-TCP: $(awk -v q="$LOOP_quic" -v t="$LOOP_tcp" 'BEGIN {printf "%.2f", q/t}') (target >= 0.5)"
+fi
 echo "csv: $CSV; targets: $T"
