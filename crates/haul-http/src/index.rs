@@ -4,7 +4,9 @@
 //! The page is fed in chunks as it arrives; entries come out as soon as their
 //! line is complete, so a 100,000-entry index never sits in memory. Memory is
 //! bounded: a tag longer than [`MAX_TAG`] is an error, the text after a link is
-//! capped at [`MAX_TRAILING`] bytes, comments are skipped as they stream.
+//! capped at [`MAX_TRAILING`] bytes, comments and the content of raw-text
+//! elements (`script`, `style`, `textarea`, `title`...) are skipped as they
+//! stream, keeping at most an end tag's length of them.
 //!
 //! An entry is any `<a href>` that names a direct child of the directory:
 //! relative (`name`, `./name`, `name/`), or absolute (`/dir/name`,
@@ -48,6 +50,8 @@ pub struct IndexParser {
     authorities: Vec<String>,
     buf: Vec<u8>,
     in_comment: bool,
+    /// Inside a raw-text element: the end tag that closes it (`</script`).
+    raw_end: Option<&'static [u8]>,
     pending: Option<Pending>,
     last_name: Option<String>,
 }
@@ -78,6 +82,7 @@ impl IndexParser {
             authorities,
             buf: Vec::new(),
             in_comment: false,
+            raw_end: None,
             pending: None,
             last_name: None,
         }
@@ -89,6 +94,19 @@ impl IndexParser {
         let buf = std::mem::take(&mut self.buf);
         let mut pos = 0;
         let result = loop {
+            if let Some(end) = self.raw_end {
+                match raw_text_end(&buf[pos..], end) {
+                    RawEnd::At(i) => {
+                        pos += i;
+                        self.raw_end = None;
+                        continue;
+                    }
+                    RawEnd::NotYet(keep_from) => {
+                        pos += keep_from;
+                        break Ok(());
+                    }
+                }
+            }
             if self.in_comment {
                 match find(&buf[pos..], b"-->") {
                     Some(i) => {
@@ -186,6 +204,10 @@ impl IndexParser {
                 if let Some(p) = self.pending.as_mut() {
                     p.closed = true;
                 }
+            }
+            _ if name_len > 0 && !name.starts_with('/') && raw_text_close(name).is_some() => {
+                self.flush(out);
+                self.raw_end = raw_text_close(name);
             }
             "tr" | "/tr" | "br" | "li" | "/li" | "p" | "/p" | "div" | "/div" | "hr" | "/pre"
             | "/table" | "/body" | "/html" | "/ul" => self.flush(out),
@@ -316,6 +338,50 @@ fn nginx_size(trailing: &str) -> Option<u64> {
         return None;
     }
     size.parse().ok()
+}
+
+/// The end tag of a raw-text element (`script`, `style`, `textarea`...),
+/// whose content is text, never tags: `<a href>` there is no link.
+fn raw_text_close(name: &str) -> Option<&'static [u8]> {
+    Some(match name {
+        "script" => b"</script",
+        "style" => b"</style",
+        "textarea" => b"</textarea",
+        "title" => b"</title",
+        "xmp" => b"</xmp",
+        "iframe" => b"</iframe",
+        "noembed" => b"</noembed",
+        "noframes" => b"</noframes",
+        _ => return None,
+    })
+}
+
+enum RawEnd {
+    /// The end tag starts here.
+    At(usize),
+    /// Not in this piece: keep the bytes from here (a prefix of the end tag
+    /// may be at the end).
+    NotYet(usize),
+}
+
+/// Where raw text closed by `end` (`</script`, matched ASCII
+/// case-insensitively and followed by white space, `/` or `>`) ends in `text`.
+fn raw_text_end(text: &[u8], end: &[u8]) -> RawEnd {
+    let mut from = 0;
+    while let Some(i) = text[from..]
+        .windows(end.len())
+        .position(|w| w.eq_ignore_ascii_case(end))
+    {
+        let at = from + i;
+        match text.get(at + end.len()) {
+            None => return RawEnd::NotYet(at),
+            Some(b) if b.is_ascii_whitespace() || *b == b'/' || *b == b'>' => {
+                return RawEnd::At(at)
+            }
+            Some(_) => from = at + 1,
+        }
+    }
+    RawEnd::NotYet(text.len().saturating_sub(end.len() - 1).max(from))
 }
 
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {

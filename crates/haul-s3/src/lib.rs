@@ -56,8 +56,7 @@ mod errors;
 mod headers;
 mod session;
 mod sigv4;
-mod time;
-mod xml;
+pub mod xml;
 
 #[cfg(feature = "test-server")]
 pub mod testserver;
