@@ -16,6 +16,16 @@
 //! name; a trailing `/` makes it a directory. A size is taken only from
 //! nginx's exact layout (`name  02-Jan-2024 15:04  1234`); Apache's `1.2M`
 //! style (and every date) is left unknown for stat to fill in.
+//!
+//! Hand-written rather than on `lol_html` (the streaming HTML rewriter that
+//! also bounds memory), measured on 2026-12-02: a 12.5 MB, 100,000-entry
+//! nginx page fed in 8 KiB pieces (a throwaway release binary compiling
+//! this file beside lol_html 2, on a loaded 2-core machine) took 124 ms here (100
+//! MB/s, names decoded and sizes read) and 51-67 ms with lol_html matching
+//! `a[href]` (190-250 MB/s, hrefs only: no decoding, no size column).
+//! Both are far beyond the rate any index page arrives at; lol_html would
+//! add 47 crates (a CSS selector engine, cssparser, encoding_rs) to find one
+//! tag, and the size column after each link would still need code here.
 
 use haul_remote::{EntryKind, RemoteEntry};
 
