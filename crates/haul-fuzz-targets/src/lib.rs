@@ -181,7 +181,8 @@ pub fn dates(data: &[u8]) {
         );
     }
     if let Ok(t) = haul_time::parse_amz_date(&text) {
-        assert_eq!(haul_time::amz_date(t).0, text.as_ref());
+        // (Not the text itself: a leap second `60` reads as `59`.)
+        assert_eq!(haul_time::parse_amz_date(&haul_time::amz_date(t).0), Ok(t));
     }
 }
 
