@@ -50,6 +50,7 @@
 mod control;
 mod data;
 pub mod listing;
+pub mod reply;
 mod session;
 mod tls;
 mod transfer;

@@ -49,7 +49,7 @@
 
 mod conn_gate;
 mod errors;
-mod headers;
+pub mod headers;
 pub mod index;
 mod session;
 #[cfg(feature = "test-server")]

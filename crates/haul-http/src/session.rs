@@ -289,7 +289,7 @@ impl Session for HttpSession {
             {
                 rb = rb.header(IF_RANGE, tag);
             } else if let Some(t) = expect.mtime {
-                rb = rb.header(IF_RANGE, httpdate::fmt_http_date(t));
+                rb = rb.header(IF_RANGE, haul_time::format_http_date(t));
             }
         }
         let mut resp = self.send("read", rb).await?;

@@ -12,9 +12,9 @@ use reqwest::{Method, Response, StatusCode};
 use crate::errors::{classify, net_error};
 use crate::headers::{content_range, entry_from_headers, header};
 use crate::sigv4::{self, ToSign, EMPTY_SHA256};
-use crate::time::{parse_http_date, parse_iso8601};
 use crate::xml;
 use crate::S3Credentials;
+use haul_time::{parse_http_date, parse_rfc3339};
 
 /// Largest listing page read (S3 pages hold at most 1,000 keys, ~300 KiB).
 const MAX_PAGE: usize = 16 << 20;
@@ -270,11 +270,12 @@ impl Inner {
             .body(resp, MAX_ERROR_BODY, what)
             .await
             .unwrap_or_default();
-        let (code, msg) = xml::parse_error(&String::from_utf8_lossy(&body));
+        // A body that is no complete <Error> leaves the status to go by.
+        let parsed = xml::parse_error(&String::from_utf8_lossy(&body)).unwrap_or_default();
         classify(
             status,
-            code.as_deref(),
-            msg.as_deref(),
+            parsed.code.as_deref(),
+            parsed.message.as_deref(),
             what,
             &self.region,
             bucket_region.as_deref(),
@@ -313,7 +314,8 @@ impl Inner {
         let body = self.body(resp, MAX_PAGE, what).await?;
         let text = std::str::from_utf8(&body)
             .map_err(|_| RemoteError::Protocol(format!("{what}: the listing is not UTF-8")))?;
-        xml::parse_list(text).map_err(|e| RemoteError::Protocol(format!("{what}: {e}")))
+        xml::parse_list(text)
+            .map_err(|e| RemoteError::Protocol(format!("{what}: the listing is unusable: {e}")))
     }
 }
 
@@ -322,7 +324,10 @@ fn listed_entry(name: String, o: &xml::ListedObject) -> RemoteEntry {
         name,
         kind: EntryKind::File,
         size: o.size,
-        mtime: o.last_modified.as_deref().and_then(parse_iso8601),
+        mtime: o
+            .last_modified
+            .as_deref()
+            .and_then(|d| parse_rfc3339(d).ok()),
         version: o.etag.clone(),
         // A listing cannot tell SSE-KMS objects (whose ETag is no MD5)
         // apart: checksums come from the HEAD the driver makes before
@@ -530,7 +535,7 @@ impl Session for S3Session {
         if expect.version.is_none() {
             if let (Some(want), Some(got)) = (
                 expect.mtime,
-                header(hd, "last-modified").and_then(parse_http_date),
+                header(hd, "last-modified").and_then(|d| parse_http_date(d).ok()),
             ) {
                 let secs = |t: SystemTime| {
                     t.duration_since(SystemTime::UNIX_EPOCH)

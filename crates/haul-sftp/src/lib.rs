@@ -45,7 +45,7 @@
 //! `Protocol`. Incoming SFTP packets are capped at 257 KiB.
 
 mod connect;
-mod known_hosts;
+pub mod known_hosts;
 mod session;
 #[cfg(feature = "test-server")]
 pub mod testserver;

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{anyhow, bail, Context, Result};
 use haul_fetch::{FetchOptions, Filter, RenameTemplate, RuleKind};
 use haul_remote::{Remote, RemoteOptions, RemoteUrl, Scheme, Secret};
 
@@ -96,60 +96,11 @@ pub fn fetch_options(
     })
 }
 
-/// Parses `--newer-than`: `YYYY-MM-DD`, `YYYY-MM-DDTHH:MM:SSZ` (UTC), or an
-/// age `N` + `s`/`m`/`h`/`d`/`w` before now.
+/// Parses `--newer-than`: `YYYY-MM-DD` (UTC), `YYYY-MM-DDTHH:MM:SS` with `Z`,
+/// an offset (`+02:00`) or neither (UTC), or an age `N` + `s`/`m`/`h`/`d`/`w`
+/// before now. Dates that do not exist (`2024-02-31`) are refused.
 pub fn parse_when(s: &str) -> Result<SystemTime> {
-    let s = s.trim();
-    if let Some((num, unit)) = s.split_at_checked(s.len().saturating_sub(1)) {
-        if let (Ok(n), Some(secs)) = (
-            num.parse::<u64>(),
-            match unit {
-                "s" => Some(1),
-                "m" => Some(60),
-                "h" => Some(3600),
-                "d" => Some(86_400),
-                "w" => Some(604_800),
-                _ => None,
-            },
-        ) {
-            let age = Duration::from_secs(n.saturating_mul(secs));
-            return SystemTime::now()
-                .checked_sub(age)
-                .with_context(|| format!("--newer-than {s:?} is too far back"));
-        }
-    }
-    let bad = || {
-        format!("--newer-than takes 2024-03-01, 2024-03-01T12:00:00Z or an age like 7d, not {s:?}")
-    };
-    let (date, time) = match s.split_once('T') {
-        Some((d, t)) => (d, t.trim_end_matches('Z')),
-        None => (s, "00:00:00"),
-    };
-    let num = |v: Option<&str>| -> Result<i64> { v.and_then(|v| v.parse().ok()).with_context(bad) };
-    let mut d = date.split('-');
-    let (y, m, day) = (num(d.next())?, num(d.next())?, num(d.next())?);
-    let mut t = time.split(':');
-    let (hh, mm, ss) = (
-        num(t.next())?,
-        num(t.next().or(Some("0")))?,
-        num(t.next().or(Some("0")))?,
-    );
-    if !(1..=12).contains(&m) || !(1..=31).contains(&day) || hh > 23 || mm > 59 || ss > 60 {
-        bail!(bad());
-    }
-    // Days from civil (Howard Hinnant), UTC.
-    let yy = if m <= 2 { y - 1 } else { y };
-    let era = yy.div_euclid(400);
-    let yoe = yy.rem_euclid(400);
-    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + day - 1;
-    let days = era * 146_097 + yoe * 365 + yoe / 4 - yoe / 100 + doy - 719_468;
-    let secs = days * 86_400 + hh * 3600 + mm * 60 + ss;
-    let base = SystemTime::UNIX_EPOCH;
-    Ok(if secs >= 0 {
-        base + Duration::from_secs(secs as u64)
-    } else {
-        base - Duration::from_secs(secs.unsigned_abs())
-    })
+    haul_time::parse_when(s, SystemTime::now()).map_err(|e| anyhow!("--newer-than: {e}"))
 }
 
 #[cfg(test)]
@@ -173,5 +124,11 @@ mod tests {
         assert!(age >= Duration::from_secs(7200) && age < Duration::from_secs(7300));
         assert!(parse_when("yesterday").is_err());
         assert!(parse_when("2024-13-01").is_err());
+        assert!(parse_when("2024-02-31").is_err());
+        let t = parse_when("2024-03-01T12:00:00+02:00").unwrap();
+        assert_eq!(
+            t.duration_since(SystemTime::UNIX_EPOCH).unwrap().as_secs(),
+            1_709_287_200
+        );
     }
 }
