@@ -5,7 +5,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
-use haul_engine::{split_ranges, Destination, EntryIter, LocalTree, Source as _, SourceEntry};
+use haul_engine::{
+    split_ranges, Destination, EntryFilter, EntryIter, Filter, LocalTree, Source as _, SourceEntry,
+};
 use haul_proto::{DecodeError, EntryKind, ErrorCode, Message, Request, PROTOCOL_VERSION};
 use haul_session::concurrency::Concurrency;
 use haul_session::summary::{Summary, Tally};
@@ -56,6 +58,10 @@ pub struct ClientOptions {
     /// Bytes of chunk buffers across all connections ([`crate::buffers`]);
     /// a local copy gives this much to each of its two sides.
     pub chunk_memory: usize,
+    /// What is taken from the source (`--include`, `--exclude`...): applied
+    /// where the source is walked (push, local copy) or, for a pull, to the
+    /// node's listing before anything is asked for.
+    pub filter: Option<Arc<Filter>>,
 }
 
 impl Default for ClientOptions {
@@ -74,6 +80,7 @@ impl Default for ClientOptions {
             transport: Transport::Tcp,
             chunk_memory: crate::buffers::DEFAULT_BUDGET,
             chunk_work: ChunkWork::for_this_machine(),
+            filter: None,
         }
     }
 }
@@ -189,7 +196,10 @@ pub(crate) fn send_queue(
 ) -> Result<Arc<WorkQueue<SendJob>>, NodeError> {
     let mut iters: Vec<EntryIter> = Vec::new();
     for s in sources {
-        let tree = LocalTree::new(s).map_err(|e| NodeError::Usage(e.to_string()))?;
+        let mut tree = LocalTree::new(s).map_err(|e| NodeError::Usage(e.to_string()))?;
+        if let Some(filter) = &opts.filter {
+            tree = tree.with_filter(filter.clone());
+        }
         iters.push(Box::new(tree).entries());
     }
     let observer = tally.clone();
@@ -365,6 +375,7 @@ pub async fn pull(
     destination.apply_dir_metadata_at_end();
     let queue: Arc<WorkQueue<FetchJob>> = WorkQueue::open();
     let base = list_base(&remote.path);
+    let top = list_top(&remote.path);
     let lister = {
         let (queue, tally, destination, opts) = (
             queue.clone(),
@@ -373,7 +384,7 @@ pub async fn pull(
             opts.clone(),
         );
         tokio::spawn(async move {
-            let r = read_listing(&mut lr, &queue, &tally, &destination, &base, &opts).await;
+            let r = read_listing(&mut lr, &queue, &tally, &destination, &base, &opts, &top).await;
             let _ = lw.send(&Message::Bye).await;
             queue.close();
             r
@@ -447,6 +458,15 @@ fn check_dest_dir(dest: &Path) -> Result<(), NodeError> {
     }
 }
 
+/// The wire name of a listing's top: the last component of `path`, or
+/// nothing when only its contents are listed (a trailing `/`).
+pub(crate) fn list_top(path: &str) -> String {
+    if path.ends_with('/') || path.is_empty() {
+        return String::new();
+    }
+    path.rsplit('/').next().unwrap_or_default().to_owned()
+}
+
 /// The server directory listing paths are relative to.
 fn list_base(path: &str) -> String {
     if path.ends_with('/') || path.is_empty() {
@@ -465,7 +485,13 @@ async fn read_listing(
     dest: &Destination,
     base: &str,
     opts: &ClientOptions,
+    top: &str,
 ) -> Result<(), NodeError> {
+    let mut chosen = opts
+        .filter
+        .clone()
+        .map(|f| EntryFilter::new(f, top.to_owned()));
+    let mut taken = Vec::new();
     loop {
         let entry = match rd.recv().await? {
             Message::Listing { entry } => entry,
@@ -493,56 +519,75 @@ async fn read_listing(
                 )))
             }
         };
-        let path = entry.path.clone();
-        let result = match &entry.kind {
-            EntryKind::Dir | EntryKind::Symlink { .. } => match dest.make_dir_or_link(&entry) {
-                Some(made) => made.map(|()| tally.event(&Event::made(path.clone()))),
-                None => Ok(()),
-            },
-            EntryKind::File => {
-                if let Err(e) = haul_proto::validate_entry_path(&entry.path) {
-                    Err(e.into())
-                } else if dest.quick_check(&entry) {
-                    tally.event(&Event::up_to_date(path.clone(), entry.size));
-                    Ok(())
+        match &mut chosen {
+            Some(chosen) => taken = chosen.offer(&entry.clone(), entry),
+            None => taken.push(entry),
+        }
+        for entry in taken.drain(..) {
+            take_listed(entry, queue, tally, dest, base, opts);
+        }
+    }
+}
+
+/// Makes a listed directory or link, or queues a listed file unless it
+/// is up to date.
+fn take_listed(
+    entry: haul_proto::Entry,
+    queue: &WorkQueue<FetchJob>,
+    tally: &Tally,
+    dest: &Destination,
+    base: &str,
+    opts: &ClientOptions,
+) {
+    let path = entry.path.clone();
+    let result = match &entry.kind {
+        EntryKind::Dir | EntryKind::Symlink { .. } => match dest.make_dir_or_link(&entry) {
+            Some(made) => made.map(|()| tally.event(&Event::made(path.clone()))),
+            None => Ok(()),
+        },
+        EntryKind::File => {
+            if let Err(e) = haul_proto::validate_entry_path(&entry.path) {
+                Err(e.into())
+            } else if dest.quick_check(&entry) {
+                tally.event(&Event::up_to_date(path.clone(), entry.size));
+                Ok(())
+            } else {
+                let server_path = if base.is_empty() {
+                    entry.path.clone()
                 } else {
-                    let server_path = if base.is_empty() {
-                        entry.path.clone()
-                    } else {
-                        format!("{base}/{}", entry.path)
-                    };
-                    let count = entry.chunk_count();
-                    if opts.streams > 1 && entry.size >= opts.split_min && count >= 2 {
-                        let ranges = split_ranges(count, opts.streams);
-                        let group = FetchGroup::new(ranges.len() as u32);
-                        for (first, end) in ranges {
-                            queue.push(FetchJob {
-                                path: server_path.clone(),
-                                entry: entry.clone(),
-                                first,
-                                end,
-                                group: Some(group.clone()),
-                            });
-                        }
-                    } else {
+                    format!("{base}/{}", entry.path)
+                };
+                let count = entry.chunk_count();
+                if opts.streams > 1 && entry.size >= opts.split_min && count >= 2 {
+                    let ranges = split_ranges(count, opts.streams);
+                    let group = FetchGroup::new(ranges.len() as u32);
+                    for (first, end) in ranges {
                         queue.push(FetchJob {
-                            path: server_path,
-                            entry,
-                            first: 0,
-                            end: u32::MAX,
-                            group: None,
+                            path: server_path.clone(),
+                            entry: entry.clone(),
+                            first,
+                            end,
+                            group: Some(group.clone()),
                         });
                     }
-                    Ok(())
+                } else {
+                    queue.push(FetchJob {
+                        path: server_path,
+                        entry,
+                        first: 0,
+                        end: u32::MAX,
+                        group: None,
+                    });
                 }
+                Ok(())
             }
-        };
-        if let Err(e) = result {
-            tally.event(&Event::FileError {
-                path,
-                error: e.to_string(),
-            });
         }
+    };
+    if let Err(e) = result {
+        tally.event(&Event::FileError {
+            path,
+            error: e.to_string(),
+        });
     }
 }
 

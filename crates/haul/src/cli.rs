@@ -39,13 +39,15 @@ pub enum Command {
     /// Run a node that accepts pushes into DIR and serves pulls from it.
     Serve(ServeArgs),
     /// Send local files or trees to a node: PATH... haul://HOST:PORT/DEST.
-    Push(PushArgs),
+    Push(Box<PushArgs>),
     /// Fetch from a node (haul://HOST:PORT/PATH) or a local path into DEST.
     Pull(Box<PullArgs>),
     /// Start a node on loopback, push a sample dataset, pull it back, verify.
     Demo(DemoArgs),
     /// Network lab: hosts in network namespaces joined by a userspace netem (root only).
     Lab(haul_lab::cli::LabArgs),
+    /// Print the manual page (roff): `haul man | man -l -`.
+    Man,
     /// Print shell completions.
     Completions {
         /// Shell to generate for.
@@ -140,8 +142,14 @@ pub struct TransferArgs {
     pub socket_buffer: Option<String>,
     /// Cap on the whole transfer's rate, across all connections, paced:
     /// `50mbit`, or bytes per second with K/M/G (`10M` as rclone, `500K`).
+    /// Also spelled --bwlimit (rsync's name); FTP, SFTP, HTTP and S3 pulls too.
     #[arg(long, visible_alias = "bwlimit", value_name = "RATE")]
     pub max_rate: Option<String>,
+    /// Show what would be sent, skipped as up to date, made and deleted,
+    /// with sizes and totals; nothing is written, created, deleted or
+    /// locked on either side.
+    #[arg(short = 'n', long)]
+    pub dry_run: bool,
     /// Write payloads from memory instead of sendfile(2) (plaintext only).
     #[arg(long, hide = true)]
     pub no_zero_copy: bool,
@@ -174,6 +182,9 @@ pub struct PushArgs {
     /// Transfer settings.
     #[command(flatten)]
     pub transfer: TransferArgs,
+    /// Which files are sent.
+    #[command(flatten)]
+    pub filter: FilterArgs,
 }
 
 /// `haul pull`.
@@ -190,12 +201,12 @@ pub struct PullArgs {
     /// Transfer settings.
     #[command(flatten)]
     pub transfer: TransferArgs,
+    /// Which files are fetched.
+    #[command(flatten)]
+    pub filter: FilterArgs,
     /// Settings for FTP, SFTP, HTTP and S3 sources.
     #[command(flatten)]
     pub remote: RemoteArgs,
-    /// `--include`/`--exclude` in command-line order (filled in by main).
-    #[arg(skip)]
-    pub rules: Vec<(haul_fetch::RuleKind, String)>,
 }
 
 const PULL_EXAMPLES: &str = "\
@@ -214,21 +225,20 @@ DEST/NAME/ is created (rsync's rule). Passwords: in the URL, --password-file
 or HAUL_PASSWORD; S3 keys from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or
 ~/.aws/credentials. Secrets are never printed.";
 
-/// Flags for remote (FTP, SFTP, HTTP, S3) sources.
+/// Which files a transfer takes: the same rules for push, pull from a
+/// node, local copies and FTP/SFTP/HTTP/S3 pulls (`haul-filter`).
 #[derive(Debug, Args, Clone, Default)]
-pub struct RemoteArgs {
+pub struct FilterArgs {
     /// Take files matching this glob (repeatable; first matching rule wins).
     #[arg(long, value_name = "GLOB")]
     pub include: Vec<String>,
     /// Skip files matching this glob; `DIR/` skips a directory (repeatable).
     #[arg(long, value_name = "GLOB")]
     pub exclude: Vec<String>,
-    /// Only files whose relative path matches this regular expression.
-    #[arg(long, value_name = "RE")]
-    pub regex: Option<String>,
-    /// Per-path-component regexes, `/`-separated (PushPull's DirStruct).
-    #[arg(long, value_name = "RE/RE/...")]
-    pub dir_struct: Option<String>,
+    /// Read rules from FILE, one a line: `+ GLOB` includes, `- GLOB`
+    /// excludes, `#` comments (in order with --include/--exclude).
+    #[arg(long, value_name = "FILE")]
+    pub filter_from: Vec<PathBuf>,
     /// Only files at least this large (e.g. 10M).
     #[arg(long, value_name = "SIZE")]
     pub min_size: Option<String>,
@@ -241,6 +251,30 @@ pub struct RemoteArgs {
     /// Descend at most this many directory levels.
     #[arg(long, value_name = "N")]
     pub max_depth: Option<usize>,
+    /// `--include`, `--exclude` and `--filter-from` in command-line order
+    /// (filled in by main).
+    #[arg(skip)]
+    pub rules: Vec<FilterRule>,
+}
+
+/// One filter flag, in command-line order.
+#[derive(Debug, Clone)]
+pub enum FilterRule {
+    /// `--include` or `--exclude`.
+    Glob(haul_fetch::RuleKind, String),
+    /// `--filter-from FILE`.
+    File(PathBuf),
+}
+
+/// Flags for remote (FTP, SFTP, HTTP, S3) sources.
+#[derive(Debug, Args, Clone, Default)]
+pub struct RemoteArgs {
+    /// Only files whose relative path matches this regular expression.
+    #[arg(long, value_name = "RE")]
+    pub regex: Option<String>,
+    /// Per-path-component regexes, `/`-separated (PushPull's DirStruct).
+    #[arg(long, value_name = "RE/RE/...")]
+    pub dir_struct: Option<String>,
     /// Skip files that already exist at the destination (whatever their size).
     #[arg(long)]
     pub skip_existing: bool,

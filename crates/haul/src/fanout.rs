@@ -87,7 +87,16 @@ pub async fn push(
             .into());
         }
     }
-    let opts = usage(config::client_options(&args.transfer))?;
+    if args.transfer.dry_run {
+        return Err(UsageError(
+            "--dry-run is for one destination; a fan-out does not take it yet (dry-run each node: haul push -n SRC URL)".into(),
+        )
+        .into());
+    }
+    let opts = usage(config::filtered_client_options(
+        &args.transfer,
+        &args.filter,
+    ))?;
     let display = Arc::new(Display::new(mode));
     if mode == Mode::Json {
         output::json_line(&serde_json::json!({

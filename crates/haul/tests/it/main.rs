@@ -4,10 +4,13 @@
 
 mod beneath;
 mod corruption;
+mod dry_run;
 mod fanout;
+mod filters;
 mod harness;
 mod lab_fanout;
 mod lab_quic;
+mod man;
 mod memory;
 mod proxy;
 mod quic;

@@ -74,3 +74,41 @@ fn a_bare_number_says_which_unit_it_could_mean() {
     let err = stderr(&out);
     assert!(err.contains("1000K") && err.contains("rsync"), "{err}");
 }
+
+/// Pulls 3 files of 3 MiB from `url` over 3 connections at `--bwlimit
+/// 16mbit` (2 MB/s): one cap across them, within 5 % of it.
+fn remote_capped(url: &str, s: &Scratch) {
+    let mut c = haul(&s.path("config"));
+    c.args(["--json", "pull", url]).arg(s.path("dst")).args([
+        "-j",
+        "3",
+        "--max-conn-per-host",
+        "3",
+        "--bwlimit",
+        "16mbit",
+    ]);
+    let t0 = Instant::now();
+    let out = run(c, T);
+    let took = t0.elapsed().as_secs_f64();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let bytes = (9u64 << 20) as f64;
+    let rate = bytes / took;
+    // Never above the cap (plus the pacer's few ms of slack); no more than
+    // 5 % under it with logins and listings counted in.
+    assert!(rate <= 2.0e6 * 1.02, "{url}: {rate:.0} B/s in {took:.2} s");
+    assert!(rate >= 2.0e6 * 0.95, "{url}: {rate:.0} B/s in {took:.2} s");
+}
+
+#[test]
+fn bwlimit_caps_http_and_ftp_pulls_across_connections() {
+    let http = haul_http::testserver::TestServer::start()
+        .expect("start nginx (apt-get install nginx-light)");
+    let ftp = haul_ftp::testserver::FtpServer::start(haul_ftp::testserver::Mode::Plain)
+        .expect("start vsftpd (apt-get install vsftpd)");
+    for i in 0..3 {
+        write_file(&http.root().join(format!("r/f{i}")), 3 << 20, i);
+        write_file(&ftp.root().join(format!("r/f{i}")), 3 << 20, i);
+    }
+    remote_capped(&http.http_url("/r/"), &Scratch::new());
+    remote_capped(&ftp.url("/r/"), &Scratch::new());
+}
