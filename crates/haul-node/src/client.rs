@@ -1,8 +1,9 @@
 //! `haul push`, `haul pull` and local copies: a pool of connections sharing
 //! one work queue, with retries and the `auto` concurrency controller.
 
+use std::collections::HashSet;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use haul_engine::{
@@ -62,6 +63,10 @@ pub struct ClientOptions {
     /// where the source is walked (push, local copy) or, for a pull, to the
     /// node's listing before anything is asked for.
     pub filter: Option<Arc<Filter>>,
+    /// `--delete`: after a pull or local copy that failed nowhere, remove
+    /// what DEST holds under the source's top that the source does not
+    /// have ([`crate::mirror`]).
+    pub delete: bool,
 }
 
 impl Default for ClientOptions {
@@ -81,6 +86,7 @@ impl Default for ClientOptions {
             chunk_memory: crate::buffers::DEFAULT_BUDGET,
             chunk_work: ChunkWork::for_this_machine(),
             filter: None,
+            delete: false,
         }
     }
 }
@@ -193,6 +199,7 @@ pub(crate) fn send_queue(
     opts: &ClientOptions,
     tally: &Arc<Tally>,
     fanout: Option<usize>,
+    seen: Option<Arc<Mutex<HashSet<String>>>>,
 ) -> Result<Arc<WorkQueue<SendJob>>, NodeError> {
     let mut iters: Vec<EntryIter> = Vec::new();
     for s in sources {
@@ -209,6 +216,11 @@ pub(crate) fn send_queue(
         .flatten()
         .flat_map(move |item| match item {
             Ok(mut src) => {
+                if let Some(seen) = &seen {
+                    if let Ok(mut seen) = seen.lock() {
+                        seen.insert(src.entry.path.clone());
+                    }
+                }
                 if let (Some(depth), EntryKind::File) = (fanout, &src.entry.kind) {
                     src.entry.chunk_size = haul_plan::piece_size(src.entry.size, depth);
                 }
@@ -261,7 +273,7 @@ pub async fn push(
     let dest = remote.path.trim_matches('/').to_owned();
     haul_proto::validate_rel_path(&dest).map_err(|e| NodeError::Usage(e.to_string()))?;
     let tally = Tally::new(observer);
-    let queue = send_queue(sources, opts, &tally, None)?;
+    let queue = send_queue(sources, opts, &tally, None, None)?;
     // Fail fast on a wrong address, token or key before spawning workers.
     let request = Request::Push { dest };
     let first = open_session(&remote.addr, opts, request.clone()).await?;
@@ -361,6 +373,9 @@ pub async fn pull(
 ) -> Result<Summary, NodeError> {
     let started = Instant::now();
     check_dest_dir(dest)?;
+    if opts.delete {
+        crate::mirror::check_dest(dest)?;
+    }
     let tally = Tally::new(observer);
     let (mut lr, mut lw) = open_session(
         &remote.addr,
@@ -383,6 +398,7 @@ pub async fn pull(
             destination.clone(),
             opts.clone(),
         );
+        let top = top.clone();
         tokio::spawn(async move {
             let r = read_listing(&mut lr, &queue, &tally, &destination, &base, &opts, &top).await;
             let _ = lw.send(&Message::Bye).await;
@@ -436,12 +452,16 @@ pub async fn pull(
         }
     })
     .await;
+    let mut listed = HashSet::new();
     match lister.await {
-        Ok(Ok(())) => {}
+        Ok(Ok(paths)) => listed = paths,
         Ok(Err(e)) => err = Some(e),
         Err(e) => err = Some(NodeError::Internal(format!("lister stopped: {e}"))),
     }
     fail_leftovers(&queue, &tally, &err, |j| j.entry.path.clone());
+    if opts.delete {
+        crate::mirror::delete_extraneous(dest, &top, &listed, opts, &tally, err.as_ref());
+    }
     destination.apply_dir_metadata();
     destination.tidy_state_dir();
     finish(&tally, started, workers, err)
@@ -486,7 +506,9 @@ async fn read_listing(
     base: &str,
     opts: &ClientOptions,
     top: &str,
-) -> Result<(), NodeError> {
+) -> Result<HashSet<String>, NodeError> {
+    // With --delete, what the source has (after the filter).
+    let mut listed = HashSet::new();
     let mut chosen = opts
         .filter
         .clone()
@@ -512,7 +534,7 @@ async fn read_listing(
                 });
                 continue;
             }
-            Message::Bye => return Ok(()),
+            Message::Bye => return Ok(listed),
             other => {
                 return Err(NodeError::Protocol(format!(
                     "unexpected {other:?} in a listing"
@@ -524,6 +546,9 @@ async fn read_listing(
             None => taken.push(entry),
         }
         for entry in taken.drain(..) {
+            if opts.delete {
+                listed.insert(entry.path.clone());
+            }
             take_listed(entry, queue, tally, dest, base, opts);
         }
     }
@@ -601,8 +626,17 @@ pub async fn copy_local(
 ) -> Result<Summary, NodeError> {
     let started = Instant::now();
     check_dest_dir(dest)?;
+    if opts.delete {
+        if sources.len() != 1 {
+            return Err(NodeError::Usage(
+                "--delete mirrors one source into DEST: give one source".into(),
+            ));
+        }
+        crate::mirror::check_dest(dest)?;
+    }
     let tally = Tally::new(observer);
-    let queue = send_queue(sources, opts, &tally, None)?;
+    let seen = opts.delete.then(|| Arc::new(Mutex::new(HashSet::new())));
+    let queue = send_queue(sources, opts, &tally, None, seen.clone())?;
     let destination = Destination::open(dest)?;
     destination.apply_dir_metadata_at_end();
     let sctx = SenderCtx::for_client(opts, &tally, ChunkBuffers::new(opts.chunk_memory));
@@ -643,6 +677,13 @@ pub async fn copy_local(
     })
     .await;
     fail_leftovers(&queue, &tally, &err, |j| j.entry.path.clone());
+    if let (Some(seen), Some(source)) = (seen, sources.first()) {
+        let top = LocalTree::new(source)
+            .map(|t| t.top_name().to_owned())
+            .unwrap_or_default();
+        let seen = seen.lock().map(|s| s.clone()).unwrap_or_default();
+        crate::mirror::delete_extraneous(dest, &top, &seen, opts, &tally, err.as_ref());
+    }
     destination.apply_dir_metadata();
     destination.tidy_state_dir();
     finish(&tally, started, workers, err)

@@ -81,6 +81,9 @@ pub async fn dry_run_pull(
     delete: bool,
     observer: Arc<dyn Observer>,
 ) -> Result<DryRunReport, NodeError> {
+    if delete {
+        crate::mirror::check_dest(dest)?;
+    }
     let top = crate::client::list_top(&remote.path);
     let theirs = list_node(&remote.addr, opts, &remote.path, observer.as_ref()).await?;
     if theirs.entries.is_empty() && theirs.errors == 0 {
@@ -104,6 +107,9 @@ pub fn dry_run_local(
     delete: bool,
     observer: Arc<dyn Observer>,
 ) -> Result<DryRunReport, NodeError> {
+    if delete {
+        crate::mirror::check_dest(dest)?;
+    }
     let mut report = DryRunReport::default();
     for s in sources {
         let (source, top) = walk_local(s, opts, observer.as_ref())?;

@@ -21,6 +21,7 @@ pub mod dry_run;
 pub mod error;
 pub mod fanout;
 pub mod jobs;
+pub mod mirror;
 pub mod node_url;
 mod pool;
 pub mod relay;

@@ -56,6 +56,14 @@ pub enum Event {
         /// What would be done.
         action: DryRunAction,
     },
+    /// `--delete`: an entry the source does not have was removed from the
+    /// destination.
+    Deleted {
+        /// Path relative to the destination.
+        path: String,
+        /// Size in bytes (0 for directories and links).
+        size: u64,
+    },
     /// Fan-out: what one destination received so far (it reports about
     /// once a second).
     NodeProgress {

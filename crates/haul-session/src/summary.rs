@@ -46,6 +46,8 @@ pub struct Summary {
     pub seconds: f64,
     /// Connections used at most at once.
     pub connections: u32,
+    /// Entries `--delete` removed from the destination.
+    pub deleted: u64,
     /// Files delivered, with hashes.
     pub files: Vec<FileRecord>,
     /// Failures with reasons.
@@ -109,6 +111,11 @@ impl Tally {
         self.moved.load(Ordering::Relaxed)
     }
 
+    /// Entries that failed so far.
+    pub fn failed(&self) -> u64 {
+        self.summary.lock().map(|s| s.failed).unwrap_or(u64::MAX)
+    }
+
     /// Entries delivered (or found identical) so far.
     pub fn entries_ok(&self) -> u64 {
         self.summary.lock().map(|s| s.entries_ok).unwrap_or(0)
@@ -155,6 +162,11 @@ impl Observer for Tally {
                             blake3: blake3.clone(),
                         });
                     }
+                }
+            }
+            Event::Deleted { .. } => {
+                if let Ok(mut s) = self.summary.lock() {
+                    s.deleted += 1;
                 }
             }
             Event::FileError { path, error } => {

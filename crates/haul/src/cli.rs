@@ -150,6 +150,12 @@ pub struct TransferArgs {
     /// locked on either side.
     #[arg(short = 'n', long)]
     pub dry_run: bool,
+    /// Mirror (pull from a node, local copy): once every file verified and
+    /// the source was listed in full, delete what DEST holds under the
+    /// source's top that the source does not have. Nothing is deleted when
+    /// anything failed; files the filters leave out are kept.
+    #[arg(long)]
+    pub delete: bool,
     /// Write payloads from memory instead of sendfile(2) (plaintext only).
     #[arg(long, hide = true)]
     pub no_zero_copy: bool,

@@ -163,6 +163,7 @@ pub fn client_options(t: &TransferArgs) -> Result<ClientOptions> {
                 .map(|r| std::sync::Arc::new(haul_transport::RateLimit::new(r))),
         },
         connect_attempts: t.retries,
+        delete: t.delete,
         chunk_memory: chunk_memory(&t.chunk_memory)?,
         ..ClientOptions::default()
     })

@@ -265,6 +265,12 @@ async fn push(args: PushArgs, mode: Mode) -> Result<u8> {
         &args.filter,
     ))?;
     let display = Arc::new(Display::new(mode));
+    if args.transfer.delete {
+        return Err(UsageError(
+            "--delete works for pulls (from a node or a local path) so far; to mirror onto a node, run the pull on the node's side: haul pull SRC DEST --delete".into(),
+        )
+        .into());
+    }
     if args.transfer.dry_run {
         let report =
             haul_node::dry_run_push(&paths, &remote, &opts, false, display.clone()).await?;
@@ -298,6 +304,12 @@ async fn pull(args: PullArgs, mode: Mode) -> Result<u8> {
         let remote = NodeUrl::parse(&args.source)?;
         Ok(haul_node::pull(&remote, &args.dest, &opts, display.clone()).await?)
     } else if haul_remote::RemoteUrl::is_remote_url(&args.source) {
+        if args.transfer.delete {
+            return Err(UsageError(
+                "--delete mirrors haul:// and local sources so far; FTP, SFTP, HTTP and S3 pulls do not take it yet (--delete-source is another thing: it deletes at the source)".into(),
+            )
+            .into());
+        }
         let url = usage(haul_remote::RemoteUrl::parse(&args.source).map_err(anyhow::Error::from))?;
         let ropts = usage(fetch::remote_options(&args.transfer, &args.remote))?;
         let fopts = usage(fetch::fetch_options(
@@ -348,7 +360,7 @@ async fn dry_run_pull(
 ) -> Result<u8> {
     let report = if NodeUrl::is_remote(&args.source) {
         let remote = NodeUrl::parse(&args.source)?;
-        haul_node::dry_run_pull(&remote, &args.dest, opts, false, display.clone()).await?
+        haul_node::dry_run_pull(&remote, &args.dest, opts, opts.delete, display.clone()).await?
     } else if haul_remote::RemoteUrl::is_remote_url(&args.source) {
         return Err(UsageError(
             "--dry-run works for haul:// and local sources; FTP, SFTP, HTTP and S3 pulls do not take it yet".into(),
@@ -360,7 +372,7 @@ async fn dry_run_pull(
             std::slice::from_ref(&args.source),
             &args.dest,
             opts,
-            false,
+            opts.delete,
             display.clone(),
         )?
     };

@@ -143,6 +143,7 @@ impl Display {
         let Some(b) = &self.bars else {
             match event {
                 Event::DryRun { .. } => print_dry_run(event),
+                Event::Deleted { path, .. } => eprintln!("deleted: {path}"),
                 Event::FileError { path, error } => eprintln!("error: {path}: {error}"),
                 Event::Warning { message } => eprintln!("warning: {message}"),
                 _ => {}
@@ -188,6 +189,7 @@ impl Display {
             }
             Event::Warning { message } => b.multi.suspend(|| eprintln!("warning: {message}")),
             Event::DryRun { .. } => b.multi.suspend(|| print_dry_run(event)),
+            Event::Deleted { path, .. } => b.multi.suspend(|| eprintln!("deleted: {path}")),
             Event::NodeProgress { node, bytes, total } => {
                 let Ok(mut nodes) = b.nodes.lock() else {
                     return;
@@ -305,6 +307,13 @@ pub fn print_summary(mode: Mode, s: &Summary) {
                 s.connections,
                 if s.connections == 1 { "" } else { "s" }
             );
+            if s.deleted > 0 {
+                eprintln!(
+                    "  deleted {} entr{} the source does not have (--delete)",
+                    s.deleted,
+                    if s.deleted == 1 { "y" } else { "ies" }
+                );
+            }
             for f in &s.failures {
                 eprintln!("  failed: {}: {}", f.path, f.error);
             }

@@ -12,6 +12,7 @@ mod lab_fanout;
 mod lab_quic;
 mod man;
 mod memory;
+mod mirror;
 mod proxy;
 mod quic;
 mod rate;
