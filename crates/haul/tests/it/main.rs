@@ -20,5 +20,6 @@ mod raw;
 mod remote;
 mod resume;
 mod security;
+mod terminal;
 mod transfer;
 mod udp_proxy;
