@@ -58,8 +58,8 @@ pub fn node_of(entry: &Entry) -> Node {
     match entry.kind {
         EntryKind::Dir => Node::Dir,
         EntryKind::File => Node::File {
-            size: entry.size,
-            mtime: mtime_of(entry),
+            size: Some(entry.size),
+            mtime: Some(mtime_of(entry)),
         },
         EntryKind::Symlink { .. } => Node::Link,
     }

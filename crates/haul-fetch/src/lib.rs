@@ -35,6 +35,7 @@
 
 mod crawl;
 mod download;
+pub mod listing;
 pub mod pace;
 pub mod rename;
 mod retry;

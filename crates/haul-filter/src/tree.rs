@@ -14,12 +14,13 @@ use crate::Filter;
 pub enum Node {
     /// A directory.
     Dir,
-    /// A regular file with its size and modification time.
+    /// A regular file with its size and modification time (`None`: the
+    /// source does not tell; the size or date rules let it through).
     File {
         /// Size in bytes.
-        size: u64,
+        size: Option<u64>,
         /// Modification time.
-        mtime: SystemTime,
+        mtime: Option<SystemTime>,
     },
     /// A symlink: the globs and depth apply, sizes and dates do not.
     Link,
@@ -74,10 +75,7 @@ impl<T> TreeFilter<T> {
                 }
                 true
             }
-            Node::File { size, mtime } => self
-                .filter
-                .take_file(rel, Some(size), Some(mtime))
-                .is_some(),
+            Node::File { size, mtime } => self.filter.take_file(rel, size, mtime).is_some(),
             Node::Link => self.filter.take_file(rel, None, None).is_some(),
         };
         if !taken {
@@ -113,24 +111,24 @@ mod tests {
         (
             "a/x.nc",
             Node::File {
-                size: 10,
-                mtime: SystemTime::UNIX_EPOCH,
+                size: Some(10),
+                mtime: Some(SystemTime::UNIX_EPOCH),
             },
         ),
         ("a/tmp", Node::Dir),
         (
             "a/tmp/y.nc",
             Node::File {
-                size: 10,
-                mtime: SystemTime::UNIX_EPOCH,
+                size: Some(10),
+                mtime: Some(SystemTime::UNIX_EPOCH),
             },
         ),
         ("b", Node::Dir),
         (
             "b/z.txt",
             Node::File {
-                size: 1000,
-                mtime: SystemTime::UNIX_EPOCH,
+                size: Some(1000),
+                mtime: Some(SystemTime::UNIX_EPOCH),
             },
         ),
         ("c", Node::Dir),

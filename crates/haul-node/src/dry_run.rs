@@ -120,7 +120,7 @@ pub fn dry_run_local(
 }
 
 /// A local source walked with the transfer's filter, and its top's name.
-fn walk_local(
+pub(crate) fn walk_local(
     source: &str,
     opts: &ClientOptions,
     observer: &dyn Observer,

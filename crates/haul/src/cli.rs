@@ -46,6 +46,9 @@ pub enum Command {
     Demo(DemoArgs),
     /// Network lab: hosts in network namespaces joined by a userspace netem (root only).
     Lab(haul_lab::cli::LabArgs),
+    /// List names, sizes and mtimes under a URL (haul://, local, ftp(s),
+    /// sftp, http(s), s3), with -R and the same filters as pull.
+    Ls(Box<LsArgs>),
     /// Print the manual page (roff): `haul man | man -l -`.
     Man,
     /// Print shell completions.
@@ -329,6 +332,29 @@ pub struct RemoteArgs {
     /// First retry wait in milliseconds (doubles each retry, with jitter).
     #[arg(long, default_value_t = 500, hide = true)]
     pub retry_base_ms: u64,
+}
+
+/// `haul ls`.
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Examples:\n  haul ls haul://node:7878/incoming -R --include '*.nc'\n  haul ls ftp://ftp.example.org/pub/ --json\n  haul ls ./data -R --max-depth 1"
+)]
+pub struct LsArgs {
+    /// haul://HOST:PORT/PATH, a local path, or an ftp://, ftps://,
+    /// ftps-implicit://, sftp://, http://, https:// or s3:// URL.
+    pub url: String,
+    /// The whole tree, not only the first level.
+    #[arg(short = 'R', long)]
+    pub recursive: bool,
+    /// Which entries are listed.
+    #[command(flatten)]
+    pub filter: FilterArgs,
+    /// Connection settings (haul:// nodes).
+    #[command(flatten)]
+    pub transfer: TransferArgs,
+    /// Settings for FTP, SFTP, HTTP and S3 sources.
+    #[command(flatten)]
+    pub remote: RemoteArgs,
 }
 
 /// `haul demo`.

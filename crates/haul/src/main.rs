@@ -6,6 +6,7 @@ mod config;
 mod demo;
 mod fanout;
 mod fetch;
+mod ls;
 mod man;
 mod output;
 
@@ -39,6 +40,7 @@ fn main() -> ExitCode {
     match (&mut cli.command, matches.subcommand()) {
         (Command::Pull(args), Some(("pull", m))) => args.filter.rules = filter_rules_in_order(m),
         (Command::Push(args), Some(("push", m))) => args.filter.rules = filter_rules_in_order(m),
+        (Command::Ls(args), Some(("ls", m))) => args.filter.rules = filter_rules_in_order(m),
         _ => {}
     }
     let mode = if cli.json {
@@ -217,6 +219,7 @@ async fn run(cli: Cli, mode: Mode) -> Result<u8> {
         Command::Pull(args) => pull(*args, mode).await,
         Command::Demo(args) => demo::run(args, mode).await,
         Command::Lab(_) => Ok(EXIT_USAGE),
+        Command::Ls(args) => ls::run(*args, mode).await,
         Command::Man => {
             man::render(&mut std::io::stdout().lock())?;
             Ok(EXIT_OK)

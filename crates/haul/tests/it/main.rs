@@ -10,6 +10,7 @@ mod filters;
 mod harness;
 mod lab_fanout;
 mod lab_quic;
+mod ls;
 mod man;
 mod memory;
 mod mirror;
