@@ -49,6 +49,9 @@ pub enum Command {
     /// List names, sizes and mtimes under a URL (haul://, local, ftp(s),
     /// sftp, http(s), s3), with -R and the same filters as pull.
     Ls(Box<LsArgs>),
+    /// Compare two local trees by BLAKE3 without copying: what differs, is
+    /// missing on either side, or cannot be read; exit 0 only if they match.
+    Check(Box<CheckArgs>),
     /// Print the manual page (roff): `haul man | man -l -`.
     Man,
     /// Print shell completions.
@@ -355,6 +358,19 @@ pub struct LsArgs {
     /// Settings for FTP, SFTP, HTTP and S3 sources.
     #[command(flatten)]
     pub remote: RemoteArgs,
+}
+
+/// `haul check`.
+#[derive(Debug, Args)]
+#[command(after_help = "Example:\n  haul check /mnt/a/run42 /mnt/b/run42 --exclude '*.tmp'")]
+pub struct CheckArgs {
+    /// One tree (a local path).
+    pub src: String,
+    /// The other (a local path).
+    pub dst: String,
+    /// Which files are compared.
+    #[command(flatten)]
+    pub filter: FilterArgs,
 }
 
 /// `haul demo`.

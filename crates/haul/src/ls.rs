@@ -8,7 +8,7 @@ use std::time::{Duration, SystemTime};
 use anyhow::Result;
 use haul_node::NodeUrl;
 
-use crate::cli::LsArgs;
+use crate::cli::{CheckArgs, LsArgs};
 use crate::output::{json_line, Display, Mode};
 use crate::{config, fetch, usage, UsageError, EXIT_FAILED, EXIT_OK};
 
@@ -70,6 +70,79 @@ pub async fn run(args: LsArgs, mode: Mode) -> Result<u8> {
     display.finish();
     print(mode, &lines);
     Ok(if errors == 0 { EXIT_OK } else { EXIT_FAILED })
+}
+
+/// Runs `haul check SRC DST` (local trees).
+pub fn check(args: CheckArgs, mode: Mode) -> Result<u8> {
+    for side in [&args.src, &args.dst] {
+        if side.contains("://") {
+            return Err(UsageError(format!(
+                "haul check compares local trees so far, not {side:?} (for a node or a remote, pull it and check the copy)"
+            ))
+            .into());
+        }
+        usage(config::check_local_source(side))?;
+    }
+    let opts = haul_node::ClientOptions {
+        filter: Some(Arc::new(usage(config::filter(&args.filter))?)),
+        ..haul_node::ClientOptions::default()
+    };
+    let r = haul_node::check_local(&args.src, &args.dst, &opts)?;
+    let items = [
+        ("differs", &r.differ),
+        ("only_in_src", &r.only_in_src),
+        ("only_in_dst", &r.only_in_dst),
+    ];
+    match mode {
+        Mode::Json => {
+            for (status, paths) in items {
+                for path in paths {
+                    json_line(
+                        &serde_json::json!({"event": "check_item", "path": path, "status": status}),
+                    );
+                }
+            }
+            for (path, error) in &r.unreadable {
+                json_line(
+                    &serde_json::json!({"event": "check_item", "path": path, "status": "unreadable", "error": error}),
+                );
+            }
+            let mut v = serde_json::to_value(&r)?;
+            if let Some(o) = v.as_object_mut() {
+                o.insert("event".into(), "check_summary".into());
+                o.insert("match".into(), r.matches().into());
+            }
+            json_line(&v);
+        }
+        Mode::Quiet => {}
+        Mode::Human => {
+            for (status, paths) in items {
+                let word = match status {
+                    "differs" => "differs",
+                    "only_in_src" => "only in SRC",
+                    _ => "only in DST",
+                };
+                for path in paths {
+                    println!("{word}: {path}");
+                }
+            }
+            for (path, error) in &r.unreadable {
+                println!("unreadable: {path}: {error}");
+            }
+            println!(
+                "{}: {} file{} identical by BLAKE3 ({}), {} differ, {} only in SRC, {} only in DST, {} unreadable",
+                if r.matches() { "match" } else { "DIFFER" },
+                r.same,
+                if r.same == 1 { "" } else { "s" },
+                crate::output::human_bytes(r.same_bytes),
+                r.differ.len(),
+                r.only_in_src.len(),
+                r.only_in_dst.len(),
+                r.unreadable.len()
+            );
+        }
+    }
+    Ok(if r.matches() { EXIT_OK } else { EXIT_FAILED })
 }
 
 fn from_entry(e: haul_proto::Entry) -> Line {

@@ -41,6 +41,7 @@ fn main() -> ExitCode {
         (Command::Pull(args), Some(("pull", m))) => args.filter.rules = filter_rules_in_order(m),
         (Command::Push(args), Some(("push", m))) => args.filter.rules = filter_rules_in_order(m),
         (Command::Ls(args), Some(("ls", m))) => args.filter.rules = filter_rules_in_order(m),
+        (Command::Check(args), Some(("check", m))) => args.filter.rules = filter_rules_in_order(m),
         _ => {}
     }
     let mode = if cli.json {
@@ -220,6 +221,7 @@ async fn run(cli: Cli, mode: Mode) -> Result<u8> {
         Command::Demo(args) => demo::run(args, mode).await,
         Command::Lab(_) => Ok(EXIT_USAGE),
         Command::Ls(args) => ls::run(*args, mode).await,
+        Command::Check(args) => ls::check(*args, mode),
         Command::Man => {
             man::render(&mut std::io::stdout().lock())?;
             Ok(EXIT_OK)

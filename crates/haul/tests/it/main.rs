@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod beneath;
+mod check;
 mod corruption;
 mod dry_run;
 mod fanout;
