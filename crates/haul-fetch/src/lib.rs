@@ -35,6 +35,7 @@
 
 mod crawl;
 mod download;
+pub mod dry_run;
 pub mod listing;
 pub mod pace;
 pub mod rename;

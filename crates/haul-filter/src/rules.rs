@@ -69,7 +69,7 @@ pub enum RuleKind {
     Exclude,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct GlobRule {
     kind: RuleKind,
     matcher: GlobMatcher,
@@ -80,7 +80,7 @@ struct GlobRule {
 }
 
 /// A source's filter. `Default` takes everything.
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct Filter {
     globs: Vec<GlobRule>,
     only_includes: bool,

@@ -12,33 +12,11 @@ use std::sync::Arc;
 use haul_engine::haul_root::Root;
 use haul_engine::{EntryFilter, LocalTree, Source as _};
 use haul_proto::{Entry, EntryKind, ErrorCode, Message, Request};
+use haul_session::summary::DryRunReport;
 use haul_session::{DryRunAction, Event, Observer};
-use serde::Serialize;
 
 use crate::client::{open_session, ClientOptions};
 use crate::{NodeError, NodeUrl};
-
-/// What a dry run found, in totals.
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct DryRunReport {
-    /// Files that would be sent.
-    pub send_files: u64,
-    /// Their bytes.
-    pub send_bytes: u64,
-    /// Files already up to date.
-    pub up_to_date_files: u64,
-    /// Their bytes.
-    pub up_to_date_bytes: u64,
-    /// Directories and links that would be made.
-    pub make: u64,
-    /// Entries `--delete` would remove.
-    pub delete: u64,
-    /// Their bytes (files only).
-    pub delete_bytes: u64,
-    /// Entries that could not be read (a transfer would fail them; with
-    /// `--delete`, nothing would be deleted).
-    pub errors: u64,
-}
 
 /// One side of a comparison: its entries as the wire names them, and how
 /// many could not be read.
@@ -279,21 +257,7 @@ fn compare(
         } else {
             0
         };
-        match action {
-            DryRunAction::Send => {
-                report.send_files += 1;
-                report.send_bytes += size;
-            }
-            DryRunAction::UpToDate => {
-                report.up_to_date_files += 1;
-                report.up_to_date_bytes += size;
-            }
-            DryRunAction::Make => report.make += 1,
-            DryRunAction::Delete => {
-                report.delete += 1;
-                report.delete_bytes += size;
-            }
-        }
+        report.count(action, size);
         observer.event(&Event::DryRun {
             path: entry.path.clone(),
             size,

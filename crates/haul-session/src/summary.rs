@@ -65,6 +65,51 @@ impl Summary {
     }
 }
 
+/// What a dry run found, in totals.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct DryRunReport {
+    /// Files that would be sent.
+    pub send_files: u64,
+    /// Their bytes.
+    pub send_bytes: u64,
+    /// Files already up to date.
+    pub up_to_date_files: u64,
+    /// Their bytes.
+    pub up_to_date_bytes: u64,
+    /// Directories and links that would be made.
+    pub make: u64,
+    /// Entries `--delete` would remove.
+    pub delete: u64,
+    /// Their bytes (files only).
+    pub delete_bytes: u64,
+    /// Entries that could not be read (a transfer would fail them; with
+    /// `--delete`, nothing would be deleted).
+    pub errors: u64,
+}
+
+impl DryRunReport {
+    /// Counts an entry found to need `action` (`size`: its bytes, 0 for
+    /// directories and links).
+    pub fn count(&mut self, action: crate::DryRunAction, size: u64) {
+        use crate::DryRunAction::*;
+        match action {
+            Send => {
+                self.send_files += 1;
+                self.send_bytes += size;
+            }
+            UpToDate => {
+                self.up_to_date_files += 1;
+                self.up_to_date_bytes += size;
+            }
+            Make => self.make += 1,
+            Delete => {
+                self.delete += 1;
+                self.delete_bytes += size;
+            }
+        }
+    }
+}
+
 /// Gathers a [`Summary`] from events and forwards them to another observer.
 pub struct Tally {
     inner: Arc<dyn Observer>,

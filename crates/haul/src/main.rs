@@ -367,10 +367,24 @@ async fn dry_run_pull(
         let remote = NodeUrl::parse(&args.source)?;
         haul_node::dry_run_pull(&remote, &args.dest, opts, opts.delete, display.clone()).await?
     } else if haul_remote::RemoteUrl::is_remote_url(&args.source) {
-        return Err(UsageError(
-            "--dry-run works for haul:// and local sources; FTP, SFTP, HTTP and S3 pulls do not take it yet".into(),
-        )
-        .into());
+        let url = usage(haul_remote::RemoteUrl::parse(&args.source).map_err(anyhow::Error::from))?;
+        let ropts = usage(fetch::remote_options(&args.transfer, &args.remote))?;
+        let fopts = usage(fetch::fetch_options(
+            &args.transfer,
+            &args.remote,
+            usage(config::filter(&args.filter))?,
+        ))?;
+        if fopts.rename.is_some() || args.transfer.delete {
+            return Err(UsageError(
+                "--dry-run of an FTP, SFTP, HTTP or S3 pull does not take --rename or --delete yet"
+                    .into(),
+            )
+            .into());
+        }
+        let remote = usage(fetch::open_remote(&url, &ropts))?;
+        haul_fetch::dry_run::dry_run_fetch(remote, &url.path, &args.dest, &fopts, display.clone())
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot list {url}: {e}"))?
     } else {
         usage(config::check_local_source(&args.source))?;
         haul_node::dry_run_local(

@@ -163,3 +163,52 @@ fn dry_runs_change_nothing_on_either_side() {
     drop(node);
     assert_eq!((state(&s_.path("src")), state(&s_.path("node"))), before);
 }
+
+#[test]
+fn dry_runs_of_ftp_and_http_pulls_change_nothing() {
+    let ftp = haul_ftp::testserver::FtpServer::start(haul_ftp::testserver::Mode::Plain)
+        .expect("start vsftpd (apt-get install vsftpd)");
+    let http = haul_http::testserver::TestServer::start()
+        .expect("start nginx (apt-get install nginx-light)");
+    for (root, url) in [
+        (ftp.root(), ftp.url("/t/")),
+        (http.root(), http.http_url("/t/")),
+    ] {
+        let s_ = Scratch::new();
+        write_file(&root.join("t/a.bin"), 6 << 20, 1);
+        write_file(&root.join("t/sub/b.txt"), 100, 2);
+        write_file(&root.join("t/sub/c.txt"), 200, 3);
+        let dst = s_.path("dst");
+        let mut c = haul(&s_.path("config"));
+        c.args(["-q", "pull", &url]).arg(&dst);
+        ok(&run(c, T));
+        // Since then, at the server: b.txt grew, a new file.
+        write_file(&root.join("t/sub/b.txt"), 150, 22);
+        write_file(&root.join("t/new.txt"), 7, 4);
+        let before = (state(&dst), state(&root.join("t")));
+        let mut c = haul(&s_.path("config"));
+        c.args(["--json", "pull", "-n", &url]).arg(&dst);
+        let out = run(c, T);
+        ok(&out);
+        assert_eq!(
+            planned(&out),
+            [
+                s("send", "new.txt", 7),
+                s("send", "sub/b.txt", 150),
+                s("up_to_date", "a.bin", 6 << 20),
+                s("up_to_date", "sub/c.txt", 200),
+            ],
+            "{url}"
+        );
+        assert_eq!(totals(&out)["send_bytes"], 157);
+        assert_eq!((state(&dst), state(&root.join("t"))), before, "{url}");
+        // Into a DEST that does not exist: everything, and still no DEST.
+        let mut c = haul(&s_.path("config"));
+        c.args(["--json", "pull", "--dry-run", &url])
+            .arg(s_.path("fresh"));
+        let out = run(c, T);
+        ok(&out);
+        assert_eq!(totals(&out)["send_files"], 4, "{url}");
+        assert!(!s_.path("fresh").exists());
+    }
+}
