@@ -6,6 +6,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use haul_engine::haul_root::Root;
 use haul_engine::{
     split_ranges, Destination, EntryFilter, EntryIter, Filter, LocalTree, Source as _, SourceEntry,
 };
@@ -67,6 +68,9 @@ pub struct ClientOptions {
     /// what DEST holds under the source's top that the source does not
     /// have ([`crate::mirror`]).
     pub delete: bool,
+    /// `--checksum` (local copies): a file is up to date when its BLAKE3
+    /// equals that of the file at DEST, whatever the sizes and mtimes say.
+    pub checksum: bool,
 }
 
 impl Default for ClientOptions {
@@ -87,6 +91,7 @@ impl Default for ClientOptions {
             chunk_work: ChunkWork::for_this_machine(),
             filter: None,
             delete: false,
+            checksum: false,
         }
     }
 }
@@ -200,6 +205,7 @@ pub(crate) fn send_queue(
     tally: &Arc<Tally>,
     fanout: Option<usize>,
     seen: Option<Arc<Mutex<HashSet<String>>>>,
+    same_at: Option<Arc<Root>>,
 ) -> Result<Arc<WorkQueue<SendJob>>, NodeError> {
     let mut iters: Vec<EntryIter> = Vec::new();
     for s in sources {
@@ -219,6 +225,12 @@ pub(crate) fn send_queue(
                 if let Some(seen) = &seen {
                     if let Ok(mut seen) = seen.lock() {
                         seen.insert(src.entry.path.clone());
+                    }
+                }
+                if let Some(root) = &same_at {
+                    if src.entry.kind == EntryKind::File && same_content(&src, root) {
+                        observer.event(&Event::up_to_date(src.entry.path.clone(), src.entry.size));
+                        return Vec::new();
                     }
                 }
                 if let (Some(depth), EntryKind::File) = (fanout, &src.entry.kind) {
@@ -241,6 +253,37 @@ pub(crate) fn send_queue(
             }
         });
     Ok(WorkQueue::fed_by(feed))
+}
+
+/// `--checksum`: whether the file at `src`'s path beneath `root` has the
+/// same size and BLAKE3 (both read through held descriptors).
+fn same_content(src: &SourceEntry, root: &Root) -> bool {
+    let Ok(comps) = haul_proto::validate_entry_path(&src.entry.path) else {
+        return false;
+    };
+    let Some((last, parents)) = comps.split_last() else {
+        return false;
+    };
+    let Ok(dir) = root.open_dir(parents) else {
+        return false;
+    };
+    let Ok((theirs, meta)) = dir.open_regular(last) else {
+        return false;
+    };
+    if meta.size != src.entry.size {
+        return false;
+    }
+    let Ok(ours) = haul_engine::source::open_local(src) else {
+        return false;
+    };
+    let hash = |f: std::fs::File| {
+        let mut h = blake3::Hasher::new();
+        h.update_reader(f).map(|h| h.finalize()).ok()
+    };
+    match (hash(ours), hash(theirs)) {
+        (Some(a), Some(b)) => a == b,
+        _ => false,
+    }
 }
 
 /// Fails whatever is left in a queue after every worker gave up.
@@ -273,7 +316,7 @@ pub async fn push(
     let dest = remote.path.trim_matches('/').to_owned();
     haul_proto::validate_rel_path(&dest).map_err(|e| NodeError::Usage(e.to_string()))?;
     let tally = Tally::new(observer);
-    let queue = send_queue(sources, opts, &tally, None, None)?;
+    let queue = send_queue(sources, opts, &tally, None, None, None)?;
     // Fail fast on a wrong address, token or key before spawning workers.
     let request = Request::Push { dest };
     let first = open_session(&remote.addr, opts, request.clone()).await?;
@@ -636,8 +679,16 @@ pub async fn copy_local(
     }
     let tally = Tally::new(observer);
     let seen = opts.delete.then(|| Arc::new(Mutex::new(HashSet::new())));
-    let queue = send_queue(sources, opts, &tally, None, seen.clone())?;
     let destination = Destination::open(dest)?;
+    let same_at = if opts.checksum {
+        destination.receive_everything_offered();
+        Some(Arc::new(Root::open(dest).map_err(|e| {
+            NodeError::Usage(format!("cannot open {}: {e}", dest.display()))
+        })?))
+    } else {
+        None
+    };
+    let queue = send_queue(sources, opts, &tally, None, seen.clone(), same_at)?;
     destination.apply_dir_metadata_at_end();
     let sctx = SenderCtx::for_client(opts, &tally, ChunkBuffers::new(opts.chunk_memory));
     let rctx = ReceiverCtx {

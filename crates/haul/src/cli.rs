@@ -162,6 +162,10 @@ pub struct TransferArgs {
     /// anything failed; files the filters leave out are kept.
     #[arg(long)]
     pub delete: bool,
+    /// Local copies: decide "up to date" by BLAKE3 of both files instead of
+    /// size and mtime (only files whose content differs are copied).
+    #[arg(short = 'c', long)]
+    pub checksum: bool,
     /// Write payloads from memory instead of sendfile(2) (plaintext only).
     #[arg(long, hide = true)]
     pub no_zero_copy: bool,

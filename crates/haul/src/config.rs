@@ -164,6 +164,7 @@ pub fn client_options(t: &TransferArgs) -> Result<ClientOptions> {
         },
         connect_attempts: t.retries,
         delete: t.delete,
+        checksum: t.checksum,
         chunk_memory: chunk_memory(&t.chunk_memory)?,
         ..ClientOptions::default()
     })

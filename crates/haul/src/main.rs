@@ -270,6 +270,12 @@ async fn push(args: PushArgs, mode: Mode) -> Result<u8> {
         &args.filter,
     ))?;
     let display = Arc::new(Display::new(mode));
+    if args.transfer.checksum {
+        return Err(UsageError(
+            "--checksum works for local copies so far (haul pull SRC DEST -c); a node does not hash what it holds for a client yet".into(),
+        )
+        .into());
+    }
     if args.transfer.delete {
         return Err(UsageError(
             "--delete works for pulls (from a node or a local path) so far; to mirror onto a node, run the pull on the node's side: haul pull SRC DEST --delete".into(),
@@ -297,6 +303,13 @@ async fn pull(args: PullArgs, mode: Mode) -> Result<u8> {
         &args.filter,
     ))?;
     let display = Arc::new(Display::new(mode));
+    let local = !NodeUrl::is_remote(&args.source) && !args.source.contains("://");
+    if args.transfer.checksum && (!local || args.transfer.dry_run) {
+        return Err(UsageError(
+            "--checksum works for local copies so far, without --dry-run; a node or a remote server does not hash what it holds for a client yet".into(),
+        )
+        .into());
+    }
     if args.transfer.dry_run {
         return dry_run_pull(&args, &opts, mode, display).await;
     }
