@@ -33,6 +33,7 @@
 //!   backs off exponentially with jitter, within `--retries`.
 //! - A failing file never stops the others; it is reported with its reason.
 
+pub mod check;
 mod crawl;
 mod download;
 pub mod dry_run;

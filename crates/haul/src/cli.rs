@@ -49,8 +49,9 @@ pub enum Command {
     /// List names, sizes and mtimes under a URL (haul://, local, ftp(s),
     /// sftp, http(s), s3), with -R and the same filters as pull.
     Ls(Box<LsArgs>),
-    /// Compare two local trees by BLAKE3 without copying: what differs, is
-    /// missing on either side, or cannot be read; exit 0 only if they match.
+    /// Compare two trees without copying: local ones by BLAKE3, a remote one
+    /// by the checksums its server offers; what differs, is missing on
+    /// either side, or cannot be read; exit 0 only if they match.
     Check(Box<CheckArgs>),
     /// Print the manual page (roff): `haul man | man -l -`.
     Man,
@@ -366,15 +367,24 @@ pub struct LsArgs {
 
 /// `haul check`.
 #[derive(Debug, Args)]
-#[command(after_help = "Example:\n  haul check /mnt/a/run42 /mnt/b/run42 --exclude '*.tmp'")]
+#[command(
+    after_help = "Examples:\n  haul check /mnt/a/run42 /mnt/b/run42 --exclude '*.tmp'\n  haul check s3://bucket/run42/ ./run42   # by the checksums S3 offers (ETag MD5...)"
+)]
 pub struct CheckArgs {
-    /// One tree (a local path).
+    /// One tree: a local path, or an ftp://, sftp://, http(s):// or s3://
+    /// URL (compared by the checksums the server offers, never downloaded).
     pub src: String,
     /// The other (a local path).
     pub dst: String,
     /// Which files are compared.
     #[command(flatten)]
     pub filter: FilterArgs,
+    /// Connection settings (timeouts).
+    #[command(flatten)]
+    pub transfer: TransferArgs,
+    /// Settings for FTP, SFTP, HTTP and S3 sources.
+    #[command(flatten)]
+    pub remote: RemoteArgs,
 }
 
 /// `haul demo`.

@@ -73,11 +73,14 @@ pub async fn run(args: LsArgs, mode: Mode) -> Result<u8> {
 }
 
 /// Runs `haul check SRC DST` (local trees).
-pub fn check(args: CheckArgs, mode: Mode) -> Result<u8> {
+pub async fn check(args: CheckArgs, mode: Mode) -> Result<u8> {
+    if haul_remote::RemoteUrl::is_remote_url(&args.src) && !args.dst.contains("://") {
+        return check_remote(args, mode).await;
+    }
     for side in [&args.src, &args.dst] {
         if side.contains("://") {
             return Err(UsageError(format!(
-                "haul check compares local trees so far, not {side:?} (for a node or a remote, pull it and check the copy)"
+                "haul check compares local trees, or an FTP, SFTP, HTTP or S3 URL (SRC) with a local DST; not {side:?} (for a haul:// node, pull it and check the copy)"
             ))
             .into());
         }
@@ -138,6 +141,73 @@ pub fn check(args: CheckArgs, mode: Mode) -> Result<u8> {
                 r.differ.len(),
                 r.only_in_src.len(),
                 r.only_in_dst.len(),
+                r.unreadable.len()
+            );
+        }
+    }
+    Ok(if r.matches() { EXIT_OK } else { EXIT_FAILED })
+}
+
+/// `haul check URL DIR`: by the checksums the server offers.
+async fn check_remote(args: CheckArgs, mode: Mode) -> Result<u8> {
+    let url = usage(haul_remote::RemoteUrl::parse(&args.src).map_err(anyhow::Error::from))?;
+    usage(config::check_local_source(&args.dst))?;
+    let ropts = usage(fetch::remote_options(&args.transfer, &args.remote))?;
+    let filter = usage(config::filter(&args.filter))?;
+    let remote = usage(fetch::open_remote(&url, &ropts))?;
+    let r =
+        haul_fetch::check::check_remote(remote, &url.path, std::path::Path::new(&args.dst), filter)
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot check {url}: {e}"))?;
+    let methods: Vec<&str> = r.methods.iter().copied().collect();
+    let items = [
+        ("differs", &r.differ),
+        ("only_in_src", &r.only_in_src),
+        ("only_in_dst", &r.only_in_dst),
+        ("unverifiable", &r.unverifiable),
+    ];
+    match mode {
+        Mode::Json => {
+            for (status, paths) in items {
+                for path in paths {
+                    json_line(
+                        &serde_json::json!({"event": "check_item", "path": path, "status": status}),
+                    );
+                }
+            }
+            for (path, error) in &r.unreadable {
+                json_line(
+                    &serde_json::json!({"event": "check_item", "path": path, "status": "unreadable", "error": error}),
+                );
+            }
+            json_line(&serde_json::json!({
+                "event": "check_summary", "match": r.matches(), "same": r.same,
+                "method": "remote checksums", "checksums": methods,
+                "differ": r.differ.len(), "only_in_src": r.only_in_src.len(),
+                "only_in_dst": r.only_in_dst.len(), "unverifiable": r.unverifiable.len(),
+                "unreadable": r.unreadable.len(),
+            }));
+        }
+        Mode::Quiet => {}
+        Mode::Human => {
+            for (status, paths) in items {
+                for path in paths {
+                    println!("{}: {path}", status.replace('_', " "));
+                }
+            }
+            for (path, error) in &r.unreadable {
+                println!("unreadable: {path}: {error}");
+            }
+            println!(
+                "{}: {} file{} identical by the server's checksums ({}), not downloaded; {} differ, {} only in SRC, {} only in DST, {} without a checksum (comparing them would mean downloading), {} unreadable",
+                if r.matches() { "match" } else { "DIFFER" },
+                r.same,
+                if r.same == 1 { "" } else { "s" },
+                if methods.is_empty() { "none".to_owned() } else { methods.join(", ") },
+                r.differ.len(),
+                r.only_in_src.len(),
+                r.only_in_dst.len(),
+                r.unverifiable.len(),
                 r.unreadable.len()
             );
         }

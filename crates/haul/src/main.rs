@@ -221,7 +221,7 @@ async fn run(cli: Cli, mode: Mode) -> Result<u8> {
         Command::Demo(args) => demo::run(args, mode).await,
         Command::Lab(_) => Ok(EXIT_USAGE),
         Command::Ls(args) => ls::run(*args, mode).await,
-        Command::Check(args) => ls::check(*args, mode),
+        Command::Check(args) => ls::check(*args, mode).await,
         Command::Man => {
             man::render(&mut std::io::stdout().lock())?;
             Ok(EXIT_OK)
