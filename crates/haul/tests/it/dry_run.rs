@@ -212,3 +212,45 @@ fn dry_runs_of_ftp_and_http_pulls_change_nothing() {
         assert!(!s_.path("fresh").exists());
     }
 }
+
+#[test]
+fn a_fan_out_dry_run_reports_each_node_and_changes_none() {
+    let s_ = Scratch::new();
+    let src = s_.path("src/data");
+    write_file(&src.join("a.bin"), 3 << 20, 1);
+    write_file(&src.join("b.txt"), 10, 2);
+    let a = Node::start(&s_.path("a"), &s_.path("config"), &["--open"]);
+    let b = Node::start(&s_.path("b"), &s_.path("config"), &["--open"]);
+    let mut c = haul(&s_.path("config"));
+    c.args(["push", "-q"]).arg(&src).arg(a.url("in"));
+    ok(&run(c, T));
+    let before = (state(&s_.path("a")), state(&s_.path("b")));
+    let mut c = haul(&s_.path("config"));
+    c.args(["--json", "push", "-n"])
+        .arg(&src)
+        .arg(a.url("in"))
+        .arg(b.url("in"));
+    let out = run(c, T);
+    ok(&out);
+    let lines: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .filter(|v: &Value| v["event"] == "dry_run_summary")
+        .collect();
+    assert_eq!(lines.len(), 2, "{}", String::from_utf8_lossy(&out.stdout));
+    assert_eq!(
+        (
+            lines[0]["send_files"].as_u64(),
+            lines[0]["up_to_date_files"].as_u64()
+        ),
+        (Some(0), Some(2))
+    );
+    assert_eq!(
+        (
+            lines[1]["send_files"].as_u64(),
+            lines[1]["up_to_date_files"].as_u64()
+        ),
+        (Some(2), Some(0))
+    );
+    assert_eq!((state(&s_.path("a")), state(&s_.path("b"))), before);
+}
