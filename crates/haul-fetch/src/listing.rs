@@ -10,6 +10,10 @@ use haul_filter::{Filter, Node, TreeFilter};
 use haul_remote::{EntryKind, Remote, RemoteEntry, RemoteError};
 use tokio::sync::mpsc;
 
+/// Most entries one listing holds (a server that never stops listing is
+/// cut off with an error, not followed until memory runs out).
+pub const MAX_ENTRIES: usize = 10_000_000;
+
 /// One listed entry: its path relative to the URL and what the source told.
 #[derive(Debug, Clone)]
 pub struct Listed {
@@ -71,7 +75,7 @@ pub async fn list_remote(
                 continue;
             }
         }
-        let (tx, mut rx) = mpsc::channel(256);
+        let (tx, rx) = mpsc::channel(256);
         let dir = format!("{base}{rel}");
         let lister = async {
             let r = session.list(&dir, &tx).await;
@@ -79,12 +83,24 @@ pub async fn list_remote(
             r
         };
         let mut children = Vec::new();
+        let mut held = out.entries.len();
         let consumer = async {
+            // Owned here: returning drops it, which ends the lister's sends.
+            let mut rx = rx;
             while let Some(e) = rx.recv().await {
+                if held >= MAX_ENTRIES {
+                    return;
+                }
+                held += 1;
                 children.push(e);
             }
         };
         let (listed, ()) = tokio::join!(lister, consumer);
+        if held >= MAX_ENTRIES {
+            return Err(RemoteError::Protocol(format!(
+                "the listing passed {MAX_ENTRIES} entries: list a part of it (a deeper URL, --max-depth or filters)"
+            )));
+        }
         if let Err(e) = listed {
             let shown = if rel.is_empty() { "." } else { rel.as_str() };
             out.errors.push((shown.to_owned(), e.to_string()));
