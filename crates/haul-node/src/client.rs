@@ -315,8 +315,14 @@ pub async fn push(
     let started = Instant::now();
     let dest = remote.path.trim_matches('/').to_owned();
     haul_proto::validate_rel_path(&dest).map_err(|e| NodeError::Usage(e.to_string()))?;
+    if opts.delete && sources.len() != 1 {
+        return Err(NodeError::Usage(
+            "--delete mirrors one source into DEST: give one source".into(),
+        ));
+    }
     let tally = Tally::new(observer);
-    let queue = send_queue(sources, opts, &tally, None, None, None)?;
+    let seen = opts.delete.then(|| Arc::new(Mutex::new(HashSet::new())));
+    let queue = send_queue(sources, opts, &tally, None, seen.clone(), None)?;
     // Fail fast on a wrong address, token or key before spawning workers.
     let request = Request::Push { dest };
     let first = open_session(&remote.addr, opts, request.clone()).await?;
@@ -332,6 +338,11 @@ pub async fn push(
     )
     .await;
     fail_leftovers(&queue, &tally, &err, |j| j.entry.path.clone());
+    if let (Some(seen), Some(source)) = (seen, sources.first()) {
+        let sent = seen.lock().map(|s| s.clone()).unwrap_or_default();
+        let dest = remote.path.trim_matches('/');
+        crate::mirror::prune_node(remote, dest, source, &sent, opts, &tally, err.as_ref()).await;
+    }
     finish(&tally, started, workers, err)
 }
 

@@ -157,8 +157,8 @@ pub struct TransferArgs {
     /// locked on either side.
     #[arg(short = 'n', long)]
     pub dry_run: bool,
-    /// Mirror (pull from a node, local copy): once every file verified and
-    /// the source was listed in full, delete what DEST holds under the
+    /// Mirror (push, pull from a node, local copy): once every file verified
+    /// and the source was listed in full, delete what DEST holds under the
     /// source's top that the source does not have. Nothing is deleted when
     /// anything failed; files the filters leave out are kept.
     #[arg(long)]

@@ -276,15 +276,9 @@ async fn push(args: PushArgs, mode: Mode) -> Result<u8> {
         )
         .into());
     }
-    if args.transfer.delete {
-        return Err(UsageError(
-            "--delete works for pulls (from a node or a local path) so far; to mirror onto a node, run the pull on the node's side: haul pull SRC DEST --delete".into(),
-        )
-        .into());
-    }
     if args.transfer.dry_run {
         let report =
-            haul_node::dry_run_push(&paths, &remote, &opts, false, display.clone()).await?;
+            haul_node::dry_run_push(&paths, &remote, &opts, opts.delete, display.clone()).await?;
         return Ok(dry_run_done(mode, &display, &report));
     }
     if mode == Mode::Json {

@@ -162,3 +162,60 @@ fn delete_refuses_a_symlinked_dest_or_one_with_dotdot() {
     }
     assert_eq!(std::fs::read_dir(s.path("real")).unwrap().count(), 0);
 }
+
+#[test]
+fn push_delete_mirrors_onto_a_node_and_deletes_nothing_after_a_failure() {
+    let s = Scratch::new();
+    write_file(&s.path("src/data/a.bin"), 3000, 1);
+    write_file(&s.path("src/data/sub/b.txt"), 50, 2);
+    stale_dest(&s.path("node/in"));
+    let node = Node::start(&s.path("node"), &s.path("config"), &["--open"]);
+    let push = |extra: &[&str]| {
+        let mut c = haul(&s.path("config"));
+        c.args(["--json", "push", "--delete"])
+            .arg(s.path("src/data"))
+            .arg(node.url("in"))
+            .args(extra);
+        run(c, T)
+    };
+    let gone = ["data/gone", "data/gone/x.txt", "data/old.txt"];
+    // The dry run lists the node's deletions and changes nothing.
+    let before = state(&s.path("node"));
+    let out = push(&["-n", "--exclude", "*.log"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(events(&out, "dry_run"), gone);
+    assert_eq!(state(&s.path("node")), before);
+
+    // A failure (a non-empty directory where a file goes): nothing deleted.
+    std::fs::remove_file(s.path("node/in/data/a.bin")).unwrap();
+    write_file(&s.path("node/in/data/a.bin/inside"), 1, 9);
+    let out = push(&["--exclude", "*.log"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(events(&out, "deleted").is_empty());
+    assert!(s.path("node/in/data/old.txt").exists());
+
+    // Fixed: the node now mirrors the source, the excluded log and what is
+    // beside DEST/data stay, and so does the node's state.
+    std::fs::remove_dir_all(s.path("node/in/data/a.bin")).unwrap();
+    let out = push(&["--exclude", "*.log"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(events(&out, "deleted"), gone);
+    assert_eq!(summary(&out)["deleted"], 3);
+    let mut names: Vec<String> = listing(&s.path("node/in"))
+        .into_iter()
+        .map(|l| l.split(' ').next().unwrap().to_owned())
+        .collect();
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "data/",
+            "data/a.bin",
+            "data/keep.log",
+            "data/sub/",
+            "data/sub/b.txt",
+            "other.txt"
+        ]
+    );
+    assert!(s.path("node/.haul").exists());
+}
