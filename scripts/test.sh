@@ -7,10 +7,12 @@ cd "$(dirname "$0")/.."
 need=()
 # command:package — `ip` for the network-lab tests, the real servers the
 # remote-source tests start on 127.0.0.1 (vsftpd, OpenSSH's sshd, nginx),
-# openssl to make their test certificates, and python3 with pip for moto.
+# openssl to make their test certificates, python3 with pip for moto, man-db
+# to check `haul man` (man -l), and script(1) to run haul under a pty.
 for pair in ip:iproute2 \
   /usr/sbin/vsftpd:vsftpd /usr/sbin/sshd:openssh-server /usr/sbin/nginx:nginx-light \
-  ssh-keygen:openssh-client openssl:openssl python3:python3; do
+  ssh-keygen:openssh-client openssl:openssl python3:python3 \
+  man:man-db script:bsdutils; do
   cmd=${pair%%:*} pkg=${pair#*:}
   command -v "$cmd" >/dev/null 2>&1 || [ -x "$cmd" ] || need+=("$pkg")
 done

@@ -50,7 +50,7 @@ impl Ctx {
                 || self.opts.rename.as_ref().is_some_and(|t| t.uses_mtime()));
         if needs_mtime {
             // Only the filter's other rules now; the rest once stated.
-            self.opts.filter.take_file(&rel, &entry)?;
+            self.opts.filter.take_file(&rel, entry.size, entry.mtime)?;
             return Some(FileJob {
                 remote_path,
                 dest_rel: join_rel(&self.opts.dest_prefix, &rel),
@@ -73,7 +73,7 @@ impl Ctx {
         rel: String,
         entry: RemoteEntry,
     ) -> Option<FileJob> {
-        let caps = self.opts.filter.take_file(&rel, &entry)?;
+        let caps = self.opts.filter.take_file(&rel, entry.size, entry.mtime)?;
         let dest_rel = match &self.opts.rename {
             None => join_rel(&self.opts.dest_prefix, &rel),
             Some(t) => {

@@ -183,7 +183,7 @@ fn merged(listed: &RemoteEntry, fresh: RemoteEntry) -> RemoteEntry {
 /// mtime — decides whether a partial copy can be resumed, and a change
 /// within the listed minute must start it over rather than splice two
 /// versions. One more request for a file of over 4 MiB.
-fn resumable(entry: &RemoteEntry) -> bool {
+pub(crate) fn resumable(entry: &RemoteEntry) -> bool {
     entry
         .size
         .is_some_and(|size| size > u64::from(chunk_size_for(size)))

@@ -33,9 +33,12 @@
 //!   backs off exponentially with jitter, within `--retries`.
 //! - A failing file never stops the others; it is reported with its reason.
 
+pub mod check;
 mod crawl;
 mod download;
-pub mod filter;
+pub mod dry_run;
+pub mod listing;
+pub mod pace;
 pub mod rename;
 mod retry;
 mod sessions;
@@ -54,7 +57,9 @@ use haul_session::summary::{Summary, Tally};
 use haul_session::{Event, Observer};
 use tokio::sync::{mpsc, Semaphore};
 
-pub use filter::{Filter, RuleKind};
+/// The filters, shared with pushes and node pulls (`haul-filter`).
+pub use haul_filter as filter;
+pub use haul_filter::{Filter, RuleKind};
 pub use rename::RenameTemplate;
 
 use crate::crawl::FileJob;

@@ -93,6 +93,7 @@ impl HttpSession {
                 )));
             }
             if n > 0 {
+                haul_remote::paced(&self.s.pace, chunk.len()).await;
                 sink(&chunk)?;
                 got += n;
             }

@@ -38,6 +38,8 @@ struct Inner {
     region: String,
     creds: Option<S3Credentials>,
     timeout: Duration,
+    /// The read rate cap (`--bwlimit`).
+    pace: Option<Arc<dyn haul_remote::ReadPace>>,
 }
 
 impl S3Remote {
@@ -96,6 +98,7 @@ impl S3Remote {
                 region,
                 creds,
                 timeout,
+                pace: opts.pace.clone(),
             }),
         })
     }
@@ -559,7 +562,7 @@ impl Session for S3Session {
             (None, Some(t)) => Some(t.saturating_sub(offset)),
             (None, None) => None,
         };
-        body(resp, &what, self.inner.timeout, skip, wanted, sink).await
+        body(resp, &what, &self.inner, skip, wanted, sink).await
     }
 
     /// One `GET` (checksums asked for, as by `stat`): the answer's headers
@@ -590,7 +593,7 @@ impl Session for S3Session {
             return Ok(0);
         }
         let mut accept = |data: &[u8]| sink.accept(data);
-        body(resp, &what, self.inner.timeout, 0, entry.size, &mut accept).await
+        body(resp, &what, &self.inner, 0, entry.size, &mut accept).await
     }
 
     async fn delete(&mut self, path: &str) -> Result<(), RemoteError> {
@@ -613,7 +616,7 @@ impl Session for S3Session {
 async fn body(
     mut resp: Response,
     what: &str,
-    timeout: Duration,
+    inner: &Inner,
     mut skip: u64,
     wanted: Option<u64>,
     sink: ByteSink<'_>,
@@ -623,7 +626,7 @@ async fn body(
         if wanted == Some(done) {
             return Ok(done);
         }
-        let chunk = within(timeout, what, async {
+        let chunk = within(inner.timeout, what, async {
             resp.chunk().await.map_err(|e| net_error(e, what))
         })
         .await?;
@@ -637,6 +640,7 @@ async fn body(
             piece = &piece[..room];
         }
         if !piece.is_empty() {
+            haul_remote::paced(&inner.pace, piece.len()).await;
             sink(piece)?;
             done += piece.len() as u64;
         }

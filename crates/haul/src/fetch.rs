@@ -48,36 +48,28 @@ pub fn remote_options(t: &TransferArgs, r: &RemoteArgs) -> Result<RemoteOptions>
         s3_endpoint: r.s3_endpoint.clone(),
         s3_region: r.s3_region.clone(),
         s3_path_style: r.s3_path_style,
+        pace: t
+            .max_rate
+            .as_deref()
+            .map(crate::config::max_rate)
+            .transpose()?
+            .map(|r| haul_fetch::pace::read_pace(Arc::new(haul_transport::RateLimit::new(r)))),
     })
 }
 
-/// Fetch options from the flags; `rules` are the `--include`/`--exclude`
-/// globs in command-line order.
-pub fn fetch_options(
-    t: &TransferArgs,
-    r: &RemoteArgs,
-    rules: &[(RuleKind, String)],
-) -> Result<FetchOptions> {
+/// Fetch options from the flags; `filter` is what the filter flags
+/// describe ([`crate::config::filter`]), to which `--regex` and
+/// `--dir-struct` are added here.
+pub fn fetch_options(t: &TransferArgs, r: &RemoteArgs, mut filter: Filter) -> Result<FetchOptions> {
     let client = client_options(t)?;
-    let mut filter = Filter::default();
-    for (kind, glob) in rules {
-        filter.add_glob(*kind, glob)?;
-    }
     if let Some(re) = &r.regex {
         filter.set_regex(re)?;
     }
     if let Some(spec) = &r.dir_struct {
         filter.set_dir_struct(spec)?;
     }
-    filter.min_size = r.min_size.as_deref().map(parse_size).transpose()?;
-    filter.max_size = r.max_size.as_deref().map(parse_size).transpose()?;
-    filter.newer_than = r.newer_than.as_deref().map(parse_when).transpose()?;
-    filter.max_depth = r.max_depth;
     if r.max_conn_per_host == 0 {
         bail!("--max-conn-per-host must be at least 1");
-    }
-    if t.max_rate.is_some() {
-        bail!("--max-rate (--bwlimit) caps haul:// and local transfers; FTP, SFTP, HTTP and S3 pulls do not take it yet");
     }
     Ok(FetchOptions {
         jobs: client.jobs,
