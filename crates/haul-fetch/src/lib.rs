@@ -36,6 +36,7 @@
 mod crawl;
 mod download;
 pub mod filter;
+pub mod gate;
 pub mod rename;
 mod retry;
 mod sessions;
@@ -55,6 +56,7 @@ use haul_session::{Event, Observer};
 use tokio::sync::{mpsc, Semaphore};
 
 pub use filter::{Filter, RuleKind};
+pub use gate::{FileGate, Gate, GateFile, GateOutcome};
 pub use rename::RenameTemplate;
 
 use crate::crawl::FileJob;
@@ -91,6 +93,8 @@ pub struct FetchOptions {
     /// Prefix under the destination (the source directory's name when the
     /// URL has no trailing slash; set by [`fetch`]).
     pub dest_prefix: String,
+    /// The caller's say over each file (`haul daemon`'s catalog and caps).
+    pub gate: Option<Gate>,
 }
 
 impl Default for FetchOptions {
@@ -109,6 +113,7 @@ impl Default for FetchOptions {
             verify_sidecar: false,
             delete_source: false,
             dest_prefix: String::new(),
+            gate: None,
         }
     }
 }
@@ -227,7 +232,9 @@ pub async fn fetch(
             drop(jobs_tx);
             let (tx, rx) = mpsc::channel(1);
             if let Some(job) = job {
-                let _ = tx.send(job).await;
+                if job.admitted(&ctx).await {
+                    let _ = tx.send(job).await;
+                }
             }
             drop(tx);
             run_workers(ctx.clone(), rx).await;
