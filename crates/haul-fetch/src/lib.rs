@@ -314,7 +314,13 @@ fn finish(ctx: &Ctx, dest: &Destination, started: Instant) -> Summary {
     dest.apply_dir_metadata();
     dest.tidy_state_dir();
     let summary = ctx.tally.finish(started.elapsed(), ctx.pool.peak());
-    if summary.entries_ok == 0 && summary.failed == 0 && summary.files_skipped == 0 {
+    // With a gate, files it declined are its own to count (the daemon's
+    // runs report them), not "nothing matched".
+    if summary.entries_ok == 0
+        && summary.failed == 0
+        && summary.files_skipped == 0
+        && ctx.opts.gate.is_none()
+    {
         // An S3 prefix that does not exist lists like an empty one.
         ctx.tally.event(&Event::Warning {
             message: "nothing was fetched: the source is empty, or no file matched the filters"

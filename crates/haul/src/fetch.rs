@@ -93,6 +93,7 @@ pub fn fetch_options(
         verify_sidecar: r.verify_sidecar,
         delete_source: r.delete_source,
         dest_prefix: String::new(),
+        gate: None,
     })
 }
 

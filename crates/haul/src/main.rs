@@ -3,6 +3,8 @@
 
 mod cli;
 mod config;
+mod daemon;
+mod daemon_config;
 mod demo;
 mod fanout;
 mod fetch;
@@ -120,6 +122,7 @@ fn init_logging(cli: &Cli) {
     let default = match (cli.verbose, &cli.command) {
         (0, _) if cli.quiet => "error",
         (0, Command::Serve(_)) => "info",
+        (0, Command::Daemon(_)) => "info",
         (0, _) => "warn",
         (1, _) => "info",
         (2, _) => "debug",
@@ -206,6 +209,10 @@ async fn run(cli: Cli, mode: Mode) -> Result<u8> {
         Command::Pull(args) => pull(*args, mode).await,
         Command::Demo(args) => demo::run(args, mode).await,
         Command::Lab(_) => Ok(EXIT_USAGE),
+        Command::Daemon(args) if args.check => daemon::check(&args, mode == Mode::Json),
+        Command::Daemon(args) => daemon::run(&args).await,
+        Command::Catalog(args) => daemon::catalog(&args, mode == Mode::Json).await,
+        Command::Status(args) => daemon::status(&args, mode == Mode::Json).await,
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "haul", &mut std::io::stdout());
             Ok(EXIT_OK)

@@ -4,6 +4,7 @@
 
 mod beneath;
 mod corruption;
+mod daemon;
 mod fanout;
 mod harness;
 mod lab_fanout;
