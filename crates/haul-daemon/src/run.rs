@@ -307,6 +307,9 @@ pub(crate) async fn run_once(
         Err(why) => Err(DaemonError::Options(why)),
         Ok(mut opts) => {
             opts.gate = Some(Gate(gate.clone()));
+            // The catalog decides what is fetched, not what the destination
+            // holds: a file forgotten in the catalog is fetched again.
+            opts.quick_check = false;
             let observer = Arc::new(RunLog {
                 source: source.name.clone(),
             });
