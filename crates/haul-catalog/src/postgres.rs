@@ -113,6 +113,21 @@ impl PostgresCatalog {
     }
 }
 
+impl Drop for PostgresCatalog {
+    /// The client closes its connection by blocking on a runtime of its
+    /// own, which panics inside another runtime's thread: it is closed on
+    /// a thread of its own.
+    fn drop(&mut self) {
+        let client = match self.client.get_mut() {
+            Ok(c) => c.take(),
+            Err(poisoned) => poisoned.into_inner().take(),
+        };
+        if let Some(client) = client {
+            let _ = std::thread::spawn(move || drop(client)).join();
+        }
+    }
+}
+
 fn migrate(client: &mut Client) -> Result<()> {
     let mut tx = client.transaction()?;
     tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])?;

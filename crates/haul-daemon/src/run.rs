@@ -147,45 +147,45 @@ impl FileGate for RunGate {
         self.listed.fetch_add(1, Ordering::Relaxed);
         let seen = seen_of(file);
         let now = unix(SystemTime::now());
-        if self
+        // Done files are decided here, in memory; the rest are claimed
+        // when a download slot is free (`start`), so workers sharing a
+        // catalog take files as they can fetch them.
+        !self
             .known
             .get(&seen.path)
             .is_some_and(|k| k.needs_nothing(&seen, self.source.refetch, now))
-        {
-            return false;
-        }
+    }
+
+    async fn start(&self, file: &GateFile) -> Option<Box<dyn Send>> {
+        let global = self.ctx.global.clone().acquire_owned().await.ok();
+        let host = self.ctx.host.clone().acquire_owned().await.ok();
         let (name, worker, refetch) = (
             self.source.name.clone(),
             self.ctx.worker.clone(),
             self.source.refetch,
         );
+        let now = unix(SystemTime::now());
         let until = now + secs(self.ctx.lease);
+        let seen = seen_of(file);
         let claimed = blocking(&self.ctx.catalog, move |c| {
             c.claim(&name, &[seen], refetch, &worker, until, now)
         })
         .await;
         match claimed {
-            Ok(paths) if !paths.is_empty() => {
-                self.claimed.fetch_add(1, Ordering::Relaxed);
-                true
-            }
-            Ok(_) => false,
+            Ok(paths) if !paths.is_empty() => {}
+            Ok(_) => return None,
             Err(e) => {
                 tracing::error!("{}: {}: cannot claim: {e}", self.source.name, file.rel);
-                false
+                return None;
             }
         }
-    }
-
-    async fn start(&self, _file: &GateFile) -> Box<dyn Send> {
-        let global = self.ctx.global.clone().acquire_owned().await.ok();
-        let host = self.ctx.host.clone().acquire_owned().await.ok();
+        self.claimed.fetch_add(1, Ordering::Relaxed);
         self.ctx.board.in_flight(&self.source.name, 1);
-        Box::new(InFlight {
+        Some(Box::new(InFlight {
             _permits: (global, host),
             board: self.ctx.board.clone(),
             source: self.source.name.clone(),
-        })
+        }))
     }
 
     async fn settled(&self, file: &GateFile, outcome: GateOutcome) {

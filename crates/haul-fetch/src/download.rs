@@ -38,7 +38,9 @@ pub(crate) async fn download(ctx: Arc<Ctx>, job: FileJob) {
         return;
     };
     let file = job.gate_file();
-    let permit = gate.0.start(&file).await;
+    let Some(permit) = gate.0.start(&file).await else {
+        return;
+    };
     let outcome = deliver(&ctx, job).await;
     drop(permit);
     gate.0.settled(&file, outcome).await;

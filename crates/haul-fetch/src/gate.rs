@@ -54,8 +54,10 @@ pub trait FileGate: Send + Sync {
     /// Whether to fetch `file`.
     async fn admit(&self, file: &GateFile) -> bool;
     /// Waits until `file`'s download may start; the returned value is held
-    /// until it ends (a permit of caps shared between fetches).
-    async fn start(&self, file: &GateFile) -> Box<dyn Send>;
+    /// until it ends (a permit of caps shared between fetches). `None`:
+    /// not this file after all (another worker took it meanwhile); it is
+    /// skipped and [`settled`](FileGate::settled) is not called.
+    async fn start(&self, file: &GateFile) -> Option<Box<dyn Send>>;
     /// What became of `file`.
     async fn settled(&self, file: &GateFile, outcome: GateOutcome);
 }
