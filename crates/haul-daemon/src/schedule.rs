@@ -117,7 +117,7 @@ pub fn format_duration(d: Duration) -> String {
         return format!("{}ms", d.as_millis());
     }
     for (unit, n) in [("d", 86_400), ("h", 3600), ("m", 60)] {
-        if s % n == 0 {
+        if s.is_multiple_of(n) {
             return format!("{}{unit}", s / n);
         }
     }

@@ -49,7 +49,7 @@ pub(crate) async fn download(ctx: Arc<Ctx>, job: FileJob) {
 /// Downloads `job`, retrying what is worth retrying; reports the result.
 async fn deliver(ctx: &Arc<Ctx>, mut job: FileJob) -> GateOutcome {
     if job.needs_mtime {
-        match stated_job(&ctx, &job).await {
+        match stated_job(ctx, &job).await {
             Ok(Some(stated)) => job = stated,
             // Left out by --newer-than, or refused by --rename.
             Ok(None) => return GateOutcome::Dropped,

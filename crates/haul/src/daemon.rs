@@ -9,7 +9,7 @@ use anyhow::{Context, Result};
 use haul_catalog::{Catalog, State};
 use haul_daemon::{Board, Command, DaemonOptions, SourceSpec};
 use haul_remote::{RemoteUrl, Secret};
-use tokio::signal::unix::{signal, SignalKind};
+use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::mpsc;
 
 use crate::cli::{CatalogArgs, CatalogCommand, DaemonArgs, StatusArgs};
@@ -211,7 +211,13 @@ pub async fn run(args: &DaemonArgs) -> Result<u8> {
     }
     let (tx, rx) = mpsc::channel(4);
     let path = args.config.clone();
-    let signals = tokio::spawn(signals(path, config.catalog.clone(), tx));
+    // Registered before anything runs: SIGHUP's default action ends the process.
+    let handlers = (
+        signal(SignalKind::terminate())?,
+        signal(SignalKind::interrupt())?,
+        signal(SignalKind::hangup())?,
+    );
+    let signals = tokio::spawn(signals(handlers, path, config.catalog.clone(), tx));
     let result = haul_daemon::run(catalog, board, opts, rx).await;
     signals.abort();
     result?;
@@ -222,13 +228,11 @@ pub async fn run(args: &DaemonArgs) -> Result<u8> {
 /// SIGTERM/SIGINT → stop; SIGHUP → reload `path` (a config that does not
 /// validate is reported and the running one kept).
 async fn signals(
+    (mut term, mut int, mut hup): (Signal, Signal, Signal),
     path: std::path::PathBuf,
     catalog: String,
     tx: mpsc::Sender<Command>,
 ) -> Result<()> {
-    let mut term = signal(SignalKind::terminate())?;
-    let mut int = signal(SignalKind::interrupt())?;
-    let mut hup = signal(SignalKind::hangup())?;
     loop {
         tokio::select! {
             _ = term.recv() => break,

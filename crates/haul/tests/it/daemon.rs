@@ -674,3 +674,42 @@ jobs = 1
         );
     }
 }
+
+#[test]
+fn sighup_reloads_the_sources_and_keeps_a_bad_config_out() {
+    let s = Scratch::new();
+    let http = haul_http::testserver::TestServer::start().expect("nginx");
+    write_file(&http.root().join("one/a.bin"), 1000, 1);
+    write_file(&http.root().join("two/b.bin"), 1000, 2);
+    let config = s.path("haul.toml");
+    let source = |name: &str| {
+        format!(
+            "\n[[source]]\nname = \"{name}\"\nurl = \"{}\"\ndest = \"{}\"\nschedule = \"every 1s\"\n",
+            http.http_url(&format!("/{name}/")),
+            s.path(name).display()
+        )
+    };
+    let head = format!(
+        "catalog = \"sqlite:{}\"\nstatus = \"off\"\n",
+        s.path("catalog.db").display()
+    );
+    std::fs::write(&config, format!("{head}{}", source("one"))).unwrap();
+    let mut daemon = Daemon::start(&config, &s.path("daemon.log"));
+    wait_for(Duration::from_secs(20), "the first source's file", || {
+        s.path("one/a.bin").exists()
+    });
+    // A config with a typo: reported, the running one kept.
+    std::fs::write(&config, format!("{head}{}shedule = 1\n", source("two"))).unwrap();
+    unsafe { libc::kill(daemon.child.id() as i32, libc::SIGHUP) };
+    wait_for(Duration::from_secs(10), "the bad config reported", || {
+        daemon.log().contains("keeping the running configuration")
+    });
+    assert!(daemon.log().contains("shedule"), "{}", daemon.log());
+    std::fs::write(&config, format!("{head}{}{}", source("one"), source("two"))).unwrap();
+    unsafe { libc::kill(daemon.child.id() as i32, libc::SIGHUP) };
+    wait_for(Duration::from_secs(20), "the new source's file", || {
+        s.path("two/b.bin").exists()
+    });
+    assert_eq!(daemon.terminate().code(), Some(0), "{}", daemon.log());
+    assert_eq!(gets(&nginx_log(&http), "/one/a.bin"), 1);
+}
