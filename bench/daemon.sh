@@ -37,7 +37,9 @@ done
 URL=$(awk '$1=="http"{print $2}' "$W/servers.out")
 HTTP_DATA=$(awk '$1=="http-root"{print $2}' "$W/servers.out")/data
 bare=$( { /usr/bin/time -f %e curl -s -o /dev/null "$URL"; } 2>&1 )
-echo "bare listing of $COUNT files (curl of the index): ${bare}s"
+# haul's own listing of it (crawl and parse, no file taken, no catalog).
+hlist=$( { /usr/bin/time -f %e "$HAUL" -q pull "$URL" "$W/none" --include 'no-such-file' >/dev/null 2>&1; } 2>&1 | tail -1 )
+echo "bare listing of $COUNT files: ${bare}s (curl of the index), ${hlist}s (haul pull, a filter that takes nothing)"
 
 run_daemon() { # CATALOG NAME -> prints the run's seconds
   local port
@@ -74,11 +76,12 @@ bench_catalog() { # CATALOG LABEL
   first=$(run_daemon "$1" "src-$2")
   for i in $(seq 1 "$NEW"); do : >"$HTTP_DATA/new-$i.bin"; done
   second=$(run_daemon "$1" "src-$2")
-  python3 - "$2" "$COUNT" "$NEW" "$first" "$second" "$bare" <<'EOF'
+  python3 - "$2" "$COUNT" "$NEW" "$first" "$second" "$bare" "$hlist" <<'EOF'
 import sys
-label, count, new, first, second, bare = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]), float(sys.argv[5]), float(sys.argv[6])
+label, count, new = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+first, second, bare, hlist = map(float, sys.argv[4:8])
 print(f"{label}: first run {first:.1f}s ({count/first:.0f} files decided and fetched per second); "
-      f"second run with {new} new: {second:.2f}s = {second/bare:.1f}x the bare listing")
+      f"second run with {new} new: {second:.2f}s = {second/bare:.1f}x curl's listing, {second/hlist:.1f}x haul's")
 EOF
 }
 
