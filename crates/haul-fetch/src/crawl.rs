@@ -8,6 +8,7 @@ use haul_remote::{join, EntryKind, RemoteEntry, RemoteError};
 use haul_session::{Event, Observer};
 use tokio::sync::mpsc;
 
+use crate::gate::GateFile;
 use crate::rename::RenameInput;
 use crate::retry::Backoff;
 use crate::Ctx;
@@ -32,6 +33,26 @@ pub(crate) struct FileJob {
     /// `--rename` needs one: the file is stated first, then filtered and
     /// named ([`Ctx::job_for`] again).
     pub needs_mtime: bool,
+}
+
+impl FileJob {
+    /// The job as a [`FileGate`](crate::FileGate) sees it.
+    pub(crate) fn gate_file(&self) -> GateFile {
+        GateFile {
+            rel: self.rel.clone(),
+            remote_path: self.remote_path.clone(),
+            dest_rel: self.dest_rel.clone(),
+            entry: self.entry.clone(),
+        }
+    }
+
+    /// Whether the fetch's gate (if any) lets this file be fetched.
+    pub(crate) async fn admitted(&self, ctx: &Ctx) -> bool {
+        match &ctx.opts.gate {
+            Some(gate) => gate.0.admit(&self.gate_file()).await,
+            None => true,
+        }
+    }
 }
 
 /// Bound on listing entries parsed ahead of the crawl's filtering.
@@ -255,7 +276,9 @@ async fn handle_entry(
         }
         EntryKind::File => {
             if let Some(job) = ctx.job_for(remote, child_rel, entry) {
-                let _ = jobs.send(job).await;
+                if job.admitted(ctx).await {
+                    let _ = jobs.send(job).await;
+                }
             }
         }
         EntryKind::Other => {

@@ -55,6 +55,13 @@ pub enum Command {
     Check(Box<CheckArgs>),
     /// Print the manual page (roff): `haul man | man -l -`.
     Man,
+    /// Watch remote sources on schedules and fetch every new file, with a
+    /// persistent catalog of what was fetched (runs in the foreground).
+    Daemon(DaemonArgs),
+    /// Read and edit the daemon's catalog: list, show, forget (fetch again), runs.
+    Catalog(CatalogArgs),
+    /// Print a running daemon's status (its sources, runs, files in flight).
+    Status(StatusArgs),
     /// Print shell completions.
     Completions {
         /// Shell to generate for.
@@ -396,4 +403,86 @@ pub struct DemoArgs {
     /// Keep the demo directory instead of removing it.
     #[arg(long)]
     pub keep: bool,
+}
+
+/// `haul daemon`.
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Example:\n  haul daemon --check --config /etc/haul/haul.toml   # validate, print plans and next runs\n  haul daemon --config /etc/haul/haul.toml           # run (SIGHUP reloads, SIGTERM stops)"
+)]
+pub struct DaemonArgs {
+    /// The daemon's TOML config.
+    #[arg(long, value_name = "FILE")]
+    pub config: PathBuf,
+    /// Validate the config, print each source's plan and next runs, and exit.
+    #[arg(long)]
+    pub check: bool,
+}
+
+/// `haul catalog`.
+#[derive(Debug, Args)]
+pub struct CatalogArgs {
+    /// The daemon's config (its `catalog` is used).
+    #[arg(long, value_name = "FILE", global = true)]
+    pub config: Option<PathBuf>,
+    /// The catalog URL (sqlite:PATH or postgres://...) instead of --config.
+    #[arg(long, value_name = "URL", global = true)]
+    pub catalog: Option<String>,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: CatalogCommand,
+}
+
+/// `haul catalog` subcommands.
+#[derive(Debug, Subcommand, Clone)]
+pub enum CatalogCommand {
+    /// List files (of a source, in a state).
+    List {
+        /// Only this source.
+        #[arg(long)]
+        source: Option<String>,
+        /// Only files in this state: new, claimed, fetched, failed.
+        #[arg(long, value_parser = ["new", "claimed", "fetched", "failed"])]
+        state: Option<String>,
+        /// At most this many.
+        #[arg(long, default_value_t = 1000)]
+        limit: u32,
+    },
+    /// Show one file: its version, state, BLAKE3, local path, errors.
+    Show {
+        /// The source's name.
+        source: String,
+        /// The path relative to the source's URL.
+        path: String,
+    },
+    /// Forget files so the next run fetches them again.
+    Forget {
+        /// The source's name.
+        source: String,
+        /// A path relative to the source's URL (a directory forgets what is under it).
+        path: Option<String>,
+        /// Forget every file of the source.
+        #[arg(long)]
+        all: bool,
+    },
+    /// The latest runs: start, worker, counts, errors.
+    Runs {
+        /// Only this source.
+        #[arg(long)]
+        source: Option<String>,
+        /// At most this many.
+        #[arg(long, default_value_t = 20)]
+        limit: u32,
+    },
+}
+
+/// `haul status`.
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// The daemon's config (its `status` address is asked).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// The status listener's address instead of --config.
+    #[arg(long, value_name = "HOST:PORT", default_value = "127.0.0.1:9464")]
+    pub addr: String,
 }

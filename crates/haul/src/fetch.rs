@@ -85,6 +85,7 @@ pub fn fetch_options(t: &TransferArgs, r: &RemoteArgs, mut filter: Filter) -> Re
         verify_sidecar: r.verify_sidecar,
         delete_source: r.delete_source,
         dest_prefix: String::new(),
+        gate: None,
     })
 }
 

@@ -3,6 +3,8 @@
 
 mod cli;
 mod config;
+mod daemon;
+mod daemon_config;
 mod demo;
 mod fanout;
 mod fetch;
@@ -134,6 +136,7 @@ fn init_logging(cli: &Cli) {
     let default = match (cli.verbose, &cli.command) {
         (0, _) if cli.quiet => "error",
         (0, Command::Serve(_)) => "info",
+        (0, Command::Daemon(_)) => "info",
         (0, _) => "warn",
         (1, _) => "info",
         (2, _) => "debug",
@@ -226,6 +229,10 @@ async fn run(cli: Cli, mode: Mode) -> Result<u8> {
             man::render(&mut std::io::stdout().lock())?;
             Ok(EXIT_OK)
         }
+        Command::Daemon(args) if args.check => daemon::check(&args, mode == Mode::Json),
+        Command::Daemon(args) => daemon::run(&args).await,
+        Command::Catalog(args) => daemon::catalog(&args, mode == Mode::Json).await,
+        Command::Status(args) => daemon::status(&args, mode == Mode::Json).await,
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "haul", &mut std::io::stdout());
             Ok(EXIT_OK)

@@ -5,6 +5,7 @@
 mod beneath;
 mod check;
 mod corruption;
+mod daemon;
 mod dry_run;
 mod fanout;
 mod filters;

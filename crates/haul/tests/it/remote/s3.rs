@@ -252,6 +252,8 @@ impl CuttingProxy {
         client.write_all(&bytes).ok()?;
         Some(cut)
     }
+}
+
 /// `haul check s3://... DIR`: compared by the checksums S3 offers (the
 /// single-part ETag is the MD5), nothing downloaded; one flipped byte with
 /// the size kept is found.
