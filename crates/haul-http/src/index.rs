@@ -474,7 +474,10 @@ fn decode_entities(s: &str) -> String {
     while let Some(i) = rest.find('&') {
         out.push_str(&rest[..i]);
         rest = &rest[i..];
-        let semi = rest[..rest.len().min(12)].find(';');
+        // Bytes, not a str slice: 12 bytes may end inside a character.
+        let semi = rest.as_bytes()[..rest.len().min(12)]
+            .iter()
+            .position(|&b| b == b';');
         let decoded = semi.and_then(|j| {
             let ent = &rest[1..j];
             let c = match ent {

@@ -198,6 +198,16 @@ fn entities() {
         decode_entities("a&amp;b&lt;&gt;&quot;&#39;&#x41;&bogus;&"),
         "a&b<>\"'A&bogus;&"
     );
+    // Found by the http_index fuzz target: the entity search used to slice
+    // a str 12 bytes in, inside a multi-byte character, and panic.
+    assert_eq!(
+        decode_entities("&nglonglong\u{fffd}x"),
+        "&nglonglong\u{fffd}x"
+    );
+    assert_eq!(
+        decode_entities("&ab\u{fffd}\u{fffd}\u{fffd};"),
+        "&ab\u{fffd}\u{fffd}\u{fffd};"
+    );
     assert_eq!(nginx_size("  02-Jan-2024 15:04   1234\r"), Some(1234));
     assert_eq!(nginx_size("  2024-01-02 15:04  1.2K"), None);
     assert_eq!(nginx_size("  02-Jan-2024 15:04   -"), None);
