@@ -38,7 +38,8 @@ URL=$(awk '$1=="http"{print $2}' "$W/servers.out")
 HTTP_DATA=$(awk '$1=="http-root"{print $2}' "$W/servers.out")/data
 bare=$( { /usr/bin/time -f %e curl -s -o /dev/null "$URL"; } 2>&1 )
 # haul's own listing of it (crawl and parse, no file taken, no catalog).
-hlist=$( { /usr/bin/time -f %e "$HAUL" -q pull "$URL" "$W/none" --include 'no-such-file' >/dev/null 2>&1; } 2>&1 | tail -1 )
+/usr/bin/time -f %e -o "$W/hlist.t" "$HAUL" -q pull "$URL" "$W/none" --include 'no-such-file' >/dev/null 2>&1 || true
+hlist=$(tail -1 "$W/hlist.t")
 echo "bare listing of $COUNT files: ${bare}s (curl of the index), ${hlist}s (haul pull, a filter that takes nothing)"
 
 run_daemon() { # CATALOG NAME -> prints the run's seconds
