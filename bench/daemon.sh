@@ -23,9 +23,12 @@ target/release/remote-servers "$COUNT" 0 <"$W/hold" >"$W/servers.out" 2>&1 &
 SRV=$!
 exec 3>"$W/hold"
 PG_PID=
+PG_BIN=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
 cleanup() {
   exec 3>&- || true
-  [ -n "$PG_PID" ] && kill -INT "$PG_PID" 2>/dev/null && wait "$PG_PID" 2>/dev/null || true
+  if [ -n "$PG_PID" ]; then
+    runuser -u postgres -- "$PG_BIN/pg_ctl" -D "$W/pg/data" -m fast -w stop >/dev/null 2>&1 || true
+  fi
   wait "$SRV" 2>/dev/null || true
   rm -rf "$W"
 }
@@ -38,7 +41,8 @@ URL=$(awk '$1=="http"{print $2}' "$W/servers.out")
 HTTP_DATA=$(awk '$1=="http-root"{print $2}' "$W/servers.out")/data
 bare=$( { /usr/bin/time -f %e curl -s -o /dev/null "$URL"; } 2>&1 )
 # haul's own listing of it (crawl and parse, no file taken, no catalog).
-hlist=$( { /usr/bin/time -f %e "$HAUL" -q pull "$URL" "$W/none" --include 'no-such-file' >/dev/null 2>&1; } 2>&1 | tail -1 )
+/usr/bin/time -f %e -o "$W/hlist.t" "$HAUL" -q pull "$URL" "$W/none" --include 'no-such-file' >/dev/null 2>&1 || true
+hlist=$(tail -1 "$W/hlist.t")
 echo "bare listing of $COUNT files: ${bare}s (curl of the index), ${hlist}s (haul pull, a filter that takes nothing)"
 
 run_daemon() { # CATALOG NAME -> prints the run's seconds
@@ -87,13 +91,14 @@ EOF
 
 bench_catalog "sqlite:$W/catalog.db" sqlite
 
-PG_BIN=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
 mkdir -p "$W/pg"
 chown postgres "$W/pg"
 PG_PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 runuser -u postgres -- "$PG_BIN/initdb" -D "$W/pg/data" -U haul --auth=trust --no-sync >/dev/null
-runuser -u postgres -- "$PG_BIN/postgres" -D "$W/pg/data" -h 127.0.0.1 -p "$PG_PORT" -k "$W/pg" >"$W/pg.log" 2>&1 &
-PG_PID=$!
+# Not holding fd 3 (the servers' stdin: they stop when it closes).
+runuser -u postgres -- "$PG_BIN/pg_ctl" -D "$W/pg/data" -l "$W/pg/server.log" -w \
+  -o "-h 127.0.0.1 -p $PG_PORT -k $W/pg" start >/dev/null 3>&-
+PG_PID=started
 until "$PG_BIN/psql" -h 127.0.0.1 -p "$PG_PORT" -U haul -d postgres -qc 'SELECT 1' >/dev/null 2>&1; do sleep 0.2; done
 "$PG_BIN/psql" -h 127.0.0.1 -p "$PG_PORT" -U haul -d postgres -qc 'CREATE DATABASE bench' >/dev/null
 bench_catalog "postgres://haul@127.0.0.1:$PG_PORT/bench" postgres
