@@ -155,10 +155,10 @@ fn source_spec(plan: &SourcePlan, hook_timeout: std::time::Duration) -> Result<S
         };
     }
     let remote = fetch::open_remote(&url, &ropts).with_context(context)?;
-    let (transfer, remote_args, rules) = (
+    let (transfer, remote_args, filter) = (
         plan.transfer.clone(),
         plan.remote.clone(),
-        plan.rules.clone(),
+        plan.filter.clone(),
     );
     Ok(SourceSpec {
         name: plan.name.clone(),
@@ -172,7 +172,9 @@ fn source_spec(plan: &SourcePlan, hook_timeout: std::time::Duration) -> Result<S
         refetch: plan.refetch,
         timeout: ropts.timeout,
         options: Arc::new(move || {
-            fetch::fetch_options(&transfer, &remote_args, &rules).map_err(|e| format!("{e:#}"))
+            crate::config::filter(&filter)
+                .and_then(|f| fetch::fetch_options(&transfer, &remote_args, f))
+                .map_err(|e| format!("{e:#}"))
         }),
         sidecar: plan.sidecar,
         on_file: plan.on_file.clone(),

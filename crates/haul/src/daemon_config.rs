@@ -15,7 +15,7 @@ use haul_daemon::Schedule;
 use serde::Deserialize;
 use toml::Spanned;
 
-use crate::cli::{RemoteArgs, TransferArgs};
+use crate::cli::{FilterArgs, FilterRule, RemoteArgs, TransferArgs};
 
 /// The whole file, as written.
 #[derive(Debug, Deserialize)]
@@ -202,8 +202,10 @@ pub struct SourcePlan {
     pub transfer: TransferArgs,
     /// `haul pull`'s remote flags.
     pub remote: RemoteArgs,
-    /// Filter rules in order.
+    /// Filter rules in order (as `--check` shows them).
     pub rules: Vec<(haul_fetch::RuleKind, String)>,
+    /// `haul pull`'s filter flags.
+    pub filter: FilterArgs,
     /// `password_env`.
     pub password_env: Option<String>,
     /// Metadata sidecars.
@@ -370,16 +372,13 @@ fn source_plan(
         max_rate: None,
         no_zero_copy: false,
         chunk_memory: "256M".into(),
+        dry_run: false,
+        delete: false,
+        checksum: false,
     };
     let remote = RemoteArgs {
-        include: s.include.clone(),
-        exclude: s.exclude.clone(),
         regex: s.regex.clone(),
         dir_struct: s.dir_struct.clone(),
-        min_size: s.min_size.clone(),
-        max_size: s.max_size.clone(),
-        newer_than: s.newer_than.clone(),
-        max_depth: s.max_depth,
         skip_existing: false,
         rename: s.rename.clone(),
         delete_source: s.delete_source,
@@ -407,6 +406,19 @@ fn source_plan(
             .iter()
             .map(|g| (haul_fetch::RuleKind::Include, g.clone())),
     );
+    let filter = FilterArgs {
+        include: s.include.clone(),
+        exclude: s.exclude.clone(),
+        filter_from: Vec::new(),
+        min_size: s.min_size.clone(),
+        max_size: s.max_size.clone(),
+        newer_than: s.newer_than.clone(),
+        max_depth: s.max_depth,
+        rules: rules
+            .iter()
+            .map(|(k, g)| FilterRule::Glob(*k, g.clone()))
+            .collect(),
+    };
     let plan = SourcePlan {
         name: s.name.clone(),
         url: url.clone(),
@@ -417,13 +429,18 @@ fn source_plan(
         transfer,
         remote,
         rules,
+        filter,
         password_env: s.password_env.clone(),
         sidecar: s.sidecar,
         on_file: s.on_file.clone(),
         on_run: s.on_run.clone(),
     };
     // Everything `haul pull` checks, checked now rather than at the first run.
-    crate::fetch::fetch_options(&plan.transfer, &plan.remote, &plan.rules)?;
+    crate::fetch::fetch_options(
+        &plan.transfer,
+        &plan.remote,
+        crate::config::filter(&plan.filter)?,
+    )?;
     Ok(plan)
 }
 

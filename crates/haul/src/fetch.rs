@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use anyhow::{anyhow, bail, Context, Result};
-use haul_fetch::{FetchOptions, Filter, RenameTemplate, RuleKind};
+use haul_fetch::{FetchOptions, Filter, RenameTemplate};
 use haul_remote::{Remote, RemoteOptions, RemoteUrl, Scheme, Secret};
 
 use crate::cli::{RemoteArgs, TransferArgs};

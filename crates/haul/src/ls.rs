@@ -248,7 +248,7 @@ fn print(mode: Mode, lines: &[Line]) {
                 let size = l.size.map(|s| s.to_string()).unwrap_or_else(|| "-".into());
                 let when = l
                     .mtime
-                    .map(|t| haul_fetch::rename::format_utc(t, "%Y-%m-%d %H:%M:%S"))
+                    .and_then(|t| haul_time::strftime_utc(t, "%Y-%m-%d %H:%M:%S").ok())
                     .unwrap_or_else(|| "-".into());
                 let suffix = match (l.kind, &l.target) {
                     ("dir", _) => "/".to_owned(),
