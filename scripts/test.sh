@@ -7,13 +7,19 @@ cd "$(dirname "$0")/.."
 need=()
 # command:package — `ip` for the network-lab tests, the real servers the
 # remote-source tests start on 127.0.0.1 (vsftpd, OpenSSH's sshd, nginx),
-# openssl to make their test certificates, and python3 with pip for moto.
+# openssl to make their test certificates, python3 with pip for moto, man-db
+# to check `haul man` (man -l), script(1) to run haul under a pty, and
+# promtool to check the daemon's /metrics.
 for pair in ip:iproute2 \
   /usr/sbin/vsftpd:vsftpd /usr/sbin/sshd:openssh-server /usr/sbin/nginx:nginx-light \
-  ssh-keygen:openssh-client openssl:openssl python3:python3; do
+  ssh-keygen:openssh-client openssl:openssl python3:python3 \
+  man:man-db script:bsdutils promtool:prometheus; do
   cmd=${pair%%:*} pkg=${pair#*:}
   command -v "$cmd" >/dev/null 2>&1 || [ -x "$cmd" ] || need+=("$pkg")
 done
+# PostgreSQL's server binaries (initdb, postgres) for the daemon's catalog
+# tests: the tests start their own server in a temp dir, not the system one.
+compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || need+=(postgresql)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "installing: ${need[*]}"

@@ -1,8 +1,8 @@
 //! Starts the real servers the remote-pull benchmark reads from — vsftpd and
 //! nginx on 127.0.0.1, configured by the same code as haul's tests — fills
 //! them with `COUNT` random files of `MIB` MiB under `/data/`, prints one
-//! `NAME URL` line per server (and `ftp-root DIR`, where vsftpd's files
-//! are), then serves until its standard input closes.
+//! `NAME URL` line per server (and `ftp-root DIR` / `http-root DIR`, where
+//! the servers' files are), then serves until its standard input closes.
 //!
 //!     remote-servers COUNT MIB
 
@@ -50,6 +50,7 @@ fn run() -> std::io::Result<()> {
     println!("ftp {}", ftp.url("/data/"));
     println!("ftp-root {}", ftp.root().display());
     println!("http {}", http.http_url("/data/"));
+    println!("http-root {}", http.root().display());
     println!("ready");
     std::io::stdout().flush()?;
     let mut sink = Vec::new();

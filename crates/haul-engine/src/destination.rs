@@ -81,6 +81,9 @@ pub struct Destination {
     /// Entries' modes are made up (remote sources that carry none): a
     /// file found up to date keeps its own.
     keep_modes: std::sync::atomic::AtomicBool,
+    /// `--checksum`: the sender already compared contents, so whatever it
+    /// offers is received, same size and mtime or not.
+    no_quick_check: std::sync::atomic::AtomicBool,
 }
 
 /// The name (without extension) of the staging and resume-state files of `rel`.
@@ -124,6 +127,7 @@ impl Destination {
             dirty_dirs: Arc::new(Mutex::new(HashSet::new())),
             client_side: std::sync::atomic::AtomicBool::new(false),
             keep_modes: std::sync::atomic::AtomicBool::new(false),
+            no_quick_check: std::sync::atomic::AtomicBool::new(false),
         }))
     }
 
@@ -131,6 +135,13 @@ impl Destination {
     /// file found up to date keeps the permission bits it has here.
     pub fn keep_modes(&self) {
         self.keep_modes
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// `--checksum`: no file offered is skipped for its size and mtime (the
+    /// sender offers only files whose BLAKE3 differs).
+    pub fn receive_everything_offered(&self) {
+        self.no_quick_check
             .store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
@@ -368,6 +379,10 @@ impl Destination {
             if st.is_dir() {
                 return Err(ReceiveError::WrongType(entry.path.clone(), "file"));
             }
+            let quick_check = quick_check
+                && !self
+                    .no_quick_check
+                    .load(std::sync::atomic::Ordering::Relaxed);
             if quick_check && up_to_date(found.as_ref(), &place, entry, self.sync_modes()) {
                 return Ok(Prepared::UpToDate);
             }

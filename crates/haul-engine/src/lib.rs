@@ -10,6 +10,7 @@
 
 pub mod chunks;
 pub mod destination;
+pub mod filtered;
 /// Chunk digests and whole-file hashes: the protocol's, in [`haul_proto::digest`].
 pub use haul_proto::digest as hash;
 pub mod partial;
@@ -17,6 +18,8 @@ pub mod source;
 
 pub use chunks::{ChunkSink, ChunkSource, LocalFile, MemorySource, VerifiedChunk};
 pub use destination::{Destination, Prepared, ReceiveError};
+pub use filtered::EntryFilter;
+pub use haul_filter::{self, Filter};
 pub use haul_root;
 pub use partial::{ChunkVerdict, PartialFile};
 pub use source::{split_ranges, EntryIter, LocalTree, Source, SourceEntry, SourceError};

@@ -23,7 +23,9 @@ use haul_proto::{Entry, EntryKind};
 use haul_root::walk::Walk;
 use haul_root::{Dir, Meta, ResolveError, Root};
 
+use crate::filtered::EntryFilter;
 use crate::hash::chunk_size_for;
+use haul_filter::Filter;
 
 /// An error from a source: the entry it concerns is skipped, the rest goes on.
 #[derive(Debug, thiserror::Error)]
@@ -138,6 +140,9 @@ pub struct LocalTree {
     top: Top,
     /// Leaves out `.haul` at the top (a node's own state directory).
     skip_state_dir: bool,
+    /// What the walk takes (`--include`, `--exclude`...): excluded
+    /// directories are not even entered.
+    filter: Option<Arc<Filter>>,
 }
 
 /// How a tree's entries are named: on the wire, locally, and in errors.
@@ -255,6 +260,7 @@ impl LocalTree {
             },
             top: Top::Path { contents },
             skip_state_dir: false,
+            filter: None,
         })
     }
 
@@ -285,6 +291,7 @@ impl LocalTree {
                     contents: true,
                 },
                 skip_state_dir: true,
+                filter: None,
             });
         };
         let parent = root.open_dir(parents)?;
@@ -321,7 +328,21 @@ impl LocalTree {
             },
             top,
             skip_state_dir: false,
+            filter: None,
         })
+    }
+
+    /// The wire name of the tree's top: its entries are `TOP/...`, or bare
+    /// names when empty (a source given as `dir/`).
+    pub fn top_name(&self) -> &str {
+        &self.naming.prefix
+    }
+
+    /// Walks only what `filter` takes (see [`crate::filtered`]); a filter
+    /// that takes everything costs nothing.
+    pub fn with_filter(mut self, filter: Arc<Filter>) -> Self {
+        self.filter = (!filter.takes_everything()).then_some(filter);
+        self
     }
 
     /// Names paths in errors relative to `base` (`.` for `base` itself).
@@ -407,6 +428,7 @@ impl Source for LocalTree {
             naming,
             top,
             skip_state_dir,
+            filter,
         } = *self;
         let top = match top {
             Top::Path { contents } => match open_path_top(&naming.path, contents) {
@@ -415,14 +437,22 @@ impl Source for LocalTree {
             },
             top => top,
         };
+        let mut chosen = filter
+            .clone()
+            .map(|f| EntryFilter::new(f, naming.prefix.clone()));
+        let choose = move |item: Result<SourceEntry, SourceError>| match (&mut chosen, item) {
+            (Some(chosen), Ok(src)) => {
+                let entry = src.entry.clone();
+                chosen.offer(&entry, src).into_iter().map(Ok).collect()
+            }
+            (_, item) => vec![item],
+        };
         match top {
             Top::Path { .. } => Box::new(std::iter::empty()),
-            Top::One { meta, link, data } => Box::new(std::iter::once(naming.make(
-                Path::new(""),
-                &meta,
-                link,
-                Some(data),
-            ))),
+            Top::One { meta, link, data } => Box::new(
+                std::iter::once(naming.make(Path::new(""), &meta, link, Some(data)))
+                    .flat_map(choose),
+            ),
             Top::Dir {
                 dir,
                 meta,
@@ -430,9 +460,13 @@ impl Source for LocalTree {
             } => {
                 let first = (!contents).then(|| naming.make(Path::new(""), &meta, None, None));
                 let mut walk = Walk::new(dir);
-                if skip_state_dir {
-                    walk = walk.pruning(Box::new(|rel| {
-                        rel.to_str().is_some_and(haul_proto::is_state_dir)
+                if skip_state_dir || filter.is_some() {
+                    walk = walk.pruning(Box::new(move |rel| {
+                        let Some(rel) = rel.to_str() else {
+                            return false;
+                        };
+                        (skip_state_dir && haul_proto::is_state_dir(rel))
+                            || filter.as_ref().is_some_and(|f| !f.enter_dir(rel))
                     }));
                 }
                 let rest = walk.map(move |item| match item {
@@ -448,7 +482,7 @@ impl Source for LocalTree {
                         source: e.source,
                     }),
                 });
-                Box::new(first.into_iter().chain(rest))
+                Box::new(first.into_iter().chain(rest).flat_map(choose))
             }
         }
     }

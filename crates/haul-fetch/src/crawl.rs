@@ -8,6 +8,7 @@ use haul_remote::{join, EntryKind, RemoteEntry, RemoteError};
 use haul_session::{Event, Observer};
 use tokio::sync::mpsc;
 
+use crate::gate::GateFile;
 use crate::rename::RenameInput;
 use crate::retry::Backoff;
 use crate::Ctx;
@@ -34,6 +35,26 @@ pub(crate) struct FileJob {
     pub needs_mtime: bool,
 }
 
+impl FileJob {
+    /// The job as a [`FileGate`](crate::FileGate) sees it.
+    pub(crate) fn gate_file(&self) -> GateFile {
+        GateFile {
+            rel: self.rel.clone(),
+            remote_path: self.remote_path.clone(),
+            dest_rel: self.dest_rel.clone(),
+            entry: self.entry.clone(),
+        }
+    }
+
+    /// Whether the fetch's gate (if any) lets this file be fetched.
+    pub(crate) async fn admitted(&self, ctx: &Ctx) -> bool {
+        match &ctx.opts.gate {
+            Some(gate) => gate.0.admit(&self.gate_file()).await,
+            None => true,
+        }
+    }
+}
+
 /// Bound on listing entries parsed ahead of the crawl's filtering.
 const LIST_AHEAD: usize = 256;
 
@@ -50,7 +71,7 @@ impl Ctx {
                 || self.opts.rename.as_ref().is_some_and(|t| t.uses_mtime()));
         if needs_mtime {
             // Only the filter's other rules now; the rest once stated.
-            self.opts.filter.take_file(&rel, &entry)?;
+            self.opts.filter.take_file(&rel, entry.size, entry.mtime)?;
             return Some(FileJob {
                 remote_path,
                 dest_rel: join_rel(&self.opts.dest_prefix, &rel),
@@ -73,7 +94,7 @@ impl Ctx {
         rel: String,
         entry: RemoteEntry,
     ) -> Option<FileJob> {
-        let caps = self.opts.filter.take_file(&rel, &entry)?;
+        let caps = self.opts.filter.take_file(&rel, entry.size, entry.mtime)?;
         let dest_rel = match &self.opts.rename {
             None => join_rel(&self.opts.dest_prefix, &rel),
             Some(t) => {
@@ -255,7 +276,9 @@ async fn handle_entry(
         }
         EntryKind::File => {
             if let Some(job) = ctx.job_for(remote, child_rel, entry) {
-                let _ = jobs.send(job).await;
+                if job.admitted(ctx).await {
+                    let _ = jobs.send(job).await;
+                }
             }
         }
         EntryKind::Other => {

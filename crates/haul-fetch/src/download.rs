@@ -13,6 +13,7 @@ use haul_remote::{Checksum, RemoteEntry, RemoteError};
 use haul_session::{Event, Observer};
 
 use crate::crawl::FileJob;
+use crate::gate::GateOutcome;
 use crate::retry::Backoff;
 use crate::sessions::Lease;
 use crate::Ctx;
@@ -29,19 +30,36 @@ enum Outcome {
     UpToDate,
 }
 
+/// Downloads `job` (see [`deliver`]), within the gate's caps when the
+/// fetch has a gate, and tells the gate the outcome.
+pub(crate) async fn download(ctx: Arc<Ctx>, job: FileJob) {
+    let Some(gate) = ctx.opts.gate.clone() else {
+        deliver(&ctx, job).await;
+        return;
+    };
+    let file = job.gate_file();
+    let Some(permit) = gate.0.start(&file).await else {
+        return;
+    };
+    let outcome = deliver(&ctx, job).await;
+    drop(permit);
+    gate.0.settled(&file, outcome).await;
+}
+
 /// Downloads `job`, retrying what is worth retrying; reports the result.
-pub(crate) async fn download(ctx: Arc<Ctx>, mut job: FileJob) {
+async fn deliver(ctx: &Arc<Ctx>, mut job: FileJob) -> GateOutcome {
     if job.needs_mtime {
-        match stated_job(&ctx, &job).await {
+        match stated_job(ctx, &job).await {
             Ok(Some(stated)) => job = stated,
             // Left out by --newer-than, or refused by --rename.
-            Ok(None) => return,
+            Ok(None) => return GateOutcome::Dropped,
             Err(e) => {
+                let error = format!("{e}{}", hint_for(&e));
                 ctx.tally.event(&Event::FileError {
                     path: job.dest_rel.clone(),
-                    error: format!("{e}{}", hint_for(&e)),
+                    error: error.clone(),
                 });
-                return;
+                return GateOutcome::Failed { error };
             }
         }
     }
@@ -53,28 +71,29 @@ pub(crate) async fn download(ctx: Arc<Ctx>, mut job: FileJob) {
     let mut restat = job.entry.size.is_none()
         || (ctx.pool.remote().stat_before_read() && !job.stated)
         || (resumable(&job.entry) && !ctx.pool.remote().listing_is_exact() && !job.stated);
-    if restat && known_up_to_date(&ctx, &job) {
+    if restat && known_up_to_date(ctx, &job) {
         let size = job.entry.size.unwrap_or(0);
         ctx.tally
             .event(&Event::up_to_date(job.dest_rel.clone(), size));
-        return;
+        return GateOutcome::UpToDate { size };
     }
     // Bytes of this file verified chunk by chunk, over all attempts.
     let progress = Arc::new(AtomicU64::new(0));
     loop {
         let progress_before = progress.load(Ordering::Relaxed);
-        match attempt(&ctx, &mut job, restat, &progress).await {
+        match attempt(ctx, &mut job, restat, &progress).await {
             Ok(Outcome::UpToDate) => {
                 let size = job.entry.size.unwrap_or(0);
                 ctx.tally
                     .event(&Event::up_to_date(job.dest_rel.clone(), size));
-                return;
+                return GateOutcome::UpToDate { size };
             }
             Ok(Outcome::Delivered { root, fetched }) => {
+                let size = job.entry.size.unwrap_or(0);
                 ctx.tally.event(&Event::FileDone {
                     path: job.dest_rel.clone(),
-                    size: job.entry.size.unwrap_or(0),
-                    blake3: root,
+                    size,
+                    blake3: root.clone(),
                     sent: fetched,
                     skipped: false,
                 });
@@ -86,10 +105,14 @@ pub(crate) async fn download(ctx: Arc<Ctx>, mut job: FileJob) {
                         tracing::info!("{}: a checksum file, kept at the source", job.dest_rel);
                         ctx.kept_sidecars.fetch_add(1, Ordering::Relaxed);
                     } else {
-                        delete_source(&ctx, &job).await;
+                        delete_source(ctx, &job).await;
                     }
                 }
-                return;
+                return GateOutcome::Delivered {
+                    blake3: root,
+                    size,
+                    fetched,
+                };
             }
             Err(e) => {
                 // A broken connection that still moved data does not use up
@@ -116,15 +139,16 @@ pub(crate) async fn download(ctx: Arc<Ctx>, mut job: FileJob) {
                     }
                     None => {
                         let hint = hint_for(&e);
+                        let error = format!(
+                            "{} ({}): {e}{hint}",
+                            job.remote_path,
+                            ctx.pool.remote().display()
+                        );
                         ctx.tally.event(&Event::FileError {
                             path: job.dest_rel.clone(),
-                            error: format!(
-                                "{} ({}): {e}{hint}",
-                                job.remote_path,
-                                ctx.pool.remote().display()
-                            ),
+                            error: error.clone(),
                         });
-                        return;
+                        return GateOutcome::Failed { error };
                     }
                 }
             }
@@ -183,7 +207,7 @@ fn merged(listed: &RemoteEntry, fresh: RemoteEntry) -> RemoteEntry {
 /// mtime — decides whether a partial copy can be resumed, and a change
 /// within the listed minute must start it over rather than splice two
 /// versions. One more request for a file of over 4 MiB.
-fn resumable(entry: &RemoteEntry) -> bool {
+pub(crate) fn resumable(entry: &RemoteEntry) -> bool {
     entry
         .size
         .is_some_and(|size| size > u64::from(chunk_size_for(size)))

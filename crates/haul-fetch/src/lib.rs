@@ -33,9 +33,13 @@
 //!   backs off exponentially with jitter, within `--retries`.
 //! - A failing file never stops the others; it is reported with its reason.
 
+pub mod check;
 mod crawl;
 mod download;
-pub mod filter;
+pub mod dry_run;
+pub mod gate;
+pub mod listing;
+pub mod pace;
 pub mod rename;
 mod retry;
 mod sessions;
@@ -54,7 +58,10 @@ use haul_session::summary::{Summary, Tally};
 use haul_session::{Event, Observer};
 use tokio::sync::{mpsc, Semaphore};
 
-pub use filter::{Filter, RuleKind};
+pub use gate::{FileGate, Gate, GateFile, GateOutcome};
+/// The filters, shared with pushes and node pulls (`haul-filter`).
+pub use haul_filter as filter;
+pub use haul_filter::{Filter, RuleKind};
 pub use rename::RenameTemplate;
 
 use crate::crawl::FileJob;
@@ -91,6 +98,8 @@ pub struct FetchOptions {
     /// Prefix under the destination (the source directory's name when the
     /// URL has no trailing slash; set by [`fetch`]).
     pub dest_prefix: String,
+    /// The caller's say over each file (`haul daemon`'s catalog and caps).
+    pub gate: Option<Gate>,
 }
 
 impl Default for FetchOptions {
@@ -109,6 +118,7 @@ impl Default for FetchOptions {
             verify_sidecar: false,
             delete_source: false,
             dest_prefix: String::new(),
+            gate: None,
         }
     }
 }
@@ -227,7 +237,9 @@ pub async fn fetch(
             drop(jobs_tx);
             let (tx, rx) = mpsc::channel(1);
             if let Some(job) = job {
-                let _ = tx.send(job).await;
+                if job.admitted(&ctx).await {
+                    let _ = tx.send(job).await;
+                }
             }
             drop(tx);
             run_workers(ctx.clone(), rx).await;
@@ -307,7 +319,13 @@ fn finish(ctx: &Ctx, dest: &Destination, started: Instant) -> Summary {
     dest.apply_dir_metadata();
     dest.tidy_state_dir();
     let summary = ctx.tally.finish(started.elapsed(), ctx.pool.peak());
-    if summary.entries_ok == 0 && summary.failed == 0 && summary.files_skipped == 0 {
+    // With a gate, files it declined are its own to count (the daemon's
+    // runs report them), not "nothing matched".
+    if summary.entries_ok == 0
+        && summary.failed == 0
+        && summary.files_skipped == 0
+        && ctx.opts.gate.is_none()
+    {
         // An S3 prefix that does not exist lists like an empty one.
         ctx.tally.event(&Event::Warning {
             message: "nothing was fetched: the source is empty, or no file matched the filters"

@@ -6,7 +6,8 @@
 //! `{host}` (the remote host or bucket), `{date:FMT}` (the time of the
 //! transfer, UTC), `{mtime:FMT}` (the file's modification time, UTC),
 //! `{1}`, `{2}`... (capture groups of `--dir-struct` then `--regex`) and
-//! `{cap:NAME}` (named groups). `FMT` takes `%Y %m %d %H %M %S %j %%`.
+//! `{cap:NAME}` (named groups). `FMT` is a strftime format (`%Y %m %d %H %M %S %j %%`, ...;
+//! an unknown directive is an error).
 //! `{{` and `}}` are literal braces. The result must be a relative path
 //! inside the destination (checked like any received path).
 //!
@@ -94,11 +95,16 @@ impl RenameTemplate {
                     if !text.is_empty() {
                         parts.push(Part::Text(std::mem::take(&mut text)));
                     }
-                    parts.push(Self::token(&token).ok_or_else(|| {
+                    let part = Self::token(&token).ok_or_else(|| {
                         err(&format!(
                             "unknown token {{{token}}}: use path, dir, name, stem, ext, host, date:FMT, mtime:FMT, a group number or cap:NAME"
                         ))
-                    })?);
+                    })?;
+                    if let Part::Date(fmt) | Part::Mtime(fmt) = &part {
+                        haul_time::strftime_utc(UNIX_EPOCH, fmt)
+                            .map_err(|e| err(&format!("{{{token}}}: {e} (e.g. %Y-%m-%d)")))?;
+                    }
+                    parts.push(part);
                 }
                 c => text.push(c),
             }
@@ -182,65 +188,10 @@ impl RenameTemplate {
     }
 }
 
-/// Formats `t` (UTC) with `%Y %m %d %H %M %S %j %%`; other text is copied.
-pub fn format_utc(t: SystemTime, fmt: &str) -> String {
-    let secs = match t.duration_since(UNIX_EPOCH) {
-        Ok(d) => d.as_secs() as i64,
-        Err(e) => -(e.duration().as_secs() as i64),
-    };
-    let days = secs.div_euclid(86_400);
-    let rem = secs.rem_euclid(86_400);
-    let (y, m, d) = civil_from_days(days);
-    let yday = days - days_from_civil(y, 1, 1) + 1;
-    let mut out = String::new();
-    let mut chars = fmt.chars();
-    while let Some(c) = chars.next() {
-        if c != '%' {
-            out.push(c);
-            continue;
-        }
-        match chars.next() {
-            Some('Y') => out.push_str(&format!("{y:04}")),
-            Some('m') => out.push_str(&format!("{m:02}")),
-            Some('d') => out.push_str(&format!("{d:02}")),
-            Some('H') => out.push_str(&format!("{:02}", rem / 3600)),
-            Some('M') => out.push_str(&format!("{:02}", rem / 60 % 60)),
-            Some('S') => out.push_str(&format!("{:02}", rem % 60)),
-            Some('j') => out.push_str(&format!("{yday:03}")),
-            Some('%') => out.push('%'),
-            Some(other) => {
-                out.push('%');
-                out.push(other);
-            }
-            None => out.push('%'),
-        }
-    }
-    out
-}
-
-/// Days since 1970-01-01 → (year, month, day), proleptic Gregorian
-/// (Howard Hinnant's algorithm).
-fn civil_from_days(z: i64) -> (i64, u32, u32) {
-    let z = z + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d)
-}
-
-fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y.rem_euclid(400);
-    let m = i64::from(m);
-    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + i64::from(d) - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
+/// Formats `t` (UTC) with a strftime format (`%Y %m %d %H %M %S %j %%`...,
+/// checked when the template was parsed).
+fn format_utc(t: SystemTime, fmt: &str) -> String {
+    haul_time::strftime_utc(t, fmt).unwrap_or_else(|_| fmt.to_string())
 }
 
 #[cfg(test)]
@@ -289,10 +240,6 @@ mod tests {
 
     #[test]
     fn calendar() {
-        for days in [-1000, -1, 0, 59, 60, 365, 11_016, 19_797, 100_000] {
-            let (y, m, d) = civil_from_days(days);
-            assert_eq!(days_from_civil(y, m, d), days);
-        }
         assert_eq!(
             format_utc(
                 UNIX_EPOCH + Duration::from_secs(86_399),
@@ -300,5 +247,9 @@ mod tests {
             ),
             "1970-01-01 23:59:59 %"
         );
+        let err = RenameTemplate::parse("{date:%Y-%!}")
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("strftime"), "{err}");
     }
 }

@@ -15,13 +15,11 @@ use tokio::io::{
 use tokio::net::TcpStream;
 use tokio_rustls::client::TlsStream;
 
+pub(crate) use crate::reply::{Reply, ReplyReader};
+
 /// Longest control or listing line kept (longer ones are an error on the
 /// control connection and skipped in listings).
 pub(crate) const MAX_LINE: usize = 8192;
-/// Most lines read for one reply (FEAT, HELP...); more is a protocol error.
-const MAX_REPLY_LINES: usize = 2000;
-/// Lines of a reply kept in memory; the rest are read and dropped.
-const KEEP_REPLY_LINES: usize = 256;
 
 /// A TCP stream, plain or inside TLS.
 pub(crate) enum Stream {
@@ -188,32 +186,6 @@ fn trim_eol(v: &mut Vec<u8>) {
     }
 }
 
-/// One server reply.
-#[derive(Debug, Clone)]
-pub(crate) struct Reply {
-    /// The three-digit code.
-    pub code: u16,
-    /// The lines (the first without its code), at most [`KEEP_REPLY_LINES`].
-    pub lines: Vec<String>,
-}
-
-impl Reply {
-    /// The first line's text, shortened for messages.
-    pub fn message(&self) -> String {
-        let first = self.lines.first().map(String::as_str).unwrap_or("").trim();
-        let mut s: String = first.chars().take(200).collect();
-        if s.len() < first.len() {
-            s.push('…');
-        }
-        format!("{} {}", self.code, s)
-    }
-
-    /// 1xx..5xx class.
-    pub fn class(&self) -> u16 {
-        self.code / 100
-    }
-}
-
 /// The control connection.
 pub(crate) struct Control {
     reader: BufReader<Stream>,
@@ -317,34 +289,15 @@ impl Control {
     }
 
     async fn reply_inner(&mut self, what: &str) -> Result<Reply, RemoteError> {
-        let first = self.next_line(what).await?;
-        let (code, sep, rest) = split_code(&first).ok_or_else(|| {
-            RemoteError::Protocol(format!(
-                "{what}: the server answered {:?}, not an FTP reply",
-                first.chars().take(80).collect::<String>()
-            ))
-        })?;
-        let mut lines = vec![rest.to_string()];
-        if sep == '-' {
-            for _ in 0..MAX_REPLY_LINES {
-                let line = self.next_line(what).await?;
-                if let Some((c, ' ', rest)) = split_code(&line) {
-                    if c == code {
-                        if lines.len() < KEEP_REPLY_LINES {
-                            lines.push(rest.to_string());
-                        }
-                        return Ok(Reply { code, lines });
-                    }
-                }
-                if lines.len() < KEEP_REPLY_LINES {
-                    lines.push(line);
-                }
+        let mut reader = ReplyReader::default();
+        loop {
+            let line = self.next_line(what).await?;
+            match reader.push(&line) {
+                Ok(Some(reply)) => return Ok(reply),
+                Ok(None) => {}
+                Err(e) => return Err(RemoteError::Protocol(format!("{what}: {e}"))),
             }
-            return Err(RemoteError::Protocol(format!(
-                "{what}: reply longer than {MAX_REPLY_LINES} lines"
-            )));
         }
-        Ok(Reply { code, lines })
     }
 
     async fn next_line(&mut self, what: &str) -> Result<String, RemoteError> {
@@ -365,21 +318,6 @@ impl Control {
     }
 }
 
-/// `"230 Login ok"` → `(230, ' ', "Login ok")`; `'-'` marks a multi-line start.
-fn split_code(line: &str) -> Option<(u16, char, &str)> {
-    let b = line.as_bytes();
-    if b.len() < 3 || !b[..3].iter().all(u8::is_ascii_digit) || b[0] == b'0' {
-        return None;
-    }
-    let code = line[..3].parse().ok()?;
-    match b.get(3) {
-        None => Some((code, ' ', "")),
-        Some(b' ') => Some((code, ' ', &line[4..])),
-        Some(b'-') => Some((code, '-', &line[4..])),
-        _ => None,
-    }
-}
-
 /// A command as errors may show it: `PASS` never shows its argument.
 pub(crate) fn shown_command(cmd: &str) -> String {
     if cmd.len() >= 4 && cmd[..4].eq_ignore_ascii_case("PASS") {
@@ -394,12 +332,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn codes() {
-        assert_eq!(split_code("230 ok"), Some((230, ' ', "ok")));
-        assert_eq!(split_code("211-Features:"), Some((211, '-', "Features:")));
-        assert_eq!(split_code("226"), Some((226, ' ', "")));
-        assert_eq!(split_code(" MDTM"), None);
-        assert_eq!(split_code("23x ok"), None);
+    fn shown() {
         assert_eq!(shown_command("PASS hunter2"), "PASS");
         assert_eq!(shown_command("pass hunter2"), "PASS");
     }

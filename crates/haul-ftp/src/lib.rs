@@ -50,6 +50,7 @@
 mod control;
 mod data;
 pub mod listing;
+pub mod reply;
 mod session;
 mod tls;
 mod transfer;
@@ -72,6 +73,8 @@ pub(crate) struct Config {
     password: Secret,
     timeout: Duration,
     tls: Option<(Arc<rustls::ClientConfig>, ServerName<'static>)>,
+    /// The read rate cap (`--bwlimit`).
+    pace: Option<Arc<dyn haul_remote::ReadPace>>,
 }
 
 /// An FTP/FTPS endpoint: opens logged-in [`Session`]s.
@@ -132,6 +135,7 @@ pub fn open(url: &RemoteUrl, opts: &RemoteOptions) -> Result<Arc<dyn Remote>, Re
             opts.timeout
         },
         tls,
+        pace: opts.pace.clone(),
     };
     let display = RemoteUrl {
         path: "/".into(),

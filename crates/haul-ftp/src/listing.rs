@@ -132,14 +132,15 @@ fn parse_unix(line: &str, now: SystemTime) -> Option<RemoteEntry> {
 /// `12:34` (this year or last) or `2023` for a Unix listing date.
 fn unix_time_or_year(s: &str, month: u32, day: u32, now: SystemTime) -> Option<Option<SystemTime>> {
     if let Some((h, m)) = hhmm(s) {
-        let year = year_of(now);
-        let t = civil(year, month, day, h, m, 0)?;
+        let year = haul_time::year_of(now);
         // Year-less dates are within the last six months: a date more than a
-        // day ahead of now (clock or time-zone skew) is last year's.
-        if t > now + Duration::from_secs(86_400) {
-            return Some(civil(year - 1, month, day, h, m, 0));
-        }
-        return Some(Some(t));
+        // day ahead of now (clock or time-zone skew), or one this year lacks
+        // (Feb 29), is last year's. A date no year has leaves the time unknown.
+        let t = match civil(year, month, day, h, m, 0) {
+            Some(t) if t <= now + Duration::from_secs(86_400) => Some(t),
+            _ => civil(year - 1, month, day, h, m, 0),
+        };
+        return Some(t);
     }
     if s.len() == 4 {
         let year: i64 = s.parse().ok()?;
@@ -239,61 +240,17 @@ fn month(s: &str) -> Option<u32> {
     NAMES.iter().position(|&n| n == lower).map(|i| i as u32 + 1)
 }
 
-/// Parses an MDTM / MLSD time, `YYYYMMDDHHMMSS[.fff]` in UTC.
+/// Parses an MDTM / MLSD time, `YYYYMMDDHHMMSS[.fff]` in UTC; `None` for
+/// anything else, including dates that do not exist.
 pub fn parse_mdtm(s: &str) -> Option<SystemTime> {
-    let s = s.trim();
-    let (main, frac) = s.split_once('.').unwrap_or((s, ""));
-    if main.len() != 14 || !main.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    let n = |a: usize, b: usize| main[a..b].parse::<u32>().ok();
-    let t = civil(
-        main[..4].parse().ok()?,
-        n(4, 6)?,
-        n(6, 8)?,
-        n(8, 10)?,
-        n(10, 12)?,
-        n(12, 14)?.min(59),
-    )?;
-    let frac: String = frac.chars().take(9).collect();
-    if frac.is_empty() || !frac.bytes().all(|b| b.is_ascii_digit()) {
-        return Some(t);
-    }
-    let nanos = frac.parse::<u64>().ok()? * 10u64.pow(9 - frac.len() as u32);
-    Some(t + Duration::from_nanos(nanos))
+    haul_time::parse_mdtm(s).ok()
 }
 
-/// A UTC calendar time, `None` when out of range or before 1970.
+/// A UTC calendar time, `None` when it does not exist or is before 1970.
 fn civil(y: i64, m: u32, d: u32, h: u32, mi: u32, s: u32) -> Option<SystemTime> {
-    if !(1..=12).contains(&m) || !(1..=31).contains(&d) || h > 23 || mi > 59 || s > 60 {
-        return None;
-    }
-    // Days from 1970-01-01 (Howard Hinnant's days_from_civil).
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (m as i64 + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d as i64 - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    let secs = days * 86_400 + (h * 3600 + mi * 60 + s) as i64;
-    u64::try_from(secs)
+    haul_time::utc(y, m, d, h, mi, s)
         .ok()
-        .map(|s| UNIX_EPOCH + Duration::from_secs(s))
-}
-
-/// The UTC year of `t`.
-fn year_of(t: SystemTime) -> i64 {
-    let secs = t.duration_since(UNIX_EPOCH).map_or(0, |d| d.as_secs()) as i64;
-    // civil_from_days, year only.
-    let z = secs.div_euclid(86_400) + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    yoe + era * 400 + i64::from(m <= 2)
+        .filter(|t| *t >= UNIX_EPOCH)
 }
 
 #[cfg(test)]
@@ -311,9 +268,9 @@ mod tests {
             civil(2024, 2, 29, 12, 0, 0),
             Some(UNIX_EPOCH + Duration::from_secs(1_709_208_000))
         );
-        assert_eq!(year_of(at(2024, 12, 31, 23, 59)), 2024);
-        assert_eq!(year_of(at(2025, 1, 1, 0, 0)), 2025);
-        assert_eq!(year_of(at(2000, 2, 29, 0, 0)), 2000);
+        assert_eq!(civil(2024, 2, 31, 0, 0, 0), None);
+        assert_eq!(civil(1969, 12, 31, 0, 0, 0), None);
+        assert_eq!(parse_mdtm("20240231120000"), None);
         assert_eq!(parse_mdtm("20240229120000"), civil(2024, 2, 29, 12, 0, 0));
         assert_eq!(
             parse_mdtm("20240229120000.5"),
@@ -338,6 +295,14 @@ mod tests {
         // Year-less date after "now": last year.
         let e = parse_list_line("-rw-r--r-- 1 ftp ftp 7 Dec 24 18:00 gift", now).unwrap();
         assert_eq!(e.mtime, Some(at(2024, 12, 24, 18, 0)));
+        // Feb 29 without a year in 2025: 2024's. A date no year has: the
+        // entry is kept, its time unknown (it used to become 3 March).
+        let e = parse_list_line("-rw-r--r-- 1 ftp ftp 7 Feb 29 18:00 leap", now).unwrap();
+        assert_eq!(e.mtime, Some(at(2024, 2, 29, 18, 0)));
+        let e = parse_list_line("-rw-r--r-- 1 ftp ftp 7 Feb 31 18:00 nodate", now).unwrap();
+        assert_eq!((e.name.as_str(), e.mtime), ("nodate", None));
+        let e = parse_list_line("-rw-r--r-- 1 ftp ftp 7 Feb 31  2024 nodate", now).unwrap();
+        assert_eq!((e.name.as_str(), e.mtime), ("nodate", None));
         // Year form.
         let e = parse_list_line(
             "drwxr-xr-x    2 1000     1000         4096 Jun 30  2019 old dir",

@@ -241,6 +241,7 @@ impl FtpSession {
                 break;
             }
             total += n as u64;
+            haul_remote::paced(&self.cfg.pace, n).await;
             if let Err(e) = sink(&buf[..n]) {
                 if self.abandon(data, &what).await.is_err() {
                     self.broken = true;

@@ -1,4 +1,5 @@
 //! Entry metadata from response headers: size, mtime, ETag, checksums.
+//! Public so the fuzz targets (`fuzz/`) reach the parsers.
 
 use std::time::SystemTime;
 
@@ -15,13 +16,13 @@ fn value<'a>(h: &'a HeaderMap, name: &str) -> Option<&'a str> {
 }
 
 /// `Content-Length` as a number.
-pub(crate) fn content_length(h: &HeaderMap) -> Option<u64> {
+pub fn content_length(h: &HeaderMap) -> Option<u64> {
     value(h, "content-length")?.parse().ok()
 }
 
 /// `Content-Range: bytes first-last/total` → (first, last, total); total
 /// `None` for `*`.
-pub(crate) fn content_range(h: &HeaderMap) -> Option<(u64, u64, Option<u64>)> {
+pub fn content_range(h: &HeaderMap) -> Option<(u64, u64, Option<u64>)> {
     let v = value(h, "content-range")?;
     let rest = v.strip_prefix("bytes ")?.trim();
     let (range, total) = rest.split_once('/')?;
@@ -35,7 +36,7 @@ pub(crate) fn content_range(h: &HeaderMap) -> Option<(u64, u64, Option<u64>)> {
 }
 
 /// `Content-Range: bytes */total` of a 416 answer.
-pub(crate) fn unsatisfied_range_total(h: &HeaderMap) -> Option<u64> {
+pub fn unsatisfied_range_total(h: &HeaderMap) -> Option<u64> {
     value(h, "content-range")?
         .strip_prefix("bytes */")?
         .trim()
@@ -44,22 +45,22 @@ pub(crate) fn unsatisfied_range_total(h: &HeaderMap) -> Option<u64> {
 }
 
 /// `Last-Modified` as a time.
-pub(crate) fn last_modified(h: &HeaderMap) -> Option<SystemTime> {
-    httpdate::parse_http_date(value(h, "last-modified")?).ok()
+pub fn last_modified(h: &HeaderMap) -> Option<SystemTime> {
+    haul_time::parse_http_date(value(h, "last-modified")?).ok()
 }
 
 /// `ETag`, exactly as sent (`W/"x"` or `"x"`).
-pub(crate) fn etag(h: &HeaderMap) -> Option<String> {
+pub fn etag(h: &HeaderMap) -> Option<String> {
     value(h, "etag").map(str::to_string)
 }
 
 /// True for a strong ETag (`"x"`, not `W/"x"`), usable with If-Range.
-pub(crate) fn is_strong_etag(tag: &str) -> bool {
+pub fn is_strong_etag(tag: &str) -> bool {
     tag.starts_with('"') && tag.ends_with('"') && tag.len() >= 2
 }
 
 /// Content-Length or, for a 206, the total of Content-Range: the whole size.
-pub(crate) fn whole_size(h: &HeaderMap, partial: bool) -> Option<u64> {
+pub fn whole_size(h: &HeaderMap, partial: bool) -> Option<u64> {
     if partial {
         content_range(h).and_then(|(_, _, t)| t)
     } else {
@@ -96,7 +97,7 @@ fn alg_name(http: &str) -> Option<&'static str> {
 /// Whole-file checksums in the headers. `partial` (a 206 answer): only the
 /// headers that describe the whole representation (`Digest`, `Repr-Digest`),
 /// not those of the part sent (`Content-MD5`, `x-amz-checksum-*`).
-pub(crate) fn checksums(h: &HeaderMap, partial: bool) -> Vec<Checksum> {
+pub fn checksums(h: &HeaderMap, partial: bool) -> Vec<Checksum> {
     let mut out = Vec::new();
     if !partial {
         if let Some(v) = value(h, "content-md5") {

@@ -4,7 +4,9 @@
 //! The page is fed in chunks as it arrives; entries come out as soon as their
 //! line is complete, so a 100,000-entry index never sits in memory. Memory is
 //! bounded: a tag longer than [`MAX_TAG`] is an error, the text after a link is
-//! capped at [`MAX_TRAILING`] bytes, comments are skipped as they stream.
+//! capped at [`MAX_TRAILING`] bytes, comments and the content of raw-text
+//! elements (`script`, `style`, `textarea`, `title`...) are skipped as they
+//! stream, keeping at most an end tag's length of them.
 //!
 //! An entry is any `<a href>` that names a direct child of the directory:
 //! relative (`name`, `./name`, `name/`), or absolute (`/dir/name`,
@@ -14,6 +16,16 @@
 //! name; a trailing `/` makes it a directory. A size is taken only from
 //! nginx's exact layout (`name  02-Jan-2024 15:04  1234`); Apache's `1.2M`
 //! style (and every date) is left unknown for stat to fill in.
+//!
+//! Hand-written rather than on `lol_html` (the streaming HTML rewriter that
+//! also bounds memory), measured on 2026-12-02: a 12.5 MB, 100,000-entry
+//! nginx page fed in 8 KiB pieces (a throwaway release binary compiling
+//! this file beside lol_html 2, on a loaded 2-core machine) took 124 ms here (100
+//! MB/s, names decoded and sizes read) and 51-67 ms with lol_html matching
+//! `a[href]` (190-250 MB/s, hrefs only: no decoding, no size column).
+//! Both are far beyond the rate any index page arrives at; lol_html would
+//! add 47 crates (a CSS selector engine, cssparser, encoding_rs) to find one
+//! tag, and the size column after each link would still need code here.
 
 use haul_remote::{EntryKind, RemoteEntry};
 
@@ -48,6 +60,8 @@ pub struct IndexParser {
     authorities: Vec<String>,
     buf: Vec<u8>,
     in_comment: bool,
+    /// Inside a raw-text element: the end tag that closes it (`</script`).
+    raw_end: Option<&'static [u8]>,
     pending: Option<Pending>,
     last_name: Option<String>,
 }
@@ -78,6 +92,7 @@ impl IndexParser {
             authorities,
             buf: Vec::new(),
             in_comment: false,
+            raw_end: None,
             pending: None,
             last_name: None,
         }
@@ -89,6 +104,19 @@ impl IndexParser {
         let buf = std::mem::take(&mut self.buf);
         let mut pos = 0;
         let result = loop {
+            if let Some(end) = self.raw_end {
+                match raw_text_end(&buf[pos..], end) {
+                    RawEnd::At(i) => {
+                        pos += i;
+                        self.raw_end = None;
+                        continue;
+                    }
+                    RawEnd::NotYet(keep_from) => {
+                        pos += keep_from;
+                        break Ok(());
+                    }
+                }
+            }
             if self.in_comment {
                 match find(&buf[pos..], b"-->") {
                     Some(i) => {
@@ -186,6 +214,10 @@ impl IndexParser {
                 if let Some(p) = self.pending.as_mut() {
                     p.closed = true;
                 }
+            }
+            _ if name_len > 0 && !name.starts_with('/') && raw_text_close(name).is_some() => {
+                self.flush(out);
+                self.raw_end = raw_text_close(name);
             }
             "tr" | "/tr" | "br" | "li" | "/li" | "p" | "/p" | "div" | "/div" | "hr" | "/pre"
             | "/table" | "/body" | "/html" | "/ul" => self.flush(out),
@@ -318,6 +350,50 @@ fn nginx_size(trailing: &str) -> Option<u64> {
     size.parse().ok()
 }
 
+/// The end tag of a raw-text element (`script`, `style`, `textarea`...),
+/// whose content is text, never tags: `<a href>` there is no link.
+fn raw_text_close(name: &str) -> Option<&'static [u8]> {
+    Some(match name {
+        "script" => b"</script",
+        "style" => b"</style",
+        "textarea" => b"</textarea",
+        "title" => b"</title",
+        "xmp" => b"</xmp",
+        "iframe" => b"</iframe",
+        "noembed" => b"</noembed",
+        "noframes" => b"</noframes",
+        _ => return None,
+    })
+}
+
+enum RawEnd {
+    /// The end tag starts here.
+    At(usize),
+    /// Not in this piece: keep the bytes from here (a prefix of the end tag
+    /// may be at the end).
+    NotYet(usize),
+}
+
+/// Where raw text closed by `end` (`</script`, matched ASCII
+/// case-insensitively and followed by white space, `/` or `>`) ends in `text`.
+fn raw_text_end(text: &[u8], end: &[u8]) -> RawEnd {
+    let mut from = 0;
+    while let Some(i) = text[from..]
+        .windows(end.len())
+        .position(|w| w.eq_ignore_ascii_case(end))
+    {
+        let at = from + i;
+        match text.get(at + end.len()) {
+            None => return RawEnd::NotYet(at),
+            Some(b) if b.is_ascii_whitespace() || *b == b'/' || *b == b'>' => {
+                return RawEnd::At(at)
+            }
+            Some(_) => from = at + 1,
+        }
+    }
+    RawEnd::NotYet(text.len().saturating_sub(end.len() - 1).max(from))
+}
+
 fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     hay.windows(needle.len()).position(|w| w == needle)
 }
@@ -398,7 +474,10 @@ fn decode_entities(s: &str) -> String {
     while let Some(i) = rest.find('&') {
         out.push_str(&rest[..i]);
         rest = &rest[i..];
-        let semi = rest[..rest.len().min(12)].find(';');
+        // Bytes, not a str slice: 12 bytes may end inside a character.
+        let semi = rest.as_bytes()[..rest.len().min(12)]
+            .iter()
+            .position(|&b| b == b';');
         let decoded = semi.and_then(|j| {
             let ent = &rest[1..j];
             let c = match ent {

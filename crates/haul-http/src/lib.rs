@@ -49,7 +49,7 @@
 
 mod conn_gate;
 mod errors;
-mod headers;
+pub mod headers;
 pub mod index;
 mod session;
 #[cfg(feature = "test-server")]
@@ -88,6 +88,8 @@ pub(crate) struct Shared {
     pub(crate) url_path: String,
     pub(crate) query: Option<String>,
     pub(crate) timeout: Duration,
+    /// The read rate cap (`--bwlimit`).
+    pub(crate) pace: Option<Arc<dyn haul_remote::ReadPace>>,
 }
 
 impl HttpRemote {
@@ -149,6 +151,7 @@ impl HttpRemote {
                 url_path: url.path.clone(),
                 query: url.query.clone(),
                 timeout,
+                pace: opts.pace.clone(),
             }),
         })
     }

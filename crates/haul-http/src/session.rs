@@ -93,6 +93,7 @@ impl HttpSession {
                 )));
             }
             if n > 0 {
+                haul_remote::paced(&self.s.pace, chunk.len()).await;
                 sink(&chunk)?;
                 got += n;
             }
@@ -289,7 +290,7 @@ impl Session for HttpSession {
             {
                 rb = rb.header(IF_RANGE, tag);
             } else if let Some(t) = expect.mtime {
-                rb = rb.header(IF_RANGE, httpdate::fmt_http_date(t));
+                rb = rb.header(IF_RANGE, haul_time::format_http_date(t));
             }
         }
         let mut resp = self.send("read", rb).await?;

@@ -42,9 +42,9 @@ pub fn in_netns<T: Send + 'static>(
     .map_err(|_| io::Error::other("namespace thread panicked"))?
 }
 
-const TUNSETIFF: libc::c_ulong = 0x4004_54ca;
-const IFF_TUN: libc::c_short = 0x0001;
-const IFF_NO_PI: libc::c_short = 0x1000;
+// The ioctl number of TUNSETIFF differs by architecture (its direction bits
+// do): libc has it right for each target.
+const IFF_FLAGS: libc::c_short = (libc::IFF_TUN | libc::IFF_NO_PI) as libc::c_short;
 
 #[repr(C)]
 struct IfReq {
@@ -63,7 +63,7 @@ pub fn create_tun(name: &str) -> io::Result<OwnedFd> {
     let fd = unsafe { OwnedFd::from_raw_fd(fd) };
     let mut req = IfReq {
         name: [0; libc::IFNAMSIZ],
-        flags: IFF_TUN | IFF_NO_PI,
+        flags: IFF_FLAGS,
         _pad: [0; 22],
     };
     let bytes = name.as_bytes();
@@ -75,7 +75,7 @@ pub fn create_tun(name: &str) -> io::Result<OwnedFd> {
     }
     req.name[..bytes.len()].copy_from_slice(bytes);
     // SAFETY: req is a properly sized ifreq for TUNSETIFF.
-    cvt(unsafe { libc::ioctl(fd.as_raw_fd(), TUNSETIFF as _, &mut req) })?;
+    cvt(unsafe { libc::ioctl(fd.as_raw_fd(), libc::TUNSETIFF, &mut req) })?;
     set_nonblocking(fd.as_raw_fd())?;
     Ok(fd)
 }

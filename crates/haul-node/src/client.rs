@@ -1,11 +1,15 @@
 //! `haul push`, `haul pull` and local copies: a pool of connections sharing
 //! one work queue, with retries and the `auto` concurrency controller.
 
+use std::collections::HashSet;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use haul_engine::{split_ranges, Destination, EntryIter, LocalTree, Source as _, SourceEntry};
+use haul_engine::haul_root::Root;
+use haul_engine::{
+    split_ranges, Destination, EntryFilter, EntryIter, Filter, LocalTree, Source as _, SourceEntry,
+};
 use haul_proto::{DecodeError, EntryKind, ErrorCode, Message, Request, PROTOCOL_VERSION};
 use haul_session::concurrency::Concurrency;
 use haul_session::summary::{Summary, Tally};
@@ -56,6 +60,17 @@ pub struct ClientOptions {
     /// Bytes of chunk buffers across all connections ([`crate::buffers`]);
     /// a local copy gives this much to each of its two sides.
     pub chunk_memory: usize,
+    /// What is taken from the source (`--include`, `--exclude`...): applied
+    /// where the source is walked (push, local copy) or, for a pull, to the
+    /// node's listing before anything is asked for.
+    pub filter: Option<Arc<Filter>>,
+    /// `--delete`: after a pull or local copy that failed nowhere, remove
+    /// what DEST holds under the source's top that the source does not
+    /// have ([`crate::mirror`]).
+    pub delete: bool,
+    /// `--checksum` (local copies): a file is up to date when its BLAKE3
+    /// equals that of the file at DEST, whatever the sizes and mtimes say.
+    pub checksum: bool,
 }
 
 impl Default for ClientOptions {
@@ -74,6 +89,9 @@ impl Default for ClientOptions {
             transport: Transport::Tcp,
             chunk_memory: crate::buffers::DEFAULT_BUDGET,
             chunk_work: ChunkWork::for_this_machine(),
+            filter: None,
+            delete: false,
+            checksum: false,
         }
     }
 }
@@ -186,10 +204,15 @@ pub(crate) fn send_queue(
     opts: &ClientOptions,
     tally: &Arc<Tally>,
     fanout: Option<usize>,
+    seen: Option<Arc<Mutex<HashSet<String>>>>,
+    same_at: Option<Arc<Root>>,
 ) -> Result<Arc<WorkQueue<SendJob>>, NodeError> {
     let mut iters: Vec<EntryIter> = Vec::new();
     for s in sources {
-        let tree = LocalTree::new(s).map_err(|e| NodeError::Usage(e.to_string()))?;
+        let mut tree = LocalTree::new(s).map_err(|e| NodeError::Usage(e.to_string()))?;
+        if let Some(filter) = &opts.filter {
+            tree = tree.with_filter(filter.clone());
+        }
         iters.push(Box::new(tree).entries());
     }
     let observer = tally.clone();
@@ -199,6 +222,17 @@ pub(crate) fn send_queue(
         .flatten()
         .flat_map(move |item| match item {
             Ok(mut src) => {
+                if let Some(seen) = &seen {
+                    if let Ok(mut seen) = seen.lock() {
+                        seen.insert(src.entry.path.clone());
+                    }
+                }
+                if let Some(root) = &same_at {
+                    if src.entry.kind == EntryKind::File && same_content(&src, root) {
+                        observer.event(&Event::up_to_date(src.entry.path.clone(), src.entry.size));
+                        return Vec::new();
+                    }
+                }
                 if let (Some(depth), EntryKind::File) = (fanout, &src.entry.kind) {
                     src.entry.chunk_size = haul_plan::piece_size(src.entry.size, depth);
                 }
@@ -219,6 +253,37 @@ pub(crate) fn send_queue(
             }
         });
     Ok(WorkQueue::fed_by(feed))
+}
+
+/// `--checksum`: whether the file at `src`'s path beneath `root` has the
+/// same size and BLAKE3 (both read through held descriptors).
+fn same_content(src: &SourceEntry, root: &Root) -> bool {
+    let Ok(comps) = haul_proto::validate_entry_path(&src.entry.path) else {
+        return false;
+    };
+    let Some((last, parents)) = comps.split_last() else {
+        return false;
+    };
+    let Ok(dir) = root.open_dir(parents) else {
+        return false;
+    };
+    let Ok((theirs, meta)) = dir.open_regular(last) else {
+        return false;
+    };
+    if meta.size != src.entry.size {
+        return false;
+    }
+    let Ok(ours) = haul_engine::source::open_local(src) else {
+        return false;
+    };
+    let hash = |f: std::fs::File| {
+        let mut h = blake3::Hasher::new();
+        h.update_reader(f).map(|h| h.finalize()).ok()
+    };
+    match (hash(ours), hash(theirs)) {
+        (Some(a), Some(b)) => a == b,
+        _ => false,
+    }
 }
 
 /// Fails whatever is left in a queue after every worker gave up.
@@ -250,8 +315,14 @@ pub async fn push(
     let started = Instant::now();
     let dest = remote.path.trim_matches('/').to_owned();
     haul_proto::validate_rel_path(&dest).map_err(|e| NodeError::Usage(e.to_string()))?;
+    if opts.delete && sources.len() != 1 {
+        return Err(NodeError::Usage(
+            "--delete mirrors one source into DEST: give one source".into(),
+        ));
+    }
     let tally = Tally::new(observer);
-    let queue = send_queue(sources, opts, &tally, None)?;
+    let seen = opts.delete.then(|| Arc::new(Mutex::new(HashSet::new())));
+    let queue = send_queue(sources, opts, &tally, None, seen.clone(), None)?;
     // Fail fast on a wrong address, token or key before spawning workers.
     let request = Request::Push { dest };
     let first = open_session(&remote.addr, opts, request.clone()).await?;
@@ -267,6 +338,11 @@ pub async fn push(
     )
     .await;
     fail_leftovers(&queue, &tally, &err, |j| j.entry.path.clone());
+    if let (Some(seen), Some(source)) = (seen, sources.first()) {
+        let sent = seen.lock().map(|s| s.clone()).unwrap_or_default();
+        let dest = remote.path.trim_matches('/');
+        crate::mirror::prune_node(remote, dest, source, &sent, opts, &tally, err.as_ref()).await;
+    }
     finish(&tally, started, workers, err)
 }
 
@@ -351,6 +427,9 @@ pub async fn pull(
 ) -> Result<Summary, NodeError> {
     let started = Instant::now();
     check_dest_dir(dest)?;
+    if opts.delete {
+        crate::mirror::check_dest(dest)?;
+    }
     let tally = Tally::new(observer);
     let (mut lr, mut lw) = open_session(
         &remote.addr,
@@ -365,6 +444,7 @@ pub async fn pull(
     destination.apply_dir_metadata_at_end();
     let queue: Arc<WorkQueue<FetchJob>> = WorkQueue::open();
     let base = list_base(&remote.path);
+    let top = list_top(&remote.path);
     let lister = {
         let (queue, tally, destination, opts) = (
             queue.clone(),
@@ -372,8 +452,9 @@ pub async fn pull(
             destination.clone(),
             opts.clone(),
         );
+        let top = top.clone();
         tokio::spawn(async move {
-            let r = read_listing(&mut lr, &queue, &tally, &destination, &base, &opts).await;
+            let r = read_listing(&mut lr, &queue, &tally, &destination, &base, &opts, &top).await;
             let _ = lw.send(&Message::Bye).await;
             queue.close();
             r
@@ -425,12 +506,16 @@ pub async fn pull(
         }
     })
     .await;
+    let mut listed = HashSet::new();
     match lister.await {
-        Ok(Ok(())) => {}
+        Ok(Ok(paths)) => listed = paths,
         Ok(Err(e)) => err = Some(e),
         Err(e) => err = Some(NodeError::Internal(format!("lister stopped: {e}"))),
     }
     fail_leftovers(&queue, &tally, &err, |j| j.entry.path.clone());
+    if opts.delete {
+        crate::mirror::delete_extraneous(dest, &top, &listed, opts, &tally, err.as_ref());
+    }
     destination.apply_dir_metadata();
     destination.tidy_state_dir();
     finish(&tally, started, workers, err)
@@ -445,6 +530,15 @@ fn check_dest_dir(dest: &Path) -> Result<(), NodeError> {
         ))),
         _ => Ok(()),
     }
+}
+
+/// The wire name of a listing's top: the last component of `path`, or
+/// nothing when only its contents are listed (a trailing `/`).
+pub(crate) fn list_top(path: &str) -> String {
+    if path.ends_with('/') || path.is_empty() {
+        return String::new();
+    }
+    path.rsplit('/').next().unwrap_or_default().to_owned()
 }
 
 /// The server directory listing paths are relative to.
@@ -465,7 +559,15 @@ async fn read_listing(
     dest: &Destination,
     base: &str,
     opts: &ClientOptions,
-) -> Result<(), NodeError> {
+    top: &str,
+) -> Result<HashSet<String>, NodeError> {
+    // With --delete, what the source has (after the filter).
+    let mut listed = HashSet::new();
+    let mut chosen = opts
+        .filter
+        .clone()
+        .map(|f| EntryFilter::new(f, top.to_owned()));
+    let mut taken = Vec::new();
     loop {
         let entry = match rd.recv().await? {
             Message::Listing { entry } => entry,
@@ -486,63 +588,85 @@ async fn read_listing(
                 });
                 continue;
             }
-            Message::Bye => return Ok(()),
+            Message::Bye => return Ok(listed),
             other => {
                 return Err(NodeError::Protocol(format!(
                     "unexpected {other:?} in a listing"
                 )))
             }
         };
-        let path = entry.path.clone();
-        let result = match &entry.kind {
-            EntryKind::Dir | EntryKind::Symlink { .. } => match dest.make_dir_or_link(&entry) {
-                Some(made) => made.map(|()| tally.event(&Event::made(path.clone()))),
-                None => Ok(()),
-            },
-            EntryKind::File => {
-                if let Err(e) = haul_proto::validate_entry_path(&entry.path) {
-                    Err(e.into())
-                } else if dest.quick_check(&entry) {
-                    tally.event(&Event::up_to_date(path.clone(), entry.size));
-                    Ok(())
+        match &mut chosen {
+            Some(chosen) => taken = chosen.offer(&entry.clone(), entry),
+            None => taken.push(entry),
+        }
+        for entry in taken.drain(..) {
+            if opts.delete {
+                listed.insert(entry.path.clone());
+            }
+            take_listed(entry, queue, tally, dest, base, opts);
+        }
+    }
+}
+
+/// Makes a listed directory or link, or queues a listed file unless it
+/// is up to date.
+fn take_listed(
+    entry: haul_proto::Entry,
+    queue: &WorkQueue<FetchJob>,
+    tally: &Tally,
+    dest: &Destination,
+    base: &str,
+    opts: &ClientOptions,
+) {
+    let path = entry.path.clone();
+    let result = match &entry.kind {
+        EntryKind::Dir | EntryKind::Symlink { .. } => match dest.make_dir_or_link(&entry) {
+            Some(made) => made.map(|()| tally.event(&Event::made(path.clone()))),
+            None => Ok(()),
+        },
+        EntryKind::File => {
+            if let Err(e) = haul_proto::validate_entry_path(&entry.path) {
+                Err(e.into())
+            } else if dest.quick_check(&entry) {
+                tally.event(&Event::up_to_date(path.clone(), entry.size));
+                Ok(())
+            } else {
+                let server_path = if base.is_empty() {
+                    entry.path.clone()
                 } else {
-                    let server_path = if base.is_empty() {
-                        entry.path.clone()
-                    } else {
-                        format!("{base}/{}", entry.path)
-                    };
-                    let count = entry.chunk_count();
-                    if opts.streams > 1 && entry.size >= opts.split_min && count >= 2 {
-                        let ranges = split_ranges(count, opts.streams);
-                        let group = FetchGroup::new(ranges.len() as u32);
-                        for (first, end) in ranges {
-                            queue.push(FetchJob {
-                                path: server_path.clone(),
-                                entry: entry.clone(),
-                                first,
-                                end,
-                                group: Some(group.clone()),
-                            });
-                        }
-                    } else {
+                    format!("{base}/{}", entry.path)
+                };
+                let count = entry.chunk_count();
+                if opts.streams > 1 && entry.size >= opts.split_min && count >= 2 {
+                    let ranges = split_ranges(count, opts.streams);
+                    let group = FetchGroup::new(ranges.len() as u32);
+                    for (first, end) in ranges {
                         queue.push(FetchJob {
-                            path: server_path,
-                            entry,
-                            first: 0,
-                            end: u32::MAX,
-                            group: None,
+                            path: server_path.clone(),
+                            entry: entry.clone(),
+                            first,
+                            end,
+                            group: Some(group.clone()),
                         });
                     }
-                    Ok(())
+                } else {
+                    queue.push(FetchJob {
+                        path: server_path,
+                        entry,
+                        first: 0,
+                        end: u32::MAX,
+                        group: None,
+                    });
                 }
+                Ok(())
             }
-        };
-        if let Err(e) = result {
-            tally.event(&Event::FileError {
-                path,
-                error: e.to_string(),
-            });
         }
+    };
+    if let Err(e) = result {
+        tally.event(&Event::FileError {
+            path,
+            error: e.to_string(),
+        });
     }
 }
 
@@ -556,9 +680,26 @@ pub async fn copy_local(
 ) -> Result<Summary, NodeError> {
     let started = Instant::now();
     check_dest_dir(dest)?;
+    if opts.delete {
+        if sources.len() != 1 {
+            return Err(NodeError::Usage(
+                "--delete mirrors one source into DEST: give one source".into(),
+            ));
+        }
+        crate::mirror::check_dest(dest)?;
+    }
     let tally = Tally::new(observer);
-    let queue = send_queue(sources, opts, &tally, None)?;
+    let seen = opts.delete.then(|| Arc::new(Mutex::new(HashSet::new())));
     let destination = Destination::open(dest)?;
+    let same_at = if opts.checksum {
+        destination.receive_everything_offered();
+        Some(Arc::new(Root::open(dest).map_err(|e| {
+            NodeError::Usage(format!("cannot open {}: {e}", dest.display()))
+        })?))
+    } else {
+        None
+    };
+    let queue = send_queue(sources, opts, &tally, None, seen.clone(), same_at)?;
     destination.apply_dir_metadata_at_end();
     let sctx = SenderCtx::for_client(opts, &tally, ChunkBuffers::new(opts.chunk_memory));
     let rctx = ReceiverCtx {
@@ -598,6 +739,13 @@ pub async fn copy_local(
     })
     .await;
     fail_leftovers(&queue, &tally, &err, |j| j.entry.path.clone());
+    if let (Some(seen), Some(source)) = (seen, sources.first()) {
+        let top = LocalTree::new(source)
+            .map(|t| t.top_name().to_owned())
+            .unwrap_or_default();
+        let seen = seen.lock().map(|s| s.clone()).unwrap_or_default();
+        crate::mirror::delete_extraneous(dest, &top, &seen, opts, &tally, err.as_ref());
+    }
     destination.apply_dir_metadata();
     destination.tidy_state_dir();
     finish(&tally, started, workers, err)

@@ -531,7 +531,14 @@ impl Run {
         }
         opts.streams = 1;
         opts.jobs = crate::Concurrency::Fixed(1);
-        let queue = send_queue(&self.sources, &opts, &self.tally, Some(self.depth))?;
+        let queue = send_queue(
+            &self.sources,
+            &opts,
+            &self.tally,
+            Some(self.depth),
+            None,
+            None,
+        )?;
         Ok((queue, opts))
     }
 

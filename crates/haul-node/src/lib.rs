@@ -14,12 +14,16 @@
 //!   forwards that relay them downstream.
 
 pub mod buffers;
+pub mod check;
 mod chunk_work;
 pub mod client;
 pub mod drive;
+pub mod dry_run;
 pub mod error;
 pub mod fanout;
 pub mod jobs;
+pub mod ls;
+pub mod mirror;
 pub mod node_url;
 mod pool;
 pub mod relay;
@@ -27,11 +31,15 @@ mod seal_book;
 pub mod server;
 
 pub use buffers::ChunkBuffers;
+pub use check::{check_local, CheckReport};
 pub use chunk_work::ChunkWork;
 pub use client::{copy_local, pull, push, ClientOptions, DEFAULT_WINDOW};
+pub use dry_run::{dry_run_local, dry_run_pull, dry_run_push};
 pub use error::NodeError;
 pub use fanout::{push_fanout, FanoutOptions, FanoutSummary, NodeReport};
 pub use haul_session::concurrency::Concurrency;
+pub use haul_session::summary::DryRunReport;
 pub use haul_session::summary::{self, Summary};
+pub use ls::{ls_local, ls_node, Listing};
 pub use node_url::NodeUrl;
 pub use server::{ServeOptions, Server};

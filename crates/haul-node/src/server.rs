@@ -232,6 +232,17 @@ impl Server {
             }
             Request::Relayed { ticket } => self.relayed(reader, writer, &ticket).await,
             Request::List { path } => self.list(reader, writer, &path).await,
+            Request::Prune { dest } => {
+                if let Err(e) = haul_proto::validate_rel_path(&dest) {
+                    return refuse(&mut writer, ErrorCode::BadPath, e.to_string()).await;
+                }
+                writer
+                    .send(&Message::Welcome {
+                        version: PROTOCOL_VERSION,
+                    })
+                    .await?;
+                self.prune(reader, writer, &dest).await
+            }
             Request::Fetch => {
                 writer
                     .send(&Message::Welcome {
@@ -441,6 +452,58 @@ impl Server {
     }
 
     /// Streams the listing of `path`, then `Bye`.
+    /// `haul push --delete`: removes each entry the client names under
+    /// `dest`, beneath the held root (never the state directory: entry
+    /// paths naming it are refused), answering each with `Done`. Texts sent
+    /// back name only the client's own path; details go to the node's log.
+    async fn prune(
+        &self,
+        mut reader: Box<dyn MessageReader>,
+        mut writer: Box<dyn MessageWriter>,
+        dest: &str,
+    ) -> Result<(), NodeError> {
+        loop {
+            let path = match reader.recv().await? {
+                Message::Remove { path } => path,
+                Message::Bye => return Ok(()),
+                Message::KeepAlive => continue,
+                other => {
+                    return Err(NodeError::Protocol(format!(
+                        "expected Remove or Bye, got {other:?}"
+                    )))
+                }
+            };
+            let result = haul_proto::validate_entry_path(&path)
+                .map_err(|e| e.to_string())
+                .and_then(|_| {
+                    let full = if dest.is_empty() {
+                        path.clone()
+                    } else {
+                        format!("{dest}/{path}")
+                    };
+                    crate::mirror::remove_beneath(self.dest.held_root(), &full)
+                });
+            let message = match &result {
+                Ok(()) => {
+                    tracing::info!("removed {dest}/{path} (push --delete)");
+                    String::new()
+                }
+                Err(e) => {
+                    tracing::warn!("push --delete: cannot remove {dest}/{path}: {e}");
+                    format!("the node cannot remove {path} (its log says why)")
+                }
+            };
+            writer
+                .send(&Message::Done {
+                    id: 0,
+                    ok: result.is_ok(),
+                    root: [0; 32],
+                    message,
+                })
+                .await?;
+        }
+    }
+
     async fn list(
         &self,
         mut reader: Box<dyn MessageReader>,

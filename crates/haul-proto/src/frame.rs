@@ -62,6 +62,7 @@ mod kind {
     pub const REPORT: u8 = 20;
     pub const PROGRESS: u8 = 21;
     pub const SEALED: u8 = 22;
+    pub const REMOVE: u8 = 23;
 }
 
 /// Fewest bytes one encoded [`RelayTarget`] takes (two empty strings and a ticket).
@@ -99,6 +100,10 @@ pub fn encode(msg: &Message, out: &mut Vec<u8>) {
                 Request::Relayed { ticket } => {
                     w.u8(5);
                     w.0.extend_from_slice(ticket);
+                }
+                Request::Prune { dest } => {
+                    w.u8(6);
+                    w.str(dest);
                 }
             }
         }
@@ -248,6 +253,10 @@ pub fn encode(msg: &Message, out: &mut Vec<u8>) {
             w.u8(kind::LISTING);
             w.entry(entry);
         }
+        Message::Remove { path } => {
+            w.u8(kind::REMOVE);
+            w.str(path);
+        }
         Message::Want {
             id,
             path,
@@ -303,6 +312,7 @@ fn decode_body(body: &[u8]) -> Result<Message, DecodeError> {
                 5 => Request::Relayed {
                     ticket: r.digest()?,
                 },
+                6 => Request::Prune { dest: r.str()? },
                 _ => return Err(DecodeError::Malformed(name)),
             };
             Message::Hello {
@@ -430,6 +440,7 @@ fn decode_body(body: &[u8]) -> Result<Message, DecodeError> {
             }
         }
         kind::LISTING => Message::Listing { entry: r.entry()? },
+        kind::REMOVE => Message::Remove { path: r.str()? },
         kind::WANT => Message::Want {
             id: r.u32()?,
             path: r.str()?,
@@ -461,6 +472,7 @@ fn kind_name(k: u8) -> Result<&'static str, DecodeError> {
         kind::FILE_ERROR => "FileError",
         kind::BYE => "Bye",
         kind::LISTING => "Listing",
+        kind::REMOVE => "Remove",
         kind::WANT => "Want",
         kind::RELEASE => "Release",
         kind::KEEPALIVE => "KeepAlive",

@@ -46,6 +46,10 @@
 //!       Hello{.., Fetch} on each worker connection; the server is the sender:
 //!       Want{id, path, dest, a..b} ->      (a window of wants ahead)
 //!                                   <- Offer{id, ...} and the flow below
+//! push --delete, after a push that failed nowhere (v5):
+//!       Hello{.., Prune{dest}} -> then, one at a time,
+//!       Remove{path} ->  <- Done{ok, message}   (path under dest; never .haul)
+//!       ... Bye
 //!
 //! sender                                   receiver
 //!   Offer{id, entry, chunks a..b}   ->                 (up to a window of offers ahead)

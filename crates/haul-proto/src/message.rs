@@ -7,7 +7,8 @@
 /// Version 3: fan-out (`Admit`, `Relayed`, `Ticket`, `Forward`, `Report`).
 /// Version 4: fan-out seals: the origin's key in `Admit`, a seal on every
 /// relayed `Offer` and chunk, `Sealed` for chunks a node already holds.
-pub const PROTOCOL_VERSION: u16 = 4;
+/// Version 5: `Prune` and `Remove` (`haul push --delete`).
+pub const PROTOCOL_VERSION: u16 = 5;
 
 /// A credential one node issues for one fan-out transfer: whoever presents
 /// it may push into that transfer's destination, while the client that
@@ -72,6 +73,14 @@ pub enum Request {
     Relayed {
         /// The ticket the node issued for this transfer.
         ticket: Ticket,
+    },
+    /// `haul push --delete`: the client names, with [`Message::Remove`],
+    /// entries under `dest` its source does not have; the node removes each
+    /// (beneath its root, never its state directory) and answers each with
+    /// [`Message::Done`] (`ok`, or why not), until [`Message::Bye`].
+    Prune {
+        /// Destination directory under the server root.
+        dest: String,
     },
 }
 
@@ -242,6 +251,12 @@ pub enum Message {
         code: ErrorCode,
         /// Human-readable reason.
         message: String,
+    },
+    /// Removes the file, link or empty directory at `path` under a
+    /// [`Request::Prune`]'s destination.
+    Remove {
+        /// Path under the destination.
+        path: String,
     },
     /// One entry of a listing (answer to [`Request::List`]).
     Listing {

@@ -135,6 +135,24 @@ pub trait Session: Send {
     async fn delete(&mut self, path: &str) -> Result<(), RemoteError>;
 }
 
+/// A cap on the bytes read from remotes per second, shared by every session
+/// of a pull (`--bwlimit`). A remote awaits [`ReadPace::take`] for each
+/// piece it read before passing it to the sink, so it reads no faster than
+/// the cap (while it waits, TCP's window closes and the server pauses).
+#[async_trait::async_trait]
+pub trait ReadPace: Send + Sync {
+    /// Waits until `n` more bytes may be taken.
+    async fn take(&self, n: usize);
+}
+
+/// Awaits `pace` (if any) for `n` bytes: what every remote calls before
+/// passing `n` bytes it read to its sink.
+pub async fn paced(pace: &Option<Arc<dyn ReadPace>>, n: usize) {
+    if let Some(p) = pace {
+        p.take(n).await;
+    }
+}
+
 /// Options shared by every remote.
 #[derive(Clone, Default)]
 pub struct RemoteOptions {
@@ -160,6 +178,8 @@ pub struct RemoteOptions {
     pub s3_region: Option<String>,
     /// S3: path-style addressing (`endpoint/bucket/key`).
     pub s3_path_style: bool,
+    /// The read rate cap (`--bwlimit`), shared by every session.
+    pub pace: Option<Arc<dyn ReadPace>>,
 }
 
 impl std::fmt::Debug for RemoteOptions {
@@ -176,6 +196,7 @@ impl std::fmt::Debug for RemoteOptions {
             .field("s3_endpoint", &self.s3_endpoint)
             .field("s3_region", &self.s3_region)
             .field("s3_path_style", &self.s3_path_style)
+            .field("paced", &self.pace.is_some())
             .finish()
     }
 }

@@ -4,7 +4,7 @@ use base64::Engine;
 use haul_remote::{Checksum, EntryKind, RemoteEntry};
 use reqwest::header::HeaderMap;
 
-use crate::time::parse_http_date;
+use haul_time::parse_http_date;
 
 /// Largest header value looked at.
 const MAX_HEADER: usize = 1024;
@@ -49,7 +49,7 @@ pub(crate) fn entry_from_headers(name: String, h: &HeaderMap) -> RemoteEntry {
         name,
         kind: EntryKind::File,
         size: header(h, "content-length").and_then(|v| v.parse().ok()),
-        mtime: header(h, "last-modified").and_then(parse_http_date),
+        mtime: header(h, "last-modified").and_then(|d| parse_http_date(d).ok()),
         version: etag,
         checksums,
     }

@@ -10,9 +10,9 @@
 //!   `localhost` or has a port, or when the bucket is not a DNS-safe name;
 //!   else virtual-host style (`bucket.endpoint/key`). See the module
 //!   docs of `config.rs` for the region and credential chains.
-//! - **Signing**: AWS Signature V4 in the `Authorization` header (own small
-//!   implementation in `sigv4.rs`, checked against AWS's documented
-//!   examples); without credentials, requests go unsigned (public buckets).
+//! - **Signing**: AWS Signature V4 in the `Authorization` header (canonical
+//!   requests in `sigv4.rs`, HMAC-SHA256 from RustCrypto `hmac`, checked
+//!   against AWS's documented examples); without credentials, requests go unsigned (public buckets).
 //! - **stat**: `/` or a path ending in `/` is a directory (no request). Else
 //!   `HEAD key` with `x-amz-checksum-mode: ENABLED`: size, `Last-Modified`,
 //!   the ETag as version, and checksums: the ETag as MD5 when it is 32 hex
@@ -25,7 +25,9 @@
 //! - **list**: `ListObjectsV2` with `delimiter=/`, `encoding-type=url`
 //!   (decoded both the AWS way, `+` for space, and the `%20` way), following
 //!   continuation tokens; each page (at most 16 MiB of XML, 1,000 keys)
-//!   is parsed and sent before the next is asked for. Common prefixes are
+//!   is parsed (quick-xml, `xml.rs`) and sent before the next is asked for; a
+//!   page cut short, malformed or without `IsTruncated` fails the listing
+//!   (retried like any protocol error), never reads as a shorter one. Common prefixes are
 //!   directories; the directory marker object (key = prefix) is skipped.
 //!   Listed objects carry no checksums (a listing does not tell whether an
 //!   object is SSE-KMS encrypted, when its ETag is no MD5): the remote asks
@@ -56,8 +58,7 @@ mod errors;
 mod headers;
 mod session;
 mod sigv4;
-mod time;
-mod xml;
+pub mod xml;
 
 #[cfg(feature = "test-server")]
 pub mod testserver;

@@ -12,9 +12,9 @@ use reqwest::{Method, Response, StatusCode};
 use crate::errors::{classify, net_error};
 use crate::headers::{content_range, entry_from_headers, header};
 use crate::sigv4::{self, ToSign, EMPTY_SHA256};
-use crate::time::{parse_http_date, parse_iso8601};
 use crate::xml;
 use crate::S3Credentials;
+use haul_time::{parse_http_date, parse_rfc3339};
 
 /// Largest listing page read (S3 pages hold at most 1,000 keys, ~300 KiB).
 const MAX_PAGE: usize = 16 << 20;
@@ -38,6 +38,8 @@ struct Inner {
     region: String,
     creds: Option<S3Credentials>,
     timeout: Duration,
+    /// The read rate cap (`--bwlimit`).
+    pace: Option<Arc<dyn haul_remote::ReadPace>>,
 }
 
 impl S3Remote {
@@ -96,6 +98,7 @@ impl S3Remote {
                 region,
                 creds,
                 timeout,
+                pace: opts.pace.clone(),
             }),
         })
     }
@@ -270,11 +273,12 @@ impl Inner {
             .body(resp, MAX_ERROR_BODY, what)
             .await
             .unwrap_or_default();
-        let (code, msg) = xml::parse_error(&String::from_utf8_lossy(&body));
+        // A body that is no complete <Error> leaves the status to go by.
+        let parsed = xml::parse_error(&String::from_utf8_lossy(&body)).unwrap_or_default();
         classify(
             status,
-            code.as_deref(),
-            msg.as_deref(),
+            parsed.code.as_deref(),
+            parsed.message.as_deref(),
             what,
             &self.region,
             bucket_region.as_deref(),
@@ -313,7 +317,8 @@ impl Inner {
         let body = self.body(resp, MAX_PAGE, what).await?;
         let text = std::str::from_utf8(&body)
             .map_err(|_| RemoteError::Protocol(format!("{what}: the listing is not UTF-8")))?;
-        xml::parse_list(text).map_err(|e| RemoteError::Protocol(format!("{what}: {e}")))
+        xml::parse_list(text)
+            .map_err(|e| RemoteError::Protocol(format!("{what}: the listing is unusable: {e}")))
     }
 }
 
@@ -322,7 +327,10 @@ fn listed_entry(name: String, o: &xml::ListedObject) -> RemoteEntry {
         name,
         kind: EntryKind::File,
         size: o.size,
-        mtime: o.last_modified.as_deref().and_then(parse_iso8601),
+        mtime: o
+            .last_modified
+            .as_deref()
+            .and_then(|d| parse_rfc3339(d).ok()),
         version: o.etag.clone(),
         // A listing cannot tell SSE-KMS objects (whose ETag is no MD5)
         // apart: checksums come from the HEAD the driver makes before
@@ -530,7 +538,7 @@ impl Session for S3Session {
         if expect.version.is_none() {
             if let (Some(want), Some(got)) = (
                 expect.mtime,
-                header(hd, "last-modified").and_then(parse_http_date),
+                header(hd, "last-modified").and_then(|d| parse_http_date(d).ok()),
             ) {
                 let secs = |t: SystemTime| {
                     t.duration_since(SystemTime::UNIX_EPOCH)
@@ -554,7 +562,7 @@ impl Session for S3Session {
             (None, Some(t)) => Some(t.saturating_sub(offset)),
             (None, None) => None,
         };
-        body(resp, &what, self.inner.timeout, skip, wanted, sink).await
+        body(resp, &what, &self.inner, skip, wanted, sink).await
     }
 
     /// One `GET` (checksums asked for, as by `stat`): the answer's headers
@@ -585,7 +593,7 @@ impl Session for S3Session {
             return Ok(0);
         }
         let mut accept = |data: &[u8]| sink.accept(data);
-        body(resp, &what, self.inner.timeout, 0, entry.size, &mut accept).await
+        body(resp, &what, &self.inner, 0, entry.size, &mut accept).await
     }
 
     async fn delete(&mut self, path: &str) -> Result<(), RemoteError> {
@@ -608,7 +616,7 @@ impl Session for S3Session {
 async fn body(
     mut resp: Response,
     what: &str,
-    timeout: Duration,
+    inner: &Inner,
     mut skip: u64,
     wanted: Option<u64>,
     sink: ByteSink<'_>,
@@ -618,7 +626,7 @@ async fn body(
         if wanted == Some(done) {
             return Ok(done);
         }
-        let chunk = within(timeout, what, async {
+        let chunk = within(inner.timeout, what, async {
             resp.chunk().await.map_err(|e| net_error(e, what))
         })
         .await?;
@@ -632,6 +640,7 @@ async fn body(
             piece = &piece[..room];
         }
         if !piece.is_empty() {
+            haul_remote::paced(&inner.pace, piece.len()).await;
             sink(piece)?;
             done += piece.len() as u64;
         }

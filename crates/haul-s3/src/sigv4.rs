@@ -5,11 +5,12 @@
 //! signing `range` and `if-match` too is allowed and keeps things simple).
 //! The payload is the empty body's SHA-256 for GET/HEAD/DELETE.
 
+use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 use std::time::SystemTime;
 
-use crate::time::amz_date;
 use crate::S3Credentials;
+use haul_time::amz_date;
 
 /// SHA-256 of the empty body, as `x-amz-content-sha256` for body-less requests.
 pub(crate) const EMPTY_SHA256: &str =
@@ -45,20 +46,14 @@ pub(crate) fn canonical_query(query: &[(&str, &str)]) -> String {
         .join("&")
 }
 
+/// HMAC-SHA256 (RustCrypto `hmac`).
 fn hmac(key: &[u8], msg: &[u8]) -> [u8; 32] {
-    let mut block = [0u8; 64];
-    if key.len() > 64 {
-        block[..32].copy_from_slice(&Sha256::digest(key));
-    } else {
-        block[..key.len()].copy_from_slice(key);
-    }
-    let mut inner = Sha256::new();
-    inner.update(block.map(|b| b ^ 0x36));
-    inner.update(msg);
-    let mut outer = Sha256::new();
-    outer.update(block.map(|b| b ^ 0x5c));
-    outer.update(inner.finalize());
-    outer.finalize().into()
+    // HMAC takes keys of any length: this never fails.
+    let Ok(mut mac) = Hmac::<Sha256>::new_from_slice(key) else {
+        return [0; 32];
+    };
+    mac.update(msg);
+    mac.finalize().into_bytes().into()
 }
 
 /// What to sign: the request as it goes on the wire.

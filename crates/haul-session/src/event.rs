@@ -47,6 +47,23 @@ pub enum Event {
         /// The message.
         message: String,
     },
+    /// `--dry-run`: what the transfer would do with an entry (nothing was done).
+    DryRun {
+        /// Path relative to the destination.
+        path: String,
+        /// Size in bytes (0 for directories and links).
+        size: u64,
+        /// What would be done.
+        action: DryRunAction,
+    },
+    /// `--delete`: an entry the source does not have was removed from the
+    /// destination.
+    Deleted {
+        /// Path relative to the destination.
+        path: String,
+        /// Size in bytes (0 for directories and links).
+        size: u64,
+    },
     /// Fan-out: what one destination received so far (it reports about
     /// once a second).
     NodeProgress {
@@ -66,6 +83,32 @@ pub enum Event {
         /// Why not, empty when ok.
         error: String,
     },
+}
+
+/// What a dry run found an entry would need.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DryRunAction {
+    /// A file that would be sent (missing or different at the destination).
+    Send,
+    /// A file already up to date: nothing would move.
+    UpToDate,
+    /// A directory or symlink that would be created.
+    Make,
+    /// An entry at the destination that `--delete` would remove.
+    Delete,
+}
+
+impl DryRunAction {
+    /// The word shown to people.
+    pub fn word(self) -> &'static str {
+        match self {
+            Self::Send => "send",
+            Self::UpToDate => "up to date",
+            Self::Make => "make",
+            Self::Delete => "delete",
+        }
+    }
 }
 
 impl Event {

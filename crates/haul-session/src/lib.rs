@@ -64,7 +64,7 @@ mod tests;
 
 use std::time::Duration;
 
-pub use event::{Event, Observer};
+pub use event::{DryRunAction, Event, Observer};
 pub use groups::{FetchGroup, FetchJob, Job, RangeGroup, SendJob};
 pub use haul_proto::{ChunkHeader, Digest, ErrorCode, Message};
 pub use receiver::{ChunkAction, ChunkOutcome, Prepared, Receiver, ReceiverIo, Refusal};

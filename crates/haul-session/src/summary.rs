@@ -46,6 +46,8 @@ pub struct Summary {
     pub seconds: f64,
     /// Connections used at most at once.
     pub connections: u32,
+    /// Entries `--delete` removed from the destination.
+    pub deleted: u64,
     /// Files delivered, with hashes.
     pub files: Vec<FileRecord>,
     /// Failures with reasons.
@@ -59,6 +61,51 @@ impl Summary {
             self.bytes_verified as f64 / self.seconds
         } else {
             0.0
+        }
+    }
+}
+
+/// What a dry run found, in totals.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct DryRunReport {
+    /// Files that would be sent.
+    pub send_files: u64,
+    /// Their bytes.
+    pub send_bytes: u64,
+    /// Files already up to date.
+    pub up_to_date_files: u64,
+    /// Their bytes.
+    pub up_to_date_bytes: u64,
+    /// Directories and links that would be made.
+    pub make: u64,
+    /// Entries `--delete` would remove.
+    pub delete: u64,
+    /// Their bytes (files only).
+    pub delete_bytes: u64,
+    /// Entries that could not be read (a transfer would fail them; with
+    /// `--delete`, nothing would be deleted).
+    pub errors: u64,
+}
+
+impl DryRunReport {
+    /// Counts an entry found to need `action` (`size`: its bytes, 0 for
+    /// directories and links).
+    pub fn count(&mut self, action: crate::DryRunAction, size: u64) {
+        use crate::DryRunAction::*;
+        match action {
+            Send => {
+                self.send_files += 1;
+                self.send_bytes += size;
+            }
+            UpToDate => {
+                self.up_to_date_files += 1;
+                self.up_to_date_bytes += size;
+            }
+            Make => self.make += 1,
+            Delete => {
+                self.delete += 1;
+                self.delete_bytes += size;
+            }
         }
     }
 }
@@ -109,6 +156,11 @@ impl Tally {
         self.moved.load(Ordering::Relaxed)
     }
 
+    /// Entries that failed so far.
+    pub fn failed(&self) -> u64 {
+        self.summary.lock().map(|s| s.failed).unwrap_or(u64::MAX)
+    }
+
     /// Entries delivered (or found identical) so far.
     pub fn entries_ok(&self) -> u64 {
         self.summary.lock().map(|s| s.entries_ok).unwrap_or(0)
@@ -155,6 +207,11 @@ impl Observer for Tally {
                             blake3: blake3.clone(),
                         });
                     }
+                }
+            }
+            Event::Deleted { .. } => {
+                if let Ok(mut s) = self.summary.lock() {
+                    s.deleted += 1;
                 }
             }
             Event::FileError { path, error } => {

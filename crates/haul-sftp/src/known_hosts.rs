@@ -7,6 +7,7 @@ use std::path::Path;
 
 use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD};
 use base64::Engine;
+use hmac::{Hmac, Mac};
 use sha1::Digest;
 
 /// Longest line considered; longer lines are skipped (a key line is < 16 KiB).
@@ -51,13 +52,19 @@ pub(crate) fn fingerprint(blob: &[u8]) -> String {
     )
 }
 
-/// One parsed line: (1-based number, marker, host patterns, key type, key blob).
-struct Line {
-    number: usize,
-    marker: Option<String>,
-    hosts: String,
-    key_type: String,
-    blob: Vec<u8>,
+/// One parsed `known_hosts` line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Line {
+    /// 1-based line number.
+    pub number: usize,
+    /// `@revoked` or `@cert-authority`, if any.
+    pub marker: Option<String>,
+    /// The host patterns (`a,b,!c`, `[h]:2222`, `|1|salt|hash`).
+    pub hosts: String,
+    /// The key type (`ssh-ed25519`...).
+    pub key_type: String,
+    /// The key, decoded from base64.
+    pub blob: Vec<u8>,
 }
 
 /// Reads the lines of the file that name `host`. A missing file has none.
@@ -108,7 +115,9 @@ fn lines_for(path: &Path, host: &str, port: u16) -> std::io::Result<Vec<Line>> {
     Ok(out)
 }
 
-fn parse_line(number: usize, text: &str) -> Option<Line> {
+/// Parses line `number` of a `known_hosts` file. `None` for blank lines,
+/// comments and lines that are not `[@marker] hosts type base64-key`.
+pub fn parse_line(number: usize, text: &str) -> Option<Line> {
     let text = text.trim();
     if text.is_empty() || text.starts_with('#') {
         return None;
@@ -133,7 +142,7 @@ fn parse_line(number: usize, text: &str) -> Option<Line> {
 
 /// OpenSSH host pattern lists: comma-separated, `*`/`?` wildcards, `!`
 /// negation (a negated match excludes the line), hashed `|1|salt|hash`.
-fn hosts_match(patterns: &str, name: &str) -> bool {
+pub fn hosts_match(patterns: &str, name: &str) -> bool {
     if let Some(hashed) = patterns.strip_prefix("|1|") {
         return hashed_match(hashed, name);
     }
@@ -157,23 +166,13 @@ fn hashed_match(hashed: &str, name: &str) -> bool {
     let (Ok(salt), Ok(hash)) = (STANDARD.decode(salt), STANDARD.decode(hash)) else {
         return false;
     };
-    hmac_sha1(&salt, name.as_bytes()) == hash.as_slice()
-}
-
-fn hmac_sha1(key: &[u8], msg: &[u8]) -> [u8; 20] {
-    let mut k = [0u8; 64];
-    if key.len() > 64 {
-        k[..20].copy_from_slice(&sha1::Sha1::digest(key));
-    } else {
-        k[..key.len()].copy_from_slice(key);
-    }
-    let mut inner = sha1::Sha1::new();
-    inner.update(k.map(|b| b ^ 0x36));
-    inner.update(msg);
-    let mut outer = sha1::Sha1::new();
-    outer.update(k.map(|b| b ^ 0x5c));
-    outer.update(inner.finalize());
-    outer.finalize().into()
+    // HMAC-SHA1 of the name keyed with the salt (RustCrypto `hmac`),
+    // compared in constant time.
+    let Ok(mut mac) = Hmac::<sha1::Sha1>::new_from_slice(&salt) else {
+        return false;
+    };
+    mac.update(name.as_bytes());
+    mac.verify_slice(&hash).is_ok()
 }
 
 /// Case-insensitive glob with `*` and `?`.

@@ -45,7 +45,7 @@
 //! `Protocol`. Incoming SFTP packets are capped at 257 KiB.
 
 mod connect;
-mod known_hosts;
+pub mod known_hosts;
 mod session;
 #[cfg(feature = "test-server")]
 pub mod testserver;
@@ -59,6 +59,7 @@ use haul_remote::{Remote, RemoteError, RemoteOptions, RemoteUrl, Scheme, Session
 pub struct SftpRemote {
     cfg: Arc<connect::Config>,
     display: String,
+    pace: Option<Arc<dyn haul_remote::ReadPace>>,
 }
 
 /// Validates `url` and `opts`, resolves the user, loads the key files and
@@ -123,6 +124,7 @@ pub fn open(url: &RemoteUrl, opts: &RemoteOptions) -> Result<Arc<dyn Remote>, Re
     Ok(Arc::new(SftpRemote {
         cfg: Arc::new(cfg),
         display,
+        pace: opts.pace.clone(),
     }))
 }
 
@@ -142,6 +144,7 @@ impl Remote for SftpRemote {
             conn,
             self.cfg.timeout,
             self.display.clone(),
+            self.pace.clone(),
         )))
     }
 }

@@ -2,6 +2,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures_util::stream::{FuturesOrdered, StreamExt};
@@ -90,14 +91,22 @@ pub(crate) struct SftpSession {
     conn: Connected,
     timeout: Duration,
     display: String,
+    /// The read rate cap (`--bwlimit`).
+    pace: Option<Arc<dyn haul_remote::ReadPace>>,
 }
 
 impl SftpSession {
-    pub(crate) fn new(conn: Connected, timeout: Duration, display: String) -> Self {
+    pub(crate) fn new(
+        conn: Connected,
+        timeout: Duration,
+        display: String,
+        pace: Option<Arc<dyn haul_remote::ReadPace>>,
+    ) -> Self {
         Self {
             conn,
             timeout,
             display,
+            pace,
         }
     }
 
@@ -215,6 +224,7 @@ impl SftpSession {
                     data.len()
                 )));
             }
+            haul_remote::paced(&self.pace, data.len()).await;
             sink(&data)?;
             delivered += data.len() as u64;
             // Short read: fetch the rest of this request before delivering
@@ -233,6 +243,7 @@ impl SftpSession {
                         )))
                     }
                     Ok(d) if !d.data.is_empty() => {
+                        haul_remote::paced(&self.pace, d.data.len()).await;
                         sink(&d.data)?;
                         delivered += d.data.len() as u64;
                         left -= d.data.len();

@@ -39,13 +39,29 @@ pub enum Command {
     /// Run a node that accepts pushes into DIR and serves pulls from it.
     Serve(ServeArgs),
     /// Send local files or trees to a node: PATH... haul://HOST:PORT/DEST.
-    Push(PushArgs),
+    Push(Box<PushArgs>),
     /// Fetch from a node (haul://HOST:PORT/PATH) or a local path into DEST.
     Pull(Box<PullArgs>),
     /// Start a node on loopback, push a sample dataset, pull it back, verify.
     Demo(DemoArgs),
     /// Network lab: hosts in network namespaces joined by a userspace netem (root only).
     Lab(haul_lab::cli::LabArgs),
+    /// List names, sizes and mtimes under a URL (haul://, local, ftp(s),
+    /// sftp, http(s), s3), with -R and the same filters as pull.
+    Ls(Box<LsArgs>),
+    /// Compare two trees without copying: local ones by BLAKE3, a remote one
+    /// by the checksums its server offers; what differs, is missing on
+    /// either side, or cannot be read; exit 0 only if they match.
+    Check(Box<CheckArgs>),
+    /// Print the manual page (roff): `haul man | man -l -`.
+    Man,
+    /// Watch remote sources on schedules and fetch every new file, with a
+    /// persistent catalog of what was fetched (runs in the foreground).
+    Daemon(DaemonArgs),
+    /// Read and edit the daemon's catalog: list, show, forget (fetch again), runs.
+    Catalog(CatalogArgs),
+    /// Print a running daemon's status (its sources, runs, files in flight).
+    Status(StatusArgs),
     /// Print shell completions.
     Completions {
         /// Shell to generate for.
@@ -140,8 +156,24 @@ pub struct TransferArgs {
     pub socket_buffer: Option<String>,
     /// Cap on the whole transfer's rate, across all connections, paced:
     /// `50mbit`, or bytes per second with K/M/G (`10M` as rclone, `500K`).
+    /// Also spelled --bwlimit (rsync's name); FTP, SFTP, HTTP and S3 pulls too.
     #[arg(long, visible_alias = "bwlimit", value_name = "RATE")]
     pub max_rate: Option<String>,
+    /// Show what would be sent, skipped as up to date, made and deleted,
+    /// with sizes and totals; nothing is written, created, deleted or
+    /// locked on either side.
+    #[arg(short = 'n', long)]
+    pub dry_run: bool,
+    /// Mirror (push, pull from a node, local copy): once every file verified
+    /// and the source was listed in full, delete what DEST holds under the
+    /// source's top that the source does not have. Nothing is deleted when
+    /// anything failed; files the filters leave out are kept.
+    #[arg(long)]
+    pub delete: bool,
+    /// Local copies: decide "up to date" by BLAKE3 of both files instead of
+    /// size and mtime (only files whose content differs are copied).
+    #[arg(short = 'c', long)]
+    pub checksum: bool,
     /// Write payloads from memory instead of sendfile(2) (plaintext only).
     #[arg(long, hide = true)]
     pub no_zero_copy: bool,
@@ -174,6 +206,9 @@ pub struct PushArgs {
     /// Transfer settings.
     #[command(flatten)]
     pub transfer: TransferArgs,
+    /// Which files are sent.
+    #[command(flatten)]
+    pub filter: FilterArgs,
 }
 
 /// `haul pull`.
@@ -190,12 +225,12 @@ pub struct PullArgs {
     /// Transfer settings.
     #[command(flatten)]
     pub transfer: TransferArgs,
+    /// Which files are fetched.
+    #[command(flatten)]
+    pub filter: FilterArgs,
     /// Settings for FTP, SFTP, HTTP and S3 sources.
     #[command(flatten)]
     pub remote: RemoteArgs,
-    /// `--include`/`--exclude` in command-line order (filled in by main).
-    #[arg(skip)]
-    pub rules: Vec<(haul_fetch::RuleKind, String)>,
 }
 
 const PULL_EXAMPLES: &str = "\
@@ -214,21 +249,20 @@ DEST/NAME/ is created (rsync's rule). Passwords: in the URL, --password-file
 or HAUL_PASSWORD; S3 keys from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or
 ~/.aws/credentials. Secrets are never printed.";
 
-/// Flags for remote (FTP, SFTP, HTTP, S3) sources.
+/// Which files a transfer takes: the same rules for push, pull from a
+/// node, local copies and FTP/SFTP/HTTP/S3 pulls (`haul-filter`).
 #[derive(Debug, Args, Clone, Default)]
-pub struct RemoteArgs {
+pub struct FilterArgs {
     /// Take files matching this glob (repeatable; first matching rule wins).
     #[arg(long, value_name = "GLOB")]
     pub include: Vec<String>,
     /// Skip files matching this glob; `DIR/` skips a directory (repeatable).
     #[arg(long, value_name = "GLOB")]
     pub exclude: Vec<String>,
-    /// Only files whose relative path matches this regular expression.
-    #[arg(long, value_name = "RE")]
-    pub regex: Option<String>,
-    /// Per-path-component regexes, `/`-separated (PushPull's DirStruct).
-    #[arg(long, value_name = "RE/RE/...")]
-    pub dir_struct: Option<String>,
+    /// Read rules from FILE, one a line: `+ GLOB` includes, `- GLOB`
+    /// excludes, `#` comments (in order with --include/--exclude).
+    #[arg(long, value_name = "FILE")]
+    pub filter_from: Vec<PathBuf>,
     /// Only files at least this large (e.g. 10M).
     #[arg(long, value_name = "SIZE")]
     pub min_size: Option<String>,
@@ -241,6 +275,30 @@ pub struct RemoteArgs {
     /// Descend at most this many directory levels.
     #[arg(long, value_name = "N")]
     pub max_depth: Option<usize>,
+    /// `--include`, `--exclude` and `--filter-from` in command-line order
+    /// (filled in by main).
+    #[arg(skip)]
+    pub rules: Vec<FilterRule>,
+}
+
+/// One filter flag, in command-line order.
+#[derive(Debug, Clone)]
+pub enum FilterRule {
+    /// `--include` or `--exclude`.
+    Glob(haul_fetch::RuleKind, String),
+    /// `--filter-from FILE`.
+    File(PathBuf),
+}
+
+/// Flags for remote (FTP, SFTP, HTTP, S3) sources.
+#[derive(Debug, Args, Clone, Default)]
+pub struct RemoteArgs {
+    /// Only files whose relative path matches this regular expression.
+    #[arg(long, value_name = "RE")]
+    pub regex: Option<String>,
+    /// Per-path-component regexes, `/`-separated (PushPull's DirStruct).
+    #[arg(long, value_name = "RE/RE/...")]
+    pub dir_struct: Option<String>,
     /// Skip files that already exist at the destination (whatever their size).
     #[arg(long)]
     pub skip_existing: bool,
@@ -291,6 +349,51 @@ pub struct RemoteArgs {
     pub retry_base_ms: u64,
 }
 
+/// `haul ls`.
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Examples:\n  haul ls haul://node:7878/incoming -R --include '*.nc'\n  haul ls ftp://ftp.example.org/pub/ --json\n  haul ls ./data -R --max-depth 1"
+)]
+pub struct LsArgs {
+    /// haul://HOST:PORT/PATH, a local path, or an ftp://, ftps://,
+    /// ftps-implicit://, sftp://, http://, https:// or s3:// URL.
+    pub url: String,
+    /// The whole tree, not only the first level.
+    #[arg(short = 'R', long)]
+    pub recursive: bool,
+    /// Which entries are listed.
+    #[command(flatten)]
+    pub filter: FilterArgs,
+    /// Connection settings (haul:// nodes).
+    #[command(flatten)]
+    pub transfer: TransferArgs,
+    /// Settings for FTP, SFTP, HTTP and S3 sources.
+    #[command(flatten)]
+    pub remote: RemoteArgs,
+}
+
+/// `haul check`.
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Examples:\n  haul check /mnt/a/run42 /mnt/b/run42 --exclude '*.tmp'\n  haul check s3://bucket/run42/ ./run42   # by the checksums S3 offers (ETag MD5...)"
+)]
+pub struct CheckArgs {
+    /// One tree: a local path, or an ftp://, sftp://, http(s):// or s3://
+    /// URL (compared by the checksums the server offers, never downloaded).
+    pub src: String,
+    /// The other (a local path).
+    pub dst: String,
+    /// Which files are compared.
+    #[command(flatten)]
+    pub filter: FilterArgs,
+    /// Connection settings (timeouts).
+    #[command(flatten)]
+    pub transfer: TransferArgs,
+    /// Settings for FTP, SFTP, HTTP and S3 sources.
+    #[command(flatten)]
+    pub remote: RemoteArgs,
+}
+
 /// `haul demo`.
 #[derive(Debug, Args)]
 pub struct DemoArgs {
@@ -300,4 +403,86 @@ pub struct DemoArgs {
     /// Keep the demo directory instead of removing it.
     #[arg(long)]
     pub keep: bool,
+}
+
+/// `haul daemon`.
+#[derive(Debug, Args)]
+#[command(
+    after_help = "Example:\n  haul daemon --check --config /etc/haul/haul.toml   # validate, print plans and next runs\n  haul daemon --config /etc/haul/haul.toml           # run (SIGHUP reloads, SIGTERM stops)"
+)]
+pub struct DaemonArgs {
+    /// The daemon's TOML config.
+    #[arg(long, value_name = "FILE")]
+    pub config: PathBuf,
+    /// Validate the config, print each source's plan and next runs, and exit.
+    #[arg(long)]
+    pub check: bool,
+}
+
+/// `haul catalog`.
+#[derive(Debug, Args)]
+pub struct CatalogArgs {
+    /// The daemon's config (its `catalog` is used).
+    #[arg(long, value_name = "FILE", global = true)]
+    pub config: Option<PathBuf>,
+    /// The catalog URL (sqlite:PATH or postgres://...) instead of --config.
+    #[arg(long, value_name = "URL", global = true)]
+    pub catalog: Option<String>,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: CatalogCommand,
+}
+
+/// `haul catalog` subcommands.
+#[derive(Debug, Subcommand, Clone)]
+pub enum CatalogCommand {
+    /// List files (of a source, in a state).
+    List {
+        /// Only this source.
+        #[arg(long)]
+        source: Option<String>,
+        /// Only files in this state: new, claimed, fetched, failed.
+        #[arg(long, value_parser = ["new", "claimed", "fetched", "failed"])]
+        state: Option<String>,
+        /// At most this many.
+        #[arg(long, default_value_t = 1000)]
+        limit: u32,
+    },
+    /// Show one file: its version, state, BLAKE3, local path, errors.
+    Show {
+        /// The source's name.
+        source: String,
+        /// The path relative to the source's URL.
+        path: String,
+    },
+    /// Forget files so the next run fetches them again.
+    Forget {
+        /// The source's name.
+        source: String,
+        /// A path relative to the source's URL (a directory forgets what is under it).
+        path: Option<String>,
+        /// Forget every file of the source.
+        #[arg(long)]
+        all: bool,
+    },
+    /// The latest runs: start, worker, counts, errors.
+    Runs {
+        /// Only this source.
+        #[arg(long)]
+        source: Option<String>,
+        /// At most this many.
+        #[arg(long, default_value_t = 20)]
+        limit: u32,
+    },
+}
+
+/// `haul status`.
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// The daemon's config (its `status` address is asked).
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// The status listener's address instead of --config.
+    #[arg(long, value_name = "HOST:PORT", default_value = "127.0.0.1:9464")]
+    pub addr: String,
 }

@@ -7,7 +7,7 @@ use anyhow::{bail, Context, Result};
 use haul_node::{ClientOptions, Concurrency};
 use haul_transport::{KnownHosts, Security, Timeouts};
 
-use crate::cli::TransferArgs;
+use crate::cli::{FilterArgs, FilterRule, TransferArgs};
 
 /// Parses `123`, `64K`, `16M`, `2G` (binary units).
 pub fn parse_size(s: &str) -> Result<u64> {
@@ -163,9 +163,50 @@ pub fn client_options(t: &TransferArgs) -> Result<ClientOptions> {
                 .map(|r| std::sync::Arc::new(haul_transport::RateLimit::new(r))),
         },
         connect_attempts: t.retries,
+        delete: t.delete,
+        checksum: t.checksum,
         chunk_memory: chunk_memory(&t.chunk_memory)?,
         ..ClientOptions::default()
     })
+}
+
+/// Client options with the filter flags: what push, node pulls and local
+/// copies take from their sources.
+pub fn filtered_client_options(t: &TransferArgs, f: &FilterArgs) -> Result<ClientOptions> {
+    let mut opts = client_options(t)?;
+    opts.filter = Some(std::sync::Arc::new(filter(f)?));
+    Ok(opts)
+}
+
+/// The filter the flags describe (`haul-filter`: the same rules for every
+/// source). `--newer-than` is read by [`crate::fetch::parse_when`].
+pub fn filter(f: &FilterArgs) -> Result<haul_fetch::Filter> {
+    let mut filter = haul_fetch::Filter::default();
+    for rule in &f.rules {
+        match rule {
+            FilterRule::Glob(kind, glob) => filter.add_glob(*kind, glob)?,
+            FilterRule::File(path) => {
+                let text = std::fs::read_to_string(path)
+                    .with_context(|| format!("cannot read --filter-from {}", path.display()))?;
+                let rules = haul_fetch::filter::parse_filter_file(&text)
+                    .with_context(|| format!("in --filter-from {}", path.display()))?;
+                for (kind, glob) in rules {
+                    filter
+                        .add_glob(kind, &glob)
+                        .with_context(|| format!("in --filter-from {}", path.display()))?;
+                }
+            }
+        }
+    }
+    filter.min_size = f.min_size.as_deref().map(parse_size).transpose()?;
+    filter.max_size = f.max_size.as_deref().map(parse_size).transpose()?;
+    filter.newer_than = f
+        .newer_than
+        .as_deref()
+        .map(crate::fetch::parse_when)
+        .transpose()?;
+    filter.max_depth = f.max_depth;
+    Ok(filter)
 }
 
 /// The `--chunk-memory` budget in bytes: at least one chunk of the largest size.

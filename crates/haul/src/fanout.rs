@@ -87,8 +87,39 @@ pub async fn push(
             .into());
         }
     }
-    let opts = usage(config::client_options(&args.transfer))?;
+    if args.transfer.delete || args.transfer.checksum {
+        return Err(UsageError(
+            "a push (fan-out or not) does not take --delete or --checksum yet: they work for pulls and local copies".into(),
+        )
+        .into());
+    }
+    let opts = usage(config::filtered_client_options(
+        &args.transfer,
+        &args.filter,
+    ))?;
     let display = Arc::new(Display::new(mode));
+    if args.transfer.dry_run {
+        // Each destination compared with the source on its own: what the
+        // fan-out would deliver to it (nothing is relayed or admitted).
+        let mut code = EXIT_OK;
+        for (url, shown) in urls.iter().zip(&dests) {
+            match mode {
+                Mode::Json => {
+                    output::json_line(&serde_json::json!({"event": "dry_run_node", "node": shown}))
+                }
+                Mode::Human => println!("{shown}:"),
+                Mode::Quiet => {}
+            }
+            let report =
+                haul_node::dry_run_push(&paths, url, &opts, false, display.clone()).await?;
+            display.finish();
+            output::print_dry_run_report(mode, &report);
+            if report.errors > 0 {
+                code = EXIT_FAILED;
+            }
+        }
+        return Ok(code);
+    }
     if mode == Mode::Json {
         output::json_line(&serde_json::json!({
             "event": "start", "command": "push", "sources": paths, "dests": dests

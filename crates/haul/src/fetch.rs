@@ -5,8 +5,8 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use anyhow::{bail, Context, Result};
-use haul_fetch::{FetchOptions, Filter, RenameTemplate, RuleKind};
+use anyhow::{anyhow, bail, Context, Result};
+use haul_fetch::{FetchOptions, Filter, RenameTemplate};
 use haul_remote::{Remote, RemoteOptions, RemoteUrl, Scheme, Secret};
 
 use crate::cli::{RemoteArgs, TransferArgs};
@@ -48,36 +48,28 @@ pub fn remote_options(t: &TransferArgs, r: &RemoteArgs) -> Result<RemoteOptions>
         s3_endpoint: r.s3_endpoint.clone(),
         s3_region: r.s3_region.clone(),
         s3_path_style: r.s3_path_style,
+        pace: t
+            .max_rate
+            .as_deref()
+            .map(crate::config::max_rate)
+            .transpose()?
+            .map(|r| haul_fetch::pace::read_pace(Arc::new(haul_transport::RateLimit::new(r)))),
     })
 }
 
-/// Fetch options from the flags; `rules` are the `--include`/`--exclude`
-/// globs in command-line order.
-pub fn fetch_options(
-    t: &TransferArgs,
-    r: &RemoteArgs,
-    rules: &[(RuleKind, String)],
-) -> Result<FetchOptions> {
+/// Fetch options from the flags; `filter` is what the filter flags
+/// describe ([`crate::config::filter`]), to which `--regex` and
+/// `--dir-struct` are added here.
+pub fn fetch_options(t: &TransferArgs, r: &RemoteArgs, mut filter: Filter) -> Result<FetchOptions> {
     let client = client_options(t)?;
-    let mut filter = Filter::default();
-    for (kind, glob) in rules {
-        filter.add_glob(*kind, glob)?;
-    }
     if let Some(re) = &r.regex {
         filter.set_regex(re)?;
     }
     if let Some(spec) = &r.dir_struct {
         filter.set_dir_struct(spec)?;
     }
-    filter.min_size = r.min_size.as_deref().map(parse_size).transpose()?;
-    filter.max_size = r.max_size.as_deref().map(parse_size).transpose()?;
-    filter.newer_than = r.newer_than.as_deref().map(parse_when).transpose()?;
-    filter.max_depth = r.max_depth;
     if r.max_conn_per_host == 0 {
         bail!("--max-conn-per-host must be at least 1");
-    }
-    if t.max_rate.is_some() {
-        bail!("--max-rate (--bwlimit) caps haul:// and local transfers; FTP, SFTP, HTTP and S3 pulls do not take it yet");
     }
     Ok(FetchOptions {
         jobs: client.jobs,
@@ -93,63 +85,15 @@ pub fn fetch_options(
         verify_sidecar: r.verify_sidecar,
         delete_source: r.delete_source,
         dest_prefix: String::new(),
+        gate: None,
     })
 }
 
-/// Parses `--newer-than`: `YYYY-MM-DD`, `YYYY-MM-DDTHH:MM:SSZ` (UTC), or an
-/// age `N` + `s`/`m`/`h`/`d`/`w` before now.
+/// Parses `--newer-than`: `YYYY-MM-DD` (UTC), `YYYY-MM-DDTHH:MM:SS` with `Z`,
+/// an offset (`+02:00`) or neither (UTC), or an age `N` + `s`/`m`/`h`/`d`/`w`
+/// before now. Dates that do not exist (`2024-02-31`) are refused.
 pub fn parse_when(s: &str) -> Result<SystemTime> {
-    let s = s.trim();
-    if let Some((num, unit)) = s.split_at_checked(s.len().saturating_sub(1)) {
-        if let (Ok(n), Some(secs)) = (
-            num.parse::<u64>(),
-            match unit {
-                "s" => Some(1),
-                "m" => Some(60),
-                "h" => Some(3600),
-                "d" => Some(86_400),
-                "w" => Some(604_800),
-                _ => None,
-            },
-        ) {
-            let age = Duration::from_secs(n.saturating_mul(secs));
-            return SystemTime::now()
-                .checked_sub(age)
-                .with_context(|| format!("--newer-than {s:?} is too far back"));
-        }
-    }
-    let bad = || {
-        format!("--newer-than takes 2024-03-01, 2024-03-01T12:00:00Z or an age like 7d, not {s:?}")
-    };
-    let (date, time) = match s.split_once('T') {
-        Some((d, t)) => (d, t.trim_end_matches('Z')),
-        None => (s, "00:00:00"),
-    };
-    let num = |v: Option<&str>| -> Result<i64> { v.and_then(|v| v.parse().ok()).with_context(bad) };
-    let mut d = date.split('-');
-    let (y, m, day) = (num(d.next())?, num(d.next())?, num(d.next())?);
-    let mut t = time.split(':');
-    let (hh, mm, ss) = (
-        num(t.next())?,
-        num(t.next().or(Some("0")))?,
-        num(t.next().or(Some("0")))?,
-    );
-    if !(1..=12).contains(&m) || !(1..=31).contains(&day) || hh > 23 || mm > 59 || ss > 60 {
-        bail!(bad());
-    }
-    // Days from civil (Howard Hinnant), UTC.
-    let yy = if m <= 2 { y - 1 } else { y };
-    let era = yy.div_euclid(400);
-    let yoe = yy.rem_euclid(400);
-    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + day - 1;
-    let days = era * 146_097 + yoe * 365 + yoe / 4 - yoe / 100 + doy - 719_468;
-    let secs = days * 86_400 + hh * 3600 + mm * 60 + ss;
-    let base = SystemTime::UNIX_EPOCH;
-    Ok(if secs >= 0 {
-        base + Duration::from_secs(secs as u64)
-    } else {
-        base - Duration::from_secs(secs.unsigned_abs())
-    })
+    haul_time::parse_when(s, SystemTime::now()).map_err(|e| anyhow!("--newer-than: {e}"))
 }
 
 #[cfg(test)]
@@ -173,5 +117,11 @@ mod tests {
         assert!(age >= Duration::from_secs(7200) && age < Duration::from_secs(7300));
         assert!(parse_when("yesterday").is_err());
         assert!(parse_when("2024-13-01").is_err());
+        assert!(parse_when("2024-02-31").is_err());
+        let t = parse_when("2024-03-01T12:00:00+02:00").unwrap();
+        assert_eq!(
+            t.duration_since(SystemTime::UNIX_EPOCH).unwrap().as_secs(),
+            1_709_287_200
+        );
     }
 }

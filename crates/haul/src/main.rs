@@ -3,9 +3,13 @@
 
 mod cli;
 mod config;
+mod daemon;
+mod daemon_config;
 mod demo;
 mod fanout;
 mod fetch;
+mod ls;
+mod man;
 mod output;
 
 use std::net::SocketAddr;
@@ -35,8 +39,12 @@ fn main() -> ExitCode {
         Ok(cli) => cli,
         Err(e) => e.exit(),
     };
-    if let (Command::Pull(args), Some(m)) = (&mut cli.command, matches.subcommand_matches("pull")) {
-        args.rules = filter_rules_in_order(m);
+    match (&mut cli.command, matches.subcommand()) {
+        (Command::Pull(args), Some(("pull", m))) => args.filter.rules = filter_rules_in_order(m),
+        (Command::Push(args), Some(("push", m))) => args.filter.rules = filter_rules_in_order(m),
+        (Command::Ls(args), Some(("ls", m))) => args.filter.rules = filter_rules_in_order(m),
+        (Command::Check(args), Some(("check", m))) => args.filter.rules = filter_rules_in_order(m),
+        _ => {}
     }
     let mode = if cli.json {
         Mode::Json
@@ -98,9 +106,9 @@ fn shown_source(source: &str) -> String {
     }
 }
 
-/// `--include` and `--exclude` as given, interleaved in command-line order
-/// (the first matching rule wins).
-fn filter_rules_in_order(m: &clap::ArgMatches) -> Vec<(haul_fetch::RuleKind, String)> {
+/// `--include`, `--exclude` and `--filter-from` as given, interleaved in
+/// command-line order (the first matching rule wins).
+fn filter_rules_in_order(m: &clap::ArgMatches) -> Vec<cli::FilterRule> {
     let mut rules = Vec::new();
     for (id, kind) in [
         ("include", haul_fetch::RuleKind::Include),
@@ -108,18 +116,27 @@ fn filter_rules_in_order(m: &clap::ArgMatches) -> Vec<(haul_fetch::RuleKind, Str
     ] {
         if let (Some(values), Some(indices)) = (m.get_many::<String>(id), m.indices_of(id)) {
             for (value, index) in values.zip(indices) {
-                rules.push((index, kind, value.clone()));
+                rules.push((index, cli::FilterRule::Glob(kind, value.clone())));
             }
         }
     }
+    if let (Some(files), Some(indices)) = (
+        m.get_many::<std::path::PathBuf>("filter_from"),
+        m.indices_of("filter_from"),
+    ) {
+        for (file, index) in files.zip(indices) {
+            rules.push((index, cli::FilterRule::File(file.clone())));
+        }
+    }
     rules.sort_by_key(|r| r.0);
-    rules.into_iter().map(|(_, k, v)| (k, v)).collect()
+    rules.into_iter().map(|(_, rule)| rule).collect()
 }
 
 fn init_logging(cli: &Cli) {
     let default = match (cli.verbose, &cli.command) {
         (0, _) if cli.quiet => "error",
         (0, Command::Serve(_)) => "info",
+        (0, Command::Daemon(_)) => "info",
         (0, _) => "warn",
         (1, _) => "info",
         (2, _) => "debug",
@@ -202,10 +219,20 @@ fn chain_text(err: &anyhow::Error) -> String {
 async fn run(cli: Cli, mode: Mode) -> Result<u8> {
     match cli.command {
         Command::Serve(args) => serve(args, mode).await,
-        Command::Push(args) => push(args, mode).await,
+        Command::Push(args) => push(*args, mode).await,
         Command::Pull(args) => pull(*args, mode).await,
         Command::Demo(args) => demo::run(args, mode).await,
         Command::Lab(_) => Ok(EXIT_USAGE),
+        Command::Ls(args) => ls::run(*args, mode).await,
+        Command::Check(args) => ls::check(*args, mode).await,
+        Command::Man => {
+            man::render(&mut std::io::stdout().lock())?;
+            Ok(EXIT_OK)
+        }
+        Command::Daemon(args) if args.check => daemon::check(&args, mode == Mode::Json),
+        Command::Daemon(args) => daemon::run(&args).await,
+        Command::Catalog(args) => daemon::catalog(&args, mode == Mode::Json).await,
+        Command::Status(args) => daemon::status(&args, mode == Mode::Json).await,
         Command::Completions { shell } => {
             clap_complete::generate(shell, &mut Cli::command(), "haul", &mut std::io::stdout());
             Ok(EXIT_OK)
@@ -245,8 +272,22 @@ async fn push(args: PushArgs, mode: Mode) -> Result<u8> {
     for p in &paths {
         usage(config::check_local_source(p))?;
     }
-    let opts = usage(config::client_options(&args.transfer))?;
+    let opts = usage(config::filtered_client_options(
+        &args.transfer,
+        &args.filter,
+    ))?;
     let display = Arc::new(Display::new(mode));
+    if args.transfer.checksum {
+        return Err(UsageError(
+            "--checksum works for local copies so far (haul pull SRC DEST -c); a node does not hash what it holds for a client yet".into(),
+        )
+        .into());
+    }
+    if args.transfer.dry_run {
+        let report =
+            haul_node::dry_run_push(&paths, &remote, &opts, opts.delete, display.clone()).await?;
+        return Ok(dry_run_done(mode, &display, &report));
+    }
     if mode == Mode::Json {
         output::json_line(
             &serde_json::json!({"event": "start", "command": "push", "sources": paths, "dest": target}),
@@ -258,8 +299,21 @@ async fn push(args: PushArgs, mode: Mode) -> Result<u8> {
 }
 
 async fn pull(args: PullArgs, mode: Mode) -> Result<u8> {
-    let opts = usage(config::client_options(&args.transfer))?;
+    let opts = usage(config::filtered_client_options(
+        &args.transfer,
+        &args.filter,
+    ))?;
     let display = Arc::new(Display::new(mode));
+    let local = !NodeUrl::is_remote(&args.source) && !args.source.contains("://");
+    if args.transfer.checksum && (!local || args.transfer.dry_run) {
+        return Err(UsageError(
+            "--checksum works for local copies so far, without --dry-run; a node or a remote server does not hash what it holds for a client yet".into(),
+        )
+        .into());
+    }
+    if args.transfer.dry_run {
+        return dry_run_pull(&args, &opts, mode, display).await;
+    }
     if mode == Mode::Json {
         output::json_line(
             &serde_json::json!({"event": "start", "command": "pull", "source": shown_source(&args.source), "dest": args.dest}),
@@ -269,12 +323,18 @@ async fn pull(args: PullArgs, mode: Mode) -> Result<u8> {
         let remote = NodeUrl::parse(&args.source)?;
         Ok(haul_node::pull(&remote, &args.dest, &opts, display.clone()).await?)
     } else if haul_remote::RemoteUrl::is_remote_url(&args.source) {
+        if args.transfer.delete {
+            return Err(UsageError(
+                "--delete mirrors haul:// and local sources so far; FTP, SFTP, HTTP and S3 pulls do not take it yet (--delete-source is another thing: it deletes at the source)".into(),
+            )
+            .into());
+        }
         let url = usage(haul_remote::RemoteUrl::parse(&args.source).map_err(anyhow::Error::from))?;
         let ropts = usage(fetch::remote_options(&args.transfer, &args.remote))?;
         let fopts = usage(fetch::fetch_options(
             &args.transfer,
             &args.remote,
-            &args.rules,
+            usage(config::filter(&args.filter))?,
         ))?;
         if ropts.insecure_tls {
             tracing::warn!("--insecure: TLS certificates are not checked");
@@ -308,6 +368,59 @@ async fn pull(args: PullArgs, mode: Mode) -> Result<u8> {
     };
     display.finish();
     Ok(report(mode, &display, &summary?))
+}
+
+/// `haul pull --dry-run`: a node's or a local source, compared with DEST.
+async fn dry_run_pull(
+    args: &PullArgs,
+    opts: &haul_node::ClientOptions,
+    mode: Mode,
+    display: Arc<Display>,
+) -> Result<u8> {
+    let report = if NodeUrl::is_remote(&args.source) {
+        let remote = NodeUrl::parse(&args.source)?;
+        haul_node::dry_run_pull(&remote, &args.dest, opts, opts.delete, display.clone()).await?
+    } else if haul_remote::RemoteUrl::is_remote_url(&args.source) {
+        let url = usage(haul_remote::RemoteUrl::parse(&args.source).map_err(anyhow::Error::from))?;
+        let ropts = usage(fetch::remote_options(&args.transfer, &args.remote))?;
+        let fopts = usage(fetch::fetch_options(
+            &args.transfer,
+            &args.remote,
+            usage(config::filter(&args.filter))?,
+        ))?;
+        if fopts.rename.is_some() || args.transfer.delete {
+            return Err(UsageError(
+                "--dry-run of an FTP, SFTP, HTTP or S3 pull does not take --rename or --delete yet"
+                    .into(),
+            )
+            .into());
+        }
+        let remote = usage(fetch::open_remote(&url, &ropts))?;
+        haul_fetch::dry_run::dry_run_fetch(remote, &url.path, &args.dest, &fopts, display.clone())
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot list {url}: {e}"))?
+    } else {
+        usage(config::check_local_source(&args.source))?;
+        haul_node::dry_run_local(
+            std::slice::from_ref(&args.source),
+            &args.dest,
+            opts,
+            opts.delete,
+            display.clone(),
+        )?
+    };
+    Ok(dry_run_done(mode, &display, &report))
+}
+
+/// Prints a dry run's totals; exit 1 when something could not be read.
+fn dry_run_done(mode: Mode, display: &Display, report: &haul_node::DryRunReport) -> u8 {
+    display.finish();
+    output::print_dry_run_report(mode, report);
+    if report.errors == 0 {
+        EXIT_OK
+    } else {
+        EXIT_FAILED
+    }
 }
 
 async fn serve(args: ServeArgs, mode: Mode) -> Result<u8> {

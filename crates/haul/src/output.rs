@@ -142,6 +142,8 @@ impl Display {
     fn human(&self, event: &Event) {
         let Some(b) = &self.bars else {
             match event {
+                Event::DryRun { .. } => print_dry_run(event),
+                Event::Deleted { path, .. } => eprintln!("deleted: {path}"),
                 Event::FileError { path, error } => eprintln!("error: {path}: {error}"),
                 Event::Warning { message } => eprintln!("warning: {message}"),
                 _ => {}
@@ -186,6 +188,8 @@ impl Display {
                 }
             }
             Event::Warning { message } => b.multi.suspend(|| eprintln!("warning: {message}")),
+            Event::DryRun { .. } => b.multi.suspend(|| print_dry_run(event)),
+            Event::Deleted { path, .. } => b.multi.suspend(|| eprintln!("deleted: {path}")),
             Event::NodeProgress { node, bytes, total } => {
                 let Ok(mut nodes) = b.nodes.lock() else {
                     return;
@@ -215,6 +219,47 @@ impl Display {
                     b.multi.suspend(|| eprintln!("failed: {node}: {error}"));
                 }
             }
+        }
+    }
+}
+
+/// Prints one `--dry-run` line on stdout: what, where, how large.
+fn print_dry_run(event: &Event) {
+    if let Event::DryRun { path, size, action } = event {
+        let size = match action {
+            haul_session::DryRunAction::Make => String::new(),
+            _ => format!("  {}", human_bytes(*size)),
+        };
+        println!("{:<10} {path}{size}", action.word());
+    }
+}
+
+/// Prints the totals of a `--dry-run`.
+pub fn print_dry_run_report(mode: Mode, r: &haul_node::DryRunReport) {
+    match mode {
+        Mode::Json => {
+            if let Ok(mut v) = serde_json::to_value(r) {
+                if let Some(o) = v.as_object_mut() {
+                    o.insert("event".into(), "dry_run_summary".into());
+                }
+                json_line(&v);
+            }
+        }
+        Mode::Quiet => {}
+        Mode::Human => {
+            println!(
+                "dry run: would send {} file{} ({}), {} up to date ({}), make {}, delete {} ({}); {} error{}; nothing was changed",
+                r.send_files,
+                if r.send_files == 1 { "" } else { "s" },
+                human_bytes(r.send_bytes),
+                r.up_to_date_files,
+                human_bytes(r.up_to_date_bytes),
+                r.make,
+                r.delete,
+                human_bytes(r.delete_bytes),
+                r.errors,
+                if r.errors == 1 { "" } else { "s" },
+            );
         }
     }
 }
@@ -262,6 +307,13 @@ pub fn print_summary(mode: Mode, s: &Summary) {
                 s.connections,
                 if s.connections == 1 { "" } else { "s" }
             );
+            if s.deleted > 0 {
+                eprintln!(
+                    "  deleted {} entr{} the source does not have (--delete)",
+                    s.deleted,
+                    if s.deleted == 1 { "y" } else { "ies" }
+                );
+            }
             for f in &s.failures {
                 eprintln!("  failed: {}: {}", f.path, f.error);
             }

@@ -198,7 +198,56 @@ fn entities() {
         decode_entities("a&amp;b&lt;&gt;&quot;&#39;&#x41;&bogus;&"),
         "a&b<>\"'A&bogus;&"
     );
+    // Found by the http_index fuzz target: the entity search used to slice
+    // a str 12 bytes in, inside a multi-byte character, and panic.
+    assert_eq!(
+        decode_entities("&nglonglong\u{fffd}x"),
+        "&nglonglong\u{fffd}x"
+    );
+    assert_eq!(
+        decode_entities("&ab\u{fffd}\u{fffd}\u{fffd};"),
+        "&ab\u{fffd}\u{fffd}\u{fffd};"
+    );
     assert_eq!(nginx_size("  02-Jan-2024 15:04   1234\r"), Some(1234));
     assert_eq!(nginx_size("  2024-01-02 15:04  1.2K"), None);
     assert_eq!(nginx_size("  02-Jan-2024 15:04   -"), None);
+}
+
+/// Issue 18: links inside `<script>`, `<style>`, `<textarea>` and comments
+/// are text, not entries (the old parser listed `evil.bin` and `x.css`).
+#[test]
+fn raw_text_elements_are_not_links() {
+    let page = br#"<html><head><title>Index of / <a href="t.bin">t</a></title>
+<STYLE>a { background: url('<a href="x.css">') }</style >
+<script type="text/javascript">
+  document.write('<a href="evil.bin">evil</a>'); if (a</b) {} // </scripty <a href="s2">
+</SCRIPT>
+</head><body><!-- <a href="hidden.bin">hidden</a> -->
+<textarea><a href="ta.bin">ta</a></textarea>
+<pre><a href="../">../</a>
+<a href="real.bin">real.bin</a>                02-Jan-2024 15:04     5
+<script/><a href="in-script.bin">x</a></script>
+<a href="after/">after/</a>
+</pre></body></html>"#;
+    for chunk in [1, 2, 3, 7, 64, page.len()] {
+        assert_eq!(
+            summary(&parse(ORIGIN, "/", page, chunk)),
+            vec![f("real.bin", Some(5)), d("after")],
+            "chunk {chunk}"
+        );
+    }
+}
+
+#[test]
+fn long_script_streams() {
+    let mut p = IndexParser::new(ORIGIN, "/");
+    let mut out = Vec::new();
+    p.feed(b"<script>", &mut out).unwrap();
+    for _ in 0..1000 {
+        p.feed(&[b'<'; 1000], &mut out).unwrap();
+        assert!(p.buf.len() < 16, "kept {}", p.buf.len());
+    }
+    p.feed(b"</scrip", &mut out).unwrap();
+    p.feed(b"t><a href=\"z\">z</a>\n", &mut out).unwrap();
+    assert_eq!(summary(&out), vec![f("z", None)]);
 }

@@ -240,7 +240,7 @@ async fn weak_etag_uses_last_modified_for_if_range() {
     let mut s = session(&url, &quick()).await;
     let mut e = RemoteEntry::file("x", Some(10));
     e.version = Some("W/\"weak\"".into());
-    e.mtime = httpdate::parse_http_date("Tue, 02 Jan 2024 15:04:05 GMT").ok();
+    e.mtime = haul_time::parse_http_date("Tue, 02 Jan 2024 15:04:05 GMT").ok();
     assert_eq!(
         read_all(s.as_mut(), "/x", 2, Some(2), &e, MAX_READ)
             .await

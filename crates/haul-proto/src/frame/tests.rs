@@ -215,6 +215,12 @@ fn arb_message() -> impl Strategy<Value = Message> {
                 }
             ),
         arb_entry().prop_map(|entry| Message::Listing { entry }),
+        arb_string().prop_map(|path| Message::Remove { path }),
+        arb_string().prop_map(|dest| Message::Hello {
+            version: 5,
+            token: "t".into(),
+            request: Request::Prune { dest }
+        }),
         (
             any::<u32>(),
             arb_string(),

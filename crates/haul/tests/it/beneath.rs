@@ -291,7 +291,10 @@ fn fake_node(listener: TcpListener, mut before_first_commit: impl FnMut() + Send
                     }
                 }
             }
-            Request::Push { .. } | Request::Admit { .. } | Request::Relayed { .. } => {
+            Request::Push { .. }
+            | Request::Admit { .. }
+            | Request::Relayed { .. }
+            | Request::Prune { .. } => {
                 panic!("the client does not push")
             }
         }

@@ -3,12 +3,19 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod beneath;
+mod check;
 mod corruption;
+mod daemon;
+mod dry_run;
 mod fanout;
+mod filters;
 mod harness;
 mod lab_fanout;
 mod lab_quic;
+mod ls;
+mod man;
 mod memory;
+mod mirror;
 mod proxy;
 mod quic;
 mod rate;
@@ -16,5 +23,6 @@ mod raw;
 mod remote;
 mod resume;
 mod security;
+mod terminal;
 mod transfer;
 mod udp_proxy;

@@ -74,3 +74,91 @@ fn a_bare_number_says_which_unit_it_could_mean() {
     let err = stderr(&out);
     assert!(err.contains("1000K") && err.contains("rsync"), "{err}");
 }
+
+/// Pulls 3 files of 3 MiB from `url` over 3 connections at `--bwlimit
+/// 16mbit` (2 MB/s): one cap across them, within 5 % of it.
+fn remote_capped(url: &str, s: &Scratch) {
+    let mut c = haul(&s.path("config"));
+    c.args(["--json", "pull", url]).arg(s.path("dst")).args([
+        "-j",
+        "3",
+        "--max-conn-per-host",
+        "3",
+        "--bwlimit",
+        "16mbit",
+    ]);
+    let t0 = Instant::now();
+    let out = run(c, T);
+    let took = t0.elapsed().as_secs_f64();
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    let bytes = (9u64 << 20) as f64;
+    let rate = bytes / took;
+    // Never above the cap (plus the pacer's few ms of slack); no more than
+    // 5 % under it with logins and listings counted in.
+    assert!(rate <= 2.0e6 * 1.02, "{url}: {rate:.0} B/s in {took:.2} s");
+    assert!(rate >= 2.0e6 * 0.95, "{url}: {rate:.0} B/s in {took:.2} s");
+}
+
+#[test]
+fn bwlimit_caps_http_and_ftp_pulls_across_connections() {
+    let http = haul_http::testserver::TestServer::start()
+        .expect("start nginx (apt-get install nginx-light)");
+    let ftp = haul_ftp::testserver::FtpServer::start(haul_ftp::testserver::Mode::Plain)
+        .expect("start vsftpd (apt-get install vsftpd)");
+    for i in 0..3 {
+        write_file(&http.root().join(format!("r/f{i}")), 3 << 20, i);
+        write_file(&ftp.root().join(format!("r/f{i}")), 3 << 20, i);
+    }
+    remote_capped(&http.http_url("/r/"), &Scratch::new());
+    remote_capped(&ftp.url("/r/"), &Scratch::new());
+}
+
+/// The check: `--bwlimit 50mbit` over a lab link of 200 Mbit/s
+/// lands within 5 % of 50 Mbit/s, for a push and a pull (TCP, 4
+/// connections sharing the cap). Root only (the lab's namespaces).
+#[test]
+fn lab_bwlimit_50mbit_on_a_200mbit_link_within_5_percent() {
+    if !lab_root("lab --bwlimit") {
+        return;
+    }
+    let lab = haul_lab::Lab::builder()
+        .hosts(2)
+        .link("rate 200mbit delay 5ms")
+        .seed(7)
+        .start()
+        .expect("lab");
+    let s = Scratch::new();
+    for i in 0..4 {
+        write_file(&s.path(&format!("src/f{i}")), 8 << 20, i);
+    }
+    let host = lab.host(2);
+    let node = Node::spawn(
+        host.command(BIN),
+        &s.path("node"),
+        &s.path("cfg"),
+        &format!("{}:7878", host.addr()),
+        &["--open"],
+    );
+    let haul = |args: &[&str]| {
+        let mut cmd = lab.host(1).command(BIN);
+        cmd.env("HAUL_CONFIG_DIR", s.path("client"))
+            .args(["--json"])
+            .args(args)
+            .args(["-j", "4", "--bwlimit", "50mbit"]);
+        cmd
+    };
+    let mut push = haul(&["push"]);
+    push.arg(s.path("src")).arg(node.url("in"));
+    let mut pull = haul(&["pull", &node.url("in/src")]);
+    pull.arg(s.path("back"));
+    for (what, cmd) in [("push", push), ("pull", pull)] {
+        let out = run(cmd, Duration::from_secs(120));
+        assert_eq!(out.status.code(), Some(0), "{what}: {}", stderr(&out));
+        let sum = summary(&out);
+        let rate = sum["bytes_verified"].as_f64().unwrap() / sum["seconds"].as_f64().unwrap();
+        let mbit = rate * 8.0 / 1e6;
+        eprintln!("{what}: {mbit:.2} Mbit/s at --bwlimit 50mbit on a 200 Mbit/s link");
+        assert!((mbit - 50.0).abs() <= 2.5, "{what}: {mbit:.2} Mbit/s");
+    }
+    assert_eq!(listing(&s.path("src")), listing(&s.path("back/src")));
+}

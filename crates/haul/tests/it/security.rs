@@ -520,3 +520,72 @@ fn mistakes_exit_2_with_what_to_do() {
         .arg(s.path("other"));
     expect_2(c, "cannot listen on");
 }
+
+#[test]
+fn a_malicious_pruner_removes_nothing_outside_dest_or_in_the_state_dir() {
+    let s = Scratch::new();
+    let outside = s.path("outside");
+    write_file(&outside.join("keep"), 10, 1);
+    write_file(&s.path("node/in/ok.txt"), 10, 2);
+    write_file(&s.path("node/other/keep"), 10, 3);
+    std::fs::create_dir_all(s.path("node/in/d")).expect("mkdir");
+    std::os::unix::fs::symlink(&outside, s.path("node/in/out")).expect("symlink");
+    let node = Node::start(
+        &s.path("node"),
+        &s.path("config"),
+        &["--open", "--plaintext"],
+    );
+    let before = crate::dry_run::state(&s.path("node/.haul"));
+    // Refused: a DEST that climbs out.
+    let mut raw = Raw::connect(&node.addr);
+    assert!(matches!(
+        raw.hello(Request::Prune {
+            dest: "../x".into()
+        }),
+        Message::Refused { .. }
+    ));
+    let mut raw = Raw::connect(&node.addr);
+    assert!(matches!(
+        raw.hello(Request::Prune {
+            dest: String::new()
+        }),
+        Message::Welcome { .. }
+    ));
+    for evil in [
+        "../outside/keep",
+        "in/../other/keep",
+        "/etc/hostname",
+        ".haul",
+        ".haul/partial",
+        "in/out/keep",
+        "",
+        "in/d/..",
+    ] {
+        raw.send(&Message::Remove { path: evil.into() });
+        match raw.recv() {
+            Some(Message::Done {
+                ok: false, message, ..
+            }) => {
+                assert!(
+                    !message.contains(s.dir.path().to_str().unwrap()),
+                    "{message}"
+                );
+            }
+            other => panic!("{evil:?}: {other:?}"),
+        }
+    }
+    // What may go, goes: a file, then an empty directory.
+    for fine in ["in/ok.txt", "in/d"] {
+        raw.send(&Message::Remove { path: fine.into() });
+        assert!(
+            matches!(raw.recv(), Some(Message::Done { ok: true, .. })),
+            "{fine}"
+        );
+    }
+    raw.send(&Message::Bye);
+    assert!(outside.join("keep").exists());
+    assert!(s.path("node/other/keep").exists());
+    assert!(s.path("node/in/out").symlink_metadata().is_ok());
+    assert!(!s.path("node/in/ok.txt").exists() && !s.path("node/in/d").exists());
+    assert_eq!(crate::dry_run::state(&s.path("node/.haul")), before);
+}

@@ -356,3 +356,53 @@ fn links_special_files_and_mode_changes_as_rsync_would() {
         .mode();
     assert_eq!(mode & 0o777, 0o600);
 }
+
+#[test]
+fn checksum_copies_only_a_file_changed_with_size_and_mtime_kept() {
+    let s = Scratch::new();
+    for i in 0..3 {
+        write_file(&s.path(&format!("src/f{i}.bin")), 5 << 20, i);
+    }
+    let copy = |extra: &[&str]| {
+        let mut c = haul(&s.path("config"));
+        c.args(["--json", "pull"])
+            .arg(format!("{}/", s.path("src").display()))
+            .arg(s.path("dst"))
+            .args(extra);
+        let out = run(c, T);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+        summary(&out)
+    };
+    copy(&[]);
+    // One byte of f1 changes; its size and mtime are put back.
+    let f1 = s.path("src/f1.bin");
+    let mtime = std::fs::metadata(&f1)
+        .expect("meta")
+        .modified()
+        .expect("mtime");
+    let mut bytes = std::fs::read(&f1).expect("read");
+    bytes[4_000_000] ^= 0x40;
+    std::fs::write(&f1, &bytes).expect("write");
+    std::fs::File::options()
+        .write(true)
+        .open(&f1)
+        .expect("open")
+        .set_modified(mtime)
+        .expect("mtime");
+    // The quick check cannot see it.
+    let sum = copy(&[]);
+    assert_eq!(
+        (sum["files_ok"].as_u64(), sum["files_skipped"].as_u64()),
+        (Some(0), Some(3))
+    );
+    assert_ne!(b3(&f1), b3(&s.path("dst/f1.bin")));
+    // --checksum does, and copies that file alone.
+    let sum = copy(&["--checksum"]);
+    assert_eq!(
+        (sum["files_ok"].as_u64(), sum["files_skipped"].as_u64()),
+        (Some(1), Some(2)),
+        "{sum}"
+    );
+    assert_eq!(sum["files"][0]["path"], "f1.bin");
+    assert_eq!(listing(&s.path("src")), listing(&s.path("dst")));
+}

@@ -563,3 +563,54 @@ fn http_mtime_filters_collisions_and_unusable_checksums() {
         all_output(&out)
     );
 }
+
+/// Issue 18: `--newer-than` takes RFC 3339 offsets (they used to be
+/// refused) and refuses dates that do not exist (`2024-02-31` used to be
+/// read as 2 March).
+#[test]
+fn http_newer_than_offsets_and_impossible_dates() {
+    let srv = server();
+    let tree = srv.root().join("when");
+    // 09:00Z is before 12:00+02:00 (= 10:00Z); 11:00Z is after it.
+    let base = std::time::UNIX_EPOCH + Duration::from_secs(1_709_251_200); // 2024-03-01T00:00Z
+    for (name, hour) in [("nine.txt", 9), ("eleven.txt", 11)] {
+        write_file(&tree.join(name), 10, hour);
+        std::fs::File::options()
+            .write(true)
+            .open(tree.join(name))
+            .unwrap()
+            .set_modified(base + Duration::from_secs(hour * 3600))
+            .unwrap();
+    }
+    let s = Scratch::new();
+    let url = srv.http_url("/when/");
+    let out = pull(
+        &s.path("cfg"),
+        &[
+            &url,
+            s.path("dst").to_str().unwrap(),
+            "--newer-than",
+            "2024-03-01T12:00:00+02:00",
+        ],
+    );
+    assert!(out.status.success(), "{}", all_output(&out));
+    assert!(s.path("dst/eleven.txt").is_file(), "{}", all_output(&out));
+    assert!(!s.path("dst/nine.txt").exists(), "{}", all_output(&out));
+
+    let out = pull(
+        &s.path("cfg"),
+        &[
+            &url,
+            s.path("dst2").to_str().unwrap(),
+            "--newer-than",
+            "2024-02-31",
+        ],
+    );
+    assert!(!out.status.success(), "{}", all_output(&out));
+    assert!(
+        all_output(&out).contains("2024-02-31"),
+        "{}",
+        all_output(&out)
+    );
+    assert!(!s.path("dst2/eleven.txt").exists());
+}

@@ -106,3 +106,197 @@ fn s3_many_objects_paginate_and_verify() {
     );
     drop(srv);
 }
+
+/// Issue 18: a listing whose body ends early, in a well-framed answer (the
+/// Content-Length says so: a gateway that cut it), used to read as a
+/// complete, shorter listing. It must fail the pull (after the retries),
+/// name the listing, and leave every object in place under --delete-source.
+#[test]
+fn s3_cut_listing_fails_the_pull_and_deletes_nothing() {
+    let (rt, srv) = moto();
+    rt.block_on(async {
+        srv.create_bucket("bkt").await.unwrap();
+        for name in ["a.txt", "b.txt", "c.txt"] {
+            srv.put_object("bkt", &format!("run/{name}"), name.as_bytes())
+                .await
+                .unwrap();
+        }
+    });
+    // Ends after the first object: the old parser listed just `a.txt`,
+    // fetched it, and deleted it at the source.
+    let proxy = CuttingProxy::start(srv.endpoint(), "</Contents>");
+    let s = Scratch::new();
+    let mut cmd = haul(&s.path("cfg"));
+    cmd.envs(srv.env())
+        .args(["--json", "pull", "s3://bkt/run/"])
+        .arg(s.path("dst"))
+        .args(["--s3-endpoint", &proxy.endpoint(), "--s3-path-style"])
+        .args(["--delete-source", "--retries", "2", "--retry-base-ms", "10"]);
+    let out = run(cmd, Duration::from_secs(60));
+    let text = all_output(&out);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("cannot list"), "{text}");
+    assert!(text.contains("cut short"), "{text}");
+    assert!(
+        proxy.cut_count() >= 3,
+        "the listing was not retried: {text}"
+    );
+    assert!(!s.path("dst/a.txt").exists(), "{text}");
+    assert_eq!(srv.requests_matching("\"DELETE "), 0, "{text}");
+    // Through moto directly the same pull works, and deletes the sources
+    // (so the DELETE count above could have seen them).
+    let out = pull_bucket(&srv, &s, &["--delete-source"]);
+    assert!(out.status.success(), "{}", all_output(&out));
+    assert_eq!(summary(&out)["files_ok"], 3, "{}", all_output(&out));
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while srv.requests_matching("\"DELETE ") < 3 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(srv.requests_matching("\"DELETE "), 3);
+}
+
+/// An HTTP proxy in front of moto that answers each ListObjectsV2 request
+/// with the body cut just after the first `cut_after`, and a Content-Length
+/// that matches the cut body. One request per connection.
+struct CuttingProxy {
+    port: u16,
+    cuts: std::sync::Arc<std::sync::atomic::AtomicUsize>,
+}
+
+impl CuttingProxy {
+    fn start(upstream: String, cut_after: &'static str) -> Self {
+        use std::sync::atomic::Ordering;
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let upstream = upstream.trim_start_matches("http://").to_string();
+        let cuts = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let counter = cuts.clone();
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { return };
+                let (upstream, counter) = (upstream.clone(), counter.clone());
+                std::thread::spawn(move || {
+                    if let Some(cut) = Self::serve(client, &upstream, cut_after) {
+                        if cut {
+                            counter.fetch_add(1, Ordering::SeqCst);
+                        }
+                    }
+                });
+            }
+        });
+        CuttingProxy { port, cuts }
+    }
+
+    fn endpoint(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    fn cut_count(&self) -> usize {
+        self.cuts.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Forwards one request; `Some(true)` when its answer was cut.
+    fn serve(mut client: std::net::TcpStream, upstream: &str, cut_after: &str) -> Option<bool> {
+        use std::io::{Read, Write};
+        client
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .ok()?;
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            client.read_exact(&mut byte).ok()?;
+            head.push(byte[0]);
+        }
+        let head = String::from_utf8_lossy(&head).into_owned();
+        let request_line = head.lines().next()?.to_string();
+        // haul's S3 requests (GET, HEAD, DELETE) carry no body.
+        let mut lines: Vec<&str> = head
+            .split("\r\n")
+            .filter(|l| !l.to_ascii_lowercase().starts_with("connection:") && !l.is_empty())
+            .collect();
+        lines.push("Connection: close");
+        let forwarded = format!("{}\r\n\r\n", lines.join("\r\n"));
+        let mut up = std::net::TcpStream::connect(upstream).ok()?;
+        up.set_read_timeout(Some(Duration::from_secs(10))).ok()?;
+        up.write_all(forwarded.as_bytes()).ok()?;
+        let mut answer = Vec::new();
+        up.read_to_end(&mut answer).ok()?;
+        let split = answer.windows(4).position(|w| w == b"\r\n\r\n")? + 4;
+        let (resp_head, body) = answer.split_at(split);
+        let listing = request_line.starts_with("GET ") && request_line.contains("list-type=2");
+        let cut_at = String::from_utf8_lossy(body)
+            .find(cut_after)
+            .map(|i| i + cut_after.len());
+        let (body, cut) = match (listing, cut_at) {
+            (true, Some(n)) => (&body[..n], true),
+            _ => (body, false),
+        };
+        let resp_head = String::from_utf8_lossy(resp_head);
+        let mut out: Vec<String> = resp_head
+            .split("\r\n")
+            .filter(|l| {
+                let l = l.to_ascii_lowercase();
+                let dropped = l.is_empty()
+                    || l.starts_with("connection:")
+                    || (cut && l.starts_with("content-length:"));
+                !dropped
+            })
+            .map(str::to_string)
+            .collect();
+        if cut {
+            out.push(format!("Content-Length: {}", body.len()));
+        }
+        out.push("Connection: close".into());
+        let mut bytes = format!("{}\r\n\r\n", out.join("\r\n")).into_bytes();
+        bytes.extend_from_slice(body);
+        client.write_all(&bytes).ok()?;
+        Some(cut)
+    }
+}
+
+/// `haul check s3://... DIR`: compared by the checksums S3 offers (the
+/// single-part ETag is the MD5), nothing downloaded; one flipped byte with
+/// the size kept is found.
+#[test]
+fn check_compares_an_s3_prefix_with_a_local_copy_by_its_checksums() {
+    let (rt, srv) = moto();
+    rt.block_on(async {
+        srv.create_bucket("bkt").await.unwrap();
+        srv.put_object("bkt", "run/a.txt", b"alpha\n")
+            .await
+            .unwrap();
+        srv.put_object("bkt", "run/sub/b.bin", &vec![3u8; 3 << 20])
+            .await
+            .unwrap();
+    });
+    let s = Scratch::new();
+    let out = pull_bucket(&srv, &s, &[]);
+    assert!(out.status.success(), "{}", all_output(&out));
+    let check = || {
+        let mut cmd = haul(&s.path("cfg"));
+        cmd.envs(srv.env())
+            .args(["--json", "check", "s3://bkt/run/"])
+            .arg(s.path("dst"))
+            .args(["--s3-endpoint", &srv.endpoint(), "--s3-path-style"]);
+        run(cmd, Duration::from_secs(60))
+    };
+    let gets = srv.requests_matching("GET /bkt/run/sub/b.bin");
+    assert!(gets > 0, "the pull's GET is in moto's log");
+    let out = check();
+    assert_eq!(out.status.code(), Some(0), "{}", all_output(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains(r#""checksums":["md5"]"#), "{text}");
+    assert!(text.contains(r#""same":2"#), "{text}");
+    let mut bytes = std::fs::read(s.path("dst/sub/b.bin")).unwrap();
+    bytes[1_000_000] ^= 1;
+    std::fs::write(s.path("dst/sub/b.bin"), &bytes).unwrap();
+    let out = check();
+    assert_eq!(out.status.code(), Some(1), "{}", all_output(&out));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains(r#""path":"sub/b.bin","status":"differs""#),
+        "{text}"
+    );
+    // Nothing was downloaded to compare.
+    assert_eq!(srv.requests_matching("GET /bkt/run/sub/b.bin"), gets);
+}

@@ -1,5 +1,6 @@
-//! Which remote entries a crawl takes: globs, regexes, PushPull-style
-//! per-component rules ("DirStruct"), sizes, dates and depth.
+//! The rules: globs, regexes, PushPull-style per-component rules
+//! ("DirStruct"), sizes, dates and depth. Paths are relative to the
+//! source's top (for `dir` and `dir/` alike: `dir/a/b` is `a/b`).
 //!
 //! Rules, in the order they apply:
 //! 1. `--max-depth N`: files deeper than N directories below the source are
@@ -30,8 +31,6 @@ use std::time::SystemTime;
 use globset::{Glob, GlobBuilder, GlobMatcher};
 use regex::Regex;
 
-use haul_remote::RemoteEntry;
-
 /// A filter rule that could not be built.
 #[derive(Debug, thiserror::Error)]
 pub enum FilterError {
@@ -42,6 +41,14 @@ pub enum FilterError {
         pattern: String,
         /// Why.
         reason: String,
+    },
+    /// A line of a `--filter-from` file that is not a rule.
+    #[error("line {line} of the filter file: {text:?} is not a rule (write `+ GLOB` to include, `- GLOB` to exclude, `#` for comments)")]
+    Line {
+        /// 1-based line number.
+        line: usize,
+        /// The line.
+        text: String,
     },
     /// A regex did not parse.
     #[error("bad regular expression {pattern:?}: {reason}")]
@@ -62,7 +69,7 @@ pub enum RuleKind {
     Exclude,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct GlobRule {
     kind: RuleKind,
     matcher: GlobMatcher,
@@ -72,8 +79,8 @@ struct GlobRule {
     dir_only: bool,
 }
 
-/// The crawl's filter. `Default` takes everything.
-#[derive(Debug, Default)]
+/// A source's filter. `Default` takes everything.
+#[derive(Debug, Clone, Default)]
 pub struct Filter {
     globs: Vec<GlobRule>,
     only_includes: bool,
@@ -201,9 +208,26 @@ impl Filter {
             || self.newer_than.is_some()
     }
 
+    /// Whether nothing is filtered (every entry taken).
+    pub fn takes_everything(&self) -> bool {
+        self.globs.is_empty()
+            && self.regex.is_none()
+            && self.dir_struct.is_empty()
+            && self.min_size.is_none()
+            && self.max_size.is_none()
+            && self.newer_than.is_none()
+            && self.max_depth.is_none()
+    }
+
     /// Whether file `rel` (relative to the source) is taken, with the
-    /// captures of its dir-struct parts and `--regex`.
-    pub fn take_file(&self, rel: &str, entry: &RemoteEntry) -> Option<Captures> {
+    /// captures of its dir-struct parts and `--regex`. A `size` or `mtime`
+    /// the source does not tell (`None`) passes the size and date rules.
+    pub fn take_file(
+        &self,
+        rel: &str,
+        size: Option<u64>,
+        mtime: Option<SystemTime>,
+    ) -> Option<Captures> {
         let depth = rel.split('/').count() - 1;
         if self.max_depth.is_some_and(|max| depth > max) {
             return None;
@@ -236,18 +260,50 @@ impl Filter {
                 return None;
             }
         }
-        if let Some(size) = entry.size {
+        if let Some(size) = size {
             if self.min_size.is_some_and(|m| size < m) || self.max_size.is_some_and(|m| size > m) {
                 return None;
             }
         }
-        if let (Some(limit), Some(mtime)) = (self.newer_than, entry.mtime) {
+        if let (Some(limit), Some(mtime)) = (self.newer_than, mtime) {
             if mtime <= limit {
                 return None;
             }
         }
         Some(caps)
     }
+}
+
+/// Parses the rules of a filter file (`--filter-from`, rclone's and rsync's
+/// syntax): one rule a line, `+ GLOB` (or `include GLOB`) takes, `- GLOB`
+/// (or `exclude GLOB`) skips; blank lines and lines starting with `#` or
+/// `;` are ignored. The rules keep their order.
+pub fn parse_filter_file(text: &str) -> Result<Vec<(RuleKind, String)>, FilterError> {
+    let mut rules = Vec::new();
+    for (i, raw) in text.lines().enumerate() {
+        let line = raw.trim_start();
+        if line.trim().is_empty() || line.starts_with('#') || line.starts_with(';') {
+            continue;
+        }
+        let rule = [
+            ("+ ", RuleKind::Include),
+            ("- ", RuleKind::Exclude),
+            ("include ", RuleKind::Include),
+            ("exclude ", RuleKind::Exclude),
+        ]
+        .into_iter()
+        .find_map(|(prefix, kind)| line.strip_prefix(prefix).map(|glob| (kind, glob)));
+        match rule {
+            Some((kind, glob)) if !glob.trim().is_empty() => rules.push((kind, glob.to_owned())),
+            _ => {
+                return Err(FilterError::Line {
+                    line: i + 1,
+                    text: raw.to_owned(),
+                })
+            }
+        }
+    }
+    Ok(rules)
 }
 
 impl GlobRule {
@@ -278,8 +334,8 @@ fn compile(pattern: &str) -> Result<Regex, FilterError> {
 mod tests {
     use super::*;
 
-    fn file(size: u64) -> RemoteEntry {
-        RemoteEntry::file("x", Some(size))
+    fn take(f: &Filter, rel: &str, size: u64) -> Option<Captures> {
+        f.take_file(rel, Some(size), None)
     }
 
     #[test]
@@ -287,20 +343,17 @@ mod tests {
         let mut f = Filter::default();
         f.add_glob(RuleKind::Include, "keep*.tmp").unwrap();
         f.add_glob(RuleKind::Exclude, "*.tmp").unwrap();
-        assert!(f.take_file("a/keep1.tmp", &file(1)).is_some());
-        assert!(f.take_file("a/b.tmp", &file(1)).is_none());
-        assert!(
-            f.take_file("a/b.nc", &file(1)).is_some(),
-            "no rule matched: taken"
-        );
+        assert!(take(&f, "a/keep1.tmp", 1).is_some());
+        assert!(take(&f, "a/b.tmp", 1).is_none());
+        assert!(take(&f, "a/b.nc", 1).is_some(), "no rule matched: taken");
     }
 
     #[test]
     fn only_includes_means_only_those() {
         let mut f = Filter::default();
         f.add_glob(RuleKind::Include, "*.nc").unwrap();
-        assert!(f.take_file("deep/x/y.nc", &file(1)).is_some());
-        assert!(f.take_file("y.txt", &file(1)).is_none());
+        assert!(take(&f, "deep/x/y.nc", 1).is_some());
+        assert!(take(&f, "y.txt", 1).is_none());
     }
 
     #[test]
@@ -311,9 +364,9 @@ mod tests {
         f.add_glob(RuleKind::Include, "**/keep/*.log").unwrap();
         assert!(!f.enter_dir("a/tmp"));
         assert!(f.enter_dir("a/tmpx"));
-        assert!(f.take_file("top/x.log", &file(1)).is_none());
-        assert!(f.take_file("other/top/x.log", &file(1)).is_some());
-        assert!(f.take_file("a/b/keep/x.log", &file(1)).is_some());
+        assert!(take(&f, "top/x.log", 1).is_none());
+        assert!(take(&f, "other/top/x.log", 1).is_some());
+        assert!(take(&f, "a/b/keep/x.log", 1).is_some());
     }
 
     #[test]
@@ -326,11 +379,11 @@ mod tests {
         assert!(!f.enter_dir("tmp"));
         assert!(!f.enter_dir("2024/13"));
         assert!(!f.enter_dir("2024/03/x"), "deeper than the structure");
-        let caps = f.take_file("2024/03/sst.nc", &file(1)).unwrap();
+        let caps = take(&f, "2024/03/sst.nc", 1).unwrap();
         assert_eq!(caps.numbered, ["2024", "03", "sst"]);
         assert_eq!(caps.named, [("var".to_string(), "sst".to_string())]);
-        assert!(f.take_file("2024/sst.nc", &file(1)).is_none());
-        assert!(f.take_file("2024/03/SST.nc", &file(1)).is_none());
+        assert!(take(&f, "2024/sst.nc", 1).is_none());
+        assert!(take(&f, "2024/03/SST.nc", 1).is_none());
     }
 
     #[test]
@@ -340,18 +393,36 @@ mod tests {
         f.min_size = Some(10);
         f.max_size = Some(100);
         f.max_depth = Some(1);
-        let caps = f.take_file("a/run42.dat", &file(50)).unwrap();
+        let caps = take(&f, "a/run42.dat", 50).unwrap();
         assert_eq!(caps.numbered, ["42"]);
-        assert!(f.take_file("a/run42.dat", &file(5)).is_none());
-        assert!(f.take_file("a/run42.dat", &file(500)).is_none());
-        assert!(f.take_file("a/b/run42.dat", &file(50)).is_none());
+        assert!(take(&f, "a/run42.dat", 5).is_none());
+        assert!(take(&f, "a/run42.dat", 500).is_none());
+        assert!(take(&f, "a/b/run42.dat", 50).is_none());
         assert!(!f.enter_dir("a/b"));
-        let mut e = file(50);
-        f.newer_than = Some(SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(100));
-        e.mtime = Some(SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(50));
-        assert!(f.take_file("run1.dat", &e).is_none());
-        e.mtime = Some(SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(150));
-        assert!(f.take_file("run1.dat", &e).is_some());
+        let at = |s| Some(SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(s));
+        f.newer_than = at(100);
+        assert!(f.take_file("run1.dat", Some(50), at(50)).is_none());
+        assert!(f.take_file("run1.dat", Some(50), at(150)).is_some());
+        assert!(
+            f.take_file("run1.dat", Some(50), None).is_some(),
+            "an unknown mtime passes"
+        );
+    }
+
+    #[test]
+    fn filter_files() {
+        let rules = parse_filter_file("# keep the logs\n+ *.log\n\n- tmp/\nexclude *\n").unwrap();
+        assert_eq!(
+            rules,
+            [
+                (RuleKind::Include, "*.log".to_string()),
+                (RuleKind::Exclude, "tmp/".to_string()),
+                (RuleKind::Exclude, "*".to_string()),
+            ]
+        );
+        let err = parse_filter_file("+ a\n*.log\n").unwrap_err().to_string();
+        assert!(err.contains("line 2"), "{err}");
+        assert!(parse_filter_file("- \n").is_err());
     }
 
     #[test]

@@ -1,0 +1,545 @@
+//! The shared driver: PostgreSQL (`postgres://…`), for several daemons on
+//! one or many machines dividing a source's files. A batch is claimed in one
+//! transaction: the known rows are locked `FOR UPDATE SKIP LOCKED` (rows
+//! another worker is deciding right now are skipped, not waited for), new
+//! rows are inserted `ON CONFLICT DO NOTHING` (a row another worker inserted
+//! first is theirs), and the claims are written with one `UNNEST` update. So
+//! a batch costs four statements whatever its size.
+
+use std::collections::HashMap;
+use std::sync::{Mutex, MutexGuard};
+use std::time::Duration;
+
+use postgres::{Client, Config, NoTls, Transaction};
+
+use crate::decide::{action, db_size, Row, FILE_COLUMNS};
+use crate::{
+    join_checksums, Action, Catalog, CatalogError, Fetched, FileRecord, Known, Refetch, Result,
+    RunCounts, RunRecord, Seen, SourceTotals,
+};
+
+/// Schema versions, applied in order at connect (never edit one: add the next).
+const MIGRATIONS: &[(i64, &str)] = &[(
+    1,
+    "CREATE TABLE files (
+        source TEXT NOT NULL,
+        path TEXT NOT NULL,
+        size BIGINT,
+        mtime BIGINT,
+        etag TEXT,
+        checksums TEXT NOT NULL DEFAULT '',
+        state TEXT NOT NULL,
+        claimed_by TEXT,
+        claim_until BIGINT,
+        blake3 TEXT,
+        local_path TEXT,
+        fetched_at BIGINT,
+        attempts BIGINT NOT NULL DEFAULT 0,
+        last_error TEXT,
+        next_retry BIGINT,
+        first_seen BIGINT NOT NULL,
+        last_seen BIGINT NOT NULL,
+        PRIMARY KEY (source, path)
+    );
+    CREATE INDEX files_claims ON files (claimed_by) WHERE state = 'claimed';
+    CREATE TABLE runs (
+        id BIGSERIAL PRIMARY KEY,
+        source TEXT NOT NULL,
+        worker TEXT NOT NULL,
+        started BIGINT NOT NULL,
+        ended BIGINT,
+        listed BIGINT NOT NULL DEFAULT 0,
+        claimed BIGINT NOT NULL DEFAULT 0,
+        fetched BIGINT NOT NULL DEFAULT 0,
+        failed BIGINT NOT NULL DEFAULT 0,
+        bytes BIGINT NOT NULL DEFAULT 0,
+        error TEXT
+    );
+    CREATE INDEX runs_source ON runs (source, id);",
+)];
+
+/// Any constant: the advisory lock that serializes migrations of workers
+/// starting together.
+const MIGRATION_LOCK: i64 = 0x6861_756c;
+
+/// Attempts at a claim that PostgreSQL aborted as a deadlock.
+const DEADLOCK_RETRIES: u32 = 3;
+
+/// A catalog in a PostgreSQL database.
+pub struct PostgresCatalog {
+    config: Config,
+    client: Mutex<Option<Client>>,
+}
+
+impl PostgresCatalog {
+    /// Connects (10 s timeout unless the URL sets `connect_timeout`) and
+    /// migrates.
+    pub fn connect(url: &str) -> Result<Self> {
+        let mut config: Config = url.parse()?;
+        if config.get_connect_timeout().is_none() {
+            config.connect_timeout(Duration::from_secs(10));
+        }
+        config.keepalives_idle(Duration::from_secs(30));
+        let catalog = Self {
+            config,
+            client: Mutex::new(None),
+        };
+        let mut client = catalog.client()?;
+        if let Some(c) = client.as_mut() {
+            migrate(c)?;
+        }
+        drop(client);
+        Ok(catalog)
+    }
+
+    /// The connection, opened again if it was lost (a database restart).
+    fn client(&self) -> Result<MutexGuard<'_, Option<Client>>> {
+        let mut guard = self.client.lock().map_err(|_| CatalogError::Poisoned)?;
+        if guard.as_ref().is_none_or(Client::is_closed) {
+            let mut client = self.config.connect(NoTls)?;
+            // No statement waits forever (a lock held by a stuck worker).
+            client.batch_execute("SET statement_timeout = '120s'")?;
+            *guard = Some(client);
+        }
+        Ok(guard)
+    }
+
+    fn with<T>(&self, f: impl FnOnce(&mut Client) -> Result<T>) -> Result<T> {
+        let mut guard = self.client()?;
+        match guard.as_mut() {
+            Some(c) => f(c),
+            None => Err(CatalogError::Poisoned),
+        }
+    }
+}
+
+impl Drop for PostgresCatalog {
+    /// The client closes its connection by blocking on a runtime of its
+    /// own, which panics inside another runtime's thread: it is closed on
+    /// a thread of its own.
+    fn drop(&mut self) {
+        let client = match self.client.get_mut() {
+            Ok(c) => c.take(),
+            Err(poisoned) => poisoned.into_inner().take(),
+        };
+        if let Some(client) = client {
+            let _ = std::thread::spawn(move || drop(client)).join();
+        }
+    }
+}
+
+fn migrate(client: &mut Client) -> Result<()> {
+    let mut tx = client.transaction()?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATION_LOCK])?;
+    tx.batch_execute("CREATE TABLE IF NOT EXISTS haul_schema (version BIGINT NOT NULL)")?;
+    let current: i64 = tx
+        .query_one("SELECT COALESCE(MAX(version), 0) FROM haul_schema", &[])?
+        .get(0);
+    let newest = MIGRATIONS.last().map_or(0, |m| m.0);
+    if current > newest {
+        return Err(CatalogError::TooNew {
+            found: current,
+            known: newest,
+        });
+    }
+    for (version, sql) in MIGRATIONS.iter().filter(|m| m.0 > current) {
+        tracing::info!("catalog: applying schema version {version}");
+        tx.batch_execute(sql)?;
+        tx.execute("INSERT INTO haul_schema (version) VALUES ($1)", &[version])?;
+    }
+    tx.commit()?;
+    Ok(())
+}
+
+fn known_of(r: &postgres::Row) -> Result<Known> {
+    Ok(Known {
+        size: r
+            .try_get::<_, Option<i64>>("size")?
+            .and_then(|s| u64::try_from(s).ok()),
+        mtime: r.try_get("mtime")?,
+        etag: r.try_get("etag")?,
+        state: r.try_get("state")?,
+        claimed_by: r.try_get("claimed_by")?,
+        claim_until: r.try_get("claim_until")?,
+        next_retry: r.try_get("next_retry")?,
+        attempts: u32::try_from(r.try_get::<_, i64>("attempts")?).unwrap_or(u32::MAX),
+    })
+}
+
+fn row_of(r: &postgres::Row) -> Result<Row> {
+    Ok(Row {
+        source: r.try_get(0)?,
+        path: r.try_get(1)?,
+        size: r.try_get(2)?,
+        mtime: r.try_get(3)?,
+        etag: r.try_get(4)?,
+        checksums: r.try_get(5)?,
+        state: r.try_get(6)?,
+        claimed_by: r.try_get(7)?,
+        claim_until: r.try_get(8)?,
+        blake3: r.try_get(9)?,
+        local_path: r.try_get(10)?,
+        fetched_at: r.try_get(11)?,
+        attempts: r.try_get(12)?,
+        last_error: r.try_get(13)?,
+        next_retry: r.try_get(14)?,
+        first_seen: r.try_get(15)?,
+    })
+}
+
+/// The columns of `files` a batch of [`Seen`] fills, as arrays for `UNNEST`.
+struct Columns {
+    path: Vec<String>,
+    size: Vec<Option<i64>>,
+    mtime: Vec<Option<i64>>,
+    etag: Vec<Option<String>>,
+    checksums: Vec<String>,
+}
+
+impl Columns {
+    fn of<'a>(files: impl Iterator<Item = &'a Seen>) -> Self {
+        let mut c = Columns {
+            path: vec![],
+            size: vec![],
+            mtime: vec![],
+            etag: vec![],
+            checksums: vec![],
+        };
+        for s in files {
+            c.path.push(s.path.clone());
+            c.size.push(db_size(s.size));
+            c.mtime.push(s.mtime);
+            c.etag.push(s.etag.clone());
+            c.checksums.push(join_checksums(&s.checksums));
+        }
+        c
+    }
+}
+
+const UNNEST: &str =
+    "UNNEST($2::text[], $3::int8[], $4::int8[], $5::text[], $6::text[]) AS t(p, s, m, e, c)";
+
+fn claim_batch(
+    tx: &mut Transaction<'_>,
+    source: &str,
+    files: &[Seen],
+    refetch: Refetch,
+    worker: &str,
+    lease_until: i64,
+    now: i64,
+) -> Result<Vec<String>> {
+    let paths: Vec<&str> = files.iter().map(|f| f.path.as_str()).collect();
+    let mut known = HashMap::new();
+    for r in tx.query(
+        "SELECT path, size, mtime, etag, state, claimed_by, claim_until, next_retry, attempts
+         FROM files WHERE source = $1 AND path = ANY($2) ORDER BY path FOR UPDATE SKIP LOCKED",
+        &[&source, &paths],
+    )? {
+        known.insert(r.try_get::<_, String>("path")?, known_of(&r)?);
+    }
+    let mut fresh = Vec::new();
+    let mut due = Vec::new();
+    for seen in files {
+        match action(known.get(&seen.path), seen, refetch, worker, now) {
+            Action::Insert => fresh.push(seen),
+            Action::Claim => due.push(seen),
+            Action::Leave => {}
+        }
+    }
+    let mut claimed = Vec::new();
+    if !fresh.is_empty() {
+        // The same order in every worker: no two inserts wait on each other in a cycle.
+        fresh.sort_by(|a, b| a.path.cmp(&b.path));
+        let c = Columns::of(fresh.into_iter());
+        for r in tx.query(
+            &format!(
+                "INSERT INTO files (source, path, size, mtime, etag, checksums, state, claimed_by,
+                     claim_until, first_seen, last_seen)
+                 SELECT $1, p, s, m, e, c, 'claimed', $7, $8, $9, $9 FROM {UNNEST}
+                 ON CONFLICT (source, path) DO NOTHING RETURNING path"
+            ),
+            &[
+                &source,
+                &c.path,
+                &c.size,
+                &c.mtime,
+                &c.etag,
+                &c.checksums,
+                &worker,
+                &lease_until,
+                &now,
+            ],
+        )? {
+            claimed.push(r.try_get::<_, String>(0)?);
+        }
+    }
+    if !due.is_empty() {
+        let c = Columns::of(due.into_iter());
+        tx.execute(
+            &format!(
+                "UPDATE files f SET size = t.s, mtime = t.m, etag = t.e, checksums = t.c,
+                     state = 'claimed', claimed_by = $7, claim_until = $8, last_seen = $9
+                 FROM {UNNEST} WHERE f.source = $1 AND f.path = t.p"
+            ),
+            &[
+                &source,
+                &c.path,
+                &c.size,
+                &c.mtime,
+                &c.etag,
+                &c.checksums,
+                &worker,
+                &lease_until,
+                &now,
+            ],
+        )?;
+        claimed.extend(c.path);
+    }
+    Ok(claimed)
+}
+
+fn count(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+impl Catalog for PostgresCatalog {
+    fn known(&self, source: &str) -> Result<HashMap<String, Known>> {
+        self.with(|c| {
+            let mut out = HashMap::new();
+            for r in c.query(
+                "SELECT path, size, mtime, etag, state, claimed_by, claim_until, next_retry, attempts
+                 FROM files WHERE source = $1",
+                &[&source],
+            )? {
+                out.insert(r.try_get::<_, String>("path")?, known_of(&r)?);
+            }
+            Ok(out)
+        })
+    }
+
+    fn claim(
+        &self,
+        source: &str,
+        files: &[Seen],
+        refetch: Refetch,
+        worker: &str,
+        lease_until: i64,
+        now: i64,
+    ) -> Result<Vec<String>> {
+        self.with(|c| {
+            let mut tries = 0;
+            loop {
+                let mut tx = c.transaction()?;
+                match claim_batch(&mut tx, source, files, refetch, worker, lease_until, now) {
+                    Ok(claimed) => {
+                        tx.commit()?;
+                        return Ok(claimed);
+                    }
+                    Err(CatalogError::Postgres(e))
+                        if e.code() == Some(&postgres::error::SqlState::T_R_DEADLOCK_DETECTED)
+                            && tries < DEADLOCK_RETRIES =>
+                    {
+                        tries += 1;
+                        tracing::debug!("catalog: claim deadlocked with another worker; again");
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+        })
+    }
+
+    fn renew(&self, worker: &str, until: i64) -> Result<u64> {
+        self.with(|c| {
+            Ok(c.execute(
+                "UPDATE files SET claim_until = $2 WHERE state = 'claimed' AND claimed_by = $1",
+                &[&worker, &until],
+            )?)
+        })
+    }
+
+    fn release_worker(&self, worker: &str) -> Result<u64> {
+        self.with(|c| {
+            Ok(c.execute(
+                "UPDATE files SET state = 'new', claimed_by = NULL, claim_until = NULL
+                 WHERE state = 'claimed' AND claimed_by = $1",
+                &[&worker],
+            )?)
+        })
+    }
+
+    fn release(&self, source: &str, path: &str, worker: &str) -> Result<()> {
+        self.with(|c| {
+            c.execute(
+                "UPDATE files SET state = 'new', claimed_by = NULL, claim_until = NULL
+                 WHERE source = $1 AND path = $2 AND state = 'claimed' AND claimed_by = $3",
+                &[&source, &path, &worker],
+            )?;
+            Ok(())
+        })
+    }
+
+    fn fetched(&self, source: &str, path: &str, f: &Fetched) -> Result<()> {
+        self.with(|c| {
+            c.execute(
+                "UPDATE files SET state = 'fetched', blake3 = $3, local_path = $4, fetched_at = $5,
+                     size = $6, claimed_by = NULL, claim_until = NULL, attempts = 0,
+                     last_error = NULL, next_retry = NULL
+                 WHERE source = $1 AND path = $2",
+                &[
+                    &source,
+                    &path,
+                    &f.blake3,
+                    &f.local_path,
+                    &f.at,
+                    &db_size(Some(f.size)),
+                ],
+            )?;
+            Ok(())
+        })
+    }
+
+    fn failed(&self, source: &str, path: &str, error: &str, next_retry: i64) -> Result<u32> {
+        self.with(|c| {
+            let row = c.query_opt(
+                "UPDATE files SET state = 'failed', attempts = attempts + 1, last_error = $3,
+                     next_retry = $4, claimed_by = NULL, claim_until = NULL
+                 WHERE source = $1 AND path = $2 RETURNING attempts",
+                &[&source, &path, &error, &next_retry],
+            )?;
+            Ok(match row {
+                Some(r) => u32::try_from(r.try_get::<_, i64>(0)?).unwrap_or(u32::MAX),
+                None => 0,
+            })
+        })
+    }
+
+    fn begin_run(&self, source: &str, worker: &str, started: i64) -> Result<i64> {
+        self.with(|c| {
+            Ok(c.query_one(
+                "INSERT INTO runs (source, worker, started) VALUES ($1, $2, $3) RETURNING id",
+                &[&source, &worker, &started],
+            )?
+            .try_get(0)?)
+        })
+    }
+
+    fn end_run(&self, id: i64, ended: i64, n: &RunCounts, error: Option<&str>) -> Result<()> {
+        self.with(|c| {
+            c.execute(
+                "UPDATE runs SET ended = $2, listed = $3, claimed = $4, fetched = $5, failed = $6,
+                     bytes = $7, error = $8 WHERE id = $1",
+                &[
+                    &id,
+                    &ended,
+                    &count(n.listed),
+                    &count(n.claimed),
+                    &count(n.fetched),
+                    &count(n.failed),
+                    &count(n.bytes),
+                    &error,
+                ],
+            )?;
+            Ok(())
+        })
+    }
+
+    fn runs(&self, source: Option<&str>, limit: u32) -> Result<Vec<RunRecord>> {
+        self.with(|c| {
+            let rows = c.query(
+                "SELECT id, source, worker, started, ended, listed, claimed, fetched, failed, bytes,
+                     error
+                 FROM runs WHERE ($1::text IS NULL OR source = $1) ORDER BY id DESC LIMIT $2",
+                &[&source, &i64::from(limit)],
+            )?;
+            let mut out = Vec::with_capacity(rows.len());
+            for r in rows {
+                let n = |i: usize| -> Result<u64> {
+                    Ok(u64::try_from(r.try_get::<_, i64>(i)?).unwrap_or(0))
+                };
+                out.push(RunRecord {
+                    id: r.try_get(0)?,
+                    source: r.try_get(1)?,
+                    worker: r.try_get(2)?,
+                    started: r.try_get(3)?,
+                    ended: r.try_get(4)?,
+                    counts: RunCounts {
+                        listed: n(5)?,
+                        claimed: n(6)?,
+                        fetched: n(7)?,
+                        failed: n(8)?,
+                        bytes: n(9)?,
+                    },
+                    error: r.try_get(10)?,
+                });
+            }
+            Ok(out)
+        })
+    }
+
+    fn files(
+        &self,
+        source: Option<&str>,
+        state: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<FileRecord>> {
+        self.with(|c| {
+            let rows = c.query(
+                &format!(
+                    "SELECT {FILE_COLUMNS} FROM files
+                     WHERE ($1::text IS NULL OR source = $1) AND ($2::text IS NULL OR state = $2)
+                     ORDER BY source, path LIMIT $3"
+                ),
+                &[&source, &state, &i64::from(limit)],
+            )?;
+            rows.iter()
+                .map(|r| row_of(r).map(Row::into_record))
+                .collect()
+        })
+    }
+
+    fn file(&self, source: &str, path: &str) -> Result<Option<FileRecord>> {
+        self.with(|c| {
+            let row = c.query_opt(
+                &format!("SELECT {FILE_COLUMNS} FROM files WHERE source = $1 AND path = $2"),
+                &[&source, &path],
+            )?;
+            row.as_ref()
+                .map(|r| row_of(r).map(Row::into_record))
+                .transpose()
+        })
+    }
+
+    fn forget(&self, source: &str, prefix: Option<&str>) -> Result<u64> {
+        let prefix = prefix.map(|p| p.trim_end_matches('/'));
+        self.with(|c| {
+            Ok(c.execute(
+                "DELETE FROM files WHERE source = $1 AND ($2::text IS NULL OR $2 = '' OR path = $2
+                     OR left(path, length($2) + 1) = $2 || '/')",
+                &[&source, &prefix],
+            )?)
+        })
+    }
+
+    fn totals(&self) -> Result<Vec<SourceTotals>> {
+        self.with(|c| {
+            let mut out = Vec::new();
+            for r in c.query(
+                "SELECT source, state, COUNT(*)::int8,
+                     COALESCE(SUM(CASE WHEN state = 'fetched' THEN size ELSE 0 END), 0)::int8,
+                     MAX(fetched_at)
+                 FROM files GROUP BY source, state ORDER BY source, state",
+                &[],
+            )? {
+                crate::add_totals(
+                    &mut out,
+                    r.try_get(0)?,
+                    r.try_get(1)?,
+                    r.try_get(2)?,
+                    r.try_get(3)?,
+                    r.try_get(4)?,
+                );
+            }
+            Ok(out)
+        })
+    }
+}

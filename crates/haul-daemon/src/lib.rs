@@ -1,0 +1,318 @@
+//! `haul daemon`: sources on their schedules, decided from the catalog,
+//! fetched through haul-fetch's download driver, for months.
+//!
+//! Bird's-eye view: [`run`] keeps one slot per source (its next run, its
+//! run in progress, how long it has been down). A due source gets a run
+//! (`run.rs`): haul-fetch crawls it with a [`haul_fetch::FileGate`] that
+//! decides each listed file from the catalog — files the catalog holds as
+//! done are skipped in memory (one query per run loads them), the others
+//! are claimed with a lease — and waits for the daemon-wide caps (files in
+//! flight in all, and per host) before each download. A source that cannot
+//! be listed is tried again with backoff; it never holds up another. A
+//! worker renews its leases while it lives; on start it takes back the
+//! claims it held before a crash, and resumes their partial downloads from
+//! the verified chunks haul-fetch kept.
+//!
+//! Control comes as [`Command`]s: `Reload` (SIGHUP: the new sources take
+//! effect, running runs finish as they were) and `Stop` (SIGTERM: running
+//! runs get the grace period to finish; after it they are dropped, their
+//! verified chunks kept for the next start, and their claims released).
+
+mod delivery;
+mod listener;
+mod metrics;
+mod run;
+pub mod schedule;
+pub mod status;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use haul_catalog::{Catalog, CatalogError, Refetch};
+use haul_fetch::FetchOptions;
+use haul_remote::Remote;
+use tokio::sync::{mpsc, Semaphore};
+use tokio::task::JoinSet;
+
+pub use listener::StatusListener;
+pub use metrics::prometheus_text;
+pub use schedule::Schedule;
+pub use status::{Board, Snapshot, SourceStatus};
+
+use crate::run::{blocking, run_once, RunContext};
+
+/// Builds a run's fetch options (called at each run: relative dates such
+/// as `newer_than = "7d"` are relative to the run).
+pub type OptionsFactory = Arc<dyn Fn() -> Result<FetchOptions, String> + Send + Sync>;
+
+/// One source, validated.
+pub struct SourceSpec {
+    /// Its name (the catalog's key).
+    pub name: String,
+    /// Its URL without secrets, for messages.
+    pub url: String,
+    /// The host the caps count against.
+    pub host: String,
+    /// The opened remote.
+    pub remote: Arc<dyn Remote>,
+    /// The path on the remote.
+    pub path: String,
+    /// The local destination.
+    pub dest: PathBuf,
+    /// When it runs.
+    pub schedule: Schedule,
+    /// A random delay up to this after each scheduled time.
+    pub jitter: Duration,
+    /// Whether fetched files are fetched again when they change.
+    pub refetch: Refetch,
+    /// Network timeout of each wait.
+    pub timeout: Duration,
+    /// Its fetch options.
+    pub options: OptionsFactory,
+    /// Write `NAME.haul.json` beside each delivered file.
+    pub sidecar: bool,
+    /// `sh -c` command after each delivered file.
+    pub on_file: Option<String>,
+    /// `sh -c` command after each run.
+    pub on_run: Option<String>,
+    /// How long a hook may run before it is killed.
+    pub hook_timeout: Duration,
+}
+
+/// The daemon's settings.
+pub struct DaemonOptions {
+    /// This worker's name in the catalog's claims (unique per process
+    /// sharing a catalog; stable across restarts, so a restart takes back
+    /// its own claims at once).
+    pub worker: String,
+    /// Files downloading at once, all sources together.
+    pub max_files: usize,
+    /// Files downloading at once from one host, all sources together.
+    pub max_files_per_host: usize,
+    /// How long a claim lasts unless renewed (renewed every third of it).
+    pub lease: Duration,
+    /// How long runs may take to finish after `Stop`.
+    pub grace: Duration,
+    /// First wait before a source that could not be listed is tried again
+    /// (doubling, at most until its next scheduled run).
+    pub down_retry: Duration,
+    /// The sources.
+    pub sources: Vec<SourceSpec>,
+}
+
+/// What the daemon is told while it runs.
+pub enum Command {
+    /// Take these settings (the sources; caps and lease from the start stay).
+    Reload(DaemonOptions),
+    /// Finish and stop.
+    Stop,
+}
+
+/// Why the daemon failed.
+#[derive(Debug, thiserror::Error)]
+pub enum DaemonError {
+    /// The catalog failed.
+    #[error(transparent)]
+    Catalog(#[from] CatalogError),
+    /// A task failed to run.
+    #[error("internal task failed: {0}")]
+    Task(String),
+    /// A source's options could not be built.
+    #[error("{0}")]
+    Options(String),
+    /// A source could not be fetched at all (listed, or its path stated).
+    #[error("{0}")]
+    Fetch(String),
+}
+
+/// Seconds since the epoch.
+pub(crate) fn unix(t: SystemTime) -> i64 {
+    t.duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+}
+
+/// One source's place in the schedule.
+struct Slot {
+    spec: Arc<SourceSpec>,
+    next: SystemTime,
+    running: bool,
+    down: u32,
+}
+
+fn slots(
+    sources: Vec<SourceSpec>,
+    old: &mut HashMap<String, Slot>,
+    now: SystemTime,
+) -> HashMap<String, Slot> {
+    sources
+        .into_iter()
+        .map(|spec| {
+            let prev = old.remove(&spec.name);
+            let next = spec.schedule.first(now) + schedule::jitter(spec.jitter);
+            let slot = Slot {
+                next: prev.as_ref().map_or(next, |p| p.next.min(next)),
+                running: prev.as_ref().is_some_and(|p| p.running),
+                down: prev.as_ref().map_or(0, |p| p.down),
+                spec: Arc::new(spec),
+            };
+            (slot.spec.name.clone(), slot)
+        })
+        .collect()
+}
+
+/// Runs the daemon until [`Command::Stop`] (or the command channel closes).
+pub async fn run(
+    catalog: Arc<dyn Catalog>,
+    board: Arc<Board>,
+    opts: DaemonOptions,
+    mut commands: mpsc::Receiver<Command>,
+) -> Result<(), DaemonError> {
+    let worker = opts.worker.clone();
+    let w = worker.clone();
+    let taken_back = blocking(&catalog, move |c| c.release_worker(&w)).await?;
+    if taken_back > 0 {
+        tracing::info!("took back {taken_back} file(s) this worker had claimed before it stopped");
+    }
+    let renewer = tokio::spawn(renew_leases(catalog.clone(), worker.clone(), opts.lease));
+    let global = Arc::new(Semaphore::new(opts.max_files.max(1)));
+    let per_host = opts.max_files_per_host.max(1);
+    let mut hosts: HashMap<String, Arc<Semaphore>> = HashMap::new();
+    let (lease, grace, down_retry) = (opts.lease, opts.grace, opts.down_retry);
+    let mut table = slots(opts.sources, &mut HashMap::new(), SystemTime::now());
+    publish_sources(&board, &table);
+    let mut runs: JoinSet<(String, Result<(), DaemonError>, Duration)> = JoinSet::new();
+    loop {
+        let now = SystemTime::now();
+        for slot in table.values_mut().filter(|s| !s.running && s.next <= now) {
+            let spec = slot.spec.clone();
+            slot.running = true;
+            slot.next = spec.schedule.next(now) + schedule::jitter(spec.jitter);
+            board.next_run(&spec.name, unix(slot.next));
+            board.run_started(&spec.name);
+            let host = hosts
+                .entry(spec.host.clone())
+                .or_insert_with(|| Arc::new(Semaphore::new(per_host)))
+                .clone();
+            let ctx = Arc::new(RunContext {
+                catalog: catalog.clone(),
+                worker: worker.clone(),
+                lease,
+                global: global.clone(),
+                host,
+                board: board.clone(),
+            });
+            tracing::info!("{}: run started ({})", spec.name, spec.url);
+            runs.spawn(async move {
+                let t0 = Instant::now();
+                let name = spec.name.clone();
+                let result = run_once(ctx, spec).await.map(|counts| {
+                    tracing::info!(
+                        "{name}: run ended: {} listed, {} claimed, {} fetched ({} bytes), {} failed",
+                        counts.listed,
+                        counts.claimed,
+                        counts.fetched,
+                        counts.bytes,
+                        counts.failed
+                    );
+                });
+                (name, result, t0.elapsed())
+            });
+        }
+        let wake = table
+            .values()
+            .filter(|s| !s.running)
+            .map(|s| s.next)
+            .min()
+            .unwrap_or(now + Duration::from_secs(3600));
+        let wait = wake.duration_since(now).unwrap_or_default();
+        tokio::select! {
+            () = tokio::time::sleep(wait) => {}
+            Some(done) = runs.join_next() => {
+                let (name, result, took) = match done {
+                    Ok(done) => done,
+                    Err(e) => {
+                        tracing::error!("a run task failed: {e}");
+                        continue;
+                    }
+                };
+                let now = SystemTime::now();
+                let error = result.err().map(|e| e.to_string());
+                board.run_ended(&name, took.as_secs_f64(), unix(now), error.clone());
+                if let Some(slot) = table.get_mut(&name) {
+                    slot.running = false;
+                    match error {
+                        None => slot.down = 0,
+                        Some(e) => {
+                            slot.down += 1;
+                            let backoff = down_retry
+                                .saturating_mul(1u32 << (slot.down - 1).min(16))
+                                .min(Duration::from_secs(6 * 3600));
+                            slot.next = slot.next.min(now + backoff);
+                            board.next_run(&name, unix(slot.next));
+                            tracing::warn!(
+                                "{name}: run failed ({e}); down {} time(s) in a row, trying again in {:.0}s",
+                                slot.down,
+                                slot.next.duration_since(now).unwrap_or_default().as_secs_f64()
+                            );
+                        }
+                    }
+                }
+            }
+            cmd = commands.recv() => match cmd {
+                Some(Command::Reload(new)) => {
+                    tracing::info!("configuration reloaded: {} source(s)", new.sources.len());
+                    table = slots(new.sources, &mut table, SystemTime::now());
+                    publish_sources(&board, &table);
+                }
+                Some(Command::Stop) | None => break,
+            },
+        }
+    }
+    if !runs.is_empty() {
+        tracing::info!(
+            "stopping: {} run(s) in progress get {:.0}s to finish",
+            runs.len(),
+            grace.as_secs_f64()
+        );
+        let finished =
+            tokio::time::timeout(grace, async { while runs.join_next().await.is_some() {} }).await;
+        if finished.is_err() {
+            tracing::info!(
+                "stopping now: partial downloads keep their verified chunks for the next start"
+            );
+            runs.shutdown().await;
+        }
+    }
+    renewer.abort();
+    let w = worker.clone();
+    blocking(&catalog, move |c| c.release_worker(&w)).await?;
+    Ok(())
+}
+
+fn publish_sources(board: &Board, table: &HashMap<String, Slot>) {
+    board.set_sources(table.values().map(|s| {
+        (
+            s.spec.name.as_str(),
+            s.spec.url.clone(),
+            s.spec.schedule.describe(),
+        )
+    }));
+    for s in table.values() {
+        board.next_run(&s.spec.name, unix(s.next));
+    }
+}
+
+/// Extends this worker's claims every third of the lease.
+async fn renew_leases(catalog: Arc<dyn Catalog>, worker: String, lease: Duration) {
+    let every = (lease / 3).max(Duration::from_secs(1));
+    loop {
+        tokio::time::sleep(every).await;
+        let until = unix(SystemTime::now() + lease);
+        let w = worker.clone();
+        if let Err(e) = blocking(&catalog, move |c| c.renew(&w, until)).await {
+            tracing::warn!("cannot renew this worker's claims: {e}");
+        }
+    }
+}

@@ -1,0 +1,180 @@
+//! When a source runs: `every 10m` (an interval from the daemon's start),
+//! or a cron expression (`*/15 * * * *`, five fields, local time), plus a
+//! random delay up to the source's jitter so many daemons and sources do
+//! not all list at the same second.
+
+use std::time::{Duration, SystemTime};
+
+use chrono::{DateTime, Local};
+use croner::Cron;
+
+/// Why a schedule does not parse.
+#[derive(Debug, thiserror::Error)]
+pub enum ScheduleError {
+    /// Neither form.
+    #[error(
+        "schedule {0:?}: use `every 10m` (s, m, h or d) or a cron expression like `*/15 * * * *`"
+    )]
+    Form(String),
+    /// A cron expression croner refuses.
+    #[error("schedule {text:?}: {why}")]
+    Cron {
+        /// The expression.
+        text: String,
+        /// croner's reason.
+        why: String,
+    },
+}
+
+/// A source's schedule.
+#[derive(Debug, Clone)]
+pub enum Schedule {
+    /// Runs every so often (the first run at start).
+    Every(Duration),
+    /// Runs at the times of a cron expression.
+    Cron(Box<Cron>),
+}
+
+impl Schedule {
+    /// Parses `every N[s|m|h|d]` or a cron expression.
+    pub fn parse(text: &str) -> Result<Self, ScheduleError> {
+        let t = text.trim();
+        if let Some(rest) = t.strip_prefix("every ") {
+            let d = parse_duration(rest.trim()).ok_or_else(|| ScheduleError::Form(text.into()))?;
+            if d.is_zero() {
+                return Err(ScheduleError::Form(text.into()));
+            }
+            return Ok(Schedule::Every(d));
+        }
+        if t.split_whitespace().count() < 5 {
+            return Err(ScheduleError::Form(text.into()));
+        }
+        let cron: Cron = t
+            .parse()
+            .map_err(|e: croner::errors::CronError| ScheduleError::Cron {
+                text: text.into(),
+                why: e.to_string(),
+            })?;
+        Ok(Schedule::Cron(Box::new(cron)))
+    }
+
+    /// The first run after `now` (for `every`, the first run is at start:
+    /// `now` itself).
+    pub fn first(&self, now: SystemTime) -> SystemTime {
+        match self {
+            Schedule::Every(_) => now,
+            Schedule::Cron(_) => self.next(now),
+        }
+    }
+
+    /// The next run after one at (or due at) `now`.
+    pub fn next(&self, now: SystemTime) -> SystemTime {
+        match self {
+            Schedule::Every(d) => now + *d,
+            Schedule::Cron(cron) => {
+                let from: DateTime<Local> = now.into();
+                match cron.find_next_occurrence(&from, false) {
+                    Ok(t) => t.into(),
+                    // An expression with no future time (Feb 30): a year away.
+                    Err(_) => now + Duration::from_secs(365 * 86_400),
+                }
+            }
+        }
+    }
+
+    /// The schedule as written back (`every 600s`, or the cron pattern).
+    pub fn describe(&self) -> String {
+        match self {
+            Schedule::Every(d) => format!("every {}", format_duration(*d)),
+            Schedule::Cron(c) => c.pattern.to_string(),
+        }
+    }
+}
+
+/// Parses `90s`, `10m`, `2h`, `1d`, or plain seconds.
+pub fn parse_duration(text: &str) -> Option<Duration> {
+    let t = text.trim();
+    let (num, unit) = match t.find(|c: char| !c.is_ascii_digit()) {
+        Some(i) => t.split_at(i),
+        None => (t, "s"),
+    };
+    let n: u64 = num.parse().ok()?;
+    let secs = match unit.trim() {
+        "s" | "sec" | "secs" | "second" | "seconds" => 1,
+        "m" | "min" | "mins" | "minute" | "minutes" => 60,
+        "h" | "hour" | "hours" => 3600,
+        "d" | "day" | "days" => 86_400,
+        "ms" => return Some(Duration::from_millis(n)),
+        _ => return None,
+    };
+    n.checked_mul(secs).map(Duration::from_secs)
+}
+
+/// `d` as the largest whole unit: `10m`, `90s`, `2h`.
+pub fn format_duration(d: Duration) -> String {
+    let s = d.as_secs();
+    if d.subsec_millis() != 0 || s == 0 {
+        return format!("{}ms", d.as_millis());
+    }
+    for (unit, n) in [("d", 86_400), ("h", 3600), ("m", 60)] {
+        if s.is_multiple_of(n) {
+            return format!("{}{unit}", s / n);
+        }
+    }
+    format!("{s}s")
+}
+
+/// A random delay in `[0, jitter]`.
+pub fn jitter(max: Duration) -> Duration {
+    if max.is_zero() {
+        return Duration::ZERO;
+    }
+    let nanos = SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    // Mixed with the process id, so daemons started together differ.
+    let r =
+        u64::from(nanos).wrapping_mul(6_364_136_223_846_793_005) ^ u64::from(std::process::id());
+    let ms = u64::try_from(max.as_millis()).unwrap_or(u64::MAX).max(1);
+    Duration::from_millis(r % (ms + 1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn intervals() {
+        let s = Schedule::parse("every 10m").unwrap();
+        let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(1000);
+        assert_eq!(s.first(t0), t0);
+        assert_eq!(s.next(t0), t0 + Duration::from_secs(600));
+        assert_eq!(s.describe(), "every 10m");
+        assert!(Schedule::parse("every 0s").is_err());
+        assert!(Schedule::parse("every ten minutes").is_err());
+        assert!(Schedule::parse("hourly").is_err());
+    }
+
+    #[test]
+    fn cron() {
+        let s = Schedule::parse("*/15 * * * *").unwrap();
+        let t0 = SystemTime::now();
+        let n = s.next(t0);
+        assert!(n > t0 && n <= t0 + Duration::from_secs(15 * 60));
+        let secs = n.duration_since(SystemTime::UNIX_EPOCH).unwrap().as_secs();
+        assert_eq!(secs % 60, 0);
+        assert!(Schedule::parse("61 * * * *").is_err());
+    }
+
+    #[test]
+    fn durations() {
+        assert_eq!(parse_duration("90s"), Some(Duration::from_secs(90)));
+        assert_eq!(parse_duration("2h"), Some(Duration::from_secs(7200)));
+        assert_eq!(parse_duration("5"), Some(Duration::from_secs(5)));
+        assert_eq!(parse_duration("5x"), None);
+        assert_eq!(format_duration(Duration::from_secs(90)), "90s");
+        for _ in 0..100 {
+            assert!(jitter(Duration::from_secs(2)) <= Duration::from_secs(2));
+        }
+    }
+}

@@ -1,0 +1,516 @@
+//! `haul daemon --config haul.toml`: the TOML file → validated settings.
+//! Unknown keys are refused (`deny_unknown_fields`); every error names the
+//! line it is about. Each source's settings are those of `haul pull`: they
+//! become the same `RemoteArgs`/`TransferArgs` the flags fill, so the
+//! daemon's filters, retries and options are `haul pull`'s own.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{bail, Context, Result};
+use haul_catalog::Refetch;
+use haul_daemon::schedule::parse_duration;
+use haul_daemon::Schedule;
+use serde::Deserialize;
+use toml::Spanned;
+
+use crate::cli::{FilterArgs, FilterRule, RemoteArgs, TransferArgs};
+
+/// The whole file, as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FileConfig {
+    /// `sqlite:PATH` or `postgres://…`.
+    #[serde(default = "default_catalog")]
+    pub catalog: Spanned<String>,
+    /// Status listener address, or `"off"`.
+    #[serde(default = "default_status")]
+    pub status: Spanned<String>,
+    /// This worker's name (default: the host name).
+    pub worker: Option<String>,
+    /// Files in flight, all sources together.
+    #[serde(default = "default_max_files")]
+    pub max_files: usize,
+    /// Files in flight from one host, all sources together.
+    #[serde(default = "default_max_files_per_host")]
+    pub max_files_per_host: usize,
+    /// Claim lease (`5m`).
+    pub lease: Option<Spanned<String>>,
+    /// Grace for runs after SIGTERM (`20s`).
+    pub grace: Option<Spanned<String>>,
+    /// First retry of a source that is down (`30s`).
+    pub down_retry: Option<Spanned<String>>,
+    /// How long a hook may run before it is killed (`60s`).
+    pub hook_timeout: Option<Spanned<String>>,
+    /// The sources.
+    #[serde(default)]
+    pub source: Vec<Spanned<SourceConfig>>,
+}
+
+fn default_catalog() -> Spanned<String> {
+    Spanned::new(0..0, "sqlite:/var/lib/haul/catalog.db".into())
+}
+fn default_status() -> Spanned<String> {
+    Spanned::new(0..0, "127.0.0.1:9464".into())
+}
+fn default_max_files() -> usize {
+    16
+}
+fn default_max_files_per_host() -> usize {
+    8
+}
+
+/// One `[[source]]`.
+#[derive(Debug, Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct SourceConfig {
+    /// The catalog's key for it.
+    pub name: String,
+    /// Any URL `haul pull` takes from a remote: ftp, ftps, sftp, http(s), s3.
+    pub url: Spanned<String>,
+    /// Local destination directory.
+    pub dest: PathBuf,
+    /// `every 10m` or a cron expression.
+    pub schedule: Spanned<String>,
+    /// A random delay up to this after each scheduled time (`30s`).
+    pub jitter: Option<Spanned<String>>,
+    /// `never` (default) or `if-changed`.
+    pub refetch: Option<Spanned<String>>,
+    /// Globs of files to take (`--include`).
+    #[serde(default)]
+    pub include: Vec<String>,
+    /// Globs of files or `DIR/` to skip (`--exclude`; checked before the includes).
+    #[serde(default)]
+    pub exclude: Vec<String>,
+    /// `--regex`.
+    pub regex: Option<String>,
+    /// `--dir-struct`.
+    pub dir_struct: Option<String>,
+    /// `--min-size`.
+    pub min_size: Option<String>,
+    /// `--max-size`.
+    pub max_size: Option<String>,
+    /// `--newer-than` (an age is taken from each run's start).
+    pub newer_than: Option<String>,
+    /// `--max-depth`.
+    pub max_depth: Option<usize>,
+    /// `--rename`.
+    pub rename: Option<String>,
+    /// `--verify-sidecar`.
+    #[serde(default)]
+    pub verify_sidecar: bool,
+    /// `--delete-source`.
+    #[serde(default)]
+    pub delete_source: bool,
+    /// `--max-conn-per-host`.
+    pub max_conn: Option<u32>,
+    /// `-j`: a number or `auto`.
+    pub jobs: Option<JobsValue>,
+    /// `--streams`.
+    pub streams: Option<u32>,
+    /// `--split-min`.
+    pub split_min: Option<String>,
+    /// `--timeout` in seconds.
+    pub timeout: Option<u64>,
+    /// `--retries`.
+    pub retries: Option<u32>,
+    /// `--user`.
+    pub user: Option<String>,
+    /// `--password-file`.
+    pub password_file: Option<PathBuf>,
+    /// The name of an environment variable holding the password.
+    pub password_env: Option<String>,
+    /// `--ssh-key` (several).
+    #[serde(default)]
+    pub ssh_key: Vec<PathBuf>,
+    /// `--ssh-known-hosts`.
+    pub ssh_known_hosts: Option<PathBuf>,
+    /// `--accept-new-host-key`.
+    #[serde(default)]
+    pub accept_new_host_key: bool,
+    /// `--ca-cert`.
+    pub ca_cert: Option<PathBuf>,
+    /// `--insecure`.
+    #[serde(default)]
+    pub insecure: bool,
+    /// `--s3-endpoint`.
+    pub s3_endpoint: Option<String>,
+    /// `--s3-region`.
+    pub s3_region: Option<String>,
+    /// `--s3-path-style`.
+    #[serde(default)]
+    pub s3_path_style: bool,
+    /// Write `NAME.haul.json` (the file's facts) beside each delivered file.
+    #[serde(default)]
+    pub sidecar: bool,
+    /// Run `sh -c COMMAND` after each delivered file.
+    pub on_file: Option<String>,
+    /// Run `sh -c COMMAND` after each run.
+    pub on_run: Option<String>,
+}
+
+/// `jobs = 4` or `jobs = "auto"`.
+#[derive(Debug, Deserialize, Clone)]
+#[serde(untagged)]
+pub enum JobsValue {
+    /// A fixed number.
+    Number(u32),
+    /// `auto`, or a number as text.
+    Text(String),
+}
+
+/// The daemon's settings, validated.
+pub struct DaemonConfig {
+    /// The catalog URL.
+    pub catalog: String,
+    /// Where `/metrics`, `/status`, `/healthz` listen, if anywhere.
+    pub status: Option<SocketAddr>,
+    /// This worker's name.
+    pub worker: String,
+    /// Global cap.
+    pub max_files: usize,
+    /// Per-host cap.
+    pub max_files_per_host: usize,
+    /// Claim lease.
+    pub lease: Duration,
+    /// Grace after SIGTERM.
+    pub grace: Duration,
+    /// First retry of a source that is down.
+    pub down_retry: Duration,
+    /// Hook timeout.
+    pub hook_timeout: Duration,
+    /// The sources.
+    pub sources: Vec<SourcePlan>,
+}
+
+/// One source, validated: its flags as `haul pull` takes them.
+pub struct SourcePlan {
+    /// Name.
+    pub name: String,
+    /// URL as written (may hold a password: show it only through `RemoteUrl`).
+    pub url: String,
+    /// Destination.
+    pub dest: PathBuf,
+    /// Schedule.
+    pub schedule: Schedule,
+    /// Jitter.
+    pub jitter: Duration,
+    /// Refetch policy.
+    pub refetch: Refetch,
+    /// `haul pull`'s transfer flags.
+    pub transfer: TransferArgs,
+    /// `haul pull`'s remote flags.
+    pub remote: RemoteArgs,
+    /// Filter rules in order (as `--check` shows them).
+    pub rules: Vec<(haul_fetch::RuleKind, String)>,
+    /// `haul pull`'s filter flags.
+    pub filter: FilterArgs,
+    /// `password_env`.
+    pub password_env: Option<String>,
+    /// Metadata sidecars.
+    pub sidecar: bool,
+    /// `on_file` hook.
+    pub on_file: Option<String>,
+    /// `on_run` hook.
+    pub on_run: Option<String>,
+}
+
+/// 1-based line of byte `offset` in `text`.
+fn line_of(text: &str, offset: usize) -> usize {
+    text.get(..offset).map_or(0, |t| t.matches('\n').count()) + 1
+}
+
+/// Reads and validates `path`.
+pub fn load(path: &Path) -> Result<DaemonConfig> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read the config {}", path.display()))?;
+    parse(&text).with_context(|| format!("config {}", path.display()))
+}
+
+/// Validates a config's text.
+pub fn parse(text: &str) -> Result<DaemonConfig> {
+    // toml's errors say "TOML parse error at line N, column M" and show it.
+    let file: FileConfig = toml::from_str(text).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let at = |span: std::ops::Range<usize>| format!("line {}", line_of(text, span.start));
+    let duration =
+        |v: &Option<Spanned<String>>, key: &str, default: Duration| -> Result<Duration> {
+            match v {
+                None => Ok(default),
+                Some(s) => parse_duration(s.get_ref()).with_context(|| {
+                    format!(
+                        "{}: {key} = {:?}: use a duration like 30s, 10m or 2h",
+                        at(s.span()),
+                        s.get_ref()
+                    )
+                }),
+            }
+        };
+    let status = match file.status.get_ref().as_str() {
+        "off" | "" => None,
+        addr => Some(addr.parse::<SocketAddr>().with_context(|| {
+            format!(
+                "{}: status = {addr:?}: use an address and port like 127.0.0.1:9464, or \"off\"",
+                at(file.status.span())
+            )
+        })?),
+    };
+    let catalog = file.catalog.get_ref().clone();
+    if !(catalog.starts_with("sqlite:")
+        || catalog.starts_with("postgres://")
+        || catalog.starts_with("postgresql://"))
+    {
+        bail!(
+            "{}: catalog = {:?}: use sqlite:/path/to/catalog.db or postgres://user@host/db",
+            at(file.catalog.span()),
+            haul_catalog::shown_url(&catalog)
+        );
+    }
+    if file.source.is_empty() {
+        bail!("no [[source]]: add one with name, url, dest and schedule");
+    }
+    let mut names = std::collections::HashSet::new();
+    let mut sources = Vec::new();
+    for s in &file.source {
+        let line = at(s.span());
+        let s = s.get_ref();
+        if !names.insert(s.name.clone()) {
+            bail!(
+                "{line}: two sources are named {:?}: names must differ (they key the catalog)",
+                s.name
+            );
+        }
+        sources.push(
+            source_plan(s, &at).with_context(|| format!("[[source]] {:?} ({line})", s.name))?,
+        );
+    }
+    if file.max_files == 0 || file.max_files_per_host == 0 {
+        bail!("max_files and max_files_per_host must be at least 1");
+    }
+    Ok(DaemonConfig {
+        catalog,
+        status,
+        worker: file.worker.clone().unwrap_or_else(default_worker),
+        max_files: file.max_files,
+        max_files_per_host: file.max_files_per_host,
+        lease: duration(&file.lease, "lease", Duration::from_secs(300))?,
+        grace: duration(&file.grace, "grace", Duration::from_secs(20))?,
+        down_retry: duration(&file.down_retry, "down_retry", Duration::from_secs(30))?,
+        hook_timeout: duration(&file.hook_timeout, "hook_timeout", Duration::from_secs(60))?,
+        sources,
+    })
+}
+
+/// The host name (the default worker name).
+fn default_worker() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .ok()
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "haul".into())
+}
+
+fn source_plan(
+    s: &SourceConfig,
+    at: &dyn Fn(std::ops::Range<usize>) -> String,
+) -> Result<SourcePlan> {
+    if s.name.is_empty() || s.name.chars().any(char::is_control) {
+        bail!("name must be a non-empty plain name");
+    }
+    let url = s.url.get_ref();
+    if !haul_remote::RemoteUrl::is_remote_url(url) {
+        bail!(
+            "{}: url: {:?} is not an ftp://, ftps://, sftp://, http(s):// or s3:// URL",
+            at(s.url.span()),
+            crate::shown_source(url)
+        );
+    }
+    haul_remote::RemoteUrl::parse(url).with_context(|| format!("{}: url", at(s.url.span())))?;
+    let schedule = Schedule::parse(s.schedule.get_ref())
+        .with_context(|| format!("{}: schedule", at(s.schedule.span())))?;
+    let jitter = match &s.jitter {
+        None => Duration::ZERO,
+        Some(j) => parse_duration(j.get_ref()).with_context(|| {
+            format!(
+                "{}: jitter = {:?}: use a duration like 30s",
+                at(j.span()),
+                j.get_ref()
+            )
+        })?,
+    };
+    let refetch = match s.refetch.as_ref().map(|r| (r.get_ref().as_str(), r.span())) {
+        None | Some(("never", _)) => Refetch::Never,
+        Some(("if-changed", _)) => Refetch::IfChanged,
+        Some((other, span)) => {
+            bail!(
+                "{}: refetch = {other:?}: use \"never\" or \"if-changed\"",
+                at(span)
+            )
+        }
+    };
+    if s.password_file.is_some() && s.password_env.is_some() {
+        bail!("password_file and password_env: give one");
+    }
+    let jobs = match &s.jobs {
+        None => "auto".to_string(),
+        Some(JobsValue::Number(n)) => n.to_string(),
+        Some(JobsValue::Text(t)) => t.clone(),
+    };
+    let transfer = TransferArgs {
+        jobs,
+        streams: s.streams.unwrap_or(1),
+        split_min: s.split_min.clone().unwrap_or_else(|| "64M".into()),
+        token: None,
+        token_file: None,
+        plaintext: false,
+        transport: "tcp".into(),
+        fingerprint: None,
+        known_hosts: None,
+        timeout: s.timeout.unwrap_or(60),
+        retries: s.retries.unwrap_or(5),
+        socket_buffer: None,
+        max_rate: None,
+        no_zero_copy: false,
+        chunk_memory: "256M".into(),
+        dry_run: false,
+        delete: false,
+        checksum: false,
+    };
+    let remote = RemoteArgs {
+        regex: s.regex.clone(),
+        dir_struct: s.dir_struct.clone(),
+        skip_existing: false,
+        rename: s.rename.clone(),
+        delete_source: s.delete_source,
+        verify_sidecar: s.verify_sidecar,
+        max_conn_per_host: s.max_conn.unwrap_or(8),
+        user: s.user.clone(),
+        password_file: s.password_file.clone(),
+        ssh_key: s.ssh_key.clone(),
+        ssh_known_hosts: s.ssh_known_hosts.clone(),
+        accept_new_host_key: s.accept_new_host_key,
+        ca_cert: s.ca_cert.clone(),
+        insecure: s.insecure,
+        s3_endpoint: s.s3_endpoint.clone(),
+        s3_region: s.s3_region.clone(),
+        s3_path_style: s.s3_path_style,
+        retry_base_ms: 500,
+    };
+    let mut rules: Vec<(haul_fetch::RuleKind, String)> = s
+        .exclude
+        .iter()
+        .map(|g| (haul_fetch::RuleKind::Exclude, g.clone()))
+        .collect();
+    rules.extend(
+        s.include
+            .iter()
+            .map(|g| (haul_fetch::RuleKind::Include, g.clone())),
+    );
+    let filter = FilterArgs {
+        include: s.include.clone(),
+        exclude: s.exclude.clone(),
+        filter_from: Vec::new(),
+        min_size: s.min_size.clone(),
+        max_size: s.max_size.clone(),
+        newer_than: s.newer_than.clone(),
+        max_depth: s.max_depth,
+        rules: rules
+            .iter()
+            .map(|(k, g)| FilterRule::Glob(*k, g.clone()))
+            .collect(),
+    };
+    let plan = SourcePlan {
+        name: s.name.clone(),
+        url: url.clone(),
+        dest: s.dest.clone(),
+        schedule,
+        jitter,
+        refetch,
+        transfer,
+        remote,
+        rules,
+        filter,
+        password_env: s.password_env.clone(),
+        sidecar: s.sidecar,
+        on_file: s.on_file.clone(),
+        on_run: s.on_run.clone(),
+    };
+    // Everything `haul pull` checks, checked now rather than at the first run.
+    crate::fetch::fetch_options(
+        &plan.transfer,
+        &plan.remote,
+        crate::config::filter(&plan.filter)?,
+    )?;
+    Ok(plan)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MINIMAL: &str = r#"catalog = "sqlite:/var/lib/haul/catalog.db"
+status = "127.0.0.1:9464"
+
+[[source]]
+name = "sst"
+url = "https://archive.example/pub/sst/"
+dest = "/data/sst"
+schedule = "every 10m"
+include = ["*.nc"]
+"#;
+
+    #[test]
+    fn the_issues_minimal_config_parses() {
+        let c = parse(MINIMAL).unwrap();
+        assert_eq!(c.catalog, "sqlite:/var/lib/haul/catalog.db");
+        assert_eq!(c.status, Some("127.0.0.1:9464".parse().unwrap()));
+        assert_eq!(c.sources.len(), 1);
+        let s = &c.sources[0];
+        assert_eq!(s.name, "sst");
+        assert_eq!(s.schedule.describe(), "every 10m");
+        assert_eq!(s.refetch, Refetch::Never);
+        assert_eq!(s.rules.len(), 1);
+    }
+
+    fn error_of(text: &str) -> String {
+        format!("{:#}", parse(text).err().unwrap())
+    }
+
+    #[test]
+    fn errors_name_the_line() {
+        let typo = MINIMAL.replace("schedule =", "shedule =");
+        let e = error_of(&typo);
+        assert!(
+            e.contains("line 8") && e.contains("unknown field `shedule`"),
+            "{e}"
+        );
+        let bad = MINIMAL.replace("every 10m", "every ten minutes");
+        let e = error_of(&bad);
+        assert!(e.contains("line 8") && e.contains("schedule"), "{e}");
+        let bad = format!("{MINIMAL}refetch = \"always\"\n");
+        let e = error_of(&bad);
+        assert!(e.contains("line 10") && e.contains("if-changed"), "{e}");
+        let bad = MINIMAL.replace("127.0.0.1:9464", "localhost");
+        assert!(error_of(&bad).contains("line 2"));
+        let bad = MINIMAL.replace("https://archive", "gopher://archive");
+        assert!(error_of(&bad).contains("line 6"));
+        let bad = format!("{MINIMAL}min_size = \"lots\"\n");
+        assert!(
+            error_of(&bad).contains("\"sst\" (line 4)"),
+            "{}",
+            error_of(&bad)
+        );
+    }
+
+    #[test]
+    fn cron_and_options() {
+        let text = MINIMAL.replace("every 10m", "*/15 * * * *")
+            + "refetch = \"if-changed\"\njobs = 4\nstreams = 2\njitter = \"30s\"\nexclude = [\"tmp/\"]\n";
+        let c = parse(&text).unwrap();
+        let s = &c.sources[0];
+        assert_eq!(s.refetch, Refetch::IfChanged);
+        assert_eq!(s.transfer.jobs, "4");
+        assert_eq!(s.jitter, Duration::from_secs(30));
+        assert_eq!(s.rules[0].0, haul_fetch::RuleKind::Exclude);
+    }
+}

@@ -1,0 +1,262 @@
+//! `haul ls URL`: names, sizes and mtimes under a `haul://` URL, a local
+//! path or a remote (FTP, SFTP, HTTP, S3) URL, with `-R` and the filters;
+//! `--json` prints one `entry` event per line.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use anyhow::Result;
+use haul_node::NodeUrl;
+
+use crate::cli::{CheckArgs, LsArgs};
+use crate::output::{json_line, Display, Mode};
+use crate::{config, fetch, usage, UsageError, EXIT_FAILED, EXIT_OK};
+
+/// One line of the listing.
+struct Line {
+    path: String,
+    kind: &'static str,
+    size: Option<u64>,
+    mtime: Option<SystemTime>,
+    target: Option<String>,
+}
+
+/// Runs `haul ls`.
+pub async fn run(args: LsArgs, mode: Mode) -> Result<u8> {
+    let opts = usage(config::filtered_client_options(
+        &args.transfer,
+        &args.filter,
+    ))?;
+    let display = Arc::new(Display::new(mode));
+    let (lines, errors): (Vec<Line>, u64) = if NodeUrl::is_remote(&args.url) {
+        let remote = NodeUrl::parse(&args.url)?;
+        let l = haul_node::ls_node(&remote, &opts, args.recursive, display.clone()).await?;
+        (l.entries.into_iter().map(from_entry).collect(), l.errors)
+    } else if haul_remote::RemoteUrl::is_remote_url(&args.url) {
+        let url = usage(haul_remote::RemoteUrl::parse(&args.url).map_err(anyhow::Error::from))?;
+        let ropts = usage(fetch::remote_options(&args.transfer, &args.remote))?;
+        let filter = usage(config::filter(&args.filter))?;
+        let remote = usage(fetch::open_remote(&url, &ropts))?;
+        let listing =
+            haul_fetch::listing::list_remote(remote, &url.path, args.recursive, Arc::new(filter))
+                .await
+                .map_err(|e| anyhow::anyhow!("cannot list {url}: {e}"))?;
+        for (path, error) in &listing.errors {
+            eprintln!("error: {path}: {error}");
+        }
+        let lines: Vec<Line> = listing
+            .entries
+            .into_iter()
+            .map(|l| Line {
+                path: l.path,
+                kind: match l.entry.kind {
+                    haul_remote::EntryKind::Dir => "dir",
+                    haul_remote::EntryKind::File => "file",
+                    haul_remote::EntryKind::Other => "other",
+                },
+                size: l.entry.size,
+                mtime: l.entry.mtime,
+                target: None,
+            })
+            .collect();
+        (lines, listing.errors.len() as u64)
+    } else if args.url.contains("://") {
+        return Err(UsageError(format!("{:?}: unknown URL scheme", args.url)).into());
+    } else {
+        usage(config::check_local_source(&args.url))?;
+        let l = haul_node::ls_local(&args.url, &opts, args.recursive, display.clone())?;
+        (l.entries.into_iter().map(from_entry).collect(), l.errors)
+    };
+    display.finish();
+    print(mode, &lines);
+    Ok(if errors == 0 { EXIT_OK } else { EXIT_FAILED })
+}
+
+/// Runs `haul check SRC DST` (local trees).
+pub async fn check(args: CheckArgs, mode: Mode) -> Result<u8> {
+    if haul_remote::RemoteUrl::is_remote_url(&args.src) && !args.dst.contains("://") {
+        return check_remote(args, mode).await;
+    }
+    for side in [&args.src, &args.dst] {
+        if side.contains("://") {
+            return Err(UsageError(format!(
+                "haul check compares local trees, or an FTP, SFTP, HTTP or S3 URL (SRC) with a local DST; not {side:?} (for a haul:// node, pull it and check the copy)"
+            ))
+            .into());
+        }
+        usage(config::check_local_source(side))?;
+    }
+    let opts = haul_node::ClientOptions {
+        filter: Some(Arc::new(usage(config::filter(&args.filter))?)),
+        ..haul_node::ClientOptions::default()
+    };
+    let r = haul_node::check_local(&args.src, &args.dst, &opts)?;
+    let items = [
+        ("differs", &r.differ),
+        ("only_in_src", &r.only_in_src),
+        ("only_in_dst", &r.only_in_dst),
+    ];
+    match mode {
+        Mode::Json => {
+            for (status, paths) in items {
+                for path in paths {
+                    json_line(
+                        &serde_json::json!({"event": "check_item", "path": path, "status": status}),
+                    );
+                }
+            }
+            for (path, error) in &r.unreadable {
+                json_line(
+                    &serde_json::json!({"event": "check_item", "path": path, "status": "unreadable", "error": error}),
+                );
+            }
+            let mut v = serde_json::to_value(&r)?;
+            if let Some(o) = v.as_object_mut() {
+                o.insert("event".into(), "check_summary".into());
+                o.insert("match".into(), r.matches().into());
+            }
+            json_line(&v);
+        }
+        Mode::Quiet => {}
+        Mode::Human => {
+            for (status, paths) in items {
+                let word = match status {
+                    "differs" => "differs",
+                    "only_in_src" => "only in SRC",
+                    _ => "only in DST",
+                };
+                for path in paths {
+                    println!("{word}: {path}");
+                }
+            }
+            for (path, error) in &r.unreadable {
+                println!("unreadable: {path}: {error}");
+            }
+            println!(
+                "{}: {} file{} identical by BLAKE3 ({}), {} differ, {} only in SRC, {} only in DST, {} unreadable",
+                if r.matches() { "match" } else { "DIFFER" },
+                r.same,
+                if r.same == 1 { "" } else { "s" },
+                crate::output::human_bytes(r.same_bytes),
+                r.differ.len(),
+                r.only_in_src.len(),
+                r.only_in_dst.len(),
+                r.unreadable.len()
+            );
+        }
+    }
+    Ok(if r.matches() { EXIT_OK } else { EXIT_FAILED })
+}
+
+/// `haul check URL DIR`: by the checksums the server offers.
+async fn check_remote(args: CheckArgs, mode: Mode) -> Result<u8> {
+    let url = usage(haul_remote::RemoteUrl::parse(&args.src).map_err(anyhow::Error::from))?;
+    usage(config::check_local_source(&args.dst))?;
+    let ropts = usage(fetch::remote_options(&args.transfer, &args.remote))?;
+    let filter = usage(config::filter(&args.filter))?;
+    let remote = usage(fetch::open_remote(&url, &ropts))?;
+    let r =
+        haul_fetch::check::check_remote(remote, &url.path, std::path::Path::new(&args.dst), filter)
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot check {url}: {e}"))?;
+    let methods: Vec<&str> = r.methods.iter().copied().collect();
+    let items = [
+        ("differs", &r.differ),
+        ("only_in_src", &r.only_in_src),
+        ("only_in_dst", &r.only_in_dst),
+        ("unverifiable", &r.unverifiable),
+    ];
+    match mode {
+        Mode::Json => {
+            for (status, paths) in items {
+                for path in paths {
+                    json_line(
+                        &serde_json::json!({"event": "check_item", "path": path, "status": status}),
+                    );
+                }
+            }
+            for (path, error) in &r.unreadable {
+                json_line(
+                    &serde_json::json!({"event": "check_item", "path": path, "status": "unreadable", "error": error}),
+                );
+            }
+            json_line(&serde_json::json!({
+                "event": "check_summary", "match": r.matches(), "same": r.same,
+                "method": "remote checksums", "checksums": methods,
+                "differ": r.differ.len(), "only_in_src": r.only_in_src.len(),
+                "only_in_dst": r.only_in_dst.len(), "unverifiable": r.unverifiable.len(),
+                "unreadable": r.unreadable.len(),
+            }));
+        }
+        Mode::Quiet => {}
+        Mode::Human => {
+            for (status, paths) in items {
+                for path in paths {
+                    println!("{}: {path}", status.replace('_', " "));
+                }
+            }
+            for (path, error) in &r.unreadable {
+                println!("unreadable: {path}: {error}");
+            }
+            println!(
+                "{}: {} file{} identical by the server's checksums ({}), not downloaded; {} differ, {} only in SRC, {} only in DST, {} without a checksum (comparing them would mean downloading), {} unreadable",
+                if r.matches() { "match" } else { "DIFFER" },
+                r.same,
+                if r.same == 1 { "" } else { "s" },
+                if methods.is_empty() { "none".to_owned() } else { methods.join(", ") },
+                r.differ.len(),
+                r.only_in_src.len(),
+                r.only_in_dst.len(),
+                r.unverifiable.len(),
+                r.unreadable.len()
+            );
+        }
+    }
+    Ok(if r.matches() { EXIT_OK } else { EXIT_FAILED })
+}
+
+fn from_entry(e: haul_proto::Entry) -> Line {
+    let mtime = (e.mtime_sec >= 0).then(|| {
+        SystemTime::UNIX_EPOCH + Duration::new(e.mtime_sec as u64, e.mtime_nsec.min(999_999_999))
+    });
+    let (kind, target) = match e.kind {
+        haul_proto::EntryKind::File => ("file", None),
+        haul_proto::EntryKind::Dir => ("dir", None),
+        haul_proto::EntryKind::Symlink { target } => ("symlink", Some(target)),
+    };
+    Line {
+        path: e.path,
+        kind,
+        size: (kind == "file").then_some(e.size),
+        mtime,
+        target,
+    }
+}
+
+fn print(mode: Mode, lines: &[Line]) {
+    for l in lines {
+        let secs = l
+            .mtime
+            .and_then(|t| t.duration_since(SystemTime::UNIX_EPOCH).ok())
+            .map(|d| d.as_secs());
+        match mode {
+            Mode::Json => json_line(&serde_json::json!({
+                "event": "entry", "path": l.path, "kind": l.kind, "size": l.size,
+                "mtime": secs, "target": l.target,
+            })),
+            _ => {
+                let size = l.size.map(|s| s.to_string()).unwrap_or_else(|| "-".into());
+                let when = l
+                    .mtime
+                    .and_then(|t| haul_time::strftime_utc(t, "%Y-%m-%d %H:%M:%S").ok())
+                    .unwrap_or_else(|| "-".into());
+                let suffix = match (l.kind, &l.target) {
+                    ("dir", _) => "/".to_owned(),
+                    (_, Some(t)) => format!(" -> {t}"),
+                    _ => String::new(),
+                };
+                println!("{size:>14}  {when:<19}  {}{suffix}", l.path);
+            }
+        }
+    }
+}

@@ -1,0 +1,715 @@
+//! `haul daemon` against real servers (nginx, vsftpd): sources on their
+//! schedules, only new files fetched (counted in the servers' logs), a
+//! source down for a while, kill -9 and restart, config errors.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use crate::harness::{b3, haul, run, wait_for, write_file, Scratch, BIN};
+
+/// A running `haul daemon`, its log in a file; killed on drop.
+struct Daemon {
+    child: Child,
+    log: PathBuf,
+}
+
+impl Daemon {
+    fn start(config: &Path, log: &Path) -> Daemon {
+        let child = Command::new(BIN)
+            .args(["daemon", "--config"])
+            .arg(config)
+            .env("HAUL_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(log).expect("daemon log"))
+            .spawn()
+            .expect("spawn haul daemon");
+        Daemon {
+            child,
+            log: log.to_path_buf(),
+        }
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap_or_default()
+    }
+
+    /// SIGTERM, then the exit status (within 30 s).
+    fn terminate(&mut self) -> std::process::ExitStatus {
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
+        for _ in 0..300 {
+            if let Some(status) = self.child.try_wait().expect("wait") {
+                return status;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!(
+            "the daemon did not stop within 30 s of SIGTERM:\n{}",
+            self.log()
+        );
+    }
+
+    fn kill9(&mut self) {
+        unsafe { libc::kill(self.child.id() as i32, libc::SIGKILL) };
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// `haul --json catalog --config CONFIG ARGS...` as JSON lines.
+fn catalog(config: &Path, args: &[&str]) -> Vec<serde_json::Value> {
+    let mut cmd = haul(config.parent().expect("dir"));
+    cmd.args(["--json", "catalog", "--config"])
+        .arg(config)
+        .args(args);
+    let out = run(cmd, Duration::from_secs(30));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("JSON line"))
+        .collect()
+}
+
+/// Lines of nginx's access log that GET `uri` (with any range).
+fn gets(log: &str, uri: &str) -> usize {
+    log.lines()
+        .filter(|l| l.split(' ').nth(2) == Some("GET") && l.split(' ').nth(3) == Some(uri))
+        .count()
+}
+
+fn nginx_log(srv: &haul_http::testserver::TestServer) -> String {
+    std::fs::read_to_string(srv.access_log()).unwrap_or_default()
+}
+
+#[test]
+fn two_sources_on_their_schedules_fetch_only_new_files() {
+    let s = Scratch::new();
+    let http = haul_http::testserver::TestServer::start().expect("nginx");
+    let ftp =
+        haul_ftp::testserver::FtpServer::start(haul_ftp::testserver::Mode::Plain).expect("vsftpd");
+    for i in 0..3 {
+        write_file(&http.root().join(format!("sst/f{i}.nc")), 10_000 + i, i);
+        write_file(&http.root().join(format!("sst/skip{i}.txt")), 100, i);
+        write_file(&ftp.root().join(format!("obs/o{i}.dat")), 5_000 + i, 10 + i);
+    }
+    let config = s.path("haul.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"catalog = "sqlite:{cat}"
+status = "off"
+down_retry = "1s"
+
+[[source]]
+name = "sst"
+url = "{http}"
+dest = "{d1}"
+schedule = "every 1s"
+include = ["*.nc"]
+
+[[source]]
+name = "obs"
+url = "{ftp}"
+dest = "{d2}"
+schedule = "every 3s"
+"#,
+            cat = s.path("catalog.db").display(),
+            http = http.http_url("/sst/"),
+            ftp = ftp.url("/obs/"),
+            d1 = s.path("sst").display(),
+            d2 = s.path("obs").display(),
+        ),
+    )
+    .unwrap();
+    let mut daemon = Daemon::start(&config, &s.path("daemon.log"));
+    let dest_has = |p: &str| s.path(p).exists();
+    wait_for(Duration::from_secs(60), "the first files", || {
+        (0..3).all(|i| dest_has(&format!("sst/f{i}.nc")) && dest_has(&format!("obs/o{i}.dat")))
+    });
+    assert!(
+        !dest_has("sst/skip0.txt"),
+        "the include filter let a .txt through"
+    );
+    // New files between runs: only they are fetched.
+    write_file(&http.root().join("sst/f3.nc"), 20_000, 3);
+    write_file(&ftp.root().join("obs/o3.dat"), 6_000, 13);
+    wait_for(Duration::from_secs(60), "the new files", || {
+        dest_has("sst/f3.nc") && dest_has("obs/o3.dat")
+    });
+    // Let a few more runs of each list the unchanged sources.
+    std::thread::sleep(Duration::from_secs(4));
+    let runs = catalog(&config, &["runs", "--limit", "100"]);
+    let count = |name: &str| runs.iter().filter(|r| r["source"] == name).count();
+    assert!(
+        count("sst") >= 5,
+        "sst (every 1s) ran {} times",
+        count("sst")
+    );
+    assert!(
+        count("obs") >= 2 && count("obs") < count("sst"),
+        "obs (every 3s) ran {} times, sst {}",
+        count("obs"),
+        count("sst")
+    );
+    assert_eq!(daemon.terminate().code(), Some(0), "{}", daemon.log());
+    let log = nginx_log(&http);
+    for i in 0..4 {
+        assert_eq!(gets(&log, &format!("/sst/f{i}.nc")), 1, "f{i}.nc:\n{log}");
+        assert_eq!(
+            b3(&s.path(&format!("sst/f{i}.nc"))),
+            b3(&http.root().join(format!("sst/f{i}.nc")))
+        );
+    }
+    let ftp_log = ftp.log();
+    for i in 0..4 {
+        let retrs = ftp_log
+            .lines()
+            .filter(|l| l.contains(&format!("RETR /obs/o{i}.dat")) && l.contains("FTP command"))
+            .count();
+        assert_eq!(retrs, 1, "o{i}.dat was read {retrs} times");
+    }
+    // The catalog holds each file as fetched, with its BLAKE3.
+    let files = catalog(&config, &["list", "--source", "sst"]);
+    assert_eq!(files.len(), 4, "{files:?}");
+    assert!(files.iter().all(|f| f["state"] == "fetched"));
+    let shown = catalog(&config, &["show", "sst", "f3.nc"]);
+    assert_eq!(
+        shown[0]["blake3"].as_str(),
+        Some(b3(&s.path("sst/f3.nc")).as_str())
+    );
+    // forget = fetch again at the next run.
+    catalog(&config, &["forget", "sst", "f1.nc"]);
+    let mut daemon = Daemon::start(&config, &s.path("daemon2.log"));
+    wait_for(
+        Duration::from_secs(30),
+        "the forgotten file fetched again",
+        || gets(&nginx_log(&http), "/sst/f1.nc") == 2,
+    );
+    assert_eq!(daemon.terminate().code(), Some(0));
+    assert_eq!(gets(&nginx_log(&http), "/sst/f0.nc"), 1);
+}
+
+#[test]
+fn a_source_down_for_a_while_does_not_delay_the_others() {
+    let s = Scratch::new();
+    let mut down = haul_http::testserver::TestServer::start().expect("nginx");
+    let up = haul_http::testserver::TestServer::start().expect("nginx");
+    write_file(&down.root().join("d/late.bin"), 3000, 1);
+    write_file(&up.root().join("u/first.bin"), 3000, 2);
+    down.stop();
+    let config = s.path("haul.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"catalog = "sqlite:{cat}"
+status = "off"
+down_retry = "1s"
+
+[[source]]
+name = "down"
+url = "{down}"
+dest = "{d1}"
+schedule = "every 1h"
+timeout = 2
+retries = 1
+
+[[source]]
+name = "up"
+url = "{up}"
+dest = "{d2}"
+schedule = "every 1s"
+"#,
+            cat = s.path("catalog.db").display(),
+            down = down.http_url("/d/"),
+            up = up.http_url("/u/"),
+            d1 = s.path("d").display(),
+            d2 = s.path("u").display(),
+        ),
+    )
+    .unwrap();
+    let mut daemon = Daemon::start(&config, &s.path("daemon.log"));
+    wait_for(Duration::from_secs(20), "the up source's file", || {
+        s.path("u/first.bin").exists()
+    });
+    // The down source is retried with backoff (1 s, 2 s, ...), not hourly.
+    wait_for(
+        Duration::from_secs(30),
+        "two failed runs of the down source",
+        || {
+            catalog(&config, &["runs", "--source", "down"])
+                .iter()
+                .filter(|r| !r["error"].is_null())
+                .count()
+                >= 2
+        },
+    );
+    write_file(&up.root().join("u/second.bin"), 3000, 3);
+    wait_for(
+        Duration::from_secs(20),
+        "a new file of the up source",
+        || s.path("u/second.bin").exists(),
+    );
+    down.start_again().expect("nginx again");
+    wait_for(
+        Duration::from_secs(60),
+        "the down source's file once it is back",
+        || s.path("d/late.bin").exists(),
+    );
+    assert_eq!(daemon.terminate().code(), Some(0));
+    assert!(daemon.log().contains("down"), "{}", daemon.log());
+}
+
+#[test]
+fn kill9_mid_download_resumes_and_fetches_nothing_twice() {
+    let s = Scratch::new();
+    let http = haul_http::testserver::TestServer::start().expect("nginx");
+    // /slow/ is served at 8 MB/s: 40 MiB take 5 s.
+    write_file(&http.root().join("slow/big.bin"), 40 << 20, 7);
+    write_file(&http.root().join("slow/small.txt"), 1000, 8);
+    let config = s.path("haul.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"catalog = "sqlite:{cat}"
+status = "off"
+worker = "w1"
+
+[[source]]
+name = "slow"
+url = "{url}"
+dest = "{dest}"
+schedule = "every 2s"
+"#,
+            cat = s.path("catalog.db").display(),
+            url = http.http_url("/slow/"),
+            dest = s.path("out").display(),
+        ),
+    )
+    .unwrap();
+    let mut daemon = Daemon::start(&config, &s.path("daemon.log"));
+    let partial = s.path("out/.haul/partial");
+    wait_for(
+        Duration::from_secs(30),
+        "8 MiB of the big file staged",
+        || {
+            std::fs::read_dir(&partial)
+                .map(|d| {
+                    d.flatten().any(|e| {
+                        e.path().extension().is_some_and(|x| x == "part")
+                            && e.metadata().is_ok_and(|m| m.len() >= 8 << 20)
+                    })
+                })
+                .unwrap_or(false)
+        },
+    );
+    daemon.kill9();
+    let claimed = catalog(&config, &["list", "--state", "claimed"]);
+    assert!(
+        claimed.iter().any(|f| f["path"] == "big.bin"),
+        "the killed worker's claim is in the catalog: {claimed:?}"
+    );
+    let mut daemon = Daemon::start(&config, &s.path("daemon2.log"));
+    wait_for(Duration::from_secs(60), "the big file delivered", || {
+        s.path("out/big.bin").exists()
+    });
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(daemon.terminate().code(), Some(0), "{}", daemon.log());
+    assert_eq!(
+        b3(&s.path("out/big.bin")),
+        b3(&http.root().join("slow/big.bin"))
+    );
+    let log = nginx_log(&http);
+    let big: Vec<&str> = log
+        .lines()
+        .filter(|l| l.split(' ').nth(2) == Some("GET") && l.contains("/slow/big.bin"))
+        .collect();
+    // The restart read a range from where the verified chunks end.
+    assert!(
+        big.iter()
+            .any(|l| l.contains("range=bytes=") && !l.contains("range=bytes=0-")),
+        "no resumed range:\n{log}"
+    );
+    let sent: u64 = big
+        .iter()
+        .filter_map(|l| l.rsplit("sent=").next()?.trim().parse::<u64>().ok())
+        .sum();
+    assert!(
+        sent < (40 << 20) + (4 << 20),
+        "{sent} bytes sent for 40 MiB:\n{log}"
+    );
+    assert_eq!(gets(&log, "/slow/small.txt"), 1, "{log}");
+    let files = catalog(&config, &["list"]);
+    assert!(files.iter().all(|f| f["state"] == "fetched"), "{files:?}");
+}
+
+#[test]
+fn check_prints_plans_and_names_the_line_of_an_error() {
+    let s = Scratch::new();
+    let config = s.path("haul.toml");
+    // The issue's minimal config, exactly (paths and URL aside).
+    std::fs::write(
+        &config,
+        r#"catalog = "sqlite:/var/lib/haul/catalog.db"
+status = "127.0.0.1:9464"
+
+[[source]]
+name = "sst"
+url = "https://archive.example/pub/sst/"
+dest = "/data/sst"
+schedule = "every 10m"
+include = ["*.nc"]
+"#,
+    )
+    .unwrap();
+    let mut cmd = haul(s.path("cfg").as_path());
+    cmd.args(["daemon", "--check", "--config"]).arg(&config);
+    let out = run(cmd, Duration::from_secs(30));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("[sst] https://archive.example/pub/sst/ -> /data/sst"),
+        "{text}"
+    );
+    assert!(
+        text.contains("schedule: every 10m") && text.contains("next runs:"),
+        "{text}"
+    );
+    let typo = std::fs::read_to_string(&config)
+        .unwrap()
+        .replace("include =", "inclde =");
+    std::fs::write(&config, typo).unwrap();
+    let mut cmd = haul(s.path("cfg").as_path());
+    cmd.args(["daemon", "--check", "--config"]).arg(&config);
+    let out = run(cmd, Duration::from_secs(30));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(err.contains("line 9") && err.contains("inclde"), "{err}");
+}
+
+/// A free port on 127.0.0.1 (bound and released).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// `GET path` from the status listener: (status line, body).
+fn http_get(port: u16, path: &str) -> (String, String) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    (
+        head.lines().next().unwrap_or("").to_string(),
+        body.to_string(),
+    )
+}
+
+#[test]
+fn status_metrics_hooks_and_sidecars() {
+    let s = Scratch::new();
+    let http = haul_http::testserver::TestServer::start().expect("nginx");
+    for i in 0..3 {
+        write_file(&http.root().join(format!("ok/f{i}.bin")), 1000 + i, i);
+        write_file(&http.root().join(format!("bad/g{i}.bin")), 1000 + i, 20 + i);
+        write_file(
+            &http.root().join(format!("hang/h{i}.bin")),
+            1000 + i,
+            40 + i,
+        );
+    }
+    let port = free_port();
+    let config = s.path("haul.toml");
+    let seen = s.path("seen.txt");
+    std::fs::write(
+        &config,
+        format!(
+            r#"catalog = "sqlite:{cat}"
+status = "127.0.0.1:{port}"
+hook_timeout = "1s"
+
+[[source]]
+name = "ok"
+url = "{ok}"
+dest = "{d}/ok"
+schedule = "every 1s"
+sidecar = true
+on_file = 'echo "$HAUL_PATH $HAUL_BLAKE3 $HAUL_SIZE" >> {seen}; grep -q "\"worker\"" && echo stdin-ok >> {seen}'
+on_run = 'echo "run $HAUL_SOURCE $HAUL_FETCHED" >> {seen}'
+
+[[source]]
+name = "bad"
+url = "{bad}"
+dest = "{d}/bad"
+schedule = "every 1s"
+on_file = "echo no >&2; exit 7"
+
+[[source]]
+name = "hang"
+url = "{hang}"
+dest = "{d}/hang"
+schedule = "every 1s"
+on_file = "sleep 60"
+"#,
+            cat = s.path("catalog.db").display(),
+            ok = http.http_url("/ok/"),
+            bad = http.http_url("/bad/"),
+            hang = http.http_url("/hang/"),
+            d = s.path("out").display(),
+            seen = seen.display(),
+        ),
+    )
+    .unwrap();
+    let mut daemon = Daemon::start(&config, &s.path("daemon.log"));
+    wait_for(Duration::from_secs(60), "every file, hooks or not", || {
+        (0..3).all(|i| {
+            s.path(&format!("out/ok/f{i}.bin")).exists()
+                && s.path(&format!("out/bad/g{i}.bin")).exists()
+                && s.path(&format!("out/hang/h{i}.bin")).exists()
+        })
+    });
+    wait_for(Duration::from_secs(30), "the hooks to end", || {
+        let (_, m) = http_get(port, "/metrics");
+        m.contains("haul_hook_failures_total{source=\"bad\"} 3")
+            && m.contains("haul_hook_failures_total{source=\"hang\"} 3")
+    });
+    // The sidecar and the hook saw the file's facts.
+    let side: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(s.path("out/ok/f1.bin.haul.json")).expect("sidecar"),
+    )
+    .unwrap();
+    let digest = b3(&s.path("out/ok/f1.bin"));
+    assert_eq!(side["blake3"].as_str(), Some(digest.as_str()));
+    assert_eq!(side["size"], 1001);
+    assert_eq!(side["source"], "ok");
+    let hooks = std::fs::read_to_string(&seen).unwrap();
+    assert!(hooks.contains(&format!("f1.bin {digest} 1001")), "{hooks}");
+    assert_eq!(hooks.matches("stdin-ok").count(), 3, "{hooks}");
+    assert!(hooks.contains("run ok 3"), "{hooks}");
+    // A failing hook is recorded and the file stays delivered (never fetched again).
+    let log = daemon.log();
+    assert!(
+        log.contains("exited with exit status: 7") && log.contains("still running after"),
+        "{log}"
+    );
+    let (status, body) = http_get(port, "/healthz");
+    assert!(status.contains("200") && body == "ok\n", "{status} {body}");
+    let (_, metrics) = http_get(port, "/metrics");
+    assert!(
+        metrics.contains("haul_files_fetched_total{source=\"ok\"} 3"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("haul_catalog_files{source=\"bad\",state=\"fetched\"} 3"),
+        "{metrics}"
+    );
+    let mut promtool = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool (Debian package prometheus; scripts/test.sh installs it)");
+    use std::io::Write;
+    promtool
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(metrics.as_bytes())
+        .unwrap();
+    let out = promtool.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "promtool: {}{}\n{metrics}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (_, status) = http_get(port, "/status");
+    let status: serde_json::Value = serde_json::from_str(&status).unwrap();
+    assert_eq!(status["sources"]["ok"]["files_fetched"], 3);
+    assert_eq!(status["catalog"]["ok"]["files"]["fetched"], 3);
+    let mut cmd = haul(s.path("cfg").as_path());
+    cmd.args(["status", "--config"]).arg(&config);
+    let out = run(cmd, Duration::from_secs(30));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("[ok]") && text.contains("3 files fetched"),
+        "{text}"
+    );
+    assert_eq!(daemon.terminate().code(), Some(0));
+    for i in 0..3 {
+        assert_eq!(gets(&nginx_log(&http), &format!("/bad/g{i}.bin")), 1);
+    }
+}
+
+#[test]
+fn three_workers_on_one_postgres_catalog_one_killed() {
+    let s = Scratch::new();
+    let pg = haul_catalog::testserver::TestServer::start().expect("PostgreSQL");
+    let url = pg.create_database("daemon").unwrap();
+    let http = haul_http::testserver::TestServer::start().expect("nginx");
+    // /slow/ is sent at 8 MB/s per connection: 12 MiB take 1.5 s.
+    let n = 9;
+    for i in 0..n {
+        write_file(
+            &http.root().join(format!("slow/f{i}.bin")),
+            12 << 20,
+            100 + i,
+        );
+    }
+    let mut workers = Vec::new();
+    for w in 1..=3 {
+        let config = s.path(&format!("w{w}.toml"));
+        std::fs::write(
+            &config,
+            format!(
+                r#"catalog = "{url}"
+status = "off"
+worker = "w{w}"
+lease = "3s"
+
+[[source]]
+name = "slow"
+url = "{src}"
+dest = "{dest}"
+schedule = "every 1s"
+jobs = 1
+"#,
+                src = http.http_url("/slow/"),
+                dest = s.path("out").display(),
+            ),
+        )
+        .unwrap();
+        workers.push(Daemon::start(&config, &s.path(&format!("w{w}.log"))));
+    }
+    let config = s.path("w2.toml");
+    // Kill w1 while it holds a claim and has bytes of it staged.
+    wait_for(Duration::from_secs(30), "w1 mid-download", || {
+        catalog(&config, &["list", "--state", "claimed"])
+            .iter()
+            .any(|f| f["claimed_by"] == "w1")
+            && std::fs::read_dir(s.path("out/.haul/partial"))
+                .map(|d| {
+                    d.flatten()
+                        .any(|e| e.metadata().is_ok_and(|m| m.len() >= 2 << 20))
+                })
+                .unwrap_or(false)
+    });
+    workers[0].kill9();
+    let orphaned: Vec<String> = catalog(&config, &["list", "--state", "claimed"])
+        .iter()
+        .filter(|f| f["claimed_by"] == "w1")
+        .map(|f| f["path"].as_str().unwrap().to_string())
+        .collect();
+    assert!(!orphaned.is_empty());
+    wait_for(Duration::from_secs(90), "every file delivered", || {
+        (0..n).all(|i| s.path(&format!("out/f{i}.bin")).exists())
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    for w in workers.iter_mut().skip(1) {
+        assert_eq!(w.terminate().code(), Some(0), "{}", w.log());
+    }
+    let files = catalog(&config, &["list"]);
+    assert_eq!(files.len(), n as usize);
+    assert!(files.iter().all(|f| f["state"] == "fetched"), "{files:?}");
+    // Each file's bytes crossed the network about once: a whole second
+    // download would double them (a resumed one repeats at most a chunk).
+    let log = nginx_log(&http);
+    for i in 0..n {
+        let uri = format!("/slow/f{i}.bin");
+        let sent: u64 = log
+            .lines()
+            .filter(|l| l.split(' ').nth(2) == Some("GET") && l.split(' ').nth(3) == Some(&*uri))
+            .filter_map(|l| l.rsplit("sent=").next()?.trim().parse::<u64>().ok())
+            .sum();
+        assert!(
+            sent < (12 << 20) + (4 << 20),
+            "{uri}: {sent} bytes sent:\n{log}"
+        );
+        assert_eq!(
+            b3(&s.path(&format!("out/f{i}.bin"))),
+            b3(&http.root().join(&uri[1..]))
+        );
+    }
+    // The killed worker's files were taken over by the others.
+    for path in &orphaned {
+        let shown = catalog(&config, &["show", "slow", path]);
+        assert_eq!(shown[0]["state"], "fetched", "{path}");
+    }
+    let runs = catalog(&config, &["runs", "--limit", "1000"]);
+    for w in ["w2", "w3"] {
+        assert!(
+            runs.iter()
+                .any(|r| r["worker"] == w && r["fetched"].as_u64() > Some(0)),
+            "{w} fetched nothing: {runs:?}"
+        );
+    }
+}
+
+#[test]
+fn sighup_reloads_the_sources_and_keeps_a_bad_config_out() {
+    let s = Scratch::new();
+    let http = haul_http::testserver::TestServer::start().expect("nginx");
+    write_file(&http.root().join("one/a.bin"), 1000, 1);
+    write_file(&http.root().join("two/b.bin"), 1000, 2);
+    let config = s.path("haul.toml");
+    let source = |name: &str| {
+        format!(
+            "\n[[source]]\nname = \"{name}\"\nurl = \"{}\"\ndest = \"{}\"\nschedule = \"every 1s\"\n",
+            http.http_url(&format!("/{name}/")),
+            s.path(name).display()
+        )
+    };
+    let head = format!(
+        "catalog = \"sqlite:{}\"\nstatus = \"off\"\n",
+        s.path("catalog.db").display()
+    );
+    std::fs::write(&config, format!("{head}{}", source("one"))).unwrap();
+    let mut daemon = Daemon::start(&config, &s.path("daemon.log"));
+    wait_for(Duration::from_secs(20), "the first source's file", || {
+        s.path("one/a.bin").exists()
+    });
+    // A config with a typo: reported, the running one kept.
+    std::fs::write(&config, format!("{head}{}shedule = 1\n", source("two"))).unwrap();
+    unsafe { libc::kill(daemon.child.id() as i32, libc::SIGHUP) };
+    wait_for(Duration::from_secs(10), "the bad config reported", || {
+        daemon.log().contains("keeping the running configuration")
+    });
+    assert!(daemon.log().contains("shedule"), "{}", daemon.log());
+    std::fs::write(&config, format!("{head}{}{}", source("one"), source("two"))).unwrap();
+    unsafe { libc::kill(daemon.child.id() as i32, libc::SIGHUP) };
+    wait_for(Duration::from_secs(20), "the new source's file", || {
+        s.path("two/b.bin").exists()
+    });
+    assert_eq!(daemon.terminate().code(), Some(0), "{}", daemon.log());
+    assert_eq!(gets(&nginx_log(&http), "/one/a.bin"), 1);
+}
