@@ -331,6 +331,25 @@ impl Destination {
         meta.is_file().then_some(meta.size)
     }
 
+    /// The BLAKE3 of the regular file at `rel`, if one is there and can be
+    /// read (opened beneath the held root, no symlink followed; nothing is
+    /// created on the way). `--checksum` compares it with the source's.
+    pub fn hash_existing(&self, rel: &str) -> Option<blake3::Hash> {
+        let file = self.open_existing(rel)?;
+        let mut hasher = blake3::Hasher::new();
+        hasher.update_reader(file).ok()?;
+        Some(hasher.finalize())
+    }
+
+    /// Opens the regular file at `rel` for reading, if one is there
+    /// (beneath the held root, no symlink followed, nothing created).
+    pub fn open_existing(&self, rel: &str) -> Option<std::fs::File> {
+        let comps = validate_entry_path(rel).ok()?;
+        let (last, parents) = comps.split_last()?;
+        let dir = self.root.open_dir(parents).ok()?;
+        dir.open_regular(last).ok().map(|(file, _)| file)
+    }
+
     /// What is at `place` now (not following a symlink) — unless its
     /// directory was created here and the name is used in it for the first
     /// time: then nothing can be there ([`known_dirs`]).

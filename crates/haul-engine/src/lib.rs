@@ -5,12 +5,14 @@
 //! - [`source`]: the [`source::Source`] abstraction and local trees.
 //! - [`destination`]: the receiving root — path safety, staging, atomic commit.
 //! - [`partial`]: a file being received, with its resume log.
+//! - [`mirror`]: `--delete` at a local destination, beneath a held root.
 //! - [`chunks`]: chunk sources (local files, bytes, files still being
 //!   received) and sinks, which take only verified chunks.
 
 pub mod chunks;
 pub mod destination;
 pub mod filtered;
+pub mod mirror;
 /// Chunk digests and whole-file hashes: the protocol's, in [`haul_proto::digest`].
 pub use haul_proto::digest as hash;
 pub mod partial;

@@ -494,6 +494,20 @@ pub fn open_local(entry: &SourceEntry) -> Result<File, SourceError> {
     open_data(&entry.local, entry.data.as_ref())
 }
 
+/// The BLAKE3 of a local entry's data, read through the directory the walk
+/// held (`--checksum`, `haul check`).
+pub fn hash_local(entry: &SourceEntry) -> Result<blake3::Hash, SourceError> {
+    let file = open_local(entry)?;
+    let mut hasher = blake3::Hasher::new();
+    hasher
+        .update_reader(file)
+        .map_err(|source| SourceError::Io {
+            path: entry.local.display().to_string(),
+            source,
+        })?;
+    Ok(hasher.finalize())
+}
+
 /// Opens the data of the local file shown as `local` (see [`open_local`]).
 pub fn open_data(local: &Path, data: Option<&LocalData>) -> Result<File, SourceError> {
     let io = |source| SourceError::Io {

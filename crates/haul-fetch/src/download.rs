@@ -68,7 +68,11 @@ async fn deliver(ctx: &Arc<Ctx>, mut job: FileJob) -> GateOutcome {
         size: job.entry.size.unwrap_or(0),
     });
     let mut backoff = Backoff::with_base(ctx.opts.retries, ctx.opts.retry_base);
+    // `--checksum` states a file that is here already: a stat may offer
+    // checksums a listing leaves out.
+    let compare = ctx.opts.checksum && ctx.existing_size(&job.dest_rel).is_some();
     let mut restat = job.entry.size.is_none()
+        || (compare && !job.stated)
         || (ctx.pool.remote().stat_before_read() && !job.stated)
         || (resumable(&job.entry) && !ctx.pool.remote().listing_is_exact() && !job.stated);
     if restat && known_up_to_date(ctx, &job) {
@@ -222,7 +226,7 @@ fn known_up_to_date(ctx: &Ctx, job: &FileJob) -> bool {
     if ctx.opts.skip_existing {
         return ctx.existing_size(&job.dest_rel).is_some();
     }
-    if !ctx.opts.quick_check || !ctx.pool.remote().listing_is_exact() {
+    if !ctx.opts.quick_check || ctx.opts.checksum || !ctx.pool.remote().listing_is_exact() {
         return false;
     }
     let Some(Ok(since_epoch)) = job.entry.mtime.map(|t| t.duration_since(UNIX_EPOCH)) else {
@@ -238,6 +242,44 @@ fn known_up_to_date(ctx: &Ctx, job: &FileJob) -> bool {
     match proto_entry(ctx, &listed) {
         Ok((entry, _)) => ctx.dest.quick_check(&entry),
         Err(_) => false,
+    }
+}
+
+/// What `--checksum` found for a file at the destination.
+enum Verdict {
+    /// Every checksum the source offers matches the local file.
+    Same,
+    /// One differs, or the sizes do: fetched again.
+    Differs,
+    /// Nothing of the source's size is here: fetched.
+    Absent,
+    /// The source offers no checksum: the quick check decides.
+    Unknown,
+}
+
+/// Compares the file at `rel` with the checksums the source offers for it
+/// (read on a blocking thread, beneath the destination's held root).
+async fn by_checksums(
+    ctx: &Arc<Ctx>,
+    rel: &str,
+    size: u64,
+    sums: &[haul_remote::Checksum],
+) -> Verdict {
+    if ctx.existing_size(rel) != Some(size) {
+        return Verdict::Absent;
+    }
+    if sums.is_empty() {
+        return Verdict::Unknown;
+    }
+    let (dest, rel, sums) = (ctx.dest.clone(), rel.to_owned(), sums.to_vec());
+    let matched = tokio::task::spawn_blocking(move || {
+        crate::verify::file_matches(dest.open_existing(&rel)?, &sums)
+    })
+    .await;
+    match matched {
+        Ok(Some(true)) => Verdict::Same,
+        // Unreadable here: fetching it again writes a fresh copy.
+        _ => Verdict::Differs,
     }
 }
 
@@ -307,7 +349,20 @@ async fn attempt(
     }
     let (entry, version) = proto_entry(ctx, job)?;
     let size = entry.size;
-    if ctx.opts.skip_existing || job.entry.mtime.is_none() {
+    let mut quick_check = ctx.opts.quick_check;
+    if ctx.opts.checksum && !ctx.opts.skip_existing {
+        match by_checksums(ctx, &entry.path, size, &job.entry.checksums).await {
+            Verdict::Same => {
+                ctx.pool.give_back(lease);
+                return Ok(Outcome::UpToDate);
+            }
+            Verdict::Differs | Verdict::Absent => quick_check = false,
+            Verdict::Unknown => {
+                ctx.unchecked.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+    }
+    if quick_check && (ctx.opts.skip_existing || job.entry.mtime.is_none()) {
         // Without a remote mtime the quick check can only compare sizes.
         if let Some(existing) = ctx.existing_size(&entry.path) {
             if ctx.opts.skip_existing || existing == size {
@@ -318,7 +373,7 @@ async fn attempt(
     }
     let prepared = ctx
         .dest
-        .prepare_file_version(&entry, &version, ctx.opts.quick_check)
+        .prepare_file_version(&entry, &version, quick_check)
         .map_err(local)?;
     let part = match prepared {
         Prepared::UpToDate => {

@@ -8,6 +8,7 @@
 //! want it, and large files from inexact listings) equals the local
 //! file's.
 
+use std::collections::HashSet;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::UNIX_EPOCH;
@@ -60,8 +61,16 @@ pub async fn dry_run_fetch(
         }
     };
     let mut session = None;
+    // With --delete: every destination path the source has.
+    let mut listed_paths = HashSet::new();
+    if opts.delete && !prefix.is_empty() {
+        listed_paths.insert(prefix.trim_end_matches('/').to_owned());
+    }
     for listed in listing.entries {
         let dest_rel = format!("{prefix}{}", listed.path);
+        if opts.delete {
+            listed_paths.insert(dest_rel.clone());
+        }
         let here = root.as_ref().and_then(|r| stat_beneath(r, &dest_rel));
         let (action, size) = match listed.entry.kind {
             EntryKind::Dir => {
@@ -95,10 +104,31 @@ pub async fn dry_run_fetch(
                             };
                             entry = s.stat(at).await.unwrap_or(entry);
                         }
-                        if same_time(&entry, &m) {
-                            DryRunAction::UpToDate
-                        } else {
-                            DryRunAction::Send
+                        let by_content = match &root {
+                            Some(root) if opts.checksum => {
+                                let s = match &mut session {
+                                    Some(s) => s,
+                                    None => session.insert(remote.connect().await?),
+                                };
+                                let at = if single_file {
+                                    path.to_owned()
+                                } else {
+                                    format!("{trimmed}/{}", listed.path)
+                                };
+                                if let Ok(fresh) = s.stat(&at).await {
+                                    if !fresh.checksums.is_empty() {
+                                        entry.checksums = fresh.checksums;
+                                    }
+                                }
+                                content_matches(root, &dest_rel, &entry.checksums)
+                            }
+                            _ => None,
+                        };
+                        match by_content {
+                            Some(true) => DryRunAction::UpToDate,
+                            Some(false) => DryRunAction::Send,
+                            None if same_time(&entry, &m) => DryRunAction::UpToDate,
+                            None => DryRunAction::Send,
                         }
                     }
                 };
@@ -112,7 +142,92 @@ pub async fn dry_run_fetch(
             action,
         });
     }
+    if opts.delete {
+        if report.errors > 0 {
+            observer.event(&Event::Warning {
+                message: "--delete: nothing would be deleted, because the listing was not complete"
+                    .into(),
+            });
+        } else {
+            would_delete(
+                dest,
+                prefix.trim_end_matches('/'),
+                &listed_paths,
+                opts,
+                &*observer,
+                &mut report,
+            );
+        }
+    }
     Ok(report)
+}
+
+/// `--delete` in a dry run: what DEST holds under `top` that the source
+/// (`listed`, destination paths) does not have.
+fn would_delete(
+    dest: &Path,
+    top: &str,
+    listed: &HashSet<String>,
+    opts: &FetchOptions,
+    observer: &dyn Observer,
+    report: &mut DryRunReport,
+) {
+    let mut entries = Vec::new();
+    match haul_engine::mirror::walk_dest(dest, top) {
+        Ok(None) => return,
+        Ok(Some(walk)) => {
+            for item in walk {
+                match item {
+                    Ok(src) => entries.push(src.entry),
+                    Err(e) if e.is_skip() => {}
+                    Err(e) => {
+                        report.errors += 1;
+                        observer.event(&Event::FileError {
+                            path: e.path().to_owned(),
+                            error: e.to_string(),
+                        });
+                        return;
+                    }
+                }
+            }
+        }
+        Err(error) => {
+            report.errors += 1;
+            observer.event(&Event::FileError {
+                path: dest.display().to_string(),
+                error,
+            });
+            return;
+        }
+    }
+    let filter = Arc::new(opts.filter.clone());
+    let entries = haul_engine::mirror::filtered(entries, Some(&filter), top);
+    let source: HashSet<&str> = listed.iter().map(String::as_str).collect();
+    for e in haul_engine::mirror::deletions(&entries, &source) {
+        let size = if e.kind == haul_proto::EntryKind::File {
+            e.size
+        } else {
+            0
+        };
+        report.count(DryRunAction::Delete, size);
+        observer.event(&Event::DryRun {
+            path: e.path.clone(),
+            size,
+            action: DryRunAction::Delete,
+        });
+    }
+}
+
+/// `--checksum`: whether the local file at `rel` matches every checksum
+/// the source offers; `None` when it offers none (the quick check decides).
+fn content_matches(root: &Root, rel: &str, sums: &[haul_remote::Checksum]) -> Option<bool> {
+    if sums.is_empty() {
+        return None;
+    }
+    let comps = haul_proto::validate_entry_path(rel).ok()?;
+    let (last, parents) = comps.split_last()?;
+    let file = root.open_dir(parents).ok()?.open_regular(last).ok()?.0;
+    Some(crate::verify::file_matches(file, sums).unwrap_or(false))
 }
 
 /// The pull's quick check on times: no remote mtime means the size decides;

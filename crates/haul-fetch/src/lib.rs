@@ -87,6 +87,16 @@ pub struct FetchOptions {
     pub quick_check: bool,
     /// Skip any file that already exists at the destination, whatever its size.
     pub skip_existing: bool,
+    /// `--checksum`: a file at the destination with the source's size is up
+    /// to date when it matches every checksum the source offers for it
+    /// (stated first), and fetched again when one differs, whatever the
+    /// mtimes say; where the source offers none, the quick check decides
+    /// (and a warning counts those files).
+    pub checksum: bool,
+    /// `--delete` (mirror): once every file was delivered and nothing
+    /// failed, the source is listed again and what the destination holds
+    /// under it that the source does not have is removed.
+    pub delete: bool,
     /// What the crawl takes.
     pub filter: Filter,
     /// Destination paths from a template.
@@ -113,6 +123,8 @@ impl Default for FetchOptions {
             retry_base: Duration::from_millis(500),
             quick_check: true,
             skip_existing: false,
+            checksum: false,
+            delete: false,
             filter: Filter::default(),
             rename: None,
             verify_sidecar: false,
@@ -171,6 +183,9 @@ pub(crate) struct Ctx {
     pub(crate) renamed: std::sync::Mutex<std::collections::HashMap<String, String>>,
     /// Checksum files delivered but not deleted by `--delete-source`.
     pub(crate) kept_sidecars: AtomicU64,
+    /// `--checksum`: files of the source's size the source offered no
+    /// checksum for (the quick check decided them).
+    pub(crate) unchecked: AtomicU64,
     /// With `--verify-sidecar`: how many files had no checksum file, and
     /// the first few of them.
     pub(crate) without_sidecar: std::sync::Mutex<(u64, Vec<String>)>,
@@ -263,10 +278,80 @@ pub async fn fetch(
     } else {
         format!("{path}/")
     };
-    let crawler = tokio::spawn(crawl::crawl(ctx.clone(), dir, jobs_tx));
+    let crawler = tokio::spawn(crawl::crawl(ctx.clone(), dir.clone(), jobs_tx));
     run_workers(ctx.clone(), jobs_rx).await;
-    let _ = crawler.await;
+    let crawled = crawler.await.is_ok();
+    if ctx.opts.delete {
+        mirror(&ctx, &dir, dest, crawled).await;
+    }
     Ok(finish(&ctx, &destination, started))
+}
+
+/// `--delete`: once nothing failed, lists the source again (complete, or
+/// nothing is deleted) and removes what DEST holds under the source's top
+/// that the source does not have, through the filter (what it leaves out
+/// is kept).
+async fn mirror(ctx: &Ctx, dir: &str, dest: &Path, crawled: bool) {
+    let failed = ctx.tally.failed();
+    if failed > 0 || !crawled {
+        let why = if crawled {
+            format!("{failed} file(s) failed")
+        } else {
+            "the listing stopped".into()
+        };
+        ctx.tally.event(&Event::Warning {
+            message: format!("--delete: nothing deleted, because {why}; fix that and run again"),
+        });
+        return;
+    }
+    let filter = Arc::new(ctx.opts.filter.clone());
+    let listing = listing::list_remote(ctx.pool.remote().clone(), dir, true, filter).await;
+    let listing = match listing {
+        Ok(l) if l.errors.is_empty() => l,
+        Ok(l) => {
+            let (path, error) = &l.errors[0];
+            ctx.tally.event(&Event::Warning {
+                message: format!(
+                    "--delete: nothing deleted, because the source's listing was not complete ({path}: {error})"
+                ),
+            });
+            return;
+        }
+        Err(e) => {
+            ctx.tally.event(&Event::Warning {
+                message: format!(
+                    "--delete: nothing deleted, because the source could not be listed again ({e})"
+                ),
+            });
+            return;
+        }
+    };
+    let top = ctx.opts.dest_prefix.clone();
+    let mut source: std::collections::HashSet<String> = listing
+        .entries
+        .into_iter()
+        .map(|l| crawl::join_rel(&top, &l.path))
+        .collect();
+    if !top.is_empty() {
+        source.insert(top.clone());
+    }
+    let filter = Arc::new(ctx.opts.filter.clone());
+    let mut on = |p: haul_engine::mirror::Pruned| match p {
+        haul_engine::mirror::Pruned::Deleted { path, size } => {
+            ctx.tally.event(&Event::Deleted { path, size })
+        }
+        haul_engine::mirror::Pruned::Failed { path, error } => ctx.tally.event(&Event::FileError {
+            path,
+            error: format!("--delete could not remove it: {error}"),
+        }),
+    };
+    if let Err(e) = haul_engine::mirror::prune(dest, &top, &source, Some(&filter), &mut on) {
+        ctx.tally.event(&Event::Warning {
+            message: format!(
+                "--delete: nothing deleted, because the destination could not be read in full ({e})"
+            ),
+        });
+    }
 }
 
 fn ctx(
@@ -287,6 +372,7 @@ fn ctx(
         received: AtomicU64::new(0),
         renamed: std::sync::Mutex::new(std::collections::HashMap::new()),
         kept_sidecars: AtomicU64::new(0),
+        unchecked: AtomicU64::new(0),
         without_sidecar: std::sync::Mutex::new((0, Vec::new())),
     })
 }
@@ -307,6 +393,14 @@ fn finish(ctx: &Ctx, dest: &Destination, started: Instant) -> Summary {
                 ),
             });
         }
+    }
+    let unchecked = ctx.unchecked.load(Ordering::Relaxed);
+    if unchecked > 0 {
+        ctx.tally.event(&Event::Warning {
+            message: format!(
+                "--checksum: the source offers no checksum for {unchecked} file(s) already here; they were compared by size and mtime"
+            ),
+        });
     }
     let kept = ctx.kept_sidecars.load(Ordering::Relaxed);
     if kept > 0 {

@@ -117,6 +117,21 @@ impl Hashers {
     }
 }
 
+/// Whether `file` (read to its end) matches every one of `sums`; `None`
+/// when it cannot be read (`--checksum`).
+pub(crate) fn file_matches(mut file: std::fs::File, sums: &[Checksum]) -> Option<bool> {
+    let mut hashers = Hashers::for_checksums(sums);
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = std::io::Read::read(&mut file, &mut buf).ok()?;
+        if n == 0 {
+            break;
+        }
+        hashers.update(&buf[..n]);
+    }
+    Some(hashers.check(sums).is_empty())
+}
+
 /// Reads the staged file once and checks it against `expected`.
 pub fn check_staged(
     part: &PartialFile,

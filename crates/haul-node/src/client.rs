@@ -1,7 +1,7 @@
 //! `haul push`, `haul pull` and local copies: a pool of connections sharing
 //! one work queue, with retries and the `auto` concurrency controller.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -10,7 +10,9 @@ use haul_engine::haul_root::Root;
 use haul_engine::{
     split_ranges, Destination, EntryFilter, EntryIter, Filter, LocalTree, Source as _, SourceEntry,
 };
-use haul_proto::{DecodeError, EntryKind, ErrorCode, Message, Request, PROTOCOL_VERSION};
+use haul_proto::{
+    DecodeError, Digest, Entry, EntryKind, ErrorCode, Message, Request, PROTOCOL_VERSION,
+};
 use haul_session::concurrency::Concurrency;
 use haul_session::summary::{Summary, Tally};
 use haul_session::{Event, Observer};
@@ -205,7 +207,7 @@ pub(crate) fn send_queue(
     tally: &Arc<Tally>,
     fanout: Option<usize>,
     seen: Option<Arc<Mutex<HashSet<String>>>>,
-    same_at: Option<Arc<Root>>,
+    same: Option<Arc<SameContent>>,
 ) -> Result<Arc<WorkQueue<SendJob>>, NodeError> {
     let mut iters: Vec<EntryIter> = Vec::new();
     for s in sources {
@@ -227,8 +229,8 @@ pub(crate) fn send_queue(
                         seen.insert(src.entry.path.clone());
                     }
                 }
-                if let Some(root) = &same_at {
-                    if src.entry.kind == EntryKind::File && same_content(&src, root) {
+                if let Some(same) = &same {
+                    if src.entry.kind == EntryKind::File && same.holds(&src) {
                         observer.event(&Event::up_to_date(src.entry.path.clone(), src.entry.size));
                         return Vec::new();
                     }
@@ -253,6 +255,62 @@ pub(crate) fn send_queue(
             }
         });
     Ok(WorkQueue::fed_by(feed))
+}
+
+/// `--checksum`: what each file to send is compared with; a file whose
+/// content is already there is up to date and not offered.
+pub(crate) enum SameContent {
+    /// A local destination (a local copy), read through held descriptors.
+    At(Arc<Root>),
+    /// What the node holds, by wire path: size and BLAKE3 (its listing
+    /// with sums, `Request::List{sums}`).
+    Listed(HashMap<String, (u64, Digest)>),
+}
+
+impl SameContent {
+    /// Whether the destination holds `src`'s content under its path.
+    fn holds(&self, src: &SourceEntry) -> bool {
+        match self {
+            Self::At(root) => same_content(src, root),
+            Self::Listed(sums) => match sums.get(&src.entry.path) {
+                Some((size, digest)) if *size == src.entry.size => {
+                    haul_engine::source::hash_local(src).is_ok_and(|h| h.as_bytes() == digest)
+                }
+                _ => false,
+            },
+        }
+    }
+
+    /// What the node holds under `dest` for each of `sources` (the push's
+    /// wire paths), hashed by the node.
+    pub(crate) async fn listed(
+        remote: &NodeUrl,
+        dest: &str,
+        sources: &[String],
+        opts: &ClientOptions,
+        tally: &Tally,
+    ) -> Result<Self, NodeError> {
+        let mut sums = HashMap::new();
+        for source in sources {
+            let top = LocalTree::new(source)
+                .map(|t| t.top_name().to_owned())
+                .map_err(|e| NodeError::Usage(e.to_string()))?;
+            let under = crate::mirror::under_dest(dest, &top);
+            let side =
+                crate::dry_run::list_node_with(&remote.addr, opts, &under, true, tally).await?;
+            for (path, why) in side.unreadable {
+                tally.event(&Event::Warning {
+                    message: format!("--checksum: {path} is sent again: {why}"),
+                });
+            }
+            for e in side.entries {
+                if let Some(d) = side.sums.get(&e.path) {
+                    sums.insert(e.path, (e.size, *d));
+                }
+            }
+        }
+        Ok(Self::Listed(sums))
+    }
 }
 
 /// `--checksum`: whether the file at `src`'s path beneath `root` has the
@@ -322,9 +380,18 @@ pub async fn push(
     }
     let tally = Tally::new(observer);
     let seen = opts.delete.then(|| Arc::new(Mutex::new(HashSet::new())));
-    let queue = send_queue(sources, opts, &tally, None, seen.clone(), None)?;
+    let same = match opts.checksum {
+        true => Some(Arc::new(
+            SameContent::listed(remote, &dest, sources, opts, &tally).await?,
+        )),
+        false => None,
+    };
+    let queue = send_queue(sources, opts, &tally, None, seen.clone(), same)?;
     // Fail fast on a wrong address, token or key before spawning workers.
-    let request = Request::Push { dest };
+    let request = Request::Push {
+        dest,
+        checksum: opts.checksum,
+    };
     let first = open_session(&remote.addr, opts, request.clone()).await?;
     let ctx = SenderCtx::for_client(opts, &tally, ChunkBuffers::new(opts.chunk_memory));
     let (workers, err) = send_all(
@@ -436,11 +503,17 @@ pub async fn pull(
         opts,
         Request::List {
             path: remote.path.clone(),
+            sums: opts.checksum,
         },
     )
     .await?;
     // Only now that the node lists the path: a refused pull leaves no DEST.
     let destination = Destination::open(dest)?;
+    if opts.checksum {
+        // Files were compared by content while listed: none is skipped
+        // for its size and mtime.
+        destination.receive_everything_offered();
+    }
     destination.apply_dir_metadata_at_end();
     let queue: Arc<WorkQueue<FetchJob>> = WorkQueue::open();
     let base = list_base(&remote.path);
@@ -469,6 +542,7 @@ pub async fn pull(
         chunk_work: opts.chunk_work,
         buffers: ChunkBuffers::new(opts.chunk_memory),
         relay: None,
+        quick_check: true,
     };
     let retire = || queue.retire_one();
     let (workers, mut err) = run_pool(opts.jobs, &tally, &retire, || {
@@ -556,7 +630,7 @@ async fn read_listing(
     rd: &mut Box<dyn haul_transport::MessageReader>,
     queue: &WorkQueue<FetchJob>,
     tally: &Tally,
-    dest: &Destination,
+    dest: &Arc<Destination>,
     base: &str,
     opts: &ClientOptions,
     top: &str,
@@ -568,6 +642,8 @@ async fn read_listing(
         .clone()
         .map(|f| EntryFilter::new(f, top.to_owned()));
     let mut taken = Vec::new();
+    // With --checksum: the node's BLAKE3 of each file it listed.
+    let mut sums: HashMap<String, Digest> = HashMap::new();
     loop {
         let entry = match rd.recv().await? {
             Message::Listing { entry } => entry,
@@ -588,6 +664,7 @@ async fn read_listing(
                 });
                 continue;
             }
+            Message::KeepAlive => continue,
             Message::Bye => return Ok(listed),
             other => {
                 return Err(NodeError::Protocol(format!(
@@ -595,6 +672,12 @@ async fn read_listing(
                 )))
             }
         };
+        if opts.checksum && entry.kind == EntryKind::File {
+            // Its hash (or why the node could not read it) comes next.
+            if let Some(root) = recv_hash(rd, &entry.path).await? {
+                sums.insert(entry.path.clone(), root);
+            }
+        }
         match &mut chosen {
             Some(chosen) => taken = chosen.offer(&entry.clone(), entry),
             None => taken.push(entry),
@@ -603,9 +686,54 @@ async fn read_listing(
             if opts.delete {
                 listed.insert(entry.path.clone());
             }
+            if opts.checksum
+                && entry.kind == EntryKind::File
+                && holds_content(dest, &entry, sums.remove(&entry.path)).await
+            {
+                tally.event(&Event::up_to_date(entry.path.clone(), entry.size));
+                continue;
+            }
             take_listed(entry, queue, tally, dest, base, opts);
         }
     }
+}
+
+/// In a listing with sums, what follows a file's entry: its BLAKE3, or
+/// `None` when the node could not read it (its fetch then fails and says
+/// why).
+async fn recv_hash(
+    rd: &mut Box<dyn haul_transport::MessageReader>,
+    path: &str,
+) -> Result<Option<Digest>, NodeError> {
+    loop {
+        match rd.recv().await? {
+            Message::Hashed { root } => return Ok(Some(root)),
+            Message::FileError { .. } => return Ok(None),
+            Message::KeepAlive => {}
+            other => {
+                return Err(NodeError::Protocol(format!(
+                    "expected Hashed for {path}, got {other:?}"
+                )))
+            }
+        }
+    }
+}
+
+/// `--checksum` for a pull: whether DEST holds a file of `entry`'s size
+/// whose BLAKE3 is the node's `digest` (hashed on a blocking thread).
+async fn holds_content(dest: &Arc<Destination>, entry: &Entry, digest: Option<Digest>) -> bool {
+    let Some(digest) = digest else {
+        return false;
+    };
+    if dest.existing_file_size(&entry.path) != Some(entry.size) {
+        return false;
+    }
+    let (dest, path) = (dest.clone(), entry.path.clone());
+    tokio::task::spawn_blocking(move || dest.hash_existing(&path))
+        .await
+        .ok()
+        .flatten()
+        .is_some_and(|h| *h.as_bytes() == digest)
 }
 
 /// Makes a listed directory or link, or queues a listed file unless it
@@ -627,7 +755,7 @@ fn take_listed(
         EntryKind::File => {
             if let Err(e) = haul_proto::validate_entry_path(&entry.path) {
                 Err(e.into())
-            } else if dest.quick_check(&entry) {
+            } else if !opts.checksum && dest.quick_check(&entry) {
                 tally.event(&Event::up_to_date(path.clone(), entry.size));
                 Ok(())
             } else {
@@ -691,15 +819,15 @@ pub async fn copy_local(
     let tally = Tally::new(observer);
     let seen = opts.delete.then(|| Arc::new(Mutex::new(HashSet::new())));
     let destination = Destination::open(dest)?;
-    let same_at = if opts.checksum {
+    let same = if opts.checksum {
         destination.receive_everything_offered();
-        Some(Arc::new(Root::open(dest).map_err(|e| {
-            NodeError::Usage(format!("cannot open {}: {e}", dest.display()))
-        })?))
+        let root = Root::open(dest)
+            .map_err(|e| NodeError::Usage(format!("cannot open {}: {e}", dest.display())))?;
+        Some(Arc::new(SameContent::At(Arc::new(root))))
     } else {
         None
     };
-    let queue = send_queue(sources, opts, &tally, None, seen.clone(), same_at)?;
+    let queue = send_queue(sources, opts, &tally, None, seen.clone(), same)?;
     destination.apply_dir_metadata_at_end();
     let sctx = SenderCtx::for_client(opts, &tally, ChunkBuffers::new(opts.chunk_memory));
     let rctx = ReceiverCtx {
@@ -713,6 +841,7 @@ pub async fn copy_local(
         // receiver must never leave it without one.
         buffers: ChunkBuffers::new(opts.chunk_memory),
         relay: None,
+        quick_check: true,
     };
     let timeouts: Timeouts = opts.timeouts;
     let retire = || queue.retire_one();

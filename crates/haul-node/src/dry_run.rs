@@ -9,9 +9,9 @@ use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::Arc;
 
-use haul_engine::haul_root::Root;
-use haul_engine::{EntryFilter, LocalTree, Source as _};
-use haul_proto::{Entry, EntryKind, ErrorCode, Message, Request};
+use haul_engine::source::hash_local;
+use haul_engine::{LocalTree, Source as _, SourceEntry};
+use haul_proto::{Digest, Entry, EntryKind, ErrorCode, Message, Request};
 use haul_session::summary::DryRunReport;
 use haul_session::{DryRunAction, Event, Observer};
 
@@ -24,6 +24,28 @@ use crate::{NodeError, NodeUrl};
 pub(crate) struct Side {
     pub entries: Vec<Entry>,
     pub errors: u64,
+    /// With a listing with sums: each readable file's BLAKE3 by path.
+    pub sums: HashMap<String, Digest>,
+    /// With a listing with sums: files the node could not read, and why.
+    pub unreadable: Vec<(String, String)>,
+}
+
+impl Side {
+    /// Adds a walked entry; with `sums`, a file's BLAKE3 too (or why it
+    /// could not be read).
+    fn take(&mut self, src: SourceEntry, sums: bool) {
+        if sums && src.entry.kind == EntryKind::File {
+            match hash_local(&src) {
+                Ok(h) => {
+                    self.sums.insert(src.entry.path.clone(), *h.as_bytes());
+                }
+                Err(e) => self
+                    .unreadable
+                    .push((src.entry.path.clone(), e.to_string())),
+            }
+        }
+        self.entries.push(src.entry);
+    }
 }
 
 /// A dry run of `haul push SOURCES REMOTE`.
@@ -38,15 +60,19 @@ pub async fn dry_run_push(
     haul_proto::validate_rel_path(&dest).map_err(|e| NodeError::Usage(e.to_string()))?;
     let mut report = DryRunReport::default();
     for s in sources {
-        let (source, top) = walk_local(s, opts, observer.as_ref())?;
-        let under = match (dest.is_empty(), top.is_empty()) {
-            (true, _) => format!("{top}/"),
-            (false, true) => format!("{dest}/"),
-            (false, false) => format!("{dest}/{top}"),
-        };
-        let theirs = list_node(&remote.addr, opts, &under, observer.as_ref()).await?;
+        let (source, top) = walk_local(s, opts, opts.checksum, observer.as_ref())?;
+        let under = crate::mirror::under_dest(&dest, &top);
+        let theirs =
+            list_node_with(&remote.addr, opts, &under, opts.checksum, observer.as_ref()).await?;
         let theirs = filtered(theirs, opts, &top);
-        compare(source, theirs, delete, observer.as_ref(), &mut report);
+        compare(
+            source,
+            theirs,
+            delete,
+            opts.checksum,
+            observer.as_ref(),
+            &mut report,
+        );
     }
     Ok(report)
 }
@@ -63,7 +89,14 @@ pub async fn dry_run_pull(
         crate::mirror::check_dest(dest)?;
     }
     let top = crate::client::list_top(&remote.path);
-    let theirs = list_node(&remote.addr, opts, &remote.path, observer.as_ref()).await?;
+    let theirs = list_node_with(
+        &remote.addr,
+        opts,
+        &remote.path,
+        opts.checksum,
+        observer.as_ref(),
+    )
+    .await?;
     if theirs.entries.is_empty() && theirs.errors == 0 {
         return Err(NodeError::Refused {
             code: ErrorCode::NotFound,
@@ -71,9 +104,17 @@ pub async fn dry_run_pull(
         });
     }
     let source = filtered(theirs, opts, &top);
-    let ours = filtered(walk_dest(dest, &top, observer.as_ref()), opts, &top);
+    let ours = walk_dest(dest, &top, opts.checksum, observer.as_ref());
+    let ours = filtered(ours, opts, &top);
     let mut report = DryRunReport::default();
-    compare(source, ours, delete, observer.as_ref(), &mut report);
+    compare(
+        source,
+        ours,
+        delete,
+        opts.checksum,
+        observer.as_ref(),
+        &mut report,
+    );
     Ok(report)
 }
 
@@ -90,17 +131,27 @@ pub fn dry_run_local(
     }
     let mut report = DryRunReport::default();
     for s in sources {
-        let (source, top) = walk_local(s, opts, observer.as_ref())?;
-        let ours = filtered(walk_dest(dest, &top, observer.as_ref()), opts, &top);
-        compare(source, ours, delete, observer.as_ref(), &mut report);
+        let (source, top) = walk_local(s, opts, opts.checksum, observer.as_ref())?;
+        let ours = walk_dest(dest, &top, opts.checksum, observer.as_ref());
+        let ours = filtered(ours, opts, &top);
+        compare(
+            source,
+            ours,
+            delete,
+            opts.checksum,
+            observer.as_ref(),
+            &mut report,
+        );
     }
     Ok(report)
 }
 
-/// A local source walked with the transfer's filter, and its top's name.
+/// A local source walked with the transfer's filter, and its top's name;
+/// with `sums`, each file hashed ([`Side::sums`]).
 pub(crate) fn walk_local(
     source: &str,
     opts: &ClientOptions,
+    sums: bool,
     observer: &dyn Observer,
 ) -> Result<(Side, String), NodeError> {
     let mut tree = LocalTree::new(source).map_err(|e| NodeError::Usage(e.to_string()))?;
@@ -111,7 +162,7 @@ pub(crate) fn walk_local(
     let mut side = Side::default();
     for item in Box::new(tree).entries() {
         match item {
-            Ok(src) => side.entries.push(src.entry),
+            Ok(src) => side.take(src, sums),
             Err(e) if e.is_skip() => observer.event(&Event::Warning {
                 message: e.to_string(),
             }),
@@ -129,36 +180,25 @@ pub(crate) fn walk_local(
 
 /// What a local DEST holds where the source's top would go (`top` empty:
 /// DEST's own contents, without haul's state directory). A DEST that does
-/// not exist holds nothing; nothing is created.
-pub(crate) fn walk_dest(dest: &Path, top: &str, observer: &dyn Observer) -> Side {
+/// not exist holds nothing; nothing is created. With `sums`, each file is
+/// hashed ([`Side::sums`]).
+pub(crate) fn walk_dest(dest: &Path, top: &str, sums: bool, observer: &dyn Observer) -> Side {
     let mut side = Side::default();
-    let root = match Root::open(dest) {
-        Ok(root) => root,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return side,
-        Err(e) => {
+    let walk = match haul_engine::mirror::walk_dest(dest, top) {
+        Ok(Some(walk)) => walk,
+        Ok(None) => return side,
+        Err(error) => {
             side.errors += 1;
             observer.event(&Event::FileError {
                 path: dest.display().to_string(),
-                error: format!("cannot read the destination: {e}"),
+                error,
             });
             return side;
         }
     };
-    let tree = match LocalTree::beneath(&root, top, top.is_empty()) {
-        Ok(tree) => tree,
-        Err(haul_engine::haul_root::ResolveError::NotFound(_)) => return side,
-        Err(e) => {
-            side.errors += 1;
-            observer.event(&Event::FileError {
-                path: top.to_owned(),
-                error: format!("cannot read the destination: {e}"),
-            });
-            return side;
-        }
-    };
-    for item in Box::new(tree).entries() {
+    for item in walk {
         match item {
-            Ok(src) => side.entries.push(src.entry),
+            Ok(src) => side.take(src, sums),
             // What the destination holds that cannot travel is not the
             // source's: left alone, and not a failure.
             Err(e) if e.is_skip() => {}
@@ -182,7 +222,23 @@ pub(crate) async fn list_node(
     path: &str,
     observer: &dyn Observer,
 ) -> Result<Side, NodeError> {
-    let (mut r, mut w) = match open_session(addr, opts, Request::List { path: path.into() }).await {
+    list_node_with(addr, opts, path, false, observer).await
+}
+
+/// [`list_node`], with `sums`: the node hashes every file it lists
+/// ([`Side::sums`], [`Side::unreadable`]).
+pub(crate) async fn list_node_with(
+    addr: &str,
+    opts: &ClientOptions,
+    path: &str,
+    sums: bool,
+    observer: &dyn Observer,
+) -> Result<Side, NodeError> {
+    let request = Request::List {
+        path: path.into(),
+        sums,
+    };
+    let (mut r, mut w) = match open_session(addr, opts, request).await {
         Ok(conn) => conn,
         Err(NodeError::Refused {
             code: ErrorCode::NotFound,
@@ -191,11 +247,38 @@ pub(crate) async fn list_node(
         Err(e) => return Err(e),
     };
     let mut side = Side::default();
+    // The file whose hash (or read error) comes next, in a listing with sums.
+    let mut awaiting: Option<String> = None;
     loop {
-        match r.recv().await? {
+        let msg = r.recv().await?;
+        if let Some(path) = awaiting.take() {
+            match msg {
+                Message::Hashed { root } => {
+                    side.sums.insert(path, root);
+                    continue;
+                }
+                Message::FileError { message, .. } => {
+                    side.unreadable.push((path, format!("node: {message}")));
+                    continue;
+                }
+                Message::KeepAlive => {
+                    awaiting = Some(path);
+                    continue;
+                }
+                other => {
+                    return Err(NodeError::Protocol(format!(
+                        "expected Hashed for {path}, got {other:?}"
+                    )))
+                }
+            }
+        }
+        match msg {
             Message::Listing { entry } => {
                 haul_proto::validate_entry_path(&entry.path)
                     .map_err(|e| NodeError::Protocol(format!("listed {:?}: {e}", entry.path)))?;
+                if sums && entry.kind == EntryKind::File {
+                    awaiting = Some(entry.path.clone());
+                }
                 side.entries.push(entry);
             }
             Message::FileError {
@@ -209,6 +292,7 @@ pub(crate) async fn list_node(
                     error: format!("node: {message}"),
                 });
             }
+            Message::KeepAlive => {}
             Message::Bye => break,
             other => {
                 return Err(NodeError::Protocol(format!(
@@ -225,18 +309,9 @@ pub(crate) async fn list_node(
 /// what the rules leave out is never deleted, as rsync protects excluded
 /// files).
 pub(crate) fn filtered(side: Side, opts: &ClientOptions, top: &str) -> Side {
-    let Some(filter) = &opts.filter else {
-        return side;
-    };
-    let mut chosen = EntryFilter::new(filter.clone(), top.to_owned());
-    let entries = side
-        .entries
-        .into_iter()
-        .flat_map(|e| chosen.offer(&e.clone(), e))
-        .collect();
     Side {
-        entries,
-        errors: side.errors,
+        entries: haul_engine::mirror::filtered(side.entries, opts.filter.as_ref(), top),
+        ..side
     }
 }
 
@@ -246,10 +321,26 @@ fn compare(
     source: Side,
     dest: Side,
     delete: bool,
+    checksum: bool,
     observer: &dyn Observer,
     report: &mut DryRunReport,
 ) {
     report.errors += source.errors + dest.errors;
+    for (path, why) in source.unreadable.iter().chain(&dest.unreadable) {
+        report.errors += 1;
+        observer.event(&Event::FileError {
+            path: path.clone(),
+            error: format!("--checksum cannot read it: {why}"),
+        });
+    }
+    // rsync's quick check, or with `--checksum` size and BLAKE3.
+    let same = |t: &Entry, e: &Entry| match checksum {
+        false => same_file(t, e),
+        true => {
+            t.size == e.size
+                && matches!((dest.sums.get(&t.path), source.sums.get(&e.path)), (Some(a), Some(b)) if a == b)
+        }
+    };
     let theirs: HashMap<&str, &Entry> = dest.entries.iter().map(|e| (e.path.as_str(), e)).collect();
     let mut say = |entry: &Entry, action: DryRunAction| {
         let size = if entry.kind == EntryKind::File {
@@ -267,7 +358,7 @@ fn compare(
     for e in &source.entries {
         let there = theirs.get(e.path.as_str());
         let action = match (&e.kind, there.map(|t| &t.kind)) {
-            (EntryKind::File, Some(EntryKind::File)) if there.is_some_and(|t| same_file(t, e)) => {
+            (EntryKind::File, Some(EntryKind::File)) if there.is_some_and(|t| same(t, e)) => {
                 DryRunAction::UpToDate
             }
             (EntryKind::File, _) => DryRunAction::Send,
@@ -283,21 +374,10 @@ fn compare(
     }
     if delete {
         let ours: HashSet<&str> = source.entries.iter().map(|e| e.path.as_str()).collect();
-        for e in deletions(&dest.entries, &ours) {
+        for e in haul_engine::mirror::deletions(&dest.entries, &ours) {
             say(e, DryRunAction::Delete);
         }
     }
-}
-
-/// The destination's entries the source does not have, deepest first (a
-/// directory after what it holds).
-pub(crate) fn deletions<'a>(dest: &'a [Entry], source: &HashSet<&str>) -> Vec<&'a Entry> {
-    let mut gone: Vec<&Entry> = dest
-        .iter()
-        .filter(|e| !source.contains(e.path.as_str()))
-        .collect();
-    gone.sort_by(|a, b| b.path.cmp(&a.path));
-    gone
 }
 
 /// rsync's quick check between two listed entries.

@@ -32,7 +32,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
 use crate::buffers::ChunkBuffers;
-use crate::client::{open_keyed, send_all, send_queue, ClientOptions};
+use crate::client::{open_keyed, send_all, send_queue, ClientOptions, SameContent};
 use crate::drive::send::SenderCtx;
 use crate::jobs::{SendJob, WorkQueue};
 use crate::{NodeError, NodeUrl};
@@ -71,6 +71,8 @@ pub struct NodeReport {
     /// Paths whose copy on this node differs from the origin's (found when
     /// it was to relay them): held damaged there, never relayed.
     pub damaged: Vec<String>,
+    /// Entries `--delete` removed there.
+    pub deleted: u64,
 }
 
 /// The result of a fan-out.
@@ -125,6 +127,11 @@ pub async fn push_fanout(
         haul_proto::validate_rel_path(d.path.trim_matches('/'))
             .map_err(|e| NodeError::Usage(e.to_string()))?;
     }
+    if opts.delete && sources.len() != 1 {
+        return Err(NodeError::Usage(
+            "--delete mirrors one source into DEST: give one source".into(),
+        ));
+    }
     let mut nodes: Vec<NodeReport> = dests
         .iter()
         .map(|d| NodeReport {
@@ -138,6 +145,7 @@ pub async fn push_fanout(
             error: String::new(),
             repaired: 0,
             damaged: Vec::new(),
+            deleted: 0,
         })
         .collect();
     // 1. Admit, all at once. Every node learns this transfer's origin key:
@@ -201,6 +209,12 @@ pub async fn push_fanout(
         commands: Vec::new(),
         news_tx: None,
         sources: sources.to_vec(),
+        same: match opts.checksum {
+            true => Some(Arc::new(
+                same_on_every_node(sources, dests, &admitted, opts).await?,
+            )),
+            false => None,
+        },
         origin,
         opts: opts.clone(),
         tally: Tally::new(observer),
@@ -269,6 +283,9 @@ pub async fn push_fanout(
             Parent::Node(p) => run.targets[p].addr.clone(),
         };
     }
+    if opts.delete {
+        run.prune(dests, &mut nodes).await?;
+    }
     let sent = run.tally.finish(started.elapsed(), 0);
     Ok(FanoutSummary {
         plan,
@@ -276,6 +293,40 @@ pub async fn push_fanout(
         sent,
         seconds: started.elapsed().as_secs_f64(),
     })
+}
+
+/// `--checksum`: the files every admitted node holds with the same BLAKE3
+/// (each node hashes its own, `List{sums}`); only they are not sent.
+async fn same_on_every_node(
+    sources: &[String],
+    dests: &[NodeUrl],
+    admitted: &[Admitted],
+    opts: &ClientOptions,
+) -> Result<SameContent, NodeError> {
+    let quiet = Tally::new(Arc::new(haul_session::event::Quiet));
+    let mut common: Option<HashMap<String, (u64, haul_proto::Digest)>> = None;
+    for a in admitted {
+        let url = &dests[a.index];
+        let mut opts = opts.clone();
+        if let (Some(fp), Security::Tls { fingerprint, .. }) = (&a.fingerprint, &mut opts.security)
+        {
+            *fingerprint = Some(fp.clone());
+        }
+        let dest = url.path.trim_matches('/');
+        let SameContent::Listed(held) =
+            SameContent::listed(url, dest, sources, &opts, &quiet).await?
+        else {
+            continue;
+        };
+        common = Some(match common {
+            None => held,
+            Some(mut c) => {
+                c.retain(|path, v| held.get(path) == Some(v));
+                c
+            }
+        });
+    }
+    Ok(SameContent::Listed(common.unwrap_or_default()))
 }
 
 /// Opens a node's control connection and gets its ticket.
@@ -287,6 +338,7 @@ async fn admit(
     let request = Request::Admit {
         dest: dest.path.trim_matches('/').to_owned(),
         origin,
+        checksum: opts.checksum,
     };
     let started = Instant::now();
     let ((mut r, w), fingerprint) = open_keyed(&dest.addr, opts, request).await?;
@@ -357,6 +409,8 @@ struct Run {
     commands: Vec<mpsc::UnboundedSender<Message>>,
     news_tx: Option<mpsc::UnboundedSender<News>>,
     sources: Vec<String>,
+    /// `--checksum`: files every node already holds (by BLAKE3) are not sent.
+    same: Option<Arc<SameContent>>,
     /// Seals everything this client sends.
     origin: Arc<Origin>,
     opts: ClientOptions,
@@ -412,6 +466,48 @@ impl Run {
         if let Some(old) = self.sending.insert(child, handle) {
             old.abort();
         }
+    }
+
+    /// `--delete`, once every node holds everything: each removes what it
+    /// holds under DEST that the source does not have (`Request::Prune`,
+    /// as `haul push --delete`); nothing anywhere when a node failed.
+    async fn prune(&self, dests: &[NodeUrl], nodes: &mut [NodeReport]) -> Result<(), NodeError> {
+        if let Some(n) = nodes.iter().find(|n| !n.ok || n.failed > 0) {
+            self.tally.event(&Event::Warning {
+                message: format!(
+                    "--delete: nothing deleted on any node, because {} did not receive everything; fix that and run again",
+                    n.url
+                ),
+            });
+            return Ok(());
+        }
+        let Some(source) = self.sources.first() else {
+            return Ok(());
+        };
+        let quiet = Tally::new(Arc::new(haul_session::event::Quiet));
+        let (side, _) = crate::dry_run::walk_local(source, &self.opts, false, quiet.as_ref())?;
+        if side.errors > 0 {
+            self.tally.event(&Event::Warning {
+                message: "--delete: nothing deleted, because the source could not be read in full"
+                    .into(),
+            });
+            return Ok(());
+        }
+        let sent = side.entries.into_iter().map(|e| e.path).collect();
+        for (i, target) in self.targets.iter().enumerate() {
+            let url = &dests[self.index[i]];
+            let mut opts = self.opts.clone();
+            if let (false, Security::Tls { fingerprint, .. }) =
+                (target.fingerprint.is_empty(), &mut opts.security)
+            {
+                *fingerprint = Some(target.fingerprint.clone());
+            }
+            let here = Tally::new(self.tally.clone());
+            let dest = url.path.trim_matches('/');
+            crate::mirror::prune_node(url, dest, source, &sent, &opts, &here, None).await;
+            nodes[self.index[i]].deleted = here.finish(Duration::ZERO, 0).deleted;
+        }
+        Ok(())
     }
 
     /// Tells the observer that node `i` is done (or failed).
@@ -537,7 +633,7 @@ impl Run {
             &self.tally,
             Some(self.depth),
             None,
-            None,
+            self.same.clone(),
         )?;
         Ok((queue, opts))
     }

@@ -31,7 +31,7 @@ mod seal_book;
 pub mod server;
 
 pub use buffers::ChunkBuffers;
-pub use check::{check_local, CheckReport};
+pub use check::{check, check_local, CheckReport, CheckSide};
 pub use chunk_work::ChunkWork;
 pub use client::{copy_local, pull, push, ClientOptions, DEFAULT_WINDOW};
 pub use dry_run::{dry_run_local, dry_run_pull, dry_run_push};

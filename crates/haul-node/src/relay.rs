@@ -50,13 +50,16 @@ impl Relays {
         &self,
         dest: String,
         origin: OriginKey,
+        checksum: bool,
         root: Arc<Destination>,
         observer: Arc<dyn Observer>,
         transport: Transport,
     ) -> std::io::Result<(Ticket, Arc<Transfer>)> {
         let mut ticket = [0u8; 32];
         getrandom::getrandom(&mut ticket).map_err(|e| std::io::Error::other(e.to_string()))?;
-        let transfer = Arc::new(Transfer::new(dest, origin, root, observer, transport));
+        let mut transfer = Transfer::new(dest, origin, root, observer, transport);
+        transfer.checksum = checksum;
+        let transfer = Arc::new(transfer);
         if let Ok(mut map) = self.transfers.lock() {
             map.insert(ticket, transfer.clone());
         }
@@ -123,6 +126,8 @@ pub struct Transfer {
     /// How the client reached this node, and so how it forwards (TCP or
     /// QUIC).
     pub transport: Transport,
+    /// `--checksum`: nothing relayed in is skipped for its size and mtime.
+    pub checksum: bool,
 }
 
 impl Transfer {
@@ -148,6 +153,7 @@ impl Transfer {
             state: Mutex::default(),
             changed: Notify::new(),
             transport,
+            checksum: false,
         }
     }
 

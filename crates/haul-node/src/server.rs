@@ -9,8 +9,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use haul_engine::haul_root::ResolveError;
+use haul_engine::source::hash_local;
 use haul_engine::{Destination, LocalTree, Source};
-use haul_proto::{ErrorCode, Message, OriginKey, RelayTarget, Request, Ticket, PROTOCOL_VERSION};
+use haul_proto::{
+    EntryKind, ErrorCode, Message, OriginKey, RelayTarget, Request, Ticket, PROTOCOL_VERSION,
+};
 use haul_session::peer_text::without_root;
 use haul_session::{Event, Observer};
 use haul_transport::{
@@ -201,7 +204,7 @@ impl Server {
             return refuse(&mut writer, ErrorCode::Unauthorized, msg).await;
         }
         match request {
-            Request::Push { dest } => {
+            Request::Push { dest, checksum } => {
                 if let Err(e) = haul_proto::validate_rel_path(&dest) {
                     return refuse(&mut writer, ErrorCode::BadPath, e.to_string()).await;
                 }
@@ -219,19 +222,25 @@ impl Server {
                     chunk_work: ChunkWork::for_this_machine(),
                     buffers: self.buffers.clone(),
                     relay: None,
+                    quick_check: !checksum,
                 };
                 run_receiver(reader, writer, None, ctx)
                     .await
                     .map_err(|i| i.error)
             }
-            Request::Admit { dest, origin } => {
+            Request::Admit {
+                dest,
+                origin,
+                checksum,
+            } => {
                 if let Err(e) = haul_proto::validate_rel_path(&dest) {
                     return refuse(&mut writer, ErrorCode::BadPath, e.to_string()).await;
                 }
-                self.admit(reader, writer, dest, origin, over).await
+                self.admit(reader, writer, dest, origin, checksum, over)
+                    .await
             }
             Request::Relayed { ticket } => self.relayed(reader, writer, &ticket).await,
-            Request::List { path } => self.list(reader, writer, &path).await,
+            Request::List { path, sums } => self.list(reader, writer, &path, sums).await,
             Request::Prune { dest } => {
                 if let Err(e) = haul_proto::validate_rel_path(&dest) {
                     return refuse(&mut writer, ErrorCode::BadPath, e.to_string()).await;
@@ -277,12 +286,13 @@ impl Server {
         mut writer: Box<dyn MessageWriter>,
         dest: String,
         origin: OriginKey,
+        checksum: bool,
         over: Transport,
     ) -> Result<(), NodeError> {
         let observer = Arc::new(LogObserver);
         let (ticket, transfer) = self
             .relays
-            .admit(dest, origin, self.dest.clone(), observer, over)
+            .admit(dest, origin, checksum, self.dest.clone(), observer, over)
             .map_err(|e| NodeError::Internal(format!("no random bytes for a ticket: {e}")))?;
         writer
             .send(&Message::Welcome {
@@ -444,6 +454,7 @@ impl Server {
             chunk_work: ChunkWork::for_this_machine(),
             buffers: self.buffers.clone(),
             relay: Some(transfer.clone()),
+            quick_check: !transfer.checksum,
         };
         transfer.upstream_started();
         let result = run_receiver(reader, writer, None, ctx).await;
@@ -481,7 +492,7 @@ impl Server {
                     } else {
                         format!("{dest}/{path}")
                     };
-                    crate::mirror::remove_beneath(self.dest.held_root(), &full)
+                    haul_engine::mirror::remove_beneath(self.dest.held_root(), &full)
                 });
             let message = match &result {
                 Ok(()) => {
@@ -504,11 +515,15 @@ impl Server {
         }
     }
 
+    /// Lists `path` (read-only); with `sums`, each file's `Listing` is
+    /// followed by its BLAKE3 (`Hashed`), or by `FileError{Io}` when it
+    /// cannot be read, with keepalives while large files are hashed.
     async fn list(
         &self,
         mut reader: Box<dyn MessageReader>,
         mut writer: Box<dyn MessageWriter>,
         path: &str,
+        sums: bool,
     ) -> Result<(), NodeError> {
         let trimmed = path.trim_end_matches('/');
         if let Err(e) = haul_proto::validate_rel_path(trimmed) {
@@ -539,27 +554,50 @@ impl Server {
         // The walk is blocking filesystem work: run it on a blocking thread
         // and stream entries through a bounded channel.
         let (tx, mut rx) = tokio::sync::mpsc::channel(1024);
+        let root = self.dest.root().to_owned();
         let walker = tokio::task::spawn_blocking(move || {
             for item in Box::new(tree).entries() {
-                if tx.blocking_send(item).is_err() {
+                let (listed, hashed) = match item {
+                    Ok(src) => {
+                        let hashed = (sums && src.entry.kind == EntryKind::File)
+                            .then(|| hashed_message(&src, &root));
+                        (Message::Listing { entry: src.entry }, hashed)
+                    }
+                    Err(e) => {
+                        let code = if e.is_skip() {
+                            ErrorCode::Skipped
+                        } else {
+                            ErrorCode::Io
+                        };
+                        let message = e.to_string();
+                        (
+                            Message::FileError {
+                                id: 0,
+                                code,
+                                message,
+                            },
+                            None,
+                        )
+                    }
+                };
+                if tx.blocking_send(listed).is_err() {
                     return;
+                }
+                if let Some(h) = hashed {
+                    if tx.blocking_send(h).is_err() {
+                        return;
+                    }
                 }
             }
         });
-        while let Some(item) = rx.recv().await {
-            let msg = match item {
-                Ok(src) => Message::Listing { entry: src.entry },
-                Err(e) => Message::FileError {
-                    id: 0,
-                    code: if e.is_skip() {
-                        ErrorCode::Skipped
-                    } else {
-                        ErrorCode::Io
-                    },
-                    message: e.to_string(),
-                },
-            };
-            writer.queue(&msg).await?;
+        // Hashing a large file takes long: the client hears keepalives.
+        let beat = (self.opts.timeouts.idle / 3).max(Duration::from_millis(100));
+        loop {
+            match tokio::time::timeout(beat, rx.recv()).await {
+                Ok(Some(msg)) => writer.queue(&msg).await?,
+                Ok(None) => break,
+                Err(_) => writer.send(&Message::KeepAlive).await?,
+            }
         }
         let _ = walker.await;
         writer.send(&Message::Bye).await?;
@@ -569,6 +607,21 @@ impl Server {
                 "expected Bye after listing, got {other:?}"
             ))),
         }
+    }
+}
+
+/// `Hashed` with the BLAKE3 of a listed file, or `FileError{Io}` naming
+/// it (without the node's root) when it cannot be read.
+fn hashed_message(src: &haul_engine::SourceEntry, root: &std::path::Path) -> Message {
+    match hash_local(src) {
+        Ok(h) => Message::Hashed {
+            root: *h.as_bytes(),
+        },
+        Err(e) => Message::FileError {
+            id: 0,
+            code: ErrorCode::Io,
+            message: without_root(Some(root), e.to_string()),
+        },
     }
 }
 

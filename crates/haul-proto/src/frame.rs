@@ -63,6 +63,7 @@ mod kind {
     pub const PROGRESS: u8 = 21;
     pub const SEALED: u8 = 22;
     pub const REMOVE: u8 = 23;
+    pub const HASHED: u8 = 24;
 }
 
 /// Fewest bytes one encoded [`RelayTarget`] takes (two empty strings and a ticket).
@@ -83,19 +84,26 @@ pub fn encode(msg: &Message, out: &mut Vec<u8>) {
             w.u16(*version);
             w.str(token);
             match request {
-                Request::Push { dest } => {
+                Request::Push { dest, checksum } => {
                     w.u8(1);
                     w.str(dest);
+                    w.u8(u8::from(*checksum));
                 }
-                Request::List { path } => {
+                Request::List { path, sums } => {
                     w.u8(2);
                     w.str(path);
+                    w.u8(u8::from(*sums));
                 }
                 Request::Fetch => w.u8(3),
-                Request::Admit { dest, origin } => {
+                Request::Admit {
+                    dest,
+                    origin,
+                    checksum,
+                } => {
                     w.u8(4);
                     w.str(dest);
                     w.0.extend_from_slice(origin);
+                    w.u8(u8::from(*checksum));
                 }
                 Request::Relayed { ticket } => {
                     w.u8(5);
@@ -253,6 +261,10 @@ pub fn encode(msg: &Message, out: &mut Vec<u8>) {
             w.u8(kind::LISTING);
             w.entry(entry);
         }
+        Message::Hashed { root } => {
+            w.u8(kind::HASHED);
+            w.0.extend_from_slice(root);
+        }
         Message::Remove { path } => {
             w.u8(kind::REMOVE);
             w.str(path);
@@ -302,12 +314,19 @@ fn decode_body(body: &[u8]) -> Result<Message, DecodeError> {
             let version = r.u16()?;
             let token = r.str()?;
             let request = match r.u8()? {
-                1 => Request::Push { dest: r.str()? },
-                2 => Request::List { path: r.str()? },
+                1 => Request::Push {
+                    dest: r.str()?,
+                    checksum: r.bool()?,
+                },
+                2 => Request::List {
+                    path: r.str()?,
+                    sums: r.bool()?,
+                },
                 3 => Request::Fetch,
                 4 => Request::Admit {
                     dest: r.str()?,
                     origin: r.digest()?,
+                    checksum: r.bool()?,
                 },
                 5 => Request::Relayed {
                     ticket: r.digest()?,
@@ -440,6 +459,7 @@ fn decode_body(body: &[u8]) -> Result<Message, DecodeError> {
             }
         }
         kind::LISTING => Message::Listing { entry: r.entry()? },
+        kind::HASHED => Message::Hashed { root: r.digest()? },
         kind::REMOVE => Message::Remove { path: r.str()? },
         kind::WANT => Message::Want {
             id: r.u32()?,
@@ -472,6 +492,7 @@ fn kind_name(k: u8) -> Result<&'static str, DecodeError> {
         kind::FILE_ERROR => "FileError",
         kind::BYE => "Bye",
         kind::LISTING => "Listing",
+        kind::HASHED => "Hashed",
         kind::REMOVE => "Remove",
         kind::WANT => "Want",
         kind::RELEASE => "Release",

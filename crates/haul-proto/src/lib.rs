@@ -42,10 +42,15 @@
 //!   Hello{version, token, Push{dest}} ->
 //!                                       <- Welcome{version}      (or Refused, then close)
 //! push: the client is the *sender*, the server the *receiver*.
-//! pull: Hello{.., List{path}} -> Listing{entry}... Bye   (one connection lists)
+//! pull: Hello{.., List{path, sums}} -> Listing{entry}... Bye   (one connection lists;
+//!       with sums (v6, `--checksum`, `haul check`) each file's Listing is
+//!       followed by Hashed{root}, its BLAKE3, or by FileError{Io})
 //!       Hello{.., Fetch} on each worker connection; the server is the sender:
 //!       Want{id, path, dest, a..b} ->      (a window of wants ahead)
 //!                                   <- Offer{id, ...} and the flow below
+//! push --checksum (v6): the client first lists DEST with sums, offers only
+//!       files whose BLAKE3 differs, in Hello{.., Push{dest, checksum: true}}:
+//!       the receiver then skips nothing for its size and mtime.
 //! push --delete, after a push that failed nowhere (v5):
 //!       Hello{.., Prune{dest}} -> then, one at a time,
 //!       Remove{path} ->  <- Done{ok, message}   (path under dest; never .haul)

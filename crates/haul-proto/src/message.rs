@@ -8,7 +8,10 @@
 /// Version 4: fan-out seals: the origin's key in `Admit`, a seal on every
 /// relayed `Offer` and chunk, `Sealed` for chunks a node already holds.
 /// Version 5: `Prune` and `Remove` (`haul push --delete`).
-pub const PROTOCOL_VERSION: u16 = 5;
+/// Version 6: `--checksum`: `List{sums}` answered with `Hashed` after each
+/// file, and `Push{checksum}`/`Admit{checksum}` (no file skipped for its
+/// size and mtime).
+pub const PROTOCOL_VERSION: u16 = 6;
 
 /// A credential one node issues for one fan-out transfer: whoever presents
 /// it may push into that transfer's destination, while the client that
@@ -46,12 +49,20 @@ pub enum Request {
     Push {
         /// Destination directory under the server root.
         dest: String,
+        /// `--checksum`: the client already compared contents (by the
+        /// node's `List{sums}`), so every file it offers is received —
+        /// none is skipped for having the same size and mtime.
+        checksum: bool,
     },
     /// The client wants the listing of `path` (relative to the server root):
     /// the server answers with [`Message::Listing`]s, then [`Message::Bye`].
     List {
         /// Path under the server root; a trailing `/` means "its contents".
         path: String,
+        /// `--checksum` and `haul check`: the server hashes every file it
+        /// lists and follows its `Listing` with [`Message::Hashed`] (or
+        /// with `FileError{Io}` when the file cannot be read).
+        sums: bool,
     },
     /// The client will ask for files with [`Message::Want`]; the server is the sender.
     Fetch,
@@ -66,6 +77,10 @@ pub enum Request {
         /// The public key of this transfer's origin: every entry and chunk
         /// relayed into the transfer must carry its seal.
         origin: OriginKey,
+        /// `--checksum`: the client compared contents with every node's
+        /// (`List{sums}`): no file relayed into this transfer is skipped
+        /// for its size and mtime.
+        checksum: bool,
     },
     /// Fan-out data: a push into the destination of the transfer that
     /// issued `ticket` (the Hello's token is empty: a node's token never
@@ -262,6 +277,12 @@ pub enum Message {
     Listing {
         /// The entry; its path is where it lands under the client's destination.
         entry: Entry,
+    },
+    /// In a listing with sums: the BLAKE3 of the file whose `Listing`
+    /// came just before, read by the server when it listed it.
+    Hashed {
+        /// BLAKE3 of the whole file.
+        root: Digest,
     },
     /// A fetching receiver asks for chunks `first..end` of `path`.
     Want {

@@ -49,9 +49,10 @@ pub enum Command {
     /// List names, sizes and mtimes under a URL (haul://, local, ftp(s),
     /// sftp, http(s), s3), with -R and the same filters as pull.
     Ls(Box<LsArgs>),
-    /// Compare two trees without copying: local ones by BLAKE3, a remote one
-    /// by the checksums its server offers; what differs, is missing on
-    /// either side, or cannot be read; exit 0 only if they match.
+    /// Compare two trees without copying: local and haul:// ones by BLAKE3
+    /// (a node hashes its own files), a remote one by the checksums its
+    /// server offers; what differs, is missing on either side, or cannot
+    /// be read; exit 0 only if they match.
     Check(Box<CheckArgs>),
     /// Print the manual page (roff): `haul man | man -l -`.
     Man,
@@ -170,8 +171,10 @@ pub struct TransferArgs {
     /// anything failed; files the filters leave out are kept.
     #[arg(long)]
     pub delete: bool,
-    /// Local copies: decide "up to date" by BLAKE3 of both files instead of
-    /// size and mtime (only files whose content differs are copied).
+    /// Decide "up to date" by content instead of size and mtime: BLAKE3 of
+    /// both files for haul:// (the node hashes its own) and local copies;
+    /// for FTP, SFTP, HTTP and S3 pulls, the checksums the server offers
+    /// (size and mtime where it offers none). Only files that differ move.
     #[arg(short = 'c', long)]
     pub checksum: bool,
     /// Write payloads from memory instead of sendfile(2) (plaintext only).
@@ -375,13 +378,15 @@ pub struct LsArgs {
 /// `haul check`.
 #[derive(Debug, Args)]
 #[command(
-    after_help = "Examples:\n  haul check /mnt/a/run42 /mnt/b/run42 --exclude '*.tmp'\n  haul check s3://bucket/run42/ ./run42   # by the checksums S3 offers (ETag MD5...)"
+    after_help = "Examples:\n  haul check /mnt/a/run42 /mnt/b/run42 --exclude '*.tmp'\n  haul check ./run42 haul://b:7878/in/run42   # the node hashes its copy: nothing is downloaded\n  haul check s3://bucket/run42/ ./run42   # by the checksums S3 offers (ETag MD5...)"
 )]
 pub struct CheckArgs {
-    /// One tree: a local path, or an ftp://, sftp://, http(s):// or s3://
-    /// URL (compared by the checksums the server offers, never downloaded).
+    /// One tree: a local path, a haul:// path (hashed by the node), or an
+    /// ftp://, sftp://, http(s):// or s3:// URL (compared by the checksums
+    /// the server offers, never downloaded).
     pub src: String,
-    /// The other (a local path).
+    /// The other: a local path or a haul:// path (with an FTP, SFTP,
+    /// HTTP or S3 SRC: a local path).
     pub dst: String,
     /// Which files are compared.
     #[command(flatten)]

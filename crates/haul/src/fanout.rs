@@ -87,12 +87,6 @@ pub async fn push(
             .into());
         }
     }
-    if args.transfer.delete || args.transfer.checksum {
-        return Err(UsageError(
-            "a push (fan-out or not) does not take --delete or --checksum yet: they work for pulls and local copies".into(),
-        )
-        .into());
-    }
     let opts = usage(config::filtered_client_options(
         &args.transfer,
         &args.filter,
@@ -172,10 +166,10 @@ fn print(mode: Mode, s: &FanoutSummary) {
                     n.failed,
                     human_bytes(n.bytes),
                     n.seconds,
-                    if n.error.is_empty() {
-                        String::new()
-                    } else {
-                        format!("  {}", n.error)
+                    match (n.error.is_empty(), n.deleted) {
+                        (true, 0) => String::new(),
+                        (true, d) => format!("  {d} deleted"),
+                        (false, _) => format!("  {}", n.error),
                     }
                 );
             }

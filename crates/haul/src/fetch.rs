@@ -71,6 +71,12 @@ pub fn fetch_options(t: &TransferArgs, r: &RemoteArgs, mut filter: Filter) -> Re
     if r.max_conn_per_host == 0 {
         bail!("--max-conn-per-host must be at least 1");
     }
+    if t.delete && r.delete_source {
+        bail!("--delete mirrors the source into DEST and --delete-source empties the source: together they would delete the copies too; use one");
+    }
+    if t.delete && r.rename.is_some() {
+        bail!("--delete compares DEST with the source's own names: it does not take --rename");
+    }
     Ok(FetchOptions {
         jobs: client.jobs,
         streams: t.streams.max(1),
@@ -80,6 +86,8 @@ pub fn fetch_options(t: &TransferArgs, r: &RemoteArgs, mut filter: Filter) -> Re
         retry_base: Duration::from_millis(r.retry_base_ms.max(1)),
         quick_check: true,
         skip_existing: r.skip_existing,
+        checksum: t.checksum,
+        delete: t.delete,
         filter,
         rename: r.rename.as_deref().map(RenameTemplate::parse).transpose()?,
         verify_sidecar: r.verify_sidecar,

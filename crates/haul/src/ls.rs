@@ -72,25 +72,36 @@ pub async fn run(args: LsArgs, mode: Mode) -> Result<u8> {
     Ok(if errors == 0 { EXIT_OK } else { EXIT_FAILED })
 }
 
-/// Runs `haul check SRC DST` (local trees).
+/// Runs `haul check SRC DST`: local trees and `haul://` paths by BLAKE3
+/// (a node hashes its own files), an FTP, SFTP, HTTP or S3 SRC by the
+/// checksums its server offers.
 pub async fn check(args: CheckArgs, mode: Mode) -> Result<u8> {
     if haul_remote::RemoteUrl::is_remote_url(&args.src) && !args.dst.contains("://") {
         return check_remote(args, mode).await;
     }
+    let mut sides = Vec::new();
     for side in [&args.src, &args.dst] {
+        if NodeUrl::is_remote(side) {
+            sides.push(haul_node::CheckSide::Node(NodeUrl::parse(side)?));
+            continue;
+        }
         if side.contains("://") {
             return Err(UsageError(format!(
-                "haul check compares local trees, or an FTP, SFTP, HTTP or S3 URL (SRC) with a local DST; not {side:?} (for a haul:// node, pull it and check the copy)"
+                "haul check compares local trees and haul:// paths (either side), or an FTP, SFTP, HTTP or S3 URL (SRC) with a local DST; not {side:?}"
             ))
             .into());
         }
         usage(config::check_local_source(side))?;
+        sides.push(haul_node::CheckSide::Local(side.clone()));
     }
-    let opts = haul_node::ClientOptions {
-        filter: Some(Arc::new(usage(config::filter(&args.filter))?)),
-        ..haul_node::ClientOptions::default()
-    };
-    let r = haul_node::check_local(&args.src, &args.dst, &opts)?;
+    let opts = usage(config::filtered_client_options(
+        &args.transfer,
+        &args.filter,
+    ))?;
+    let display = Arc::new(Display::new(mode));
+    let r = haul_node::check(&sides[0], &sides[1], &opts, display.as_ref()).await;
+    display.finish();
+    let r = r?;
     let items = [
         ("differs", &r.differ),
         ("only_in_src", &r.only_in_src),

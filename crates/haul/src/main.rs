@@ -277,12 +277,6 @@ async fn push(args: PushArgs, mode: Mode) -> Result<u8> {
         &args.filter,
     ))?;
     let display = Arc::new(Display::new(mode));
-    if args.transfer.checksum {
-        return Err(UsageError(
-            "--checksum works for local copies so far (haul pull SRC DEST -c); a node does not hash what it holds for a client yet".into(),
-        )
-        .into());
-    }
     if args.transfer.dry_run {
         let report =
             haul_node::dry_run_push(&paths, &remote, &opts, opts.delete, display.clone()).await?;
@@ -304,13 +298,6 @@ async fn pull(args: PullArgs, mode: Mode) -> Result<u8> {
         &args.filter,
     ))?;
     let display = Arc::new(Display::new(mode));
-    let local = !NodeUrl::is_remote(&args.source) && !args.source.contains("://");
-    if args.transfer.checksum && (!local || args.transfer.dry_run) {
-        return Err(UsageError(
-            "--checksum works for local copies so far, without --dry-run; a node or a remote server does not hash what it holds for a client yet".into(),
-        )
-        .into());
-    }
     if args.transfer.dry_run {
         return dry_run_pull(&args, &opts, mode, display).await;
     }
@@ -324,10 +311,7 @@ async fn pull(args: PullArgs, mode: Mode) -> Result<u8> {
         Ok(haul_node::pull(&remote, &args.dest, &opts, display.clone()).await?)
     } else if haul_remote::RemoteUrl::is_remote_url(&args.source) {
         if args.transfer.delete {
-            return Err(UsageError(
-                "--delete mirrors haul:// and local sources so far; FTP, SFTP, HTTP and S3 pulls do not take it yet (--delete-source is another thing: it deletes at the source)".into(),
-            )
-            .into());
+            usage(haul_engine::mirror::check_dest(&args.dest).map_err(anyhow::Error::msg))?;
         }
         let url = usage(haul_remote::RemoteUrl::parse(&args.source).map_err(anyhow::Error::from))?;
         let ropts = usage(fetch::remote_options(&args.transfer, &args.remote))?;
@@ -388,10 +372,9 @@ async fn dry_run_pull(
             &args.remote,
             usage(config::filter(&args.filter))?,
         ))?;
-        if fopts.rename.is_some() || args.transfer.delete {
+        if fopts.rename.is_some() {
             return Err(UsageError(
-                "--dry-run of an FTP, SFTP, HTTP or S3 pull does not take --rename or --delete yet"
-                    .into(),
+                "--dry-run of an FTP, SFTP, HTTP or S3 pull does not take --rename yet".into(),
             )
             .into());
         }

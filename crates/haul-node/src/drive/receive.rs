@@ -47,6 +47,10 @@ pub struct ReceiverCtx {
     /// The fan-out transfer this push belongs to: every entry staged here
     /// is relayed downstream ([`crate::relay`]).
     pub relay: Option<Arc<Transfer>>,
+    /// rsync's quick check: a file in place with the offered size and
+    /// mtime is up to date. Off for `push --checksum` (the client compared
+    /// contents already and offers only files that differ).
+    pub quick_check: bool,
 }
 
 /// Large chunk writes that may overlap with receiving the next chunk.
@@ -256,8 +260,9 @@ impl Driver {
                 // The quick check applies to a range too: a split file already
                 // in place is skipped range by range (the sender reports it once).
                 let dest = self.ctx.dest.clone();
+                let quick_check = self.ctx.quick_check;
                 if entry.size <= INLINE_PREPARE {
-                    let staged = dest.prepare_file(&entry, true);
+                    let staged = dest.prepare_file(&entry, quick_check);
                     self.prepared(file, first, end, &entry, staged);
                 } else {
                     // Reopening a large partial re-verifies what it holds:
@@ -265,7 +270,7 @@ impl Driver {
                     // session sends keepalives meanwhile).
                     let tx = self.done_tx.clone();
                     tokio::task::spawn_blocking(move || {
-                        let staged = dest.prepare_file(&entry, true);
+                        let staged = dest.prepare_file(&entry, quick_check);
                         let _ = tx.send(Done::Prepare(file, first, end, entry, staged));
                     });
                 }

@@ -35,9 +35,16 @@ fn hex_snapshots() {
         hex_of(&Message::Hello {
             version: 1,
             token: "t".into(),
-            request: Request::Push { dest: "d".into() }
+            request: Request::Push {
+                dest: "d".into(),
+                checksum: false
+            }
         }),
-        "0000000e0100010000000174010000000164"
+        "0000000f010001000000017401000000016400"
+    );
+    assert_eq!(
+        hex_of(&Message::Hashed { root: [7; 32] }).len(),
+        2 * (4 + 1 + 32)
     );
     assert_eq!(
         hex_of(&Message::RangeStatus {
@@ -134,27 +141,34 @@ fn arb_entry() -> impl Strategy<Value = Entry> {
 fn arb_message() -> impl Strategy<Value = Message> {
     let digest = any::<[u8; 32]>();
     prop_oneof![
-        (any::<u16>(), arb_string(), arb_string()).prop_map(|(version, token, dest)| {
-            Message::Hello {
+        (any::<u16>(), arb_string(), arb_string(), any::<bool>()).prop_map(
+            |(version, token, dest, checksum)| Message::Hello {
                 version,
                 token,
-                request: Request::Push { dest },
+                request: Request::Push { dest, checksum },
             }
-        }),
-        arb_string().prop_map(|path| Message::Hello {
+        ),
+        (arb_string(), any::<bool>()).prop_map(|(path, sums)| Message::Hello {
             version: 1,
             token: String::new(),
-            request: Request::List { path }
+            request: Request::List { path, sums }
         }),
+        digest.prop_map(|root| Message::Hashed { root }),
         Just(Message::Hello {
             version: 1,
             token: "x".into(),
             request: Request::Fetch
         }),
-        (arb_string(), digest).prop_map(|(dest, origin)| Message::Hello {
-            version: 3,
-            token: "t".into(),
-            request: Request::Admit { dest, origin }
+        (arb_string(), digest, any::<bool>()).prop_map(|(dest, origin, checksum)| {
+            Message::Hello {
+                version: 3,
+                token: "t".into(),
+                request: Request::Admit {
+                    dest,
+                    origin,
+                    checksum,
+                },
+            }
         }),
         (
             any::<u32>(),

@@ -72,7 +72,8 @@ fn push_session(node: &Node) -> Raw {
     let mut raw = Raw::connect(&node.addr);
     assert!(matches!(
         raw.hello(Request::Push {
-            dest: String::new()
+            dest: String::new(),
+            checksum: false,
         }),
         Message::Welcome { .. }
     ));

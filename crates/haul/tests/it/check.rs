@@ -12,7 +12,8 @@ use crate::harness::*;
 
 const T: Duration = Duration::from_secs(300);
 
-fn items(out: &Output) -> Vec<(String, String)> {
+/// `(status, path)` of every `check_item` event, sorted.
+pub fn items(out: &Output) -> Vec<(String, String)> {
     let mut v: Vec<_> = String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())

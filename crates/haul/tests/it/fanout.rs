@@ -241,6 +241,7 @@ fn relay_tickets_work_only_on_their_node_and_only_while_the_transfer_lasts() {
     let refused = control.hello(Request::Admit {
         dest: "in".into(),
         origin: [0; 32],
+        checksum: false,
     });
     assert!(matches!(
         refused,
@@ -256,6 +257,7 @@ fn relay_tickets_work_only_on_their_node_and_only_while_the_transfer_lasts() {
         request: Request::Admit {
             dest: "in".into(),
             origin: [0; 32],
+            checksum: false,
         },
     });
     assert!(matches!(control.recv(), Some(Message::Welcome { .. })));

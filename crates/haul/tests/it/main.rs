@@ -4,6 +4,7 @@
 
 mod beneath;
 mod check;
+mod checksum;
 mod corruption;
 mod daemon;
 mod dry_run;

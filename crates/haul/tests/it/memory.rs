@@ -47,7 +47,8 @@ fn fifty_connections_announcing_maximal_chunks_stay_within_the_budget() {
                     .expect("timeout");
                 if !matches!(
                     raw.hello(Request::Push {
-                        dest: String::new()
+                        dest: String::new(),
+                        checksum: false,
                     }),
                     Message::Welcome { .. }
                 ) {

@@ -28,7 +28,8 @@ fn a_malicious_pusher_cannot_write_outside_the_root() {
     let mut raw = Raw::connect(&node.addr);
     assert!(matches!(
         raw.hello(Request::Push {
-            dest: String::new()
+            dest: String::new(),
+            checksum: false,
         }),
         Message::Welcome { .. }
     ));
@@ -187,7 +188,8 @@ fn a_malicious_pusher_cannot_write_outside_the_root() {
     let mut raw = Raw::connect(&node.addr);
     assert!(matches!(
         raw.hello(Request::Push {
-            dest: "../up".into()
+            dest: "../up".into(),
+            checksum: false,
         }),
         Message::Refused {
             code: ErrorCode::BadPath,
@@ -217,12 +219,18 @@ fn a_malicious_puller_cannot_read_outside_the_root() {
 
     let mut raw = Raw::connect(&node.addr);
     assert!(matches!(
-        raw.hello(Request::List { path: "out".into() }),
+        raw.hello(Request::List {
+            path: "out".into(),
+            sums: false,
+        }),
         Message::Refused { .. }
     ));
     let mut raw = Raw::connect(&node.addr);
     assert!(matches!(
-        raw.hello(Request::List { path: "../".into() }),
+        raw.hello(Request::List {
+            path: "../".into(),
+            sums: false,
+        }),
         Message::Refused { .. }
     ));
 
@@ -278,7 +286,8 @@ fn malformed_frames_close_only_that_connection() {
     let mut raw = Raw::connect(&node.addr);
     assert!(matches!(
         raw.hello(Request::Push {
-            dest: String::new()
+            dest: String::new(),
+            checksum: false,
         }),
         Message::Welcome { .. }
     ));

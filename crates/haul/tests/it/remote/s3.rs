@@ -300,3 +300,102 @@ fn check_compares_an_s3_prefix_with_a_local_copy_by_its_checksums() {
     // Nothing was downloaded to compare.
     assert_eq!(srv.requests_matching("GET /bkt/run/sub/b.bin"), gets);
 }
+
+/// `--checksum` on an S3 pull: a local copy changed with its size and
+/// mtime kept is fetched again (its MD5 differs from the ETag), the others
+/// are not; `--delete` then mirrors the prefix (after a clean run only:
+/// a failure anywhere deletes nothing), and `-n` shows both first.
+#[test]
+fn s3_checksum_refetches_only_a_changed_copy_and_delete_mirrors() {
+    let (rt, srv) = moto();
+    rt.block_on(async {
+        srv.create_bucket("bkt").await.unwrap();
+        srv.put_object("bkt", "run/a.txt", b"alpha\n")
+            .await
+            .unwrap();
+        srv.put_object("bkt", "run/sub/b.bin", &vec![5u8; 2 << 20])
+            .await
+            .unwrap();
+    });
+    let s = Scratch::new();
+    let dst = s.path("dst");
+    let out = pull_bucket(&srv, &s, &[]);
+    assert!(out.status.success(), "{}", all_output(&out));
+    // The copy of b.bin changes, its size and mtime kept; DEST holds what
+    // the prefix does not.
+    let b = dst.join("sub/b.bin");
+    let mtime = std::fs::metadata(&b).unwrap().modified().unwrap();
+    let mut bytes = std::fs::read(&b).unwrap();
+    bytes[1_000_000] ^= 1;
+    std::fs::write(&b, &bytes).unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&b)
+        .unwrap()
+        .set_modified(mtime)
+        .unwrap();
+    crate::harness::write_file(&dst.join("stale.txt"), 10, 1);
+    crate::harness::write_file(&dst.join("sub/old/x.txt"), 10, 2);
+    let quick = summary(&pull_bucket(&srv, &s, &[]));
+    assert_eq!(
+        quick["files_ok"], 0,
+        "the quick check cannot see it: {quick}"
+    );
+
+    let text = |out: &std::process::Output| String::from_utf8_lossy(&out.stdout).into_owned();
+    let out = pull_bucket(&srv, &s, &["-c", "--delete", "-n"]);
+    assert!(out.status.success(), "{}", all_output(&out));
+    let mut planned: Vec<(String, String)> = text(&out)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["event"] == "dry_run" && v["action"] != "up_to_date")
+        .map(|v| {
+            let field = |k: &str| v[k].as_str().unwrap_or_default().to_owned();
+            (field("path"), field("action"))
+        })
+        .collect();
+    planned.sort();
+    let want = [
+        ("stale.txt", "delete"),
+        ("sub/b.bin", "send"),
+        ("sub/old", "delete"),
+        ("sub/old/x.txt", "delete"),
+    ];
+    let want: Vec<(String, String)> = want
+        .iter()
+        .map(|(p, a)| (p.to_string(), a.to_string()))
+        .collect();
+    assert_eq!(planned, want, "{}", text(&out));
+    assert!(dst.join("stale.txt").exists() && bytes == std::fs::read(&b).unwrap());
+
+    // A failure (a directory where a.txt goes): nothing deleted.
+    std::fs::remove_file(dst.join("a.txt")).unwrap();
+    crate::harness::write_file(&dst.join("a.txt/inside"), 1, 3);
+    let out = pull_bucket(&srv, &s, &["-c", "--delete"]);
+    assert_eq!(out.status.code(), Some(1), "{}", all_output(&out));
+    assert!(
+        !text(&out).contains(r#""event":"deleted""#),
+        "{}",
+        text(&out)
+    );
+    assert!(dst.join("stale.txt").exists());
+    std::fs::remove_dir_all(dst.join("a.txt")).unwrap();
+
+    let gets_a = srv.requests_matching("GET /bkt/run/a.txt");
+    let out = pull_bucket(&srv, &s, &["-c", "--delete"]);
+    assert!(out.status.success(), "{}", all_output(&out));
+    let sum = summary(&out);
+    assert_eq!(sum["deleted"], 3, "{sum}");
+    assert_eq!(std::fs::read(&b).unwrap(), vec![5u8; 2 << 20]);
+    assert_eq!(std::fs::read(dst.join("a.txt")).unwrap(), b"alpha\n");
+    assert!(!dst.join("stale.txt").exists() && !dst.join("sub/old").exists());
+    // a.txt was missing, so fetched once more; nothing else of it.
+    assert_eq!(srv.requests_matching("GET /bkt/run/a.txt"), gets_a + 1);
+    // Run again: everything is the same by content, nothing moves.
+    let sum = summary(&pull_bucket(&srv, &s, &["-c", "--delete"]));
+    assert_eq!(
+        (sum["files_ok"].as_u64(), sum["deleted"].as_u64()),
+        (Some(0), Some(0)),
+        "{sum}"
+    );
+}

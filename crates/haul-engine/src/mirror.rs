@@ -1,0 +1,160 @@
+//! `--delete` (mirror) at a local destination: once a transfer delivered
+//! everything and its source's listing was complete, what DEST holds under
+//! the source's top that the source does not have is removed. Used by
+//! pulls from a node, local copies and FTP/SFTP/HTTP/S3 pulls alike (a
+//! node runs [`remove_beneath`] for `haul push --delete`).
+//!
+//! Safety rules: only beneath DEST, each removal naming one component
+//! relative to a directory held open from DEST down ([`haul_root`]: no
+//! symlink followed on the way); never haul's state directory (the walk of
+//! DEST leaves `.haul` out, and paths naming it are refused); what the
+//! filter leaves out is kept (rsync's default); a DEST that is a symlink
+//! or holds `..` is refused before anything runs ([`check_dest`]);
+//! nothing is removed when DEST could not be read in full.
+
+use std::collections::HashSet;
+use std::path::{Component, Path};
+use std::sync::Arc;
+
+use haul_filter::Filter;
+use haul_proto::{Entry, EntryKind};
+use haul_root::{ResolveError, Root};
+
+use crate::{EntryFilter, EntryIter, LocalTree, Source as _};
+
+/// Refuses a DEST `--delete` must not work in: a symlink (the deletions
+/// would land wherever it points), or a path with `..` in it.
+pub fn check_dest(dest: &Path) -> Result<(), String> {
+    if dest.components().any(|c| c == Component::ParentDir) {
+        return Err(format!(
+            "--delete refuses DEST {}: it holds `..`; give the path without it",
+            dest.display()
+        ));
+    }
+    if std::fs::symlink_metadata(dest).is_ok_and(|m| m.file_type().is_symlink()) {
+        return Err(format!(
+            "--delete refuses DEST {}: it is a symlink; give the directory it points to",
+            dest.display()
+        ));
+    }
+    Ok(())
+}
+
+/// What a local DEST holds where a source's top goes (`top` empty: DEST's
+/// own contents, without haul's state directory), walked beneath a held
+/// root: `Ok(None)` when DEST or the top does not exist (it holds nothing;
+/// nothing is created), `Err` when DEST cannot be opened.
+pub fn walk_dest(dest: &Path, top: &str) -> Result<Option<EntryIter>, String> {
+    let root = match Root::open(dest) {
+        Ok(root) => root,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(format!("cannot read the destination: {e}")),
+    };
+    match LocalTree::beneath(&root, top, top.is_empty()) {
+        Ok(tree) => Ok(Some(Box::new(tree).entries())),
+        Err(ResolveError::NotFound(_)) => Ok(None),
+        Err(e) => Err(format!("cannot read the destination: {e}")),
+    }
+}
+
+/// `entries` the filter takes (a destination's too: what the rules leave
+/// out is never deleted, as rsync protects excluded files).
+pub fn filtered(entries: Vec<Entry>, filter: Option<&Arc<Filter>>, top: &str) -> Vec<Entry> {
+    let Some(filter) = filter else {
+        return entries;
+    };
+    let mut chosen = EntryFilter::new(filter.clone(), top.to_owned());
+    entries
+        .into_iter()
+        .flat_map(|e| chosen.offer(&e.clone(), e))
+        .collect()
+}
+
+/// The destination's entries the source does not have, deepest first (a
+/// directory after what it holds).
+pub fn deletions<'a>(dest: &'a [Entry], source: &HashSet<&str>) -> Vec<&'a Entry> {
+    let mut gone: Vec<&Entry> = dest
+        .iter()
+        .filter(|e| !source.contains(e.path.as_str()))
+        .collect();
+    gone.sort_by(|a, b| b.path.cmp(&a.path));
+    gone
+}
+
+/// Removes `path` (a file, link or empty directory) beneath `root`, naming
+/// only its last component relative to its held parent.
+pub fn remove_beneath(root: &Root, path: &str) -> Result<(), String> {
+    let comps = haul_proto::validate_entry_path(path).map_err(|e| e.to_string())?;
+    let Some((last, parents)) = comps.split_last() else {
+        return Err("the destination itself is never deleted".into());
+    };
+    let dir = root.open_dir(parents).map_err(|e| e.to_string())?;
+    match dir.stat(last).map_err(|e| e.to_string())? {
+        None => Ok(()),
+        Some(m) if m.is_dir() => dir.remove_dir(last).map_err(|e| e.to_string()),
+        Some(_) => dir.unlink(last).map_err(|e| e.to_string()),
+    }
+}
+
+/// One outcome of [`prune`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Pruned {
+    /// Removed (its size, for files).
+    Deleted {
+        /// Path under DEST.
+        path: String,
+        /// Bytes, for a file; 0 otherwise.
+        size: u64,
+    },
+    /// Could not be removed.
+    Failed {
+        /// Path under DEST.
+        path: String,
+        /// Why.
+        error: String,
+    },
+}
+
+/// Removes what DEST holds under `top` that is not in `source` (wire
+/// paths) and that `filter` takes, telling `on` each outcome. `Err` (and
+/// nothing removed) when DEST could not be read in full.
+pub fn prune(
+    dest: &Path,
+    top: &str,
+    source: &HashSet<String>,
+    filter: Option<&Arc<Filter>>,
+    on: &mut dyn FnMut(Pruned),
+) -> Result<(), String> {
+    let mut entries = Vec::new();
+    if let Some(walk) = walk_dest(dest, top)? {
+        for item in walk {
+            match item {
+                Ok(src) => entries.push(src.entry),
+                // What cannot travel is not the source's: left alone.
+                Err(e) if e.is_skip() => {}
+                Err(e) => return Err(e.to_string()),
+            }
+        }
+    }
+    let entries = filtered(entries, filter, top);
+    let root = Root::open(dest).map_err(|e| format!("cannot open the destination: {e}"))?;
+    let source: HashSet<&str> = source.iter().map(String::as_str).collect();
+    for entry in deletions(&entries, &source) {
+        let size = if entry.kind == EntryKind::File {
+            entry.size
+        } else {
+            0
+        };
+        on(match remove_beneath(&root, &entry.path) {
+            Ok(()) => Pruned::Deleted {
+                path: entry.path.clone(),
+                size,
+            },
+            Err(error) => Pruned::Failed {
+                path: entry.path.clone(),
+                error,
+            },
+        });
+    }
+    Ok(())
+}
