@@ -68,11 +68,7 @@ async fn deliver(ctx: &Arc<Ctx>, mut job: FileJob) -> GateOutcome {
         size: job.entry.size.unwrap_or(0),
     });
     let mut backoff = Backoff::with_base(ctx.opts.retries, ctx.opts.retry_base);
-    // `--checksum` states a file that is here already: a stat may offer
-    // checksums a listing leaves out.
-    let compare = ctx.opts.checksum && ctx.existing_size(&job.dest_rel).is_some();
     let mut restat = job.entry.size.is_none()
-        || (compare && !job.stated)
         || (ctx.pool.remote().stat_before_read() && !job.stated)
         || (resumable(&job.entry) && !ctx.pool.remote().listing_is_exact() && !job.stated);
     if restat && known_up_to_date(ctx, &job) {
@@ -346,6 +342,14 @@ async fn attempt(
             )));
         }
         job.entry = merged(&job.entry, fresh);
+    }
+    let compare = ctx.opts.checksum && ctx.existing_size(&job.dest_rel).is_some();
+    if compare && !restat && !job.stated && job.entry.checksums.is_empty() {
+        // A stat may offer checksums the listing left out (its other facts
+        // stay the listing's, which the quick check compares).
+        if let Ok(fresh) = lease.session().stat(&job.remote_path).await {
+            job.entry.checksums = fresh.checksums;
+        }
     }
     let (entry, version) = proto_entry(ctx, job)?;
     let size = entry.size;

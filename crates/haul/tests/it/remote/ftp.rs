@@ -199,3 +199,53 @@ fn ftp_file_changed_within_its_listed_minute_starts_over() {
         all_output(&out)
     );
 }
+
+/// `--delete` mirrors an FTP tree (what DEST holds that the server does
+/// not is removed after a clean run); `--checksum` against a server that
+/// offers no checksums falls back to size and mtime, says so, and fetches
+/// nothing again.
+#[test]
+fn ftp_delete_mirrors_and_checksum_without_server_sums_falls_back() {
+    let srv = server(Mode::Plain);
+    let tree = srv.root().join("m");
+    write_file(&tree.join("a.txt"), 100, 1);
+    write_file(&tree.join("sub/b.bin"), 3 << 20, 2);
+    let s = Scratch::new();
+    let dst = s.path("dst");
+    let args = |extra: &[&str]| {
+        let mut v = vec![srv.url("/m/"), dst.to_str().unwrap().to_owned()];
+        v.extend(extra.iter().map(|x| x.to_string()));
+        v
+    };
+    let go = |extra: &[&str]| {
+        let a = args(extra);
+        let a: Vec<&str> = a.iter().map(String::as_str).collect();
+        pull(&s.path("cfg"), &a)
+    };
+    let out = go(&[]);
+    assert!(out.status.success(), "{}", all_output(&out));
+    write_file(&dst.join("stale.txt"), 10, 3);
+    write_file(&dst.join("old/x.txt"), 10, 4);
+    let retrs = srv.log().matches("RETR").count();
+    let plain = summary(&go(&[]));
+    assert_eq!(plain["files_ok"], 0, "{plain}");
+    let out = go(&["--delete", "--checksum"]);
+    assert!(out.status.success(), "{}", all_output(&out));
+    let sum = summary(&out);
+    assert_eq!(
+        (sum["files_ok"].as_u64(), sum["deleted"].as_u64()),
+        (Some(0), Some(3)),
+        "{sum}"
+    );
+    assert!(
+        all_output(&out).contains("offers no checksum for 2 file(s)"),
+        "{}",
+        all_output(&out)
+    );
+    assert_eq!(
+        srv.log().matches("RETR").count(),
+        retrs,
+        "nothing fetched again"
+    );
+    assert_same_tree(&tree, &dst, &out);
+}
