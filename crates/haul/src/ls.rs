@@ -107,20 +107,9 @@ pub async fn check(args: CheckArgs, mode: Mode) -> Result<u8> {
         ("only_in_src", &r.only_in_src),
         ("only_in_dst", &r.only_in_dst),
     ];
+    print_items(mode, &items, &r.unreadable);
     match mode {
         Mode::Json => {
-            for (status, paths) in items {
-                for path in paths {
-                    json_line(
-                        &serde_json::json!({"event": "check_item", "path": path, "status": status}),
-                    );
-                }
-            }
-            for (path, error) in &r.unreadable {
-                json_line(
-                    &serde_json::json!({"event": "check_item", "path": path, "status": "unreadable", "error": error}),
-                );
-            }
             let mut v = serde_json::to_value(&r)?;
             if let Some(o) = v.as_object_mut() {
                 o.insert("event".into(), "check_summary".into());
@@ -130,19 +119,6 @@ pub async fn check(args: CheckArgs, mode: Mode) -> Result<u8> {
         }
         Mode::Quiet => {}
         Mode::Human => {
-            for (status, paths) in items {
-                let word = match status {
-                    "differs" => "differs",
-                    "only_in_src" => "only in SRC",
-                    _ => "only in DST",
-                };
-                for path in paths {
-                    println!("{word}: {path}");
-                }
-            }
-            for (path, error) in &r.unreadable {
-                println!("unreadable: {path}: {error}");
-            }
             println!(
                 "{}: {} file{} identical by BLAKE3 ({}), {} differ, {} only in SRC, {} only in DST, {} unreadable",
                 if r.matches() { "match" } else { "DIFFER" },
@@ -177,20 +153,9 @@ async fn check_remote(args: CheckArgs, mode: Mode) -> Result<u8> {
         ("only_in_dst", &r.only_in_dst),
         ("unverifiable", &r.unverifiable),
     ];
+    print_items(mode, &items, &r.unreadable);
     match mode {
         Mode::Json => {
-            for (status, paths) in items {
-                for path in paths {
-                    json_line(
-                        &serde_json::json!({"event": "check_item", "path": path, "status": status}),
-                    );
-                }
-            }
-            for (path, error) in &r.unreadable {
-                json_line(
-                    &serde_json::json!({"event": "check_item", "path": path, "status": "unreadable", "error": error}),
-                );
-            }
             json_line(&serde_json::json!({
                 "event": "check_summary", "match": r.matches(), "same": r.same,
                 "method": "remote checksums", "checksums": methods,
@@ -201,14 +166,6 @@ async fn check_remote(args: CheckArgs, mode: Mode) -> Result<u8> {
         }
         Mode::Quiet => {}
         Mode::Human => {
-            for (status, paths) in items {
-                for path in paths {
-                    println!("{}: {path}", status.replace('_', " "));
-                }
-            }
-            for (path, error) in &r.unreadable {
-                println!("unreadable: {path}: {error}");
-            }
             println!(
                 "{}: {} file{} identical by the server's checksums ({}), not downloaded; {} differ, {} only in SRC, {} only in DST, {} without a checksum (comparing them would mean downloading), {} unreadable",
                 if r.matches() { "match" } else { "DIFFER" },
@@ -224,6 +181,38 @@ async fn check_remote(args: CheckArgs, mode: Mode) -> Result<u8> {
         }
     }
     Ok(if r.matches() { EXIT_OK } else { EXIT_FAILED })
+}
+
+/// `haul check`'s findings, one per line: `check_item` events (`--json`)
+/// or `STATUS: PATH` lines for people; nothing with `--quiet`.
+fn print_items(mode: Mode, items: &[(&str, &Vec<String>)], unreadable: &[(String, String)]) {
+    for (status, paths) in items {
+        for path in paths.iter() {
+            match mode {
+                Mode::Json => json_line(
+                    &serde_json::json!({"event": "check_item", "path": path, "status": status}),
+                ),
+                Mode::Human => {
+                    let word = match *status {
+                        "only_in_src" => "only in SRC",
+                        "only_in_dst" => "only in DST",
+                        other => other,
+                    };
+                    println!("{word}: {path}");
+                }
+                Mode::Quiet => {}
+            }
+        }
+    }
+    for (path, error) in unreadable {
+        match mode {
+            Mode::Json => json_line(
+                &serde_json::json!({"event": "check_item", "path": path, "status": "unreadable", "error": error}),
+            ),
+            Mode::Human => println!("unreadable: {path}: {error}"),
+            Mode::Quiet => {}
+        }
+    }
 }
 
 fn from_entry(e: haul_proto::Entry) -> Line {
