@@ -87,3 +87,34 @@ fn reordering_is_not_read_as_loss() {
     let g = mbit(size, &r);
     assert!(g > 60.0, "{g:.1} Mbit/s of 100 with reordering");
 }
+
+/// The lab's bad-link rows (`bench/bad-links.sh`, 200 Mbit/s, 10 ms) in
+/// simulated time, for comparison with the lab: ignored (it prints, it
+/// asserts nothing the other tests do not); `SIZE_MIB` sets the size.
+/// `cargo test --release -p haul-netsim --test quic -- --ignored lab_rows --nocapture`
+#[test]
+#[ignore]
+fn lab_rows_in_simulated_time() {
+    let size = std::env::var("SIZE_MIB")
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+        .unwrap_or(256)
+        * MIB;
+    let ours = Some(RateConfig::default());
+    let mut clean = 0.0;
+    for spec in [
+        "rate 200mbit delay 10ms",
+        "rate 200mbit delay 10ms loss 30%",
+        "rate 200mbit delay 10ms corrupt 50%",
+        "rate 200mbit delay 10ms reorder 25% 50%",
+    ] {
+        let r = push(size, spec, ours, Duration::from_secs(600));
+        assert_eq!(r.received, size, "{spec}: {r:?}");
+        assert_eq!(r.corrupt, 0);
+        let g = mbit(size, &r);
+        if clean == 0.0 {
+            clean = g;
+        }
+        println!("{spec}: {g:.1} Mbit/s, {:.2} of clean", g / clean);
+    }
+}
