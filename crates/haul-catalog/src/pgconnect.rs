@@ -50,6 +50,19 @@ pub enum SslMode {
     VerifyFull,
 }
 
+const SSLMODES: &str = "use disable, prefer, require, verify-ca or verify-full";
+
+fn ssl_mode(value: &str) -> Option<SslMode> {
+    Some(match value {
+        "disable" => SslMode::Disable,
+        "allow" | "prefer" => SslMode::Prefer,
+        "require" => SslMode::Require,
+        "verify-ca" => SslMode::VerifyCa,
+        "verify-full" => SslMode::VerifyFull,
+        _ => return None,
+    })
+}
+
 /// A parsed catalog URL: the crate's config and what haul adds to it.
 pub(crate) struct ConnectSpec {
     /// The connection settings, password included if one was found.
@@ -93,19 +106,11 @@ pub(crate) fn spec(
                 .map_err(|_| bad(url, format!("{key}: not UTF-8")))
         };
         match key {
-            "sslmode" => mode = match decoded()?.as_str() {
-                "disable" => SslMode::Disable,
-                "allow" | "prefer" => SslMode::Prefer,
-                "require" => SslMode::Require,
-                "verify-ca" => SslMode::VerifyCa,
-                "verify-full" => SslMode::VerifyFull,
-                other => return Err(bad(
-                    url,
-                    format!(
-                        "sslmode={other}: use disable, prefer, require, verify-ca or verify-full"
-                    ),
-                )),
-            },
+            "sslmode" => {
+                let value = decoded()?;
+                mode = ssl_mode(&value)
+                    .ok_or_else(|| bad(url, format!("sslmode={value}: {SSLMODES}")))?;
+            }
             "sslrootcert" => rootcert = Some(decoded()?),
             "passfile" => passfile = Some(PathBuf::from(decoded()?)),
             _ => rest.push(pair),
