@@ -1,7 +1,7 @@
 //! The rules every driver decides by, pure: what a listed file needs given
 //! what the catalog knows of it, and how a stored row reads back.
 
-use crate::{split_checksums, FileRecord, Refetch, Seen, State};
+use crate::{split_checksums, FileRecord, HookFailure, Refetch, Seen, State};
 
 /// What the catalog knows of one file, as much as a decision needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -110,11 +110,14 @@ pub(crate) struct Row {
     pub last_error: Option<String>,
     pub next_retry: Option<i64>,
     pub first_seen: i64,
+    pub hook_error: Option<String>,
+    pub hook_failed_at: Option<i64>,
 }
 
 /// The columns a [`Row`] is read from, in order.
 pub(crate) const FILE_COLUMNS: &str = "source, path, size, mtime, etag, checksums, state, \
-     claimed_by, claim_until, blake3, local_path, fetched_at, attempts, last_error, next_retry, first_seen";
+     claimed_by, claim_until, blake3, local_path, fetched_at, attempts, last_error, next_retry, first_seen, \
+     hook_error, hook_failed_at";
 
 impl Row {
     pub(crate) fn into_record(self) -> FileRecord {
@@ -148,8 +151,17 @@ impl Row {
             state,
             first_seen: self.first_seen,
             attempts,
+            hook_failure: hook_failure(self.hook_error, self.hook_failed_at),
         }
     }
+}
+
+/// A hook failure as stored (two nullable columns).
+pub(crate) fn hook_failure(error: Option<String>, at: Option<i64>) -> Option<HookFailure> {
+    error.map(|error| HookFailure {
+        error,
+        at: at.unwrap_or(0),
+    })
 }
 
 /// A size as stored (SQL integers are signed).

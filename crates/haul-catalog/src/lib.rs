@@ -16,12 +16,15 @@
 //! Deciding a listing of 100,000 files costs no query per file: a run loads
 //! [`Catalog::known`] once (one query), skips in memory what needs nothing
 //! ([`Known::needs_nothing`]), and hands only the rest to
-//! [`Catalog::claim`] in batches.
+//! [`Catalog::claim`] in batches (one transaction each, whatever its size),
+//! and what was delivered is recorded in batches too
+//! ([`Catalog::fetched_batch`]).
 //!
 //! Times are Unix seconds (UTC), passed in by the caller: the catalog has no
 //! clock, so tests and several machines agree on what "now" is.
 
 mod decide;
+pub mod pgconnect;
 mod postgres;
 mod sqlite;
 #[cfg(feature = "test-server")]
@@ -116,6 +119,20 @@ pub struct FileRecord {
     pub first_seen: i64,
     /// Failed attempts since it was last fetched.
     pub attempts: u32,
+    /// The last delivery's hook (or sidecar) that failed, if one did:
+    /// the file stays delivered; this says what did not happen after it.
+    pub hook_failure: Option<HookFailure>,
+}
+
+/// A hook (`on_file`, `on_run`) or a metadata sidecar that failed after
+/// the file or run it was about.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HookFailure {
+    /// What failed and why, as reported (`on_file hook: exit status 3`,
+    /// `on_file hook: killed after 60 s`, `sidecar: …`).
+    pub error: String,
+    /// When (Unix seconds).
+    pub at: i64,
 }
 
 /// A fetched file's facts.
@@ -163,6 +180,8 @@ pub struct RunRecord {
     pub counts: RunCounts,
     /// Why it could not run, if it could not.
     pub error: Option<String>,
+    /// The `on_run` hook's failure after it, if it failed.
+    pub hook_failure: Option<HookFailure>,
 }
 
 /// Per-source totals, for `/metrics` and `haul status`.
@@ -188,8 +207,11 @@ pub enum CatalogError {
     #[error("SQLite catalog: {0}")]
     Sqlite(#[from] rusqlite::Error),
     /// PostgreSQL refused or is unreachable.
-    #[error("PostgreSQL catalog: {0}")]
+    #[error("PostgreSQL catalog: {}", postgres_message(.0))]
     Postgres(#[from] ::postgres::Error),
+    /// The PostgreSQL URL's settings are wrong (sslmode, root certificate…).
+    #[error("PostgreSQL catalog {0}")]
+    Connect(String),
     /// The catalog was written by a newer haul.
     #[error("the catalog's schema is version {found}, newer than this haul knows ({known}): upgrade haul")]
     TooNew {
@@ -201,6 +223,24 @@ pub enum CatalogError {
     /// A lock of the driver was poisoned by a panic elsewhere.
     #[error("the catalog connection is unusable after an earlier failure: restart haul")]
     Poisoned,
+}
+
+/// A PostgreSQL error with what the server or the TLS layer said (the
+/// crate's own text is only "db error" or "error performing TLS handshake").
+fn postgres_message(e: &::postgres::Error) -> String {
+    if let Some(db) = e.as_db_error() {
+        return format!("{}: {}", db.severity(), db.message());
+    }
+    let mut text = e.to_string();
+    let mut cause = std::error::Error::source(e);
+    while let Some(c) = cause {
+        let more = c.to_string();
+        if !text.contains(&more) {
+            text = format!("{text}: {more}");
+        }
+        cause = c.source();
+    }
+    text
 }
 
 /// Result of a catalog call.
@@ -240,8 +280,20 @@ pub trait Catalog: Send + Sync {
     /// Records `path` as fetched.
     fn fetched(&self, source: &str, path: &str, facts: &Fetched) -> Result<()>;
 
+    /// Records each of `files` (path and facts) as fetched, all in one
+    /// transaction: what a run delivered while the previous record was
+    /// being written costs one commit, not one each.
+    fn fetched_batch(&self, source: &str, files: &[(String, Fetched)]) -> Result<()>;
+
     /// Records a failed attempt; returns the attempts so far.
     fn failed(&self, source: &str, path: &str, error: &str, next_retry: i64) -> Result<u32>;
+
+    /// Records that a hook (or the sidecar) failed after `path` was
+    /// delivered; the next delivery of the file clears it.
+    fn file_hook_failed(&self, source: &str, path: &str, failure: &HookFailure) -> Result<()>;
+
+    /// Records that the `on_run` hook failed after run `id`.
+    fn run_hook_failed(&self, id: i64, failure: &HookFailure) -> Result<()>;
 
     /// Starts a run; returns its id.
     fn begin_run(&self, source: &str, worker: &str, started: i64) -> Result<i64>;

@@ -12,16 +12,17 @@ use std::time::Duration;
 
 use postgres::{Client, Config, NoTls, Transaction};
 
-use crate::decide::{action, db_size, Row, FILE_COLUMNS};
+use crate::decide::{action, db_size, hook_failure, Row, FILE_COLUMNS};
 use crate::{
-    join_checksums, Action, Catalog, CatalogError, Fetched, FileRecord, Known, Refetch, Result,
-    RunCounts, RunRecord, Seen, SourceTotals,
+    join_checksums, Action, Catalog, CatalogError, Fetched, FileRecord, HookFailure, Known,
+    Refetch, Result, RunCounts, RunRecord, Seen, SourceTotals,
 };
 
 /// Schema versions, applied in order at connect (never edit one: add the next).
-const MIGRATIONS: &[(i64, &str)] = &[(
-    1,
-    "CREATE TABLE files (
+const MIGRATIONS: &[(i64, &str)] = &[
+    (
+        1,
+        "CREATE TABLE files (
         source TEXT NOT NULL,
         path TEXT NOT NULL,
         size BIGINT,
@@ -56,7 +57,16 @@ const MIGRATIONS: &[(i64, &str)] = &[(
         error TEXT
     );
     CREATE INDEX runs_source ON runs (source, id);",
-)];
+    ),
+    (
+        2,
+        // Hooks and sidecars that failed after a delivery or a run.
+        "ALTER TABLE files ADD COLUMN hook_error TEXT;
+    ALTER TABLE files ADD COLUMN hook_failed_at BIGINT;
+    ALTER TABLE runs ADD COLUMN hook_error TEXT;
+    ALTER TABLE runs ADD COLUMN hook_failed_at BIGINT;",
+    ),
+];
 
 /// Any constant: the advisory lock that serializes migrations of workers
 /// starting together.
@@ -68,20 +78,30 @@ const DEADLOCK_RETRIES: u32 = 3;
 /// A catalog in a PostgreSQL database.
 pub struct PostgresCatalog {
     config: Config,
+    tls: Option<tokio_postgres_rustls::MakeRustlsConnect>,
     client: Mutex<Option<Client>>,
 }
 
 impl PostgresCatalog {
     /// Connects (10 s timeout unless the URL sets `connect_timeout`) and
-    /// migrates.
+    /// migrates. The URL's `sslmode` (`disable`, `prefer` (default),
+    /// `require`, `verify-ca`, `verify-full`) and `sslrootcert` are
+    /// libpq's; without a password in the URL, libpq's password file is
+    /// read (`passfile=` in the URL, else `$PGPASSFILE`, else
+    /// `~/.pgpass`; only if private). See [`crate::pgconnect`].
     pub fn connect(url: &str) -> Result<Self> {
-        let mut config: Config = url.parse()?;
+        let home = std::env::var_os("HOME").map(std::path::PathBuf::from);
+        let pgpassfile = std::env::var_os("PGPASSFILE").map(std::path::PathBuf::from);
+        let spec = crate::pgconnect::spec(url, home.as_deref(), pgpassfile.as_deref())?;
+        tracing::debug!("catalog: PostgreSQL with sslmode {:?}", spec.mode);
+        let mut config = spec.config;
         if config.get_connect_timeout().is_none() {
             config.connect_timeout(Duration::from_secs(10));
         }
         config.keepalives_idle(Duration::from_secs(30));
         let catalog = Self {
             config,
+            tls: spec.tls,
             client: Mutex::new(None),
         };
         let mut client = catalog.client()?;
@@ -96,7 +116,10 @@ impl PostgresCatalog {
     fn client(&self) -> Result<MutexGuard<'_, Option<Client>>> {
         let mut guard = self.client.lock().map_err(|_| CatalogError::Poisoned)?;
         if guard.as_ref().is_none_or(Client::is_closed) {
-            let mut client = self.config.connect(NoTls)?;
+            let mut client = match &self.tls {
+                Some(tls) => self.config.connect(tls.clone())?,
+                None => self.config.connect(NoTls)?,
+            };
             // No statement waits forever (a lock held by a stuck worker).
             client.batch_execute("SET statement_timeout = '120s'")?;
             *guard = Some(client);
@@ -184,6 +207,8 @@ fn row_of(r: &postgres::Row) -> Result<Row> {
         last_error: r.try_get(13)?,
         next_retry: r.try_get(14)?,
         first_seen: r.try_get(15)?,
+        hook_error: r.try_get(16)?,
+        hook_failed_at: r.try_get(17)?,
     })
 }
 
@@ -379,20 +404,36 @@ impl Catalog for PostgresCatalog {
     }
 
     fn fetched(&self, source: &str, path: &str, f: &Fetched) -> Result<()> {
+        self.fetched_batch(source, &[(path.to_string(), f.clone())])
+    }
+
+    fn fetched_batch(&self, source: &str, files: &[(String, Fetched)]) -> Result<()> {
+        if files.is_empty() {
+            return Ok(());
+        }
+        let mut paths = Vec::with_capacity(files.len());
+        let mut blake3 = Vec::with_capacity(files.len());
+        let mut local = Vec::with_capacity(files.len());
+        let mut at = Vec::with_capacity(files.len());
+        let mut size = Vec::with_capacity(files.len());
+        for (path, f) in files {
+            paths.push(path.as_str());
+            blake3.push(f.blake3.as_str());
+            local.push(f.local_path.as_str());
+            at.push(f.at);
+            size.push(db_size(Some(f.size)));
+        }
         self.with(|c| {
+            // One statement: one commit for the whole batch.
             c.execute(
-                "UPDATE files SET state = 'fetched', blake3 = $3, local_path = $4, fetched_at = $5,
-                     size = $6, claimed_by = NULL, claim_until = NULL, attempts = 0,
-                     last_error = NULL, next_retry = NULL
-                 WHERE source = $1 AND path = $2",
-                &[
-                    &source,
-                    &path,
-                    &f.blake3,
-                    &f.local_path,
-                    &f.at,
-                    &db_size(Some(f.size)),
-                ],
+                "UPDATE files f SET state = 'fetched', blake3 = t.b, local_path = t.l,
+                     fetched_at = t.a, size = t.s, claimed_by = NULL, claim_until = NULL,
+                     attempts = 0, last_error = NULL, next_retry = NULL, hook_error = NULL,
+                     hook_failed_at = NULL
+                 FROM UNNEST($2::text[], $3::text[], $4::text[], $5::int8[], $6::int8[])
+                     AS t(p, b, l, a, s)
+                 WHERE f.source = $1 AND f.path = t.p",
+                &[&source, &paths, &blake3, &local, &at, &size],
             )?;
             Ok(())
         })
@@ -410,6 +451,27 @@ impl Catalog for PostgresCatalog {
                 Some(r) => u32::try_from(r.try_get::<_, i64>(0)?).unwrap_or(u32::MAX),
                 None => 0,
             })
+        })
+    }
+
+    fn file_hook_failed(&self, source: &str, path: &str, f: &HookFailure) -> Result<()> {
+        self.with(|c| {
+            c.execute(
+                "UPDATE files SET hook_error = $3, hook_failed_at = $4
+                 WHERE source = $1 AND path = $2",
+                &[&source, &path, &f.error, &f.at],
+            )?;
+            Ok(())
+        })
+    }
+
+    fn run_hook_failed(&self, id: i64, f: &HookFailure) -> Result<()> {
+        self.with(|c| {
+            c.execute(
+                "UPDATE runs SET hook_error = $2, hook_failed_at = $3 WHERE id = $1",
+                &[&id, &f.error, &f.at],
+            )?;
+            Ok(())
         })
     }
 
@@ -447,7 +509,7 @@ impl Catalog for PostgresCatalog {
         self.with(|c| {
             let rows = c.query(
                 "SELECT id, source, worker, started, ended, listed, claimed, fetched, failed, bytes,
-                     error
+                     error, hook_error, hook_failed_at
                  FROM runs WHERE ($1::text IS NULL OR source = $1) ORDER BY id DESC LIMIT $2",
                 &[&source, &i64::from(limit)],
             )?;
@@ -470,6 +532,7 @@ impl Catalog for PostgresCatalog {
                         bytes: n(9)?,
                     },
                     error: r.try_get(10)?,
+                    hook_failure: hook_failure(r.try_get(11)?, r.try_get(12)?),
                 });
             }
             Ok(out)

@@ -9,16 +9,17 @@ use std::time::Duration;
 
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 
-use crate::decide::{action, db_size, Row, FILE_COLUMNS};
+use crate::decide::{action, db_size, hook_failure, Row, FILE_COLUMNS};
 use crate::{
-    join_checksums, Action, Catalog, CatalogError, Fetched, FileRecord, Known, Refetch, Result,
-    RunCounts, RunRecord, Seen, SourceTotals,
+    join_checksums, Action, Catalog, CatalogError, Fetched, FileRecord, HookFailure, Known,
+    Refetch, Result, RunCounts, RunRecord, Seen, SourceTotals,
 };
 
 /// Schema versions, applied in order at open (never edit one: add the next).
-const MIGRATIONS: &[(i64, &str)] = &[(
-    1,
-    "CREATE TABLE files (
+const MIGRATIONS: &[(i64, &str)] = &[
+    (
+        1,
+        "CREATE TABLE files (
         source TEXT NOT NULL,
         path TEXT NOT NULL,
         size INTEGER,
@@ -53,7 +54,16 @@ const MIGRATIONS: &[(i64, &str)] = &[(
         error TEXT
     );
     CREATE INDEX runs_source ON runs (source, id);",
-)];
+    ),
+    (
+        2,
+        // Hooks and sidecars that failed after a delivery or a run.
+        "ALTER TABLE files ADD COLUMN hook_error TEXT;
+    ALTER TABLE files ADD COLUMN hook_failed_at INTEGER;
+    ALTER TABLE runs ADD COLUMN hook_error TEXT;
+    ALTER TABLE runs ADD COLUMN hook_failed_at INTEGER;",
+    ),
+];
 
 /// A catalog in one SQLite file.
 pub struct SqliteCatalog {
@@ -124,6 +134,8 @@ fn read_row(r: &rusqlite::Row<'_>) -> rusqlite::Result<Row> {
         last_error: r.get(13)?,
         next_retry: r.get(14)?,
         first_seen: r.get(15)?,
+        hook_error: r.get(16)?,
+        hook_failed_at: r.get(17)?,
     })
 }
 
@@ -140,6 +152,25 @@ fn read_known(r: &rusqlite::Row<'_>) -> rusqlite::Result<Known> {
         next_retry: r.get(6)?,
         attempts: u32::try_from(r.get::<_, i64>(7)?).unwrap_or(u32::MAX),
     })
+}
+
+/// Records one fetched file (on a connection or inside a transaction).
+fn record_fetched(conn: &Connection, source: &str, path: &str, facts: &Fetched) -> Result<()> {
+    conn.prepare_cached(
+        "UPDATE files SET state = 'fetched', blake3 = ?3, local_path = ?4, fetched_at = ?5,
+             size = ?6, claimed_by = NULL, claim_until = NULL, attempts = 0,
+             last_error = NULL, next_retry = NULL, hook_error = NULL, hook_failed_at = NULL
+         WHERE source = ?1 AND path = ?2",
+    )?
+    .execute(params![
+        source,
+        path,
+        facts.blake3,
+        facts.local_path,
+        facts.at,
+        db_size(Some(facts.size))
+    ])?;
+    Ok(())
 }
 
 const KNOWN_COLUMNS: &str =
@@ -250,20 +281,17 @@ impl Catalog for SqliteCatalog {
     }
 
     fn fetched(&self, source: &str, path: &str, facts: &Fetched) -> Result<()> {
-        self.conn()?.execute(
-            "UPDATE files SET state = 'fetched', blake3 = ?3, local_path = ?4, fetched_at = ?5,
-                 size = ?6, claimed_by = NULL, claim_until = NULL, attempts = 0,
-                 last_error = NULL, next_retry = NULL
-             WHERE source = ?1 AND path = ?2",
-            params![
-                source,
-                path,
-                facts.blake3,
-                facts.local_path,
-                facts.at,
-                db_size(Some(facts.size))
-            ],
-        )?;
+        let conn = self.conn()?;
+        record_fetched(&conn, source, path, facts)
+    }
+
+    fn fetched_batch(&self, source: &str, files: &[(String, Fetched)]) -> Result<()> {
+        let mut conn = self.conn()?;
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        for (path, facts) in files {
+            record_fetched(&tx, source, path, facts)?;
+        }
+        tx.commit()?;
         Ok(())
     }
 
@@ -279,6 +307,22 @@ impl Catalog for SqliteCatalog {
             )
             .optional()?;
         Ok(attempts.map_or(0, |a| u32::try_from(a).unwrap_or(u32::MAX)))
+    }
+
+    fn file_hook_failed(&self, source: &str, path: &str, f: &HookFailure) -> Result<()> {
+        self.conn()?.execute(
+            "UPDATE files SET hook_error = ?3, hook_failed_at = ?4 WHERE source = ?1 AND path = ?2",
+            params![source, path, f.error, f.at],
+        )?;
+        Ok(())
+    }
+
+    fn run_hook_failed(&self, id: i64, f: &HookFailure) -> Result<()> {
+        self.conn()?.execute(
+            "UPDATE runs SET hook_error = ?2, hook_failed_at = ?3 WHERE id = ?1",
+            params![id, f.error, f.at],
+        )?;
+        Ok(())
     }
 
     fn begin_run(&self, source: &str, worker: &str, started: i64) -> Result<i64> {
@@ -312,7 +356,8 @@ impl Catalog for SqliteCatalog {
     fn runs(&self, source: Option<&str>, limit: u32) -> Result<Vec<RunRecord>> {
         let conn = self.conn()?;
         let mut stmt = conn.prepare(
-            "SELECT id, source, worker, started, ended, listed, claimed, fetched, failed, bytes, error
+            "SELECT id, source, worker, started, ended, listed, claimed, fetched, failed, bytes, error,
+                 hook_error, hook_failed_at
              FROM runs WHERE (?1 IS NULL OR source = ?1) ORDER BY id DESC LIMIT ?2",
         )?;
         let rows = stmt.query_map(params![source, limit], |r| {
@@ -331,6 +376,7 @@ impl Catalog for SqliteCatalog {
                     bytes: n(9)?,
                 },
                 error: r.get(10)?,
+                hook_failure: hook_failure(r.get(11)?, r.get(12)?),
             })
         })?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)

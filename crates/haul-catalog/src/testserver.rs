@@ -21,6 +21,15 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// What [`TestServer::start_with`] sets up beyond the defaults.
+#[derive(Debug, Default, Clone)]
+pub struct Setup {
+    /// `ssl = on` with this certificate chain and key (PEM).
+    pub tls: Option<(String, String)>,
+    /// `pg_hba.conf` in place of initdb's (trust for everyone).
+    pub hba: Option<String>,
+}
+
 /// A running PostgreSQL; stopped and reaped on drop.
 pub struct TestServer {
     dir: tempfile::TempDir,
@@ -28,6 +37,8 @@ pub struct TestServer {
     bin: PathBuf,
     uid: Option<(u32, u32)>,
     child: Option<Child>,
+    /// More `postgres` arguments (`-c ssl=on`).
+    extra: Vec<String>,
 }
 
 /// The directory of PostgreSQL's server binaries (the newest version installed).
@@ -81,6 +92,13 @@ fn free_port() -> io::Result<u16> {
 impl TestServer {
     /// Makes a cluster and starts it; waits (at most 30 s) until it accepts connections.
     pub fn start() -> io::Result<Self> {
+        Self::start_with(&Setup::default())
+    }
+
+    /// [`TestServer::start`], with TLS and client authentication rules.
+    /// The admin `psql` of this module connects as `haul` from 127.0.0.1:
+    /// `hba` must let it in (`host all haul 127.0.0.1/32 trust`).
+    pub fn start_with(setup: &Setup) -> io::Result<Self> {
         let bin = pg_bin()?;
         let uid = unprivileged()?;
         let dir = tempfile::Builder::new().prefix("haul-pg-").tempdir()?;
@@ -93,6 +111,7 @@ impl TestServer {
             uid,
             child: None,
             dir,
+            extra: Vec::new(),
         };
         let data = srv.dir.path().join("data");
         let mut initdb = srv.command("initdb");
@@ -107,6 +126,28 @@ impl TestServer {
                 "initdb failed: {}",
                 String::from_utf8_lossy(&out.stderr)
             )));
+        }
+        let own = |path: &std::path::Path| -> io::Result<()> {
+            if let Some((u, g)) = uid {
+                std::os::unix::fs::chown(path, Some(u), Some(g))?;
+            }
+            Ok(())
+        };
+        if let Some((cert, key)) = &setup.tls {
+            use std::os::unix::fs::PermissionsExt;
+            let (crt, k) = (data.join("server.crt"), data.join("server.key"));
+            std::fs::write(&crt, cert)?;
+            std::fs::write(&k, key)?;
+            // PostgreSQL refuses a key others can read.
+            std::fs::set_permissions(&k, std::fs::Permissions::from_mode(0o600))?;
+            own(&crt)?;
+            own(&k)?;
+            srv.extra.extend(["-c".into(), "ssl=on".into()]);
+        }
+        if let Some(hba) = &setup.hba {
+            let path = data.join("pg_hba.conf");
+            std::fs::write(&path, hba)?;
+            own(&path)?;
         }
         let mut last = None;
         // A free port may be taken before the server binds it: try again.
@@ -142,6 +183,7 @@ impl TestServer {
             .args(["-h", "127.0.0.1", "-p", &self.port.to_string(), "-k"])
             .arg(&p)
             .args(["-c", "fsync=off", "-c", "max_connections=50"])
+            .args(&self.extra)
             .stdout(Stdio::null())
             .stderr(log)
             .process_group(0)
@@ -166,6 +208,16 @@ impl TestServer {
             }
             std::thread::sleep(Duration::from_millis(50));
         }
+    }
+
+    /// Runs `sql` in database `db` as the superuser `haul` (through `psql`).
+    pub fn sql(&self, db: &str, sql: &str) -> io::Result<()> {
+        self.psql(db, sql)
+    }
+
+    /// The server's port on 127.0.0.1.
+    pub fn port(&self) -> u16 {
+        self.port
     }
 
     fn psql(&self, db: &str, sql: &str) -> io::Result<()> {

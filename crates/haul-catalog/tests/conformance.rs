@@ -7,13 +7,16 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use haul_catalog::{
-    Catalog, Fetched, PostgresCatalog, Refetch, RunCounts, Seen, SqliteCatalog, State,
+    Catalog, Fetched, HookFailure, PostgresCatalog, Refetch, RunCounts, Seen, SqliteCatalog, State,
 };
 
 /// Opens catalogs by name: a fresh one, or the same one again.
 trait Backend {
     fn fresh(&self, name: &str) -> Box<dyn Catalog>;
     fn reopen(&self, name: &str) -> Box<dyn Catalog>;
+    /// Runs `sql` on an empty database `name` without opening it as a
+    /// catalog (to lay down an older schema).
+    fn raw(&self, name: &str, sql: &str);
 }
 
 struct Sqlite(tempfile::TempDir);
@@ -26,6 +29,13 @@ impl Backend for Sqlite {
         let path = self.0.path().join(format!("{name}.db"));
         Box::new(SqliteCatalog::open(&path).unwrap())
     }
+    fn raw(&self, name: &str, sql: &str) {
+        let path = self.0.path().join(format!("{name}.db"));
+        rusqlite::Connection::open(path)
+            .unwrap()
+            .execute_batch(sql)
+            .unwrap();
+    }
 }
 
 struct Postgres(haul_catalog::testserver::TestServer);
@@ -37,6 +47,17 @@ impl Backend for Postgres {
     }
     fn reopen(&self, name: &str) -> Box<dyn Catalog> {
         Box::new(PostgresCatalog::connect(&self.0.url(name)).unwrap())
+    }
+    fn raw(&self, name: &str, sql: &str) {
+        let url = self.0.create_database(name).unwrap();
+        // The client blocks on a runtime of its own: not inside another's.
+        let sql = sql.replace("INTEGER PRIMARY KEY AUTOINCREMENT", "BIGSERIAL PRIMARY KEY");
+        std::thread::spawn(move || {
+            let mut c = postgres::Client::connect(&url, postgres::NoTls).unwrap();
+            c.batch_execute(&sql).unwrap();
+        })
+        .join()
+        .unwrap();
     }
 }
 
@@ -78,6 +99,10 @@ const CASES: &[(&str, Case)] = &[
     ("survives_reopen", survives_reopen),
     ("many_files_decided_in_memory", many_files_decided_in_memory),
     ("workers_never_share_a_file", workers_never_share_a_file),
+    ("one_batch_raced_by_workers", one_batch_raced_by_workers),
+    ("fetched_in_a_batch", fetched_in_a_batch),
+    ("hook_failures_are_kept", hook_failures_are_kept),
+    ("schema_1_is_migrated", schema_1_is_migrated),
 ];
 
 fn run_all(backend: &dyn Backend, driver: &str) {
@@ -396,4 +421,228 @@ fn workers_never_share_a_file(b: &dyn Backend, name: &str) {
     }
     assert_eq!(total, 3000, "a file was claimed by two workers, or by none");
     assert_eq!(all.len(), 3000);
+}
+
+/// Four workers claim the very same batch of 1,000 files at once (one call
+/// each, released together): new files, files a dead worker's lease held,
+/// failed files due again, files given back, fetched files and failed ones
+/// not due yet. Every file that needs fetching is claimed by exactly one of
+/// them, each claim is recorded under the worker that got it, and nothing
+/// else is claimed.
+fn one_batch_raced_by_workers(b: &dyn Backend, name: &str) {
+    let setup = b.fresh(name);
+    let files: Vec<Seen> = (0..1000)
+        .map(|i| seen(&format!("r/{i:04}"), 1, 1))
+        .collect();
+    // Files 0..400 are known: claimed once by a worker that died (lease
+    // until 150), then some settled.
+    let dead = setup
+        .claim("s", &files[..400], Refetch::Never, "dead", 150, 100)
+        .unwrap();
+    assert_eq!(dead.len(), 400);
+    let mut fetched = Vec::new();
+    for (i, f) in files[..400].iter().enumerate() {
+        match i % 5 {
+            0 => fetched.push((f.path.clone(), done(1))),
+            1 => {
+                setup.failed("s", &f.path, "refused", 150).unwrap();
+            }
+            2 => {
+                setup.failed("s", &f.path, "refused", 10_000).unwrap();
+            }
+            3 => setup.release("s", &f.path, "dead").unwrap(),
+            _ => {} // still claimed by "dead", lease over at 200
+        }
+    }
+    setup.fetched_batch("s", &fetched).unwrap();
+    drop(setup);
+    // Due at 200: all but the fetched (80) and the failed not yet due (80).
+    let expected: HashSet<String> = files
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i >= 400 || !matches!(i % 5, 0 | 2))
+        .map(|(_, f)| f.path.clone())
+        .collect();
+    assert_eq!(expected.len(), 840);
+    let files = Arc::new(files);
+    let start = Arc::new(std::sync::Barrier::new(4));
+    let workers: Vec<_> = (0..4)
+        .map(|w| {
+            let c = b.reopen(name);
+            let (files, start) = (files.clone(), start.clone());
+            std::thread::spawn(move || {
+                start.wait();
+                let mine = c
+                    .claim("s", &files, Refetch::Never, &format!("w{w}"), 1000, 200)
+                    .unwrap();
+                (w, mine)
+            })
+        })
+        .collect();
+    let mut owner = std::collections::HashMap::new();
+    for handle in workers {
+        let (w, mine) = handle.join().unwrap();
+        for path in mine {
+            if let Some(first) = owner.insert(path.clone(), w) {
+                panic!("{path} was claimed by w{first} and by w{w}");
+            }
+        }
+    }
+    let claimed: HashSet<String> = owner.keys().cloned().collect();
+    assert_eq!(claimed, expected, "claimed files differ from the due ones");
+    let c = b.reopen(name);
+    for (path, w) in &owner {
+        assert_eq!(
+            c.file("s", path).unwrap().unwrap().state,
+            State::Claimed {
+                by: format!("w{w}"),
+                until: 1000
+            },
+            "{path}"
+        );
+    }
+    // A second round at once: everything is held by a live lease.
+    assert!(c
+        .claim("s", &files, Refetch::Never, "w9", 1000, 300)
+        .unwrap()
+        .is_empty());
+}
+
+/// A batch of fetched files is recorded as one; files not in it keep their state.
+fn fetched_in_a_batch(b: &dyn Backend, name: &str) {
+    let c = b.fresh(name);
+    let files: Vec<Seen> = (0..600).map(|i| seen(&format!("{i:03}"), 5, 1)).collect();
+    c.claim("s", &files, Refetch::Never, "w1", 1000, 100)
+        .unwrap();
+    c.failed("s", "001", "reset", 500).unwrap();
+    let batch: Vec<(String, Fetched)> = files[..500]
+        .iter()
+        .map(|f| {
+            (
+                f.path.clone(),
+                Fetched {
+                    blake3: format!("{:0>64}", f.path),
+                    local_path: format!("/data/{}", f.path),
+                    at: 1234,
+                    size: 5,
+                },
+            )
+        })
+        .collect();
+    c.fetched_batch("s", &batch).unwrap();
+    c.fetched_batch("s", &[]).unwrap();
+    assert_eq!(
+        c.files(Some("s"), Some("fetched"), 1000).unwrap().len(),
+        500
+    );
+    assert_eq!(
+        c.files(Some("s"), Some("claimed"), 1000).unwrap().len(),
+        100
+    );
+    let rec = c.file("s", "001").unwrap().unwrap();
+    assert_eq!(rec.attempts, 0, "a fetched file's failures are cleared");
+    assert_eq!(
+        rec.state,
+        State::Fetched {
+            blake3: format!("{:0>64}", "001"),
+            local_path: "/data/001".into(),
+            at: 1234
+        }
+    );
+    assert_eq!(c.totals().unwrap()[0].bytes_fetched, 2500);
+}
+
+/// A hook that failed after a delivery is kept with the file (and shown
+/// with it) until the file is delivered again; one after a run, with the run.
+fn hook_failures_are_kept(b: &dyn Backend, name: &str) {
+    let c = b.fresh(name);
+    c.claim("s", &[seen("a", 1, 1)], Refetch::Never, "w1", 1000, 100)
+        .unwrap();
+    c.fetched("s", "a", &done(1)).unwrap();
+    assert_eq!(c.file("s", "a").unwrap().unwrap().hook_failure, None);
+    let failure = HookFailure {
+        error: "on_file hook: killed after 2s".into(),
+        at: 1001,
+    };
+    c.file_hook_failed("s", "a", &failure).unwrap();
+    let rec = c.file("s", "a").unwrap().unwrap();
+    assert_eq!(rec.hook_failure, Some(failure.clone()));
+    assert_eq!(rec.state.name(), "fetched", "the file stays delivered");
+    assert_eq!(
+        c.files(Some("s"), None, 10).unwrap()[0].hook_failure,
+        Some(failure)
+    );
+    // Delivered again (forgotten, fetched anew): the old failure is gone.
+    c.forget("s", None).unwrap();
+    c.claim("s", &[seen("a", 1, 1)], Refetch::Never, "w1", 1000, 100)
+        .unwrap();
+    c.file_hook_failed(
+        "s",
+        "a",
+        &HookFailure {
+            error: "sidecar: disk full".into(),
+            at: 5,
+        },
+    )
+    .unwrap();
+    c.fetched_batch("s", &[("a".into(), done(1))]).unwrap();
+    assert_eq!(c.file("s", "a").unwrap().unwrap().hook_failure, None);
+    let r1 = c.begin_run("s", "w1", 100).unwrap();
+    let r2 = c.begin_run("s", "w1", 200).unwrap();
+    c.end_run(r1, 110, &RunCounts::default(), None).unwrap();
+    c.end_run(r2, 210, &RunCounts::default(), None).unwrap();
+    let run_failure = HookFailure {
+        error: "on_run hook: exit status 3".into(),
+        at: 211,
+    };
+    c.run_hook_failed(r2, &run_failure).unwrap();
+    let runs = c.runs(Some("s"), 10).unwrap();
+    assert_eq!(runs[0].id, r2);
+    assert_eq!(runs[0].hook_failure, Some(run_failure));
+    assert_eq!(runs[1].hook_failure, None);
+}
+
+/// A catalog written by a haul that knew schema version 1 only is brought
+/// to the current version at open, its files and runs kept.
+fn schema_1_is_migrated(b: &dyn Backend, name: &str) {
+    b.raw(
+        name,
+        "CREATE TABLE haul_schema (version BIGINT NOT NULL);
+         INSERT INTO haul_schema (version) VALUES (1);
+         CREATE TABLE files (
+            source TEXT NOT NULL, path TEXT NOT NULL, size BIGINT, mtime BIGINT, etag TEXT,
+            checksums TEXT NOT NULL DEFAULT '', state TEXT NOT NULL, claimed_by TEXT,
+            claim_until BIGINT, blake3 TEXT, local_path TEXT, fetched_at BIGINT,
+            attempts BIGINT NOT NULL DEFAULT 0, last_error TEXT, next_retry BIGINT,
+            first_seen BIGINT NOT NULL, last_seen BIGINT NOT NULL, PRIMARY KEY (source, path));
+         CREATE INDEX files_claims ON files (claimed_by) WHERE state = 'claimed';
+         CREATE TABLE runs (
+            id INTEGER PRIMARY KEY AUTOINCREMENT, source TEXT NOT NULL, worker TEXT NOT NULL,
+            started BIGINT NOT NULL, ended BIGINT, listed BIGINT NOT NULL DEFAULT 0,
+            claimed BIGINT NOT NULL DEFAULT 0, fetched BIGINT NOT NULL DEFAULT 0,
+            failed BIGINT NOT NULL DEFAULT 0, bytes BIGINT NOT NULL DEFAULT 0, error TEXT);
+         CREATE INDEX runs_source ON runs (source, id);
+         INSERT INTO files (source, path, size, state, blake3, local_path, fetched_at,
+             first_seen, last_seen)
+             VALUES ('s', 'old.nc', 7, 'fetched', 'cd', '/data/old.nc', 50, 40, 40);
+         INSERT INTO runs (source, worker, started, ended, fetched) VALUES ('s', 'w0', 40, 60, 1);",
+    );
+    let c = b.reopen(name);
+    let rec = c.file("s", "old.nc").unwrap().unwrap();
+    assert_eq!(rec.state.name(), "fetched");
+    assert_eq!(rec.hook_failure, None);
+    let failure = HookFailure {
+        error: "on_file hook: exit status 1".into(),
+        at: 70,
+    };
+    c.file_hook_failed("s", "old.nc", &failure).unwrap();
+    assert_eq!(
+        c.file("s", "old.nc").unwrap().unwrap().hook_failure,
+        Some(failure)
+    );
+    let runs = c.runs(None, 10).unwrap();
+    assert_eq!((runs.len(), runs[0].counts.fetched), (1, 1));
+    // Opened again: nothing is applied twice.
+    drop(c);
+    assert_eq!(b.reopen(name).runs(None, 10).unwrap().len(), 1);
 }

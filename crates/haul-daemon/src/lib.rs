@@ -79,6 +79,10 @@ pub struct SourceSpec {
     pub on_run: Option<String>,
     /// How long a hook may run before it is killed.
     pub hook_timeout: Duration,
+    /// Where its partial downloads are staged (this source's own directory
+    /// under the daemon's `staging`, on `dest`'s filesystem); `None`:
+    /// `dest/.haul/partial`.
+    pub staging: Option<PathBuf>,
 }
 
 /// The daemon's settings.

@@ -1,13 +1,25 @@
 //! One run of one source: list it through haul-fetch's crawl, decide each
 //! listed file from the catalog (known files in memory, the rest claimed),
 //! fetch the claimed ones within the daemon's caps, record each outcome.
+//!
+//! The catalog is asked in batches, not per file. Files the crawl admitted
+//! wait in [`Claims::pending`]; when one of them reaches a download slot,
+//! it is claimed together with the next pending ones in one call (one
+//! transaction), and those start from that claim as their slots come. A
+//! batch holds about [`CLAIM_AHEAD`] of this worker's downloads (measured
+//! as it goes: one large slow file at a time, hundreds of small ones), so
+//! workers sharing a catalog still divide a source's files between them.
+//! Delivered files are recorded by group commit ([`Recorder`]): what
+//! finished while one record was being written is written next, together.
+//! A file is still recorded before its download's slot is given back, so a
+//! crash loses no delivery.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime};
+use std::time::{Duration, Instant, SystemTime};
 
-use haul_catalog::{Catalog, Fetched, Known, RunCounts, Seen};
+use haul_catalog::{Catalog, Fetched, HookFailure, Known, RunCounts, Seen};
 use haul_fetch::{FileGate, Gate, GateFile, GateOutcome};
 use haul_session::{Event, Observer};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -15,6 +27,14 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use crate::delivery::{file_env, run_env, run_hook, FileFacts, RunFacts};
 use crate::status::Board;
 use crate::{unix, DaemonError, SourceSpec};
+
+/// Most files claimed in one catalog call (the crawl's queue of admitted
+/// files, 64 in haul-fetch, usually bounds a batch first).
+const CLAIM_BATCH: usize = 1000;
+
+/// How much of this worker's work a batch of claims holds: as many files as
+/// it started in that long, lately.
+const CLAIM_AHEAD: Duration = Duration::from_secs(1);
 
 /// First wait before a failed file is tried again (doubling per attempt).
 const FILE_RETRY_BASE: Duration = Duration::from_secs(60);
@@ -36,11 +56,110 @@ struct RunGate {
     ctx: Arc<RunContext>,
     source: Arc<SourceSpec>,
     known: HashMap<String, Known>,
+    claims: tokio::sync::Mutex<Claims>,
+    recorder: Recorder,
     listed: AtomicU64,
     claimed: AtomicU64,
     fetched: AtomicU64,
     failed: AtomicU64,
     bytes: AtomicU64,
+}
+
+/// Files between their admission and their download's start.
+#[derive(Default)]
+struct Claims {
+    /// Admitted, not asked for yet, in listing order.
+    pending: Vec<Seen>,
+    /// Their paths.
+    pending_paths: HashSet<String>,
+    /// Claimed for this run; download not started yet.
+    ours: HashSet<String>,
+    /// Files the next batch claims (1 at first, then by the rate).
+    batch: usize,
+    /// When the last batch was claimed.
+    last_batch: Option<Instant>,
+    /// Downloads started since.
+    started: u64,
+}
+
+impl Claims {
+    /// Sizes the next batch from the downloads started since the last one:
+    /// [`CLAIM_AHEAD`] of them, growing at most fourfold a batch.
+    fn resize(&mut self, now: Instant) {
+        if let Some(last) = self.last_batch {
+            let secs = now.duration_since(last).as_secs_f64().max(1e-3);
+            let rate = self.started as f64 / secs;
+            let want = (rate * CLAIM_AHEAD.as_secs_f64()).ceil();
+            let most = self.batch.max(1).saturating_mul(4).min(CLAIM_BATCH);
+            self.batch = if want >= most as f64 {
+                most
+            } else {
+                (want as usize).max(1)
+            };
+        }
+        self.batch = self.batch.max(1);
+        self.last_batch = Some(now);
+        self.started = 0;
+    }
+
+    /// The next batch: `first` and the pending files after it in listing
+    /// order, [`Claims::batch`] in all.
+    fn take(&mut self, first: &str) -> Vec<Seen> {
+        let mut batch = Vec::with_capacity(self.batch);
+        if let Some(i) = self.pending.iter().position(|s| s.path == first) {
+            batch.push(self.pending.remove(i));
+        }
+        let more = self
+            .batch
+            .saturating_sub(batch.len())
+            .min(self.pending.len());
+        batch.extend(self.pending.drain(..more));
+        for s in &batch {
+            self.pending_paths.remove(&s.path);
+        }
+        batch
+    }
+}
+
+/// Group commit of delivered files: [`Recorder::fetched`] returns once its
+/// file is in the catalog, and files delivered while a batch was being
+/// written go into the next one together.
+#[derive(Default)]
+struct Recorder {
+    queue: std::sync::Mutex<Vec<(String, Fetched)>>,
+    writing: tokio::sync::Mutex<()>,
+}
+
+impl Recorder {
+    async fn fetched(
+        &self,
+        catalog: &Arc<dyn Catalog>,
+        source: &str,
+        path: String,
+        facts: Fetched,
+    ) -> Result<(), DaemonError> {
+        self.queue
+            .lock()
+            .map_err(|_| DaemonError::Task("the record queue is poisoned".into()))?
+            .push((path, facts));
+        let _writer = self.writing.lock().await;
+        let batch = match self.queue.lock() {
+            Ok(mut q) => std::mem::take(&mut *q),
+            Err(_) => return Err(DaemonError::Task("the record queue is poisoned".into())),
+        };
+        // Empty: the writer before took this file and committed it before
+        // letting go of `writing`.
+        if batch.is_empty() {
+            return Ok(());
+        }
+        let source = source.to_string();
+        let n = batch.len();
+        blocking(catalog, move |c| c.fetched_batch(&source, &batch))
+            .await
+            .inspect_err(|e| {
+                tracing::error!("cannot record {n} fetched file(s) in the catalog: {e}");
+            })
+    }
 }
 
 /// Runs a catalog call on a blocking thread (the drivers are synchronous).
@@ -86,6 +205,49 @@ impl RunGate {
         }
     }
 
+    /// Claims `first` with the next batch of pending files, in one call.
+    async fn claim_batch(&self, claims: &mut Claims, first: &str) {
+        claims.resize(Instant::now());
+        let batch = claims.take(first);
+        let now = unix(SystemTime::now());
+        let until = now + secs(self.ctx.lease);
+        let (name, worker, refetch) = (
+            self.source.name.clone(),
+            self.ctx.worker.clone(),
+            self.source.refetch,
+        );
+        let n = batch.len();
+        match blocking(&self.ctx.catalog, move |c| {
+            c.claim(&name, &batch, refetch, &worker, until, now)
+        })
+        .await
+        {
+            Ok(paths) => claims.ours.extend(paths),
+            Err(e) => tracing::error!("{}: cannot claim {n} file(s): {e}", self.source.name),
+        }
+    }
+
+    /// Gives back the claims of files whose downloads never started (the
+    /// fetch stopped early).
+    async fn release_unstarted(&self) {
+        let left: Vec<String> = self.claims.lock().await.ours.drain().collect();
+        if left.is_empty() {
+            return;
+        }
+        let (name, worker) = (self.source.name.clone(), self.ctx.worker.clone());
+        let n = left.len();
+        let released = blocking(&self.ctx.catalog, move |c| {
+            left.iter().try_for_each(|p| c.release(&name, p, &worker))
+        })
+        .await;
+        if let Err(e) = released {
+            tracing::warn!(
+                "{}: cannot give back {n} claim(s) of files not started: {e} (their leases end on their own)",
+                self.source.name
+            );
+        }
+    }
+
     fn retry_after(&self, rel: &str) -> Duration {
         let attempts = self.known.get(rel).map_or(0, |k| k.attempts);
         FILE_RETRY_BASE
@@ -128,15 +290,34 @@ impl RunGate {
                 .and_then(|r| r.map_err(|e| e.to_string()))
             {
                 tracing::warn!("{name}: {rel}: cannot write its sidecar: {e}");
-                self.ctx.board.hook_failure(name);
+                self.hook_failed(rel, format!("sidecar: {e}")).await;
             }
         }
         if let Some(cmd) = &src.on_file {
             let json = serde_json::to_value(&facts).unwrap_or_default();
             if let Err(e) = run_hook(cmd, &file_env(&facts), &json, src.hook_timeout).await {
                 tracing::warn!("{name}: {rel}: on_file hook {e} (the file stays delivered)");
-                self.ctx.board.hook_failure(name);
+                self.hook_failed(rel, format!("on_file hook {e}")).await;
             }
+        }
+    }
+
+    /// Counts a failed hook or sidecar and keeps it with the file in the catalog.
+    async fn hook_failed(&self, rel: &str, error: String) {
+        let name = self.source.name.clone();
+        self.ctx.board.hook_failure(&name);
+        let failure = HookFailure {
+            error,
+            at: unix(SystemTime::now()),
+        };
+        let path = rel.to_string();
+        let n = name.clone();
+        if let Err(e) = blocking(&self.ctx.catalog, move |c| {
+            c.file_hook_failed(&n, &path, &failure)
+        })
+        .await
+        {
+            tracing::error!("{name}: {rel}: cannot record the hook's failure in the catalog: {e}");
         }
     }
 }
@@ -147,37 +328,37 @@ impl FileGate for RunGate {
         self.listed.fetch_add(1, Ordering::Relaxed);
         let seen = seen_of(file);
         let now = unix(SystemTime::now());
-        // Done files are decided here, in memory; the rest are claimed
-        // when a download slot is free (`start`), so workers sharing a
-        // catalog take files as they can fetch them.
-        !self
+        // Done files are decided here, in memory; the rest wait to be
+        // claimed when a download slot is free (`start`), in batches the
+        // size of about a second of this worker's downloads, so workers
+        // sharing a catalog take files as they can fetch them.
+        if self
             .known
             .get(&seen.path)
             .is_some_and(|k| k.needs_nothing(&seen, self.source.refetch, now))
+        {
+            return false;
+        }
+        let mut claims = self.claims.lock().await;
+        if claims.pending_paths.insert(seen.path.clone()) {
+            claims.pending.push(seen);
+        }
+        true
     }
 
     async fn start(&self, file: &GateFile) -> Option<Box<dyn Send>> {
         let global = self.ctx.global.clone().acquire_owned().await.ok();
         let host = self.ctx.host.clone().acquire_owned().await.ok();
-        let (name, worker, refetch) = (
-            self.source.name.clone(),
-            self.ctx.worker.clone(),
-            self.source.refetch,
-        );
-        let now = unix(SystemTime::now());
-        let until = now + secs(self.ctx.lease);
-        let seen = seen_of(file);
-        let claimed = blocking(&self.ctx.catalog, move |c| {
-            c.claim(&name, &[seen], refetch, &worker, until, now)
-        })
-        .await;
-        match claimed {
-            Ok(paths) if !paths.is_empty() => {}
-            Ok(_) => return None,
-            Err(e) => {
-                tracing::error!("{}: {}: cannot claim: {e}", self.source.name, file.rel);
+        {
+            let mut claims = self.claims.lock().await;
+            if claims.pending_paths.contains(&file.rel) {
+                self.claim_batch(&mut claims, &file.rel).await;
+            }
+            // Not ours: another worker holds it, or the claim failed (logged).
+            if !claims.ours.remove(&file.rel) {
                 return None;
             }
+            claims.started += 1;
         }
         self.claimed.fetch_add(1, Ordering::Relaxed);
         self.ctx.board.in_flight(&self.source.name, 1);
@@ -208,8 +389,10 @@ impl FileGate for RunGate {
                 };
                 tracing::info!("{name}: fetched {rel} ({size} bytes)");
                 let (at, root) = (facts.at, facts.blake3.clone());
-                let recorded =
-                    blocking(&self.ctx.catalog, move |c| c.fetched(&name, &rel, &facts)).await;
+                let recorded = self
+                    .recorder
+                    .fetched(&self.ctx.catalog, &name, rel, facts)
+                    .await;
                 self.after_file(file, at, root).await;
                 recorded
             }
@@ -222,7 +405,9 @@ impl FileGate for RunGate {
                     at: now,
                     size,
                 };
-                blocking(&self.ctx.catalog, move |c| c.fetched(&name, &rel, &facts)).await
+                self.recorder
+                    .fetched(&self.ctx.catalog, &name, rel, facts)
+                    .await
             }
             GateOutcome::Failed { error } => {
                 self.failed.fetch_add(1, Ordering::Relaxed);
@@ -297,6 +482,8 @@ pub(crate) async fn run_once(
         ctx: ctx.clone(),
         source: source.clone(),
         known,
+        claims: tokio::sync::Mutex::new(Claims::default()),
+        recorder: Recorder::default(),
         listed: AtomicU64::new(0),
         claimed: AtomicU64::new(0),
         fetched: AtomicU64::new(0),
@@ -307,6 +494,7 @@ pub(crate) async fn run_once(
         Err(why) => Err(DaemonError::Options(why)),
         Ok(mut opts) => {
             opts.gate = Some(Gate(gate.clone()));
+            opts.staging = source.staging.clone();
             // The catalog decides what is fetched, not what the destination
             // holds: a file forgotten in the catalog is fetched again.
             opts.quick_check = false;
@@ -326,6 +514,7 @@ pub(crate) async fn run_once(
             .map_err(|e| DaemonError::Fetch(e.to_string()))
         }
     };
+    gate.release_unstarted().await;
     let counts = gate.counts();
     let error = result.as_ref().err().map(ToString::to_string);
     let ended = unix(SystemTime::now());
@@ -351,7 +540,76 @@ pub(crate) async fn run_once(
         if let Err(e) = run_hook(cmd, &run_env(&facts), &json, source.hook_timeout).await {
             tracing::warn!("{}: on_run hook {e}", source.name);
             ctx.board.hook_failure(&source.name);
+            let failure = HookFailure {
+                error: format!("on_run hook {e}"),
+                at: unix(SystemTime::now()),
+            };
+            if let Err(e) = blocking(&ctx.catalog, move |c| c.run_hook_failed(id, &failure)).await {
+                tracing::error!(
+                    "{}: cannot record the on_run hook's failure in the catalog: {e}",
+                    source.name
+                );
+            }
         }
     }
     result.map(|()| counts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn seen(path: &str) -> Seen {
+        Seen {
+            path: path.into(),
+            size: None,
+            mtime: None,
+            etag: None,
+            checksums: vec![],
+        }
+    }
+
+    #[test]
+    fn batches_follow_the_download_rate() {
+        let mut c = Claims::default();
+        for i in 0..100 {
+            let s = seen(&format!("{i:03}"));
+            c.pending_paths.insert(s.path.clone());
+            c.pending.push(s);
+        }
+        let t0 = Instant::now();
+        // The first batch is one file: the rate is not known yet.
+        c.resize(t0);
+        let b = c.take("005");
+        assert_eq!(
+            b.iter().map(|s| s.path.as_str()).collect::<Vec<_>>(),
+            ["005"]
+        );
+        // Small files: 50 started within 10 ms; the batch grows fourfold a time.
+        c.started = 50;
+        c.resize(t0 + Duration::from_millis(10));
+        assert_eq!(c.batch, 4);
+        let b = c.take("000");
+        assert_eq!(
+            b.iter().map(|s| s.path.as_str()).collect::<Vec<_>>(),
+            ["000", "001", "002", "003"]
+        );
+        c.started = 50;
+        c.resize(t0 + Duration::from_millis(20));
+        assert_eq!(c.batch, 16);
+        assert_eq!(c.take("010").len(), 16);
+        assert!(!c.pending_paths.contains("010") && c.pending.len() == 100 - 21);
+        // Slow large files: one started in 1.5 s: one at a time again, so
+        // other workers get the rest.
+        c.started = 1;
+        c.resize(t0 + Duration::from_millis(1520));
+        assert_eq!(c.batch, 1);
+        // Never more than CLAIM_BATCH, never more than what is pending.
+        c.batch = CLAIM_BATCH;
+        c.started = 1_000_000;
+        c.resize(t0 + Duration::from_secs(2));
+        assert_eq!(c.batch, CLAIM_BATCH);
+        assert_eq!(c.take("099").len(), 100 - 21);
+        assert!(c.pending.is_empty() && c.pending_paths.is_empty());
+    }
 }

@@ -21,7 +21,7 @@ use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
 use std::fs;
 use std::io;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -66,8 +66,11 @@ pub struct Destination {
     root: Root,
     /// The root's path, shared by every [`Place`] for its messages.
     root_path: Arc<Path>,
-    /// `ROOT/.haul/partial`, held (made again if removed under a running node).
+    /// `ROOT/.haul/partial` or the directory given to [`Destination::open_staged`],
+    /// held (made again if removed under a running node).
     staging: Mutex<Arc<Dir>>,
+    /// The staging directory given apart from the root, if one was.
+    staging_at: Option<PathBuf>,
     open: Mutex<HashMap<String, Weak<PartialFile>>>,
     pending_dirs: Mutex<Vec<PendingDir>>,
     sessions: Mutex<usize>,
@@ -107,18 +110,31 @@ fn parent_rel(comps: &[&str]) -> String {
 }
 
 impl Destination {
-    /// Opens (creating if needed) a destination root.
+    /// Opens (creating if needed) a destination root; partial files are
+    /// staged in `ROOT/.haul/partial`.
     pub fn open(root: &Path) -> Result<Arc<Self>, ReceiveError> {
+        Self::open_staged(root, None)
+    }
+
+    /// Opens (creating if needed) a destination root whose partial files
+    /// are staged in `staging` (made if missing, mode 0700) when given,
+    /// else in `ROOT/.haul/partial`. `staging` must be this user's alone
+    /// and on the root's filesystem ([`ReceiveError::StagingElsewhere`]),
+    /// and must serve this root only: staging names come from the paths
+    /// beneath the root.
+    pub fn open_staged(root: &Path, staging: Option<&Path>) -> Result<Arc<Self>, ReceiveError> {
         fs::create_dir_all(root).map_err(|e| ReceiveError::io("create", root, e))?;
         let path = root
             .canonicalize()
             .map_err(|e| ReceiveError::io("resolve", root, e))?;
         let root = Root::open(&path).map_err(|e| ReceiveError::io("open", &path, e))?;
-        let staging = make_staging(&root)?;
+        let staging_at = staging.map(Path::to_path_buf);
+        let staging = make_staging_for(&root, staging_at.as_deref())?;
         Ok(Arc::new(Self {
             root_path: Arc::from(root.path()),
             root,
             staging: Mutex::new(staging),
+            staging_at,
             open: Mutex::new(HashMap::new()),
             pending_dirs: Mutex::new(Vec::new()),
             sessions: Mutex::new(0),
@@ -434,7 +450,7 @@ impl Destination {
                 dir,
                 part: format!("{id}.part"),
                 state: format!("{id}.state"),
-                shown: self.root.show(&[STATE_DIR, "partial"]).into(),
+                shown: self.staging_shown().into(),
             };
             PartialFile::open(
                 entry.clone(),
@@ -448,7 +464,7 @@ impl Destination {
             // The state directory was removed under a running node: make it
             // again (what was staged in it is gone; transfers start over).
             Err(ReceiveError::Io { source, .. }) if source.kind() == io::ErrorKind::NotFound => {
-                let fresh = make_staging(&self.root)?;
+                let fresh = make_staging_for(&self.root, self.staging_at.as_deref())?;
                 if let Ok(mut s) = self.staging.lock() {
                     *s = fresh.clone();
                 }
@@ -459,6 +475,14 @@ impl Destination {
         let part = Arc::new(part);
         open.insert(entry.path.clone(), Arc::downgrade(&part));
         Ok(Prepared::Receive(part))
+    }
+
+    /// The staging directory's path, for messages.
+    fn staging_shown(&self) -> String {
+        match &self.staging_at {
+            Some(p) => p.display().to_string(),
+            None => self.root.show(&[STATE_DIR, "partial"]),
+        }
     }
 
     fn staging_dir(&self) -> Arc<Dir> {
@@ -504,7 +528,7 @@ impl Destination {
     /// Makes all data written under the root durable with one `syncfs(2)`:
     /// much cheaper than an fsync per file for a batch of small files.
     pub fn sync_filesystem(&self) -> Result<(), ReceiveError> {
-        let shown = self.root.show(&[STATE_DIR, "partial"]);
+        let shown = self.staging_shown();
         self.staging_dir()
             .sync_filesystem()
             .map_err(|e| ReceiveError::io_at("syncfs", shown, e))
@@ -571,13 +595,57 @@ impl Destination {
         }
     }
 
-    /// Removes `ROOT/.haul/partial` and `ROOT/.haul` if nothing is left in them.
+    /// Removes `ROOT/.haul/partial` and `ROOT/.haul` if nothing is left in
+    /// them (a staging directory given apart is left as it is).
     pub fn tidy_state_dir(&self) {
+        if self.staging_at.is_some() {
+            return;
+        }
         if let Ok(state) = self.root.dir().subdir(STATE_DIR) {
             let _ = state.remove_dir("partial");
             let _ = self.root.dir().remove_dir(STATE_DIR);
         }
     }
+}
+
+/// The staging directory: `at` (see [`make_staging_at`]) or `ROOT/.haul/partial`.
+fn make_staging_for(root: &Root, at: Option<&Path>) -> Result<Arc<Dir>, ReceiveError> {
+    match at {
+        Some(at) => make_staging_at(root, at),
+        None => make_staging(root),
+    }
+}
+
+/// Opens (making it if missing, mode 0700) a staging directory apart from
+/// the root: the operator's path (symlinks on the way are followed, not
+/// the last component), this user's alone, on the root's filesystem.
+fn make_staging_at(root: &Root, at: &Path) -> Result<Arc<Dir>, ReceiveError> {
+    use std::os::unix::fs::DirBuilderExt;
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(at)
+        .map_err(|e| ReceiveError::io("create", at, e))?;
+    let dir = Dir::open_path_nofollow(at).map_err(|e| ReceiveError::io("open", at, e))?;
+    let meta = dir.meta().map_err(|e| ReceiveError::io("stat", at, e))?;
+    let shown = || at.display().to_string();
+    if !meta.is_mine() {
+        return Err(ReceiveError::ForeignState(shown()));
+    }
+    if meta.permissions() & 0o077 != 0 && dir.set_mode(0o700).is_err() {
+        return Err(ReceiveError::ForeignState(shown()));
+    }
+    let root_meta = root
+        .dir()
+        .meta()
+        .map_err(|e| ReceiveError::io("stat", root.path(), e))?;
+    if meta.dev != root_meta.dev {
+        return Err(ReceiveError::StagingElsewhere {
+            staging: shown(),
+            root: root.path().display().to_string(),
+        });
+    }
+    Ok(Arc::new(dir))
 }
 
 /// Opens (making it if missing) `ROOT/.haul/partial` beneath the root.

@@ -110,6 +110,9 @@ pub struct FetchOptions {
     pub dest_prefix: String,
     /// The caller's say over each file (`haul daemon`'s catalog and caps).
     pub gate: Option<Gate>,
+    /// Where partial files are staged (default `DEST/.haul/partial`); on
+    /// DEST's filesystem, for this destination only.
+    pub staging: Option<std::path::PathBuf>,
 }
 
 impl Default for FetchOptions {
@@ -131,6 +134,7 @@ impl Default for FetchOptions {
             delete_source: false,
             dest_prefix: String::new(),
             gate: None,
+            staging: None,
         }
     }
 }
@@ -224,7 +228,7 @@ pub async fn fetch(
     pool.give_back(lease);
     let trimmed = path.trim_end_matches('/');
     let name = trimmed.rsplit('/').next().unwrap_or("").to_string();
-    let destination = Destination::open(dest)?;
+    let destination = Destination::open_staged(dest, opts.staging.as_deref())?;
     destination.apply_dir_metadata_at_end();
     // Remote modes are not carried over: local ones are left alone.
     destination.keep_modes();

@@ -47,6 +47,7 @@ pub fn check(args: &DaemonArgs, json: bool) -> Result<u8> {
             "event": "check", "ok": true, "catalog": haul_catalog::shown_url(&config.catalog),
             "status": config.status.map(|a| a.to_string()), "worker": config.worker,
             "max_files": config.max_files, "max_files_per_host": config.max_files_per_host,
+            "staging": config.staging.as_ref().map(|p| p.display().to_string()),
             "sources": sources,
         }));
         return Ok(EXIT_OK);
@@ -63,6 +64,12 @@ pub fn check(args: &DaemonArgs, json: bool) -> Result<u8> {
         config.max_files,
         config.max_files_per_host,
     );
+    if let Some(dir) = &config.staging {
+        println!(
+            "partial downloads staged in {}/NAME (same filesystem as every dest)",
+            dir.display()
+        );
+    }
     for (s, url, next) in &out {
         println!("\n[{}] {url} -> {}", s.name, s.dest.display());
         let jitter = if s.jitter.is_zero() {
@@ -180,6 +187,7 @@ fn source_spec(plan: &SourcePlan, hook_timeout: std::time::Duration) -> Result<S
         on_file: plan.on_file.clone(),
         on_run: plan.on_run.clone(),
         hook_timeout,
+        staging: plan.staging.clone(),
     })
 }
 
@@ -344,10 +352,11 @@ fn catalog_command(c: &dyn Catalog, cmd: &CatalogCommand, json: bool) -> Result<
                         "listed": r.counts.listed, "claimed": r.counts.claimed,
                         "fetched": r.counts.fetched, "failed": r.counts.failed,
                         "bytes": r.counts.bytes, "error": r.error,
+                        "hook_failure": r.hook_failure.as_ref().map(|h| h.error.clone()),
                     }));
                 } else {
                     println!(
-                        "#{} {} {} {}: {} listed, {} claimed, {} fetched ({} bytes), {} failed{}",
+                        "#{} {} {} {}: {} listed, {} claimed, {} fetched ({} bytes), {} failed{}{}",
                         r.id,
                         r.source,
                         r.worker,
@@ -357,7 +366,10 @@ fn catalog_command(c: &dyn Catalog, cmd: &CatalogCommand, json: bool) -> Result<
                         r.counts.fetched,
                         r.counts.bytes,
                         r.counts.failed,
-                        r.error.map(|e| format!(" — {e}")).unwrap_or_default()
+                        r.error.map(|e| format!(" — {e}")).unwrap_or_default(),
+                        r.hook_failure
+                            .map(|h| format!(" — {}", h.error))
+                            .unwrap_or_default()
                     );
                 }
             }
@@ -374,6 +386,10 @@ fn file_json(f: &haul_catalog::FileRecord) -> serde_json::Value {
         "attempts": f.attempts,
     });
     if let Some(obj) = j.as_object_mut() {
+        if let Some(h) = &f.hook_failure {
+            obj.insert("hook_failure".into(), h.error.clone().into());
+            obj.insert("hook_failed_at".into(), unix_text(h.at).into());
+        }
         match &f.state {
             State::New => {}
             State::Claimed { by, until } => {

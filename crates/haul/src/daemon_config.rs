@@ -43,6 +43,10 @@ pub struct FileConfig {
     pub down_retry: Option<Spanned<String>>,
     /// How long a hook may run before it is killed (`60s`).
     pub hook_timeout: Option<Spanned<String>>,
+    /// Where partial downloads are staged (each source in a directory of
+    /// its own beneath it); on the filesystem of every `dest`. Default:
+    /// each `dest`'s own `.haul/partial`.
+    pub staging: Option<Spanned<String>>,
     /// The sources.
     #[serde(default)]
     pub source: Vec<Spanned<SourceConfig>>,
@@ -180,6 +184,8 @@ pub struct DaemonConfig {
     pub down_retry: Duration,
     /// Hook timeout.
     pub hook_timeout: Duration,
+    /// The global staging directory, if set.
+    pub staging: Option<PathBuf>,
     /// The sources.
     pub sources: Vec<SourcePlan>,
 }
@@ -214,6 +220,9 @@ pub struct SourcePlan {
     pub on_file: Option<String>,
     /// `on_run` hook.
     pub on_run: Option<String>,
+    /// Where this source's partial downloads are staged (`STAGING/NAME`),
+    /// when the config sets `staging`.
+    pub staging: Option<PathBuf>,
 }
 
 /// 1-based line of byte `offset` in `text`.
@@ -269,6 +278,20 @@ pub fn parse(text: &str) -> Result<DaemonConfig> {
     if file.source.is_empty() {
         bail!("no [[source]]: add one with name, url, dest and schedule");
     }
+    let staging = match &file.staging {
+        None => None,
+        Some(st) => {
+            let path = PathBuf::from(st.get_ref());
+            if !path.is_absolute() {
+                bail!(
+                    "{}: staging = {:?}: use an absolute path (a directory on the destinations' filesystem)",
+                    at(st.span()),
+                    st.get_ref()
+                );
+            }
+            Some((path, at(st.span())))
+        }
+    };
     let mut names = std::collections::HashSet::new();
     let mut sources = Vec::new();
     for s in &file.source {
@@ -280,9 +303,19 @@ pub fn parse(text: &str) -> Result<DaemonConfig> {
                 s.name
             );
         }
-        sources.push(
-            source_plan(s, &at).with_context(|| format!("[[source]] {:?} ({line})", s.name))?,
-        );
+        let mut plan =
+            source_plan(s, &at).with_context(|| format!("[[source]] {:?} ({line})", s.name))?;
+        if let Some((dir, staging_line)) = &staging {
+            let own = dir.join(staging_name(&plan.name));
+            same_filesystem(&own, &plan.dest).with_context(|| {
+                format!(
+                    "{staging_line}: staging, for [[source]] {:?} ({line})",
+                    s.name
+                )
+            })?;
+            plan.staging = Some(own);
+        }
+        sources.push(plan);
     }
     if file.max_files == 0 || file.max_files_per_host == 0 {
         bail!("max_files and max_files_per_host must be at least 1");
@@ -297,8 +330,57 @@ pub fn parse(text: &str) -> Result<DaemonConfig> {
         grace: duration(&file.grace, "grace", Duration::from_secs(20))?,
         down_retry: duration(&file.down_retry, "down_retry", Duration::from_secs(30))?,
         hook_timeout: duration(&file.hook_timeout, "hook_timeout", Duration::from_secs(60))?,
+        staging: staging.map(|(dir, _)| dir),
         sources,
     })
+}
+
+/// A source's directory under the global staging: its name as one path
+/// component (`/` and `%` escaped; `.` and `..` too).
+fn staging_name(name: &str) -> String {
+    let escaped = name.replace('%', "%25").replace('/', "%2F");
+    match escaped.as_str() {
+        "." => "%2E".into(),
+        ".." => "%2E%2E".into(),
+        _ => escaped,
+    }
+}
+
+/// The device of `path`, or of its nearest ancestor that exists (a
+/// directory made at the first run lands on that filesystem, unless a
+/// mount point comes between: the run's own check refuses that then).
+fn device_of(path: &Path) -> Result<(u64, PathBuf)> {
+    use std::os::unix::fs::MetadataExt;
+    let mut p = path;
+    loop {
+        match std::fs::metadata(p) {
+            Ok(m) => return Ok((m.dev(), p.to_path_buf())),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => match p.parent() {
+                Some(up) if !up.as_os_str().is_empty() => p = up,
+                _ => return Err(e).with_context(|| format!("cannot stat {}", path.display())),
+            },
+            Err(e) => return Err(e).with_context(|| format!("cannot stat {}", p.display())),
+        }
+    }
+}
+
+/// Refuses a staging directory on another filesystem than `dest`: a
+/// verified file gets its name with rename(2), which cannot cross
+/// filesystems (copying it instead would make delivery neither atomic nor
+/// cheap).
+fn same_filesystem(staging: &Path, dest: &Path) -> Result<()> {
+    let (s_dev, s_at) = device_of(staging)?;
+    let (d_dev, d_at) = device_of(dest)?;
+    if s_dev != d_dev {
+        bail!(
+            "{} (filesystem of {}) is not on the filesystem of dest {} (that of {}): a verified file is moved from staging into dest with rename(2), which cannot cross filesystems; put staging on the destinations' filesystem, or leave it out (each dest then stages in DEST/.haul/partial)",
+            staging.display(),
+            s_at.display(),
+            dest.display(),
+            d_at.display()
+        );
+    }
+    Ok(())
 }
 
 /// The host name (the default worker name).
@@ -434,6 +516,7 @@ fn source_plan(
         sidecar: s.sidecar,
         on_file: s.on_file.clone(),
         on_run: s.on_run.clone(),
+        staging: None,
     };
     // Everything `haul pull` checks, checked now rather than at the first run.
     crate::fetch::fetch_options(
@@ -500,6 +583,44 @@ include = ["*.nc"]
             "{}",
             error_of(&bad)
         );
+    }
+
+    #[test]
+    fn staging_must_share_the_destinations_filesystem() {
+        use std::os::unix::fs::MetadataExt;
+        let here = tempfile::tempdir().unwrap();
+        let shm = tempfile::tempdir_in("/dev/shm").unwrap();
+        assert_ne!(
+            std::fs::metadata(here.path()).unwrap().dev(),
+            std::fs::metadata(shm.path()).unwrap().dev(),
+            "this test needs /dev/shm on another filesystem than the temp dir"
+        );
+        let config = |staging: &Path| {
+            format!(
+                "catalog = \"sqlite:/tmp/c.db\"\nstaging = {:?}\n\n[[source]]\nname = \"a/b\"\nurl = \"https://h/x/\"\ndest = {:?}\nschedule = \"every 1m\"\n",
+                staging.display().to_string(),
+                here.path().join("data/new").display().to_string(),
+            )
+        };
+        // Same filesystem (neither exists yet): each source stages in a
+        // directory of its own, its name made one path component.
+        let c = parse(&config(&here.path().join("stage"))).unwrap();
+        assert_eq!(c.staging, Some(here.path().join("stage")));
+        assert_eq!(
+            c.sources[0].staging,
+            Some(here.path().join("stage").join("a%2Fb"))
+        );
+        let e = error_of(&config(&shm.path().join("stage")));
+        assert!(
+            e.contains("line 2")
+                && e.contains("\"a/b\"")
+                && e.contains("rename(2), which cannot cross filesystems"),
+            "{e}"
+        );
+        let e = error_of(&MINIMAL.replace("status =", "staging = \"relative/dir\"\nstatus ="));
+        assert!(e.contains("line 2") && e.contains("absolute path"), "{e}");
+        // Without staging, each dest keeps its own.
+        assert_eq!(parse(MINIMAL).unwrap().sources[0].staging, None);
     }
 
     #[test]

@@ -94,6 +94,7 @@ pub fn fetch_options(t: &TransferArgs, r: &RemoteArgs, mut filter: Filter) -> Re
         delete_source: r.delete_source,
         dest_prefix: String::new(),
         gate: None,
+        staging: None,
     })
 }
 

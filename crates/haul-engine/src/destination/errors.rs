@@ -37,6 +37,16 @@ pub enum ReceiveError {
     /// alone: something planted there could redirect writes.
     #[error("{0} is not this user's alone (another user owns it or may write it): haul keeps its staging there; remove it, or give haul a root of its own")]
     ForeignState(String),
+    /// A staging directory given apart from the root is on another
+    /// filesystem: a verified file gets its name with `rename(2)`, which
+    /// cannot cross filesystems (a copy would not be atomic).
+    #[error("staging directory {staging} is on another filesystem than {root}: a verified file is moved into place with rename(2), which cannot cross filesystems; use a staging directory on the destination's filesystem")]
+    StagingElsewhere {
+        /// The staging directory.
+        staging: String,
+        /// The destination root.
+        root: String,
+    },
     /// Disk full: the partial file stays and the transfer resumes later.
     #[error(
         "disk full while writing {0}: free some space and run the same command again to resume"

@@ -499,3 +499,69 @@ fn a_planted_staging_file_is_never_written_through() {
     ));
     assert_eq!(std::fs::read(&victim).unwrap(), b"precious");
 }
+
+#[test]
+fn a_staging_directory_apart_holds_partials_and_must_share_the_filesystem() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("dest");
+    let staging = tmp.path().join("staging/src");
+    let dest = Destination::open_staged(&root, Some(&staging)).unwrap();
+    let data: Vec<u8> = (0..5000u32).map(|i| (i % 251) as u8).collect();
+    let cs = 1024;
+    let entry = file_entry("d/f.bin", data.len() as u64, cs);
+    let ds = digests(&data, cs);
+    let part = dest.begin_file(&entry).unwrap();
+    part.write_chunk(0, &data[..1024], &ds[0]).unwrap();
+    drop(part);
+    // The partial and its resume state are in the staging directory, not
+    // beneath the root; the directory was made private.
+    let staged: Vec<String> = std::fs::read_dir(&staging)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    assert!(staged.iter().any(|n| n.ends_with(".part")), "{staged:?}");
+    assert!(!root.join(".haul").exists());
+    let mode = std::fs::metadata(&staging).unwrap().permissions().mode();
+    assert_eq!(mode & 0o777, 0o700);
+    // A restart resumes from there, and the commit renames into the root.
+    let dest = Destination::open_staged(&root, Some(&staging)).unwrap();
+    let part = dest.begin_file(&entry).unwrap();
+    assert_eq!(part.resumed_bytes(), 1024);
+    for (i, c) in data.chunks(1024).enumerate().skip(1) {
+        assert_eq!(
+            part.write_chunk(i as u32, c, &ds[i]).unwrap(),
+            ChunkVerdict::Good
+        );
+    }
+    let root_digest = root_from_digests(&ds, cs, data.len() as u64).unwrap();
+    part.commit(&root_digest).unwrap();
+    assert_eq!(std::fs::read(root.join("d/f.bin")).unwrap(), data);
+    dest.tidy_state_dir();
+    assert!(
+        staging.exists(),
+        "a staging directory apart is left in place"
+    );
+
+    // Another filesystem: refused at open, with why.
+    let shm = Path::new("/dev/shm");
+    let tmp_dev = std::fs::metadata(tmp.path()).map(|m| {
+        use std::os::unix::fs::MetadataExt;
+        m.dev()
+    });
+    let shm_dev = std::fs::metadata(shm).map(|m| {
+        use std::os::unix::fs::MetadataExt;
+        m.dev()
+    });
+    assert_ne!(
+        tmp_dev.unwrap(),
+        shm_dev.unwrap(),
+        "this test needs /dev/shm on another filesystem than the temp dir"
+    );
+    let far = tempfile::tempdir_in(shm).unwrap();
+    let err = Destination::open_staged(&root, Some(&far.path().join("s"))).unwrap_err();
+    assert!(
+        matches!(err, ReceiveError::StagingElsewhere { .. }),
+        "{err}"
+    );
+    assert!(err.to_string().contains("rename(2)"), "{err}");
+}

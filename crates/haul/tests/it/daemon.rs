@@ -16,9 +16,15 @@ struct Daemon {
 
 impl Daemon {
     fn start(config: &Path, log: &Path) -> Daemon {
+        Self::start_env(config, log, &[])
+    }
+
+    /// [`Daemon::start`] with more environment (an S3 source's credentials).
+    fn start_env(config: &Path, log: &Path, env: &[(&str, String)]) -> Daemon {
         let child = Command::new(BIN)
             .args(["daemon", "--config"])
             .arg(config)
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .env("HAUL_LOG", "info")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -353,6 +359,85 @@ schedule = "every 2s"
     assert!(files.iter().all(|f| f["state"] == "fetched"), "{files:?}");
 }
 
+/// The `.part` files in `dir` of at least `min` bytes.
+fn parts_in(dir: &Path, min: u64) -> usize {
+    std::fs::read_dir(dir)
+        .map(|d| {
+            d.flatten()
+                .filter(|e| {
+                    e.path().extension().is_some_and(|x| x == "part")
+                        && e.metadata().is_ok_and(|m| m.len() >= min)
+                })
+                .count()
+        })
+        .unwrap_or(0)
+}
+
+#[test]
+fn a_global_staging_holds_partials_and_a_restart_resumes_from_it() {
+    let s = Scratch::new();
+    let http = haul_http::testserver::TestServer::start().expect("nginx");
+    // /slow/ is served at 8 MB/s: 16 MiB take 2 s.
+    write_file(&http.root().join("slow/big.bin"), 16 << 20, 9);
+    let config = s.path("haul.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"catalog = "sqlite:{cat}"
+status = "off"
+worker = "w1"
+staging = "{staging}"
+
+[[source]]
+name = "slow"
+url = "{url}"
+dest = "{dest}"
+schedule = "every 2s"
+"#,
+            cat = s.path("catalog.db").display(),
+            staging = s.path("staging").display(),
+            url = http.http_url("/slow/"),
+            dest = s.path("out").display(),
+        ),
+    )
+    .unwrap();
+    let mut daemon = Daemon::start(&config, &s.path("daemon.log"));
+    let staged = s.path("staging/slow");
+    wait_for(
+        Duration::from_secs(30),
+        "4 MiB staged in staging/slow",
+        || parts_in(&staged, 4 << 20) == 1,
+    );
+    assert!(
+        !s.path("out/.haul").exists(),
+        "nothing is staged beneath dest when staging is set"
+    );
+    daemon.kill9();
+    let mut daemon = Daemon::start(&config, &s.path("daemon2.log"));
+    wait_for(Duration::from_secs(30), "the big file delivered", || {
+        s.path("out/big.bin").exists()
+    });
+    assert_eq!(daemon.terminate().code(), Some(0), "{}", daemon.log());
+    assert_eq!(
+        b3(&s.path("out/big.bin")),
+        b3(&http.root().join("slow/big.bin"))
+    );
+    // The restart found the verified chunks in staging and read the rest.
+    let log = nginx_log(&http);
+    assert!(
+        log.lines().any(|l| l.contains("/slow/big.bin")
+            && l.contains("range=bytes=")
+            && !l.contains("range=bytes=0-")),
+        "no resumed range:\n{log}"
+    );
+    assert_eq!(
+        parts_in(&staged, 0),
+        0,
+        "the partial was renamed into place"
+    );
+    assert!(!s.path("out/.haul").exists());
+}
+
 #[test]
 fn check_prints_plans_and_names_the_line_of_an_error() {
     let s = Scratch::new();
@@ -569,6 +654,78 @@ on_file = "sleep 60"
     for i in 0..3 {
         assert_eq!(gets(&nginx_log(&http), &format!("/bad/g{i}.bin")), 1);
     }
+    // The failures are kept in the catalog with their files, and
+    // `haul catalog show` names them; a file whose hook passed has none.
+    for (source, path, why) in [
+        ("bad", "g1.bin", "exited with exit status: 7"),
+        ("hang", "h2.bin", "still running after"),
+    ] {
+        let shown = catalog(&config, &["show", source, path]);
+        assert_eq!(shown[0]["state"], "fetched", "{shown:?}");
+        let failure = shown[0]["hook_failure"].as_str().unwrap_or_default();
+        assert!(
+            failure.starts_with("on_file hook") && failure.contains(why),
+            "{shown:?}"
+        );
+        assert!(shown[0]["hook_failed_at"].is_string(), "{shown:?}");
+    }
+    let ok = catalog(&config, &["show", "ok", "f0.bin"]);
+    assert!(ok[0].get("hook_failure").is_none(), "{ok:?}");
+    let mut cmd = haul(s.path("cfg").as_path());
+    cmd.args(["catalog", "--config"])
+        .arg(&config)
+        .args(["show", "bad", "g0.bin"]);
+    let out = run(cmd, Duration::from_secs(30));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("hook_failure") && l.contains("exit status: 7")),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_failing_on_run_hook_is_kept_with_its_run() {
+    let s = Scratch::new();
+    let http = haul_http::testserver::TestServer::start().expect("nginx");
+    write_file(&http.root().join("r/a.bin"), 100, 1);
+    let config = s.path("haul.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"catalog = "sqlite:{cat}"
+status = "off"
+
+[[source]]
+name = "r"
+url = "{url}"
+dest = "{d}"
+schedule = "every 1h"
+on_run = "echo broken >&2; exit 3"
+"#,
+            cat = s.path("catalog.db").display(),
+            url = http.http_url("/r/"),
+            d = s.path("out").display(),
+        ),
+    )
+    .unwrap();
+    let mut daemon = Daemon::start(&config, &s.path("daemon.log"));
+    wait_for(Duration::from_secs(30), "the run's hook", || {
+        daemon.log().contains("on_run hook")
+    });
+    let runs = catalog(&config, &["runs"]);
+    assert_eq!(runs.len(), 1, "{runs:?}");
+    assert_eq!(runs[0]["fetched"], 1, "{runs:?}");
+    let failure = runs[0]["hook_failure"].as_str().unwrap_or_default();
+    assert!(
+        failure.contains("exit status: 3") && failure.contains("broken"),
+        "{runs:?}"
+    );
+    // The file itself is delivered, with no hook failure of its own.
+    let file = catalog(&config, &["show", "r", "a.bin"]);
+    assert_eq!(file[0]["state"], "fetched");
+    assert!(file[0].get("hook_failure").is_none(), "{file:?}");
+    assert_eq!(daemon.terminate().code(), Some(0));
 }
 
 #[test]
@@ -712,4 +869,190 @@ fn sighup_reloads_the_sources_and_keeps_a_bad_config_out() {
     });
     assert_eq!(daemon.terminate().code(), Some(0), "{}", daemon.log());
     assert_eq!(gets(&nginx_log(&http), "/one/a.bin"), 1);
+}
+
+/// Inode of a delivered file: a file fetched again is renamed into place
+/// from its staging file, so it gets a new one.
+fn inode(path: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(path)
+        .unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+        .ino()
+}
+
+/// The catalog's runs of a source, oldest first, once `n` have ended.
+fn ended_runs(config: &Path, n: usize) -> Vec<serde_json::Value> {
+    let mut runs = Vec::new();
+    wait_for(Duration::from_secs(30), &format!("{n} runs ended"), || {
+        runs = catalog(config, &["runs"]);
+        runs.iter().filter(|r| !r["ended"].is_null()).count() >= n
+    });
+    runs.reverse();
+    runs
+}
+
+#[test]
+fn an_s3_source_fetches_each_object_once_and_new_ones_next_run() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let srv = rt
+        .block_on(haul_s3::testserver::MotoServer::start())
+        .expect("start moto_server (pip install 'moto[server]')");
+    rt.block_on(async {
+        srv.create_bucket("bkt").await.unwrap();
+        for i in 0..3 {
+            srv.put_object(
+                "bkt",
+                &format!("run/o{i}.nc"),
+                format!("object {i}\n").as_bytes(),
+            )
+            .await
+            .unwrap();
+        }
+        srv.put_object("bkt", "run/skip.txt", b"no").await.unwrap();
+    });
+    let s = Scratch::new();
+    let config = s.path("haul.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"catalog = "sqlite:{cat}"
+status = "off"
+
+[[source]]
+name = "bucket"
+url = "s3://bkt/run/"
+dest = "{dest}"
+schedule = "every 2s"
+include = ["*.nc"]
+s3_endpoint = "{endpoint}"
+s3_region = "us-east-1"
+s3_path_style = true
+"#,
+            cat = s.path("catalog.db").display(),
+            dest = s.path("out").display(),
+            endpoint = srv.endpoint(),
+        ),
+    )
+    .unwrap();
+    let mut daemon = Daemon::start_env(&config, &s.path("daemon.log"), &srv.env());
+    wait_for(Duration::from_secs(30), "the 3 objects", || {
+        (0..3).all(|i| s.path(&format!("out/o{i}.nc")).exists())
+    });
+    let first = inode(&s.path("out/o0.nc"));
+    // A second run (nothing new) has ended before more objects appear.
+    let runs = ended_runs(&config, 2);
+    rt.block_on(async {
+        for i in 3..5 {
+            srv.put_object(
+                "bkt",
+                &format!("run/o{i}.nc"),
+                format!("object {i}\n").as_bytes(),
+            )
+            .await
+            .unwrap();
+        }
+    });
+    wait_for(Duration::from_secs(30), "the 2 new objects", || {
+        (3..5).all(|i| s.path(&format!("out/o{i}.nc")).exists())
+    });
+    let all = ended_runs(&config, runs.len() + 2);
+    assert_eq!(daemon.terminate().code(), Some(0), "{}", daemon.log());
+    assert_eq!(std::fs::read(s.path("out/o4.nc")).unwrap(), b"object 4\n");
+    assert!(!s.path("out/skip.txt").exists());
+    assert_eq!(
+        inode(&s.path("out/o0.nc")),
+        first,
+        "o0.nc was fetched again"
+    );
+    // moto logs each request: one GET per object, whatever the runs.
+    for i in 0..5 {
+        let gets = srv.requests_matching(&format!("\"GET /bkt/run/o{i}.nc HTTP"));
+        assert_eq!(gets, 1, "o{i}.nc: {gets} GETs");
+    }
+    // The runs: 3 claimed, then none, ..., then the 2 new ones, then none.
+    let claimed: Vec<u64> = all.iter().filter_map(|r| r["claimed"].as_u64()).collect();
+    assert_eq!(claimed.iter().sum::<u64>(), 5, "{all:?}");
+    assert_eq!(claimed[0], 3, "{all:?}");
+    let files = catalog(&config, &["list", "--source", "bucket"]);
+    assert_eq!(files.len(), 5, "{files:?}");
+    assert!(files.iter().all(|f| f["state"] == "fetched"), "{files:?}");
+    // S3's ETag is kept as the file's version.
+    assert!(files.iter().all(|f| f["etag"].is_string()), "{files:?}");
+}
+
+#[test]
+fn an_sftp_source_fetches_each_file_once_and_new_ones_next_run() {
+    let srv = haul_sftp::testserver::TestServer::start()
+        .expect("start sshd (apt-get install openssh-server; needs root)");
+    let tree = srv.root().join("sftp-src");
+    for i in 0..3 {
+        write_file(&tree.join(format!("d/f{i}.dat")), 20_000 + i, 60 + i);
+    }
+    let s = Scratch::new();
+    let config = s.path("haul.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"catalog = "sqlite:{cat}"
+status = "off"
+
+[[source]]
+name = "ssh"
+url = "{url}"
+dest = "{dest}"
+schedule = "every 2s"
+ssh_key = ["{key}"]
+ssh_known_hosts = "{kh}"
+"#,
+            cat = s.path("catalog.db").display(),
+            url = srv.url(
+                &haul_sftp::testserver::TestServer::key_user(),
+                &format!("{}/", tree.display())
+            ),
+            dest = s.path("out").display(),
+            key = srv.client_key().display(),
+            kh = srv.known_hosts_file().display(),
+        ),
+    )
+    .unwrap();
+    let mut daemon = Daemon::start(&config, &s.path("daemon.log"));
+    wait_for(Duration::from_secs(30), "the 3 files", || {
+        (0..3).all(|i| s.path(&format!("out/d/f{i}.dat")).exists())
+    });
+    let first: Vec<u64> = (0..3)
+        .map(|i| inode(&s.path(&format!("out/d/f{i}.dat"))))
+        .collect();
+    let runs = ended_runs(&config, 2);
+    // Written aside and renamed in, so that no run lists a file half written.
+    for (name, size, seed) in [("d/f3.dat", 30_000, 70), ("e/g.dat", 1_000, 71)] {
+        let aside = srv.root().join(format!("aside-{seed}"));
+        write_file(&aside, size, seed);
+        std::fs::create_dir_all(tree.join(name).parent().unwrap()).unwrap();
+        std::fs::rename(&aside, tree.join(name)).unwrap();
+    }
+    wait_for(Duration::from_secs(30), "the 2 new files", || {
+        s.path("out/d/f3.dat").exists() && s.path("out/e/g.dat").exists()
+    });
+    let all = ended_runs(&config, runs.len() + 2);
+    assert_eq!(daemon.terminate().code(), Some(0), "{}", daemon.log());
+    for (i, ino) in first.iter().enumerate() {
+        assert_eq!(
+            inode(&s.path(&format!("out/d/f{i}.dat"))),
+            *ino,
+            "f{i}.dat was fetched again"
+        );
+    }
+    assert_eq!(b3(&s.path("out/e/g.dat")), b3(&tree.join("e/g.dat")));
+    // Each file fetched by exactly one run.
+    let log = daemon.log();
+    for name in ["d/f0.dat", "d/f1.dat", "d/f2.dat", "d/f3.dat", "e/g.dat"] {
+        let times = log.matches(&format!("ssh: fetched {name} (")).count();
+        assert_eq!(times, 1, "{name} fetched {times} times:\n{log}");
+    }
+    let claimed: Vec<u64> = all.iter().filter_map(|r| r["claimed"].as_u64()).collect();
+    assert_eq!(claimed.iter().sum::<u64>(), 5, "{all:?}");
+    assert_eq!(claimed[0], 3, "{all:?}");
 }
