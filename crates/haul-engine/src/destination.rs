@@ -60,6 +60,27 @@ struct PendingDir {
     id: (u64, u64),
 }
 
+/// How long after the last session ended a new one still counts as the same
+/// transfer: directories set then are set again when it ends (see
+/// [`DirMetadata`]). Covers a client's connections handing over (one ends
+/// before the next registered) and its retries' backoff.
+const SAME_TRANSFER: Duration = Duration::from_secs(60);
+
+/// Directory metadata to set, and what was set when the node last went idle.
+///
+/// A node sets directory metadata whenever its last session ends, but one
+/// push's connections need not overlap: the first may end while the next is
+/// still shaking hands (or backing off before a retry), which then creates
+/// entries in directories already set, changing their mtimes. Directories set
+/// at most [`SAME_TRANSFER`] before a session starts are therefore set again
+/// when the node next goes idle.
+#[derive(Debug, Default)]
+struct DirMetadata {
+    pending: Vec<PendingDir>,
+    applied: Vec<PendingDir>,
+    applied_at: Option<std::time::Instant>,
+}
+
 /// The receiver's root directory, shared by every connection writing into it.
 #[derive(Debug)]
 pub struct Destination {
@@ -72,7 +93,7 @@ pub struct Destination {
     /// The staging directory given apart from the root, if one was.
     staging_at: Option<PathBuf>,
     open: Mutex<HashMap<String, Weak<PartialFile>>>,
-    pending_dirs: Mutex<Vec<PendingDir>>,
+    pending_dirs: Mutex<DirMetadata>,
     sessions: Mutex<usize>,
     /// Which resolved directories this destination created, and the names
     /// handed out in those (see [`known_dirs`]).
@@ -136,7 +157,7 @@ impl Destination {
             staging: Mutex::new(staging),
             staging_at,
             open: Mutex::new(HashMap::new()),
-            pending_dirs: Mutex::new(Vec::new()),
+            pending_dirs: Mutex::new(DirMetadata::default()),
             sessions: Mutex::new(0),
             known_dirs: Mutex::new(KnownDirs::default()),
             dirs: DirCache::default(),
@@ -258,8 +279,8 @@ impl Destination {
     pub fn make_dir(&self, entry: &Entry) -> Result<(), ReceiveError> {
         let comps = validate_entry_path(&entry.path)?;
         let held = self.dir(&comps)?;
-        if let Ok(mut pending) = self.pending_dirs.lock() {
-            pending.push(PendingDir {
+        if let Ok(mut meta) = self.pending_dirs.lock() {
+            meta.pending.push(PendingDir {
                 rel: entry.path.clone(),
                 mode: entry.mode & 0o1777,
                 mtime: (entry.mtime_sec, entry.mtime_nsec.min(999_999_999)),
@@ -494,8 +515,23 @@ impl Destination {
 
     /// Marks a session (connection) as writing into this destination.
     pub fn session_started(&self) {
-        if let Ok(mut n) = self.sessions.lock() {
-            *n += 1;
+        let first = match self.sessions.lock() {
+            Ok(mut n) => {
+                *n += 1;
+                *n == 1
+            }
+            Err(_) => false,
+        };
+        if first {
+            if let Ok(mut meta) = self.pending_dirs.lock() {
+                let recent = meta
+                    .applied_at
+                    .is_some_and(|at| at.elapsed() < SAME_TRANSFER);
+                let applied = std::mem::take(&mut meta.applied);
+                if recent {
+                    meta.pending.extend(applied);
+                }
+            }
         }
     }
 
@@ -564,11 +600,19 @@ impl Destination {
     /// warning), never followed.
     pub fn apply_dir_metadata(&self) {
         self.sync_dirs();
-        let Ok(mut pending) = self.pending_dirs.lock() else {
+        let Ok(mut meta) = self.pending_dirs.lock() else {
             return;
         };
+        let mut pending = std::mem::take(&mut meta.pending);
+        // The last record of a directory wins (a later session may have
+        // made it again); then deepest first.
+        pending.reverse();
+        let mut seen = HashSet::new();
+        pending.retain(|d| seen.insert(d.rel.clone()));
         pending.sort_by_key(|d| std::cmp::Reverse(d.rel.split('/').count()));
-        for d in pending.drain(..) {
+        meta.applied_at = Some(std::time::Instant::now());
+        let mut applied = Vec::with_capacity(pending.len());
+        for d in pending {
             let dir = validate_entry_path(&d.rel)
                 .map_err(ReceiveError::from)
                 .and_then(|comps| self.root.open_dir(&comps).map_err(ReceiveError::from));
@@ -592,7 +636,9 @@ impl Destination {
             if let Err(e) = dir.set_mtime(d.mtime.0, d.mtime.1) {
                 tracing::warn!("cannot set mtime of {}: {e}", d.rel);
             }
+            applied.push(d);
         }
+        meta.applied = applied;
     }
 
     /// Removes `ROOT/.haul/partial` and `ROOT/.haul` if nothing is left in

@@ -565,3 +565,34 @@ fn a_staging_directory_apart_holds_partials_and_must_share_the_filesystem() {
     );
     assert!(err.to_string().contains("rename(2)"), "{err}");
 }
+
+#[test]
+fn a_directory_set_when_one_connection_ended_is_set_again_after_the_next() {
+    // One push's connections need not overlap: the first may end (the node
+    // goes idle and sets directory metadata) before the next one, which then
+    // creates a subdirectory in a directory already set.
+    let tmp = tempfile::tempdir().unwrap();
+    let dest = Destination::open(tmp.path()).unwrap();
+    let dir = Entry {
+        kind: EntryKind::Dir,
+        mode: 0o755,
+        mtime_sec: 1_000_000_000,
+        mtime_nsec: 0,
+        ..file_entry("a/deeper", 0, 1024)
+    };
+    let mtime = |p: &str| std::fs::metadata(tmp.path().join(p)).unwrap().modified().unwrap();
+    let want = UNIX_EPOCH + Duration::from_secs(1_000_000_000);
+    dest.session_started();
+    dest.make_dir(&dir).unwrap();
+    dest.session_ended();
+    assert_eq!(mtime("a/deeper"), want);
+    dest.session_started();
+    assert!(receive_small(
+        &dest,
+        &file_entry("a/deeper/still/f", 3, 1024),
+        b"abc"
+    ));
+    assert_ne!(mtime("a/deeper"), want, "the new subdirectory changed it");
+    dest.session_ended();
+    assert_eq!(mtime("a/deeper"), want);
+}
