@@ -580,7 +580,12 @@ fn a_directory_set_when_one_connection_ended_is_set_again_after_the_next() {
         mtime_nsec: 0,
         ..file_entry("a/deeper", 0, 1024)
     };
-    let mtime = |p: &str| std::fs::metadata(tmp.path().join(p)).unwrap().modified().unwrap();
+    let mtime = |p: &str| {
+        std::fs::metadata(tmp.path().join(p))
+            .unwrap()
+            .modified()
+            .unwrap()
+    };
     let want = UNIX_EPOCH + Duration::from_secs(1_000_000_000);
     dest.session_started();
     dest.make_dir(&dir).unwrap();

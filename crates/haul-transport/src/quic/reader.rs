@@ -63,6 +63,29 @@ impl Activity {
     }
 }
 
+/// How long chunks took to arrive whole once their reading began (their
+/// share of the window taken), summed since the window was last tuned.
+#[derive(Default)]
+struct ReadTimes {
+    micros: AtomicU64,
+    chunks: AtomicU64,
+}
+
+impl ReadTimes {
+    fn record(&self, took: Duration) {
+        self.micros
+            .fetch_add(took.as_micros() as u64, Ordering::Relaxed);
+        self.chunks.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The mean since the last call (`None`: no chunk finished).
+    fn take_mean(&self) -> Option<Duration> {
+        let n = self.chunks.swap(0, Ordering::Relaxed);
+        let us = self.micros.swap(0, Ordering::Relaxed);
+        (n > 0).then(|| Duration::from_micros(us / n))
+    }
+}
+
 /// A chunk read whole from its stream.
 struct Arrived {
     after: u64,
@@ -246,6 +269,7 @@ async fn accept_chunks(
     pace: Option<Arc<RateLimit>>,
 ) {
     let mut tune = ReceiveWindow::new();
+    let times = Arc::new(ReadTimes::default());
     let mut tick = tokio::time::interval(WINDOW_TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -253,9 +277,9 @@ async fn accept_chunks(
             stream = conn.accept_uni() => match stream {
                 Ok(s) => {
                     let (tx, window, activity) = (tx.clone(), window.clone(), activity.clone());
-                    let pace = pace.clone();
+                    let (pace, times) = (pace.clone(), times.clone());
                     tokio::spawn(async move {
-                        if let Some(got) = read_chunk_stream(s, &window, &activity, pace.as_deref()).await {
+                        if let Some(got) = read_chunk_stream(s, &window, &activity, pace.as_deref(), &times).await {
                             let _ = tx.send(got);
                         }
                     });
@@ -265,7 +289,8 @@ async fn accept_chunks(
             },
             _ = tick.tick() => {
                 let before = tune.get();
-                if let Some(w) = tune.on_sample(Instant::now(), conn.stats().udp_rx.bytes, conn.rtt()) {
+                let held = times.take_mean();
+                if let Some(w) = tune.on_sample(Instant::now(), conn.stats().udp_rx.bytes, conn.rtt(), held) {
                     if let Ok(v) = quinn::VarInt::from_u64(w) {
                         conn.set_receive_window(v);
                     }
@@ -290,6 +315,7 @@ async fn read_chunk_stream(
     window: &Arc<Semaphore>,
     activity: &Activity,
     pace: Option<&RateLimit>,
+    times: &ReadTimes,
 ) -> Option<Delivery> {
     let mut after = [0u8; 8];
     match s.read_exact(&mut after).await {
@@ -329,6 +355,7 @@ async fn read_chunk_stream(
     // A chunk larger than the whole window takes all of it.
     let share = (len.max(1) as u64).min(ReceiveWindow::new().get()) as u32;
     let permit = window.clone().acquire_many_owned(share).await.ok()?;
+    let began = Instant::now();
     // Read out of order as packets arrive: quinn keeps no gapped data of
     // ours (it takes at most 1024 gaps a stream, which a long lossy round
     // trip of one stream exceeds), and a retransmission fills its hole.
@@ -354,7 +381,10 @@ async fn read_chunk_stream(
                     p.take(bytes.len()).await;
                 }
             }
-            Ok(None) if got == len => break,
+            Ok(None) if got == len => {
+                times.record(began.elapsed());
+                break;
+            }
             Ok(None) => return Some(Err(broken("ended inside its payload"))),
             Err(_) => return Some(Err(TransportError::Closed)),
         }

@@ -7,6 +7,7 @@
 use std::time::{Duration, Instant};
 
 pub use haul_congestion::quinn::LONG_FAT_WINDOW;
+use haul_congestion::LOSS_AFTER_RTTS;
 
 /// The receive window a connection starts with (and never goes below):
 /// four 4 MiB chunks in flight, which fills a LAN.
@@ -20,9 +21,17 @@ pub const MIN_SEND_WINDOW: u64 = 8 << 20;
 /// chunk for a round trip or more).
 const RECEIVE_ROUNDS: f64 = 3.0;
 
-/// Congestion windows of data a sender keeps unacknowledged at most
-/// (what is in flight, and what waits to be sent again).
-const SEND_WINDOWS: u64 = 3;
+/// The receive window holds this many times what the chunks being read
+/// need (delivery rate x how long a chunk takes from its first byte to its
+/// last, Little's law): room for the rate to grow and for the slowest chunks.
+const HELD_MARGIN: f64 = 1.5;
+
+/// Congestion windows of data a sender keeps unacknowledged at most on a
+/// clean path (what is in flight, and what waits to be sent again).
+const SEND_WINDOWS: f64 = 3.0;
+
+/// Largest datagram payload haul's QUIC sends, for counting a chunk's packets.
+const PACKET: u64 = 1200;
 
 /// The shortest time a delivery rate is measured over.
 const MIN_SAMPLE: Duration = Duration::from_millis(20);
@@ -55,8 +64,22 @@ impl ReceiveWindow {
     }
 
     /// `received` bytes in all had arrived at `now`, on a path of round
-    /// trip `rtt`; returns the new window when it grew.
-    pub fn on_sample(&mut self, now: Instant, received: u64, rtt: Duration) -> Option<u64> {
+    /// trip `rtt`, and the chunks read since the last sample took `held` on
+    /// average from their first byte to their last (`None`: none finished);
+    /// returns the new window when it grew.
+    ///
+    /// A chunk holds its share of the window until its last byte arrived, so
+    /// the window must cover the delivery rate times that time. On a clean
+    /// path that is a round trip or so; at 30 % loss the last of a 4 MiB
+    /// chunk's 3,500 packets needs about seven resends, and a window of round
+    /// trips alone starved the link (measured in the lab).
+    pub fn on_sample(
+        &mut self,
+        now: Instant,
+        received: u64,
+        rtt: Duration,
+        held: Option<Duration>,
+    ) -> Option<u64> {
         let Some((at, bytes)) = self.since else {
             self.since = Some((now, received));
             return None;
@@ -67,7 +90,9 @@ impl ReceiveWindow {
         }
         self.since = Some((now, received));
         let rate = received.saturating_sub(bytes) as f64 / elapsed.as_secs_f64();
-        let want = (rate * rtt.as_secs_f64() * RECEIVE_ROUNDS) as u64;
+        let rounds = rate * rtt.as_secs_f64() * RECEIVE_ROUNDS;
+        let reading = held.map_or(0.0, |h| rate * h.as_secs_f64() * HELD_MARGIN);
+        let want = rounds.max(reading) as u64;
         let next = want.min(LONG_FAT_WINDOW);
         // Grow only by a quarter or more (each change is a frame to the
         // peer), and never shrink: a window handed out is the peer's.
@@ -79,10 +104,59 @@ impl ReceiveWindow {
     }
 }
 
-/// The send window for a congestion window of `cwnd` bytes.
-pub fn send_window(cwnd: u64) -> u64 {
-    cwnd.saturating_mul(SEND_WINDOWS)
-        .clamp(MIN_SEND_WINDOW, LONG_FAT_WINDOW)
+/// The send window for a congestion window of `cwnd` bytes, on a path that
+/// loses `loss` of what is sent, for chunks of `chunk` bytes.
+///
+/// quinn frees a stream's buffered data only from the front: what was
+/// acknowledged behind a lost packet stays buffered (and counted against
+/// the send window) until that packet got through. At loss `p` the last of
+/// a chunk's `n` packets needs about `ln n / ln(1/p)` resends, each
+/// [`LOSS_AFTER_RTTS`] + 1 round trips, so a chunk stays buffered for that
+/// many more rounds, and the window grows by as many congestion windows.
+/// Measured in the lab at 30 % loss, 200 Mbit/s: 8 MiB (three congestion
+/// windows) held haul to 122 Mbit/s, 64 MiB let it reach 176 of 184 clean.
+pub fn send_window(cwnd: u64, loss: f64, chunk: u64) -> u64 {
+    let p = loss.clamp(0.0, haul_congestion::MAX_LOSS);
+    let packets = chunk.div_ceil(PACKET).max(2) as f64;
+    let resends = if p > 1e-3 {
+        (packets.ln() / (1.0 / p).ln()).ceil()
+    } else {
+        0.0
+    };
+    let windows = SEND_WINDOWS + resends * (LOSS_AFTER_RTTS + 1.0);
+    let bytes = (cwnd as f64 * windows).min(LONG_FAT_WINDOW as f64) as u64;
+    bytes.clamp(MIN_SEND_WINDOW, LONG_FAT_WINDOW)
+}
+
+/// The loss fraction of what a connection sent, smoothed over samples of
+/// its counters (quinn's lost and sent bytes). Pure: counters come in.
+#[derive(Debug, Clone, Default)]
+pub struct LossEstimate {
+    last: Option<(u64, u64)>,
+    loss: f64,
+}
+
+impl LossEstimate {
+    /// Fewest bytes sent between samples for one to count.
+    const MIN_SENT: u64 = 64 << 10;
+    /// Weight of a new sample.
+    const GAIN: f64 = 0.25;
+
+    /// `lost` and `sent` bytes in all so far; returns the estimate.
+    pub fn sample(&mut self, lost: u64, sent: u64) -> f64 {
+        match self.last {
+            None => self.last = Some((lost, sent)),
+            Some((l0, s0)) => {
+                let ds = sent.saturating_sub(s0);
+                if ds >= Self::MIN_SENT {
+                    let p = (lost.saturating_sub(l0) as f64 / ds as f64).min(1.0);
+                    self.loss += (p - self.loss) * Self::GAIN;
+                    self.last = Some((lost, sent));
+                }
+            }
+        }
+        self.loss
+    }
 }
 
 #[cfg(test)]
@@ -95,7 +169,7 @@ mod tests {
         let step = rtt.max(MIN_SAMPLE);
         let mut t = Duration::ZERO;
         while t <= Duration::from_secs(secs) {
-            w.on_sample(t0 + t, (rate * t.as_secs_f64()) as u64, rtt);
+            w.on_sample(t0 + t, (rate * t.as_secs_f64()) as u64, rtt, None);
             t += step;
         }
         w.get()
@@ -124,11 +198,11 @@ mod tests {
         let mut w = ReceiveWindow::new();
         let t0 = Instant::now();
         let rtt = Duration::from_millis(500);
-        w.on_sample(t0, 0, rtt);
-        assert!(w.on_sample(t0 + rtt, 50_000_000, rtt).is_some());
+        w.on_sample(t0, 0, rtt, None);
+        assert!(w.on_sample(t0 + rtt, 50_000_000, rtt, None).is_some());
         let grown = w.get();
         assert_eq!(
-            w.on_sample(t0 + rtt * 2, 50_000_000, rtt),
+            w.on_sample(t0 + rtt * 2, 50_000_000, rtt, None),
             None,
             "idle time is no reason to take a window back"
         );
@@ -137,8 +211,62 @@ mod tests {
 
     #[test]
     fn the_send_window_follows_the_congestion_window_within_bounds() {
-        assert_eq!(send_window(14_720), MIN_SEND_WINDOW);
-        assert_eq!(send_window(10_000_000), 30_000_000);
-        assert_eq!(send_window(u64::MAX), LONG_FAT_WINDOW);
+        let chunk = 4 << 20;
+        assert_eq!(send_window(14_720, 0.0, chunk), MIN_SEND_WINDOW);
+        assert_eq!(send_window(10_000_000, 0.0, chunk), 30_000_000);
+        assert_eq!(send_window(u64::MAX, 0.0, chunk), LONG_FAT_WINDOW);
+        assert_eq!(send_window(u64::MAX, 0.5, chunk), LONG_FAT_WINDOW);
+    }
+
+    #[test]
+    fn loss_holds_chunks_for_more_rounds_and_the_send_window_grows() {
+        // The lab's 200 Mbit/s at 30 % loss: a 1.5 MB congestion window.
+        let (cwnd, chunk) = (1_500_000, 4 << 20);
+        let w = send_window(cwnd, 0.3, chunk);
+        // Seven resends of 2.5 round trips on top of three windows.
+        assert_eq!(w, (cwnd as f64 * 20.5) as u64);
+        assert!(
+            w > 24 << 20,
+            "{w}: more than the 8 MiB that starved the link"
+        );
+        // Light loss asks little more; smaller chunks need fewer resends.
+        assert!(send_window(cwnd, 0.01, chunk) < 16 << 20);
+        assert!(send_window(cwnd, 0.3, 256 << 10) < w);
+        // Corruption past the controller's compensation counts as its cap.
+        assert_eq!(send_window(cwnd, 0.9, chunk), send_window(cwnd, 0.6, chunk));
+    }
+
+    #[test]
+    fn the_loss_estimate_follows_the_counters() {
+        let mut l = LossEstimate::default();
+        assert_eq!(l.sample(0, 0), 0.0);
+        // Too little sent: no sample.
+        assert_eq!(l.sample(1_000, 10_000), 0.0);
+        let mut sent = 0;
+        let mut lost = 0;
+        let mut p = 0.0;
+        for _ in 0..40 {
+            sent += 1_000_000;
+            lost += 300_000;
+            p = l.sample(lost, sent);
+        }
+        assert!((p - 0.3).abs() < 0.01, "{p}");
+        // Counters that went backwards (a new path) are no sample of loss.
+        assert!(l.sample(0, 0) <= p);
+    }
+
+    #[test]
+    fn chunks_held_long_grow_the_receive_window() {
+        // 25 MB/s at 25 ms: three round trips are 1.9 MB, under the
+        // initial window; chunks held 0.6 s (30 % loss) need 22 MB.
+        let mut w = ReceiveWindow::new();
+        let t0 = Instant::now();
+        let rtt = Duration::from_millis(25);
+        w.on_sample(t0, 0, rtt, None);
+        let t = Duration::from_millis(100);
+        assert_eq!(w.on_sample(t0 + t, 2_500_000, rtt, None), None);
+        let held = Some(Duration::from_millis(600));
+        let grown = w.on_sample(t0 + t * 2, 5_000_000, rtt, held);
+        assert_eq!(grown, Some(22_500_000));
     }
 }

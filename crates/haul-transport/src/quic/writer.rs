@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use haul_proto::{encode, ChunkHeader, Message};
 
-use super::windows::send_window;
+use super::windows::{send_window, LossEstimate};
 use crate::conn::FrameWriter;
 use crate::message::{MessageWriter, Payload};
 use crate::pace::{RateLimit, SLICE};
@@ -24,6 +24,9 @@ pub(super) struct QuicWriter {
     conn: quinn::Connection,
     idle: Duration,
     window_checked: Option<Instant>,
+    loss: LossEstimate,
+    /// The largest chunk sent on a stream so far.
+    chunk: u64,
     pace: Option<Arc<RateLimit>>,
 }
 
@@ -39,12 +42,15 @@ impl QuicWriter {
             conn,
             idle,
             window_checked: None,
+            loss: LossEstimate::default(),
+            chunk: 0,
             pace,
         }
     }
 
     /// Lets quinn hold a few congestion windows of unacknowledged data:
-    /// enough to keep a long fat link full, little on a LAN.
+    /// enough to keep a long fat link full, little on a LAN, more on a
+    /// lossy path (see [`send_window`]).
     fn follow_congestion_window(&mut self) {
         let now = Instant::now();
         if self
@@ -54,8 +60,11 @@ impl QuicWriter {
             return;
         }
         self.window_checked = Some(now);
+        let stats = self.conn.stats();
+        let loss = self.loss.sample(stats.path.lost_bytes, stats.udp_tx.bytes);
         let cwnd = self.conn.congestion_state().window();
-        self.conn.set_send_window(send_window(cwnd));
+        self.conn
+            .set_send_window(send_window(cwnd, loss, self.chunk));
     }
 
     async fn chunk_stream(
@@ -66,6 +75,7 @@ impl QuicWriter {
         // Every control byte queued before this chunk goes first, and the
         // chunk says how many there were.
         self.control.flush().await?;
+        self.chunk = self.chunk.max(payload.len() as u64);
         self.follow_congestion_window();
         let mut prefix = self.control.sent().to_le_bytes().to_vec();
         encode(&Message::Chunk(*header), &mut prefix);
