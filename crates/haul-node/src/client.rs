@@ -26,7 +26,7 @@ use crate::chunk_work::ChunkWork;
 use crate::drive::receive::{run_receiver, ReceiverCtx};
 use crate::drive::send::{run_sender, JobFeed, SenderCtx};
 use crate::jobs::{FetchGroup, FetchJob, RangeGroup, SendJob, Source, WorkQueue};
-use crate::pool::{run_pool, with_retries};
+use crate::pool::{open_first, run_pool, with_retries};
 use crate::{NodeError, NodeUrl};
 
 /// Files (offers or wants) in flight per connection by default.
@@ -392,7 +392,7 @@ pub async fn push(
         dest,
         checksum: opts.checksum,
     };
-    let first = open_session(&remote.addr, opts, request.clone()).await?;
+    let first = open_first(&remote.addr, opts, request.clone(), &tally).await?;
     let ctx = SenderCtx::for_client(opts, &tally, ChunkBuffers::new(opts.chunk_memory));
     let (workers, err) = send_all(
         &queue,
@@ -498,13 +498,14 @@ pub async fn pull(
         crate::mirror::check_dest(dest)?;
     }
     let tally = Tally::new(observer);
-    let (mut lr, mut lw) = open_session(
+    let (mut lr, mut lw) = open_first(
         &remote.addr,
         opts,
         Request::List {
             path: remote.path.clone(),
             sums: opts.checksum,
         },
+        &tally,
     )
     .await?;
     // Only now that the node lists the path: a refused pull leaves no DEST.

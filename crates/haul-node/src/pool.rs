@@ -12,7 +12,10 @@ use haul_session::summary::Tally;
 use haul_session::{Event, Observer};
 use tokio::task::JoinSet;
 
-use crate::client::ClientOptions;
+use haul_proto::Request;
+use haul_transport::{Connection, TransportError};
+
+use crate::client::{open_session, ClientOptions};
 use crate::jobs::{Job, WorkQueue};
 use crate::NodeError;
 
@@ -71,6 +74,46 @@ where
         if queue.is_drained() {
             return Ok(());
         }
+    }
+}
+
+/// Opens a command's first session (a push's, or a pull's listing), which
+/// fails fast on what another try cannot mend (refused, wrong key or token,
+/// nothing listening) but tries again, with backoff and up to `--retries`
+/// times, when the peer went silent or the connection was cut during the
+/// handshake: on a bad link a QUIC handshake can outlast its limit (a lab
+/// link corrupting half the server's packets took over 15 s once), and a
+/// new attempt starts its retransmission timers afresh.
+pub(crate) async fn open_first(
+    addr: &str,
+    opts: &ClientOptions,
+    request: Request,
+    tally: &Tally,
+) -> Result<Connection, NodeError> {
+    let seed = Backoff::fresh_seed() ^ CONNECTIONS.fetch_add(1, Ordering::Relaxed);
+    let mut backoff = Backoff::new(opts.connect_attempts, FIRST_BACKOFF * 2, MAX_BACKOFF, seed);
+    loop {
+        let err = match open_session(addr, opts, request.clone()).await {
+            Ok(conn) => return Ok(conn),
+            Err(e) => e,
+        };
+        let silent = matches!(
+            err,
+            NodeError::Transport(TransportError::Timeout { .. } | TransportError::Closed)
+        );
+        let wait = match backoff.next_wait() {
+            Some(wait) if silent => wait,
+            _ => return Err(err),
+        };
+        tally.event(&Event::Warning {
+            message: format!(
+                "cannot reach {addr}: {err}; retry {}/{} in {:.1}s",
+                backoff.attempts(),
+                opts.connect_attempts,
+                wait.as_secs_f64()
+            ),
+        });
+        tokio::time::sleep(wait).await;
     }
 }
 

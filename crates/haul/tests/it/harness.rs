@@ -195,6 +195,15 @@ pub fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
+/// What a failed run said, for an assertion's message: stderr, then the
+/// end of stdout (where `--json` puts its error events).
+pub fn said(out: &Output) -> String {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let cut = stdout.len().saturating_sub(4000);
+    let tail = stdout.get(cut..).unwrap_or(&stdout);
+    format!("{}\n-- stdout (end) --\n{tail}", stderr(out))
+}
+
 /// Writes `len` pseudo-random bytes.
 pub fn write_file(path: &Path, len: u64, seed: u64) {
     if let Some(p) = path.parent() {

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use haul_lab::{Dir, Lab};
 
-use crate::harness::{b3, run, stderr, wait_for, write_file, Node, Scratch, BIN};
+use crate::harness::{b3, run, said, wait_for, write_file, Node, Scratch, BIN};
 
 const LIMIT: Duration = Duration::from_secs(180);
 
@@ -70,7 +70,7 @@ fn lab_quic_completes_through_bad_links_with_nothing_damaged() {
         let t0 = std::time::Instant::now();
         let out = run(push, LIMIT);
         eprintln!("{impair}: push {:?}", t0.elapsed());
-        assert!(out.status.success(), "push, {impair}: {}", stderr(&out));
+        assert!(out.status.success(), "push, {impair}: {}", said(&out));
         assert_eq!(
             b3(&s.path(&format!("node/{dest}/src/a.bin"))),
             want,
@@ -84,7 +84,7 @@ fn lab_quic_completes_through_bad_links_with_nothing_damaged() {
         let t0 = std::time::Instant::now();
         let out = run(pull, LIMIT);
         eprintln!("{impair}: pull {:?}", t0.elapsed());
-        assert!(out.status.success(), "pull, {impair}: {}", stderr(&out));
+        assert!(out.status.success(), "pull, {impair}: {}", said(&out));
         assert_eq!(b3(&s.path(&format!("back{i}/src/a.bin"))), want, "{impair}");
     }
     // A second of delay each way.
@@ -97,7 +97,7 @@ fn lab_quic_completes_through_bad_links_with_nothing_damaged() {
     let t0 = std::time::Instant::now();
     let out = run(push, LIMIT);
     eprintln!("1 s: push {:?}", t0.elapsed());
-    assert!(out.status.success(), "1 s delay: {}", stderr(&out));
+    assert!(out.status.success(), "1 s delay: {}", said(&out));
     assert!(s.path("node/far/small").exists());
     // A link pulled for 20 s mid-file and plugged back: the connection
     // times out (--timeout 20), the retry resumes from what was verified.
@@ -127,7 +127,7 @@ fn lab_quic_completes_through_bad_links_with_nothing_damaged() {
     let t0 = std::time::Instant::now();
     let out = pushing.join().expect("push thread");
     eprintln!("cut: rest {:?}", t0.elapsed());
-    assert!(out.status.success(), "link pulled: {}", stderr(&out));
+    assert!(out.status.success(), "link pulled: {}", said(&out));
     assert_eq!(b3(&s.path("node/cut/a.bin")), want);
     // The node killed (-9) mid-file and started again on the same root
     // and key: the client's retry finds it and resumes.
@@ -146,7 +146,7 @@ fn lab_quic_completes_through_bad_links_with_nothing_damaged() {
         &["--open"],
     );
     let out = pushing.join().expect("push thread");
-    assert!(out.status.success(), "node restarted: {}", stderr(&out));
+    assert!(out.status.success(), "node restarted: {}", said(&out));
     assert_eq!(b3(&s.path("node/killed/a.bin")), want);
     // The connection that finished sent only what the node lacked.
     let done = String::from_utf8_lossy(&out.stdout)

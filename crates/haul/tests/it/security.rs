@@ -471,6 +471,44 @@ fn a_peer_that_stops_answering_is_timed_out() {
 }
 
 #[test]
+fn a_first_handshake_that_goes_unanswered_is_tried_again() {
+    let s = Scratch::new();
+    write_file(&s.path("src/f"), 1 << 20, 1);
+    let node = Node::start(
+        &s.path("node"),
+        &s.path("config"),
+        &["--open", "--plaintext"],
+    );
+    for (i, verb) in ["push", "pull"].into_iter().enumerate() {
+        // Nothing crosses the proxy for 3 s: the first attempt's handshake
+        // (limit 2 s, from --timeout) times out; the retry goes through.
+        let faults = Faults::default();
+        let stall = faults.stall.clone();
+        stall.store(true, std::sync::atomic::Ordering::Relaxed);
+        let proxy = Proxy::start(&node.addr, faults);
+        let mut c = haul(&s.path("config"));
+        c.args([verb, "--plaintext", "--timeout", "2", "--retries", "3"]);
+        match verb {
+            "push" => c.arg(s.path("src/f")).arg(proxy.url("in")),
+            _ => c.arg(proxy.url("in/f")).arg(s.path(&format!("back{i}"))),
+        };
+        let unstall = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_secs(3));
+            stall.store(false, std::sync::atomic::Ordering::Relaxed);
+        });
+        let out = run(c, T);
+        let _ = unstall.join();
+        assert!(out.status.success(), "{verb}: {}", said(&out));
+        assert!(
+            stderr(&out).contains("retry 1/3"),
+            "{verb}: {}",
+            stderr(&out)
+        );
+    }
+    assert_eq!(b3(&s.path("back1/f")), b3(&s.path("src/f")));
+}
+
+#[test]
 fn mistakes_exit_2_with_what_to_do() {
     let s = Scratch::new();
     write_file(&s.path("src/f"), 10, 1);
