@@ -57,13 +57,10 @@ cargo test --workspace --locked "$@"
 # `with_test_transport` in crates/haul/tests/it/harness.rs).
 if [ $# -eq 0 ]; then
   echo "== the node end-to-end suites again, over QUIC =="
-  # Skipped over QUIC: the lab's 5 % --bwlimit accuracy test (over QUIC it
-  # landed 10 % under the cap, 44.97 Mbit/s at 50mbit; not yet explained).
   # `--workspace --test it` (not `-p haul`): the same feature resolution as
   # the pass above, so nothing is built again (with `-p haul` cargo rebuilt
   # tokio and a dozen other crates, about 4 minutes); the other crates' `it`
   # binaries have no test under these names and run none.
   HAUL_TEST_TRANSPORT=quic cargo test --locked --workspace --test it -- \
-    transfer:: resume:: beneath:: security:: rate:: fanout:: \
-    --skip rate::lab_bwlimit_50mbit_on_a_200mbit_link_within_5_percent
+    transfer:: resume:: beneath:: security:: rate:: fanout::
 fi
