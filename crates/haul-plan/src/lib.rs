@@ -31,8 +31,8 @@
 //! [`stripe_chunks`]), each sent down a `k`-ary tree of its own over all
 //! the nodes. Each node is interior in one stripe's tree (its *home*
 //! stripe) and a leaf in the others, so it uploads `k` children × `S/k`
-//! ≈ `S` in all, and a node is `log_k N` hops from the client in every
-//! stripe. The model above holds per stripe (a stripe of `S/k` bytes at
+//! ≈ `S` in all, and a node is about `1 + log_k N` hops from the client
+//! in every stripe. The model above holds per stripe (a stripe of `S/k` bytes at
 //! `B/k` per link), a sender's upload shared among its children in every
 //! stripe: about `S/B + log_k N · (k·c/B + d)`, under a chain's latency
 //! for long plans and under a tree's `k·S/B` for any. See [`stripes`].
@@ -90,16 +90,6 @@ pub enum Shape {
     /// The shape the model predicts fastest (a chain, or a tree or striped
     /// trees when the chain would be long or upload rates differ).
     Auto,
-}
-
-impl Shape {
-    /// Stripes a file is cut into: `k` for [`Shape::Stripes`], else 1.
-    pub fn stripes(self) -> usize {
-        match self {
-            Self::Stripes(k) => k as usize,
-            _ => 1,
-        }
-    }
 }
 
 /// A `--plan` value that is not `chain`, `tree[:K]`, `stripes[:K]` or `auto`.
