@@ -1,5 +1,5 @@
-//! Predicted fan-out times: T(N)/T(1) for chain, trees and `auto`, by the
-//! planner's model (`haul_plan::Plan::predict`) and by the piece-level
+//! Predicted fan-out times: T(N)/T(1) for chain, trees, striped trees and
+//! `auto` (with the shape it picks), by the planner's model (`haul_plan::Plan::predict`) and by the piece-level
 //! simulation (`haul_netsim::fanout`), on equal links of 200 Mbit/s.
 //!
 //!   cargo run --release -p haul-bench --bin fanout-model [SIZE_MIB] [HOP_MS...]
@@ -10,6 +10,16 @@ use haul_netsim::fanout::{run, FanoutSim};
 use haul_plan::{piece_size, Plan, Rates, Shape};
 
 const RATE: f64 = 25e6;
+
+/// The columns.
+const SHAPES: [Shape; 6] = [
+    Shape::Chain,
+    Shape::Tree(2),
+    Shape::Tree(4),
+    Shape::Stripes(2),
+    Shape::Stripes(4),
+    Shape::Auto,
+];
 
 /// `n` nodes and a client with equal uploads, hops of `delay`.
 fn links(n: usize, delay: f64) -> Rates {
@@ -44,28 +54,27 @@ fn main() {
         let t1_model = one.predict(&links(1, delay), size);
         let t1_sim = simulate(&one, 1, size, delay);
         println!("\nhop delay {hop_ms} ms (T(1) = {t1_sim:.2} s simulated)");
-        println!(
-            "{:>6}  {:>15}  {:>15}  {:>15}  {:>22}",
-            "nodes", "chain", "tree:2", "tree:4", "auto"
-        );
+        print!("{:>6}", "nodes");
+        for shape in SHAPES {
+            let width = if shape == Shape::Auto { 25 } else { 12 };
+            print!("  {:>width$}", shape.to_string());
+        }
+        println!();
         for n in [1usize, 2, 3, 6, 8, 100, 1000] {
             let rates = links(n, delay);
-            let mut cells = Vec::new();
-            for shape in [Shape::Chain, Shape::Tree(2), Shape::Tree(4), Shape::Auto] {
+            print!("{n:>6}");
+            for shape in SHAPES {
                 let plan = Plan::build(&rates, shape, size);
                 let model = plan.predict(&rates, size) / t1_model;
                 let sim = simulate(&plan, n, size, delay) / t1_sim;
-                let cell = if shape == Shape::Auto {
-                    format!("{model:.2} / {sim:.2} ({})", plan.shape)
+                if shape == Shape::Auto {
+                    let cell = format!("{model:.2} / {sim:.2} ({})", plan.shape);
+                    print!("  {cell:>25}");
                 } else {
-                    format!("{model:.2} / {sim:.2}")
-                };
-                cells.push(cell);
+                    print!("  {:>12}", format!("{model:.2} / {sim:.2}"));
+                }
             }
-            println!(
-                "{n:>6}  {:>15}  {:>15}  {:>15}  {:>22}",
-                cells[0], cells[1], cells[2], cells[3]
-            );
+            println!();
         }
     }
 }

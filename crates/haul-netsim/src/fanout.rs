@@ -9,12 +9,18 @@
 //! and a node given a new parent resumes after it (`Need{have}`). A node
 //! that dies stops sending at once; the client notices after the detection
 //! time (the idle timeout) and applies [`Routing::lost`]. A node is done
-//! (it reports) once it holds everything and all its children are done,
-//! as a real relay reports after its forwards ended.
+//! (it reports) once it holds everything and each of its children holds
+//! what it sends them, as a real relay reports after its forwards ended.
+//!
+//! A striped plan runs the same way per stripe: the pieces of stripe `s`
+//! ([`haul_plan::stripe_chunks`]) flow down stripe `s`'s tree, what a node
+//! holds of each stripe is a prefix of it, a sender's upload is shared
+//! among its children in every stripe, and a lost node's children in each
+//! stripe move to its nearest live ancestor there.
 //!
 //! 1,000 nodes of a 256 MiB transfer take well under a second of CPU.
 
-use haul_plan::{Parent, Plan, Routing, Step};
+use haul_plan::{stripe_chunks, Parent, Plan, Routing};
 
 /// A fan-out to simulate.
 #[derive(Debug, Clone)]
@@ -42,8 +48,11 @@ pub struct FanoutOutcome {
     pub complete: Vec<Option<f64>>,
     /// Nodes that died before they were done.
     pub died: Vec<bool>,
-    /// When the last live node was done.
+    /// When the last live node held everything.
     pub seconds: f64,
+    /// When the last live node reported (the client's end of the
+    /// transfer; the run stops there).
+    pub ended: f64,
     /// Pieces the client sent.
     pub client_pieces: u64,
     /// Pieces sent by anyone.
@@ -81,11 +90,20 @@ impl Inbound {
 pub fn run(plan: &Plan, sim: &FanoutSim) -> FanoutOutcome {
     let n = plan.parents.len();
     let pieces = sim.size.div_ceil(sim.piece.max(1)).max(1);
+    let stripes = plan.stripe_count();
+    // Pieces of each stripe.
+    let want: Vec<u64> = (0..stripes)
+        .map(|s| {
+            let r = stripe_chunks(pieces, stripes, s);
+            r.end - r.start
+        })
+        .collect();
     let fastest = sim.rates.iter().copied().fold(sim.client_rate, f64::max);
     // Eight steps per piece at the fastest rate.
     let dt = (sim.piece as f64 / fastest / 8.0).max(1e-6);
     let mut routing = Routing::new(plan);
-    let mut inbound = vec![Inbound::default(); n];
+    // inbound[s][i]: node i's side of its edge in stripe s.
+    let mut inbound = vec![vec![Inbound::default(); n]; stripes];
     let mut dead = vec![false; n];
     let mut complete = vec![None; n];
     let mut deaths = sim.deaths.clone();
@@ -94,6 +112,8 @@ pub fn run(plan: &Plan, sim: &FanoutSim) -> FanoutOutcome {
     let mut noticed: Vec<(f64, usize)> = Vec::new();
     let (mut client_pieces, mut pieces_sent) = (0u64, 0u64);
     let mut kids = children_of(&routing, n);
+    // The (stripe, child, pieces it may have) a sender feeds in a step.
+    let mut active: Vec<(usize, usize, u64)> = Vec::new();
     let mut now = 0.0;
     // Long enough for anything that can finish: every piece at the slowest
     // rate over every hop, plus every death noticed.
@@ -117,18 +137,16 @@ pub fn run(plan: &Plan, sim: &FanoutSim) -> FanoutOutcome {
             if t > now {
                 return true;
             }
-            for step in routing.lost(i) {
-                let moved = match step {
-                    Step::Forward { children, .. } => children,
-                    Step::Send { node } => vec![node],
-                };
-                for c in moved {
-                    // In-flight pieces from the dead parent are lost.
-                    let inb = &mut inbound[c];
+            // Its children in each stripe get a new parent; what the dead
+            // node had in flight to them is lost.
+            for (s, by_sender) in kids.iter().enumerate() {
+                for &c in &by_sender[i] {
+                    let inb = &mut inbound[s][c];
                     inb.flight.clear();
                     inb.partial = 0.0;
                 }
             }
+            routing.lost(i);
             rerouted = true;
             false
         });
@@ -136,39 +154,52 @@ pub fn run(plan: &Plan, sim: &FanoutSim) -> FanoutOutcome {
             kids = children_of(&routing, n);
         }
         // Arrivals.
-        for (i, inb) in inbound.iter_mut().enumerate() {
-            while inb.flight.front().is_some_and(|&t| t <= now) {
-                inb.flight.pop_front();
-                inb.have += 1;
+        for i in 0..n {
+            let mut holds_all = true;
+            for (s, &wanted) in want.iter().enumerate() {
+                let inb = &mut inbound[s][i];
+                while inb.flight.front().is_some_and(|&t| t <= now) {
+                    inb.flight.pop_front();
+                    inb.have += 1;
+                }
+                holds_all &= inb.have >= wanted;
             }
-            if inb.have >= pieces && complete[i].is_none() && !dead[i] {
+            if holds_all && complete[i].is_none() && !dead[i] {
                 complete[i] = Some(now);
             }
         }
-        // Sends: each sender shares its rate among children it can feed.
+        // Sends: each sender shares its rate among the children it can
+        // feed, over every stripe.
         for sender in 0..=n {
-            let (rate, held) = if sender == n {
-                (sim.client_rate, pieces)
+            let rate = if sender == n {
+                sim.client_rate
+            } else if dead[sender] {
+                continue;
             } else {
-                if dead[sender] {
-                    continue;
-                }
-                (sim.rates[sender], inbound[sender].have)
+                sim.rates[sender]
             };
-            let list = &kids[sender];
-            let active: Vec<usize> = list
-                .iter()
-                .copied()
-                .filter(|&c| !dead[c] && inbound[c].sent() < pieces && inbound[c].sent() < held)
-                .collect();
+            active.clear();
+            for (s, by_sender) in kids.iter().enumerate() {
+                // What the sender holds of the stripe: what it can send.
+                let can = match sender == n {
+                    true => want[s],
+                    false => inbound[s][sender].have.min(want[s]),
+                };
+                active.extend(
+                    by_sender[sender]
+                        .iter()
+                        .filter(|&&c| !dead[c] && inbound[s][c].sent() < can)
+                        .map(|&c| (s, c, can)),
+                );
+            }
             if active.is_empty() {
                 continue;
             }
             let share = rate * dt / active.len() as f64;
-            for c in active {
-                let inb = &mut inbound[c];
+            for &(s, c, upto) in &active {
+                let inb = &mut inbound[s][c];
                 inb.partial += share;
-                while inb.partial >= sim.piece as f64 && inb.sent() < pieces.min(held) {
+                while inb.partial >= sim.piece as f64 && inb.sent() < upto {
                     inb.partial -= sim.piece as f64;
                     inb.flight.push_back(now + sim.delay);
                     pieces_sent += 1;
@@ -176,17 +207,22 @@ pub fn run(plan: &Plan, sim: &FanoutSim) -> FanoutOutcome {
                         client_pieces += 1;
                     }
                 }
-                if inb.sent() >= pieces.min(held) {
+                if inb.sent() >= upto {
                     inb.partial = 0.0;
                 }
             }
         }
-        // Reports: complete, and every live child done.
+        // Reports: complete, and every live child holds what it is sent
+        // (the forwards ended). Not "every child done": in a striped plan
+        // two nodes can be each other's child in different stripes.
         for i in 0..n {
             if complete[i].is_some()
                 && !routing.is_done(i)
                 && !dead[i]
-                && kids[i].iter().all(|&c| routing.is_done(c) || dead[c])
+                && kids.iter().enumerate().all(|(s, k)| {
+                    k[i].iter()
+                        .all(|&c| dead[c] || inbound[s][c].have >= want[s])
+                })
             {
                 routing.done(i);
             }
@@ -197,22 +233,28 @@ pub fn run(plan: &Plan, sim: &FanoutSim) -> FanoutOutcome {
         complete,
         died: dead,
         seconds,
+        ended: now,
         client_pieces,
         pieces_sent,
     }
 }
 
-/// Each sender's current children; index `n` is the client.
-fn children_of(routing: &Routing, n: usize) -> Vec<Vec<usize>> {
-    let mut kids = vec![Vec::new(); n + 1];
-    for i in 0..n {
-        if !routing.is_alive(i) {
-            continue;
-        }
-        match routing.parent(i) {
-            Parent::Client => kids[n].push(i),
-            Parent::Node(p) => kids[p].push(i),
-        }
-    }
-    kids
+/// Each sender's current children per stripe (`[stripe][sender]`); sender
+/// `n` is the client.
+fn children_of(routing: &Routing, n: usize) -> Vec<Vec<Vec<usize>>> {
+    (0..routing.stripes())
+        .map(|s| {
+            let mut kids = vec![Vec::new(); n + 1];
+            for i in 0..n {
+                if !routing.is_alive(i) {
+                    continue;
+                }
+                match routing.parent_in(s, i) {
+                    Parent::Client => kids[n].push(i),
+                    Parent::Node(p) => kids[p].push(i),
+                }
+            }
+            kids
+        })
+        .collect()
 }

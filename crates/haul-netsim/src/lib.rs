@@ -12,8 +12,9 @@
 //!   `Pair`): a 1 s delay costs nothing but arithmetic.
 //! - [`quic`]: real QUIC (quinn-proto, haul's TLS identity, the
 //!   loss-tolerant controller) over simulated links in simulated time.
-//! - [`fanout`]: a relay plan at piece level, nodes dying, the client's
-//!   re-routing (`haul_plan::Routing`): 1,000 nodes in well under a second.
+//! - [`fanout`]: a relay plan (chain, tree or striped trees) at piece
+//!   level, nodes dying, the client's re-routing (`haul_plan::Routing`):
+//!   1,000 nodes in well under a second.
 
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 

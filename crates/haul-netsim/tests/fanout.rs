@@ -74,7 +74,14 @@ fn eight_nodes_in_a_chain_take_about_the_time_of_one() {
 #[test]
 fn a_hundred_nodes_with_one_dying_every_two_seconds_all_complete() {
     let size = 64 * MIB;
-    for shape in [Shape::Chain, Shape::Tree(2), Shape::Tree(4), Shape::Auto] {
+    for shape in [
+        Shape::Chain,
+        Shape::Tree(2),
+        Shape::Tree(4),
+        Shape::Stripes(2),
+        Shape::Stripes(4),
+        Shape::Auto,
+    ] {
         let plan = Plan::build(&links(100, DELAY), shape, size);
         let d = deaths(100, 2.0, 0.5, 8.0, 7);
         let out = run(&plan, &sim(100, size, &plan, d.clone()));
@@ -93,10 +100,11 @@ fn a_hundred_nodes_with_one_dying_every_two_seconds_all_complete() {
 #[test]
 fn a_thousand_nodes_with_deaths_complete_and_the_plan_is_within_half_again_of_one() {
     let size = 256 * MIB;
-    // Hops of 1 ms (one site): 1,000 hops of pipeline latency cost 1 s.
+    // A chain with hops of 1 ms (one site): 1,000 hops of pipeline
+    // latency cost 1 s. (`auto` picks striped trees here: see below.)
     let hop = 0.001;
     let rates = links(1000, hop);
-    let plan = Plan::build(&rates, Shape::Auto, size);
+    let plan = Plan::build(&rates, Shape::Chain, size);
     let one = Plan::build(&links(1, hop), Shape::Chain, size);
     let at = |plan: &Plan, n: usize, d: Vec<(f64, usize)>| FanoutSim {
         delay: hop,
@@ -146,4 +154,82 @@ fn a_slow_uploader_placed_at_a_leaf_holds_nobody_back() {
     let t1 = one_node_time(size);
     assert!(placed.seconds / t1 <= 1.2, "{}", placed.seconds / t1);
     assert!(unplaced.seconds > 3.0 * placed.seconds);
+}
+
+#[test]
+fn striped_plans_of_a_hundred_and_a_thousand_nodes_complete_as_the_model_says() {
+    let size = 256 * MIB;
+    let t1 = one_node_time(size);
+    for n in [100, 1000] {
+        for k in [2, 4] {
+            let rates = links(n, DELAY);
+            let plan = Plan::build(&rates, Shape::Stripes(k), size);
+            let s = sim(n, size, &plan, Vec::new());
+            let out = run(&plan, &s);
+            assert!(out.all_live_complete(), "n {n} k {k}");
+            // Every node reports soon after the last completes (nodes that
+            // are each other's children in different stripes do not wait
+            // on each other).
+            assert!(
+                out.ended <= out.seconds + 0.1,
+                "n {n} k {k}: ended {} vs {}",
+                out.ended,
+                out.seconds
+            );
+            // The client uploads the data once, every node receives every
+            // piece once.
+            let pieces = size.div_ceil(s.piece);
+            assert_eq!(out.client_pieces, pieces, "n {n} k {k}");
+            assert_eq!(out.pieces_sent, pieces * n as u64, "n {n} k {k}");
+            // The target at the lab's 5 ms hops.
+            let ratio = out.seconds / t1;
+            assert!(ratio <= 1.5, "n {n} k {k}: {ratio}");
+            let model = plan.predict(&rates, size);
+            assert!(
+                (model / out.seconds - 1.0).abs() < 0.03,
+                "n {n} k {k}: model {model} vs simulated {}",
+                out.seconds
+            );
+        }
+    }
+}
+
+#[test]
+fn a_thousand_striped_nodes_with_one_dying_every_three_seconds_all_complete() {
+    let size = 256 * MIB;
+    // At the lab's 5 ms hops `auto` picks striped trees.
+    let plan = Plan::build(&links(1000, DELAY), Shape::Auto, size);
+    assert!(matches!(plan.shape, Shape::Stripes(_)), "{}", plan.shape);
+    let d = deaths(1000, 3.0, 1.0, 12.0, 42);
+    let out = run(&plan, &sim(1000, size, &plan, d.clone()));
+    assert!(out.all_live_complete());
+    let died = out.died.iter().filter(|&&x| x).count();
+    assert!(died >= 1 && died <= d.len(), "{died}");
+    // Every death costs at most its detection time and a re-send of one
+    // stripe to the orphans.
+    let clean = plan.predict(&links(1000, DELAY), size);
+    let bound = clean + d.len() as f64 * (1.0 + one_node_time(size));
+    assert!(out.seconds <= bound, "{} > {bound}", out.seconds);
+}
+
+#[test]
+fn a_striped_relay_that_dies_early_costs_its_children_little() {
+    // The root of stripe 0 dies at once: its subtree of that stripe moves
+    // to the client, and all of them still complete.
+    let size = 64 * MIB;
+    let plan = Plan::build(&links(50, DELAY), Shape::Stripes(2), size);
+    let root = plan.children_in(0, haul_plan::Parent::Client)[0];
+    let out = run(&plan, &sim(50, size, &plan, vec![(0.1, root)]));
+    assert!(out.all_live_complete());
+    assert!(out.died[root]);
+    assert!(out.complete[root].is_none());
+    let clean = run(&plan, &sim(50, size, &plan, Vec::new()));
+    // Detection (1 s) and the lost stripe's restart, no more.
+    assert!(
+        out.seconds <= clean.seconds + 1.0 + one_node_time(size),
+        "{} vs {}",
+        out.seconds,
+        clean.seconds
+    );
+    assert!(out.seconds > clean.seconds, "a death costs something");
 }

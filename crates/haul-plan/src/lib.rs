@@ -24,11 +24,26 @@
 //! `k·S/B` but only `log_k N` hops of latency. So a chain wins until its
 //! per-hop latency `(N−1)·c` grows past `(k−1)·S`, and slow uploaders
 //! belong at the leaves, where they upload to nobody.
+//!
+//! ## Striped trees
+//! A striped plan ([`Shape::Stripes`], as SplitStream and NCCL's double
+//! binary tree) cuts each file into `k` stripes (contiguous chunk ranges:
+//! [`stripe_chunks`]), each sent down a `k`-ary tree of its own over all
+//! the nodes. Each node is interior in one stripe's tree (its *home*
+//! stripe) and a leaf in the others, so it uploads `k` children × `S/k`
+//! ≈ `S` in all, and a node is about `1 + log_k N` hops from the client
+//! in every stripe. The model above holds per stripe (a stripe of `S/k` bytes at
+//! `B/k` per link), a sender's upload shared among its children in every
+//! stripe: about `S/B + log_k N · (k·c/B + d)`, under a chain's latency
+//! for long plans and under a tree's `k·S/B` for any. See [`stripes`].
 
 use std::fmt;
 
+mod predict;
 pub mod routing;
+pub mod stripes;
 pub use routing::{Routing, Step};
+pub use stripes::stripe_chunks;
 
 /// Smallest piece a relay forwards (a chunk): below it, per-chunk costs
 /// (a header, a digest, a write) start to show.
@@ -68,14 +83,18 @@ pub enum Shape {
     Chain,
     /// Each sender relays to up to `k` children (the client too).
     Tree(u32),
-    /// The shape the model predicts fastest (a chain, or a tree when the
-    /// chain would be long or upload rates differ).
+    /// Each file cut into `k` stripes, each stripe down a `k`-ary tree of
+    /// its own; every node interior in one stripe's tree, a leaf in the
+    /// others (see [`stripes`]).
+    Stripes(u32),
+    /// The shape the model predicts fastest (a chain, or a tree or striped
+    /// trees when the chain would be long or upload rates differ).
     Auto,
 }
 
-/// A `--plan` value that is not `chain`, `tree[:K]` or `auto`.
+/// A `--plan` value that is not `chain`, `tree[:K]`, `stripes[:K]` or `auto`.
 #[derive(Debug, thiserror::Error)]
-#[error("unknown plan {0:?}: use chain, tree, tree:K (K from 2 to 64) or auto")]
+#[error("unknown plan {0:?}: use chain, tree, tree:K, stripes, stripes:K (K from 2 to 64) or auto")]
 pub struct ShapeError(String);
 
 impl std::str::FromStr for Shape {
@@ -85,10 +104,20 @@ impl std::str::FromStr for Shape {
             "chain" => Ok(Self::Chain),
             "auto" => Ok(Self::Auto),
             "tree" => Ok(Self::Tree(2)),
-            _ => match s.strip_prefix("tree:").map(str::parse::<u32>) {
-                Some(Ok(k)) if (2..=64).contains(&k) => Ok(Self::Tree(k)),
-                _ => Err(ShapeError(s.to_owned())),
-            },
+            "stripes" => Ok(Self::Stripes(2)),
+            _ => {
+                let (make, k): (fn(u32) -> Self, _) = if let Some(k) = s.strip_prefix("tree:") {
+                    (Self::Tree, k)
+                } else if let Some(k) = s.strip_prefix("stripes:") {
+                    (Self::Stripes, k)
+                } else {
+                    return Err(ShapeError(s.to_owned()));
+                };
+                match k.parse::<u32>() {
+                    Ok(k) if (2..=64).contains(&k) => Ok(make(k)),
+                    _ => Err(ShapeError(s.to_owned())),
+                }
+            }
         }
     }
 }
@@ -98,6 +127,7 @@ impl fmt::Display for Shape {
         match self {
             Self::Chain => f.write_str("chain"),
             Self::Tree(k) => write!(f, "tree:{k}"),
+            Self::Stripes(k) => write!(f, "stripes:{k}"),
             Self::Auto => f.write_str("auto"),
         }
     }
@@ -164,6 +194,16 @@ impl Rates {
             .filter(|r| r.is_finite() && *r > 0.0)
             .unwrap_or_else(|| self.typical())
     }
+
+    /// Node `i`'s upload, or the typical one when unknown.
+    fn node(&self, i: usize) -> f64 {
+        self.nodes
+            .get(i)
+            .copied()
+            .flatten()
+            .filter(|r| r.is_finite() && *r > 0.0)
+            .unwrap_or_else(|| self.typical())
+    }
 }
 
 /// A distribution plan over `n` nodes.
@@ -171,35 +211,62 @@ impl Rates {
 pub struct Plan {
     /// The shape it was built as (never [`Shape::Auto`]).
     pub shape: Shape,
-    /// Each node's parent, by node index.
+    /// Each node's parent, by node index (in a striped plan: its parent in
+    /// stripe 0's tree, which alone reaches every node too).
     pub parents: Vec<Parent>,
+    /// A striped plan's trees: `stripes[s][i]` is node `i`'s parent for
+    /// stripe `s` (`stripes[0] == parents`). Empty for a chain or a tree.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub stripes: Vec<Vec<Parent>>,
 }
 
-/// Above this many nodes, `auto` considers trees even on equal links.
-const AUTO_TREE_CANDIDATES: [u32; 4] = [2, 3, 4, 8];
+/// The `k`s `auto` tries for trees and striped trees.
+const AUTO_CANDIDATES: [u32; 4] = [2, 3, 4, 8];
+
+/// The shapes [`Shape::Auto`] chooses among.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Candidates {
+    /// Chain, trees and striped trees.
+    All,
+    /// Chain and trees: for a data plane in which every node receives all
+    /// of a file from one parent.
+    SingleParent,
+}
 
 impl Plan {
     /// Builds the plan for `rates.nodes.len()` nodes. `size` (bytes of the
     /// largest file) matters only for [`Shape::Auto`], which predicts every
-    /// candidate and keeps the fastest. Faster uploaders get the places
-    /// nearest the client; the slowest become leaves.
+    /// candidate (chain, trees, striped trees) and keeps the fastest.
+    /// Faster uploaders get the places nearest the client; the slowest
+    /// become leaves.
     pub fn build(rates: &Rates, shape: Shape, size: u64) -> Self {
+        Self::build_among(rates, shape, size, Candidates::All)
+    }
+
+    /// As [`Plan::build`], with [`Shape::Auto`] choosing among `candidates`.
+    pub fn build_among(rates: &Rates, shape: Shape, size: u64, candidates: Candidates) -> Self {
         let order = by_rate(rates);
         match shape {
             Shape::Chain => Self::chain(&order),
             Shape::Tree(k) => Self::tree(&order, k.max(2)),
+            Shape::Stripes(k) => stripes::build(&order, rates, k.max(2)),
             Shape::Auto => {
                 let mut best = Self::chain(&order);
                 let mut best_t = best.predict(rates, size);
-                for k in AUTO_TREE_CANDIDATES {
-                    if (k as usize) >= order.len() {
-                        break;
-                    }
-                    let plan = Self::tree(&order, k);
+                let mut consider = |plan: Self| {
                     let t = plan.predict(rates, size);
-                    // A tree must win clearly: a chain uploads the data once.
+                    // Another shape must win clearly: a chain is the
+                    // simplest, and uploads the data once.
                     if t < best_t * 0.95 {
                         (best, best_t) = (plan, t);
+                    }
+                };
+                for k in AUTO_CANDIDATES {
+                    if (k as usize) < order.len() {
+                        consider(Self::tree(&order, k));
+                    }
+                    if candidates == Candidates::All && (k as usize) <= order.len() {
+                        consider(stripes::build(&order, rates, k));
                     }
                 }
                 best
@@ -215,6 +282,7 @@ impl Plan {
         Self {
             shape: Shape::Chain,
             parents,
+            stripes: Vec::new(),
         }
     }
 
@@ -233,28 +301,53 @@ impl Plan {
         Self {
             shape: Shape::Tree(k as u32),
             parents,
+            stripes: Vec::new(),
         }
     }
 
-    /// The nodes `of` sends to, in index order.
+    /// Stripes a file is cut into (1 for a chain or a tree).
+    pub fn stripe_count(&self) -> usize {
+        self.stripes.len().max(1)
+    }
+
+    /// Each node's parent for stripe `s` (the plan's parents when it is
+    /// not striped; empty past the last stripe).
+    pub fn stripe(&self, s: usize) -> &[Parent] {
+        match self.stripes.get(s) {
+            Some(parents) => parents,
+            None if s == 0 => &self.parents,
+            None => &[],
+        }
+    }
+
+    /// The nodes `of` sends to in any stripe, in index order.
     pub fn children(&self, of: Parent) -> Vec<usize> {
         (0..self.parents.len())
-            .filter(|&i| self.parents[i] == of)
+            .filter(|&i| (0..self.stripe_count()).any(|s| self.stripe(s).get(i) == Some(&of)))
             .collect()
     }
 
-    /// Hops from the client to node `i` (1 for the client's children).
+    /// The nodes `of` sends stripe `s` to, in index order.
+    pub fn children_in(&self, s: usize, of: Parent) -> Vec<usize> {
+        let parents = self.stripe(s);
+        (0..parents.len()).filter(|&i| parents[i] == of).collect()
+    }
+
+    /// How many streams `of` sends: its children summed over the stripes
+    /// (each carries `1 / stripe_count` of the data).
+    pub fn uploads(&self, of: Parent) -> usize {
+        (0..self.stripe_count())
+            .map(|s| self.stripe(s).iter().filter(|&&p| p == of).count())
+            .sum()
+    }
+
+    /// Hops from the client to node `i` (1 for the client's children); in a
+    /// striped plan, in the stripe where it is deepest.
     pub fn depth(&self, i: usize) -> usize {
-        let mut depth = 1;
-        let mut at = self.parents.get(i).copied();
-        while let Some(Parent::Node(p)) = at {
-            depth += 1;
-            if depth > self.parents.len() {
-                break;
-            }
-            at = self.parents.get(p).copied();
-        }
-        depth
+        (0..self.stripe_count())
+            .map(|s| depth_in(self.stripe(s), i))
+            .max()
+            .unwrap_or(0)
     }
 
     /// The most hops from the client to a node.
@@ -264,70 +357,20 @@ impl Plan {
             .max()
             .unwrap_or(0)
     }
+}
 
-    /// Predicted seconds until every node holds a file of `size` bytes,
-    /// sent in [`piece_size`] pieces for this plan's depth.
-    pub fn predict(&self, rates: &Rates, size: u64) -> f64 {
-        let piece = u64::from(piece_size(size, self.max_depth()));
-        self.predict_with(rates, size, piece)
+/// Hops from the client to node `i` along `parents` (stops at a cycle).
+fn depth_in(parents: &[Parent], i: usize) -> usize {
+    let mut depth = 1;
+    let mut at = parents.get(i).copied();
+    while let Some(Parent::Node(p)) = at {
+        depth += 1;
+        if depth > parents.len() {
+            break;
+        }
+        at = parents.get(p).copied();
     }
-
-    /// Predicted seconds with pieces of `piece` bytes (see the crate docs
-    /// for the model).
-    pub fn predict_with(&self, rates: &Rates, size: u64, piece: u64) -> f64 {
-        let n = self.parents.len();
-        // Children per sender: index n is the client.
-        let mut kids = vec![0usize; n + 1];
-        for p in &self.parents {
-            kids[match p {
-                Parent::Client => n,
-                Parent::Node(p) => (*p).min(n),
-            }] += 1;
-        }
-        let (typical_client, typical) = (rates.client(), rates.typical());
-        let link: Vec<f64> = (0..n)
-            .map(|i| match self.parents[i] {
-                Parent::Client => typical_client / kids[n].max(1) as f64,
-                Parent::Node(p) => {
-                    let rate = rates.nodes.get(p).copied().flatten();
-                    let rate = rate.filter(|r| r.is_finite() && *r > 0.0);
-                    rate.unwrap_or(typical) / kids[p.min(n)].max(1) as f64
-                }
-            })
-            .collect();
-        let (size, piece) = (size as f64, (piece.min(size.max(1))) as f64);
-        // Each node's latency to its first piece and its path's bottleneck,
-        // computed parents first (depth order).
-        let mut first = vec![f64::NAN; n];
-        let mut slowest = vec![f64::INFINITY; n];
-        let mut adj = vec![Vec::new(); n];
-        let mut frontier = Vec::new();
-        for (i, p) in self.parents.iter().enumerate() {
-            match p {
-                Parent::Client => frontier.push(i),
-                Parent::Node(p) if *p < n => adj[*p].push(i),
-                Parent::Node(_) => {}
-            }
-        }
-        let mut seen = 0;
-        while let Some(i) = frontier.pop() {
-            let (up_first, up_slow) = match self.parents[i] {
-                Parent::Client => (0.0, f64::INFINITY),
-                Parent::Node(p) => (first[p], slowest[p]),
-            };
-            first[i] = up_first + piece / link[i] + rates.delay;
-            slowest[i] = up_slow.min(link[i]);
-            seen += 1;
-            frontier.extend(adj[i].iter().copied());
-        }
-        if seen < n {
-            // A node the client does not reach (a cycle): it never completes.
-            return f64::INFINITY;
-        }
-        (0..n)
-            .map(|i| first[i] + (size - piece).max(0.0) / slowest[i])
-            .fold(0.0, f64::max)
-    }
+    depth
 }
 
 /// Node indices, fastest upload first (stable: equal rates keep their order).

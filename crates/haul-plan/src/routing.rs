@@ -4,8 +4,11 @@
 //! A node that fails (its control connection broke, its upstream gave up
 //! on it, or the client could not send to it) leaves the plan; its live
 //! children move to its nearest live ancestor, which then sends them the
-//! whole transfer (they say what they already hold). A node that reported
-//! is done: everything below it had all it needed before it reported.
+//! whole transfer (they say what they already hold). In a striped plan
+//! this happens in every stripe's tree: the failed node's children in
+//! stripe `s` move to its nearest live ancestor in stripe `s`, which sends
+//! them that stripe. A node that reported is done: everything below it had
+//! all it needed before it reported.
 
 use crate::{Parent, Plan};
 
@@ -25,12 +28,32 @@ pub enum Step {
         /// The node.
         node: usize,
     },
+    /// A striped plan: tell relay `node` its children in every stripe
+    /// (`children[s]`: the live nodes it sends stripe `s` to; all empty
+    /// stops its forwards).
+    ForwardStripes {
+        /// The relay.
+        node: usize,
+        /// Its live children per stripe, each in index order.
+        children: Vec<Vec<usize>>,
+    },
+    /// A striped plan: the client sends stripe `stripe` of the transfer to
+    /// `node`.
+    SendStripe {
+        /// The node.
+        node: usize,
+        /// The stripe.
+        stripe: usize,
+    },
 }
 
 /// The live plan.
 #[derive(Debug, Clone)]
 pub struct Routing {
-    parents: Vec<Parent>,
+    /// `parents[s][i]`: who sends stripe `s` to node `i` (one stripe when
+    /// the plan is not striped).
+    parents: Vec<Vec<Parent>>,
+    striped: bool,
     alive: Vec<bool>,
     done: Vec<bool>,
 }
@@ -40,7 +63,10 @@ impl Routing {
     pub fn new(plan: &Plan) -> Self {
         let n = plan.parents.len();
         Self {
-            parents: plan.parents.clone(),
+            parents: (0..plan.stripe_count())
+                .map(|s| plan.stripe(s).to_vec())
+                .collect(),
+            striped: !plan.stripes.is_empty(),
             alive: vec![true; n],
             done: vec![false; n],
         }
@@ -49,30 +75,73 @@ impl Routing {
     /// The steps that start the transfer: every relay's forwards, then the
     /// client's own sends.
     pub fn start(&self) -> Vec<Step> {
-        let mut steps: Vec<Step> = (0..self.parents.len())
-            .filter_map(|i| {
-                let children = self.children(Parent::Node(i));
-                (!children.is_empty()).then_some(Step::Forward { node: i, children })
-            })
-            .collect();
-        steps.extend(
-            self.children(Parent::Client)
-                .into_iter()
-                .map(|node| Step::Send { node }),
-        );
+        let n = self.alive.len();
+        let mut steps: Vec<Step> = (0..n).filter_map(|i| self.forward(i)).collect();
+        for stripe in 0..self.parents.len() {
+            for node in self.children_in(stripe, Parent::Client) {
+                steps.push(self.send(node, stripe));
+            }
+        }
         steps
     }
 
-    /// Who sends to node `i` now.
-    pub fn parent(&self, i: usize) -> Parent {
-        self.parents.get(i).copied().unwrap_or(Parent::Client)
+    /// Stripes a file is cut into (1 when the plan is not striped).
+    pub fn stripes(&self) -> usize {
+        self.parents.len()
     }
 
-    /// The live nodes `of` sends to now.
+    /// Who sends to node `i` now (in a striped plan: stripe 0).
+    pub fn parent(&self, i: usize) -> Parent {
+        self.parent_in(0, i)
+    }
+
+    /// Who sends stripe `stripe` to node `i` now.
+    pub fn parent_in(&self, stripe: usize, i: usize) -> Parent {
+        self.parents
+            .get(stripe)
+            .and_then(|p| p.get(i))
+            .copied()
+            .unwrap_or(Parent::Client)
+    }
+
+    /// The live nodes `of` sends to now (in a striped plan: stripe 0).
     pub fn children(&self, of: Parent) -> Vec<usize> {
-        (0..self.parents.len())
-            .filter(|&i| self.alive[i] && self.parents[i] == of)
+        self.children_in(0, of)
+    }
+
+    /// The live nodes `of` sends stripe `stripe` to now.
+    pub fn children_in(&self, stripe: usize, of: Parent) -> Vec<usize> {
+        let Some(parents) = self.parents.get(stripe) else {
+            return Vec::new();
+        };
+        (0..parents.len())
+            .filter(|&i| self.alive[i] && parents[i] == of)
             .collect()
+    }
+
+    /// The step that tells relay `i` its children (`None` when it has
+    /// none).
+    fn forward(&self, i: usize) -> Option<Step> {
+        let node = Parent::Node(i);
+        if !self.striped {
+            let children = self.children(node);
+            return (!children.is_empty()).then_some(Step::Forward { node: i, children });
+        }
+        let children: Vec<Vec<usize>> = (0..self.parents.len())
+            .map(|s| self.children_in(s, node))
+            .collect();
+        children
+            .iter()
+            .any(|c| !c.is_empty())
+            .then_some(Step::ForwardStripes { node: i, children })
+    }
+
+    /// The step that has the client send `stripe` to `node`.
+    fn send(&self, node: usize, stripe: usize) -> Step {
+        match self.striped {
+            true => Step::SendStripe { node, stripe },
+            false => Step::Send { node },
+        }
     }
 
     /// Whether node `i` is still in the plan.
@@ -98,39 +167,65 @@ impl Routing {
     }
 
     /// Node `i` failed. Returns what re-routes its children (nothing when
-    /// it was already out or had reported).
+    /// it was already out or had reported): in each stripe they move to
+    /// its nearest live ancestor there, told by a forward (with all its
+    /// children, possibly none) or, when that is the client, a send.
     pub fn lost(&mut self, i: usize) -> Vec<Step> {
         if !self.is_alive(i) || self.is_done(i) {
             return Vec::new();
         }
         self.alive[i] = false;
-        let mut up = self.parents[i];
+        let mut relays: Vec<usize> = Vec::new();
+        let mut sends = Vec::new();
+        for stripe in 0..self.parents.len() {
+            let up = self.live_ancestor(stripe, i);
+            let orphans = self.children_in(stripe, Parent::Node(i));
+            for &c in &orphans {
+                self.parents[stripe][c] = up;
+            }
+            match up {
+                Parent::Node(p) => {
+                    // A leaf's parent is told too: its forward to the
+                    // lost node ends.
+                    if !relays.contains(&p) {
+                        relays.push(p);
+                    }
+                }
+                Parent::Client => sends.extend(orphans.into_iter().map(|c| (c, stripe))),
+            }
+        }
+        let mut steps: Vec<Step> = Vec::new();
+        for p in relays {
+            steps.push(self.forward(p).unwrap_or(match self.striped {
+                true => Step::ForwardStripes {
+                    node: p,
+                    children: vec![Vec::new(); self.parents.len()],
+                },
+                false => Step::Forward {
+                    node: p,
+                    children: Vec::new(),
+                },
+            }));
+        }
+        steps.extend(sends.into_iter().map(|(c, s)| self.send(c, s)));
+        steps
+    }
+
+    /// Node `i`'s nearest live ancestor in `stripe` (the client when none).
+    fn live_ancestor(&self, stripe: usize, i: usize) -> Parent {
+        let parents = &self.parents[stripe];
+        let mut up = parents.get(i).copied().unwrap_or(Parent::Client);
         let mut hops = 0;
         while let Parent::Node(p) = up {
-            if self.alive[p] || hops > self.parents.len() {
+            if self.is_alive(p) || hops > parents.len() {
                 break;
             }
-            up = self.parents[p];
+            up = parents.get(p).copied().unwrap_or(Parent::Client);
             hops += 1;
         }
-        if let Parent::Node(p) = up {
-            if !self.alive[p] {
-                up = Parent::Client;
-            }
-        }
-        let orphans = self.children(Parent::Node(i));
-        for &c in &orphans {
-            self.parents[c] = up;
-        }
         match up {
-            Parent::Node(p) => vec![Step::Forward {
-                node: p,
-                children: self.children(up),
-            }],
-            Parent::Client => orphans
-                .into_iter()
-                .map(|node| Step::Send { node })
-                .collect(),
+            Parent::Node(p) if !self.is_alive(p) => Parent::Client,
+            up => up,
         }
     }
 }

@@ -17,10 +17,26 @@ fn parses_every_shape_and_refuses_others() {
     assert_eq!("tree".parse::<Shape>().ok(), Some(Shape::Tree(2)));
     assert_eq!("tree:4".parse::<Shape>().ok(), Some(Shape::Tree(4)));
     assert_eq!("auto".parse::<Shape>().ok(), Some(Shape::Auto));
-    for bad in ["", "tree:1", "tree:0", "tree:x", "ring", "tree:65"] {
+    assert_eq!("stripes".parse::<Shape>().ok(), Some(Shape::Stripes(2)));
+    assert_eq!("stripes:8".parse::<Shape>().ok(), Some(Shape::Stripes(8)));
+    for bad in [
+        "",
+        "tree:1",
+        "tree:0",
+        "tree:x",
+        "ring",
+        "tree:65",
+        "stripes:1",
+        "stripes:65",
+        "stripes:",
+        "stripes4",
+    ] {
         assert!(bad.parse::<Shape>().is_err(), "{bad}");
     }
     assert_eq!(Shape::Tree(3).to_string(), "tree:3");
+    for shape in [Shape::Stripes(5), Shape::Tree(7), Shape::Chain, Shape::Auto] {
+        assert_eq!(shape.to_string().parse::<Shape>().ok(), Some(shape));
+    }
 }
 
 #[test]
@@ -144,6 +160,7 @@ fn a_plan_with_a_cycle_never_completes() {
     let plan = Plan {
         shape: Shape::Chain,
         parents: vec![Parent::Node(1), Parent::Node(0)],
+        stripes: Vec::new(),
     };
     assert!(plan
         .predict_with(&Rates::unknown(2), MIB, MIB)
@@ -154,10 +171,22 @@ fn a_plan_with_a_cycle_never_completes() {
 fn auto_keeps_the_chain_when_short_and_picks_a_tree_when_long() {
     let short = Plan::build(&Rates::unknown(8), Shape::Auto, 256 * MIB);
     assert_eq!(short.shape, Shape::Chain);
-    // 1,000 nodes of a 16 MiB dataset in 4 MiB pieces: the chain's
-    // latency (999 pieces) dwarfs the data; a tree wins.
+    // 1,000 nodes of a 16 MiB dataset: the chain's latency (999 pieces)
+    // dwarfs the data; a tree or striped trees win.
     let long = Plan::build(&Rates::unknown(1000), Shape::Auto, 16 * MIB);
-    assert!(matches!(long.shape, Shape::Tree(_)), "{:?}", long.shape);
+    assert!(
+        matches!(long.shape, Shape::Tree(_) | Shape::Stripes(_)),
+        "{:?}",
+        long.shape
+    );
+    // Without striped trees, a tree.
+    let single = Plan::build_among(
+        &Rates::unknown(1000),
+        Shape::Auto,
+        16 * MIB,
+        Candidates::SingleParent,
+    );
+    assert!(matches!(single.shape, Shape::Tree(_)), "{:?}", single.shape);
 }
 
 #[test]
@@ -166,7 +195,13 @@ fn auto_is_never_slower_than_the_chain_or_any_tree() {
         for s in [32 * MIB, 256 * MIB, 4 * MIB, 1000] {
             let rates = Rates::unknown(n);
             let auto = Plan::build(&rates, Shape::Auto, s).predict(&rates, s);
-            for shape in [Shape::Chain, Shape::Tree(2), Shape::Tree(4)] {
+            for shape in [
+                Shape::Chain,
+                Shape::Tree(2),
+                Shape::Tree(4),
+                Shape::Stripes(2),
+                Shape::Stripes(4),
+            ] {
                 let other = Plan::build(&rates, shape, s).predict(&rates, s);
                 // A tree replaces the chain only when 5 % faster.
                 assert!(auto <= other * 1.06, "n {n} {shape}: {auto} > {other}");
@@ -195,7 +230,8 @@ mod routing {
             .iter()
             .map(|s| match s {
                 Step::Forward { children, .. } => children.len(),
-                Step::Send { .. } => 0,
+                Step::ForwardStripes { children, .. } => children.iter().map(Vec::len).sum(),
+                Step::Send { .. } | Step::SendStripe { .. } => 0,
             })
             .sum();
         assert_eq!(forwarded, 3);

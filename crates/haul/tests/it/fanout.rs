@@ -358,6 +358,22 @@ fn fan_out_mistakes_say_what_to_do() {
     let out = run(cmd, LIMIT);
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("tree:K"), "{}", stderr(&out));
+    // Striped trees are planned and simulated, not sent yet: refused
+    // before any node is contacted (these ports have no node).
+    let mut cmd = haul(&s.path("cfg"));
+    cmd.arg("push").arg(s.path("src")).args([
+        "haul://127.0.0.1:1/a",
+        "haul://127.0.0.1:2/b",
+        "--plan",
+        "stripes:4",
+    ]);
+    let out = run(cmd, LIMIT);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        stderr(&out).contains("striped trees") && stderr(&out).contains("stripes:4"),
+        "{}",
+        stderr(&out)
+    );
 }
 
 #[test]
