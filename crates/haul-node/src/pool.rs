@@ -27,6 +27,14 @@ const MAX_BACKOFF: Duration = Duration::from_secs(8);
 /// Numbers the connections of this process, so each has its own jitter.
 static CONNECTIONS: AtomicU64 = AtomicU64::new(0);
 
+/// One connection's retry budget (`--retries`), with its own jitter seed:
+/// connections of one process that failed together do not come back in
+/// lockstep.
+fn connection_backoff(opts: &ClientOptions) -> Backoff {
+    let seed = Backoff::fresh_seed() ^ CONNECTIONS.fetch_add(1, Ordering::Relaxed);
+    Backoff::new(opts.connect_attempts, FIRST_BACKOFF * 2, MAX_BACKOFF, seed)
+}
+
 /// Runs one connection's worth of work, reconnecting with backoff; `attempt`
 /// runs a session and returns the jobs to give back when it breaks.
 pub(crate) async fn with_retries<J, Fut>(
@@ -39,10 +47,7 @@ where
     J: Job,
     Fut: Future<Output = Result<(), (NodeError, Vec<J>)>>,
 {
-    // Its own seed: connections of one process that failed together do
-    // not come back in lockstep.
-    let seed = Backoff::fresh_seed() ^ CONNECTIONS.fetch_add(1, Ordering::Relaxed);
-    let mut backoff = Backoff::new(opts.connect_attempts, FIRST_BACKOFF * 2, MAX_BACKOFF, seed);
+    let mut backoff = connection_backoff(opts);
     loop {
         let moved_before = tally.moved();
         let (err, unfinished) = match attempt().await {
@@ -90,8 +95,7 @@ pub(crate) async fn open_first(
     request: Request,
     tally: &Tally,
 ) -> Result<Connection, NodeError> {
-    let seed = Backoff::fresh_seed() ^ CONNECTIONS.fetch_add(1, Ordering::Relaxed);
-    let mut backoff = Backoff::new(opts.connect_attempts, FIRST_BACKOFF * 2, MAX_BACKOFF, seed);
+    let mut backoff = connection_backoff(opts);
     loop {
         let err = match open_session(addr, opts, request.clone()).await {
             Ok(conn) => return Ok(conn),
