@@ -599,6 +599,12 @@ fn receiver_io(
             };
             r.committed(now, file, result);
         }
+        ReceiverIo::Assemble { file } => match paths.get(&file).map(|p| dest.assemble(p)) {
+            Some(Ok(Some(root))) => r.committed(now, file, Ok(root)),
+            Some(Ok(None)) => r.assembled_elsewhere(now, file),
+            Some(Err(e)) => r.committed(now, file, Err(e)),
+            None => r.committed(now, file, Err("unknown file".into())),
+        },
         ReceiverIo::Forget { file } => {
             paths.remove(&file);
         }

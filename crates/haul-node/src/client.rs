@@ -200,12 +200,12 @@ fn send_jobs(src: SourceEntry, streams: u32, split_min: u64) -> Vec<SendJob> {
 /// The send jobs of `sources`, walked lazily. For a fan-out `depth` hops
 /// deep, files use the smaller chunks [`haul_plan::piece_size`] gives (a
 /// relay forwards a chunk once it verified it: the chunk is the latency
-/// each hop adds).
+/// each hop adds); a striped fan-out's send carries one stripe of each entry.
 pub(crate) fn send_queue(
     sources: &[String],
     opts: &ClientOptions,
     tally: &Arc<Tally>,
-    fanout: Option<usize>,
+    fanout: Option<FanoutJobs>,
     seen: Option<Arc<Mutex<HashSet<String>>>>,
     same: Option<Arc<SameContent>>,
 ) -> Result<Arc<WorkQueue<SendJob>>, NodeError> {
@@ -235,10 +235,24 @@ pub(crate) fn send_queue(
                         return Vec::new();
                     }
                 }
-                if let (Some(depth), EntryKind::File) = (fanout, &src.entry.kind) {
-                    src.entry.chunk_size = haul_plan::piece_size(src.entry.size, depth);
+                let Some(fan) = fanout else {
+                    return send_jobs(src, streams, split_min);
+                };
+                if src.entry.kind == EntryKind::File {
+                    src.entry.chunk_size = haul_plan::piece_size(src.entry.size, fan.depth);
                 }
-                send_jobs(src, streams, split_min)
+                let Some(stripe) = fan.stripe else {
+                    return send_jobs(src, streams, split_min);
+                };
+                // One stripe of each entry (the rest go to other nodes).
+                let Some((first, end)) = stripe.carries(&src.entry) else {
+                    return Vec::new();
+                };
+                vec![SendJob {
+                    first,
+                    end,
+                    ..crate::drive::local_job(src)
+                }]
             }
             Err(e) if e.is_skip() => {
                 observer.event(&Event::Warning {
@@ -255,6 +269,16 @@ pub(crate) fn send_queue(
             }
         });
     Ok(WorkQueue::fed_by(feed))
+}
+
+/// How a fan-out cuts the jobs of a send: chunk sizes for the plan's
+/// depth, and the one stripe a striped plan's connection carries.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct FanoutJobs {
+    /// Hops of the plan ([`haul_plan::piece_size`]).
+    pub depth: usize,
+    /// The stripe this send carries (`None`: every entry whole).
+    pub stripe: Option<haul_proto::Stripe>,
 }
 
 /// `--checksum`: what each file to send is compared with; a file whose

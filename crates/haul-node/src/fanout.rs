@@ -10,7 +10,11 @@
 //!    token never leaves this client.
 //! 3. **Send.** The client pushes to its own children only, with
 //!    `Relayed{ticket}`; every node relays what it verified (see
-//!    [`crate::relay`]) and sends `Report` when its part is done.
+//!    [`crate::relay`]) and sends `Report` when its part is done. In a
+//!    striped plan (`--plan stripes[:K]`) every connection carries one
+//!    stripe (`Relayed{ticket, stripe}`, `Forward` targets with theirs):
+//!    the client sends stripe `s` to its root in stripe `s`'s tree, and
+//!    each node puts a file together from its `K` parents' stripes.
 //! 4. **Failures.** A node whose control connection breaks (killed, link
 //!    down: caught by the idle timeout, keepalives flow both ways), whose
 //!    upstream gave up on it, or that this client could not send to, is
@@ -24,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use haul_plan::{Candidates, Parent, Plan, Rates, Routing, Shape, Step};
 use haul_proto::seal::Origin;
-use haul_proto::{Message, OriginKey, RelayTarget, Request, Ticket};
+use haul_proto::{Message, OriginKey, RelayTarget, Request, Stripe, Ticket};
 use haul_session::summary::{Summary, Tally};
 use haul_session::{Event, Observer};
 use haul_transport::{MessageReader, MessageWriter, Security};
@@ -32,7 +36,7 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
 use crate::buffers::ChunkBuffers;
-use crate::client::{open_keyed, send_all, send_queue, ClientOptions, SameContent};
+use crate::client::{open_keyed, send_all, send_queue, ClientOptions, FanoutJobs, SameContent};
 use crate::drive::send::SenderCtx;
 use crate::jobs::{SendJob, WorkQueue};
 use crate::{NodeError, NodeUrl};
@@ -123,14 +127,6 @@ pub async fn push_fanout(
     observer: Arc<dyn Observer>,
 ) -> Result<FanoutSummary, NodeError> {
     let started = Instant::now();
-    if let Shape::Stripes(_) = fan.shape {
-        // Planned and simulated (`haul_plan::stripes`, the bench's
-        // `fanout-model`), not yet sent: a relay forwards whole files.
-        return Err(NodeError::Usage(format!(
-            "--plan {}: striped trees are planned and simulated but haul push does not send them yet; use chain, tree[:K] or auto",
-            fan.shape
-        )));
-    }
     for d in dests {
         haul_proto::validate_rel_path(d.path.trim_matches('/'))
             .map_err(|e| NodeError::Usage(e.to_string()))?;
@@ -193,14 +189,15 @@ pub async fn push_fanout(
         delay: hop_delay(&admitted),
     };
     let (largest, total) = dataset_size(sources);
-    // Every node receives a file from one parent: `auto` picks no stripes.
-    let plan = Plan::build_among(&rates, fan.shape, largest, Candidates::SingleParent);
+    let plan = Plan::build_among(&rates, fan.shape, largest, Candidates::All);
     for (i, a) in admitted.iter().enumerate() {
-        let from = match plan.parents[i] {
-            Parent::Client => "client".to_owned(),
-            Parent::Node(p) => admitted[p].addr.clone(),
-        };
-        tracing::info!("plan ({}): {} <- {from}", plan.shape, a.addr);
+        let from: Vec<String> = (0..plan.stripe_count())
+            .map(|s| match plan.stripe(s)[i] {
+                Parent::Client => "client".to_owned(),
+                Parent::Node(p) => admitted[p].addr.clone(),
+            })
+            .collect();
+        tracing::info!("plan ({}): {} <- {}", plan.shape, a.addr, from.join(", "));
     }
     let mut run = Run {
         started,
@@ -212,6 +209,7 @@ pub async fn push_fanout(
                 addr: a.addr.clone(),
                 fingerprint: a.fingerprint.clone().unwrap_or_default(),
                 ticket: a.ticket,
+                stripe: None,
             })
             .collect(),
         index: admitted.iter().map(|a| a.index).collect(),
@@ -286,11 +284,13 @@ pub async fn push_fanout(
     let _ = wait.await;
     controls.abort_all();
     for i in 0..run.targets.len() {
-        let node = &mut nodes[run.index[i]];
-        node.from = match run.routing.parent(i) {
-            Parent::Client => "client".into(),
-            Parent::Node(p) => run.targets[p].addr.clone(),
-        };
+        let from: Vec<String> = (0..run.routing.stripes())
+            .map(|s| match run.routing.parent_in(s, i) {
+                Parent::Client => "client".into(),
+                Parent::Node(p) => run.targets[p].addr.clone(),
+            })
+            .collect();
+        nodes[run.index[i]].from = from.join(", ");
     }
     if opts.delete {
         run.prune(dests, &mut nodes).await?;
@@ -426,8 +426,9 @@ struct Run {
     tally: Arc<Tally>,
     buffers: Arc<ChunkBuffers>,
     sends: JoinSet<()>,
-    /// The client's own send to each node, to stop when the node is lost.
-    sending: HashMap<usize, tokio::task::AbortHandle>,
+    /// The client's own sends to each node (by node and stripe), to stop
+    /// when the node is lost.
+    sending: HashMap<(usize, Option<Stripe>), tokio::task::AbortHandle>,
 }
 
 impl Run {
@@ -439,20 +440,38 @@ impl Run {
                     let targets = children.iter().map(|&c| self.targets[c].clone()).collect();
                     let _ = self.commands[node].send(Message::Forward { targets });
                 }
-                Step::Send { node } => self.start_send(node),
-                // Only a striped plan's routing asks these, and none is
-                // built here (see `push_fanout`).
-                Step::ForwardStripes { node, .. } | Step::SendStripe { node, .. } => {
-                    tracing::warn!("a striped plan's step for node {node} ignored");
+                Step::Send { node } => self.start_send(node, None),
+                Step::ForwardStripes { node, children } => {
+                    let count = children.len() as u32;
+                    let mut targets = Vec::new();
+                    for (s, of) in children.iter().enumerate() {
+                        let stripe = Stripe {
+                            index: s as u32,
+                            count,
+                        };
+                        targets.extend(of.iter().map(|&c| RelayTarget {
+                            stripe: Some(stripe),
+                            ..self.targets[c].clone()
+                        }));
+                    }
+                    let _ = self.commands[node].send(Message::Forward { targets });
+                }
+                Step::SendStripe { node, stripe } => {
+                    let stripe = Stripe {
+                        index: stripe as u32,
+                        count: self.routing.stripes() as u32,
+                    };
+                    self.start_send(node, Some(stripe));
                 }
             }
         }
     }
 
-    /// Pushes the sources to `child`, pinned to the key seen at admission.
-    fn start_send(&mut self, child: usize) {
+    /// Pushes the sources (or one stripe of them) to `child`, pinned to the
+    /// key seen at admission.
+    fn start_send(&mut self, child: usize, stripe: Option<Stripe>) {
         let target = self.targets[child].clone();
-        let (queue, opts) = match self.direct_queue(child) {
+        let (queue, opts) = match self.direct_queue(child, stripe) {
             Ok(q) => q,
             Err(e) => {
                 if let Some(tx) = &self.news_tx {
@@ -470,6 +489,7 @@ impl Run {
         let handle = self.sends.spawn(async move {
             let request = Request::Relayed {
                 ticket: target.ticket,
+                stripe,
             };
             let ctx = SenderCtx::for_client(&opts, &tally, buffers).sealed(origin);
             let (_, err) = send_all(&queue, &target.addr, request, None, &opts, &tally, ctx).await;
@@ -477,7 +497,7 @@ impl Run {
                 let _ = tx.send(News::SendEnded(child, err.map(|e| e.to_string())));
             }
         });
-        if let Some(old) = self.sending.insert(child, handle) {
+        if let Some(old) = self.sending.insert((child, stripe), handle) {
             old.abort();
         }
     }
@@ -563,7 +583,9 @@ impl Run {
         self.announce(i, nodes);
         for addr in lost {
             let gone = (0..self.targets.len()).find(|&c| {
-                self.targets[c].addr == addr && self.routing.parent(c) == Parent::Node(i)
+                self.targets[c].addr == addr
+                    && (0..self.routing.stripes())
+                        .any(|s| self.routing.parent_in(s, c) == Parent::Node(i))
             });
             if let Some(c) = gone {
                 self.lost(
@@ -586,7 +608,7 @@ impl Run {
             if node.failed == 0 || !self.routing.is_alive(i) {
                 continue;
             }
-            let Ok((queue, opts)) = self.direct_queue(i) else {
+            let Ok((queue, opts)) = self.direct_queue(i, None) else {
                 continue;
             };
             // Counted here per node, and in what this client sent.
@@ -596,6 +618,7 @@ impl Run {
             let target = self.targets[i].clone();
             let request = Request::Relayed {
                 ticket: target.ticket,
+                stripe: None,
             };
             repairs.spawn(async move {
                 let (_, err) =
@@ -625,12 +648,14 @@ impl Run {
         }
     }
 
-    /// The sources as a queue for a send of the client's own to node `i`,
-    /// pinned to the key seen at admission, over one connection as relays
-    /// use (a node's part ends when its upstream session says `Bye`).
+    /// The sources (or one stripe of them) as a queue for a send of the
+    /// client's own to node `i`, pinned to the key seen at admission, over
+    /// one connection as relays use (a node's part ends when its upstream
+    /// session says `Bye`).
     fn direct_queue(
         &self,
         i: usize,
+        stripe: Option<Stripe>,
     ) -> Result<(Arc<WorkQueue<SendJob>>, ClientOptions), NodeError> {
         let target = &self.targets[i];
         let mut opts = self.opts.clone();
@@ -645,7 +670,10 @@ impl Run {
             &self.sources,
             &opts,
             &self.tally,
-            Some(self.depth),
+            Some(FanoutJobs {
+                depth: self.depth,
+                stripe,
+            }),
             None,
             self.same.clone(),
         )?;
@@ -663,9 +691,12 @@ impl Run {
         node.error = why;
         self.announce(i, nodes);
         let _ = self.commands[i].send(Message::Bye);
-        if let Some(send) = self.sending.remove(&i) {
-            send.abort();
-        }
+        self.sending.retain(|(node, _), send| {
+            if *node == i {
+                send.abort();
+            }
+            *node != i
+        });
         let steps = self.routing.lost(i);
         self.apply(steps);
     }

@@ -17,14 +17,25 @@
 //! verified here, never before. Every entry is logged, so a forward named
 //! later (a re-route past a failed node) gets the whole transfer, and the
 //! downstream's `Need{have}` says what it already holds.
+//!
+//! A striped plan: each upstream session carries one [`Stripe`] (as its
+//! `Relayed` hello says) and each forward sends one stripe to its target
+//! ([`Stripe::carries`] cuts each entry). A stripe's forwards close once
+//! that stripe's upstream said `Bye`; the node holds everything once every
+//! stripe did. A file whose stripes come over several sessions is put
+//! together here ([`Transfer::assemble`]): committed by the session whose
+//! stripe completes it, with the whole-file hash of digests the origin
+//! sealed.
 
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::sync::{Arc, Mutex, Weak};
 
 use haul_engine::chunks::LocalFile;
 use haul_engine::{ChunkSource, Destination, PartialFile};
-use haul_proto::{Digest, Entry, OriginKey, RelayTarget, Ticket};
+use haul_proto::digest::root_from_digests;
+use haul_proto::{Digest, Entry, OriginKey, RelayTarget, Stripe, Ticket};
 use haul_session::summary::Tally;
+use haul_session::Sealer;
 use haul_session::{Event, Observer};
 use haul_transport::Transport;
 use tokio::sync::Notify;
@@ -103,11 +114,67 @@ struct State {
     forwards: Vec<Forward>,
     /// Forwards that ended: address and how ([`ForwardEnd`]).
     ended: Vec<(String, ForwardEnd)>,
-    /// An upstream session ended with `Bye`: no more entries will come.
+    /// An upstream session of the whole transfer ended with `Bye`: no more
+    /// entries will come.
     upstream_done: bool,
-    /// Upstream sessions running now.
+    /// Upstream sessions running now (of the whole transfer or a stripe).
     upstreams: usize,
+    /// Of those, the ones carrying the whole transfer.
+    whole_running: usize,
+    /// A striped plan's stripe count (0 until a striped upstream arrives).
+    stripes: u32,
+    /// Striped upstream sessions running, by stripe.
+    stripe_running: HashMap<u32, usize>,
+    /// Stripes whose upstream ended with `Bye`.
+    stripes_done: HashSet<u32>,
+    /// Staging of files whose stripes are still arriving (bounded:
+    /// [`MAX_HELD`]), so a later stripe's session finds the same staging.
+    held: HashMap<String, Arc<PartialFile>>,
+    /// Files whose commit one session took on (the others release theirs).
+    assembling: HashSet<String>,
     stopped: bool,
+}
+
+/// Most stagings a transfer holds open for stripes still to come (past it,
+/// a later stripe reopens the staging and re-verifies what it holds).
+const MAX_HELD: usize = 256;
+
+impl State {
+    /// Every upstream of stripe `s` (or of the whole transfer) ended, one
+    /// cleanly: nothing more of that stripe will come.
+    fn stripe_done(&self, s: Option<Stripe>) -> bool {
+        let Some(s) = s else {
+            return self.received();
+        };
+        self.whole_running == 0
+            && self.stripe_running.get(&s.index).copied().unwrap_or(0) == 0
+            && (self.upstream_done || self.stripes_done.contains(&s.index))
+    }
+
+    /// Every stripe (or the whole transfer) arrived, and no upstream runs.
+    fn received(&self) -> bool {
+        let striped = self.stripes > 0 && (0..self.stripes).all(|s| self.stripes_done.contains(&s));
+        self.upstreams == 0 && (self.upstream_done || striped)
+    }
+
+    fn close_finished_forwards(&self) {
+        for f in &self.forwards {
+            if self.stripe_done(f.target.stripe) {
+                f.queue.close();
+            }
+        }
+    }
+}
+
+/// What [`Transfer::assemble`] found.
+#[derive(Debug)]
+pub enum Assembly {
+    /// Every chunk is here and sealed: commit with this whole-file hash.
+    Complete(Digest),
+    /// Chunks are still to come, or another session commits it.
+    Later,
+    /// A chunk here differs from what the origin sealed.
+    Damaged(String),
 }
 
 /// One fan-out transfer on this node.
@@ -177,32 +244,100 @@ impl Transfer {
             ..entry.clone()
         };
         for f in &state.forwards {
-            f.queue.push(self.job(&entry));
+            if let Some(job) = self.job(&entry, f.target.stripe) {
+                f.queue.push(job);
+            }
         }
         state.entries.push(entry);
     }
 
-    /// An upstream session into this transfer starts.
-    pub fn upstream_started(&self) {
-        if let Ok(mut state) = self.state.lock() {
-            state.upstreams += 1;
+    /// An upstream session into this transfer starts, carrying `stripe` of
+    /// it (`None`: all of it). False for a stripe of another plan than the
+    /// stripes so far (the session is refused).
+    pub fn upstream_started(&self, stripe: Option<Stripe>) -> bool {
+        let Ok(mut state) = self.state.lock() else {
+            return false;
+        };
+        match stripe {
+            Some(s) if state.stripes != 0 && state.stripes != s.count => return false,
+            Some(s) => {
+                state.stripes = s.count;
+                *state.stripe_running.entry(s.index).or_default() += 1;
+            }
+            None => state.whole_running += 1,
         }
+        state.upstreams += 1;
+        true
     }
 
     /// An upstream session ended; `clean`: with `Bye` (the upstream has
-    /// nothing more to offer). Once no upstream runs and one ended cleanly,
-    /// the forwards' queues close, so they say `Bye` downstream when done.
-    pub fn upstream_ended(&self, clean: bool) {
+    /// nothing more of its stripe, or of the transfer, to offer). Forwards
+    /// whose stripe is then complete close their queues, so they say `Bye`
+    /// downstream when done.
+    pub fn upstream_ended(&self, stripe: Option<Stripe>, clean: bool) {
         if let Ok(mut state) = self.state.lock() {
             state.upstreams = state.upstreams.saturating_sub(1);
-            state.upstream_done |= clean;
-            if state.upstream_done && state.upstreams == 0 {
-                for f in &state.forwards {
-                    f.queue.close();
+            match stripe {
+                Some(s) => {
+                    if let Some(n) = state.stripe_running.get_mut(&s.index) {
+                        *n = n.saturating_sub(1);
+                    }
+                    if clean {
+                        state.stripes_done.insert(s.index);
+                    }
+                }
+                None => {
+                    state.whole_running = state.whole_running.saturating_sub(1);
+                    state.upstream_done |= clean;
                 }
             }
+            state.close_finished_forwards();
         }
         self.changed.notify_waiters();
+    }
+
+    /// A stripe of `part` arrived clean on one session: is the file
+    /// complete here? Only one session is told [`Assembly::Complete`] (it
+    /// commits); the others, and every stripe before the last, hear
+    /// [`Assembly::Later`], and the staging is held for the stripes to
+    /// come. Complete means every chunk verified here against a digest the
+    /// origin sealed, so the file is the origin's.
+    pub fn assemble(&self, part: &Arc<PartialFile>) -> Assembly {
+        let entry = part.entry();
+        let Some(rel) = self.relative(&entry.path) else {
+            return Assembly::Damaged(format!("{} is outside this transfer", entry.path));
+        };
+        let Ok(mut state) = self.state.lock() else {
+            return Assembly::Later;
+        };
+        let count = entry.chunk_count();
+        let have = part.have(0, count);
+        if have.len() < count as usize || part.is_published() {
+            if !part.is_published() && state.held.len() < MAX_HELD {
+                state.held.insert(rel.to_owned(), part.clone());
+            }
+            return Assembly::Later;
+        }
+        if !state.assembling.insert(rel.to_owned()) {
+            return Assembly::Later;
+        }
+        state.held.remove(rel);
+        drop(state);
+        let wire = Entry {
+            path: rel.to_owned(),
+            ..entry.clone()
+        };
+        let mut digests = Vec::with_capacity(have.len());
+        for (i, d) in have {
+            if let Err(e) = Sealer::chunk(&*self.book, &wire, i, &d) {
+                return Assembly::Damaged(e);
+            }
+            digests.push(d);
+        }
+        match root_from_digests(&digests, entry.chunk_size, entry.size) {
+            Some(root) => Assembly::Complete(root),
+            None => Assembly::Damaged(format!("{}: chunks do not make the file", entry.path)),
+        }
     }
 
     /// Replaces the forwards with `targets`: kept ones go on, dropped ones
@@ -232,9 +367,11 @@ impl Transfer {
             }
             let queue = WorkQueue::open();
             for entry in &state.entries {
-                queue.push(self.job(entry));
+                if let Some(job) = self.job(entry, target.stripe) {
+                    queue.push(job);
+                }
             }
-            if state.upstream_done && state.upstreams == 0 {
+            if state.stripe_done(target.stripe) {
                 queue.close();
             }
             let task = spawn(target.clone(), queue.clone());
@@ -249,20 +386,18 @@ impl Transfer {
     }
 
     /// A forward's pool ended, and how.
-    pub fn forward_ended(&self, addr: &str, error: ForwardEnd) {
+    pub fn forward_ended(&self, target: &RelayTarget, error: ForwardEnd) {
         if let Ok(mut state) = self.state.lock() {
-            state.forwards.retain(|f| f.target.addr != addr);
-            state.ended.push((addr.to_owned(), error));
+            state.forwards.retain(|f| f.target != *target);
+            state.ended.push((target.addr.clone(), error));
         }
         self.changed.notify_waiters();
     }
 
-    /// This node holds everything: an upstream said `Bye` and none runs.
+    /// This node holds everything: the upstreams of every stripe (or of
+    /// the whole transfer) said `Bye` and none runs.
     pub fn received(&self) -> bool {
-        self.state
-            .lock()
-            .map(|s| s.upstream_done && s.upstreams == 0)
-            .unwrap_or(false)
+        self.state.lock().map(|s| s.received()).unwrap_or(false)
     }
 
     /// Once this node's part is done (its upstream said `Bye` and no
@@ -270,7 +405,7 @@ impl Transfer {
     /// forwards that gave up.
     pub fn finished(&self) -> Option<(String, Vec<String>)> {
         let state = self.state.lock().ok()?;
-        if !state.upstream_done || state.upstreams > 0 || !state.forwards.is_empty() {
+        if !state.received() || !state.forwards.is_empty() {
             return None;
         }
         let mut failures = Vec::new();
@@ -281,7 +416,9 @@ impl Transfer {
                 ForwardEnd::Failures(e) => failures.push(format!("forward to {addr}: {e}")),
                 ForwardEnd::GaveUp(e) => {
                     failures.push(format!("forward to {addr}: {e}"));
-                    lost.push(addr.clone());
+                    if !lost.contains(addr) {
+                        lost.push(addr.clone());
+                    }
                 }
             }
         }
@@ -295,6 +432,7 @@ impl Transfer {
                 f.task.abort();
             }
             state.entries = Vec::new();
+            state.held.clear();
         }
         if let Ok(mut staged) = self.opener.staged.lock() {
             staged.clear();
@@ -306,14 +444,19 @@ impl Transfer {
         self.changed.notify_waiters();
     }
 
-    fn job(&self, entry: &Entry) -> SendJob {
-        SendJob {
+    /// What a forward of `stripe` (`None`: all) sends of `entry`, if anything.
+    fn job(&self, entry: &Entry, stripe: Option<Stripe>) -> Option<SendJob> {
+        let (first, end) = match stripe {
+            Some(s) => s.carries(entry)?,
+            None => (0, entry.chunk_count()),
+        };
+        Some(SendJob {
             entry: entry.clone(),
-            first: 0,
-            end: entry.chunk_count(),
+            first,
+            end,
             group: None,
             source: Source::Lazy(self.opener.clone()),
-        }
+        })
     }
 
     fn relative<'a>(&self, path: &'a str) -> Option<&'a str> {

@@ -12,7 +12,8 @@ use haul_engine::haul_root::ResolveError;
 use haul_engine::source::hash_local;
 use haul_engine::{Destination, LocalTree, Source};
 use haul_proto::{
-    EntryKind, ErrorCode, Message, OriginKey, RelayTarget, Request, Ticket, PROTOCOL_VERSION,
+    EntryKind, ErrorCode, Message, OriginKey, RelayTarget, Request, Stripe, Ticket,
+    PROTOCOL_VERSION,
 };
 use haul_session::peer_text::without_root;
 use haul_session::{Event, Observer};
@@ -239,7 +240,9 @@ impl Server {
                 self.admit(reader, writer, dest, origin, checksum, over)
                     .await
             }
-            Request::Relayed { ticket } => self.relayed(reader, writer, &ticket).await,
+            Request::Relayed { ticket, stripe } => {
+                self.relayed(reader, writer, &ticket, stripe).await
+            }
             Request::List { path, sums } => self.list(reader, writer, &path, sums).await,
             Request::Prune { dest } => {
                 if let Err(e) = haul_proto::validate_rel_path(&dest) {
@@ -421,7 +424,7 @@ impl Server {
                 if let ForwardEnd::Failures(e) | ForwardEnd::GaveUp(e) = &error {
                     tracing::warn!("forward to {} failed: {e}", target.addr);
                 }
-                transfer.forward_ended(&target.addr, error);
+                transfer.forward_ended(&target, error);
             })
         });
     }
@@ -433,6 +436,7 @@ impl Server {
         reader: Box<dyn MessageReader>,
         mut writer: Box<dyn MessageWriter>,
         ticket: &Ticket,
+        stripe: Option<Stripe>,
     ) -> Result<(), NodeError> {
         let Some(transfer) = self.relays.get(ticket) else {
             tracing::warn!("refused a relayed push with an unknown or expired ticket");
@@ -456,9 +460,12 @@ impl Server {
             relay: Some(transfer.clone()),
             quick_check: !transfer.checksum,
         };
-        transfer.upstream_started();
+        if !transfer.upstream_started(stripe) {
+            let msg = "a stripe of another plan than this transfer's".into();
+            return refuse(&mut writer, ErrorCode::Protocol, msg).await;
+        }
         let result = run_receiver(reader, writer, None, ctx).await;
-        transfer.upstream_ended(result.is_ok());
+        transfer.upstream_ended(stripe, result.is_ok());
         result.map_err(|i| i.error)
     }
 
@@ -652,6 +659,7 @@ async fn run_forward(
     let tally = haul_session::summary::Tally::new(Arc::new(ForwardLog(target.addr.clone())));
     let request = Request::Relayed {
         ticket: target.ticket,
+        stripe: target.stripe,
     };
     let ctx = SenderCtx::for_client(opts, &tally, buffers).sealed(book);
     let (_, err) =

@@ -5,7 +5,7 @@
 
 use crate::message::{
     ChunkHeader, ChunkSeal, Digest, Entry, EntryKind, ErrorCode, Message, RelayTarget, Request,
-    Seal, MAX_SEALS,
+    Seal, Stripe, MAX_SEALS, MAX_STRIPES,
 };
 
 /// Largest frame body accepted (kind byte included).
@@ -64,6 +64,7 @@ mod kind {
     pub const SEALED: u8 = 22;
     pub const REMOVE: u8 = 23;
     pub const HASHED: u8 = 24;
+    pub const FORWARD_STRIPES: u8 = 25;
 }
 
 /// Fewest bytes one encoded [`RelayTarget`] takes (two empty strings and a ticket).
@@ -105,9 +106,21 @@ pub fn encode(msg: &Message, out: &mut Vec<u8>) {
                     w.0.extend_from_slice(origin);
                     w.u8(u8::from(*checksum));
                 }
-                Request::Relayed { ticket } => {
+                Request::Relayed {
+                    ticket,
+                    stripe: None,
+                } => {
                     w.u8(5);
                     w.0.extend_from_slice(ticket);
+                }
+                Request::Relayed {
+                    ticket,
+                    stripe: Some(stripe),
+                } => {
+                    w.u8(7);
+                    w.0.extend_from_slice(ticket);
+                    w.u32(stripe.index);
+                    w.u32(stripe.count);
                 }
                 Request::Prune { dest } => {
                     w.u8(6);
@@ -217,12 +230,23 @@ pub fn encode(msg: &Message, out: &mut Vec<u8>) {
             w.0.extend_from_slice(ticket);
         }
         Message::Forward { targets } => {
-            w.u8(kind::FORWARD);
+            // Version 3's form when no target is striped.
+            let striped = targets.iter().any(|t| t.stripe.is_some());
+            w.u8(if striped {
+                kind::FORWARD_STRIPES
+            } else {
+                kind::FORWARD
+            });
             w.u32(targets.len() as u32);
             for t in targets {
                 w.str(&t.addr);
                 w.str(&t.fingerprint);
                 w.0.extend_from_slice(&t.ticket);
+                if striped {
+                    let s = t.stripe.unwrap_or(Stripe { index: 0, count: 1 });
+                    w.u32(s.index);
+                    w.u32(s.count);
+                }
             }
         }
         Message::Progress {
@@ -330,6 +354,11 @@ fn decode_body(body: &[u8]) -> Result<Message, DecodeError> {
                 },
                 5 => Request::Relayed {
                     ticket: r.digest()?,
+                    stripe: None,
+                },
+                7 => Request::Relayed {
+                    ticket: r.digest()?,
+                    stripe: Some(r.stripe()?),
                 },
                 6 => Request::Prune { dest: r.str()? },
                 _ => return Err(DecodeError::Malformed(name)),
@@ -420,14 +449,16 @@ fn decode_body(body: &[u8]) -> Result<Message, DecodeError> {
         kind::TICKET => Message::Ticket {
             ticket: r.digest()?,
         },
-        kind::FORWARD => {
-            let n = r.count(TARGET_MIN)?;
+        kind::FORWARD | kind::FORWARD_STRIPES => {
+            let striped = k == kind::FORWARD_STRIPES;
+            let n = r.count(if striped { TARGET_MIN + 8 } else { TARGET_MIN })?;
             let mut targets = Vec::with_capacity(n);
             for _ in 0..n {
                 targets.push(RelayTarget {
                     addr: r.str()?,
                     fingerprint: r.str()?,
                     ticket: r.digest()?,
+                    stripe: if striped { Some(r.stripe()?) } else { None },
                 });
             }
             Message::Forward { targets }
@@ -499,6 +530,7 @@ fn kind_name(k: u8) -> Result<&'static str, DecodeError> {
         kind::KEEPALIVE => "KeepAlive",
         kind::TICKET => "Ticket",
         kind::FORWARD => "Forward",
+        kind::FORWARD_STRIPES => "Forward",
         kind::REPORT => "Report",
         kind::PROGRESS => "Progress",
         kind::SEALED => "Sealed",
@@ -596,6 +628,15 @@ impl<'a> Reader<'a> {
     fn u64(&mut self) -> Result<u64, DecodeError> {
         Ok(u64::from_be_bytes(self.arr()?))
     }
+    /// A stripe: its index below its count, the count at most [`MAX_STRIPES`].
+    fn stripe(&mut self) -> Result<Stripe, DecodeError> {
+        let (index, count) = (self.u32()?, self.u32()?);
+        if count == 0 || count > MAX_STRIPES || index >= count {
+            return Err(DecodeError::Malformed(self.name));
+        }
+        Ok(Stripe { index, count })
+    }
+
     fn digest(&mut self) -> Result<Digest, DecodeError> {
         self.arr()
     }

@@ -129,7 +129,7 @@ pub mod seal;
 pub use frame::{decode_frame, encode, DecodeError, Decoded, MAX_FRAME_LEN};
 pub use message::{
     ChunkHeader, ChunkSeal, Digest, Entry, EntryKind, ErrorCode, Message, OriginKey, RelayTarget,
-    Request, Seal, Ticket, MAX_SEALS, PROTOCOL_VERSION,
+    Request, Seal, Stripe, Ticket, MAX_SEALS, MAX_STRIPES, PROTOCOL_VERSION,
 };
 pub use path::{
     check_entry_path, is_state_dir, symlink_target_refused_anywhere, validate_entry_path,

@@ -11,7 +11,11 @@
 /// Version 6: `--checksum`: `List{sums}` answered with `Hashed` after each
 /// file, and `Push{checksum}`/`Admit{checksum}` (no file skipped for its
 /// size and mtime).
-pub const PROTOCOL_VERSION: u16 = 6;
+/// Version 7: striped fan-out: `Relayed{stripe}` and `Forward` targets
+/// with a [`Stripe`] each; a receiver assembles a file from the stripes of
+/// several senders (a clean stripe is answered with `Done` by the session
+/// whose stripe completed the file, `Release` by the others).
+pub const PROTOCOL_VERSION: u16 = 7;
 
 /// A credential one node issues for one fan-out transfer: whoever presents
 /// it may push into that transfer's destination, while the client that
@@ -88,6 +92,9 @@ pub enum Request {
     Relayed {
         /// The ticket the node issued for this transfer.
         ticket: Ticket,
+        /// A striped plan: the one stripe of the transfer this connection
+        /// carries (`None`: all of it).
+        stripe: Option<Stripe>,
     },
     /// `haul push --delete`: the client names, with [`Message::Remove`],
     /// entries under `dest` its source does not have; the node removes each
@@ -109,6 +116,52 @@ pub struct RelayTarget {
     pub fingerprint: String,
     /// The ticket the downstream issued for this transfer.
     pub ticket: Ticket,
+    /// A striped plan: the stripe sent to it (`None`: the whole transfer).
+    pub stripe: Option<Stripe>,
+}
+
+/// One stripe of a striped fan-out: which part of every entry a connection
+/// carries. The client and every relay cut entries the same way:
+/// - a directory goes in every stripe (each stripe's files need it);
+/// - a file of at least `count` chunks is cut into `count` contiguous chunk
+///   ranges whose lengths differ by at most one, range `index` in stripe
+///   `index`;
+/// - a smaller file (and an empty one) and a symlink go whole in one stripe,
+///   picked by a hash of the path, so many small files spread evenly.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct Stripe {
+    /// This stripe, `0..count`.
+    pub index: u32,
+    /// Stripes in the plan, `1..=MAX_STRIPES`.
+    pub count: u32,
+}
+
+/// Most stripes a plan may have.
+pub const MAX_STRIPES: u32 = 64;
+
+impl Stripe {
+    /// The chunks `first..end` of `entry` this stripe carries, or `None`
+    /// when it carries none of it (for a directory: `0..0`).
+    pub fn carries(&self, entry: &Entry) -> Option<(u32, u32)> {
+        let k = self.count.max(1);
+        let chunks = entry.chunk_count();
+        match entry.kind {
+            EntryKind::Dir => Some((0, 0)),
+            EntryKind::File if chunks >= k => {
+                let at = |s: u32| (u64::from(chunks) * u64::from(s) / u64::from(k)) as u32;
+                Some((at(self.index), at(self.index + 1)))
+            }
+            _ => (path_hash(&entry.path) % u64::from(k) == u64::from(self.index))
+                .then_some((0, chunks)),
+        }
+    }
+}
+
+/// FNV-1a over a path's bytes: stable across builds and machines.
+fn path_hash(path: &str) -> u64 {
+    path.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
 }
 
 /// Kind of a tree entry.

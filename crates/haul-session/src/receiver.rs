@@ -66,6 +66,17 @@ pub enum ReceiverIo {
         /// The sender's whole-file BLAKE3.
         root: Digest,
     },
+    /// Fan-out, striped: a clean stripe of `file` arrived here, whose other
+    /// stripes come from other senders. If the file's staging now holds
+    /// every chunk, verified and sealed by the origin, commit it with the
+    /// whole-file hash those digests give and answer
+    /// [`Receiver::committed`]; if chunks are still to come (or another
+    /// session commits it), keep the staging for them and answer
+    /// [`Receiver::assembled_elsewhere`].
+    Assemble {
+        /// The file.
+        file: FileId,
+    },
     /// Nothing more will come for `file` on this connection: drop what is
     /// held for it.
     Forget {
@@ -862,13 +873,18 @@ impl Receiver {
         }
         // A clean range of a split file. When pulling, the last one asks
         // for the commit; the others are released. A pushed range waits for
-        // the sender's `Commit` or `Release`.
+        // the sender's `Commit` or `Release`; in a fan-out it is a stripe,
+        // which this side puts together with the other senders' stripes.
         let first = f.first;
         match f.job.as_ref().and_then(|j| j.group.clone()) {
             Some(group) if group.finish_range(first) => self.core.send(Message::Finish { id }),
             Some(_) => {
                 self.settle(id);
                 self.core.send(Message::Release { id });
+            }
+            None if self.origin.is_some() && !self.fetching => {
+                f.phase = Phase::Committing;
+                self.core.request(ReceiverIo::Assemble { file: id });
             }
             None => {}
         }
@@ -914,6 +930,21 @@ impl Receiver {
                 self.settle(file);
                 self.core.event(Event::FileError { path, error: e });
             }
+        }
+        self.maybe_bye();
+    }
+
+    /// A stripe of `file` is kept for the file's other stripes (another
+    /// session commits it): `Release` to its sender.
+    pub fn assembled_elsewhere(&mut self, now: Instant, file: FileId) {
+        self.core.io_done(now);
+        if self
+            .files
+            .get(&file)
+            .is_some_and(|f| f.phase == Phase::Committing)
+        {
+            self.core.send(Message::Release { id: file });
+            self.settle(file);
         }
         self.maybe_bye();
     }

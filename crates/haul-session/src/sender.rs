@@ -95,6 +95,10 @@ enum Phase {
     Parked,
     /// Hashing the whole file for a `Finish`.
     Finishing,
+    /// A fan-out stripe: the receiver puts the file together from every
+    /// stripe's sender; `Done` (this stripe completed it) or `Release`
+    /// (another sender's will) comes next.
+    Assembling,
     /// `Commit` sent, or skipped; waiting for `Done`.
     AwaitingDone,
 }
@@ -326,7 +330,7 @@ impl<S> Sender<S> {
                 if self
                     .flights
                     .get(&id)
-                    .is_some_and(|f| f.phase == Phase::Parked)
+                    .is_some_and(|f| matches!(f.phase, Phase::Parked | Phase::Assembling))
                 {
                     self.forget(id);
                 }
@@ -763,8 +767,12 @@ impl<S> Sender<S> {
             return Ok(());
         }
         let Some(group) = group else {
-            // A fetching receiver's range: it may ask to `Finish` here.
-            f.phase = Phase::Parked;
+            f.phase = match self.feed {
+                // A fetching receiver's range: it may ask to `Finish` here.
+                Feed::Serve => Phase::Parked,
+                // A pushed range with no group is a fan-out stripe.
+                Feed::Push => Phase::Assembling,
+            };
             return Ok(());
         };
         match group.finish_range(first, &f.digests) {

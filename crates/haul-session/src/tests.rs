@@ -174,6 +174,10 @@ proptest! {
                         prop_assert!(prepared.contains_key(&file), "commit of a file never prepared");
                         r.committed(now, file, Ok(root));
                     }
+                    ReceiverIo::Assemble { file } => {
+                        prop_assert!(prepared.contains_key(&file), "assembly of a file never prepared");
+                        r.assembled_elsewhere(now, file);
+                    }
                     ReceiverIo::Forget { file } => {
                         prepared.remove(&file);
                     }

@@ -24,7 +24,7 @@ use super::Interrupted;
 use crate::buffers::{ChunkBuf, ChunkBuffers};
 use crate::chunk_work::{ChunkWork, InlinePolicy};
 use crate::jobs::WorkQueue;
-use crate::relay::Transfer;
+use crate::relay::{Assembly, Transfer};
 use crate::NodeError;
 
 /// Settings of a receiver.
@@ -101,6 +101,7 @@ pub async fn run_receiver(
         writes: InlinePolicy::new(ctx.chunk_work),
         ctx,
         parts: HashMap::default(),
+        kept: Default::default(),
         writing: 0,
         commits: Vec::new(),
         committing: false,
@@ -130,6 +131,9 @@ struct Driver {
     ctx: ReceiverCtx,
     /// Each file's staging (its sink chain: verified chunks are written there).
     parts: HashMap<FileId, Arc<PartialFile>>,
+    /// Stripes of files kept for the stripes other sessions bring: let go
+    /// without abandoning their staging.
+    kept: rustc_hash::FxHashSet<FileId>,
     /// Chunk writes running on blocking threads.
     writing: usize,
     /// Files whose commit the session asked for, for the next batch.
@@ -279,11 +283,31 @@ impl Driver {
                 let part = self.parts.get(&file).cloned();
                 self.commits.push((file, part, root));
             }
+            ReceiverIo::Assemble { file } => {
+                let part = self.parts.get(&file).cloned();
+                match (part, &self.ctx.relay) {
+                    (Some(part), Some(relay)) => match relay.assemble(&part) {
+                        Assembly::Complete(root) => self.commits.push((file, Some(part), root)),
+                        Assembly::Later => {
+                            self.kept.insert(file);
+                            self.session.assembled_elsewhere(now, file);
+                        }
+                        Assembly::Damaged(e) => self.session.committed(now, file, Err(e)),
+                    },
+                    _ => self.session.committed(
+                        now,
+                        file,
+                        Err("a stripe outside a fan-out, or of a file not staged".into()),
+                    ),
+                }
+            }
             ReceiverIo::Forget { file } => {
                 // Let go unfinished (failed, refused): a relay's forwards
-                // waiting for its chunks give up on it.
+                // waiting for its chunks give up on it. A stripe kept for
+                // the others is not given up.
+                let kept = self.kept.remove(&file);
                 if let Some(part) = self.parts.remove(&file) {
-                    if !part.is_published() {
+                    if !part.is_published() && !kept {
                         part.abandon();
                     }
                 }

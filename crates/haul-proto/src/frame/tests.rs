@@ -185,10 +185,18 @@ fn arb_message() -> impl Strategy<Value = Message> {
                     })
                     .collect(),
             }),
-        digest.prop_map(|ticket| Message::Hello {
-            version: 3,
-            token: String::new(),
-            request: Request::Relayed { ticket }
+        (digest, proptest::option::of((0u32..64, 1u32..=64))).prop_map(|(ticket, stripe)| {
+            Message::Hello {
+                version: 7,
+                token: String::new(),
+                request: Request::Relayed {
+                    ticket,
+                    stripe: stripe.map(|(i, k)| Stripe {
+                        index: i % k,
+                        count: k,
+                    }),
+                },
+            }
         }),
         digest.prop_map(|ticket| Message::Ticket { ticket }),
         (any::<u64>(), any::<u64>(), any::<bool>()).prop_map(|(bytes, entries, complete)| {
@@ -198,18 +206,27 @@ fn arb_message() -> impl Strategy<Value = Message> {
                 complete,
             }
         }),
-        proptest::collection::vec((arb_string(), arb_string(), digest), 0..4).prop_map(|t| {
-            Message::Forward {
-                targets: t
-                    .into_iter()
-                    .map(|(addr, fingerprint, ticket)| RelayTarget {
-                        addr,
-                        fingerprint,
-                        ticket,
-                    })
-                    .collect(),
-            }
-        }),
+        (
+            proptest::collection::vec((arb_string(), arb_string(), digest, 0u32..64), 0..4),
+            proptest::option::of(1u32..=64)
+        )
+            .prop_map(|(t, striped)| {
+                // A Forward's targets are all striped, or none is.
+                Message::Forward {
+                    targets: t
+                        .into_iter()
+                        .map(|(addr, fingerprint, ticket, i)| RelayTarget {
+                            addr,
+                            fingerprint,
+                            ticket,
+                            stripe: striped.map(|k| Stripe {
+                                index: i % k,
+                                count: k,
+                            }),
+                        })
+                        .collect(),
+                }
+            }),
         (
             any::<u64>(),
             any::<u64>(),
@@ -320,5 +337,87 @@ proptest! {
     #[test]
     fn random_bytes_never_panic(bytes in proptest::collection::vec(any::<u8>(), 0..200)) {
         let _ = decode_frame(&bytes);
+    }
+}
+
+#[test]
+fn stripes_cut_every_entry_once() {
+    let file = |size: u64, path: &str| Entry {
+        path: path.into(),
+        kind: EntryKind::File,
+        size,
+        mode: 0o644,
+        mtime_sec: 1,
+        mtime_nsec: 0,
+        chunk_size: 1024,
+    };
+    for count in 1..=5u32 {
+        let stripes: Vec<Stripe> = (0..count).map(|index| Stripe { index, count }).collect();
+        // Large files: contiguous ranges that tile the file, sizes within one.
+        for chunks in [count, count + 1, 10, 97] {
+            let e = file(u64::from(chunks) * 1024 - 7, "big");
+            let ranges: Vec<(u32, u32)> = stripes.iter().map(|s| s.carries(&e).unwrap()).collect();
+            assert_eq!(ranges[0].0, 0);
+            assert_eq!(ranges[ranges.len() - 1].1, e.chunk_count());
+            for w in ranges.windows(2) {
+                assert_eq!(w[0].1, w[1].0);
+            }
+            let lens: Vec<u32> = ranges.iter().map(|(a, b)| b - a).collect();
+            assert!(
+                lens.iter().max().unwrap() - lens.iter().min().unwrap() <= 1,
+                "{lens:?}"
+            );
+        }
+        // Small files, empty files and links: whole, in exactly one stripe.
+        let mut per_stripe = vec![0; count as usize];
+        for n in 0..200 {
+            let e = file(if n % 3 == 0 { 0 } else { 1000 }, &format!("d/f{n}"));
+            let carried: Vec<(u32, u32)> = stripes.iter().filter_map(|s| s.carries(&e)).collect();
+            assert_eq!(carried, vec![(0, e.chunk_count())], "{}", e.path);
+            let s = stripes
+                .iter()
+                .position(|s| s.carries(&e).is_some())
+                .unwrap();
+            per_stripe[s] += 1;
+        }
+        assert!(
+            per_stripe.iter().all(|&n| n >= 200 / count as usize / 2),
+            "{per_stripe:?}"
+        );
+        let link = Entry {
+            kind: EntryKind::Symlink { target: "x".into() },
+            ..file(0, "l")
+        };
+        assert_eq!(
+            stripes
+                .iter()
+                .filter(|s| s.carries(&link).is_some())
+                .count(),
+            1
+        );
+        let dir = Entry {
+            kind: EntryKind::Dir,
+            ..file(0, "d")
+        };
+        assert!(stripes.iter().all(|s| s.carries(&dir) == Some((0, 0))));
+    }
+}
+
+#[test]
+fn a_stripe_outside_its_count_is_refused() {
+    for (index, count) in [(0u32, 0u32), (2, 2), (0, MAX_STRIPES + 1)] {
+        let mut out = Vec::new();
+        encode(
+            &Message::Hello {
+                version: 7,
+                token: String::new(),
+                request: Request::Relayed {
+                    ticket: [1; 32],
+                    stripe: Some(Stripe { index, count }),
+                },
+            },
+            &mut out,
+        );
+        assert!(decode_frame(&out).is_err(), "{index}/{count}");
     }
 }
