@@ -15,7 +15,8 @@
 # Environment: SIZES (MiB, default "32 64 128 256"), PEERS (default "1 2 3 6 8"), RUNS (3),
 #   BASE_RUNS (runs of the two baselines, default RUNS: they take N times as long),
 #   RATE (200mbit), FAIL_SIZE (MiB, 128; FAIL_SIZE=0 skips the failure runs), OUT
-#   (bench/results), DATA (/dev/shm).
+#   (bench/results), DATA (/dev/shm), PLAN (haul's --plan, default chain; any other plan
+#   is the method `haul-PLAN`, e.g. `PLAN=stripes:2 BASE_RUNS=0` for striped trees alone).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 SIZES=${SIZES:-"32 64 128 256"}
@@ -26,6 +27,9 @@ RATE=${RATE:-200mbit}
 FAIL_SIZE=${FAIL_SIZE:-128}
 OUT=${OUT:-bench/results}
 DATA=${DATA:-/dev/shm}
+PLAN=${PLAN:-chain}
+METHOD=haul-fanout
+[ "$PLAN" = chain ] || METHOD=haul-$PLAN
 NAME=fanout$$
 
 command -v python3 >/dev/null || { echo "missing python3" >&2; exit 1; }
@@ -81,9 +85,9 @@ for size in $SIZES; do
       d=r$RUN_ID
       # haul fan-out
       t0=$(now)
-      inh 1 "$HAUL" -q push "$W/f$size.bin" $(urls "$peers" "$d") --plaintext
+      inh 1 "$HAUL" -q push "$W/f$size.bin" $(urls "$peers" "$d") --plaintext --plan "$PLAN"
       t1=$(now)
-      echo "haul-fanout,$size,$peers,$run,$(awk "BEGIN {print $t1 - $t0}")" >>"$CSV"
+      echo "$METHOD,$size,$peers,$run,$(awk "BEGIN {print $t1 - $t0}")" >>"$CSV"
       clear_dests "$d"
       [ "$run" -le "$BASE_RUNS" ] || continue
       # bare sendfile, one sender process per peer, all at once
@@ -140,7 +144,7 @@ for run in $(seq 1 "$RUNS"); do
   RUN_ID=$((RUN_ID + 1))
   d=f$RUN_ID
   t0=$(now)
-  inh 1 "$HAUL" -q push "$W/fail.bin" $(urls 8 "$d") --plaintext >/dev/null
+  inh 1 "$HAUL" -q push "$W/fail.bin" $(urls 8 "$d") --plaintext --plan "$PLAN" >/dev/null
   t1=$(now)
   echo "fail-clean,$FAIL_SIZE,8,$run,$(awk "BEGIN {print $t1 - $t0}")" >>"$CSV"
   clear_dests "$d"
@@ -148,7 +152,7 @@ for run in $(seq 1 "$RUNS"); do
   ( while ! find "$W/n4/.haul/partial" -type f -size +$((FAIL_SIZE / 2 * 1024))k 2>/dev/null | grep -q .; do sleep 0.05; done
     kill -9 "${NODE[4]}" ) &
   killer=$!
-  secs=$(inh 1 "$HAUL" push "$W/fail.bin" $(urls 8 "k$d") --plaintext --timeout 5 --json 2>/dev/null | others_done 2 || true)
+  secs=$(inh 1 "$HAUL" push "$W/fail.bin" $(urls 8 "k$d") --plaintext --plan "$PLAN" --timeout 5 --json 2>/dev/null | others_done 2 || true)
   kill "$killer" 2>/dev/null || true
   wait "$killer" 2>/dev/null || true
   if kill -0 "${NODE[4]}" 2>/dev/null; then
@@ -161,7 +165,7 @@ for run in $(seq 1 "$RUNS"); do
   # slow: h6 on 20 Mbit/s both ways, said with --rate.
   lab set h6 "rate 20mbit delay 5ms" >/dev/null
   lab set h6 --dir ingress "rate 20mbit" >/dev/null
-  secs=$(inh 1 "$HAUL" push "$W/fail.bin" $(urls 8 "s$d") --plaintext \
+  secs=$(inh 1 "$HAUL" push "$W/fail.bin" $(urls 8 "s$d") --plaintext --plan "$PLAN" \
     --rate "haul://198.18.0.6:7878/s$d=20mbit" --json 2>/dev/null | others_done 4)
   lab set h6 "rate $RATE delay 5ms" >/dev/null
   lab set h6 --dir ingress "" >/dev/null
@@ -181,7 +185,7 @@ done | tee "$OUT/fan-out-rss.txt"
 [ -n "${SUMMARY_ONLY:-}" ] || measure
 
 # Medians, ratios, plot.
-python3 - "$CSV" "$OUT" <<'PY'
+python3 - "$CSV" "$OUT" "$METHOD" <<'PY'
 import csv, statistics, sys, collections
 rows = list(csv.DictReader(open(sys.argv[1])))
 t = collections.defaultdict(list)
@@ -189,7 +193,8 @@ for r in rows:
     if r["seconds"]:
         t[(r["method"], int(r["size_mib"]), int(r["peers"]))].append(float(r["seconds"]))
 med = {k: statistics.median(v) for k, v in t.items()}
-methods = ["haul-fanout", "sendfile", "haul-parallel"]
+plans = sorted({k[0] for k in med if k[0].startswith("haul-") and k[0] not in ("haul-fanout", "haul-parallel")})
+methods = ["haul-fanout"] + plans + ["sendfile", "haul-parallel"]
 sizes = sorted({k[1] for k in med if k[0] in methods})
 peers = sorted({k[2] for k in med if k[0] in methods})
 print("| size | method | " + " | ".join(f"{p} peer{'s' if p > 1 else ''}" for p in peers) + " | T(8)/T(1) |")
@@ -205,27 +210,31 @@ for k in ["fail-clean", "fail-killed", "fail-slow"]:
     for (m, s, p), v in med.items():
         if m == k:
             extra = ""
-            one = med.get(("haul-fanout", s, 1))
+            one = med.get((sys.argv[3], s, 1)) or med.get(("haul-fanout", s, 1))
             if one:
                 extra = f" = {v / one:.2f} x T(1 peer)"
             print(f"{k} ({s} MiB, 8 peers, the 7 others): {v:.2f} s{extra}")
-with open(f"{sys.argv[2]}/fan-out.dat", "w") as f:
+out = sys.argv[2]
+plots = []
+with open(f"{out}/fan-out.dat", "w") as f:
     for s in sizes:
         for m in methods:
+            points = [(p, med[(m, s, p)]) for p in peers if (m, s, p) in med]
+            if not points:
+                continue
             f.write(f"# {s} MiB {m}\n")
-            for p in peers:
-                if (m, s, p) in med:
-                    f.write(f"{p} {med[(m, s, p)]:.3f}\n")
+            for p, v in points:
+                f.write(f"{p} {v:.3f}\n")
             f.write("\n\n")
+            plots.append(f"'{out}/fan-out.dat' index {len(plots)} with linespoints title '{s} MiB {m}'")
+with open(f"{out}/fan-out.gp", "w") as f:
+    f.write(f"set terminal png size 1000,650; set output '{out}/fan-out.png'; set xlabel 'peers'; "
+            f"set ylabel 'seconds'; set key left top; set grid\nplot {', '.join(plots)}\n")
 PY
 if ! command -v gnuplot >/dev/null; then
   apt-get install -y -qq gnuplot-nox >/dev/null 2>&1 || true
 fi
 if command -v gnuplot >/dev/null && [ -n "${SIZES// /}" ]; then
-  n=0; plots=""
-  for s in $SIZES; do for m in haul-fanout sendfile haul-parallel; do
-    plots="$plots${plots:+, }'$OUT/fan-out.dat' index $n with linespoints title '$s MiB $m'"; n=$((n + 1))
-  done; done
-  gnuplot -e "set terminal png size 1000,650; set output '$OUT/fan-out.png'; set xlabel 'peers'; set ylabel 'seconds'; set key left top; set grid; plot $plots"
+  gnuplot "$OUT/fan-out.gp"
   echo "plot: $OUT/fan-out.png"
 fi

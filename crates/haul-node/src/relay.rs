@@ -394,6 +394,13 @@ impl Transfer {
         self.changed.notify_waiters();
     }
 
+    /// The transfer's upstreams carry stripes: a file's staging is shared by
+    /// several sessions, so one that breaks does not abandon it (the others
+    /// still fill it, and a re-routed stripe resumes into it).
+    pub fn is_striped(&self) -> bool {
+        self.state.lock().map(|s| s.stripes > 0).unwrap_or(false)
+    }
+
     /// This node holds everything: the upstreams of every stripe (or of
     /// the whole transfer) said `Bye` and none runs.
     pub fn received(&self) -> bool {

@@ -92,11 +92,29 @@
 //!                          <- KeepAlive, Progress{bytes, entries} ... Report{ok, failed, bytes, message, lost}
 //!   Bye ->                                                 (the ticket is revoked)
 //! client → its children, relay → its children (data, TLS pinned to the fingerprint):
-//!   Hello{token "", Relayed{ticket}} -> then the push flow above
+//!   Hello{token "", Relayed{ticket, stripe}} -> then the push flow above
 //! ```
 //! A relay offers downstream each entry it was offered, as soon as it has
 //! staged it, and sends each chunk only after it verified it (its staging
 //! file is the source); it sends `Bye` downstream after its upstream did.
+//!
+//! Striped plans (v7): each data connection carries one [`Stripe`]
+//! (`Relayed{ticket, stripe}`; `Forward` targets name theirs), and
+//! [`Stripe::carries`] says which part of every entry that is: directories
+//! in every stripe, a file of at least `count` chunks as one of `count`
+//! contiguous chunk ranges, smaller files and symlinks whole in one stripe
+//! (by a hash of the path). So a node gets each large file's ranges from
+//! several senders, none of which can make the whole-file `Commit`. The
+//! receiver puts the file together instead:
+//! ```text
+//!   Offer{id, entry, a..b, seal} ... RangeEnd ->   <- RangeStatus{id, []}
+//!                                   <- Done{id, ok, root}   (this stripe completed the file:
+//!                                                             committed with the root of the
+//!                                                             digests the origin sealed)
+//!                                   <- Release{id}          (other stripes still to come)
+//! ```
+//! A relay's forwards of stripe `s` say `Bye` once its upstream of stripe
+//! `s` did; a node holds everything once every stripe's upstream did.
 //!
 //! Seals ([`seal`]): `Admit` carries the public key the client made for this
 //! transfer. On every relayed connection each `Offer` carries the origin's

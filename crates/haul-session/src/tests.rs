@@ -472,3 +472,114 @@ fn chunks_of_files_never_offered_are_refused_not_dropped() {
     };
     assert!(r.handle_chunk(t0, h).is_err());
 }
+
+/// A fan-out stripe: the receiver asks its driver to put the file together
+/// (never waits for a `Commit` no stripe's sender can make), and the sender
+/// of a stripe waits for `Done` or `Release` instead of committing.
+#[test]
+fn stripes_are_put_together_by_the_receiver_and_released_by_the_others() {
+    let t0 = Instant::now();
+    let origin = haul_proto::seal::Origin::generate().unwrap();
+    let entry = one_file(3000);
+    let hash = haul_proto::seal::entry_hash(&entry);
+    let mut r = Receiver::for_push(SessionConfig::default(), String::new(), t0);
+    r.check_origin(std::sync::Arc::new(crate::OriginPublic(origin.public())));
+    // Two stripes of one file, as two senders would offer them.
+    let mut stripe = |r: &mut Receiver, id: u32, first: u32, end: u32| {
+        let seal = Some(origin.seal_entry(&entry));
+        let offer = Message::Offer {
+            id,
+            entry: entry.clone(),
+            first,
+            end,
+            seal,
+        };
+        r.handle(t0, offer).unwrap();
+        let Some(ReceiverIo::Prepare { file, .. }) = r.poll_io() else {
+            panic!("prepare")
+        };
+        r.prepared(t0, file, Ok(Prepared::Receive { have: Vec::new() }));
+        for index in first..end {
+            let digest = [index as u8; 32];
+            let h = ChunkHeader {
+                id,
+                index,
+                len: entry.chunk_len(index),
+                digest,
+                seal: Some(origin.seal_chunk(&hash, index, &digest)),
+            };
+            assert!(matches!(r.handle_chunk(t0, h).unwrap(), ChunkAction::Write { .. }));
+            r.chunk_done(t0, id, index, ChunkOutcome::Good);
+        }
+        r.handle(
+            t0,
+            Message::RangeEnd {
+                id,
+                chunks: end - first,
+            },
+        )
+        .unwrap();
+        let sent: Vec<_> = std::iter::from_fn(|| r.poll_transmit(t0)).collect();
+        assert!(sent.contains(&crate::Transmit::Message(Message::RangeStatus {
+            id,
+            bad: Vec::new()
+        })));
+        assert!(!sent.iter().any(|m| matches!(
+            m,
+            crate::Transmit::Message(Message::Done { .. } | Message::Release { .. })
+        )));
+        assert_eq!(r.poll_io(), Some(ReceiverIo::Assemble { file: id }));
+    };
+    // The first stripe in: the rest is still to come, it is released.
+    stripe(&mut r, 1, 1, 3);
+    r.assembled_elsewhere(t0, 1);
+    assert_eq!(
+        r.poll_transmit(t0),
+        Some(crate::Transmit::Message(Message::Release { id: 1 }))
+    );
+    assert_eq!(r.poll_io(), Some(ReceiverIo::Forget { file: 1 }));
+    // The last one completes it: its session commits and says so.
+    stripe(&mut r, 2, 0, 1);
+    r.committed(t0, 2, Ok([9; 32]));
+    assert!(matches!(
+        r.poll_transmit(t0),
+        Some(crate::Transmit::Message(Message::Done { id: 2, ok: true, root, .. })) if root == [9; 32]
+    ));
+
+    // The sender of a stripe: a clean range is not committed; a `Release`
+    // ends it, and the session closes.
+    let mut s: Sender<()> = Sender::push(SessionConfig::default(), t0);
+    s.push_job(
+        t0,
+        SendJob {
+            entry: entry.clone(),
+            first: 1,
+            end: 3,
+            group: None,
+            source: (),
+        },
+    );
+    s.close_when_done();
+    let need = Message::Need {
+        id: 1,
+        skip: false,
+        have: Vec::new(),
+    };
+    s.handle(t0, need).unwrap();
+    while let Some(io) = s.poll_io() {
+        if let SenderIo::Read { file, index } = io {
+            s.read_done(t0, file, index, Ok([index as u8; 32]));
+        }
+    }
+    let sent = drain(&mut s, t0);
+    assert!(sent.contains(&Message::RangeEnd { id: 1, chunks: 2 }), "{sent:?}");
+    let clean = Message::RangeStatus {
+        id: 1,
+        bad: Vec::new(),
+    };
+    s.handle(t0, clean).unwrap();
+    let sent = drain(&mut s, t0);
+    assert!(!sent.iter().any(|m| matches!(m, Message::Commit { .. } | Message::Bye)), "{sent:?}");
+    s.handle(t0, Message::Release { id: 1 }).unwrap();
+    assert_eq!(drain(&mut s, t0), vec![Message::Bye]);
+}

@@ -188,7 +188,7 @@ pub struct TransferArgs {
 /// `haul push`.
 #[derive(Debug, Args)]
 #[command(
-    after_help = "Example:\n  haul push ./data haul://node:7878/incoming   # creates incoming/data/...\n  haul push ./data/ haul://node:7878/incoming  # the contents of data go into incoming/\n  haul push ./data haul://a:7878/in haul://b:7878/in haul://c:7878/in   # fan-out: a relays to b, b to c\n  haul push ./data --to-file nodes.txt --plan tree:4 -v                 # hundreds of nodes"
+    after_help = "Example:\n  haul push ./data haul://node:7878/incoming   # creates incoming/data/...\n  haul push ./data/ haul://node:7878/incoming  # the contents of data go into incoming/\n  haul push ./data haul://a:7878/in haul://b:7878/in haul://c:7878/in   # fan-out: a relays to b, b to c\n  haul push ./data --to-file nodes.txt --plan stripes:2 -v             # hundreds of nodes"
 )]
 pub struct PushArgs {
     /// Local files or directories, then one or more haul://HOST:PORT/DEST
@@ -199,7 +199,9 @@ pub struct PushArgs {
     #[arg(long, value_name = "FILE")]
     pub to_file: Option<PathBuf>,
     /// Fan-out plan: `chain` (each node relays to the next), `tree`,
-    /// `tree:K` (K children per sender) or `auto` (the fastest by the model).
+    /// `tree:K` (K children per sender), `stripes`, `stripes:K` (each large
+    /// file in K ranges, each down a tree of its own: every node uploads
+    /// about one copy) or `auto` (the fastest by the model).
     #[arg(long, default_value = "chain", value_name = "PLAN")]
     pub plan: String,
     /// A destination's upload rate, URL=RATE (bytes/s with K/M/G, or

@@ -305,7 +305,8 @@ impl Driver {
                 // Let go unfinished (failed, refused): a relay's forwards
                 // waiting for its chunks give up on it. A stripe kept for
                 // the others is not given up.
-                let kept = self.kept.remove(&file);
+                let kept = self.kept.remove(&file)
+                    || self.ctx.relay.as_ref().is_some_and(|r| r.is_striped());
                 if let Some(part) = self.parts.remove(&file) {
                     if !part.is_published() && !kept {
                         part.abandon();

@@ -170,6 +170,89 @@ fn striped_trees_put_every_file_together_on_every_node_from_one_upload() {
 }
 
 #[test]
+fn a_striped_relay_killed_mid_transfer_is_routed_around_in_every_stripe() {
+    let s = Scratch::new();
+    write_file(&s.path("src/big.bin"), 64 << 20, 3);
+    for i in 0..30 {
+        write_file(&s.path(&format!("src/small/f{i}")), 1000 + i, 4 + i);
+    }
+    let mut nodes = plaintext_nodes(&s, 5);
+    let urls: Vec<String> = nodes.iter().map(|n| n.url("in")).collect();
+    // Slow every upload of the first node, the client's root of stripe 0,
+    // so the nodes below it are caught mid-file.
+    let proxy = Proxy::start(
+        &nodes[0].addr,
+        Faults {
+            rate: Some(16 << 20),
+            ..Faults::default()
+        },
+    );
+    let mut first = urls.clone();
+    first[0] = proxy.url("in");
+    let (config, src) = (s.path("client"), s.path("src"));
+    let args = [
+        "--plaintext",
+        "--timeout",
+        "10",
+        "--plan",
+        "stripes:2",
+        "-v",
+    ];
+    let pushing = std::thread::spawn(move || push(&config, &src, &first, &args));
+    // The plan of 5 equal nodes: node 2 relays stripe 0 below node 0 (to
+    // nodes 1 and 3) and is a leaf in stripe 1.
+    let partial = s.path("n2/.haul/partial");
+    crate::harness::wait_for(Duration::from_secs(60), "node 2 to stage data", || {
+        std::fs::read_dir(&partial)
+            .map(|d| d.count() > 0)
+            .unwrap_or(false)
+    });
+    std::thread::sleep(Duration::from_millis(800));
+    let dead = nodes[2].addr.clone();
+    nodes[2].kill9();
+    let out = pushing.join().unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let f = fanout(&out);
+    let reports = f["nodes"].as_array().unwrap();
+    assert_eq!(reports[2]["ok"], false, "{f}");
+    assert!(!reports[2]["error"].as_str().unwrap().is_empty(), "{f}");
+    // Its children in stripe 0 were re-routed to its parent there, node 0.
+    for i in [1, 3] {
+        let from = reports[i]["from"].as_str().unwrap();
+        assert!(from.starts_with(&format!("{}, ", proxy.addr)), "node {i}: {f}");
+    }
+    for i in [0, 1, 3, 4] {
+        assert_eq!(reports[i]["ok"], true, "node {i}: {f}");
+        assert_eq!(
+            listing(&s.path(&format!("n{i}/in/src"))),
+            listing(&s.path("src")),
+            "node {i}"
+        );
+        assert_eq!(
+            b3(&s.path(&format!("n{i}/in/src/big.bin"))),
+            b3(&s.path("src/big.bin"))
+        );
+        assert!(
+            !reports[i]["from"].as_str().unwrap().contains(&dead),
+            "node {i}: {f}"
+        );
+    }
+    // Run again without the dead node: nothing left to send.
+    let again: Vec<String> = [0, 1, 3, 4].iter().map(|&i| urls[i].clone()).collect();
+    let out = push(
+        &s.path("client"),
+        &s.path("src"),
+        &again,
+        &["--plaintext", "--plan", "stripes:2"],
+    );
+    assert!(out.status.success(), "{}", stderr(&out));
+    let f = fanout(&out);
+    for n in f["nodes"].as_array().unwrap() {
+        assert_eq!(n["bytes"], 0, "{f}");
+    }
+}
+
+#[test]
 fn a_rerun_sends_each_node_only_what_it_lacks() {
     let s = Scratch::new();
     dataset(&s.path("src"));
