@@ -71,8 +71,8 @@ fn lab_fan_out_survives_a_killed_node_and_a_pulled_link() {
             .args(extra);
         cmd
     };
-    // A chain and a tree: every node holds the tree.
-    for (plan, dest) in [("chain", "c"), ("tree", "t")] {
+    // A chain, a tree and striped trees: every node holds the tree.
+    for (plan, dest) in [("chain", "c"), ("tree", "t"), ("stripes:2", "s")] {
         let out = run(push(urls(dest), &["--plan", plan]), LIMIT);
         assert!(out.status.success(), "{plan}: {}", stderr(&out));
         for h in 2..=6 {
