@@ -29,7 +29,7 @@ fn links(n: usize, delay: f64) -> Rates {
 fn simulate(plan: &Plan, n: usize, size: u64, delay: f64) -> f64 {
     let sim = FanoutSim {
         size,
-        piece: u64::from(piece_size(size, plan.max_depth())),
+        piece: u64::from(piece_size(size, plan.pipeline_depth())),
         client_rate: RATE,
         rates: vec![RATE; n],
         delay,

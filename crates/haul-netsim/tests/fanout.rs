@@ -21,7 +21,7 @@ fn links(n: usize, delay: f64) -> Rates {
 fn sim(n: usize, size: u64, plan: &Plan, deaths: Vec<(f64, usize)>) -> FanoutSim {
     FanoutSim {
         size,
-        piece: u64::from(piece_size(size, plan.max_depth())),
+        piece: u64::from(piece_size(size, plan.pipeline_depth())),
         client_rate: RATE,
         rates: vec![RATE; n],
         delay: DELAY,

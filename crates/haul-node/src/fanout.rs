@@ -202,7 +202,7 @@ pub async fn push_fanout(
     let mut run = Run {
         started,
         routing: Routing::new(&plan),
-        depth: plan.max_depth(),
+        depth: plan.pipeline_depth(),
         targets: admitted
             .iter()
             .map(|a| RelayTarget {

@@ -9,7 +9,7 @@ impl Plan {
     /// Predicted seconds until every node holds a file of `size` bytes,
     /// sent in [`piece_size`] pieces for this plan's depth.
     pub fn predict(&self, rates: &Rates, size: u64) -> f64 {
-        let piece = u64::from(piece_size(size, self.max_depth()));
+        let piece = u64::from(piece_size(size, self.pipeline_depth()));
         self.predict_with(rates, size, piece)
     }
 

@@ -110,6 +110,10 @@ fn a_node_marked_slow_alone_ends_the_chain() {
     assert_eq!(chain.depth(4), 8);
     let tree = Plan::build(&rates, Shape::Tree(2), 32 * MIB);
     assert!(tree.children(Parent::Node(4)).is_empty(), "{tree:?}");
+    // Striped trees: a leaf in every stripe (the unknown nodes are not
+    // assumed as slow as the one rate given).
+    let striped = Plan::build(&rates, Shape::Stripes(2), 32 * MIB);
+    assert_eq!(striped.uploads(Parent::Node(4)), 0, "{striped:?}");
 }
 
 #[test]

@@ -508,7 +508,10 @@ fn stripes_are_put_together_by_the_receiver_and_released_by_the_others() {
                 digest,
                 seal: Some(origin.seal_chunk(&hash, index, &digest)),
             };
-            assert!(matches!(r.handle_chunk(t0, h).unwrap(), ChunkAction::Write { .. }));
+            assert!(matches!(
+                r.handle_chunk(t0, h).unwrap(),
+                ChunkAction::Write { .. }
+            ));
             r.chunk_done(t0, id, index, ChunkOutcome::Good);
         }
         r.handle(
@@ -520,10 +523,12 @@ fn stripes_are_put_together_by_the_receiver_and_released_by_the_others() {
         )
         .unwrap();
         let sent: Vec<_> = std::iter::from_fn(|| r.poll_transmit(t0)).collect();
-        assert!(sent.contains(&crate::Transmit::Message(Message::RangeStatus {
-            id,
-            bad: Vec::new()
-        })));
+        assert!(
+            sent.contains(&crate::Transmit::Message(Message::RangeStatus {
+                id,
+                bad: Vec::new()
+            }))
+        );
         assert!(!sent.iter().any(|m| matches!(
             m,
             crate::Transmit::Message(Message::Done { .. } | Message::Release { .. })
@@ -572,14 +577,22 @@ fn stripes_are_put_together_by_the_receiver_and_released_by_the_others() {
         }
     }
     let sent = drain(&mut s, t0);
-    assert!(sent.contains(&Message::RangeEnd { id: 1, chunks: 2 }), "{sent:?}");
+    assert!(
+        sent.contains(&Message::RangeEnd { id: 1, chunks: 2 }),
+        "{sent:?}"
+    );
     let clean = Message::RangeStatus {
         id: 1,
         bad: Vec::new(),
     };
     s.handle(t0, clean).unwrap();
     let sent = drain(&mut s, t0);
-    assert!(!sent.iter().any(|m| matches!(m, Message::Commit { .. } | Message::Bye)), "{sent:?}");
+    assert!(
+        !sent
+            .iter()
+            .any(|m| matches!(m, Message::Commit { .. } | Message::Bye)),
+        "{sent:?}"
+    );
     s.handle(t0, Message::Release { id: 1 }).unwrap();
     assert_eq!(drain(&mut s, t0), vec![Message::Bye]);
 }

@@ -219,7 +219,10 @@ fn a_striped_relay_killed_mid_transfer_is_routed_around_in_every_stripe() {
     // Its children in stripe 0 were re-routed to its parent there, node 0.
     for i in [1, 3] {
         let from = reports[i]["from"].as_str().unwrap();
-        assert!(from.starts_with(&format!("{}, ", proxy.addr)), "node {i}: {f}");
+        assert!(
+            from.starts_with(&format!("{}, ", proxy.addr)),
+            "node {i}: {f}"
+        );
     }
     for i in [0, 1, 3, 4] {
         assert_eq!(reports[i]["ok"], true, "node {i}: {f}");
