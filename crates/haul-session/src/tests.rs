@@ -485,7 +485,7 @@ fn stripes_are_put_together_by_the_receiver_and_released_by_the_others() {
     let mut r = Receiver::for_push(SessionConfig::default(), String::new(), t0);
     r.check_origin(std::sync::Arc::new(crate::OriginPublic(origin.public())));
     // Two stripes of one file, as two senders would offer them.
-    let mut stripe = |r: &mut Receiver, id: u32, first: u32, end: u32| {
+    let stripe = |r: &mut Receiver, id: u32, first: u32, end: u32| {
         let seal = Some(origin.seal_entry(&entry));
         let offer = Message::Offer {
             id,
