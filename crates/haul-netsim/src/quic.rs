@@ -24,6 +24,7 @@ use haul_congestion::RateConfig;
 use haul_transport::{tls, ServerIdentity};
 
 use crate::link::{Link, Nanos};
+use crate::stats::LinkStats;
 use crate::Profile;
 
 const CLIENT: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(Ipv4Addr::new(10, 0, 0, 1)), 4433);
@@ -37,7 +38,7 @@ struct Side {
 }
 
 /// What a run measured.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct QuicRun {
     /// Payload bytes the server read, as they arrived (out of order, as
     /// haul's transport reads its chunk streams: quinn keeps at most 1,024
@@ -51,6 +52,10 @@ pub struct QuicRun {
     pub dropped: u64,
     /// Payload bytes read that were not what the client wrote.
     pub corrupt: u64,
+    /// The forward link's counters (what was sent, damaged, queued out).
+    pub up: LinkStats,
+    /// The client's path at the end: (packets sent, declared lost, MTU).
+    pub path: (u64, u64, u16),
 }
 
 /// A client pushing bytes to a server over simulated links.
@@ -171,6 +176,11 @@ impl QuicSim {
             took: done_at,
             dropped: self.up.stats().dropped + self.up.stats().queue_drops,
             corrupt: self.corrupt,
+            up: self.up.stats().clone(),
+            path: self.client.conn.as_mut().map_or((0, 0, 0), |(_, c)| {
+                let p = c.stats().path;
+                (p.sent_packets, p.lost_packets, p.current_mtu)
+            }),
         }
     }
 

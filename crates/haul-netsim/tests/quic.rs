@@ -100,14 +100,28 @@ fn lab_rows_in_simulated_time() {
         .and_then(|s| s.parse::<u64>().ok())
         .unwrap_or(256)
         * MIB;
+    // The controller's per-round trace: HAUL_LOG=haul_congestion=trace.
+    if let Ok(filter) = std::env::var("HAUL_LOG") {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .with_writer(std::io::stderr)
+            .try_init();
+    }
     let ours = Some(RateConfig::default());
     let mut clean = 0.0;
-    for spec in [
+    // ROWS picks rows by number (0 clean, 1 loss, 2 corrupt, 3 reorder):
+    // the first row run is what the others are compared with.
+    let rows = std::env::var("ROWS").unwrap_or_else(|_| "0 1 2 3".into());
+    let specs = [
         "rate 200mbit delay 10ms",
         "rate 200mbit delay 10ms loss 30%",
         "rate 200mbit delay 10ms corrupt 50%",
         "rate 200mbit delay 10ms reorder 25% 50%",
-    ] {
+    ];
+    for row in rows.split_whitespace() {
+        let Some(spec) = row.parse::<usize>().ok().and_then(|i| specs.get(i)) else {
+            panic!("ROWS: {row} is not a row (0 to 3)");
+        };
         let r = push(size, spec, ours, Duration::from_secs(600));
         assert_eq!(r.received, size, "{spec}: {r:?}");
         assert_eq!(r.corrupt, 0);
@@ -115,6 +129,15 @@ fn lab_rows_in_simulated_time() {
         if clean == 0.0 {
             clean = g;
         }
-        println!("{spec}: {g:.1} Mbit/s, {:.2} of clean", g / clean);
+        let u = &r.up;
+        println!(
+            "{spec}: {g:.1} Mbit/s, {:.2} of clean; {} packets offered to the link (the data is {} of 1200 bytes), {} damaged, {} dropped by the queue; quinn (sent, lost, MTU) {:?}",
+            g / clean,
+            u.packets,
+            size.div_ceil(1200),
+            u.corrupted,
+            u.queue_drops,
+            r.path
+        );
     }
 }
