@@ -367,3 +367,27 @@ fn rounds_with_little_to_send_do_not_end_startup() {
         "startup ended on rounds with nothing to send"
     );
 }
+
+#[test]
+fn a_queue_of_its_own_that_stands_for_seconds_is_not_the_path() {
+    // 50 rounds at the path's 20 ms, then 7 s of rounds behind a 40 ms
+    // queue that drops a fifth of what it gets (the rate sits above the
+    // link). Those drops are congestion: the floor stays the path's, and
+    // the random-loss estimate stays where the clean rounds put it.
+    let path = Duration::from_millis(20);
+    let queued = Duration::from_millis(60);
+    let mut c = LossTolerant::new(RateConfig::default());
+    let mut now = Instant::now();
+    for round in 0..170u32 {
+        let rtt = if round < 50 { path } else { queued };
+        for _ in 0..10 {
+            now += rtt / 10;
+            c.on_ack(now, 12_000, false, rtt, path);
+            if round >= 50 {
+                c.on_loss(now, 3_000, false);
+            }
+        }
+    }
+    assert_eq!(c.path_rtt(), path);
+    assert!(c.loss() < 0.05, "loss estimate {:.3}", c.loss());
+}
