@@ -20,9 +20,12 @@
 //!   adds to a round's loss), at most [`MAX_LOSS`]. The send rate is
 //!   `estimate × gain / (1 − p)`, so goodput stays at the estimate as `p`
 //!   grows.
-//! - **The path's RTT** is the smallest smoothed RTT of the last 40 rounds,
-//!   never below the minimum RTT — not the minimum itself: a reordered
-//!   packet that skipped the delay is as fast as the ack path alone.
+//! - **The path's RTT** is the smallest smoothed RTT of the last 40 rounds
+//!   and of the last 10 s ([`FLOOR_WINDOW`]), whichever reaches further
+//!   back (a queue of its own that stands longer than 40 short rounds must
+//!   not become the floor), never below the minimum RTT — not the minimum
+//!   itself: a reordered packet that skipped the delay is as fast as the
+//!   ack path alone.
 //! - **Congestion is obeyed.** While cruising at the estimate, two signs say
 //!   the sender fills a queue: the smoothed RTT well above the path's
 //!   ([`QUEUE_RTT_FACTOR`]), or above it by [`QUEUE_RTT_SLACK`] together with
@@ -65,6 +68,7 @@ pub mod quinn;
 mod rate;
 
 pub use rate::{
-    LossTolerant, RateConfig, BTL_ROUNDS, LOSS_AFTER_RTTS, MAX_LOSS, PROBE_LOSS_MARGIN,
-    QUEUE_RTT_FACTOR, QUEUE_RTT_SLACK, STARTUP_GAIN, STARTUP_LOSS_MARGIN, WINDOW_SLACK,
+    LossTolerant, RateConfig, BTL_ROUNDS, FLOOR_WINDOW, LOSS_AFTER_RTTS, MAX_LOSS,
+    PROBE_LOSS_MARGIN, QUEUE_RTT_FACTOR, QUEUE_RTT_SLACK, STARTUP_GAIN, STARTUP_LOSS_MARGIN,
+    WINDOW_SLACK,
 };
