@@ -149,7 +149,6 @@ pub struct LossTolerant {
     /// (time, bytes acked by then), about [`MARKS_PER_RTT`] a round trip,
     /// reaching back one RTT: delivery rates over one RTT at any offset.
     marks: VecDeque<(Instant, u64)>,
-    /// The smallest smoothed RTT of each recent round, newest last.
     /// Rising minimum of the recent rounds' smallest smoothed RTTs, as
     /// (when, round number, RTT): the front is the path's floor.
     floors: VecDeque<(Instant, u64, Duration)>,

@@ -48,14 +48,19 @@ pub struct QuicRun {
     /// Simulated time from the first packet until the last byte was read
     /// (`None`: not all of it arrived within the limit).
     pub took: Option<Duration>,
-    /// Packets the forward link dropped (loss, and a full queue).
-    pub dropped: u64,
     /// Payload bytes read that were not what the client wrote.
     pub corrupt: u64,
     /// The forward link's counters (what was sent, damaged, queued out).
     pub up: LinkStats,
     /// The client's path at the end: (packets sent, declared lost, MTU).
     pub path: (u64, u64, u16),
+}
+
+impl QuicRun {
+    /// Packets the forward link dropped (loss, and a full queue).
+    pub fn dropped(&self) -> u64 {
+        self.up.dropped + self.up.queue_drops
+    }
 }
 
 /// A client pushing bytes to a server over simulated links.
@@ -174,7 +179,6 @@ impl QuicSim {
         QuicRun {
             received: self.received,
             took: done_at,
-            dropped: self.up.stats().dropped + self.up.stats().queue_drops,
             corrupt: self.corrupt,
             up: self.up.stats().clone(),
             path: self.client.conn.as_mut().map_or((0, 0, 0), |(_, c)| {

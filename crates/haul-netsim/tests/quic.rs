@@ -38,7 +38,7 @@ fn thirty_percent_loss_keeps_most_of_the_clean_rate() {
     // quinn's own CUBIC reads the same loss as congestion.
     let cubic = push(8 * MIB, "rate 100mbit delay 10ms loss 30%", None, limit);
     let cubic = cubic.took.map_or(0.0, |_| mbit(8 * MIB, &cubic));
-    println!("clean {c:.1} Mbit/s, 30% loss {l:.1} Mbit/s ({} dropped); CUBIC at 30% loss {cubic:.2} Mbit/s", lossy.dropped);
+    println!("clean {c:.1} Mbit/s, 30% loss {l:.1} Mbit/s ({} dropped); CUBIC at 30% loss {cubic:.2} Mbit/s", lossy.dropped());
     assert!(c > 70.0, "clean {c:.1} Mbit/s");
     assert!(l >= 0.7 * c, "30% loss: {l:.1} of {c:.1} Mbit/s");
     assert!(
