@@ -340,7 +340,10 @@ fn a_quarter_gigabyte_over_a_one_second_link_takes_the_links_time() {
         (got - expected).abs() < 0.02 * expected,
         "took {got:.2} s, the link allows {expected:.2} s"
     );
-    assert!(wall < Duration::from_secs(2), "{wall:?} of wall time");
+    // Seconds of wall time for 19 s of simulated time (under 1 s when the
+    // machine is quiet; the bound leaves room for a loaded 2-core CI run,
+    // where 2 s was once exceeded).
+    assert!(wall < Duration::from_secs(10), "{wall:?} of wall time");
 }
 
 /// A fan-out connection: the client seals with `origin`, the node checks
