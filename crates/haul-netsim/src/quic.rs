@@ -52,8 +52,19 @@ pub struct QuicRun {
     pub corrupt: u64,
     /// The forward link's counters (what was sent, damaged, queued out).
     pub up: LinkStats,
-    /// The client's path at the end: (packets sent, declared lost, MTU).
-    pub path: (u64, u64, u16),
+    /// What the client's QUIC connection counted on its path, at the end.
+    pub path: SenderPath,
+}
+
+/// quinn's own counters for the sender's path.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SenderPath {
+    /// Packets sent, resends included.
+    pub sent: u64,
+    /// Packets declared lost.
+    pub lost: u64,
+    /// The datagram size it ended with (MTU discovery's result).
+    pub mtu: u16,
 }
 
 impl QuicRun {
@@ -181,10 +192,18 @@ impl QuicSim {
             took: done_at,
             corrupt: self.corrupt,
             up: self.up.stats().clone(),
-            path: self.client.conn.as_mut().map_or((0, 0, 0), |(_, c)| {
-                let p = c.stats().path;
-                (p.sent_packets, p.lost_packets, p.current_mtu)
-            }),
+            path: self
+                .client
+                .conn
+                .as_mut()
+                .map_or(SenderPath::default(), |(_, c)| {
+                    let p = c.stats().path;
+                    SenderPath {
+                        sent: p.sent_packets,
+                        lost: p.lost_packets,
+                        mtu: p.current_mtu,
+                    }
+                }),
         }
     }
 

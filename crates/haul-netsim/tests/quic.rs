@@ -131,13 +131,15 @@ fn lab_rows_in_simulated_time() {
         }
         let u = &r.up;
         println!(
-            "{spec}: {g:.1} Mbit/s, {:.2} of clean; {} packets offered to the link (the data is {} of 1200 bytes), {} damaged, {} dropped by the queue; quinn (sent, lost, MTU) {:?}",
+            "{spec}: {g:.1} Mbit/s, {:.2} of clean; {} packets offered to the link (the data is {} of 1200 bytes), {} damaged, {} dropped by the queue; quinn sent {} packets, declared {} lost, MTU {}",
             g / clean,
             u.packets,
             size.div_ceil(1200),
             u.corrupted,
             u.queue_drops,
-            r.path
+            r.path.sent,
+            r.path.lost,
+            r.path.mtu
         );
     }
 }
