@@ -149,6 +149,20 @@ impl MotoServer {
         log.iter().filter(|l| l.contains(needle)).count()
     }
 
+    /// [`requests_matching`](Self::requests_matching), waiting up to
+    /// `within` for at least `n` lines: moto logs a request after it has
+    /// answered it, so a client can see the answer before the log line.
+    pub fn requests_at_least(&self, needle: &str, n: usize, within: Duration) -> usize {
+        let deadline = Instant::now() + within;
+        loop {
+            let seen = self.requests_matching(needle);
+            if seen >= n || Instant::now() >= deadline {
+                return seen;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+
     /// Creates a bucket.
     pub async fn create_bucket(&self, bucket: &str) -> io::Result<()> {
         self.request(bucket, Method::PUT, "", Vec::new(), Some(Vec::new()))

@@ -969,7 +969,8 @@ s3_path_style = true
     );
     // moto logs each request: one GET per object, whatever the runs.
     for i in 0..5 {
-        let gets = srv.requests_matching(&format!("\"GET /bkt/run/o{i}.nc HTTP"));
+        let needle = format!("\"GET /bkt/run/o{i}.nc HTTP");
+        let gets = srv.requests_at_least(&needle, 1, Duration::from_secs(10));
         assert_eq!(gets, 1, "o{i}.nc: {gets} GETs");
     }
     // The runs: 3 claimed, then none, ..., then the 2 new ones, then none.

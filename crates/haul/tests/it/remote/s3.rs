@@ -58,7 +58,7 @@ fn s3_many_objects_paginate_and_verify() {
     let sum = summary(&out);
     assert_eq!(sum["files_ok"], 1503, "{}", all_output(&out));
     assert!(
-        srv.requests_matching("continuation-token=") >= 1,
+        srv.requests_at_least("continuation-token=", 1, Duration::from_secs(10)) >= 1,
         "listing was not paginated"
     );
     assert_eq!(
@@ -72,13 +72,8 @@ fn s3_many_objects_paginate_and_verify() {
     assert_eq!(std::fs::metadata(dst.join("empty")).unwrap().len(), 0);
     // New objects are fetched with one GET each (its headers describe the
     // object, checksums included): no HEAD.
-    // (moto logs a request after answering it: wait, bounded, for the last lines.)
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while srv.requests_matching("\"GET /bkt/run/") < 1503 && std::time::Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let gets = srv.requests_at_least("\"GET /bkt/run/", 1503, Duration::from_secs(10));
     assert_eq!(srv.requests_matching("\"HEAD /bkt/"), 0);
-    let gets = srv.requests_matching("\"GET /bkt/run/");
     assert_eq!(gets, 1503);
     // Again: the listing's exact sizes and times show every object is
     // there already, so nothing is asked per object.
@@ -148,11 +143,8 @@ fn s3_cut_listing_fails_the_pull_and_deletes_nothing() {
     let out = pull_bucket(&srv, &s, &["--delete-source"]);
     assert!(out.status.success(), "{}", all_output(&out));
     assert_eq!(summary(&out)["files_ok"], 3, "{}", all_output(&out));
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while srv.requests_matching("\"DELETE ") < 3 && std::time::Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    assert_eq!(srv.requests_matching("\"DELETE "), 3);
+    let deletes = srv.requests_at_least("\"DELETE ", 3, Duration::from_secs(10));
+    assert_eq!(deletes, 3);
 }
 
 /// An HTTP proxy in front of moto that answers each ListObjectsV2 request
@@ -280,7 +272,7 @@ fn check_compares_an_s3_prefix_with_a_local_copy_by_its_checksums() {
             .args(["--s3-endpoint", &srv.endpoint(), "--s3-path-style"]);
         run(cmd, Duration::from_secs(60))
     };
-    let gets = srv.requests_matching("GET /bkt/run/sub/b.bin");
+    let gets = srv.requests_at_least("GET /bkt/run/sub/b.bin", 1, Duration::from_secs(10));
     assert!(gets > 0, "the pull's GET is in moto's log");
     let out = check();
     assert_eq!(out.status.code(), Some(0), "{}", all_output(&out));
@@ -390,7 +382,11 @@ fn s3_checksum_refetches_only_a_changed_copy_and_delete_mirrors() {
     assert_eq!(std::fs::read(dst.join("a.txt")).unwrap(), b"alpha\n");
     assert!(!dst.join("stale.txt").exists() && !dst.join("sub/old").exists());
     // a.txt was missing, so fetched once more; nothing else of it.
-    assert_eq!(srv.requests_matching("GET /bkt/run/a.txt"), gets_a + 1);
+    let wait = Duration::from_secs(10);
+    assert_eq!(
+        srv.requests_at_least("GET /bkt/run/a.txt", gets_a + 1, wait),
+        gets_a + 1
+    );
     // Run again: everything is the same by content, nothing moves.
     let sum = summary(&pull_bucket(&srv, &s, &["-c", "--delete"]));
     assert_eq!(
