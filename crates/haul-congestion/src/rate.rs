@@ -338,6 +338,7 @@ impl LossTolerant {
             goodput = goodput as u64,
             lost = round.lost,
             acked = round.acked,
+            round_us = elapsed.as_micros() as u64,
             srtt_ms = self.srtt.as_millis() as u64,
             min_ms = self.min_rtt.as_millis() as u64,
             rate = self.rate as u64,
