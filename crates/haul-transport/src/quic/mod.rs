@@ -283,15 +283,17 @@ async fn quic_connection(
     let connecting = endpoint
         .connect_with(config, remote, "haul")
         .map_err(|e| tls_err(addr, e))?;
-    let conn =
-        match tokio::time::timeout(timeouts.handshake, connecting).await {
-            Err(_) => return Err(TransportError::Timeout {
-                what: "the QUIC handshake (is UDP to the node's port blocked? try --transport tcp)",
-                secs: timeouts.handshake.as_secs(),
-            }),
-            Ok(Err(e)) => return Err(pinning.failed(std::io::Error::other(e.to_string()))),
-            Ok(Ok(c)) => c,
-        };
+    let unanswered = || TransportError::Timeout {
+        what: "the QUIC handshake (is UDP to the node's port blocked? try --transport tcp)",
+        secs: timeouts.handshake.as_secs(),
+    };
+    let conn = match tokio::time::timeout(timeouts.handshake, connecting).await {
+        // quinn's own idle timeout can end an unanswered handshake first
+        // (it is the same --timeout, once the probe timeouts are short).
+        Err(_) | Ok(Err(quinn::ConnectionError::TimedOut)) => return Err(unanswered()),
+        Ok(Err(e)) => return Err(pinning.failed(std::io::Error::other(e.to_string()))),
+        Ok(Ok(c)) => c,
+    };
     let key = pinning.accepted()?;
     Ok((conn, endpoint, key))
 }
