@@ -14,7 +14,7 @@ use crate::harness::{b3, listing, run, stderr, wait_for, write_file, Node, Scrat
 
 const LIMIT: Duration = Duration::from_secs(240);
 
-fn root() -> bool {
+fn root() -> Option<crate::harness::LabTurn> {
     crate::harness::lab_root("lab fan-out")
 }
 
@@ -30,9 +30,9 @@ fn staged(root: &Path, bytes: u64) -> bool {
 
 #[test]
 fn lab_fan_out_survives_a_killed_node_and_a_pulled_link() {
-    if !root() {
+    let Some(_turn) = root() else {
         return;
-    }
+    };
     let lab = Lab::builder()
         .hosts(6)
         .link("rate 100mbit delay 5ms")

@@ -13,15 +13,15 @@ use crate::harness::{b3, run, said, wait_for, write_file, Node, Scratch, BIN};
 
 const LIMIT: Duration = Duration::from_secs(180);
 
-fn root() -> bool {
+fn root() -> Option<crate::harness::LabTurn> {
     crate::harness::lab_root("lab QUIC")
 }
 
 #[test]
 fn lab_quic_completes_through_bad_links_with_nothing_damaged() {
-    if !root() {
+    let Some(_turn) = root() else {
         return;
-    }
+    };
     let lab = Lab::builder()
         .hosts(2)
         .link("rate 100mbit delay 10ms")

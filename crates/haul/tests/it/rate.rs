@@ -125,9 +125,9 @@ fn bwlimit_caps_http_and_ftp_pulls_across_connections() {
 /// connections sharing the cap). Root only (the lab's namespaces).
 #[test]
 fn lab_bwlimit_50mbit_on_a_200mbit_link_within_5_percent() {
-    if !lab_root("lab --bwlimit") {
+    let Some(_turn) = lab_root("lab --bwlimit") else {
         return;
-    }
+    };
     let lab = haul_lab::Lab::builder()
         .hosts(2)
         .link("rate 200mbit delay 5ms")
