@@ -16,7 +16,8 @@
 //! ([`haul_plan::stripe_chunks`]) flow down stripe `s`'s tree, what a node
 //! holds of each stripe is a prefix of it, a sender's upload is shared
 //! among its children in every stripe, and a lost node's children in each
-//! stripe move to its nearest live ancestor there.
+//! stripe move where [`Routing::lost`] puts them (where there is upload to
+//! spare).
 //!
 //! 1,000 nodes of a 256 MiB transfer take well under a second of CPU.
 

@@ -233,3 +233,21 @@ fn a_striped_relay_that_dies_early_costs_its_children_little() {
     );
     assert!(out.seconds > clean.seconds, "a death costs something");
 }
+
+#[test]
+fn one_of_eight_striped_nodes_killed_at_half_costs_the_others_under_a_third() {
+    // The lab target (the 7 others within 1.3x T(1)) in simulated
+    // time, whichever node dies, detection (1 s) included. Its orphans go
+    // where there is upload to spare: when its parent took them all, that
+    // parent fed three streams and the others finished at 1.38x.
+    let size = 128 * MIB;
+    let t1 = one_node_time(size);
+    let plan = Plan::build(&links(8, DELAY), Shape::Stripes(2), size);
+    let clean = run(&plan, &sim(8, size, &plan, Vec::new())).seconds;
+    for dead in 0..8 {
+        let out = run(&plan, &sim(8, size, &plan, vec![(clean / 2.0, dead)]));
+        assert!(out.all_live_complete(), "{dead}");
+        let ratio = out.seconds / t1;
+        assert!(ratio <= 1.3, "node {dead} killed: {ratio:.2}x T(1)");
+    }
+}

@@ -18,9 +18,10 @@
 //! 4. **Failures.** A node whose control connection breaks (killed, link
 //!    down: caught by the idle timeout, keepalives flow both ways), whose
 //!    upstream gave up on it, or that this client could not send to, is
-//!    failed; its children are re-routed to its nearest live ancestor,
-//!    which sends them the whole transfer again, and their `Need{have}`
-//!    keeps that to what they lack.
+//!    failed; its children are re-routed ([`haul_plan::Routing::lost`]:
+//!    to its nearest live ancestor, or in a striped plan to a node with
+//!    upload to spare), which sends them the whole transfer again, and
+//!    their `Need{have}` keeps that to what they lack.
 
 use std::collections::HashMap;
 use std::sync::Arc;

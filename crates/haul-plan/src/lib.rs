@@ -234,6 +234,11 @@ pub struct Plan {
     /// stripe `s` (`stripes[0] == parents`). Empty for a chain or a tree.
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub stripes: Vec<Vec<Parent>>,
+    /// A striped plan's room: how many children, over all stripes, each
+    /// node feeds at no less than a `1/K` share of the typical upload
+    /// (where a lost node's children can go). Empty for a chain or a tree.
+    #[serde(skip)]
+    pub room: Vec<usize>,
 }
 
 /// The `k`s `auto` tries for trees and striped trees.
@@ -307,6 +312,7 @@ impl Plan {
             shape: Shape::Chain,
             parents,
             stripes: Vec::new(),
+            room: Vec::new(),
         }
     }
 
@@ -326,6 +332,7 @@ impl Plan {
             shape: Shape::Tree(k as u32),
             parents,
             stripes: Vec::new(),
+            room: Vec::new(),
         }
     }
 

@@ -78,6 +78,7 @@ pub(crate) fn build(order: &[usize], rates: &Rates, k: u32) -> Plan {
         shape: Shape::Stripes(k as u32),
         parents: stripes.first().cloned().unwrap_or_default(),
         stripes,
+        room,
     }
 }
 

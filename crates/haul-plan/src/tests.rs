@@ -165,6 +165,7 @@ fn a_plan_with_a_cycle_never_completes() {
         shape: Shape::Chain,
         parents: vec![Parent::Node(1), Parent::Node(0)],
         stripes: Vec::new(),
+        room: Vec::new(),
     };
     assert!(plan
         .predict_with(&Rates::unknown(2), MIB, MIB)

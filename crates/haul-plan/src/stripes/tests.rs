@@ -262,3 +262,29 @@ fn a_lost_node_hands_its_children_in_every_stripe_to_a_live_ancestor() {
     }
     assert!(routing.lost(0).is_empty() || !routing.is_alive(0));
 }
+
+#[test]
+fn a_lost_relays_children_go_where_there_is_upload_to_spare() {
+    // Eight equal nodes in two stripes: 14 streams for 16 places. Whichever
+    // node is lost, nobody feeds more streams than its room (the nearest
+    // ancestor taking all the orphans fed three: 1.52x T(1) in the lab).
+    let plan = Plan::build(&Rates::unknown(8), Shape::Stripes(2), 128 * MIB);
+    assert_eq!(plan.room, vec![2; 8]);
+    for dead in 0..8 {
+        let mut routing = Routing::new(&plan);
+        routing.lost(dead);
+        for p in (0..8).filter(|&p| p != dead) {
+            let feeds: usize = (0..2)
+                .map(|s| routing.children_in(s, Parent::Node(p)).len())
+                .sum();
+            assert!(feeds <= 2, "{dead} lost: {p} feeds {feeds}");
+            for s in 0..2 {
+                let now: Vec<Parent> = (0..8).map(|i| routing.parent_in(s, i)).collect();
+                assert!(
+                    hops(&now, p).is_some(),
+                    "{dead} lost: a cycle in stripe {s}"
+                );
+            }
+        }
+    }
+}
