@@ -4,7 +4,10 @@
 //!
 //!   cargo run --release -p haul-bench --bin fanout-model [SIZE_MIB] [HOP_MS...]
 //!
-//! Default: 256 MiB, hops of 1 ms and 5 ms.
+//! Default: 256 MiB, hops of 1 ms and 5 ms. Then, for each hop delay, one
+//! of 8 nodes killed at half the clean run's time (detected 1 s later):
+//! T/T(1) of the 7 others for each choice of the killed node (worst and
+//! median), the lab row in simulated time.
 
 use haul_netsim::fanout::{run, FanoutSim};
 use haul_plan::{piece_size, Plan, Rates, Shape};
@@ -27,6 +30,10 @@ fn links(n: usize, delay: f64) -> Rates {
 }
 
 fn simulate(plan: &Plan, n: usize, size: u64, delay: f64) -> f64 {
+    simulate_deaths(plan, n, size, delay, Vec::new())
+}
+
+fn simulate_deaths(plan: &Plan, n: usize, size: u64, delay: f64, deaths: Vec<(f64, usize)>) -> f64 {
     let sim = FanoutSim {
         size,
         piece: u64::from(piece_size(size, plan.pipeline_depth())),
@@ -34,7 +41,7 @@ fn simulate(plan: &Plan, n: usize, size: u64, delay: f64) -> f64 {
         rates: vec![RATE; n],
         delay,
         detect: 1.0,
-        deaths: Vec::new(),
+        deaths,
     };
     run(plan, &sim).seconds
 }
@@ -76,5 +83,26 @@ fn main() {
             }
             println!();
         }
+        killed(size, delay, t1_sim);
+    }
+}
+
+/// One of 8 nodes killed at half the clean time, each node in turn: the
+/// worst and the median T/T(1) of the others.
+fn killed(size: u64, delay: f64, t1: f64) {
+    println!("one of 8 nodes killed at half (detected after 1 s): T/T(1), worst / median over the node killed");
+    for shape in SHAPES.into_iter().filter(|&s| s != Shape::Auto) {
+        let plan = Plan::build(&links(8, delay), shape, size);
+        let clean = simulate(&plan, 8, size, delay);
+        let mut ratios: Vec<f64> = (0..8)
+            .map(|dead| simulate_deaths(&plan, 8, size, delay, vec![(clean / 2.0, dead)]) / t1)
+            .collect();
+        ratios.sort_by(f64::total_cmp);
+        println!(
+            "  {:>12}  {:.2} / {:.2}",
+            shape.to_string(),
+            ratios[7],
+            ratios[3]
+        );
     }
 }
