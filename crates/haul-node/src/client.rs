@@ -606,10 +606,25 @@ pub async fn pull(
     })
     .await;
     let mut listed = HashSet::new();
-    match lister.await {
-        Ok(Ok(paths)) => listed = paths,
-        Ok(Err(e)) => err = Some(e),
-        Err(e) => err = Some(NodeError::Internal(format!("lister stopped: {e}"))),
+    let broke = match lister.await {
+        Ok(Ok(paths)) => {
+            listed = paths;
+            None
+        }
+        Ok(Err(e)) => Some(e),
+        Err(e) => Some(NodeError::Internal(format!("lister stopped: {e}"))),
+    };
+    if let Some(e) = broke {
+        // What the listing never reached was never queued: nothing else
+        // counts it, so the pull must not end as if it were whole.
+        tally.event(&Event::FileError {
+            path: remote.path.clone(),
+            error: format!(
+                "the node's listing broke off ({e}): what it listed before is here, verified; \
+                 run the pull again for the rest"
+            ),
+        });
+        err = Some(e);
     }
     fail_leftovers(&queue, &tally, &err, |j| j.entry.path.clone());
     if opts.delete {

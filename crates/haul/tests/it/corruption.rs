@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use crate::harness::*;
-use crate::proxy::{Faults, Proxy};
+use crate::proxy::{plaintext_node_behind, Faults, Proxy};
 
 const SIZE: u64 = 16 << 20;
 const T: Duration = Duration::from_secs(120);
@@ -12,13 +12,8 @@ const T: Duration = Duration::from_secs(120);
 fn a_corrupted_pushed_chunk_is_sent_again() {
     let s = Scratch::new();
     write_file(&s.path("src/f"), SIZE, 1);
-    let node = Node::start(
-        &s.path("node"),
-        &s.path("config"),
-        &["--open", "--plaintext"],
-    );
-    let proxy = Proxy::start(
-        &node.addr,
+    let (_node, proxy) = plaintext_node_behind(
+        &s,
         Faults {
             flip_up_at: Some(6 << 20),
             ..Faults::default()
@@ -42,13 +37,8 @@ fn a_corrupted_pushed_chunk_is_sent_again() {
 fn a_corrupted_pulled_chunk_is_fetched_again() {
     let s = Scratch::new();
     write_file(&s.path("node/f"), SIZE, 2);
-    let node = Node::start(
-        &s.path("node"),
-        &s.path("config"),
-        &["--open", "--plaintext"],
-    );
-    let proxy = Proxy::start(
-        &node.addr,
+    let (_node, proxy) = plaintext_node_behind(
+        &s,
         Faults {
             flip_down_at: Some(9 << 20),
             ..Faults::default()

@@ -18,6 +18,9 @@ pub struct Faults {
     pub flip_down_at: Option<u64>,
     /// While set, nothing is forwarded (a peer that stops answering).
     pub stall: Arc<AtomicBool>,
+    /// Cut the first connection (both ways) once this many node→client
+    /// bytes went through it: a pull's listing that breaks off.
+    pub cut_first_down_at: Option<u64>,
 }
 
 pub struct Proxy {
@@ -37,12 +40,15 @@ impl Proxy {
         let flipped_down = Arc::new(AtomicBool::new(false));
         let (target, stop2, up2) = (target.to_owned(), stop.clone(), up_bytes.clone());
         std::thread::spawn(move || {
+            let mut accepted = 0u64;
             while !stop2.load(Ordering::Relaxed) {
                 match listener.accept() {
                     Ok((client, _)) => {
                         let Ok(node) = TcpStream::connect(&target) else {
                             continue;
                         };
+                        accepted += 1;
+                        let cut = faults.cut_first_down_at.filter(|_| accepted == 1);
                         let _ = client.set_nonblocking(false);
                         let pipes = [
                             (
@@ -51,6 +57,7 @@ impl Proxy {
                                 faults.flip_up_at,
                                 flipped_up.clone(),
                                 Some(up2.clone()),
+                                None,
                             ),
                             (
                                 node.try_clone(),
@@ -58,17 +65,23 @@ impl Proxy {
                                 faults.flip_down_at,
                                 flipped_down.clone(),
                                 None,
+                                cut,
                             ),
                         ];
-                        for (from, to, flip, flipped, counter) in pipes {
+                        for (from, to, flip, flipped, counter, cut) in pipes {
                             let (Ok(from), Ok(to)) = (from, to) else {
                                 continue;
                             };
                             let (rate, stall, stop) =
                                 (faults.rate, faults.stall.clone(), stop2.clone());
-                            std::thread::spawn(move || {
-                                pump(from, to, rate, flip, flipped, stall, stop, counter)
-                            });
+                            let faults = PumpFaults {
+                                rate,
+                                flip,
+                                flipped,
+                                stall,
+                                cut,
+                            };
+                            std::thread::spawn(move || pump(from, to, faults, stop, counter));
                         }
                     }
                     Err(_) => std::thread::sleep(Duration::from_millis(5)),
@@ -87,23 +100,50 @@ impl Proxy {
     }
 }
 
+/// A plaintext, open node rooted at `s`'s `node` (config in `config`),
+/// reached through a proxy with `faults`.
+pub fn plaintext_node_behind(
+    s: &crate::harness::Scratch,
+    faults: Faults,
+) -> (crate::harness::Node, Proxy) {
+    let node = crate::harness::Node::start(
+        &s.path("node"),
+        &s.path("config"),
+        &["--open", "--plaintext"],
+    );
+    let proxy = Proxy::start(&node.addr, faults);
+    (node, proxy)
+}
+
 impl Drop for Proxy {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-fn pump(
-    mut from: TcpStream,
-    mut to: TcpStream,
+/// What one direction of one connection does to its bytes.
+struct PumpFaults {
     rate: Option<u64>,
     flip: Option<u64>,
     flipped: Arc<AtomicBool>,
     stall: Arc<AtomicBool>,
+    cut: Option<u64>,
+}
+
+fn pump(
+    mut from: TcpStream,
+    mut to: TcpStream,
+    faults: PumpFaults,
     stop: Arc<AtomicBool>,
     counter: Option<Arc<AtomicU64>>,
 ) {
+    let PumpFaults {
+        rate,
+        flip,
+        flipped,
+        stall,
+        cut,
+    } = faults;
     let _ = from.set_read_timeout(Some(Duration::from_millis(100)));
     let mut buf = vec![0u8; 64 << 10];
     let mut total = 0u64;
@@ -137,6 +177,13 @@ fn pump(
         total += n as u64;
         if let Some(c) = &counter {
             c.fetch_add(n as u64, Ordering::Relaxed);
+        }
+        if let Some(cut) = cut.filter(|&c| total >= c) {
+            let keep = n - (total - cut) as usize;
+            let _ = to.write_all(&buf[..keep]);
+            let _ = to.shutdown(Shutdown::Both);
+            let _ = from.shutdown(Shutdown::Both);
+            return;
         }
         if to.write_all(&buf[..n]).is_err() {
             break;

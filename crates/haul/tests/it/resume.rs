@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use crate::harness::*;
-use crate::proxy::{Faults, Proxy};
+use crate::proxy::{plaintext_node_behind, Faults, Proxy};
 
 const SIZE: u64 = 100 << 20;
 const T: Duration = Duration::from_secs(120);
@@ -145,6 +145,47 @@ fn resume_a_pull_after_sigkill_of_the_puller() {
     let out = run(pull(node.url("file.bin")), T);
     assert_resumed(&out, 32 << 20);
     assert_eq!(b3(&s.path("dst/file.bin")), b3(&s.path("node/file.bin")));
+}
+
+/// A pull whose listing breaks off (its connection cut after a few
+/// entries) ends failed, saying so, never as a whole pull: what the
+/// listing never reached was never queued, and a pull that exited 0 with
+/// half a tree was seen through a lossy UDP path. Run again, it fetches
+/// the rest.
+#[test]
+fn a_pull_whose_listing_breaks_off_fails_and_a_rerun_fetches_the_rest() {
+    let s = Scratch::new();
+    crate::transfer::make_tree(&s.path("node/in/data"));
+    let (node, proxy) = plaintext_node_behind(
+        &s,
+        Faults {
+            cut_first_down_at: Some(1500),
+            ..Faults::default()
+        },
+    );
+    let pull = |url: String| {
+        let mut c = haul(&s.path("config"));
+        c.args(["pull", "--json", "--plaintext", "-j", "2"])
+            .arg(url)
+            .arg(s.path("back"));
+        c
+    };
+    let out = run(pull(proxy.url("in/data")), T);
+    assert_eq!(out.status.code(), Some(1), "{}", said(&out));
+    let sum = summary(&out);
+    assert!(sum["entries_ok"].as_u64().unwrap_or(0) > 0, "{sum}");
+    assert!(said(&out).contains("listing broke off"), "{}", said(&out));
+    assert_ne!(
+        listing(&s.path("node/in/data")),
+        listing(&s.path("back/data"))
+    );
+
+    let out = run(pull(node.url("in/data")), T);
+    assert_eq!(out.status.code(), Some(0), "{}", said(&out));
+    assert_eq!(
+        listing(&s.path("node/in/data")),
+        listing(&s.path("back/data"))
+    );
 }
 
 #[test]
