@@ -29,7 +29,7 @@ fn push_then_pull_a_tree_over_quic() {
     let mut c = quic(&s, &["push", "--token", "sekrit", "-j", "4"]);
     c.arg(&src).arg(node.url("in"));
     let out = run(c, T);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(0), "{}", said(&out));
     assert_eq!(summary(&out)["failed"], 0);
     assert_eq!(listing(&src), listing(&s.path("node/in/data")));
     // Again: nothing moves.
@@ -45,7 +45,7 @@ fn push_then_pull_a_tree_over_quic() {
         .arg(node.url("in/data"))
         .arg(s.path("back"));
     let out = run(c, T);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(0), "{}", said(&out));
     assert_eq!(listing(&src), listing(&s.path("back/data")));
     let big = b3(&src.join("big.bin"));
     assert_eq!(b3(&s.path("back/data/big.bin")), big);
@@ -65,7 +65,7 @@ fn quic_pins_the_same_key_as_tcp() {
     let mut c = quic(&s, &["push"]);
     c.arg(s.path("src/f")).arg(node.url("b"));
     let out = run(c, T);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(0), "{}", said(&out));
     assert!(s.path("node/b/f").exists());
     // The same address with another key is refused over QUIC too.
     let addr = node.addr.clone();
@@ -140,7 +140,7 @@ fn a_quic_push_resumes_after_sigkill_of_the_sender() {
         "finished before the kill"
     );
     let out = run(push(), T);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(0), "{}", said(&out));
     let sent = summary(&out)["bytes_transferred"].as_u64().unwrap();
     assert!(sent <= size - (16 << 20), "re-sent {sent} of {size}");
     assert_eq!(b3(&s.path("node/file.bin")), b3(&s.path("src/file.bin")));
@@ -159,13 +159,18 @@ fn damaged_datagrams_are_dropped_never_delivered() {
     let mut c = quic(&s, &["push", "-j", "2"]);
     c.arg(&src).arg(proxy.url("in"));
     let out = run(c, T);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(0), "{}", said(&out));
     assert_eq!(listing(&src), listing(&s.path("node/in/data")));
     let mut c = quic(&s, &["pull", "--streams", "2", "--split-min", "4M"]);
     c.arg(proxy.url("in/data")).arg(s.path("back"));
     let out = run(c, T);
-    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
-    assert_eq!(listing(&src), listing(&s.path("back/data")));
+    assert_eq!(out.status.code(), Some(0), "{}", said(&out));
+    assert_eq!(
+        listing(&src),
+        listing(&s.path("back/data")),
+        "{}",
+        said(&out)
+    );
     for f in ["big.bin", "more.bin"] {
         assert_eq!(
             b3(&s.path(&format!("back/data/{f}"))),

@@ -2,6 +2,7 @@
 //! in some of the datagrams it forwards, both ways: damage on a real
 //! connection, with no test hooks in haul.
 
+use std::collections::hash_map::{Entry, HashMap};
 use std::net::{SocketAddr, UdpSocket};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -16,60 +17,59 @@ pub struct UdpProxy {
     pub flipped: Arc<AtomicU64>,
     stop: Arc<AtomicBool>,
     threads: Vec<JoinHandle<()>>,
+    /// One per client address.
+    downs: Arc<Mutex<Vec<JoinHandle<()>>>>,
 }
 
 impl UdpProxy {
     /// Forwards to `target`, flipping one byte of every `every`-th datagram
-    /// in each direction (at a position that varies).
+    /// in each direction (at a position that varies). Each client address
+    /// gets a socket of its own towards `target`, as behind a NAT: a pull
+    /// runs several QUIC connections at once, each from its own port, and
+    /// each must get its own replies.
     pub fn start(target: SocketAddr, every: u64) -> UdpProxy {
         let front = UdpSocket::bind("127.0.0.1:0").expect("bind proxy");
-        let back = UdpSocket::bind("127.0.0.1:0").expect("bind proxy");
-        back.connect(target).expect("connect proxy");
-        for s in [&front, &back] {
-            s.set_read_timeout(Some(Duration::from_millis(50)))
-                .expect("timeout");
-        }
+        front
+            .set_read_timeout(Some(Duration::from_millis(50)))
+            .expect("timeout");
         let addr = front.local_addr().expect("addr");
-        let client: Arc<Mutex<Option<SocketAddr>>> = Arc::default();
         let (stop, flipped) = (
             Arc::new(AtomicBool::new(false)),
             Arc::new(AtomicU64::new(0)),
         );
-        let (front2, back2) = (
-            front.try_clone().expect("clone"),
-            back.try_clone().expect("clone"),
-        );
+        let downs: Arc<Mutex<Vec<JoinHandle<()>>>> = Arc::default();
         let up = {
-            let (stop, flipped, client) = (stop.clone(), flipped.clone(), client.clone());
+            let (stop, flipped, downs) = (stop.clone(), flipped.clone(), downs.clone());
             std::thread::spawn(move || {
                 let mut buf = vec![0u8; 65536];
                 let mut n = 0u64;
+                let mut backs: HashMap<SocketAddr, UdpSocket> = HashMap::new();
                 while !stop.load(Ordering::Relaxed) {
                     let Ok((len, from)) = front.recv_from(&mut buf) else {
                         continue;
                     };
-                    *client.lock().expect("lock") = Some(from);
+                    let back = match backs.entry(from) {
+                        Entry::Occupied(e) => e.into_mut(),
+                        Entry::Vacant(e) => {
+                            let back = UdpSocket::bind("127.0.0.1:0").expect("bind proxy");
+                            back.connect(target).expect("connect proxy");
+                            back.set_read_timeout(Some(Duration::from_millis(50)))
+                                .expect("timeout");
+                            let (back2, front2) = (
+                                back.try_clone().expect("clone"),
+                                front.try_clone().expect("clone"),
+                            );
+                            let (stop, flipped) = (stop.clone(), flipped.clone());
+                            let down = std::thread::spawn(move || {
+                                downstream(&back2, &front2, from, every, &stop, &flipped)
+                            });
+                            downs.lock().expect("lock").push(down);
+                            e.insert(back)
+                        }
+                    };
                     n += 1;
                     damage(&mut buf[..len], n, every, &flipped);
                     let _ = back.send(&buf[..len]);
-                }
-            })
-        };
-        let down = {
-            let (stop, flipped) = (stop.clone(), flipped.clone());
-            std::thread::spawn(move || {
-                let mut buf = vec![0u8; 65536];
-                let mut n = 0u64;
-                while !stop.load(Ordering::Relaxed) {
-                    let Ok(len) = back2.recv(&mut buf) else {
-                        continue;
-                    };
-                    let Some(to) = *client.lock().expect("lock") else {
-                        continue;
-                    };
-                    n += 1;
-                    damage(&mut buf[..len], n, every, &flipped);
-                    let _ = front2.send_to(&buf[..len], to);
                 }
             })
         };
@@ -77,12 +77,34 @@ impl UdpProxy {
             addr,
             flipped,
             stop,
-            threads: vec![up, down],
+            threads: vec![up],
+            downs,
         }
     }
 
     pub fn url(&self, path: &str) -> String {
         format!("haul://{}/{}", self.addr, path)
+    }
+}
+
+/// Forwards what `target` sends back on `back` to the client `to`.
+fn downstream(
+    back: &UdpSocket,
+    front: &UdpSocket,
+    to: SocketAddr,
+    every: u64,
+    stop: &AtomicBool,
+    flipped: &AtomicU64,
+) {
+    let mut buf = vec![0u8; 65536];
+    let mut n = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        let Ok(len) = back.recv(&mut buf) else {
+            continue;
+        };
+        n += 1;
+        damage(&mut buf[..len], n, every, flipped);
+        let _ = front.send_to(&buf[..len], to);
     }
 }
 
@@ -99,6 +121,10 @@ impl Drop for UdpProxy {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Relaxed);
         for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+        let downs = std::mem::take(&mut *self.downs.lock().unwrap_or_else(|e| e.into_inner()));
+        for t in downs {
             let _ = t.join();
         }
     }
