@@ -26,7 +26,8 @@ use crate::chunk_work::ChunkWork;
 use crate::drive::receive::{run_receiver, ReceiverCtx};
 use crate::drive::send::{run_sender, JobFeed, SenderCtx};
 use crate::jobs::{FetchGroup, FetchJob, RangeGroup, SendJob, Source, WorkQueue};
-use crate::pool::{open_first, run_pool, with_retries};
+use crate::listing_resume::ResumePoint;
+use crate::pool::{connection_backoff, open_first, relist, run_pool, with_retries};
 use crate::{NodeError, NodeUrl};
 
 /// Files (offers or wants) in flight per connection by default.
@@ -522,16 +523,11 @@ pub async fn pull(
         crate::mirror::check_dest(dest)?;
     }
     let tally = Tally::new(observer);
-    let (mut lr, mut lw) = open_first(
-        &remote.addr,
-        opts,
-        Request::List {
-            path: remote.path.clone(),
-            sums: opts.checksum,
-        },
-        &tally,
-    )
-    .await?;
+    let list_request = Request::List {
+        path: remote.path.clone(),
+        sums: opts.checksum,
+    };
+    let (mut lr, mut lw) = open_first(&remote.addr, opts, list_request.clone(), &tally).await?;
     // Only now that the node lists the path: a refused pull leaves no DEST.
     let destination = Destination::open(dest)?;
     if opts.checksum {
@@ -550,10 +546,35 @@ pub async fn pull(
             destination.clone(),
             opts.clone(),
         );
-        let top = top.clone();
+        let (top, addr) = (top.clone(), remote.addr.clone());
         tokio::spawn(async move {
-            let r = read_listing(&mut lr, &queue, &tally, &destination, &base, &opts, &top).await;
-            let _ = lw.send(&Message::Bye).await;
+            // A listing that breaks off is opened again and goes on after
+            // the last entry taken (`--retries` times, with backoff).
+            let mut resume = ResumePoint::default();
+            let mut listed = HashSet::new();
+            let mut backoff = connection_backoff(&opts);
+            let r = loop {
+                let got = ListingSink {
+                    queue: &queue,
+                    tally: &tally,
+                    dest: &destination,
+                    base: &base,
+                    opts: &opts,
+                    top: &top,
+                };
+                let r = read_listing(&mut lr, &got, &mut resume, &mut listed).await;
+                let _ = lw.send(&Message::Bye).await;
+                let Err(e) = r else {
+                    break Ok(listed);
+                };
+                match relist(&addr, &opts, list_request.clone(), &tally, &mut backoff, e).await {
+                    Ok((r, w)) => {
+                        (lr, lw) = (r, w);
+                        resume.restart();
+                    }
+                    Err(e) => break Err(e),
+                }
+            };
             queue.close();
             r
         })
@@ -666,17 +687,33 @@ fn list_base(path: &str) -> String {
     }
 }
 
+/// Where a pull's listing hands its entries on.
+struct ListingSink<'a> {
+    queue: &'a WorkQueue<FetchJob>,
+    tally: &'a Tally,
+    dest: &'a Arc<Destination>,
+    base: &'a str,
+    opts: &'a ClientOptions,
+    top: &'a str,
+}
+
+/// Reads one listing to its end, handing on what `resume` has not seen
+/// (with `--delete`, recording in `listed` what the source has, after the
+/// filter).
 async fn read_listing(
     rd: &mut Box<dyn haul_transport::MessageReader>,
-    queue: &WorkQueue<FetchJob>,
-    tally: &Tally,
-    dest: &Arc<Destination>,
-    base: &str,
-    opts: &ClientOptions,
-    top: &str,
-) -> Result<HashSet<String>, NodeError> {
-    // With --delete, what the source has (after the filter).
-    let mut listed = HashSet::new();
+    sink: &ListingSink<'_>,
+    resume: &mut ResumePoint,
+    listed: &mut HashSet<String>,
+) -> Result<(), NodeError> {
+    let ListingSink {
+        queue,
+        tally,
+        dest,
+        base,
+        opts,
+        top,
+    } = *sink;
     let mut chosen = opts
         .filter
         .clone()
@@ -692,31 +729,41 @@ async fn read_listing(
                 message,
                 ..
             } => {
-                tally.event(&Event::Warning {
-                    message: format!("node: {message}"),
-                });
+                if !resume.catching_up() {
+                    tally.event(&Event::Warning {
+                        message: format!("node: {message}"),
+                    });
+                }
                 continue;
             }
             Message::FileError { message, .. } => {
-                tally.event(&Event::FileError {
-                    path: String::new(),
-                    error: format!("node: {message}"),
-                });
+                if !resume.catching_up() {
+                    tally.event(&Event::FileError {
+                        path: String::new(),
+                        error: format!("node: {message}"),
+                    });
+                }
                 continue;
             }
             Message::KeepAlive => continue,
-            Message::Bye => return Ok(listed),
+            Message::Bye => return Ok(()),
             other => {
                 return Err(NodeError::Protocol(format!(
                     "unexpected {other:?} in a listing"
                 )))
             }
         };
-        if opts.checksum && entry.kind == EntryKind::File {
-            // Its hash (or why the node could not read it) comes next.
-            if let Some(root) = recv_hash(rd, &entry.path).await? {
-                sums.insert(entry.path.clone(), root);
-            }
+        // With --checksum, its hash (or why the node could not read it)
+        // comes next.
+        let sum = match opts.checksum && entry.kind == EntryKind::File {
+            true => recv_hash(rd, &entry.path).await?,
+            false => None,
+        };
+        if resume.seen(&entry.path) {
+            continue;
+        }
+        if let Some(root) = sum {
+            sums.insert(entry.path.clone(), root);
         }
         match &mut chosen {
             Some(chosen) => taken = chosen.offer(&entry.clone(), entry),

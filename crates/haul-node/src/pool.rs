@@ -30,7 +30,7 @@ static CONNECTIONS: AtomicU64 = AtomicU64::new(0);
 /// One connection's retry budget (`--retries`), with its own jitter seed:
 /// connections of one process that failed together do not come back in
 /// lockstep.
-fn connection_backoff(opts: &ClientOptions) -> Backoff {
+pub(crate) fn connection_backoff(opts: &ClientOptions) -> Backoff {
     let seed = Backoff::fresh_seed() ^ CONNECTIONS.fetch_add(1, Ordering::Relaxed);
     Backoff::new(opts.connect_attempts, FIRST_BACKOFF * 2, MAX_BACKOFF, seed)
 }
@@ -118,6 +118,40 @@ pub(crate) async fn open_first(
             ),
         });
         tokio::time::sleep(wait).await;
+    }
+}
+
+/// Opens a pull's listing again after it broke off with `err`, with
+/// backoff and within `backoff`'s budget (`--retries`); gives up at once on
+/// what another try cannot mend.
+pub(crate) async fn relist(
+    addr: &str,
+    opts: &ClientOptions,
+    request: Request,
+    tally: &Tally,
+    backoff: &mut Backoff,
+    mut err: NodeError,
+) -> Result<Connection, NodeError> {
+    loop {
+        if err.is_permanent() {
+            return Err(err);
+        }
+        let Some(wait) = backoff.next_wait() else {
+            return Err(err);
+        };
+        tally.event(&Event::Warning {
+            message: format!(
+                "the node's listing broke off: {err}; listing again from where it stopped, retry {}/{} in {:.1}s",
+                backoff.attempts(),
+                opts.connect_attempts,
+                wait.as_secs_f64()
+            ),
+        });
+        tokio::time::sleep(wait).await;
+        match open_session(addr, opts, request.clone()).await {
+            Ok(conn) => return Ok(conn),
+            Err(e) => err = e,
+        }
     }
 }
 

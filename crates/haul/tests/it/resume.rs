@@ -148,12 +148,13 @@ fn resume_a_pull_after_sigkill_of_the_puller() {
 }
 
 /// A pull whose listing breaks off (its connection cut after a few
-/// entries) ends failed, saying so, never as a whole pull: what the
-/// listing never reached was never queued, and a pull that exited 0 with
-/// half a tree was seen through a lossy UDP path. Run again, it fetches
-/// the rest.
+/// entries) lists again from where it stopped and fetches everything;
+/// with no retries left it ends failed, saying so, never as a whole pull
+/// (what the listing never reached was never queued: a pull that exited 0
+/// with half a tree was seen through a lossy UDP path). Run again, it
+/// fetches the rest.
 #[test]
-fn a_pull_whose_listing_breaks_off_fails_and_a_rerun_fetches_the_rest() {
+fn a_pull_whose_listing_breaks_off_lists_again_or_fails_never_half_done() {
     let s = Scratch::new();
     crate::transfer::make_tree(&s.path("node/in/data"));
     let (node, proxy) = plaintext_node_behind(
@@ -163,24 +164,62 @@ fn a_pull_whose_listing_breaks_off_fails_and_a_rerun_fetches_the_rest() {
             ..Faults::default()
         },
     );
-    let pull = |url: String| {
+    let pull = |url: String, dest: &str, retries: &str| {
         let mut c = haul(&s.path("config"));
-        c.args(["pull", "--json", "--plaintext", "-j", "2"])
-            .arg(url)
-            .arg(s.path("back"));
+        c.args([
+            "pull",
+            "--json",
+            "--plaintext",
+            "-j",
+            "2",
+            "--retries",
+            retries,
+        ])
+        .arg(url)
+        .arg(s.path(dest));
         c
     };
-    let out = run(pull(proxy.url("in/data")), T);
+    let out = run(pull(proxy.url("in/data"), "again", "3"), T);
+    assert_eq!(out.status.code(), Some(0), "{}", said(&out));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("listing again from where it stopped"),
+        "{}",
+        said(&out)
+    );
+    assert_eq!(
+        listing(&s.path("node/in/data")),
+        listing(&s.path("again/data"))
+    );
+    // Each entry once: none listed twice by the second listing.
+    let starts = String::from_utf8_lossy(&out.stdout)
+        .matches("\"file_start\"")
+        .count();
+    let files = listing(&s.path("node/in/data"))
+        .iter()
+        .filter(|l| !l.ends_with('/') && !l.contains(" -> "))
+        .count();
+    assert_eq!(starts, files, "{}", said(&out));
+
+    // The proxy cuts only its first connection: a new one for the next run.
+    let proxy = Proxy::start(
+        &node.addr,
+        Faults {
+            cut_first_down_at: Some(1500),
+            ..Faults::default()
+        },
+    );
+    let out = run(pull(proxy.url("in/data"), "back", "0"), T);
     assert_eq!(out.status.code(), Some(1), "{}", said(&out));
     let sum = summary(&out);
     assert!(sum["entries_ok"].as_u64().unwrap_or(0) > 0, "{sum}");
-    assert!(said(&out).contains("listing broke off"), "{}", said(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("listing broke off"), "{stdout}");
     assert_ne!(
         listing(&s.path("node/in/data")),
         listing(&s.path("back/data"))
     );
 
-    let out = run(pull(node.url("in/data")), T);
+    let out = run(pull(node.url("in/data"), "back", "3"), T);
     assert_eq!(out.status.code(), Some(0), "{}", said(&out));
     assert_eq!(
         listing(&s.path("node/in/data")),
