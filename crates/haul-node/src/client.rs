@@ -550,8 +550,14 @@ pub async fn pull(
         tokio::spawn(async move {
             // A listing that breaks off is opened again and goes on after
             // the last entry taken (`--retries` times, with backoff).
-            let mut resume = ResumePoint::default();
-            let mut listed = HashSet::new();
+            let mut state = ListingState {
+                resume: ResumePoint::default(),
+                chosen: opts
+                    .filter
+                    .clone()
+                    .map(|f| EntryFilter::new(f, top.clone())),
+                listed: HashSet::new(),
+            };
             let mut backoff = connection_backoff(&opts);
             let r = loop {
                 let got = ListingSink {
@@ -560,17 +566,16 @@ pub async fn pull(
                     dest: &destination,
                     base: &base,
                     opts: &opts,
-                    top: &top,
                 };
-                let r = read_listing(&mut lr, &got, &mut resume, &mut listed).await;
+                let r = read_listing(&mut lr, &got, &mut state).await;
                 let _ = lw.send(&Message::Bye).await;
                 let Err(e) = r else {
-                    break Ok(listed);
+                    break Ok(state.listed);
                 };
                 match relist(&addr, &opts, list_request.clone(), &tally, &mut backoff, e).await {
                     Ok((r, w)) => {
                         (lr, lw) = (r, w);
-                        resume.restart();
+                        state.resume.restart();
                     }
                     Err(e) => break Err(e),
                 }
@@ -694,30 +699,38 @@ struct ListingSink<'a> {
     dest: &'a Arc<Destination>,
     base: &'a str,
     opts: &'a ClientOptions,
-    top: &'a str,
 }
 
-/// Reads one listing to its end, handing on what `resume` has not seen
-/// (with `--delete`, recording in `listed` what the source has, after the
-/// filter).
+/// What a pull's listings carry from one to the next when one breaks off.
+struct ListingState {
+    /// Where the next listing goes on.
+    resume: ResumePoint,
+    /// `--filter`'s choice, which holds directories until it knows
+    /// whether anything in them is taken.
+    chosen: Option<EntryFilter<haul_proto::Entry>>,
+    /// With `--delete`, what the source has (after the filter).
+    listed: HashSet<String>,
+}
+
+/// Reads one listing to its end, handing on what `state.resume` has not
+/// seen.
 async fn read_listing(
     rd: &mut Box<dyn haul_transport::MessageReader>,
     sink: &ListingSink<'_>,
-    resume: &mut ResumePoint,
-    listed: &mut HashSet<String>,
+    state: &mut ListingState,
 ) -> Result<(), NodeError> {
+    let ListingState {
+        resume,
+        chosen,
+        listed,
+    } = state;
     let ListingSink {
         queue,
         tally,
         dest,
         base,
         opts,
-        top,
     } = *sink;
-    let mut chosen = opts
-        .filter
-        .clone()
-        .map(|f| EntryFilter::new(f, top.to_owned()));
     let mut taken = Vec::new();
     // With --checksum: the node's BLAKE3 of each file it listed.
     let mut sums: HashMap<String, Digest> = HashMap::new();
@@ -765,7 +778,7 @@ async fn read_listing(
         if let Some(root) = sum {
             sums.insert(entry.path.clone(), root);
         }
-        match &mut chosen {
+        match chosen {
             Some(chosen) => taken = chosen.offer(&entry.clone(), entry),
             None => taken.push(entry),
         }
