@@ -36,6 +36,7 @@ export HAUL_CONFIG_DIR=$W/config
 for b in "$@"; do
   n=$(basename "$b")
   if [ -n "${AB_TLS:-}" ]; then MODE=(); else MODE=(--plaintext); fi
+  mkdir -p "$W/$n"
   "$b" serve --root "$W/$n" --listen 127.0.0.1:0 --open "${MODE[@]}" --identity "$W/id.$n" >"$W/$n.out" 2>&1 &
   NODE[$n]=$!
   PIDS+=($!)

@@ -107,6 +107,7 @@ median() { sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+
 mbit() { awk -v s="$1" -v a="$2" -v b="$3" 'BEGIN {printf "%.1f", s*8*1.048576/(b-a)}'; }
 
 # The node on h2, and vsftpd on h2 serving one file of SIZE MiB (data/f00.bin).
+mkdir -p "$W/node" "$W/lnode"
 inh 2 "$HAUL" serve --root "$W/node" --listen 198.18.0.2:7878 --open --identity "$W/id" \
   >"$W/node.log" 2>&1 &
 NODE=$!

@@ -31,6 +31,7 @@ cleanup() {
 trap cleanup EXIT
 "$HAUL" lab up --hosts 2 --link "rate 200mbit delay 10ms" --seed 1 --name "$NAME" >/dev/null
 inh() { local h=$1; shift; ip netns exec "hl-$NAME-h$h" "$@"; }
+mkdir -p "$W/node"
 inh 2 "$HAUL" serve --root "$W/node" --listen 198.18.0.2:7878 --open --identity "$W/id" >"$W/node.log" 2>&1 &
 NODE=$!
 for _ in $(seq 1 100); do grep -q listening "$W/node.log" 2>/dev/null && break; sleep 0.05; done

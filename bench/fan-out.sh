@@ -61,6 +61,7 @@ now() { date +%s.%N; }
 median() { sort -g | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 
 start_node() { # $1 = host; NODE[host] is the node's own pid (ip netns exec execs)
+  mkdir -p "$W/n$1"
   ip netns exec "hl-$NAME-h$1" "$HAUL" serve --root "$W/n$1" --listen "198.18.0.$1:7878" \
     --open --plaintext --identity "$W/id$1" >"$W/node$1.log" 2>&1 &
   NODE[$1]=$!

@@ -44,6 +44,7 @@ done
 # Nodes and daemons.
 start_node() { # $1 = name, rest = flags; sets ADDR
   local log="$W/node-$1.out"
+  mkdir -p "$W/$1"
   "$HAUL" serve --root "$W/$1" --listen 127.0.0.1:0 --open --identity "$W/identity" "${@:2}" >"$log" 2>/dev/null &
   PIDS+=($!)
   for _ in $(seq 1 100); do grep -q listening "$log" 2>/dev/null && break; sleep 0.05; done

@@ -13,6 +13,7 @@ W=$(mktemp -d "$BASE/haul-rss.XXXXXX")
 NODE_PID=
 trap '[ -n "$NODE_PID" ] && kill $NODE_PID 2>/dev/null; rm -rf "$W"' EXIT
 truncate -s "${GIB}G" "$W/big.bin"
+mkdir -p "$W/node"
 "$HAUL" serve --root "$W/node" --listen 127.0.0.1:0 --open --plaintext >"$W/node.out" 2>/dev/null &
 NODE_PID=$!
 for _ in $(seq 1 100); do grep -q listening "$W/node.out" && break; sleep 0.05; done

@@ -14,6 +14,7 @@ W=$(mktemp -d "$BASE/haul-small.XXXXXX")
 PIDS=()
 trap 'for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; rm -rf "$W"' EXIT
 for d in $(seq 0 99); do mkdir -p "$W/src/d$d"; for f in $(seq 0 99); do head -c 4096 /dev/urandom > "$W/src/d$d/f$f"; done; done
+mkdir -p "$W/node"
 "$HAUL" serve --root "$W/node" --listen 127.0.0.1:0 --open --plaintext >"$W/node.out" 2>/dev/null &
 PIDS+=($!)
 for _ in $(seq 1 100); do grep -q listening "$W/node.out" && break; sleep 0.05; done

@@ -9,11 +9,13 @@ need=()
 # remote-source tests start on 127.0.0.1 (vsftpd, OpenSSH's sshd, nginx),
 # openssl to make their test certificates, python3 with pip for moto, man-db
 # to check `haul man` (man -l), script(1) to run haul under a pty, and
-# promtool to check the daemon's /metrics.
+# promtool to check the daemon's /metrics, and rsync, whose results on the
+# same trees are the reference for type changes, and chattr, which makes a
+# removal fail even for root.
 for pair in ip:iproute2 \
   /usr/sbin/vsftpd:vsftpd /usr/sbin/sshd:openssh-server /usr/sbin/nginx:nginx-light \
   ssh-keygen:openssh-client openssl:openssl python3:python3 \
-  man:man-db script:bsdutils promtool:prometheus; do
+  man:man-db script:bsdutils promtool:prometheus rsync:rsync chattr:e2fsprogs; do
   cmd=${pair%%:*} pkg=${pair#*:}
   command -v "$cmd" >/dev/null 2>&1 || [ -x "$cmd" ] || need+=("$pkg")
 done
@@ -62,5 +64,5 @@ if [ $# -eq 0 ]; then
   # tokio and a dozen other crates, about 4 minutes); the other crates' `it`
   # binaries have no test under these names and run none.
   HAUL_TEST_TRANSPORT=quic cargo test --locked --workspace --test it -- \
-    transfer:: resume:: beneath:: security:: rate:: fanout::
+    transfer:: resume:: beneath:: security:: rate:: fanout:: changing:: type_changes::
 fi

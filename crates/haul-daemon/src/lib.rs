@@ -104,6 +104,35 @@ pub struct DaemonOptions {
     pub down_retry: Duration,
     /// The sources.
     pub sources: Vec<SourceSpec>,
+    /// Partial downloads no run has written for this long are removed
+    /// from the sources' staging directories, at start and hourly (one a
+    /// download holds never is); `None`: never.
+    pub partial_ttl: Option<Duration>,
+}
+
+/// How often the daemon looks for abandoned partial downloads.
+pub const PRUNE_EVERY: Duration = Duration::from_secs(3600);
+
+/// Removes the partial downloads of `sources` that nothing has written for
+/// `ttl` (never one a download holds: [`haul_engine::prune`]), each in its
+/// staging directory (`staging`, else `DEST/.haul/partial`), and logs what
+/// that freed.
+fn prune_partials(sources: &[Arc<SourceSpec>], ttl: Duration) {
+    let now = SystemTime::now();
+    for spec in sources {
+        match haul_engine::prune::prune_staging_of(&spec.dest, spec.staging.as_deref(), ttl, now) {
+            Ok(p) if p.files > 0 || p.in_use > 0 => tracing::info!(
+                "{}: partial downloads untouched for {}s: removed {} file(s) ({} bytes), kept {} in use",
+                spec.name,
+                ttl.as_secs(),
+                p.files,
+                p.bytes,
+                p.in_use
+            ),
+            Ok(_) => {}
+            Err(e) => tracing::warn!("{}: cannot prune partial downloads: {e}", spec.name),
+        }
+    }
 }
 
 /// What the daemon is told while it runs.
@@ -187,6 +216,8 @@ pub async fn run(
     let mut table = slots(opts.sources, &mut HashMap::new(), SystemTime::now());
     publish_sources(&board, &table);
     let mut runs: JoinSet<(String, Result<(), DaemonError>, Duration)> = JoinSet::new();
+    let partial_ttl = opts.partial_ttl;
+    let mut prune_at = tokio::time::Instant::now();
     loop {
         let now = SystemTime::now();
         for slot in table.values_mut().filter(|s| !s.running && s.next <= now) {
@@ -233,6 +264,13 @@ pub async fn run(
         let wait = wake.duration_since(now).unwrap_or_default();
         tokio::select! {
             () = tokio::time::sleep(wait) => {}
+            () = tokio::time::sleep_until(prune_at), if partial_ttl.is_some() => {
+                prune_at = tokio::time::Instant::now() + PRUNE_EVERY;
+                if let Some(ttl) = partial_ttl {
+                    let sources: Vec<_> = table.values().map(|s| s.spec.clone()).collect();
+                    tokio::task::spawn_blocking(move || prune_partials(&sources, ttl));
+                }
+            }
             Some(done) = runs.join_next() => {
                 let (name, result, took) = match done {
                     Ok(done) => done,

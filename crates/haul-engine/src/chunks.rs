@@ -20,6 +20,7 @@ use haul_proto::digest::{chunk_digest, ChunkHasher};
 use haul_proto::{Digest, Entry};
 
 use crate::destination::ReceiveError;
+use haul_root::FileIdentity;
 
 /// Chunks are read and hashed in pieces of this size: a piece is still in
 /// the CPU's cache when it is hashed (and when its bytes are not kept, the
@@ -58,6 +59,28 @@ pub trait ChunkSource: Send + Sync + std::fmt::Debug {
     fn abandoned(&self) -> bool {
         false
     }
+
+    /// Asked after the last chunk was read and before the file's hash is
+    /// announced: whether what was read is one version that exists whole
+    /// (see [`Confirmation`]). Bytes in memory always are.
+    fn confirm(&self) -> Confirmation {
+        Confirmation::Unchanged
+    }
+}
+
+/// Whether the chunks a source gave are one version of the file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Confirmation {
+    /// The version read exists whole: its hash may be announced.
+    Unchanged,
+    /// It changed (how), or never will be whole: the file must not be
+    /// committed anywhere.
+    Changed(String),
+    /// Not known yet: [`ChunkSource::on_ready`] wakes the reader when it
+    /// is. No source answers this today; it is the wait a relay will need
+    /// once the origin seals a file's root after its own confirm (see the
+    /// fan-out gap in ARCHITECTURE.md).
+    Pending,
 }
 
 /// Reads chunk `index` of `entry` from `file` through `buf` (see
@@ -92,9 +115,28 @@ pub fn read_file_chunk(
     Ok(hasher.finalize())
 }
 
-/// A complete local file.
+/// A complete local file, and the version of it that is sent: its identity
+/// when it was opened ([`FileIdentity::settled`]), checked again by
+/// [`ChunkSource::unchanged`] after the last read.
 #[derive(Debug)]
-pub struct LocalFile(pub File);
+pub struct LocalFile {
+    file: File,
+    identity: FileIdentity,
+}
+
+impl LocalFile {
+    /// The file `file` reads, as it is now (waiting out a timestamp tick if
+    /// it was written a moment ago, so no later write goes unseen).
+    pub fn open(file: File) -> io::Result<Self> {
+        let identity = FileIdentity::settled(&file)?;
+        Ok(Self { file, identity })
+    }
+
+    /// The identity it is sent at.
+    pub fn identity(&self) -> &FileIdentity {
+        &self.identity
+    }
+}
 
 impl ChunkSource for LocalFile {
     fn read_chunk(
@@ -104,11 +146,21 @@ impl ChunkSource for LocalFile {
         buf: &mut Vec<u8>,
         keep: bool,
     ) -> io::Result<Digest> {
-        read_file_chunk(&self.0, entry, index, buf, keep)
+        read_file_chunk(&self.file, entry, index, buf, keep)
     }
 
     fn file(&self) -> Option<&File> {
-        Some(&self.0)
+        Some(&self.file)
+    }
+
+    fn confirm(&self) -> Confirmation {
+        match FileIdentity::of(&self.file) {
+            Err(e) => Confirmation::Changed(format!("cannot stat it: {e}")),
+            Ok(now) => match self.identity.change_to(&now) {
+                None => Confirmation::Unchanged,
+                Some(change) => Confirmation::Changed(change.to_string()),
+            },
+        }
     }
 }
 
@@ -221,7 +273,7 @@ mod tests {
         let mem = MemorySource(data.clone().into());
         let tmp = tempfile::NamedTempFile::new().unwrap();
         std::fs::write(tmp.path(), &data).unwrap();
-        let file = LocalFile(File::open(tmp.path()).unwrap());
+        let file = LocalFile::open(File::open(tmp.path()).unwrap()).unwrap();
         for i in 0..3 {
             let (mut a, mut b, mut c) = (Vec::new(), Vec::new(), Vec::new());
             let d = mem.read_chunk(&e, i, &mut a, true).unwrap();

@@ -276,8 +276,18 @@ impl Destination {
 
     /// Creates directory `entry.path` (idempotent); its mode and mtime are
     /// applied when the last session on this destination ends.
+    /// A file or symlink in its place is replaced (as rsync does).
     pub fn make_dir(&self, entry: &Entry) -> Result<(), ReceiveError> {
         let comps = validate_entry_path(&entry.path)?;
+        let place = self.resolve(&entry.path)?;
+        if let Ok(Some(meta)) = place.dir.stat(&place.name) {
+            if !meta.is_dir() {
+                place
+                    .dir
+                    .unlink(&place.name)
+                    .map_err(|e| ReceiveError::io("replace", &place.shown(), e))?;
+            }
+        }
         let held = self.dir(&comps)?;
         if let Ok(mut meta) = self.pending_dirs.lock() {
             meta.pending.push(PendingDir {
@@ -298,7 +308,7 @@ impl Destination {
         let io = |op, e| ReceiveError::io(op, &place.shown(), e);
         if let Ok(Some(meta)) = place.dir.stat(&place.name) {
             if meta.is_dir() {
-                return Err(ReceiveError::WrongType(entry.path.clone(), "symlink"));
+                clear_empty_dir(&place, &entry.path)?;
             }
         }
         // A name of its own per link (connections make links side by side);
@@ -322,6 +332,18 @@ impl Destination {
             return Err(io("rename", e));
         }
         Ok(())
+    }
+
+    /// Removes the directory at `rel` with everything beneath it, so a file
+    /// or symlink of the source can take its place (`--force`, `--delete`;
+    /// see [`ReceiveError::DirInTheWay`]): each entry by one component
+    /// beneath held directories. The bytes freed.
+    pub fn replace_dir(&self, rel: &str) -> Result<u64, ReceiveError> {
+        let place = self.resolve(rel)?;
+        place
+            .dir
+            .remove_tree(&place.name)
+            .map_err(|e| ReceiveError::io("remove", &place.shown(), e))
     }
 
     /// Creates a directory or symlink entry; `None` for files (which need a transfer).
@@ -433,7 +455,8 @@ impl Destination {
         let found = self.look_up(&place);
         if let Some(st) = &found {
             if st.is_dir() {
-                return Err(ReceiveError::WrongType(entry.path.clone(), "file"));
+                clear_empty_dir(&place, &entry.path)?;
+                return self.prepare_file_version(entry, version, quick_check);
             }
             let quick_check = quick_check
                 && !self
@@ -641,6 +664,18 @@ impl Destination {
         meta.applied = applied;
     }
 
+    /// Removes the staging files that no transfer has written for `ttl` and
+    /// no writer holds ([`crate::prune`]); the staging directory is the
+    /// held one this destination writes into.
+    pub fn prune_partials(
+        &self,
+        ttl: Duration,
+        now: SystemTime,
+    ) -> Result<crate::prune::Pruned, ReceiveError> {
+        crate::prune::prune_staging(&self.staging_dir(), ttl, now)
+            .map_err(|e| ReceiveError::io_at("prune", self.staging_shown(), e))
+    }
+
     /// Removes `ROOT/.haul/partial` and `ROOT/.haul` if nothing is left in
     /// them (a staging directory given apart is left as it is).
     pub fn tidy_state_dir(&self) {
@@ -759,3 +794,18 @@ fn same_file(st: &Meta, entry: &Entry) -> bool {
 
 #[cfg(test)]
 mod tests;
+
+/// A directory where the source has a file or symlink: removed when empty
+/// (as rsync does); a non-empty one is [`ReceiveError::DirInTheWay`].
+fn clear_empty_dir(place: &Place, rel: &str) -> Result<(), ReceiveError> {
+    match place.dir.remove_dir(&place.name) {
+        Ok(()) => Ok(()),
+        Err(e)
+            if e.raw_os_error() == Some(libc::ENOTEMPTY)
+                || e.raw_os_error() == Some(libc::EEXIST) =>
+        {
+            Err(ReceiveError::DirInTheWay(rel.to_owned()))
+        }
+        Err(e) => Err(ReceiveError::io("replace", &place.shown(), e)),
+    }
+}

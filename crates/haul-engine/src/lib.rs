@@ -5,6 +5,7 @@
 //! - [`source`]: the [`source::Source`] abstraction and local trees.
 //! - [`destination`]: the receiving root — path safety, staging, atomic commit.
 //! - [`partial`]: a file being received, with its resume log.
+//! - [`prune`]: staging files of abandoned transfers, removed after a TTL.
 //! - [`mirror`]: `--delete` at a local destination, beneath a held root.
 //! - [`chunks`]: chunk sources (local files, bytes, files still being
 //!   received) and sinks, which take only verified chunks.
@@ -16,9 +17,10 @@ pub mod mirror;
 /// Chunk digests and whole-file hashes: the protocol's, in [`haul_proto::digest`].
 pub use haul_proto::digest as hash;
 pub mod partial;
+pub mod prune;
 pub mod source;
 
-pub use chunks::{ChunkSink, ChunkSource, LocalFile, MemorySource, VerifiedChunk};
+pub use chunks::{ChunkSink, ChunkSource, Confirmation, LocalFile, MemorySource, VerifiedChunk};
 pub use destination::{Destination, Prepared, ReceiveError};
 pub use filtered::EntryFilter;
 pub use haul_filter::{self, Filter};

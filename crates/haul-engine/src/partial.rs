@@ -618,7 +618,7 @@ impl PartialFile {
 }
 
 /// `flock(LOCK_EX | LOCK_NB)`: `WouldBlock` while another holder has it.
-fn lock_exclusive(file: &File) -> std::io::Result<()> {
+pub(crate) fn lock_exclusive(file: &File) -> std::io::Result<()> {
     use std::os::fd::AsRawFd;
     // SAFETY: `file` is an open descriptor.
     if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {

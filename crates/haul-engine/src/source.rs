@@ -21,8 +21,9 @@ use std::sync::Arc;
 
 use haul_proto::{Entry, EntryKind};
 use haul_root::walk::Walk;
-use haul_root::{Dir, Meta, ResolveError, Root};
+use haul_root::{Dir, FileIdentity, Meta, ResolveError, Root};
 
+use crate::chunks::{ChunkSource, Confirmation, LocalFile};
 use crate::filtered::EntryFilter;
 use crate::hash::chunk_size_for;
 use haul_filter::Filter;
@@ -44,6 +45,18 @@ pub enum SourceError {
     /// A device, FIFO or socket.
     #[error("skipping {0}: special files (devices, FIFOs, sockets) are not transferred")]
     Special(String),
+    /// A file that changed between the walk and the open, where the version
+    /// listed is the one that must be sent (a range of a file split across
+    /// connections).
+    #[error("{path} changed {when} ({change})")]
+    Changed {
+        /// The file.
+        path: String,
+        /// How it changed.
+        change: String,
+        /// When, and what follows.
+        when: &'static str,
+    },
     /// A symlink whose target no receiver recreates.
     #[error(
         "skipping symlink {path} -> {target}: its target is absolute or climbs out of the tree"
@@ -60,13 +73,14 @@ impl SourceError {
     /// True for entries skipped by policy (special files, names that cannot
     /// travel, unsafe symlinks): a warning, not a failure.
     pub fn is_skip(&self) -> bool {
-        !matches!(self, Self::Io { .. })
+        !matches!(self, Self::Io { .. } | Self::Changed { .. })
     }
 
     /// The path the error concerns, as shown in the message.
     pub fn path(&self) -> &str {
         match self {
             Self::Io { path, .. } | Self::UnsafeLink { path, .. } => path,
+            Self::Changed { path, .. } => path,
             Self::BadName(path) | Self::Special(path) => path,
         }
     }
@@ -90,6 +104,8 @@ pub struct SourceEntry {
 pub struct LocalData {
     parent: Arc<Dir>,
     name: OsString,
+    /// What the walk saw.
+    listed: FileIdentity,
 }
 
 impl LocalData {
@@ -97,6 +113,11 @@ impl LocalData {
     /// nothing waits on a FIFO.
     pub fn open(&self) -> std::io::Result<File> {
         self.parent.open_read(&self.name)
+    }
+
+    /// The file's identity when the walk listed it.
+    pub fn listed(&self) -> &FileIdentity {
+        &self.listed
     }
 }
 
@@ -221,6 +242,7 @@ fn open_top(
     let data = LocalData {
         parent: Arc::new(parent),
         name: name.to_owned(),
+        listed: FileIdentity::from(&meta),
     };
     Ok(Top::One { meta, link, data })
 }
@@ -474,6 +496,7 @@ impl Source for LocalTree {
                         let data = LocalData {
                             parent: e.parent,
                             name: e.name,
+                            listed: FileIdentity::from(&e.meta),
                         };
                         naming.make(&e.rel, &e.meta, e.link, Some(data))
                     }
@@ -496,16 +519,62 @@ pub fn open_local(entry: &SourceEntry) -> Result<File, SourceError> {
 
 /// The BLAKE3 of a local entry's data, read through the directory the walk
 /// held (`--checksum`, `haul check`).
+///
+/// The hash is of one version that existed: a file that changed while it
+/// was read fails ([`SourceError::Changed`]).
 pub fn hash_local(entry: &SourceEntry) -> Result<blake3::Hash, SourceError> {
-    let file = open_local(entry)?;
+    let io = |source| SourceError::Io {
+        path: entry.local.display().to_string(),
+        source,
+    };
+    let file = LocalFile::open(open_local(entry)?).map_err(io)?;
     let mut hasher = blake3::Hasher::new();
-    hasher
-        .update_reader(file)
-        .map_err(|source| SourceError::Io {
+    if let Some(f) = file.file() {
+        hasher.update_reader(f).map_err(io)?;
+    }
+    if let Confirmation::Changed(change) = file.confirm() {
+        return Err(SourceError::Changed {
             path: entry.local.display().to_string(),
-            source,
-        })?;
+            change,
+            when: "while it was being read",
+        });
+    }
     Ok(hasher.finalize())
+}
+
+/// Opens a walked file to send it as `entry`, and fixes which version goes:
+/// the one open now, whose identity [`LocalFile`] keeps for the check after
+/// the last read. A whole file that changed since the walk is sent as it is
+/// now (`entry` takes its size, mtime and chunk size); a `range` of a file
+/// split across connections must be the version the walk listed, which
+/// every other range also checks against, so a change fails it
+/// ([`SourceError::Changed`]).
+pub fn open_to_send(
+    entry: &mut Entry,
+    local: &Path,
+    data: Option<&LocalData>,
+    range: bool,
+) -> Result<LocalFile, SourceError> {
+    let file = open_data(local, data)?;
+    let file = LocalFile::open(file).map_err(|source| SourceError::Io {
+        path: local.display().to_string(),
+        source,
+    })?;
+    let now = *file.identity();
+    if range {
+        if let Some(change) = data.and_then(|d| d.listed.change_to(&now)) {
+            return Err(SourceError::Changed {
+                path: local.display().to_string(),
+                change: change.to_string(),
+                when: "since it was listed; it was not delivered",
+            });
+        }
+    } else if (now.size, now.mtime) != (entry.size, (entry.mtime_sec, entry.mtime_nsec)) {
+        entry.size = now.size;
+        (entry.mtime_sec, entry.mtime_nsec) = now.mtime;
+        entry.chunk_size = chunk_size_for(now.size);
+    }
+    Ok(file)
 }
 
 /// Opens the data of the local file shown as `local` (see [`open_local`]).

@@ -405,7 +405,7 @@ async fn attempt(
             return Err(e);
         }
     };
-    finish(job, &part, sidecar, fetched).await
+    finish(ctx, job, &part, sidecar, fetched).await
 }
 
 /// The engine's entry for `job` as it stands, and its version token (the
@@ -459,8 +459,10 @@ async fn sidecar_for(
 }
 
 /// Seals the received file, checks every checksum the source offers over
-/// the staged bytes, then syncs and publishes it under its final name.
+/// the staged bytes and that the server still has the version it was read
+/// at, then syncs and publishes it under its final name.
 async fn finish(
+    ctx: &Arc<Ctx>,
     job: &FileJob,
     part: &Arc<PartialFile>,
     sidecar: Option<Checksum>,
@@ -486,6 +488,12 @@ async fn finish(
             )));
         }
     }
+    if part.entry().chunk_count() > 1 && !ctx.pool.remote().files_are_immutable() {
+        if let Err(e) = unchanged_on_server(ctx, job).await {
+            part.discard();
+            return Err(e);
+        }
+    }
     let p = part.clone();
     tokio::task::spawn_blocking(move || p.sync().and_then(|()| p.publish()))
         .await
@@ -495,6 +503,44 @@ async fn finish(
         root: hex::encode(root),
         fetched,
     })
+}
+
+/// Asks the server again for what it holds at `job`'s path after the bytes
+/// arrived: a server reads a file as it sends it, so a file rewritten in
+/// place meanwhile arrives as a mix of two versions whose every byte came
+/// from the server (ranges carry `If-Range`/`If-Match`, but one response
+/// is read over time too). A size, ETag or mtime other than the version
+/// the download began with is [`RemoteError::Changed`]: the file is
+/// fetched again from scratch (with the retries and backoff of any
+/// failure), never delivered. Done for files of more than one chunk: a
+/// smaller one is one short response. Timestamps are the server's (FTP
+/// and SFTP to the second): a rewrite within the same second that keeps
+/// the size is caught only by a checksum the server offers.
+async fn unchanged_on_server(ctx: &Arc<Ctx>, job: &FileJob) -> Result<(), RemoteError> {
+    let mut lease = ctx.pool.take().await?;
+    let now = lease.session().stat(&job.remote_path).await?;
+    ctx.pool.give_back(lease);
+    let was = &job.entry;
+    let change = if now.size != was.size {
+        Some(format!(
+            "its size went from {} to {}",
+            was.size.unwrap_or(0),
+            now.size.unwrap_or(0)
+        ))
+    } else if was.version.is_some() && now.version.is_some() && now.version != was.version {
+        Some("its ETag changed".to_owned())
+    } else if was.mtime.is_some() && now.mtime.is_some() && now.mtime != was.mtime {
+        Some("its modification time changed".to_owned())
+    } else {
+        None
+    };
+    match change {
+        None => Ok(()),
+        Some(change) => Err(RemoteError::Changed(format!(
+            "{} changed on the server while it was downloaded ({change}); what arrived was not delivered",
+            job.remote_path
+        ))),
+    }
 }
 
 fn with_mtime(mut entry: Entry, t: SystemTime) -> Entry {

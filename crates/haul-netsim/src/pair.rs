@@ -557,6 +557,19 @@ fn sender_io(
                 .collect();
             s.hashed(now, file, hashed);
         }
+        // Files in memory never change while they are read.
+        SenderIo::Confirm { file } => s.confirmed(now, file, Ok(())),
+        SenderIo::Reopen { file } => {
+            let path = paths.get(&file).cloned();
+            let entry = path
+                .as_ref()
+                .and_then(|p| src.get(p))
+                .map(|(e, _)| e.clone());
+            let reopened = entry.ok_or_else(|| "gone".to_string());
+            if let (Some(id), Some(path)) = (s.reopened(now, file, reopened), path) {
+                paths.insert(id, path);
+            }
+        }
         SenderIo::Forget { file } => {
             held.retain(|(f, _), _| *f != file);
             paths.remove(&file);

@@ -28,6 +28,7 @@ use crate::drive::send::{run_sender, JobFeed, SenderCtx};
 use crate::jobs::{FetchGroup, FetchJob, RangeGroup, SendJob, Source, WorkQueue};
 use crate::listing_resume::ResumePoint;
 use crate::pool::{connection_backoff, open_first, relist, run_pool, with_retries};
+use crate::walk_count::{Counted, WalkCount};
 use crate::{NodeError, NodeUrl};
 
 /// Files (offers or wants) in flight per connection by default.
@@ -74,6 +75,18 @@ pub struct ClientOptions {
     /// `--checksum` (local copies): a file is up to date when its BLAKE3
     /// equals that of the file at DEST, whatever the sizes and mtimes say.
     pub checksum: bool,
+    /// `--force`: a non-empty directory at DEST where the source has a file
+    /// or symlink is removed to make room (as rsync's `--force`; `--delete`
+    /// implies it).
+    pub force: bool,
+}
+
+impl ClientOptions {
+    /// Whether a non-empty directory in the way of a file or symlink is
+    /// replaced (`--force`, or `--delete`, as rsync).
+    pub fn replaces_dirs(&self) -> bool {
+        self.force || self.delete
+    }
 }
 
 impl Default for ClientOptions {
@@ -95,6 +108,7 @@ impl Default for ClientOptions {
             filter: None,
             delete: false,
             checksum: false,
+            force: false,
         }
     }
 }
@@ -220,55 +234,68 @@ pub(crate) fn send_queue(
     }
     let observer = tally.clone();
     let (streams, split_min) = (opts.streams, opts.split_min);
-    let feed = iters
-        .into_iter()
-        .flatten()
-        .flat_map(move |item| match item {
-            Ok(mut src) => {
-                if let Some(seen) = &seen {
-                    if let Ok(mut seen) = seen.lock() {
-                        seen.insert(src.entry.path.clone());
-                    }
+    let walk = iters.into_iter().flatten();
+    // The walk's progress, and its end (the total is known then). A
+    // fan-out's sends each walk the sources again (one per stripe, and
+    // repairs): its coordinator says what the dataset is, once.
+    let walk: Box<dyn Iterator<Item = Result<SourceEntry, haul_engine::SourceError>> + Send> =
+        match fanout {
+            Some(_) => Box::new(walk),
+            None => Box::new(Counted::new(
+                walk,
+                |item: &Result<SourceEntry, haul_engine::SourceError>| match item {
+                    Ok(src) if src.entry.kind == EntryKind::File => Some(src.entry.size),
+                    _ => None,
+                },
+                WalkCount::start(tally.clone()),
+            )),
+        };
+    let feed = walk.flat_map(move |item| match item {
+        Ok(mut src) => {
+            if let Some(seen) = &seen {
+                if let Ok(mut seen) = seen.lock() {
+                    seen.insert(src.entry.path.clone());
                 }
-                if let Some(same) = &same {
-                    if src.entry.kind == EntryKind::File && same.holds(&src) {
-                        observer.event(&Event::up_to_date(src.entry.path.clone(), src.entry.size));
-                        return Vec::new();
-                    }
-                }
-                let Some(fan) = fanout else {
-                    return send_jobs(src, streams, split_min);
-                };
-                if src.entry.kind == EntryKind::File {
-                    src.entry.chunk_size = haul_plan::piece_size(src.entry.size, fan.depth);
-                }
-                let Some(stripe) = fan.stripe else {
-                    return send_jobs(src, streams, split_min);
-                };
-                // One stripe of each entry (the rest go to other nodes).
-                let Some((first, end)) = stripe.carries(&src.entry) else {
+            }
+            if let Some(same) = &same {
+                if src.entry.kind == EntryKind::File && same.holds(&src) {
+                    observer.event(&Event::up_to_date(src.entry.path.clone(), src.entry.size));
                     return Vec::new();
-                };
-                vec![SendJob {
-                    first,
-                    end,
-                    ..crate::drive::local_job(src)
-                }]
+                }
             }
-            Err(e) if e.is_skip() => {
-                observer.event(&Event::Warning {
-                    message: e.to_string(),
-                });
-                Vec::new()
+            let Some(fan) = fanout else {
+                return send_jobs(src, streams, split_min);
+            };
+            if src.entry.kind == EntryKind::File {
+                src.entry.chunk_size = haul_plan::piece_size(src.entry.size, fan.depth);
             }
-            Err(e) => {
-                observer.event(&Event::FileError {
-                    path: e.path().to_owned(),
-                    error: e.to_string(),
-                });
-                Vec::new()
-            }
-        });
+            let Some(stripe) = fan.stripe else {
+                return send_jobs(src, streams, split_min);
+            };
+            // One stripe of each entry (the rest go to other nodes).
+            let Some((first, end)) = stripe.carries(&src.entry) else {
+                return Vec::new();
+            };
+            vec![SendJob {
+                first,
+                end,
+                ..crate::drive::local_job(src)
+            }]
+        }
+        Err(e) if e.is_skip() => {
+            observer.event(&Event::Warning {
+                message: e.to_string(),
+            });
+            Vec::new()
+        }
+        Err(e) => {
+            observer.event(&Event::FileError {
+                path: e.path().to_owned(),
+                error: e.to_string(),
+            });
+            Vec::new()
+        }
+    });
     Ok(WorkQueue::fed_by(feed))
 }
 
@@ -416,6 +443,7 @@ pub async fn push(
     let request = Request::Push {
         dest,
         checksum: opts.checksum,
+        replace_dirs: opts.replaces_dirs(),
     };
     let first = open_first(&remote.addr, opts, request.clone(), &tally).await?;
     let ctx = SenderCtx::for_client(opts, &tally, ChunkBuffers::new(opts.chunk_memory));
@@ -557,6 +585,7 @@ pub async fn pull(
                     .clone()
                     .map(|f| EntryFilter::new(f, top.clone())),
                 listed: HashSet::new(),
+                count: WalkCount::start(tally.clone()),
             };
             let mut backoff = connection_backoff(&opts);
             let r = loop {
@@ -570,6 +599,7 @@ pub async fn pull(
                 let r = read_listing(&mut lr, &got, &mut state).await;
                 let _ = lw.send(&Message::Bye).await;
                 let Err(e) = r else {
+                    state.count.done();
                     break Ok(state.listed);
                 };
                 match relist(&addr, &opts, list_request.clone(), &tally, &mut backoff, e).await {
@@ -594,6 +624,7 @@ pub async fn pull(
         buffers: ChunkBuffers::new(opts.chunk_memory),
         relay: None,
         quick_check: true,
+        replace_dirs: opts.replaces_dirs(),
     };
     let retire = || queue.retire_one();
     let (workers, mut err) = run_pool(opts.jobs, &tally, &retire, || {
@@ -710,6 +741,8 @@ struct ListingState {
     chosen: Option<EntryFilter<haul_proto::Entry>>,
     /// With `--delete`, what the source has (after the filter).
     listed: HashSet<String>,
+    /// The files taken so far, told to the observer.
+    count: WalkCount,
 }
 
 /// Reads one listing to its end, handing on what `state.resume` has not
@@ -723,6 +756,7 @@ async fn read_listing(
         resume,
         chosen,
         listed,
+        count,
     } = state;
     let ListingSink {
         queue,
@@ -785,6 +819,9 @@ async fn read_listing(
         for entry in taken.drain(..) {
             if opts.delete {
                 listed.insert(entry.path.clone());
+            }
+            if entry.kind == EntryKind::File {
+                count.found(entry.size);
             }
             if opts.checksum
                 && entry.kind == EntryKind::File
@@ -942,6 +979,7 @@ pub async fn copy_local(
         buffers: ChunkBuffers::new(opts.chunk_memory),
         relay: None,
         quick_check: true,
+        replace_dirs: opts.replaces_dirs(),
     };
     let timeouts: Timeouts = opts.timeouts;
     let retire = || queue.retire_one();

@@ -30,6 +30,7 @@ use std::time::{Duration, Instant};
 use haul_plan::{Candidates, Parent, Plan, Rates, Routing, Shape, Step};
 use haul_proto::seal::Origin;
 use haul_proto::{Message, OriginKey, RelayTarget, Request, Stripe, Ticket};
+use haul_session::rate::WindowedRate;
 use haul_session::summary::{Summary, Tally};
 use haul_session::{Event, Observer};
 use haul_transport::{MessageReader, MessageWriter, Security};
@@ -189,7 +190,13 @@ pub async fn push_fanout(
             .collect(),
         delay: hop_delay(&admitted),
     };
-    let (largest, total) = dataset_size(sources);
+    let (largest, files, total) = dataset_size(sources, opts);
+    let tally = Tally::new(observer);
+    // The dataset was walked whole: its total is known before anything moves.
+    tally.event(&Event::ListingDone {
+        files,
+        bytes: total,
+    });
     let plan = Plan::build_among(&rates, fan.shape, largest, Candidates::All);
     for (i, a) in admitted.iter().enumerate() {
         let from: Vec<String> = (0..plan.stripe_count())
@@ -225,7 +232,7 @@ pub async fn push_fanout(
         },
         origin,
         opts: opts.clone(),
-        tally: Tally::new(observer),
+        tally,
         buffers: ChunkBuffers::new(opts.chunk_memory),
         sends: JoinSet::new(),
         sending: HashMap::new(),
@@ -243,7 +250,9 @@ pub async fn push_fanout(
     }
     let start = run.routing.start();
     run.apply(start);
-    // 4. Until every live node reported.
+    // 4. Until every live node reported. Each node's rate is averaged over
+    // a few seconds of its reports (one that arrived late is no spike).
+    let mut rates: HashMap<usize, WindowedRate> = HashMap::new();
     while run.routing.pending() {
         let Some(n) = news.recv().await else { break };
         match n {
@@ -252,10 +261,14 @@ pub async fn push_fanout(
                 if complete && node.seconds == 0.0 {
                     node.seconds = started.elapsed().as_secs_f64();
                 }
+                let now = Instant::now();
+                let rate = rates.entry(i).or_default();
+                rate.record(now, bytes);
                 run.tally.event(&Event::NodeProgress {
                     node: node.url.clone(),
                     bytes,
                     total,
+                    bytes_per_second: rate.rate(now).map(f64::round),
                 });
             }
             News::Reported(i, msg) => run.reported(i, msg, &mut nodes),
@@ -736,19 +749,26 @@ fn hop_delay(admitted: &[Admitted]) -> f64 {
     rtts.get(rtts.len() / 2).map_or(0.0, |r| r / 2.0)
 }
 
-/// The largest file under `sources` (for `--plan auto`) and the bytes of
-/// all of them (for progress).
-fn dataset_size(sources: &[String]) -> (u64, u64) {
-    let (mut largest, mut total) = (0u64, 0u64);
+/// The largest file under `sources` (for `--plan auto`), and the files
+/// the filter takes and their bytes (for progress).
+fn dataset_size(sources: &[String], opts: &ClientOptions) -> (u64, u64, u64) {
+    let (mut largest, mut files, mut total) = (0u64, 0u64, 0u64);
     for s in sources {
-        let Ok(tree) = haul_engine::LocalTree::new(s) else {
+        let Ok(mut tree) = haul_engine::LocalTree::new(s) else {
             continue;
         };
+        if let Some(filter) = &opts.filter {
+            tree = tree.with_filter(filter.clone());
+        }
         use haul_engine::Source as _;
         for item in Box::new(tree).entries().flatten() {
+            if item.entry.kind != haul_proto::EntryKind::File {
+                continue;
+            }
             largest = largest.max(item.entry.size);
+            files += 1;
             total = total.saturating_add(item.entry.size);
         }
     }
-    (largest, total)
+    (largest, files, total)
 }

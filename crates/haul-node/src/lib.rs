@@ -30,6 +30,8 @@ mod pool;
 pub mod relay;
 mod seal_book;
 pub mod server;
+pub mod transfer_log;
+mod walk_count;
 
 pub use buffers::ChunkBuffers;
 pub use check::{check, check_local, CheckReport, CheckSide};
@@ -44,3 +46,4 @@ pub use haul_session::summary::{self, Summary};
 pub use ls::{ls_local, ls_node, Listing};
 pub use node_url::NodeUrl;
 pub use server::{ServeOptions, Server};
+pub use transfer_log::{LogFormat, TransferLog};

@@ -123,8 +123,10 @@ pub(crate) async fn prune_node(
 /// What a node lists for a push of a source whose top is `top` into
 /// `dest`: the entries named as the push names them.
 pub(crate) fn under_dest(dest: &str, top: &str) -> String {
+    // The top itself, not its contents (`top/`): a single file pushed to a
+    // node's root is listed as that file, named as the push names it.
     match (dest.is_empty(), top.is_empty()) {
-        (true, _) => format!("{top}/"),
+        (true, _) => top.to_owned(),
         (false, true) => format!("{dest}/"),
         (false, false) => format!("{dest}/{top}"),
     }

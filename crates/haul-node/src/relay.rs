@@ -110,7 +110,8 @@ struct State {
     /// Every entry offered here, in order (paths relative to the transfer's
     /// destination): what a forward named later is sent.
     entries: Vec<Entry>,
-    seen: HashSet<String>,
+    /// The version (size, mtime) of each path offered.
+    seen: HashMap<String, (u64, i64, u32)>,
     forwards: Vec<Forward>,
     /// Forwards that ended: address and how ([`ForwardEnd`]).
     ended: Vec<(String, ForwardEnd)>,
@@ -236,13 +237,17 @@ impl Transfer {
         let Ok(mut state) = self.state.lock() else {
             return;
         };
-        if state.stopped || !state.seen.insert(rel.to_owned()) {
+        // Each version once: a file that changed at the origin while it was
+        // read is offered again as a new version, and forwarded again.
+        let version = (entry.size, entry.mtime_sec, entry.mtime_nsec);
+        if state.stopped || state.seen.insert(rel.to_owned(), version) == Some(version) {
             return;
         }
         let entry = Entry {
             path: rel.to_owned(),
             ..entry.clone()
         };
+        state.entries.retain(|e| e.path != entry.path);
         for f in &state.forwards {
             if let Some(job) = self.job(&entry, f.target.stripe) {
                 f.queue.push(job);
@@ -566,7 +571,7 @@ impl Opener {
                 entry.path
             )));
         }
-        Ok(Arc::new(LocalFile(file)))
+        Ok(Arc::new(LocalFile::open(file)?))
     }
 }
 

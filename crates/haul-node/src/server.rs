@@ -16,7 +16,6 @@ use haul_proto::{
     PROTOCOL_VERSION,
 };
 use haul_session::peer_text::without_root;
-use haul_session::{Event, Observer};
 use haul_transport::{
     Accepted, KnownHosts, Listener, MessageReader, MessageWriter, QuicAccepted, QuicListener,
     Security, Timeouts, Transport,
@@ -29,6 +28,7 @@ use crate::drive::receive::{run_receiver, ReceiverCtx};
 use crate::drive::send::{run_sender, JobFeed, SenderCtx};
 use crate::jobs::{SendJob, WorkQueue};
 use crate::relay::{ForwardEnd, ForwardLog, Relays, SealBook, Transfer};
+use crate::transfer_log::{token_id, TransferLog};
 use crate::{ClientOptions, Concurrency, NodeError};
 
 /// Most downstream nodes one relay forwards to.
@@ -51,7 +51,16 @@ pub struct ServeOptions {
     pub grace: Duration,
     /// Bytes of chunk buffers across all connections ([`crate::buffers`]).
     pub chunk_memory: usize,
+    /// The transfer log: a line per connection and per file.
+    pub log: Arc<TransferLog>,
+    /// Staging files no transfer has written for this long are removed,
+    /// hourly while the node serves ([`Server::prune_partials`]); `None`:
+    /// never.
+    pub partial_ttl: Option<Duration>,
 }
+
+/// How often a serving node looks for abandoned staging files.
+pub const PRUNE_EVERY: Duration = Duration::from_secs(3600);
 
 /// A serving node.
 pub struct Server {
@@ -61,16 +70,16 @@ pub struct Server {
     relays: Arc<Relays>,
 }
 
-struct LogObserver;
-
-impl Observer for LogObserver {
-    fn event(&self, event: &Event) {
-        match event {
-            Event::FileError { path, error } => tracing::warn!("{path}: {error}"),
-            Event::Warning { message } => tracing::warn!("{message}"),
-            _ => {}
-        }
-    }
+/// What a fan-out's control connection asked for (`Request::Admit`).
+struct Admission {
+    /// Where its files go, beneath the root.
+    dest: String,
+    /// The origin's key, which seals every entry and chunk.
+    origin: OriginKey,
+    /// `--checksum`: receive whatever is offered.
+    checksum: bool,
+    /// The transport its forwards use.
+    over: Transport,
 }
 
 /// A connection on its way in, before its handshake.
@@ -85,6 +94,18 @@ impl Arrival {
             Arrival::Tcp(a) => a.peer(),
             Arrival::Quic(a) => a.peer(),
         }
+    }
+}
+
+/// What a request asks for, as the transfer log names it, and its path.
+fn request_of(request: &Request) -> (&'static str, &str) {
+    match request {
+        Request::Push { dest, .. } => ("push", dest),
+        Request::Admit { dest, .. } => ("relay", dest),
+        Request::Relayed { .. } => ("relay", ""),
+        Request::List { path, .. } => ("list", path),
+        Request::Prune { dest } => ("prune", dest),
+        Request::Fetch => ("fetch", ""),
     }
 }
 
@@ -122,6 +143,21 @@ impl Server {
     ) {
         let mut conns = JoinSet::new();
         tokio::pin!(shutdown);
+        // Abandoned staging files go hourly (the caller pruned at start).
+        let pruner = self.opts.partial_ttl.map(|_| {
+            let me = self.clone();
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(PRUNE_EVERY).await;
+                    let me = me.clone();
+                    if let Ok(Err(e)) =
+                        tokio::task::spawn_blocking(move || me.prune_partials()).await
+                    {
+                        tracing::warn!("cannot prune partial files: {e}");
+                    }
+                }
+            })
+        });
         let next_quic = || async {
             match &quic {
                 Some(q) => q.accept().await,
@@ -150,6 +186,9 @@ impl Server {
                 }
             });
         }
+        if let Some(p) = pruner {
+            p.abort();
+        }
         if let Some(q) = &quic {
             q.close();
         }
@@ -175,8 +214,30 @@ impl Server {
         self.dest.apply_dir_metadata();
     }
 
+    /// Removes the staging files no transfer has written for the TTL
+    /// (none without one) and says what it freed in the log.
+    pub fn prune_partials(&self) -> Result<haul_engine::prune::Pruned, NodeError> {
+        let Some(ttl) = self.opts.partial_ttl else {
+            return Ok(Default::default());
+        };
+        let pruned = self
+            .dest
+            .prune_partials(ttl, std::time::SystemTime::now())?;
+        if pruned.files > 0 || pruned.in_use > 0 {
+            tracing::info!(
+                "partial files untouched for {}s: removed {} ({} bytes), kept {} in use",
+                ttl.as_secs(),
+                pruned.files,
+                pruned.bytes,
+                pruned.in_use
+            );
+        }
+        Ok(pruned)
+    }
+
     async fn connection(&self, arrival: Arrival) -> Result<(), NodeError> {
         let t = self.opts.timeouts;
+        let peer = arrival.peer();
         // A relay forwards over the transport its client chose.
         let (over, (mut reader, mut writer)) = match arrival {
             Arrival::Tcp(a) => (Transport::Tcp, a.establish(t).await?),
@@ -199,13 +260,28 @@ impl Server {
         }
         // A relayed push presents the transfer's ticket instead of a token.
         let relayed = matches!(request, Request::Relayed { .. });
-        if !relayed && !self.opts.tokens.is_empty() && !token_matches(&token, &self.opts.tokens) {
+        let auth = if relayed {
+            "ticket".to_owned()
+        } else if self.opts.tokens.is_empty() {
+            "open".to_owned()
+        } else if token_matches(&token, &self.opts.tokens) {
+            token_id(&token)
+        } else {
+            "refused".to_owned()
+        };
+        let (asked, path) = request_of(&request);
+        let log = self.opts.log.connection(peer, auth.clone(), asked, path);
+        if auth == "refused" {
             tracing::warn!("refused a client with a wrong or missing token");
             let msg = "wrong or missing token: pass --token, HAUL_TOKEN or --token-file with the node's token".into();
             return refuse(&mut writer, ErrorCode::Unauthorized, msg).await;
         }
         match request {
-            Request::Push { dest, checksum } => {
+            Request::Push {
+                dest,
+                checksum,
+                replace_dirs,
+            } => {
                 if let Err(e) = haul_proto::validate_rel_path(&dest) {
                     return refuse(&mut writer, ErrorCode::BadPath, e.to_string()).await;
                 }
@@ -215,7 +291,7 @@ impl Server {
                     })
                     .await?;
                 let ctx = ReceiverCtx {
-                    observer: Arc::new(LogObserver),
+                    observer: log.clone(),
                     dest: self.dest.clone(),
                     prefix: dest,
                     window: self.opts.window,
@@ -224,6 +300,7 @@ impl Server {
                     buffers: self.buffers.clone(),
                     relay: None,
                     quick_check: !checksum,
+                    replace_dirs,
                 };
                 run_receiver(reader, writer, None, ctx)
                     .await
@@ -237,8 +314,13 @@ impl Server {
                 if let Err(e) = haul_proto::validate_rel_path(&dest) {
                     return refuse(&mut writer, ErrorCode::BadPath, e.to_string()).await;
                 }
-                self.admit(reader, writer, dest, origin, checksum, over)
-                    .await
+                let admission = Admission {
+                    dest,
+                    origin,
+                    checksum,
+                    over,
+                };
+                self.admit(reader, writer, admission, log).await
             }
             Request::Relayed { ticket, stripe } => {
                 self.relayed(reader, writer, &ticket, stripe).await
@@ -262,13 +344,16 @@ impl Server {
                     })
                     .await?;
                 let ctx = SenderCtx {
-                    observer: Arc::new(LogObserver),
+                    observer: log.clone(),
                     window: self.opts.window,
                     max_retries: self.opts.max_retries,
                     idle: t.idle,
                     chunk_work: ChunkWork::for_this_machine(),
                     buffers: self.buffers.clone(),
                     sealer: None,
+                    // A file the peer asked for that changed fails at once:
+                    // the version its listing named is gone.
+                    changed_retries: 0,
                 };
                 let feed = JobFeed::Wants {
                     root: self.dest.held_root().clone(),
@@ -287,12 +372,15 @@ impl Server {
         &self,
         mut reader: Box<dyn MessageReader>,
         mut writer: Box<dyn MessageWriter>,
-        dest: String,
-        origin: OriginKey,
-        checksum: bool,
-        over: Transport,
+        admission: Admission,
+        observer: Arc<crate::transfer_log::ConnectionLog>,
     ) -> Result<(), NodeError> {
-        let observer = Arc::new(LogObserver);
+        let Admission {
+            dest,
+            origin,
+            checksum,
+            over,
+        } = admission;
         let (ticket, transfer) = self
             .relays
             .admit(dest, origin, checksum, self.dest.clone(), observer, over)
@@ -459,6 +547,9 @@ impl Server {
             buffers: self.buffers.clone(),
             relay: Some(transfer.clone()),
             quick_check: !transfer.checksum,
+            // A fan-out does not replace directories (yet): one in the way
+            // fails its file, named in the summary.
+            replace_dirs: false,
         };
         if !transfer.upstream_started(stripe) {
             let msg = "a stripe of another plan than this transfer's".into();
@@ -661,7 +752,10 @@ async fn run_forward(
         ticket: target.ticket,
         stripe: target.stripe,
     };
-    let ctx = SenderCtx::for_client(opts, &tally, buffers).sealed(book);
+    let mut ctx = SenderCtx::for_client(opts, &tally, buffers).sealed(book);
+    // A relay's copy that changes is its upstream's to send again (a new
+    // version, offered here and forwarded as such), never this relay's.
+    ctx.changed_retries = 0;
     let (_, err) =
         crate::client::send_all(&queue, &target.addr, request, None, opts, &tally, ctx).await;
     let summary = tally.finish(Duration::ZERO, 0);

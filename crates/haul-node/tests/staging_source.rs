@@ -95,6 +95,7 @@ async fn a_file_still_being_received_is_sent_on_as_its_chunks_verify() {
         chunk_work: ChunkWork::for_this_machine(),
         buffers: ChunkBuffers::new(64 << 20),
         sealer: None,
+        changed_retries: 0,
     };
     let rctx = ReceiverCtx {
         observer: Arc::new(haul_session::event::Quiet),
@@ -106,6 +107,7 @@ async fn a_file_still_being_received_is_sent_on_as_its_chunks_verify() {
         buffers: ChunkBuffers::new(64 << 20),
         relay: None,
         quick_check: true,
+        replace_dirs: false,
     };
     let receiving = tokio::spawn(run_receiver(rr, rw, None, rctx));
     let sent = run_sender(sr, sw, JobFeed::Queue(queue), sctx).await;

@@ -85,10 +85,14 @@ pub fn encode(msg: &Message, out: &mut Vec<u8>) {
             w.u16(*version);
             w.str(token);
             match request {
-                Request::Push { dest, checksum } => {
+                Request::Push {
+                    dest,
+                    checksum,
+                    replace_dirs,
+                } => {
                     w.u8(1);
                     w.str(dest);
-                    w.u8(u8::from(*checksum));
+                    w.u8(u8::from(*checksum) | (u8::from(*replace_dirs) << 1));
                 }
                 Request::List { path, sums } => {
                     w.u8(2);
@@ -338,10 +342,18 @@ fn decode_body(body: &[u8]) -> Result<Message, DecodeError> {
             let version = r.u16()?;
             let token = r.str()?;
             let request = match r.u8()? {
-                1 => Request::Push {
-                    dest: r.str()?,
-                    checksum: r.bool()?,
-                },
+                1 => {
+                    let dest = r.str()?;
+                    let flags = r.u8()?;
+                    if flags > 3 {
+                        return Err(DecodeError::Malformed(name));
+                    }
+                    Request::Push {
+                        dest,
+                        checksum: flags & 1 != 0,
+                        replace_dirs: flags & 2 != 0,
+                    }
+                }
                 2 => Request::List {
                     path: r.str()?,
                     sums: r.bool()?,

@@ -15,7 +15,12 @@
 /// with a [`Stripe`] each; a receiver assembles a file from the stripes of
 /// several senders (a clean stripe is answered with `Done` by the session
 /// whose stripe completed the file, `Release` by the others).
-pub const PROTOCOL_VERSION: u16 = 7;
+/// Version 8: `Push{replace_dirs}` (`--force`, `--delete`): the byte that
+/// carried `checksum` is a set of flags (bit 0 `checksum`, bit 1
+/// `replace_dirs`); a sender confirms that a file did not change while it
+/// was read before it sends `Commit` (no wire change: a changed file is a
+/// `FileError` and, pushed, a new `Offer`).
+pub const PROTOCOL_VERSION: u16 = 8;
 
 /// A credential one node issues for one fan-out transfer: whoever presents
 /// it may push into that transfer's destination, while the client that
@@ -57,6 +62,9 @@ pub enum Request {
         /// node's `List{sums}`), so every file it offers is received —
         /// none is skipped for having the same size and mtime.
         checksum: bool,
+        /// `--force`/`--delete`: a non-empty directory where the client
+        /// has a file or symlink is removed to make room (version 8).
+        replace_dirs: bool,
     },
     /// The client wants the listing of `path` (relative to the server root):
     /// the server answers with [`Message::Listing`]s, then [`Message::Bye`].

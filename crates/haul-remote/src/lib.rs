@@ -81,6 +81,15 @@ pub trait Remote: Send + Sync + 'static {
         false
     }
 
+    /// Whether a file, once written, is never changed in place (S3: a
+    /// `PUT` replaces an object whole, and a `GET` under way goes on
+    /// reading the version it began with). Elsewhere a server reads a file
+    /// as it sends it, so the driver asks again after a long read whether
+    /// the file is still the version it began with.
+    fn files_are_immutable(&self) -> bool {
+        false
+    }
+
     /// Opens one new logged-in session.
     async fn connect(&self) -> Result<Box<dyn Session>, RemoteError>;
 }

@@ -29,12 +29,17 @@ pub struct Meta {
     pub ino: u64,
     /// Owner.
     pub uid: u32,
+    /// Status-change time (`st_ctime`), seconds since the epoch: any write,
+    /// truncation, `chmod` or `utimensat` moves it, and no caller can set it.
+    pub ctime: i64,
+    /// Nanoseconds of the status-change time (0..1e9).
+    pub ctime_nsec: u32,
 }
 
 impl Meta {
     // The field types of `struct stat` differ between targets.
     #[allow(clippy::unnecessary_cast, clippy::useless_conversion)]
-    fn from_stat(st: &rustix::fs::Stat) -> Self {
+    pub(crate) fn from_stat(st: &rustix::fs::Stat) -> Self {
         Self {
             mode: st.st_mode as u32,
             size: st.st_size.max(0) as u64,
@@ -44,6 +49,8 @@ impl Meta {
             dev: st.st_dev as u64,
             ino: st.st_ino as u64,
             uid: st.st_uid as u32,
+            ctime: st.st_ctime as i64,
+            ctime_nsec: (st.st_ctime_nsec as u64).min(999_999_999) as u32,
         }
     }
 
@@ -323,6 +330,32 @@ impl Dir {
     pub fn remove_dir(&self, name: impl AsRef<OsStr>) -> io::Result<()> {
         let name = name_of(name.as_ref())?;
         rustix::fs::unlinkat(&self.fd, name, AtFlags::REMOVEDIR).map_err(errno)
+    }
+
+    /// Removes directory `name` with everything beneath it, each entry by
+    /// one component relative to its held parent (never a path; a symlink
+    /// inside is removed, not followed; `name` itself must be a directory).
+    /// Returns the bytes of the files removed. Each level holds one
+    /// descriptor while its subtree goes.
+    pub fn remove_tree(&self, name: impl AsRef<OsStr>) -> io::Result<u64> {
+        let name = name.as_ref();
+        let sub = self.subdir(name)?;
+        let mut freed = 0;
+        for child in sub.names()? {
+            match sub.stat(&child)? {
+                Some(m) if m.is_dir() => freed += sub.remove_tree(&child)?,
+                Some(m) => {
+                    if m.is_file() {
+                        freed += m.size;
+                    }
+                    sub.unlink(&child)?;
+                }
+                None => {}
+            }
+        }
+        drop(sub);
+        self.remove_dir(name)?;
+        Ok(freed)
     }
 
     /// Creates symlink `name -> target`.

@@ -41,6 +41,7 @@
 //! parent's descriptor), for serving a root and for reading local trees.
 
 mod dir;
+pub mod identity;
 pub mod walk;
 
 use std::io;
@@ -49,6 +50,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 pub use dir::{Dir, Meta};
+pub use identity::FileIdentity;
 use rustix::fs::{Mode, OFlags, ResolveFlags};
 
 /// Why a path could not be resolved beneath a root.

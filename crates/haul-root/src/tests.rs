@@ -180,3 +180,20 @@ fn a_directory_replaced_after_its_parent_was_listed_is_an_error_not_a_walk() {
     assert!(first.meta.is_symlink());
     assert!(walk.all(|r| r.map(|e| !e.rel.starts_with("a/")).unwrap_or(true)));
 }
+
+#[test]
+fn remove_tree_removes_beneath_and_never_follows_a_symlink() {
+    let (t, root) = tree();
+    fs::create_dir_all(t.path().join("root/a/b/c")).unwrap();
+    fs::write(t.path().join("root/a/b/c/f"), b"12345").unwrap();
+    fs::write(t.path().join("outside/keep"), b"k").unwrap();
+    // A link inside the tree to a directory outside: removed, not followed.
+    symlink(t.path().join("outside"), t.path().join("root/a/b/out")).unwrap();
+    let freed = root.dir().remove_tree("a").unwrap();
+    assert_eq!(freed, 1 + 5, "a/file and a/b/c/f");
+    assert!(!t.path().join("root/a").exists());
+    assert!(t.path().join("outside/keep").exists());
+    // A symlink named as the tree is refused (it is not a directory here).
+    assert!(root.dir().remove_tree("link").is_err());
+    assert!(t.path().join("outside/b").is_dir());
+}

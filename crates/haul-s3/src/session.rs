@@ -154,6 +154,11 @@ impl Remote for S3Remote {
         true
     }
 
+    /// A `PUT` replaces an object whole; ranged reads carry `If-Match`.
+    fn files_are_immutable(&self) -> bool {
+        true
+    }
+
     async fn connect(&self) -> Result<Box<dyn Session>, RemoteError> {
         // S3 is stateless: a session is the shared connection pool.
         Ok(Box::new(S3Session {

@@ -21,6 +21,9 @@ pub(crate) struct Core<I> {
     last_sent: Instant,
     /// I/O requests that await a result.
     pub(crate) io_pending: usize,
+    /// Work of its own outstanding that is not I/O (a sender's files left
+    /// to settle): keepalives go out, and the peer's silence is expected.
+    pub(crate) waiting: usize,
     last_io_done: Instant,
     /// When the driver last finished writing what was transmitted: the
     /// peer's silence is counted from then at the earliest (a slow link's
@@ -41,6 +44,7 @@ impl<I> Core<I> {
             last_recv: now,
             last_sent: now,
             io_pending: 0,
+            waiting: 0,
             last_io_done: now,
             last_flushed: now,
             failed: None,
@@ -97,8 +101,8 @@ impl<I> Core<I> {
         if self.failed.is_some() {
             return None;
         }
-        let keepalive = (self.io_pending > 0).then(|| self.last_sent + self.keepalive);
-        let silence = (expecting && self.io_pending == 0).then(|| self.silent_since() + self.idle);
+        let keepalive = self.busy().then(|| self.last_sent + self.keepalive);
+        let silence = (expecting && !self.busy()).then(|| self.silent_since() + self.idle);
         match (keepalive, silence) {
             (Some(a), Some(b)) => Some(a.min(b)),
             (a, b) => a.or(b),
@@ -114,19 +118,24 @@ impl<I> Core<I> {
         what: &'static str,
     ) -> Result<(), SessionError> {
         self.check()?;
-        if self.io_pending > 0 && now >= self.last_sent + self.keepalive {
+        if self.busy() && now >= self.last_sent + self.keepalive {
             self.send(Message::KeepAlive);
             // It leaves with the next poll; count it as sent now so one
             // deadline does not queue many.
             self.last_sent = now;
         }
-        if expecting && self.io_pending == 0 && now >= self.silent_since() + self.idle {
+        if expecting && !self.busy() && now >= self.silent_since() + self.idle {
             return self.fail(SessionError::Timeout {
                 what,
                 secs: self.idle.as_secs(),
             });
         }
         Ok(())
+    }
+
+    /// Its own work outstanding: I/O, or something it waits for.
+    fn busy(&self) -> bool {
+        self.io_pending > 0 || self.waiting > 0
     }
 
     /// Fails the session (the first error wins).

@@ -64,6 +64,31 @@ pub enum Event {
         /// Size in bytes (0 for directories and links).
         size: u64,
     },
+    /// A serving node found the file a peer's `Want` names.
+    Resolved {
+        /// The entry as the peer names it (the events that follow use it).
+        path: String,
+        /// The file's path relative to the node's root.
+        source: String,
+    },
+    /// The walk of the source (push, local copy) or the node's listing
+    /// (pull) is running: what it found so far. Sent when it starts and
+    /// then now and then; until [`Event::ListingDone`] the transfer's total
+    /// is not known.
+    ListingProgress {
+        /// Files found so far (after the filter).
+        files: u64,
+        /// Their bytes.
+        bytes: u64,
+    },
+    /// The walk or listing ended: the transfer's total is known.
+    ListingDone {
+        /// Files found (after the filter), including those already up to
+        /// date.
+        files: u64,
+        /// Their bytes.
+        bytes: u64,
+    },
     /// Fan-out: what one destination received so far (it reports about
     /// once a second).
     NodeProgress {
@@ -73,6 +98,10 @@ pub enum Event {
         bytes: u64,
         /// Bytes of the dataset.
         total: u64,
+        /// Its receive rate averaged over the last few seconds
+        /// ([`crate::rate::WindowedRate`]); `None` until its reports span
+        /// enough time for one.
+        bytes_per_second: Option<f64>,
     },
     /// Fan-out: a destination is done, or failed.
     NodeDone {

@@ -54,6 +54,7 @@ mod core;
 pub mod event;
 pub mod groups;
 pub mod peer_text;
+pub mod rate;
 pub mod receiver;
 pub mod seals;
 pub mod sender;
@@ -123,6 +124,12 @@ pub struct SessionConfig {
     /// Texts sent to the peer show paths under this prefix relative to it
     /// (a serving node never names its root).
     pub hide: Option<String>,
+    /// Times a pushed file that changed while it was read is sent again
+    /// from scratch before it fails (sender).
+    pub changed_retries: u32,
+    /// How long a file that changed is left to settle before it is sent
+    /// again; the n-th time, n times this (sender).
+    pub settle: Duration,
 }
 
 impl Default for SessionConfig {
@@ -133,6 +140,8 @@ impl Default for SessionConfig {
             max_retries: 5,
             reads_ahead: 2,
             hide: None,
+            changed_retries: 5,
+            settle: Duration::from_secs(1),
         }
     }
 }

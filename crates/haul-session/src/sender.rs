@@ -8,9 +8,23 @@
 //!                          │                                         ▲              │
 //!                          │ Done (dirs, links, skip)                └── bad ───────┤ clean
 //!                          ▼                                                        ▼
-//!                        (gone)  ◀── Done ── AwaitingDone ◀── Commit ── (whole file, or last range)
-//!                                            Parked ── Finish ──▶ Finishing ──▶ AwaitingDone
+//!                        (gone)  ◀── Done ── AwaitingDone ◀── Commit ── Confirming ◀── (whole file, or last range)
+//!                                            Parked ── Finish ──▶ Finishing ──▶ Confirming
+//!                                    changed: Confirming ──▶ Settling ──▶ Reopening ──▶ Offered (a new id)
 //! ```
+//!
+//! ## Only a version that existed
+//! A file's hash is announced (`Commit`, or a range's digests handed to its
+//! group) only after the driver confirmed that the source is still the
+//! version it opened ([`SenderIo::Confirm`]: the file's identity from its
+//! held descriptor, taken before the first read and again after the last).
+//! A pushed file that changed meanwhile is dropped at the receiver
+//! (`FileError`), left to settle for a moment ([`SessionConfig::settle`],
+//! longer each time), opened again ([`SenderIo::Reopen`]) and offered from
+//! scratch under a new id, up to [`SessionConfig::changed_retries`] times;
+//! then it fails, saying it was not delivered. A range of a split file, a
+//! stripe or a file a serving node sends fails at once (the version that
+//! the other ranges, or the peer's listing, describe is gone).
 //! A pushing client feeds jobs ([`Sender::push_job`]) while it has room; a
 //! serving node gets them from the peer's `Want`s, which the driver resolves
 //! beneath its root ([`SenderIo::Resolve`]).
@@ -22,7 +36,8 @@ use std::time::Instant;
 
 use haul_proto::digest::root_from_digests;
 use haul_proto::{
-    check_entry_path, ChunkHeader, ChunkSeal, Digest, EntryKind, ErrorCode, Message, MAX_SEALS,
+    check_entry_path, ChunkHeader, ChunkSeal, Digest, Entry, EntryKind, ErrorCode, Message,
+    MAX_SEALS,
 };
 use std::sync::Arc;
 
@@ -67,6 +82,19 @@ pub enum SenderIo {
         /// The chunks, in order.
         indices: Vec<u32>,
     },
+    /// Every chunk of `file` was read: check its source is still the
+    /// version it was when opened, before its hash is announced; answer
+    /// [`Sender::confirmed`].
+    Confirm {
+        /// The file.
+        file: FileId,
+    },
+    /// `file` changed while it was read and was left to settle: open its
+    /// source again and answer [`Sender::reopened`] with its entry now.
+    Reopen {
+        /// The file.
+        file: FileId,
+    },
     /// Nothing more will be asked of `file` on this connection: drop its
     /// source and any bytes still held for it.
     Forget {
@@ -101,6 +129,22 @@ enum Phase {
     Assembling,
     /// `Commit` sent, or skipped; waiting for `Done`.
     AwaitingDone,
+    /// Read in full: the driver checks the source did not change, then
+    /// what [`Confirmed`] says follows.
+    Confirming(Confirmed),
+    /// It changed while it was read: offered again from scratch at this time.
+    Settling(Instant),
+    /// Its source being opened again.
+    Reopening,
+}
+
+/// What follows once the source is confirmed unchanged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Confirmed {
+    /// `Commit` with this root.
+    Commit(Digest),
+    /// A clean range: commit the file, hand its digests to its group, or park.
+    RangeClean,
 }
 
 /// One round of chunks: those still to read, reads outstanding, chunks sent.
@@ -118,6 +162,8 @@ struct Flight<S> {
     phase: Phase,
     digests: Vec<Option<Digest>>,
     retries: u32,
+    /// Times it changed while it was read.
+    changes: u32,
     /// Payload bytes sent for it on this connection.
     sent: u64,
 }
@@ -257,6 +303,11 @@ impl<S> Sender<S> {
     }
 
     fn offer(&mut self, id: FileId, job: SendJob<S>) {
+        self.offer_again(id, job, 0);
+    }
+
+    /// Offers `job` as file `id`, a file that changed `changes` times so far.
+    fn offer_again(&mut self, id: FileId, job: SendJob<S>, changes: u32) {
         let entry = &job.entry;
         let seal = self.sealer.as_ref().and_then(|s| {
             // Unsealed, the receiver refuses it and says why.
@@ -288,6 +339,7 @@ impl<S> Sender<S> {
                 phase: Phase::Offered,
                 digests,
                 retries: 0,
+                changes,
                 sent: 0,
             },
         );
@@ -327,11 +379,14 @@ impl<S> Sender<S> {
             Message::RangeStatus { id, bad } => self.range_status(id, bad),
             Message::Finish { id } => self.finish(id),
             Message::Release { id } => {
-                if self
-                    .flights
-                    .get(&id)
-                    .is_some_and(|f| matches!(f.phase, Phase::Parked | Phase::Assembling))
-                {
+                if self.flights.get(&id).is_some_and(|f| {
+                    matches!(
+                        f.phase,
+                        Phase::Parked
+                            | Phase::Assembling
+                            | Phase::Confirming(Confirmed::RangeClean)
+                    )
+                }) {
                     self.forget(id);
                 }
                 Ok(())
@@ -411,6 +466,7 @@ impl<S> Sender<S> {
                 phase: Phase::Resolving,
                 digests: Vec::new(),
                 retries: 0,
+                changes: 0,
                 sent: 0,
             },
         );
@@ -575,7 +631,10 @@ impl<S> Sender<S> {
             Phase::Finishing => {
                 let digests: Vec<Digest> = mine.into_iter().map(|(_, d)| d).collect();
                 match root_from_digests(&digests, chunk_size, size) {
-                    Some(root) => self.core.send(Message::Commit { id: file, root }),
+                    Some(root) => {
+                        f.phase = Phase::Confirming(Confirmed::Commit(root));
+                        self.core.request(SenderIo::Confirm { file });
+                    }
                     None => self.fail_local(file, "cannot compute the file's hash".into()),
                 }
             }
@@ -739,8 +798,7 @@ impl<S> Sender<S> {
                 "RangeStatus for file id {id} before its RangeEnd"
             )));
         }
-        let (first, end, e) = (job.first, job.end, job.entry.clone());
-        let group = job.group.clone();
+        let (first, end, path) = (job.first, job.end, job.entry.path.clone());
         if !bad.is_empty() {
             f.retries += 1;
             if bad.iter().any(|i| *i < first || *i >= end) {
@@ -753,10 +811,157 @@ impl<S> Sender<S> {
                 self.fail_local(id, msg);
                 return Ok(());
             }
-            tracing::debug!("resending {} chunk(s) of {}", bad.len(), e.path);
+            tracing::debug!("resending {} chunk(s) of {path}", bad.len());
             self.start_round(id, bad.into_iter().collect());
             return Ok(());
         }
+        f.phase = Phase::Confirming(Confirmed::RangeClean);
+        self.core.request(SenderIo::Confirm { file: id });
+        Ok(())
+    }
+
+    /// The driver checked the source of `file` after its last read: the
+    /// version it opened (its hash goes out now), or how it changed.
+    pub fn confirmed(&mut self, now: Instant, file: FileId, result: Result<(), String>) {
+        self.core.io_done(now);
+        let next = match self.flights.get_mut(&file) {
+            Some(f) => match f.phase {
+                Phase::Confirming(next) => next,
+                _ => return,
+            },
+            None => return,
+        };
+        let step = match (result, next) {
+            (Err(change), _) => {
+                self.changed(now, file, change);
+                Ok(())
+            }
+            (Ok(()), Confirmed::Commit(root)) => {
+                if let Some(f) = self.flights.get_mut(&file) {
+                    f.phase = Phase::AwaitingDone;
+                }
+                self.core.send(Message::Commit { id: file, root });
+                Ok(())
+            }
+            (Ok(()), Confirmed::RangeClean) => self.range_clean(file),
+        };
+        if let Err(e) = step {
+            let _ = self.core.fail::<()>(e);
+        }
+        self.maybe_bye();
+    }
+
+    /// A file changed while it was read. What the receiver got of it is
+    /// dropped; a whole pushed file is offered again once it settled.
+    fn changed(&mut self, now: Instant, id: FileId, change: String) {
+        let (settle, max) = (self.cfg.settle, self.cfg.changed_retries);
+        let push = self.feed == Feed::Push;
+        let Some(f) = self.flights.get_mut(&id) else {
+            return;
+        };
+        let Some(job) = &f.job else { return };
+        let whole = job.group.is_none() && job.first == 0 && job.end == job.entry.chunk_count();
+        if !(push && whole) || f.changes >= max {
+            let tries = if f.changes > 0 {
+                format!(" (sent {} times)", f.changes + 1)
+            } else {
+                String::new()
+            };
+            let message =
+                format!("changed while it was being sent ({change}); it was not delivered{tries}");
+            return self.fail_local(id, message);
+        }
+        f.changes += 1;
+        let wait = settle * f.changes;
+        f.phase = Phase::Settling(now + wait);
+        let path = job.entry.path.clone();
+        self.core.waiting += 1;
+        self.core.send(Message::FileError {
+            id,
+            code: ErrorCode::Io,
+            message: format!("{path} changed while it was being sent; it will be sent again"),
+        });
+        self.core.event(Event::Warning {
+            message: format!(
+                "{path} changed while it was being sent ({change}); sending it again in {} s",
+                wait.as_secs_f64()
+            ),
+        });
+    }
+
+    /// Files whose settling time is over are opened again.
+    fn settled(&mut self, now: Instant) {
+        let due: Vec<FileId> = self
+            .flights
+            .iter()
+            .filter(|(_, f)| matches!(f.phase, Phase::Settling(t) if t <= now))
+            .map(|(id, _)| *id)
+            .collect();
+        for file in due {
+            if let Some(f) = self.flights.get_mut(&file) {
+                f.phase = Phase::Reopening;
+                self.core.waiting = self.core.waiting.saturating_sub(1);
+                self.core.request(SenderIo::Reopen { file });
+            }
+        }
+    }
+
+    /// The job of `file` (a driver opening its source again).
+    pub fn job(&self, file: FileId) -> Option<&SendJob<S>> {
+        self.flights.get(&file)?.job.as_ref()
+    }
+
+    /// The driver opened the source of `file` again ([`SenderIo::Reopen`]):
+    /// the entry as it is now, offered from scratch under the id returned
+    /// (the driver's source for it goes there); or why it cannot be.
+    pub fn reopened(
+        &mut self,
+        now: Instant,
+        file: FileId,
+        result: Result<Entry, String>,
+    ) -> Option<FileId> {
+        self.core.io_done(now);
+        if !self
+            .flights
+            .get(&file)
+            .is_some_and(|f| f.phase == Phase::Reopening)
+        {
+            return None;
+        }
+        let entry = match result {
+            Ok(entry) => entry,
+            Err(e) => {
+                // Gone or unreadable now: it fails here, and the receiver
+                // already dropped it.
+                if let Some(job) = self.forget(file) {
+                    self.core.event(Event::FileError {
+                        path: job.entry.path,
+                        error: format!("changed while it was being sent, then: {e}"),
+                    });
+                }
+                self.maybe_bye();
+                return None;
+            }
+        };
+        let changes = self.flights.get(&file).map_or(0, |f| f.changes);
+        let mut job = self.forget(file)?;
+        job.end = entry.chunk_count();
+        job.entry = entry;
+        let id = self.next_id;
+        self.next_id += 1;
+        self.offer_again(id, job, changes);
+        Some(id)
+    }
+
+    fn range_clean(&mut self, id: FileId) -> Result<(), SessionError> {
+        let Some(f) = self.flights.get_mut(&id) else {
+            return Ok(());
+        };
+        let Some(job) = &f.job else {
+            return Ok(());
+        };
+        let (first, end, e) = (job.first, job.end, job.entry.clone());
+        let group = job.group.clone();
         if first == 0 && end == e.chunk_count() {
             let all: Option<Vec<Digest>> = f.digests.iter().copied().collect();
             let Some(root) = all.and_then(|d| root_from_digests(&d, e.chunk_size, e.size)) else {
@@ -801,9 +1006,15 @@ impl<S> Sender<S> {
         let Some(count) = f.job.as_ref().map(|j| j.entry.chunk_count()) else {
             return Err(protocol(format!("Finish for file id {id} not offered yet")));
         };
+        // A `Finish` may overtake the check of the range it follows: the
+        // whole file is hashed and checked again anyway.
         if !matches!(
             f.phase,
-            Phase::Offered | Phase::Parked | Phase::AwaitingStatus | Phase::AwaitingDone
+            Phase::Offered
+                | Phase::Parked
+                | Phase::AwaitingStatus
+                | Phase::AwaitingDone
+                | Phase::Confirming(Confirmed::RangeClean)
         ) {
             return Err(protocol(format!(
                 "Finish for file id {id} before its range ended"
@@ -877,9 +1088,11 @@ impl<S> Sender<S> {
         if f.job.as_ref().is_some_and(|j| j.group.is_some()) {
             self.grouped = self.grouped.saturating_sub(1);
         }
-        if let Phase::Sending(round) = &f.phase {
+        match &f.phase {
             // Reads still outstanding will come back to a forgotten file.
-            self.reading = self.reading.saturating_sub(round.reading);
+            Phase::Sending(round) => self.reading = self.reading.saturating_sub(round.reading),
+            Phase::Settling(_) => self.core.waiting = self.core.waiting.saturating_sub(1),
+            _ => {}
         }
         self.core.tell(SenderIo::Forget { file: id });
         f.job
@@ -911,17 +1124,36 @@ impl<S> Sender<S> {
         match self.stage {
             Stage::Finished => false,
             Stage::ByeSent => true,
-            _ => self.feed == Feed::Serve || !self.flights.is_empty(),
+            _ => {
+                self.feed == Feed::Serve
+                    || self
+                        .flights
+                        .values()
+                        .any(|f| !matches!(f.phase, Phase::Settling(_)))
+            }
         }
     }
 
     /// When [`Sender::handle_timeout`] is due.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        self.core.poll_timeout(self.expecting())
+        let timer = self.core.poll_timeout(self.expecting());
+        if self.core.waiting == 0 {
+            return timer;
+        }
+        let settle = self.flights.values().filter_map(|f| match f.phase {
+            Phase::Settling(t) => Some(t),
+            _ => None,
+        });
+        timer.into_iter().chain(settle).min()
     }
 
-    /// Acts on timers: a keepalive, or a peer silent for too long.
+    /// Acts on timers: a file that settled is opened again, a keepalive
+    /// goes out, or the peer was silent for too long.
     pub fn handle_timeout(&mut self, now: Instant) -> Result<(), SessionError> {
+        self.core.check()?;
+        if self.core.waiting > 0 {
+            self.settled(now);
+        }
         let what = match self.stage {
             Stage::ByeSent => "the receiver's goodbye",
             _ => "the receiver's answer",

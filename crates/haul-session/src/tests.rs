@@ -10,7 +10,7 @@ use haul_proto::{validate_entry_path, ChunkHeader, Entry, EntryKind, ErrorCode, 
 use proptest::prelude::*;
 
 use crate::{
-    ChunkAction, ChunkOutcome, Prepared, Receiver, ReceiverIo, SendJob, Sender, SenderIo,
+    ChunkAction, ChunkOutcome, Event, Prepared, Receiver, ReceiverIo, SendJob, Sender, SenderIo,
     SessionConfig,
 };
 
@@ -227,6 +227,10 @@ proptest! {
                         prop_assert!(indices.iter().all(|i| *i < 5));
                         s.hashed(now, file, Ok(indices.into_iter().map(|i| (i, [7; 32])).collect()));
                     }
+                    SenderIo::Confirm { file } => s.confirmed(now, file, Ok(())),
+                    SenderIo::Reopen { file } => {
+                        prop_assert!(false, "a serving sender reopened file {file}");
+                    }
                     SenderIo::Forget { .. } => {}
                 }
             }
@@ -374,6 +378,17 @@ fn one_file(size: u64) -> Entry {
     }
 }
 
+/// A job that sends all of `entry`.
+fn whole_job(entry: Entry) -> SendJob<()> {
+    SendJob {
+        end: entry.chunk_count(),
+        entry,
+        first: 0,
+        group: None,
+        source: (),
+    }
+}
+
 fn drain(s: &mut Sender<()>, now: Instant) -> Vec<Message> {
     std::iter::from_fn(|| s.poll_transmit(now))
         .filter_map(|t| match t {
@@ -387,17 +402,7 @@ fn drain(s: &mut Sender<()>, now: Instant) -> Vec<Message> {
 fn the_last_file_failing_in_a_read_still_ends_with_goodbye() {
     let t0 = Instant::now();
     let mut s: Sender<()> = Sender::push(SessionConfig::default(), t0);
-    let entry = one_file(3000);
-    s.push_job(
-        t0,
-        SendJob {
-            end: entry.chunk_count(),
-            entry,
-            first: 0,
-            group: None,
-            source: (),
-        },
-    );
+    s.push_job(t0, whole_job(one_file(3000)));
     s.close_when_done();
     s.handle(
         t0,
@@ -586,6 +591,9 @@ fn stripes_are_put_together_by_the_receiver_and_released_by_the_others() {
         bad: Vec::new(),
     };
     s.handle(t0, clean).unwrap();
+    // Its hash goes nowhere before the source is confirmed unchanged.
+    assert_eq!(s.poll_io(), Some(SenderIo::Confirm { file: 1 }));
+    s.confirmed(t0, 1, Ok(()));
     let sent = drain(&mut s, t0);
     assert!(
         !sent
@@ -595,4 +603,156 @@ fn stripes_are_put_together_by_the_receiver_and_released_by_the_others() {
     );
     s.handle(t0, Message::Release { id: 1 }).unwrap();
     assert_eq!(drain(&mut s, t0), vec![Message::Bye]);
+}
+
+/// Sends every chunk of file `id` and answers the driver's reads with
+/// `digest(index)`; returns what the sender asked next (after `RangeEnd`
+/// and a clean `RangeStatus`).
+fn send_whole(s: &mut Sender<()>, now: Instant, id: crate::FileId) -> Vec<SenderIo> {
+    s.handle(
+        now,
+        Message::Need {
+            id,
+            skip: false,
+            have: Vec::new(),
+        },
+    )
+    .unwrap();
+    while let Some(io) = s.poll_io() {
+        if let SenderIo::Read { file, index } = io {
+            s.read_done(now, file, index, Ok([index as u8; 32]));
+        }
+    }
+    let sent = drain(s, now);
+    assert!(sent.iter().any(|m| matches!(m, Message::RangeEnd { .. })));
+    s.handle(
+        now,
+        Message::RangeStatus {
+            id,
+            bad: Vec::new(),
+        },
+    )
+    .unwrap();
+    std::iter::from_fn(|| s.poll_io()).collect()
+}
+
+#[test]
+fn a_file_that_changed_while_read_is_offered_again_once_it_settled() {
+    let t0 = Instant::now();
+    let cfg = SessionConfig {
+        changed_retries: 2,
+        settle: Duration::from_secs(1),
+        idle: Duration::from_secs(3),
+        ..SessionConfig::default()
+    };
+    let mut s: Sender<()> = Sender::push(cfg, t0);
+    let entry = one_file(3000);
+    s.push_job(t0, whole_job(entry.clone()));
+    s.close_when_done();
+    drain(&mut s, t0);
+
+    // Read in full, then the check says it changed: no Commit; the
+    // receiver drops it; the session waits for it to settle.
+    assert_eq!(
+        send_whole(&mut s, t0, 1),
+        vec![SenderIo::Confirm { file: 1 }]
+    );
+    s.confirmed(t0, 1, Err("modified".into()));
+    let sent = drain(&mut s, t0);
+    assert!(
+        matches!(sent.as_slice(), [Message::FileError { id: 1, .. }]),
+        "{sent:?}"
+    );
+    let warned: Vec<Event> = std::iter::from_fn(|| s.poll_event()).collect();
+    assert!(warned.iter().any(|e| matches!(e, Event::Warning { message }
+        if message.contains("changed while it was being sent (modified); sending it again in 1 s"))));
+    // Settling is not the peer's silence: keepalives go out, it does not time out.
+    let t1 = t0 + Duration::from_millis(999);
+    assert_eq!(s.poll_timeout(), Some(t0 + Duration::from_secs(1)));
+    s.handle_timeout(t1).unwrap();
+    assert_eq!(s.poll_io(), None, "not before it settled");
+
+    // Settled: opened again, offered from scratch under a new id with the
+    // entry as it is now.
+    let t2 = t0 + Duration::from_secs(1);
+    s.handle_timeout(t2).unwrap();
+    assert_eq!(s.poll_io(), Some(SenderIo::Reopen { file: 1 }));
+    let now_entry = Entry {
+        size: 4000,
+        mtime_sec: 7,
+        ..entry.clone()
+    };
+    let id = s.reopened(t2, 1, Ok(now_entry.clone())).unwrap();
+    assert_ne!(id, 1);
+    assert_eq!(s.poll_io(), Some(SenderIo::Forget { file: 1 }));
+    let sent = drain(&mut s, t2);
+    // The receiver heard from it while it settled.
+    assert_eq!(sent.first(), Some(&Message::KeepAlive), "{sent:?}");
+    assert!(
+        matches!(&sent[1..], [Message::Offer { id: i, entry: e, first: 0, end: 4, .. }]
+            if *i == id && *e == now_entry),
+        "{sent:?}"
+    );
+
+    // Changes again: the second wait is twice as long.
+    assert_eq!(
+        send_whole(&mut s, t2, id),
+        vec![SenderIo::Confirm { file: id }]
+    );
+    s.confirmed(t2, id, Err("grew from 4000 to 5000 bytes".into()));
+    drain(&mut s, t2);
+    s.handle_timeout(t2 + Duration::from_secs(1)).unwrap();
+    assert_eq!(s.poll_io(), None, "not after 1 s this time");
+    assert_eq!(s.poll_timeout(), Some(t2 + Duration::from_secs(2)));
+    let t3 = t2 + Duration::from_secs(2);
+    s.handle_timeout(t3).unwrap();
+    assert_eq!(s.poll_io(), Some(SenderIo::Reopen { file: id }));
+    let last = s.reopened(t3, id, Ok(now_entry.clone())).unwrap();
+    drain(&mut s, t3);
+    std::iter::from_fn(|| s.poll_event()).for_each(drop);
+
+    // A third change is past `changed_retries`: it fails, not delivered,
+    // and the session ends.
+    assert_eq!(
+        send_whole(&mut s, t3, last),
+        vec![SenderIo::Confirm { file: last }]
+    );
+    s.confirmed(t3, last, Err("modified".into()));
+    let sent = drain(&mut s, t3);
+    assert!(
+        matches!(sent.first(), Some(Message::FileError { .. })),
+        "{sent:?}"
+    );
+    assert_eq!(sent.last(), Some(&Message::Bye), "{sent:?}");
+    let failed: Vec<Event> = std::iter::from_fn(|| s.poll_event()).collect();
+    assert!(
+        failed
+            .iter()
+            .any(|e| matches!(e, Event::FileError { error, .. }
+            if error.contains("it was not delivered (sent 3 times)"))),
+        "{failed:?}"
+    );
+}
+
+#[test]
+fn an_unchanged_file_is_committed_after_the_check() {
+    let t0 = Instant::now();
+    let mut s: Sender<()> = Sender::push(SessionConfig::default(), t0);
+    s.push_job(t0, whole_job(one_file(3000)));
+    drain(&mut s, t0);
+    assert_eq!(
+        send_whole(&mut s, t0, 1),
+        vec![SenderIo::Confirm { file: 1 }]
+    );
+    assert!(
+        !drain(&mut s, t0)
+            .iter()
+            .any(|m| matches!(m, Message::Commit { .. })),
+        "no hash announced before the check"
+    );
+    s.confirmed(t0, 1, Ok(()));
+    assert!(matches!(
+        drain(&mut s, t0).as_slice(),
+        [Message::Commit { id: 1, .. }]
+    ));
 }

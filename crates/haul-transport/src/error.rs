@@ -23,6 +23,20 @@ pub enum TransportError {
         /// Underlying error.
         source: io::Error,
     },
+    /// Nothing answered a connection attempt at all within the connect
+    /// timeout: no retry mends that (the host is down, the address wrong,
+    /// or a firewall drops the packets).
+    #[error("no answer from {addr} within {secs}s to {what}: {hint}")]
+    Unanswered {
+        /// Address tried.
+        addr: String,
+        /// What went unanswered.
+        what: &'static str,
+        /// The limit (`--connect-timeout`).
+        secs: u64,
+        /// What to check.
+        hint: &'static str,
+    },
     /// A wait ran past its limit.
     #[error("timed out after {secs}s waiting for {what} (the peer stopped answering; retry, or raise --timeout)")]
     Timeout {

@@ -113,12 +113,12 @@ pub async fn connect(
     let stream = match tokio::time::timeout(timeouts.connect, TcpStream::connect(&addrs[..])).await
     {
         Ok(r) => r.map_err(connect_err)?,
-        Err(_) => {
-            return Err(TransportError::Timeout {
-                what: "the TCP connection",
-                secs: timeouts.connect.as_secs(),
-            })
-        }
+        Err(_) => return Err(TransportError::Unanswered {
+            addr: addr.to_owned(),
+            what: "the TCP connection",
+            secs: timeouts.connect.as_secs(),
+            hint: "is the host up, the address right, and the port open (no firewall dropping it)?",
+        }),
     };
     tune(&stream, socket_buffer);
     let pinning = match security {

@@ -76,9 +76,14 @@ pub enum Command {
     after_help = "Example:\n  haul serve --root /data --listen 0.0.0.0:7878 --token-file /etc/haul/token"
 )]
 pub struct ServeArgs {
-    /// Directory to serve; pushes land under it, pulls read from it.
+    /// Directory to serve; pushes land under it, pulls read from it. It
+    /// must exist (a mistyped mount point must not become a new directory),
+    /// unless --create-root.
     #[arg(long)]
     pub root: PathBuf,
+    /// Create --root (and its parents) when it does not exist.
+    #[arg(long)]
+    pub create_root: bool,
     /// Address to listen on.
     #[arg(long, default_value = "0.0.0.0:7878")]
     pub listen: String,
@@ -113,6 +118,22 @@ pub struct ServeArgs {
     /// it, connections wait for each other instead of growing the node.
     #[arg(long, default_value = "256M")]
     pub chunk_memory: String,
+    /// Also append the transfer log (a line per connection and per file
+    /// received or sent) to this file, created with mode 0640.
+    #[arg(long)]
+    pub log_file: Option<PathBuf>,
+    /// Transfer log lines as `text` or `json` (one object per line).
+    #[arg(long, default_value = "text", value_parser = ["text", "json"])]
+    pub log_format: String,
+    /// Staging files (ROOT/.haul/partial) no transfer has written for this
+    /// long are removed at start and hourly (`12h`, `7d`, `off`); a staging
+    /// file a transfer holds is never removed.
+    #[arg(long, default_value = "7d")]
+    pub partial_ttl: String,
+    /// Remove the staging files older than --partial-ttl now, say what was
+    /// freed, and exit without serving.
+    #[arg(long)]
+    pub prune_partials: bool,
 }
 
 /// Flags shared by push and pull.
@@ -149,6 +170,12 @@ pub struct TransferArgs {
     /// Seconds of silence before a connection is dropped and retried.
     #[arg(long, default_value_t = 60)]
     pub timeout: u64,
+    /// Seconds a node may take to answer a new connection at all (the TCP
+    /// connection, or QUIC's first handshake packets; at most --timeout).
+    /// Nothing answering is not retried: the host is down, the address
+    /// wrong, or a firewall drops the packets.
+    #[arg(long, default_value_t = 10)]
+    pub connect_timeout: u64,
     /// Reconnects per connection before giving up.
     #[arg(long, default_value_t = 5)]
     pub retries: u32,
@@ -171,6 +198,12 @@ pub struct TransferArgs {
     /// anything failed; files the filters leave out are kept.
     #[arg(long)]
     pub delete: bool,
+    /// Replace a non-empty directory at DEST where the source has a file or
+    /// symlink (rsync's --force; --delete implies it). An empty directory,
+    /// a file where the source has a directory and any other type change
+    /// are replaced without it.
+    #[arg(long)]
+    pub force: bool,
     /// Decide "up to date" by content instead of size and mtime: BLAKE3 of
     /// both files for haul:// (the node hashes its own) and local copies;
     /// for FTP, SFTP, HTTP and S3 pulls, the checksums the server offers

@@ -80,6 +80,18 @@ pub fn token(token: &Option<String>, file: &Option<std::path::PathBuf>) -> Resul
         if line.is_empty() {
             bail!("token file {} is empty", path.display());
         }
+        // ssh's StrictModes habit: a secret others can read is worth a word.
+        if let Ok(meta) = std::fs::metadata(path) {
+            use std::os::unix::fs::PermissionsExt;
+            let mode = meta.permissions().mode() & 0o777;
+            if mode & 0o077 != 0 {
+                tracing::warn!(
+                    "token file {} can be read by other users (mode {mode:03o}): chmod 600 {}",
+                    path.display(),
+                    path.display()
+                );
+            }
+        }
         return Ok(Some(line));
     }
     Ok(token.clone().filter(|t| !t.is_empty()))
@@ -140,7 +152,7 @@ pub fn client_options(t: &TransferArgs) -> Result<ClientOptions> {
         transport,
         token: token(&t.token, &t.token_file)?.unwrap_or_default(),
         timeouts: Timeouts {
-            connect: idle.min(Duration::from_secs(10)),
+            connect: idle.min(Duration::from_secs(t.connect_timeout.max(1))),
             handshake: idle.min(Duration::from_secs(15)),
             idle,
         },
@@ -164,6 +176,7 @@ pub fn client_options(t: &TransferArgs) -> Result<ClientOptions> {
         },
         connect_attempts: t.retries,
         delete: t.delete,
+        force: t.force,
         checksum: t.checksum,
         chunk_memory: chunk_memory(&t.chunk_memory)?,
         ..ClientOptions::default()
@@ -227,6 +240,17 @@ pub fn check_local_source(path: &str) -> Result<()> {
         bail!("source {path:?} does not exist (check the path; remote sources start with haul://)");
     }
     Ok(())
+}
+
+/// `--partial-ttl` (and the daemon's `partial_ttl`): an age as
+/// `--newer-than` takes one (`12h`, `7d`), or `off` (never prune).
+pub fn partial_ttl(s: &str) -> Result<Option<Duration>> {
+    if s.trim() == "off" {
+        return Ok(None);
+    }
+    haul_time::parse_age(s)
+        .map(Some)
+        .ok_or_else(|| anyhow::anyhow!("{s:?}: use an age like 12h or 7d, or off"))
 }
 
 #[cfg(test)]

@@ -145,6 +145,7 @@ fn daemon_options(config: &DaemonConfig) -> Result<DaemonOptions> {
         grace: config.grace,
         down_retry: config.down_retry,
         sources,
+        partial_ttl: config.partial_ttl,
     })
 }
 

@@ -17,6 +17,10 @@ use toml::Spanned;
 
 use crate::cli::{FilterArgs, FilterRule, RemoteArgs, TransferArgs};
 
+/// How long an untouched partial download is kept by default: a week, as
+/// `haul serve --partial-ttl`.
+pub const DEFAULT_PARTIAL_TTL: Duration = Duration::from_secs(7 * 86_400);
+
 /// The whole file, as written.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -47,6 +51,9 @@ pub struct FileConfig {
     /// its own beneath it); on the filesystem of every `dest`. Default:
     /// each `dest`'s own `.haul/partial`.
     pub staging: Option<Spanned<String>>,
+    /// Partial downloads no run has written for this long are removed, at
+    /// start and hourly (`7d`, `12h`, or `off`; default `7d`).
+    pub partial_ttl: Option<Spanned<String>>,
     /// The sources.
     #[serde(default)]
     pub source: Vec<Spanned<SourceConfig>>,
@@ -186,6 +193,9 @@ pub struct DaemonConfig {
     pub hook_timeout: Duration,
     /// The global staging directory, if set.
     pub staging: Option<PathBuf>,
+    /// How old an untouched partial download gets before it is removed
+    /// (`None`: never).
+    pub partial_ttl: Option<Duration>,
     /// The sources.
     pub sources: Vec<SourcePlan>,
 }
@@ -331,6 +341,11 @@ pub fn parse(text: &str) -> Result<DaemonConfig> {
         down_retry: duration(&file.down_retry, "down_retry", Duration::from_secs(30))?,
         hook_timeout: duration(&file.hook_timeout, "hook_timeout", Duration::from_secs(60))?,
         staging: staging.map(|(dir, _)| dir),
+        partial_ttl: match &file.partial_ttl {
+            None => Some(DEFAULT_PARTIAL_TTL),
+            Some(v) => crate::config::partial_ttl(v.get_ref())
+                .with_context(|| format!("{}: partial_ttl", at(v.span())))?,
+        },
         sources,
     })
 }
@@ -449,6 +464,7 @@ fn source_plan(
         fingerprint: None,
         known_hosts: None,
         timeout: s.timeout.unwrap_or(60),
+        connect_timeout: 10,
         retries: s.retries.unwrap_or(5),
         socket_buffer: None,
         max_rate: None,
@@ -456,6 +472,7 @@ fn source_plan(
         chunk_memory: "256M".into(),
         dry_run: false,
         delete: false,
+        force: false,
         checksum: false,
     };
     let remote = RemoteArgs {
@@ -553,6 +570,23 @@ include = ["*.nc"]
         assert_eq!(s.schedule.describe(), "every 10m");
         assert_eq!(s.refetch, Refetch::Never);
         assert_eq!(s.rules.len(), 1);
+    }
+
+    #[test]
+    fn partial_ttl_is_a_week_unless_set_as_an_age_or_off() {
+        assert_eq!(
+            parse(MINIMAL).unwrap().partial_ttl,
+            Some(DEFAULT_PARTIAL_TTL)
+        );
+        let set =
+            |v: &str| MINIMAL.replace("status =", &format!("partial_ttl = \"{v}\"\nstatus ="));
+        assert_eq!(
+            parse(&set("12h")).unwrap().partial_ttl,
+            Some(Duration::from_secs(12 * 3600))
+        );
+        assert_eq!(parse(&set("off")).unwrap().partial_ttl, None);
+        let e = error_of(&set("a while"));
+        assert!(e.contains("line 2") && e.contains("partial_ttl"), "{e}");
     }
 
     fn error_of(text: &str) -> String {

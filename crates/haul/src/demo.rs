@@ -124,6 +124,8 @@ async fn demo(dir: &Path, args: &DemoArgs, mode: Mode) -> Result<u8> {
         max_retries: 5,
         grace: Duration::from_secs(5),
         chunk_memory: haul_node::buffers::DEFAULT_BUDGET,
+        log: Default::default(),
+        partial_ttl: None,
     })?;
     let listener = Listener::bind("127.0.0.1:0".parse()?, Some(&identity), None).await?;
     let addr = listener.local_addr()?;

@@ -120,7 +120,11 @@ pub async fn push(
         }));
     }
     let fan = FanoutOptions { shape, rates };
-    let summary = haul_node::push_fanout(&paths, &urls, &opts, &fan, display.clone()).await;
+    let summary = crate::interruptible(
+        &display,
+        haul_node::push_fanout(&paths, &urls, &opts, &fan, display.clone()),
+    )
+    .await?;
     display.finish();
     let summary = summary?;
     print(mode, &summary);

@@ -32,6 +32,8 @@ const EXIT_OK: u8 = 0;
 const EXIT_FAILED: u8 = 1;
 /// Exit code: usage or configuration error.
 const EXIT_USAGE: u8 = 2;
+/// Exit code: interrupted (SIGINT, Ctrl-C), as shells and rsync report it.
+const EXIT_INTERRUPTED: u8 = 130;
 
 fn main() -> ExitCode {
     let matches = Cli::command().get_matches();
@@ -87,6 +89,9 @@ fn main() -> ExitCode {
                 output::json_line(
                     &serde_json::json!({"event": "error", "message": chain_text(&err), "exit_code": code}),
                 );
+            } else if err.downcast_ref::<Interrupted>().is_some() {
+                // Not an error of haul's: the one line says how far it got.
+                eprintln!("{err}");
             } else {
                 eprintln!("error: {}", chain_text(&err));
             }
@@ -160,8 +165,12 @@ fn init_logging(cli: &Cli) {
         .try_init();
 }
 
-/// Usage and configuration problems exit 2; everything else 1.
+/// Usage and configuration problems exit 2, an interrupt 130; everything
+/// else 1.
 fn exit_code_for(err: &anyhow::Error) -> u8 {
+    if err.downcast_ref::<Interrupted>().is_some() {
+        return EXIT_INTERRUPTED;
+    }
     if let Some(e) = err.downcast_ref::<NodeError>() {
         return match e {
             NodeError::Usage(_) => EXIT_USAGE,
@@ -195,6 +204,36 @@ impl std::fmt::Display for UsageError {
 
 impl std::error::Error for UsageError {}
 
+/// A transfer stopped by SIGINT (Ctrl-C); its text says how far it got.
+#[derive(Debug)]
+struct Interrupted(String);
+
+impl std::fmt::Display for Interrupted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Interrupted {}
+
+/// Runs `transfer` until it ends or SIGINT (Ctrl-C) arrives. Then the
+/// transfer is dropped where it stands (its connections close; what
+/// verified stays, staged files with their resume logs too), the bars are
+/// cleared, and the error says how many files were verified.
+async fn interruptible<T>(
+    display: &Display,
+    transfer: impl std::future::Future<Output = T>,
+) -> Result<T> {
+    use tokio::signal::unix::{signal, SignalKind};
+    let Ok(mut sigint) = signal(SignalKind::interrupt()) else {
+        return Ok(transfer.await);
+    };
+    tokio::select! {
+        done = transfer => Ok(done),
+        _ = sigint.recv() => Err(Interrupted(display.interrupt()).into()),
+    }
+}
+
 fn usage<T>(r: Result<T>) -> Result<T> {
     r.map_err(|e| anyhow::Error::new(UsageError(chain_text(&e))))
 }
@@ -226,17 +265,30 @@ async fn run(cli: Cli, mode: Mode) -> Result<u8> {
         Command::Ls(args) => ls::run(*args, mode).await,
         Command::Check(args) => ls::check(*args, mode).await,
         Command::Man => {
-            man::render(&mut std::io::stdout().lock())?;
-            Ok(EXIT_OK)
+            let mut page = Vec::new();
+            man::render(&mut page)?;
+            print_all(&page)
         }
         Command::Daemon(args) if args.check => daemon::check(&args, mode == Mode::Json),
         Command::Daemon(args) => daemon::run(&args).await,
         Command::Catalog(args) => daemon::catalog(&args, mode == Mode::Json).await,
         Command::Status(args) => daemon::status(&args, mode == Mode::Json).await,
         Command::Completions { shell } => {
-            clap_complete::generate(shell, &mut Cli::command(), "haul", &mut std::io::stdout());
-            Ok(EXIT_OK)
+            let mut script = Vec::new();
+            clap_complete::generate(shell, &mut Cli::command(), "haul", &mut script);
+            print_all(&script)
         }
+    }
+}
+
+/// Writes `bytes` to stdout. A reader that stopped reading (`haul man |
+/// head`) is no error: the rest is not wanted.
+fn print_all(bytes: &[u8]) -> Result<u8> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    match out.write_all(bytes).and_then(|()| out.flush()) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
+        _ => Ok(EXIT_OK),
     }
 }
 
@@ -287,7 +339,11 @@ async fn push(args: PushArgs, mode: Mode) -> Result<u8> {
             &serde_json::json!({"event": "start", "command": "push", "sources": paths, "dest": target}),
         );
     }
-    let summary = haul_node::push(&paths, &remote, &opts, display.clone()).await;
+    let summary = interruptible(
+        &display,
+        haul_node::push(&paths, &remote, &opts, display.clone()),
+    )
+    .await?;
     display.finish();
     Ok(report(mode, &display, &summary?))
 }
@@ -306,9 +362,20 @@ async fn pull(args: PullArgs, mode: Mode) -> Result<u8> {
             &serde_json::json!({"event": "start", "command": "pull", "source": shown_source(&args.source), "dest": args.dest}),
         );
     }
-    let summary: Result<Summary> = if NodeUrl::is_remote(&args.source) {
+    let summary = interruptible(&display, pull_from(&args, &opts, display.clone())).await?;
+    display.finish();
+    Ok(report(mode, &display, &summary?))
+}
+
+/// Runs a pull from a node, a remote source or a local directory.
+async fn pull_from(
+    args: &PullArgs,
+    opts: &haul_node::ClientOptions,
+    display: Arc<Display>,
+) -> Result<Summary> {
+    if NodeUrl::is_remote(&args.source) {
         let remote = NodeUrl::parse(&args.source)?;
-        Ok(haul_node::pull(&remote, &args.dest, &opts, display.clone()).await?)
+        Ok(haul_node::pull(&remote, &args.dest, opts, display.clone()).await?)
     } else if haul_remote::RemoteUrl::is_remote_url(&args.source) {
         if args.transfer.delete {
             usage(haul_engine::mirror::check_dest(&args.dest).map_err(anyhow::Error::msg))?;
@@ -335,23 +402,21 @@ async fn pull(args: PullArgs, mode: Mode) -> Result<u8> {
         .await
         .map_err(anyhow::Error::from)
     } else if args.source.contains("://") {
-        return Err(UsageError(format!(
+        Err(UsageError(format!(
             "{:?}: unknown URL scheme (use haul, ftp, ftps, ftps-implicit, sftp, http, https or s3)",
             args.source
         ))
-        .into());
+        .into())
     } else {
         usage(config::check_local_source(&args.source))?;
         Ok(haul_node::copy_local(
             std::slice::from_ref(&args.source),
             &args.dest,
-            &opts,
+            opts,
             display.clone(),
         )
         .await?)
-    };
-    display.finish();
-    Ok(report(mode, &display, &summary?))
+    }
 }
 
 /// `haul pull --dry-run`: a node's or a local source, compared with DEST.
@@ -407,6 +472,10 @@ fn dry_run_done(mode: Mode, display: &Display, report: &haul_node::DryRunReport)
 }
 
 async fn serve(args: ServeArgs, mode: Mode) -> Result<u8> {
+    let partial_ttl = usage(config::partial_ttl(&args.partial_ttl).context("--partial-ttl"))?;
+    if args.prune_partials {
+        return prune_partials(&args, partial_ttl, mode);
+    }
     let token = usage(config::token(&args.token, &args.token_file))?;
     if token.is_none() && !args.open {
         return Err(UsageError("haul serve needs a token (--token, HAUL_TOKEN or --token-file) or --open to run without authentication".into()).into());
@@ -415,6 +484,13 @@ async fn serve(args: ServeArgs, mode: Mode) -> Result<u8> {
         return Err(UsageError("--open (no authentication) and a token (--token, HAUL_TOKEN or --token-file) exclude each other: pass one".into()).into());
     }
     let root_is_new = std::fs::symlink_metadata(&args.root).is_err();
+    if root_is_new && !args.create_root {
+        return Err(UsageError(format!(
+            "--root {} does not exist (a mistyped mount point must not become a new directory): create it first, or pass --create-root",
+            args.root.display()
+        ))
+        .into());
+    }
     let addr: SocketAddr = usage(
         args.listen
             .parse()
@@ -444,9 +520,15 @@ async fn serve(args: ServeArgs, mode: Mode) -> Result<u8> {
         max_retries: 5,
         grace: Duration::from_secs(args.grace),
         chunk_memory: usage(config::chunk_memory(&args.chunk_memory))?,
+        log: Arc::new(transfer_log(&args)?),
+        partial_ttl,
     };
     let server = Server::new(opts)
         .with_context(|| format!("cannot use {} as the node's root", args.root.display()))?;
+    // Staging files of transfers abandoned while the node was down.
+    if let Err(e) = server.prune_partials() {
+        tracing::warn!("cannot prune partial files: {e}");
+    }
     let listener = Listener::bind(addr, identity.as_ref(), None)
         .await
         .map_err(|e| UsageError(e.to_string()))?;
@@ -507,6 +589,53 @@ async fn serve(args: ServeArgs, mode: Mode) -> Result<u8> {
     };
     server.serve(listener, quic, nth(1), nth(2)).await;
     tracing::info!("stopped");
+    Ok(EXIT_OK)
+}
+
+/// The node's transfer log: `--log-format`, `--log-file`.
+fn transfer_log(args: &ServeArgs) -> Result<haul_node::TransferLog> {
+    let format = usage(args.log_format.parse().map_err(anyhow::Error::msg))?;
+    usage(
+        haul_node::TransferLog::new(format, args.log_file.as_deref()).with_context(|| {
+            let file = args.log_file.as_deref().unwrap_or(std::path::Path::new(""));
+            format!("cannot open --log-file {}", file.display())
+        }),
+    )
+}
+
+/// `haul serve --prune-partials`: removes the staging files no transfer
+/// has written for `--partial-ttl` (never one a transfer holds), says what
+/// that freed, and exits.
+fn prune_partials(args: &ServeArgs, ttl: Option<Duration>, mode: Mode) -> Result<u8> {
+    let Some(ttl) = ttl else {
+        return Err(UsageError("--prune-partials needs a --partial-ttl (not off)".into()).into());
+    };
+    if std::fs::symlink_metadata(&args.root).is_err() {
+        return Err(UsageError(format!("--root {} does not exist", args.root.display())).into());
+    }
+    let pruned =
+        haul_engine::prune::prune_staging_of(&args.root, None, ttl, std::time::SystemTime::now())
+            .with_context(|| format!("cannot prune the partial files of {}", args.root.display()))?;
+    match mode {
+        Mode::Json => output::json_line(&serde_json::json!({
+            "event": "pruned_partials", "files": pruned.files, "bytes": pruned.bytes,
+            "in_use": pruned.in_use, "ttl_secs": ttl.as_secs(),
+        })),
+        Mode::Quiet => {}
+        Mode::Human => {
+            println!(
+                "removed {} partial file(s), {} freed",
+                pruned.files,
+                output::human_bytes(pruned.bytes)
+            );
+            if pruned.in_use > 0 {
+                println!(
+                    "kept {} partial file(s) older than --partial-ttl: a transfer holds them",
+                    pruned.in_use
+                );
+            }
+        }
+    }
     Ok(EXIT_OK)
 }
 

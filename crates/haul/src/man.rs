@@ -20,6 +20,10 @@ const EXIT_STATUS: &[(&str, &str)] = &[
         "2",
         "Usage or configuration error: a bad flag, a refused token or key, a path the node does not have.",
     ),
+    (
+        "130",
+        "Interrupted (SIGINT, Ctrl-C) during push, pull, a local copy or a fan-out: one line says how many files were verified; what verified stays, and the same command resumes.",
+    ),
 ];
 
 /// Environment variables haul reads.

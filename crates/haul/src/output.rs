@@ -3,11 +3,14 @@
 
 use std::collections::HashMap;
 use std::io::{IsTerminal, Write};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::{Duration, Instant};
 
 use haul_node::Summary;
+use haul_session::rate::WindowedRate;
 use haul_session::{Event, Observer};
-use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+use indicatif::style::ProgressTracker;
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressState, ProgressStyle};
 
 /// Output mode chosen from the flags.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,6 +37,12 @@ pub struct Display {
     bars: Option<Bars>,
     /// `--json`: bytes moved so far, and when progress was last printed.
     json_progress: Mutex<JsonProgress>,
+    /// What the transfer found and did so far (every mode: an interrupt
+    /// says how far it got).
+    totals: Arc<Mutex<Totals>>,
+    /// False once interrupted: nothing more is shown. Events are shown
+    /// under its read lock, so none is half shown when it turns false.
+    open: RwLock<bool>,
 }
 
 /// `--json` progress: one `progress` line at most every [`JSON_PROGRESS_EVERY`].
@@ -49,28 +58,37 @@ const JSON_PROGRESS_EVERY: std::time::Duration = std::time::Duration::from_secs(
 struct Bars {
     multi: MultiProgress,
     total: ProgressBar,
+    /// Whether the total bar shows a walk still running (no length).
+    total_walking: Mutex<Option<bool>>,
     files: Mutex<HashMap<String, ProgressBar>>,
     /// Fan-out: one bar per destination.
     nodes: Mutex<HashMap<String, ProgressBar>>,
 }
 
+/// How often bars are redrawn when nothing happens (a stalled rate decays).
+const TICK: Duration = Duration::from_millis(200);
+
 impl Display {
     /// A display for `mode`; bars only when stderr is a terminal.
     pub fn new(mode: Mode) -> Self {
+        let totals = Arc::new(Mutex::new(Totals::default()));
         let bars = (mode == Mode::Human && std::io::stderr().is_terminal()).then(|| {
             let multi = MultiProgress::with_draw_target(ProgressDrawTarget::stderr());
-            let total = multi.add(ProgressBar::new(0));
-            total.set_style(
-                ProgressStyle::with_template(
-                    "{prefix:>5} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} ETA {eta}  {msg}",
-                )
-                .unwrap_or_else(|_| ProgressStyle::default_bar())
-                .progress_chars("=> "),
+            // Styled before it is added (and drawn): "starting" until the
+            // first event says more.
+            let total = multi.add(
+                ProgressBar::new(0)
+                    .with_style(
+                        ProgressStyle::with_template("{prefix:>5} {totals}")
+                            .unwrap_or_else(|_| ProgressStyle::default_bar())
+                            .with_key("totals", TotalsKey(totals.clone())),
+                    )
+                    .with_prefix("total"),
             );
-            total.set_prefix("total");
             Bars {
                 multi,
                 total,
+                total_walking: Mutex::new(None),
                 files: Mutex::new(HashMap::new()),
                 nodes: Mutex::new(HashMap::new()),
             }
@@ -84,7 +102,63 @@ impl Display {
                 last: now,
                 bytes: 0,
             }),
+            totals,
+            open: RwLock::new(true),
         }
+    }
+
+    /// The total bar as [`Totals`] has it now: while a walk runs, what it
+    /// found (no length, no percentage, no ETA); then a bar.
+    fn show_total(&self) {
+        let Some(b) = &self.bars else {
+            return;
+        };
+        // Read and let go first: drawing locks the totals again.
+        let (length, position) = match self.totals.lock() {
+            Ok(t) => (t.length(), t.position()),
+            Err(_) => return,
+        };
+        let walking = length.is_none();
+        if let Ok(mut shown) = b.total_walking.lock() {
+            if *shown != Some(walking) {
+                if shown.is_none() {
+                    // Drawn from the first event on, also while nothing
+                    // moves (a stalled rate decays to zero).
+                    b.total.enable_steady_tick(TICK);
+                }
+                *shown = Some(walking);
+                let template = if walking {
+                    "{prefix:>5} {totals}"
+                } else {
+                    "{prefix:>5} [{bar:30}] {bytes}/{total_bytes} {totals}"
+                };
+                b.total.set_style(
+                    ProgressStyle::with_template(template)
+                        .unwrap_or_else(|_| ProgressStyle::default_bar())
+                        .with_key("totals", TotalsKey(self.totals.clone()))
+                        .progress_chars("=> "),
+                );
+            }
+        }
+        if let Some(length) = length {
+            b.total.set_length(length);
+        }
+        b.total.set_position(position);
+    }
+
+    /// Ctrl-C: shows nothing more, clears the bars, and says how far the
+    /// transfer got (the one line to print).
+    pub fn interrupt(&self) -> String {
+        if let Ok(mut open) = self.open.write() {
+            *open = false;
+        }
+        self.finish();
+        let (verified, known) = self
+            .totals
+            .lock()
+            .map(|t| (t.verified(), t.known_files()))
+            .unwrap_or_default();
+        interrupted_text(verified, known)
     }
 
     /// `--json`: counts `bytes` and prints a `progress` line when one is due
@@ -111,6 +185,13 @@ impl Display {
     /// Clears the bars.
     pub fn finish(&self) {
         if let Some(b) = &self.bars {
+            for map in [&b.files, &b.nodes] {
+                if let Ok(mut bars) = map.lock() {
+                    for (_, bar) in bars.drain() {
+                        bar.finish_and_clear();
+                    }
+                }
+            }
             b.total.finish_and_clear();
             let _ = b.multi.clear();
         }
@@ -119,6 +200,17 @@ impl Display {
 
 impl Observer for Display {
     fn event(&self, event: &Event) {
+        let open = self.open.read();
+        if !open.as_deref().is_ok_and(|open| *open) {
+            return;
+        }
+        let redraw = match self.totals.lock() {
+            Ok(mut t) => t.apply(event, Instant::now()),
+            Err(_) => false,
+        };
+        if redraw {
+            self.show_total();
+        }
         match self.mode {
             Mode::Json => match event {
                 Event::Progress { bytes, .. } => self.json_progress(*bytes),
@@ -152,14 +244,14 @@ impl Display {
         };
         match event {
             Event::FileStart { path, size } => {
-                b.total.inc_length(*size);
                 if *size >= 8 << 20 {
                     let bar = b.multi.add(ProgressBar::new(*size));
                     bar.set_style(
                         ProgressStyle::with_template(
-                            "{prefix:>5} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec}  {msg}",
+                            "{prefix:>5} [{bar:30}] {bytes}/{total_bytes} {rate}  {msg}",
                         )
                         .unwrap_or_else(|_| ProgressStyle::default_bar())
+                        .with_key("rate", RateKey::default())
                         .progress_chars("=> "),
                     );
                     bar.set_prefix("file");
@@ -170,7 +262,6 @@ impl Display {
                 }
             }
             Event::Progress { path, bytes } => {
-                b.total.inc(*bytes);
                 if let Ok(f) = b.files.lock() {
                     if let Some(bar) = f.get(path) {
                         bar.inc(*bytes);
@@ -190,7 +281,12 @@ impl Display {
             Event::Warning { message } => b.multi.suspend(|| eprintln!("warning: {message}")),
             Event::DryRun { .. } => b.multi.suspend(|| print_dry_run(event)),
             Event::Deleted { path, .. } => b.multi.suspend(|| eprintln!("deleted: {path}")),
-            Event::NodeProgress { node, bytes, total } => {
+            Event::NodeProgress {
+                node,
+                bytes,
+                total,
+                bytes_per_second,
+            } => {
                 let Ok(mut nodes) = b.nodes.lock() else {
                     return;
                 };
@@ -198,17 +294,28 @@ impl Display {
                     let bar = b.multi.add(ProgressBar::new(*total));
                     bar.set_style(
                         ProgressStyle::with_template(
-                            "{msg:<32} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} ETA {eta}",
+                            "{prefix:<32} [{bar:30}] {bytes}/{total_bytes} {msg}",
                         )
                         .unwrap_or_else(|_| ProgressStyle::default_bar())
                         .progress_chars("=> "),
                     );
-                    bar.set_message(node.clone());
+                    bar.set_prefix(node.clone());
                     bar
                 });
+                // The coordinator's rate, averaged over a few seconds.
+                let left = total.saturating_sub(*bytes);
+                let eta = bytes_per_second
+                    .filter(|r| *r >= 1.0)
+                    .and_then(|r| Duration::try_from_secs_f64(left as f64 / r).ok());
+                bar.set_message(format!(
+                    "{} {}",
+                    rate_text(*bytes_per_second),
+                    eta_text(eta)
+                ));
                 bar.set_length((*total).max(*bytes));
                 bar.set_position(*bytes);
             }
+            Event::Resolved { .. } | Event::ListingProgress { .. } | Event::ListingDone { .. } => {}
             Event::NodeDone { node, ok, error } => {
                 if let Ok(mut nodes) = b.nodes.lock() {
                     if let Some(bar) = nodes.remove(node) {
@@ -318,5 +425,412 @@ pub fn print_summary(mode: Mode, s: &Summary) {
                 eprintln!("  failed: {}: {}", f.path, f.error);
             }
         }
+    }
+}
+
+/// Where the walk that feeds a transfer is.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+enum Walk {
+    /// No walk said it runs (a remote crawl, for one): the total is what
+    /// has started so far, as before.
+    #[default]
+    Unannounced,
+    /// A walk or listing runs: the total is not known yet.
+    Running,
+    /// It ended: the total is known.
+    Done,
+}
+
+/// What the total line knows, gathered from events (no I/O: tested below).
+#[derive(Debug, Default)]
+struct Totals {
+    walk: Walk,
+    /// What the walk found so far (or in all, once it ended).
+    found_files: u64,
+    found_bytes: u64,
+    /// Bytes of the files the transfer started or found up to date.
+    seen_bytes: u64,
+    /// Files now verified at the destination (sent, or already identical).
+    verified: u64,
+    /// Files in flight: their size, and how much of it is counted as done.
+    flying: HashMap<String, (u64, u64)>,
+    /// Bytes done: files ended (verified, up to date or failed) whole, and
+    /// what moved of those in flight (at most their size).
+    position: u64,
+    /// Payload bytes moved, resends included: the rate is of these.
+    moved: u64,
+    rate: WindowedRate,
+}
+
+impl Totals {
+    /// Takes in `event`; true when the total line changed.
+    fn apply(&mut self, event: &Event, now: Instant) -> bool {
+        match event {
+            Event::ListingProgress { files, bytes } => {
+                if self.walk != Walk::Done {
+                    self.walk = Walk::Running;
+                    self.found_files = *files;
+                    self.found_bytes = *bytes;
+                }
+            }
+            Event::ListingDone { files, bytes } => {
+                self.walk = Walk::Done;
+                self.found_files = *files;
+                self.found_bytes = *bytes;
+            }
+            Event::FileStart { path, size } => {
+                if !self.flying.contains_key(path) {
+                    self.seen_bytes += size;
+                    self.flying.insert(path.clone(), (*size, 0));
+                }
+            }
+            Event::Progress { path, bytes } => {
+                self.moved += bytes;
+                self.rate.record(now, self.moved);
+                if let Some((size, done)) = self.flying.get_mut(path) {
+                    let add = (*bytes).min(*size - *done);
+                    *done += add;
+                    self.position += add;
+                }
+            }
+            Event::FileDone {
+                path,
+                size,
+                blake3,
+                skipped,
+                ..
+            } => {
+                let flew = self.settle(path);
+                if *skipped && !flew {
+                    // Found up to date before it started (a pull's quick check).
+                    self.seen_bytes += size;
+                    self.position += size;
+                }
+                // A file, verified: counted once (a striped fan-out's other
+                // stripes end the same file again).
+                if *skipped || (flew && !blake3.is_empty()) {
+                    self.verified += 1;
+                }
+            }
+            Event::FileError { path, .. } => {
+                self.settle(path);
+            }
+            _ => return false,
+        }
+        true
+    }
+
+    /// A file in flight ended: all of it counts as done. False when it
+    /// was not in flight.
+    fn settle(&mut self, path: &str) -> bool {
+        match self.flying.remove(path) {
+            Some((size, done)) => {
+                self.position += size - done;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The total's length in bytes; `None` while a walk runs.
+    fn length(&self) -> Option<u64> {
+        match self.walk {
+            Walk::Running => None,
+            Walk::Done => Some(self.found_bytes.max(self.position)),
+            Walk::Unannounced => Some(self.seen_bytes.max(self.position)),
+        }
+    }
+
+    /// Bytes done.
+    fn position(&self) -> u64 {
+        self.position
+    }
+
+    /// Files verified so far (never more than are known).
+    fn verified(&self) -> u64 {
+        self.verified.min(self.known_files())
+    }
+
+    /// Files known: what the walk found, or (with no walk told) those that
+    /// started or ended so far.
+    fn known_files(&self) -> u64 {
+        match self.walk {
+            Walk::Unannounced => self.verified + self.flying.len() as u64,
+            Walk::Running => self.found_files.max(self.verified),
+            Walk::Done => self.found_files,
+        }
+    }
+
+    /// The total line after its bar (if any): while walking, what was
+    /// found, what is done and the rate; then the rate and an ETA.
+    fn text(&self, now: Instant) -> String {
+        if self.walk == Walk::Unannounced && self.seen_bytes == 0 && self.flying.is_empty() {
+            return "starting".into();
+        }
+        let rate = self.rate.rate(now);
+        match self.length() {
+            None => walking_text(self.found_files, self.found_bytes, self.position, rate),
+            Some(length) => {
+                let left = length.saturating_sub(self.position);
+                format!("{} {}", rate_text(rate), eta_text(self.rate.eta(now, left)))
+            }
+        }
+    }
+}
+
+/// The `{totals}` key of the total bar: [`Totals::text`] when drawn.
+#[derive(Clone)]
+struct TotalsKey(Arc<Mutex<Totals>>);
+
+impl ProgressTracker for TotalsKey {
+    fn clone_box(&self) -> Box<dyn ProgressTracker> {
+        Box::new(self.clone())
+    }
+    fn tick(&mut self, _: &ProgressState, _: Instant) {}
+    fn reset(&mut self, _: &ProgressState, _: Instant) {}
+    fn write(&self, _: &ProgressState, w: &mut dyn std::fmt::Write) {
+        if let Ok(t) = self.0.lock() {
+            let _ = w.write_str(&t.text(Instant::now()));
+        }
+    }
+}
+
+/// The `{rate}` key of a file's bar: its position's rate over a window.
+#[derive(Clone, Default)]
+struct RateKey(WindowedRate);
+
+impl ProgressTracker for RateKey {
+    fn clone_box(&self) -> Box<dyn ProgressTracker> {
+        Box::new(self.clone())
+    }
+    fn tick(&mut self, state: &ProgressState, now: Instant) {
+        self.0.record(now, state.pos());
+    }
+    fn reset(&mut self, _: &ProgressState, _: Instant) {
+        self.0 = WindowedRate::default();
+    }
+    fn write(&self, _: &ProgressState, w: &mut dyn std::fmt::Write) {
+        let _ = w.write_str(&rate_text(self.0.rate(Instant::now())));
+    }
+}
+
+/// `12345` as `12,345`.
+fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// What a walk still running found: `12,345 files found so far, 3.2 GiB`.
+fn found_so_far(files: u64, bytes: u64) -> String {
+    format!(
+        "{} file{} found so far, {}",
+        thousands(files),
+        if files == 1 { "" } else { "s" },
+        human_bytes(bytes)
+    )
+}
+
+/// The total line while the walk runs: no percentage, no ETA.
+fn walking_text(files: u64, bytes: u64, done: u64, rate: Option<f64>) -> String {
+    format!(
+        "{}; {} done, {}",
+        found_so_far(files, bytes),
+        human_bytes(done),
+        rate_text(rate)
+    )
+}
+
+/// A rate for people; `--/s` when there is none yet.
+fn rate_text(rate: Option<f64>) -> String {
+    match rate {
+        Some(r) if r.is_finite() && r >= 0.0 => format!("{}/s", human_bytes(r as u64)),
+        _ => "--/s".into(),
+    }
+}
+
+/// `ETA 1m05s`; `ETA --` with no rate to tell.
+fn eta_text(eta: Option<Duration>) -> String {
+    let Some(eta) = eta else {
+        return "ETA --".into();
+    };
+    let s = eta.as_secs();
+    match s {
+        0..60 => format!("ETA {s}s"),
+        60..3600 => format!("ETA {}m{:02}s", s / 60, s % 60),
+        _ => format!("ETA {}h{:02}m", s / 3600, s % 3600 / 60),
+    }
+}
+
+/// The one line an interrupted transfer prints.
+pub fn interrupted_text(verified: u64, known: u64) -> String {
+    format!(
+        "interrupted: {verified} of {known} files verified; run the same command again to resume"
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn start(t: &mut Totals, path: &str, size: u64) {
+        t.apply(
+            &Event::FileStart {
+                path: path.into(),
+                size,
+            },
+            Instant::now(),
+        );
+    }
+
+    fn done(t: &mut Totals, path: &str, size: u64, skipped: bool) {
+        t.apply(
+            &Event::FileDone {
+                path: path.into(),
+                size,
+                blake3: if skipped { String::new() } else { "ab".into() },
+                sent: 0,
+                skipped,
+            },
+            Instant::now(),
+        );
+    }
+
+    #[test]
+    fn numbers_for_people() {
+        assert_eq!(thousands(0), "0");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(12_345), "12,345");
+        assert_eq!(thousands(1_234_567), "1,234,567");
+        assert_eq!(
+            found_so_far(12_345, 3_435_973_837),
+            "12,345 files found so far, 3.2 GiB"
+        );
+        assert_eq!(found_so_far(1, 10), "1 file found so far, 10 B");
+        assert_eq!(rate_text(None), "--/s");
+        assert_eq!(rate_text(Some(f64::INFINITY)), "--/s");
+        assert_eq!(rate_text(Some(2.5 * 1048576.0)), "2.5 MiB/s");
+        assert_eq!(eta_text(None), "ETA --");
+        assert_eq!(eta_text(Some(Duration::from_secs(5))), "ETA 5s");
+        assert_eq!(eta_text(Some(Duration::from_secs(65))), "ETA 1m05s");
+        assert_eq!(eta_text(Some(Duration::from_secs(3720))), "ETA 1h02m");
+        assert_eq!(
+            interrupted_text(3, 7),
+            "interrupted: 3 of 7 files verified; run the same command again to resume"
+        );
+    }
+
+    #[test]
+    fn while_the_walk_runs_the_total_has_no_length_nor_eta() {
+        let mut t = Totals::default();
+        let now = Instant::now();
+        t.apply(&Event::ListingProgress { files: 0, bytes: 0 }, now);
+        start(&mut t, "a", 1000);
+        t.apply(
+            &Event::Progress {
+                path: "a".into(),
+                bytes: 1000,
+            },
+            now,
+        );
+        t.apply(
+            &Event::ListingProgress {
+                files: 12_345,
+                bytes: 3_435_973_837,
+            },
+            now,
+        );
+        // Everything started is done, and still no 100 %: the total is unknown.
+        assert_eq!(t.length(), None);
+        let text = t.text(now);
+        assert!(
+            text.starts_with("12,345 files found so far, 3.2 GiB; 1000 B done, "),
+            "{text}"
+        );
+        assert!(!text.contains("ETA") && !text.contains('%'), "{text}");
+        assert_eq!(t.known_files(), 12_345);
+
+        // The walk ended: a length, and an ETA.
+        t.apply(
+            &Event::ListingDone {
+                files: 12_346,
+                bytes: 3_435_974_837,
+            },
+            now,
+        );
+        assert_eq!(t.length(), Some(3_435_974_837));
+        assert!(t.text(now).contains("ETA"), "{}", t.text(now));
+        assert_eq!(t.known_files(), 12_346);
+    }
+
+    #[test]
+    fn done_counts_whole_files_once_whatever_moved() {
+        let mut t = Totals::default();
+        let now = Instant::now();
+        t.apply(
+            &Event::ListingDone {
+                files: 4,
+                bytes: 400,
+            },
+            now,
+        );
+        // Resumed: only half of it moves, then it is verified whole.
+        start(&mut t, "resumed", 100);
+        t.apply(
+            &Event::Progress {
+                path: "resumed".into(),
+                bytes: 50,
+            },
+            now,
+        );
+        assert_eq!(t.position(), 50);
+        done(&mut t, "resumed", 100, false);
+        assert_eq!(t.position(), 100);
+        // Resends past its size count once.
+        start(&mut t, "resent", 100);
+        for _ in 0..3 {
+            t.apply(
+                &Event::Progress {
+                    path: "resent".into(),
+                    bytes: 60,
+                },
+                now,
+            );
+        }
+        assert_eq!(t.position(), 200);
+        assert_eq!(t.moved, 230);
+        done(&mut t, "resent", 100, false);
+        // Up to date before it started (a pull's quick check), and failed.
+        done(&mut t, "same", 100, true);
+        start(&mut t, "bad", 100);
+        t.apply(
+            &Event::FileError {
+                path: "bad".into(),
+                error: "x".into(),
+            },
+            now,
+        );
+        assert_eq!(t.position(), 400);
+        assert_eq!(t.length(), Some(400));
+        assert_eq!((t.verified(), t.known_files()), (3, 4));
+        // A striped fan-out's second stripe of a file ends it again.
+        done(&mut t, "resumed", 100, false);
+        assert_eq!(t.verified(), 3);
+    }
+
+    #[test]
+    fn with_no_walk_told_the_total_is_what_started() {
+        let mut t = Totals::default();
+        start(&mut t, "a", 100);
+        start(&mut t, "b", 50);
+        assert_eq!(t.length(), Some(150));
+        done(&mut t, "a", 100, false);
+        assert_eq!((t.verified(), t.known_files()), (1, 2));
     }
 }

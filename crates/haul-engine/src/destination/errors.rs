@@ -18,6 +18,10 @@ pub enum ReceiveError {
     /// A file stands where a directory is needed, or the reverse.
     #[error("{0} exists and is not a {1}")]
     WrongType(String, &'static str),
+    /// A non-empty directory stands where the source has a file or symlink:
+    /// replaced only when the transfer says so (`--force`, `--delete`).
+    #[error("{0} is a non-empty directory where the source has a file or symlink: pass --force (or --delete) to replace it")]
+    DirInTheWay(String),
     /// The peer's metadata is inconsistent (chunk size, ranges...).
     #[error("invalid offer: {0}")]
     BadOffer(String),

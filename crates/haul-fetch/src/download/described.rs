@@ -68,7 +68,7 @@ pub(super) async fn attempt(
             job.remote_path
         )));
     }
-    finish(job, &writer.part, sidecar, got).await.map(Some)
+    finish(ctx, job, &writer.part, sidecar, got).await.map(Some)
 }
 
 /// The sink of a described read: prepares the partial file from the

@@ -80,17 +80,21 @@ pub(crate) fn read_want(
         }
         _ => (ErrorCode::Io, format!("cannot read {path}: {e}")),
     })?;
+    // Described by the version it sends (see `LocalFile::open`).
+    let file =
+        LocalFile::open(file).map_err(|e| (ErrorCode::Io, format!("cannot read {path}: {e}")))?;
+    let now = *file.identity();
     let entry = haul_proto::Entry {
         path: dest.to_owned(),
         kind: EntryKind::File,
-        size: meta.size,
+        size: now.size,
         mode: meta.permissions(),
-        mtime_sec: meta.mtime,
-        mtime_nsec: meta.mtime_nsec,
-        chunk_size: chunk_size_for(meta.size),
+        mtime_sec: now.mtime.0,
+        mtime_nsec: now.mtime.1,
+        chunk_size: chunk_size_for(now.size),
     };
     let end = end.min(entry.chunk_count());
-    let source: Arc<dyn ChunkSource> = Arc::new(LocalFile(file));
+    let source: Arc<dyn ChunkSource> = Arc::new(file);
     let job = SendJob {
         entry,
         first,

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use haul_engine::{
     ChunkSink, Destination, PartialFile, Prepared as Staged, ReceiveError, VerifiedChunk,
 };
-use haul_proto::{ChunkHeader, Digest, Entry, ErrorCode, Message};
+use haul_proto::{ChunkHeader, Digest, Entry, EntryKind, ErrorCode, Message};
 use haul_session::{
     ChunkAction, ChunkOutcome, FetchJob, FileId, Observer, Prepared, Receiver, ReceiverIo, Refusal,
     SessionConfig, Transmit,
@@ -51,6 +51,9 @@ pub struct ReceiverCtx {
     /// mtime is up to date. Off for `push --checksum` (the client compared
     /// contents already and offers only files that differ).
     pub quick_check: bool,
+    /// `--force` or `--delete`: a non-empty directory where the source has
+    /// a file or symlink is removed to make room (an empty one always is).
+    pub replace_dirs: bool,
 }
 
 /// Large chunk writes that may overlap with receiving the next chunk.
@@ -243,12 +246,16 @@ impl Driver {
         let now = self.now;
         match io {
             ReceiverIo::Make { file, entry } => {
-                let made = match self.ctx.dest.make_dir_or_link(&entry) {
-                    Some(r) => r.map_err(refusal),
-                    None => Err(Refusal {
+                let dest = &self.ctx.dest;
+                let made = match entry.kind {
+                    EntryKind::File => Err(Refusal {
                         code: ErrorCode::Protocol,
                         message: format!("{} is not a directory or symlink", entry.path),
                     }),
+                    _ => replacing(dest, self.ctx.replace_dirs, &entry.path, || {
+                        dest.make_dir_or_link(&entry).unwrap_or(Ok(()))
+                    })
+                    .map_err(refusal),
                 };
                 if let (Some(relay), Ok(())) = (&self.ctx.relay, &made) {
                     relay.offered(&entry, None);
@@ -264,9 +271,14 @@ impl Driver {
                 // The quick check applies to a range too: a split file already
                 // in place is skipped range by range (the sender reports it once).
                 let dest = self.ctx.dest.clone();
-                let quick_check = self.ctx.quick_check;
+                let (quick_check, replace) = (self.ctx.quick_check, self.ctx.replace_dirs);
+                let prepare = move |dest: &Destination, entry: &Entry| {
+                    replacing(dest, replace, &entry.path, || {
+                        dest.prepare_file(entry, quick_check)
+                    })
+                };
                 if entry.size <= INLINE_PREPARE {
-                    let staged = dest.prepare_file(&entry, quick_check);
+                    let staged = prepare(&dest, &entry);
                     self.prepared(file, first, end, &entry, staged);
                 } else {
                     // Reopening a large partial re-verifies what it holds:
@@ -274,7 +286,7 @@ impl Driver {
                     // session sends keepalives meanwhile).
                     let tx = self.done_tx.clone();
                     tokio::task::spawn_blocking(move || {
-                        let staged = dest.prepare_file(&entry, quick_check);
+                        let staged = prepare(&dest, &entry);
                         let _ = tx.send(Done::Prepare(file, first, end, entry, staged));
                     });
                 }
@@ -506,5 +518,23 @@ fn refusal(e: ReceiveError) -> Refusal {
     Refusal {
         code,
         message: e.to_string(),
+    }
+}
+
+/// Runs `op`; when a non-empty directory is in the way of `path` and the
+/// transfer replaces directories (`--force`, `--delete`), removes it and
+/// runs `op` once more.
+fn replacing<T>(
+    dest: &Destination,
+    replace: bool,
+    path: &str,
+    op: impl Fn() -> Result<T, ReceiveError>,
+) -> Result<T, ReceiveError> {
+    match op() {
+        Err(ReceiveError::DirInTheWay(_)) if replace => {
+            dest.replace_dir(path)?;
+            op()
+        }
+        other => other,
     }
 }

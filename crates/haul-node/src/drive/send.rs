@@ -10,7 +10,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use haul_engine::haul_root::Root;
-use haul_engine::{ChunkSource, LocalFile};
+use haul_engine::source::open_to_send;
+use haul_engine::{ChunkSource, Confirmation};
 use haul_proto::{ChunkHeader, Digest, Entry, Message};
 use haul_session::{Event, Observer};
 use haul_session::{FileId, Sealer, Sender, SenderIo, SessionConfig, Transmit};
@@ -51,6 +52,9 @@ pub struct SenderCtx {
     pub buffers: Arc<ChunkBuffers>,
     /// Fan-out: what seals every offer and chunk ([`haul_session::seals`]).
     pub sealer: Option<Arc<dyn Sealer>>,
+    /// Times a pushed file that changed while it was read is sent again
+    /// (`--retries`).
+    pub changed_retries: u32,
 }
 
 impl SenderCtx {
@@ -68,6 +72,7 @@ impl SenderCtx {
             chunk_work: opts.chunk_work,
             buffers,
             sealer: None,
+            changed_retries: opts.connect_attempts,
         }
     }
 
@@ -132,6 +137,7 @@ pub async fn run_sender(
         window: ctx.window,
         idle: ctx.idle,
         max_retries: ctx.max_retries,
+        changed_retries: ctx.changed_retries,
         hide: root,
         ..SessionConfig::default()
     };
@@ -152,6 +158,7 @@ pub async fn run_sender(
         held: HashMap::default(),
         waiting: VecDeque::new(),
         hashes: Vec::new(),
+        confirms: Vec::new(),
         running: 0,
         done_tx,
         woken: std::collections::HashSet::new(),
@@ -202,6 +209,9 @@ struct Driver {
     /// Hashes waiting for their chunks to be ready (a relay's file whose
     /// chunks or seals are still on the way).
     hashes: Vec<(FileId, Vec<u32>)>,
+    /// Confirmations waiting for a relay's staging file to be committed
+    /// upstream.
+    confirms: Vec<FileId>,
     /// Blocking tasks running.
     running: usize,
     done_tx: mpsc::UnboundedSender<Done>,
@@ -293,7 +303,7 @@ impl Driver {
     /// nothing goes on the wire.
     fn take_jobs(&mut self, queue: &WorkQueue<SendJob>) -> bool {
         let (files, observer) = (&mut self.files, &self.ctx.observer);
-        super::take_jobs(&mut self.session, queue, |s, job| {
+        super::take_jobs(&mut self.session, queue, |s, mut job| {
             let source: Option<Arc<dyn ChunkSource>> = match &job.source {
                 _ if job.entry.kind != haul_proto::EntryKind::File => None,
                 Source::Open(src) => Some(src.clone()),
@@ -308,8 +318,17 @@ impl Driver {
                     }
                 },
                 Source::Path(path, data) => {
-                    match haul_engine::source::open_data(path, data.as_ref()) {
-                        Ok(f) => Some(Arc::new(LocalFile(f))),
+                    let whole =
+                        job.group.is_none() && job.first == 0 && job.end == job.entry.chunk_count();
+                    let opened = open_to_send(&mut job.entry, path, data.as_ref(), !whole);
+                    match opened {
+                        Ok(f) => {
+                            // A whole file is sent as it is now.
+                            if whole {
+                                job.end = job.entry.chunk_count();
+                            }
+                            Some(Arc::new(f))
+                        }
                         Err(e) => {
                             observer.event(&Event::FileError {
                                 path: job.entry.path.clone(),
@@ -360,6 +379,9 @@ impl Driver {
                 continue;
             }
             if !self.hashes.is_empty() && self.retry_hashes() {
+                continue;
+            }
+            if !self.confirms.is_empty() && self.retry_confirms() {
                 continue;
             }
             return Ok(());
@@ -431,6 +453,10 @@ impl Driver {
                 };
                 match read_want(root, &path, &dest, first, end) {
                     Ok((job, source)) => {
+                        self.ctx.observer.event(&Event::Resolved {
+                            path: job.entry.path.clone(),
+                            source: path.clone(),
+                        });
                         let open = OpenFile {
                             entry: job.entry.clone(),
                             source,
@@ -442,12 +468,15 @@ impl Driver {
                     Err(e) => self.session.resolved(now, file, Err(e)),
                 }
             }
+            SenderIo::Confirm { file } => self.confirm(file),
+            SenderIo::Reopen { file } => self.reopen(file),
             SenderIo::Read { file, index } => self.read(file, index).await,
             SenderIo::Hash { file, indices } => self.hash(file, indices),
             SenderIo::Forget { file } => {
                 self.files.remove(&file);
                 self.woken.remove(&file);
                 self.hashes.retain(|(f, _)| *f != file);
+                self.confirms.retain(|f| *f != file);
                 self.held.retain(|(f, _), _| *f != file);
                 // Reads that waited are answered all the same: the session
                 // counts every request it made until it hears back.
@@ -457,6 +486,39 @@ impl Driver {
                 for (f, index) in dropped {
                     self.session.read_done(now, f, index, Err("dropped".into()));
                 }
+            }
+        }
+    }
+
+    /// Opens a file that changed while it was read again, as it is now, for
+    /// the session to offer from scratch. Only a local file of the client's
+    /// own tree can be: an open source has no other version to go to.
+    fn reopen(&mut self, file: FileId) {
+        let Some(job) = self.session.job(file) else {
+            self.session
+                .reopened(self.now, file, Err("it is gone".into()));
+            return;
+        };
+        let mut entry = job.entry.clone();
+        let Source::Path(path, data) = &job.source else {
+            let e = "its source cannot be opened again".to_string();
+            self.session.reopened(self.now, file, Err(e));
+            return;
+        };
+        let shown = path.clone();
+        match open_to_send(&mut entry, path, data.as_ref(), false) {
+            Ok(source) => {
+                let open = OpenFile {
+                    entry: entry.clone(),
+                    source: Arc::new(source),
+                    shown,
+                };
+                if let Some(id) = self.session.reopened(self.now, file, Ok(entry)) {
+                    self.files.insert(id, Arc::new(open));
+                }
+            }
+            Err(e) => {
+                self.session.reopened(self.now, file, Err(e.to_string()));
             }
         }
     }
@@ -532,6 +594,48 @@ impl Driver {
             self.read(file, index).await;
         }
         self.waiting.len() < before
+    }
+
+    /// Answers the session's [`SenderIo::Confirm`] for `file`: one `fstat`
+    /// on a local file's held descriptor (inline); a source that cannot tell
+    /// yet ([`Confirmation::Pending`]) is asked again when it wakes.
+    fn confirm(&mut self, file: FileId) {
+        let Some(open) = self.files.get(&file).cloned() else {
+            let e = format!("file {file} is not open");
+            self.session.confirmed(self.now, file, Err(e));
+            return;
+        };
+        let result = match open.source.confirm() {
+            Confirmation::Unchanged => Ok(()),
+            Confirmation::Changed(change) => Err(change),
+            Confirmation::Pending => {
+                if self.woken.insert(file) {
+                    let tx = self.done_tx.clone();
+                    open.source.on_ready(Arc::new(move || {
+                        let _ = tx.send(Done::Ready);
+                    }));
+                }
+                // Asked again: it may have settled meanwhile.
+                match open.source.confirm() {
+                    Confirmation::Unchanged => Ok(()),
+                    Confirmation::Changed(change) => Err(change),
+                    Confirmation::Pending => {
+                        self.confirms.push(file);
+                        return;
+                    }
+                }
+            }
+        };
+        self.session.confirmed(self.now, file, result);
+    }
+
+    /// Asks again for the confirmations that waited; true if one settled.
+    fn retry_confirms(&mut self) -> bool {
+        let before = self.confirms.len();
+        for file in std::mem::take(&mut self.confirms) {
+            self.confirm(file);
+        }
+        self.confirms.len() < before
     }
 
     /// Retries hashes that waited for their chunks; true if one went ahead.

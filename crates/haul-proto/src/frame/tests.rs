@@ -37,10 +37,23 @@ fn hex_snapshots() {
             token: "t".into(),
             request: Request::Push {
                 dest: "d".into(),
-                checksum: false
+                checksum: false,
+                replace_dirs: false,
             }
         }),
         "0000000f010001000000017401000000016400"
+    );
+    assert_eq!(
+        hex_of(&Message::Hello {
+            version: 8,
+            token: String::new(),
+            request: Request::Push {
+                dest: String::new(),
+                checksum: true,
+                replace_dirs: true,
+            }
+        }),
+        "0000000d01000800000000010000000003"
     );
     assert_eq!(
         hex_of(&Message::Hashed { root: [7; 32] }).len(),
@@ -141,13 +154,24 @@ fn arb_entry() -> impl Strategy<Value = Entry> {
 fn arb_message() -> impl Strategy<Value = Message> {
     let digest = any::<[u8; 32]>();
     prop_oneof![
-        (any::<u16>(), arb_string(), arb_string(), any::<bool>()).prop_map(
-            |(version, token, dest, checksum)| Message::Hello {
-                version,
-                token,
-                request: Request::Push { dest, checksum },
-            }
-        ),
+        (
+            any::<u16>(),
+            arb_string(),
+            arb_string(),
+            any::<bool>(),
+            any::<bool>()
+        )
+            .prop_map(
+                |(version, token, dest, checksum, replace_dirs)| Message::Hello {
+                    version,
+                    token,
+                    request: Request::Push {
+                        dest,
+                        checksum,
+                        replace_dirs
+                    },
+                }
+            ),
         (arb_string(), any::<bool>()).prop_map(|(path, sums)| Message::Hello {
             version: 1,
             token: String::new(),

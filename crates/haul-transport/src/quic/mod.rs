@@ -283,19 +283,73 @@ async fn quic_connection(
     let connecting = endpoint
         .connect_with(config, remote, "haul")
         .map_err(|e| tls_err(addr, e))?;
-    let unanswered = || TransportError::Timeout {
-        what: "the QUIC handshake (is UDP to the node's port blocked? try --transport tcp)",
-        secs: timeouts.handshake.as_secs(),
+    let unanswered = || {
+        TransportError::Unanswered {
+        addr: addr.to_owned(),
+        what: "the QUIC handshake",
+        secs: timeouts.connect.as_secs(),
+        hint: "is the node running, with QUIC (not --no-quic or --plaintext)? is UDP to its port blocked on the way? try --transport tcp",
+    }
     };
-    let conn = match tokio::time::timeout(timeouts.handshake, connecting).await {
-        // quinn's own idle timeout can end an unanswered handshake first
-        // (it is the same --timeout, once the probe timeouts are short).
-        Err(_) | Ok(Err(quinn::ConnectionError::TimedOut)) => return Err(unanswered()),
-        Ok(Err(e)) => return Err(pinning.failed(std::io::Error::other(e.to_string()))),
-        Ok(Ok(c)) => c,
+    // The handshake races a probe that hears a closed port at once (ICMP
+    // port unreachable), as TCP hears a refused connection.
+    let handshake = tokio::time::timeout(timeouts.connect, connecting);
+    let conn = tokio::select! {
+        done = handshake => match done {
+            // quinn's own idle timeout can end an unanswered handshake first
+            // (it is the same --timeout, once the probe timeouts are short).
+            Err(_) | Ok(Err(quinn::ConnectionError::TimedOut)) => return Err(unanswered()),
+            Ok(Err(e)) => return Err(pinning.failed(std::io::Error::other(e.to_string()))),
+            Ok(Ok(c)) => c,
+        },
+        refused = port_closed(remote) => return Err(TransportError::Connect {
+            addr: addr.to_owned(),
+            source: refused,
+        }),
     };
     let key = pinning.accepted()?;
     Ok((conn, endpoint, key))
+}
+
+/// Waits until `remote`'s UDP port is heard to be closed: a connected UDP
+/// socket sends a one-byte datagram (too short to be QUIC: a node drops it)
+/// and the kernel reports the ICMP port-unreachable answer as
+/// `ECONNREFUSED`. Never returns otherwise (nothing answers, or a node
+/// does: the handshake decides).
+async fn port_closed(remote: SocketAddr) -> std::io::Error {
+    let local: SocketAddr = if remote.is_ipv4() {
+        ([0, 0, 0, 0], 0).into()
+    } else {
+        (std::net::Ipv6Addr::UNSPECIFIED, 0).into()
+    };
+    let probe = async {
+        let socket = tokio::net::UdpSocket::bind(local).await.ok()?;
+        socket.connect(remote).await.ok()?;
+        let mut buf = [0u8; 64];
+        // ICMP answers may be rate-limited or lost: asked three times.
+        for wait in [300, 700, 2000] {
+            let refused = |e: &std::io::Error| e.kind() == std::io::ErrorKind::ConnectionRefused;
+            if let Err(e) = socket.send(&[0]).await {
+                if refused(&e) {
+                    return Some(());
+                }
+            }
+            let heard = tokio::time::timeout(Duration::from_millis(wait), socket.recv(&mut buf));
+            if let Ok(Err(e)) = heard.await {
+                if refused(&e) {
+                    return Some(());
+                }
+            }
+        }
+        None
+    };
+    if probe.await.is_none() {
+        std::future::pending::<()>().await;
+    }
+    std::io::Error::new(
+        std::io::ErrorKind::ConnectionRefused,
+        "its UDP port is closed (ICMP port unreachable): is the node running, with QUIC (not --no-quic or --plaintext)? or try --transport tcp",
+    )
 }
 
 fn halves(

@@ -74,6 +74,7 @@ fn push_session(node: &Node) -> Raw {
         raw.hello(Request::Push {
             dest: String::new(),
             checksum: false,
+            replace_dirs: false,
         }),
         Message::Welcome { .. }
     ));

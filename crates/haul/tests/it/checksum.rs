@@ -222,3 +222,38 @@ fn fanout_checksum_and_delete_mirror_every_node() {
         );
     }
 }
+
+/// A single file pushed to a node's root with `-c` or `-n`: the node lists
+/// that file (not the contents of a directory of its name), so the second
+/// run finds it up to date instead of failing with "exists and is not a
+/// directory"; a directory pushed to the root is compared the same way.
+#[test]
+fn checksum_and_dry_run_pushes_to_a_node_root() {
+    let s = Scratch::new();
+    write_file(&s.path("src/one.bin"), 5000, 1);
+    write_file(&s.path("src/tree/sub/a"), 700, 2);
+    let node = Node::start(&s.path("node"), &s.path("config"), &["--token", "t"]);
+    let push = |src: &str, flag: &str| {
+        let mut c = haul(&s.path("config"));
+        c.args(["push", "--json", "--token", "t", flag])
+            .arg(s.path(src))
+            .arg(node.url(""));
+        let out = run(c, T);
+        assert_eq!(out.status.code(), Some(0), "{src} {flag}: {}", said(&out));
+        out
+    };
+    for src in ["src/one.bin", "src/tree"] {
+        push(src, "-c");
+        let again = push(src, "-c");
+        assert_eq!(summary(&again)["files_skipped"], 1, "{}", said(&again));
+        let dry = push(src, "-n");
+        let dry = String::from_utf8_lossy(&dry.stdout);
+        assert!(dry.contains(r#""action":"up_to_date""#), "{dry}");
+        assert!(!dry.contains(r#""action":"send""#), "{dry}");
+    }
+    assert_eq!(b3(&s.path("node/one.bin")), b3(&s.path("src/one.bin")));
+    assert_eq!(
+        b3(&s.path("node/tree/sub/a")),
+        b3(&s.path("src/tree/sub/a"))
+    );
+}

@@ -48,7 +48,7 @@ impl Node {
         extra: &[&str],
         log: Option<&Path>,
     ) -> Node {
-        cmd.args(["serve", "--root"])
+        cmd.args(["serve", "--create-root", "--root"])
             .arg(root)
             .args(["--listen", listen, "--identity"]);
         cmd.arg(config.join("identity"));
@@ -314,4 +314,31 @@ pub fn lab_root(what: &str) -> Option<LabTurn> {
     // A lab test that failed poisoned the lock; the next one still runs.
     let turn = LAB_TURN.lock().unwrap_or_else(|e| e.into_inner());
     Some(LabTurn(turn))
+}
+
+/// A file made immutable (`chattr +i`): as root, the one way to make a
+/// removal fail for certain. Made mutable again on drop, so the scratch
+/// directory can go.
+pub struct Immutable(PathBuf);
+
+impl Immutable {
+    pub fn set(path: &Path) -> Immutable {
+        let ok = Command::new("chattr")
+            .arg("+i")
+            .arg(path)
+            .status()
+            .expect("chattr (apt-get install e2fsprogs; scripts/test.sh does)");
+        assert!(
+            ok.success(),
+            "chattr +i {} (needs ext4 or the like, and root)",
+            path.display()
+        );
+        Immutable(path.to_owned())
+    }
+}
+
+impl Drop for Immutable {
+    fn drop(&mut self) {
+        let _ = Command::new("chattr").arg("-i").arg(&self.0).status();
+    }
 }

@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod beneath;
+mod changing;
 mod check;
 mod checksum;
 mod corruption;
@@ -11,6 +12,7 @@ mod dry_run;
 mod fanout;
 mod filters;
 mod harness;
+mod interrupt;
 mod lab_fanout;
 mod lab_quic;
 mod ls;
@@ -26,4 +28,6 @@ mod resume;
 mod security;
 mod terminal;
 mod transfer;
+mod transfer_log;
+mod type_changes;
 mod udp_proxy;

@@ -65,3 +65,25 @@ fn plain(text: &str) -> String {
     // The letter after a backspace replaced the one before it.
     out.into_iter().collect()
 }
+
+/// `haul man | head` and `haul completions bash | head`: a reader that
+/// stops early ends the output quietly (exit 0, nothing on stderr), never
+/// with a panic or an error.
+#[test]
+fn a_closed_pipe_ends_man_and_completions_quietly() {
+    let s = Scratch::new();
+    for args in [&["man"][..], &["completions", "bash"]] {
+        let mut c = haul(&s.path("config"));
+        let mut child = c
+            .args(args)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn");
+        // Read nothing: the reader is gone before haul writes.
+        drop(child.stdout.take());
+        let out = child.wait_with_output().expect("wait");
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {}", stderr(&out));
+        assert!(out.stderr.is_empty(), "{args:?}: {}", stderr(&out));
+    }
+}

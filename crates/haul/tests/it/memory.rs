@@ -49,6 +49,7 @@ fn fifty_connections_announcing_maximal_chunks_stay_within_the_budget() {
                     raw.hello(Request::Push {
                         dest: String::new(),
                         checksum: false,
+                        replace_dirs: false,
                     }),
                     Message::Welcome { .. }
                 ) {

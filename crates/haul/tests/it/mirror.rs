@@ -112,9 +112,11 @@ fn a_failure_anywhere_deletes_nothing() {
     let node = Node::start(&s.path("node"), &s.path("config"), &["--open"]);
     let dst = s.path("dst");
     stale_dest(&dst);
-    // A non-empty directory where the source has a file: that file fails.
+    // A non-empty directory where the source has a file, that cannot be
+    // removed to make room (--delete would replace it): that file fails.
     std::fs::remove_file(dst.join("data/a.bin")).unwrap();
     write_file(&dst.join("data/a.bin/inside"), 1, 9);
+    let _stuck = Immutable::set(&dst.join("data/a.bin/inside"));
     let before = state(&dst);
     let out = pull(
         &s.path("config"),
@@ -186,13 +188,16 @@ fn push_delete_mirrors_onto_a_node_and_deletes_nothing_after_a_failure() {
     assert_eq!(events(&out, "dry_run"), gone);
     assert_eq!(state(&s.path("node")), before);
 
-    // A failure (a non-empty directory where a file goes): nothing deleted.
+    // A failure (a non-empty directory where a file goes, that cannot be
+    // removed to make room): nothing deleted.
     std::fs::remove_file(s.path("node/in/data/a.bin")).unwrap();
     write_file(&s.path("node/in/data/a.bin/inside"), 1, 9);
+    let stuck = Immutable::set(&s.path("node/in/data/a.bin/inside"));
     let out = push(&["--exclude", "*.log"]);
     assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
     assert!(events(&out, "deleted").is_empty());
     assert!(s.path("node/in/data/old.txt").exists());
+    drop(stuck);
 
     // Fixed: the node now mirrors the source, the excluded log and what is
     // beside DEST/data stay, and so does the node's state.

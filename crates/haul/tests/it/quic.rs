@@ -181,3 +181,52 @@ fn damaged_datagrams_are_dropped_never_delivered() {
     let flipped = proxy.flipped.load(std::sync::atomic::Ordering::Relaxed);
     assert!(flipped > 1000, "only {flipped} datagrams damaged");
 }
+
+/// A QUIC node that is not there fails as fast as TCP: a closed UDP port
+/// (ICMP port unreachable, as a node started with --no-quic has) is
+/// "refused" at once, and a port where nothing ever answers (a silent UDP
+/// socket: a host that drops the packets) after --connect-timeout, with no
+/// retry; neither says "raise --timeout", both name --transport tcp.
+#[test]
+fn a_quic_node_that_is_not_there_fails_fast() {
+    let s = Scratch::new();
+    write_file(&s.path("src/f"), 1000, 1);
+    let closed = Node::start(&s.path("node"), &s.path("config"), &["--open", "--no-quic"]);
+    let started = Instant::now();
+    let mut c = quic(&s, &["push"]);
+    c.arg(s.path("src/f")).arg(closed.url("x"));
+    let out = run(c, T);
+    let took = started.elapsed();
+    assert_eq!(out.status.code(), Some(1), "{}", said(&out));
+    assert!(took < Duration::from_secs(3), "closed port: {took:?}");
+    let err = said(&out);
+    assert!(err.contains("UDP port is closed"), "{err}");
+    assert!(
+        err.contains("--transport tcp") && !err.contains("raise --timeout"),
+        "{err}"
+    );
+
+    let silent = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let addr = silent.local_addr().unwrap();
+    let started = Instant::now();
+    let mut c = quic(&s, &["push", "--connect-timeout", "2"]);
+    c.arg(s.path("src/f")).arg(format!("haul://{addr}/x"));
+    let out = run(c, T);
+    let took = started.elapsed();
+    assert_eq!(out.status.code(), Some(1), "{}", said(&out));
+    assert!(
+        took >= Duration::from_secs(2) && took < Duration::from_secs(5),
+        "nothing answers: {took:?}"
+    );
+    let err = said(&out);
+    assert!(
+        err.contains("no answer from") && err.contains("within 2s"),
+        "{err}"
+    );
+    assert!(
+        err.contains("--transport tcp") && !err.contains("raise --timeout"),
+        "{err}"
+    );
+    assert!(!err.contains("retry 1/"), "not retried: {err}");
+    drop(silent);
+}

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use crate::harness::{b3, haul, listing, run, summary, wait_for, write_file};
 
+mod changing;
 mod ftp;
 mod http;
 mod s3;

@@ -30,6 +30,7 @@ fn a_malicious_pusher_cannot_write_outside_the_root() {
         raw.hello(Request::Push {
             dest: String::new(),
             checksum: false,
+            replace_dirs: false,
         }),
         Message::Welcome { .. }
     ));
@@ -190,6 +191,7 @@ fn a_malicious_pusher_cannot_write_outside_the_root() {
         raw.hello(Request::Push {
             dest: "../up".into(),
             checksum: false,
+            replace_dirs: false,
         }),
         Message::Refused {
             code: ErrorCode::BadPath,
@@ -288,6 +290,7 @@ fn malformed_frames_close_only_that_connection() {
         raw.hello(Request::Push {
             dest: String::new(),
             checksum: false,
+            replace_dirs: false,
         }),
         Message::Welcome { .. }
     ));
@@ -563,8 +566,15 @@ fn mistakes_exit_2_with_what_to_do() {
     expect_2(c, "exclude each other");
     // A node on a port that is taken.
     let mut c = haul(&s.path("config"));
-    c.args(["serve", "--open", "--listen", &tls.addr, "--root"])
-        .arg(s.path("other"));
+    c.args([
+        "serve",
+        "--open",
+        "--create-root",
+        "--listen",
+        &tls.addr,
+        "--root",
+    ])
+    .arg(s.path("other"));
     expect_2(c, "cannot listen on");
 }
 
@@ -635,4 +645,28 @@ fn a_malicious_pruner_removes_nothing_outside_dest_or_in_the_state_dir() {
     assert!(s.path("node/in/out").symlink_metadata().is_ok());
     assert!(!s.path("node/in/ok.txt").exists() && !s.path("node/in/d").exists());
     assert_eq!(crate::dry_run::state(&s.path("node/.haul")), before);
+}
+
+/// A token file others can read gets a warning that says how to fix it
+/// (ssh's StrictModes habit); one only its owner reads gets none.
+#[test]
+fn a_token_file_readable_by_others_is_warned_about() {
+    use std::os::unix::fs::PermissionsExt;
+    let s = Scratch::new();
+    write_file(&s.path("src/f"), 100, 1);
+    let node = Node::start(&s.path("node"), &s.path("config"), &["--token", "sekrit"]);
+    let token = s.path("token");
+    std::fs::write(&token, "sekrit\n").unwrap();
+    for (mode, warned) in [(0o644, true), (0o600, false)] {
+        std::fs::set_permissions(&token, std::fs::Permissions::from_mode(mode)).unwrap();
+        let mut c = haul(&s.path("config"));
+        c.args(["push", "--token-file"])
+            .arg(&token)
+            .arg(s.path("src/f"))
+            .arg(node.url("in"));
+        let out = run(c, Duration::from_secs(60));
+        assert_eq!(out.status.code(), Some(0), "{}", said(&out));
+        let err = stderr(&out);
+        assert_eq!(err.contains("chmod 600"), warned, "mode {mode:o}: {err}");
+    }
 }

@@ -212,6 +212,30 @@ fn usage_errors_exit_2() {
     );
     assert_eq!(out.status.code(), Some(2));
     assert!(stderr(&out).contains("--open"), "{}", stderr(&out));
+    // A root that does not exist (a mistyped mount point) is refused, and
+    // not made; --create-root makes it.
+    let serve = |extra: &[&str]| {
+        let mut c = haul(&s.path("c"));
+        c.args([
+            "serve",
+            "--open",
+            "--plaintext",
+            "--listen",
+            "127.0.0.1:0",
+            "--root",
+        ])
+        .arg(s.path("typo/mnt"))
+        .args(extra);
+        c
+    };
+    let out = run(serve(&[]), T);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("--create-root"), "{}", stderr(&out));
+    assert!(!s.path("typo").exists());
+    let mut c = serve(&["--create-root"]);
+    let node = Killed(c.stdout(std::process::Stdio::null()).spawn().unwrap());
+    wait_for(T, "the root made", || s.path("typo/mnt").is_dir());
+    drop(node);
     let out = run(
         {
             let mut c = haul(&s.path("c"));
@@ -405,4 +429,14 @@ fn checksum_copies_only_a_file_changed_with_size_and_mtime_kept() {
     );
     assert_eq!(sum["files"][0]["path"], "f1.bin");
     assert_eq!(listing(&s.path("src")), listing(&s.path("dst")));
+}
+
+/// A child process killed and waited for when it goes out of scope.
+struct Killed(std::process::Child);
+
+impl Drop for Killed {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
