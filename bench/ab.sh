@@ -62,7 +62,7 @@ for _ in $(seq 1 "$ROUNDS"); do
     [ "$DIR" = /dev/shm ] || sync
     n0=$(ticks "${NODE[$n]}")
     t0=$(date +%s.%N)
-    read -r user sys < <({ /usr/bin/time -f "%U %S" "$b" push -q ${SEC[$n]} "${FLAGS[@]}" "$SRC" "haul://${ADDR[$n]}/r" >/dev/null; } 2>&1)
+    read -r user sys < <({ /usr/bin/time -f "%U %S" "$b" push -q ${SEC[$n]} "${FLAGS[@]}" "$SRC" "haul://${ADDR[$n]}/r/" >/dev/null; } 2>&1)
     t1=$(date +%s.%N)
     n1=$(ticks "${NODE[$n]}")
     WALL[$n]+="$(printf '%.3f' "$(echo "$t1 - $t0" | bc -l)") "

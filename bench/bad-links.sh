@@ -132,7 +132,7 @@ once() { # $1 tool, $2 source file, $3 size MiB
   case $tool in
     haul-quic | haul-tcp)
       dst="$W/node/d/$(basename "$src")"
-      inh 1 timeout "$LIMIT" "$HAUL" push "$src" haul://198.18.0.2:7878/d -j 1 -q \
+      inh 1 timeout "$LIMIT" "$HAUL" push "$src" haul://198.18.0.2:7878/d/ -j 1 -q \
         --transport "${tool#haul-}" >"$W/tool.log" 2>&1 && ok=1 ;;
     lftp)
       dst="$W/dst/f00.bin"
@@ -261,7 +261,7 @@ setp h1 "rate $RATE delay 10ms"; setp h2 "rate $RATE delay 10ms"
 inh 2 iperf3 -s -D -1 >/dev/null 2>&1
 head -c $((2048 << 20)) /dev/zero >"$W/fair.bin"
 rm -rf "$W/node/d" "$W/node/.haul/partial"
-( inh 1 timeout 60 "$HAUL" push "$W/fair.bin" haul://198.18.0.2:7878/d -j 1 --json --transport quic 2>/dev/null |
+( inh 1 timeout 60 "$HAUL" push "$W/fair.bin" haul://198.18.0.2:7878/d/ -j 1 --json --transport quic 2>/dev/null |
     while IFS= read -r line; do echo "$(date +%s.%N) $line"; done >"$W/fair.json" ) &
 FAIR=$!
 sleep 10
@@ -307,7 +307,7 @@ for t in quic tcp; do
     LN=$!
     sleep 0.5
     t0=$(date +%s.%N)
-    /usr/bin/time -f %M -o "$W/client.rss" "$HAUL" push "$W/loop.bin" haul://127.0.0.1:7979/d -q \
+    /usr/bin/time -f %M -o "$W/client.rss" "$HAUL" push "$W/loop.bin" haul://127.0.0.1:7979/d/ -q \
       --transport "$t" >/dev/null 2>&1
     t1=$(date +%s.%N)
     pkill -INT -P "$LN" || true; wait "$LN" 2>/dev/null || true

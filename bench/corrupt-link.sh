@@ -54,7 +54,7 @@ for run in $RUNS_LIST; do
   read -r o0 d0 q0 c0 b0 < <(counters)
   read -r busy0 idle0 < <(cpu)
   t0=$(date +%s.%N)
-  inh 1 "$HAUL" push "$W/src.bin" haul://198.18.0.2:7878/d -j 1 -q --transport quic
+  inh 1 "$HAUL" push "$W/src.bin" haul://198.18.0.2:7878/d/ -j 1 -q --transport quic
   t1=$(date +%s.%N)
   read -r busy1 idle1 < <(cpu)
   read -r o1 d1 q1 c1 b1 < <(counters)

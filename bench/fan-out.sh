@@ -113,7 +113,7 @@ for size in $SIZES; do
       t0=$(now)
       pushes=()
       for h in $(seq 2 $((1 + peers))); do
-        inh 1 "$HAUL" -q push "$W/f$size.bin" "haul://198.18.0.$h:7878/p$d" --plaintext &
+        inh 1 "$HAUL" -q push "$W/f$size.bin" "haul://198.18.0.$h:7878/p$d/" --plaintext &
         pushes+=($!)
       done
       wait "${pushes[@]}"

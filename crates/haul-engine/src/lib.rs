@@ -7,6 +7,7 @@
 //! - [`partial`]: a file being received, with its resume log.
 //! - [`prune`]: staging files of abandoned transfers, removed after a TTL.
 //! - [`mirror`]: `--delete` at a local destination, beneath a held root.
+//! - [`one_file`]: scp's and rsync's rule for a `DEST` that names one file.
 //! - [`chunks`]: chunk sources (local files, bytes, files still being
 //!   received) and sinks, which take only verified chunks.
 
@@ -14,6 +15,7 @@ pub mod chunks;
 pub mod destination;
 pub mod filtered;
 pub mod mirror;
+pub mod one_file;
 /// Chunk digests and whole-file hashes: the protocol's, in [`haul_proto::digest`].
 pub use haul_proto::digest as hash;
 pub mod partial;
@@ -25,5 +27,6 @@ pub use destination::{Destination, Prepared, ReceiveError};
 pub use filtered::EntryFilter;
 pub use haul_filter::{self, Filter};
 pub use haul_root;
+pub use one_file::OneFile;
 pub use partial::{ChunkVerdict, PartialFile};
 pub use source::{split_ranges, EntryIter, LocalTree, Source, SourceEntry, SourceError};

@@ -360,6 +360,16 @@ impl LocalTree {
         &self.naming.prefix
     }
 
+    /// Sends the top under `name` instead of its own (one file whose DEST
+    /// names it: [`crate::one_file`]). A tree of contents (`dir/`) has no
+    /// top to name and is left as it is.
+    pub fn named(mut self, name: &str) -> Self {
+        if !self.naming.prefix.is_empty() {
+            name.clone_into(&mut self.naming.prefix);
+        }
+        self
+    }
+
     /// Walks only what `filter` takes (see [`crate::filtered`]); a filter
     /// that takes everything costs nothing.
     pub fn with_filter(mut self, filter: Arc<Filter>) -> Self {

@@ -30,7 +30,7 @@ pub async fn dry_run_fetch(
     observer: Arc<dyn Observer>,
 ) -> Result<DryRunReport, RemoteError> {
     let filter = Arc::new(opts.filter.clone());
-    let listing = list_remote(remote.clone(), path, true, filter).await?;
+    let mut listing = list_remote(remote.clone(), path, true, filter).await?;
     let mut report = DryRunReport::default();
     for (dir, error) in &listing.errors {
         report.errors += 1;
@@ -50,6 +50,14 @@ pub async fn dry_run_fetch(
     } else {
         format!("{name}/")
     };
+    // One file, to a DEST that names it: compared with that file.
+    let one = (single_file && opts.one_file_names && opts.rename.is_none())
+        .then(|| haul_engine::OneFile::local(dest))
+        .flatten();
+    if let Some(one) = &one {
+        one.name.clone_into(&mut listing.entries[0].path);
+    }
+    let dest = one.as_ref().map_or(dest, |one| one.dir.as_path());
     let root = match Root::open(dest) {
         Ok(root) => Some(root),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
@@ -142,7 +150,8 @@ pub async fn dry_run_fetch(
             action,
         });
     }
-    if opts.delete {
+    // A one-file pull deletes nothing (as the pull itself).
+    if opts.delete && !single_file {
         if report.errors > 0 {
             observer.event(&Event::Warning {
                 message: "--delete: nothing would be deleted, because the listing was not complete"

@@ -113,6 +113,11 @@ pub struct FetchOptions {
     /// Where partial files are staged (default `DEST/.haul/partial`); on
     /// DEST's filesystem, for this destination only.
     pub staging: Option<std::path::PathBuf>,
+    /// scp's rule: a URL naming one file, pulled to a DEST that names a
+    /// file (nothing there or a regular file, no trailing `/`), makes that
+    /// file ([`haul_engine::OneFile`]). Off, DEST is always a directory (a
+    /// daemon's); `--rename` turns it off too.
+    pub one_file_names: bool,
 }
 
 impl Default for FetchOptions {
@@ -135,6 +140,7 @@ impl Default for FetchOptions {
             dest_prefix: String::new(),
             gate: None,
             staging: None,
+            one_file_names: false,
         }
     }
 }
@@ -228,6 +234,10 @@ pub async fn fetch(
     pool.give_back(lease);
     let trimmed = path.trim_end_matches('/');
     let name = trimmed.rsplit('/').next().unwrap_or("").to_string();
+    let one = (root.kind == EntryKind::File && opts.one_file_names && opts.rename.is_none())
+        .then(|| haul_engine::OneFile::local(dest))
+        .flatten();
+    let dest = one.as_ref().map_or(dest, |one| one.dir.as_path());
     let destination = Destination::open_staged(dest, opts.staging.as_deref())?;
     destination.apply_dir_metadata_at_end();
     // Remote modes are not carried over: local ones are left alone.
@@ -251,6 +261,7 @@ pub async fn fetch(
                 .job_for(format!("{dir}{name}"), name, entry)
                 .map(|job| FileJob {
                     stated: true,
+                    dest_rel: one.map_or(job.dest_rel, |one| one.name),
                     ..job
                 });
             drop(jobs_tx);

@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use haul_engine::haul_root::Root;
+use haul_engine::one_file::{self, OneFile};
 use haul_engine::{
     split_ranges, Destination, EntryFilter, EntryIter, Filter, LocalTree, Source as _, SourceEntry,
 };
@@ -218,6 +219,7 @@ fn send_jobs(src: SourceEntry, streams: u32, split_min: u64) -> Vec<SendJob> {
 /// each hop adds); a striped fan-out's send carries one stripe of each entry.
 pub(crate) fn send_queue(
     sources: &[String],
+    named: Option<&str>,
     opts: &ClientOptions,
     tally: &Arc<Tally>,
     fanout: Option<FanoutJobs>,
@@ -227,6 +229,9 @@ pub(crate) fn send_queue(
     let mut iters: Vec<EntryIter> = Vec::new();
     for s in sources {
         let mut tree = LocalTree::new(s).map_err(|e| NodeError::Usage(e.to_string()))?;
+        if let Some(name) = named {
+            tree = tree.named(name);
+        }
         if let Some(filter) = &opts.filter {
             tree = tree.with_filter(filter.clone());
         }
@@ -339,13 +344,14 @@ impl SameContent {
         remote: &NodeUrl,
         dest: &str,
         sources: &[String],
+        named: Option<&str>,
         opts: &ClientOptions,
         tally: &Tally,
     ) -> Result<Self, NodeError> {
         let mut sums = HashMap::new();
         for source in sources {
             let top = LocalTree::new(source)
-                .map(|t| t.top_name().to_owned())
+                .map(|t| named.unwrap_or(t.top_name()).to_owned())
                 .map_err(|e| NodeError::Usage(e.to_string()))?;
             let under = crate::mirror::under_dest(dest, &top);
             let side =
@@ -431,21 +437,34 @@ pub async fn push(
         ));
     }
     let tally = Tally::new(observer);
-    let seen = opts.delete.then(|| Arc::new(Mutex::new(HashSet::new())));
+    // One file to a path that names it goes into that path's directory
+    // under that name; a one-file tree has nothing for --delete to remove.
+    let named = pushed_as(remote, sources, opts, tally.as_ref()).await?;
+    let dest = named.as_ref().map_or(dest, |(dir, _)| dir.clone());
+    let named = named.map(|(_, name)| name);
+    let seen = (opts.delete && named.is_none()).then(|| Arc::new(Mutex::new(HashSet::new())));
     let same = match opts.checksum {
         true => Some(Arc::new(
-            SameContent::listed(remote, &dest, sources, opts, &tally).await?,
+            SameContent::listed(remote, &dest, sources, named.as_deref(), opts, &tally).await?,
         )),
         false => None,
     };
-    let queue = send_queue(sources, opts, &tally, None, seen.clone(), same)?;
+    let queue = send_queue(
+        sources,
+        named.as_deref(),
+        opts,
+        &tally,
+        None,
+        seen.clone(),
+        same,
+    )?;
     // Fail fast on a wrong address, token or key before spawning workers.
     let request = Request::Push {
         dest,
         checksum: opts.checksum,
         replace_dirs: opts.replaces_dirs(),
     };
-    let first = open_first(&remote.addr, opts, request.clone(), &tally).await?;
+    let first = open_first(&remote.addr, opts, request.clone(), tally.as_ref()).await?;
     let ctx = SenderCtx::for_client(opts, &tally, ChunkBuffers::new(opts.chunk_memory));
     let (workers, err) = send_all(
         &queue,
@@ -464,6 +483,31 @@ pub async fn push(
         crate::mirror::prune_node(remote, dest, source, &sent, opts, &tally, err.as_ref()).await;
     }
     finish(&tally, started, workers, err)
+}
+
+/// A push of one file to a node path that names it ([`OneFile`]: nothing
+/// is there, or a regular file): the directory it goes into and its name
+/// there. `None`: the push goes into `remote`'s path, as any other.
+pub(crate) async fn pushed_as(
+    remote: &NodeUrl,
+    sources: &[String],
+    opts: &ClientOptions,
+    observer: &dyn Observer,
+) -> Result<Option<(String, String)>, NodeError> {
+    let [source] = sources else {
+        return Ok(None);
+    };
+    let path = remote.path.trim_start_matches('/');
+    let Some(named) = OneFile::remote(path).filter(|_| one_file::is_one_local_file(source)) else {
+        return Ok(None);
+    };
+    Ok(
+        match crate::dry_run::node_entry(&remote.addr, opts, path, observer).await? {
+            None => Some(named),
+            Some(there) if there.kind == EntryKind::File => Some(named),
+            Some(_) => None,
+        },
+    )
 }
 
 /// Sends every job of `queue` to `addr` over a pool of connections
@@ -546,16 +590,48 @@ pub async fn pull(
     observer: Arc<dyn Observer>,
 ) -> Result<Summary, NodeError> {
     let started = Instant::now();
-    check_dest_dir(dest)?;
-    if opts.delete {
-        crate::mirror::check_dest(dest)?;
+    let base = list_base(&remote.path);
+    let top = list_top(&remote.path);
+    // A DEST that could name one file waits for the listing's first entry
+    // to say whether the source is one.
+    let one = (!top.is_empty()).then(|| OneFile::local(dest)).flatten();
+    if one.is_none() {
+        check_dest_dir(dest)?;
     }
     let tally = Tally::new(observer);
     let list_request = Request::List {
         path: remote.path.clone(),
         sums: opts.checksum,
     };
-    let (mut lr, mut lw) = open_first(&remote.addr, opts, list_request.clone(), &tally).await?;
+    let (mut lr, mut lw) =
+        open_first(&remote.addr, opts, list_request.clone(), tally.as_ref()).await?;
+    let mut pending = None;
+    let mut renamed = None;
+    if let Some(one) = one {
+        let first = loop {
+            match lr.recv().await? {
+                Message::KeepAlive => {}
+                message => break message,
+            }
+        };
+        if matches!(&first, Message::Listing { entry } if entry.path == top && entry.kind != EntryKind::Dir)
+        {
+            renamed = Some(one);
+        } else {
+            check_dest_dir(dest)?;
+        }
+        pending = Some(first);
+    }
+    // One file named by DEST lands in DEST's directory; a one-file tree
+    // has nothing for --delete to remove.
+    let delete = opts.delete && renamed.is_none();
+    if delete {
+        crate::mirror::check_dest(dest)?;
+    }
+    let (dest, renamed) = match &renamed {
+        Some(one) => (one.dir.as_path(), Some((top.clone(), one.name.clone()))),
+        None => (dest, None),
+    };
     // Only now that the node lists the path: a refused pull leaves no DEST.
     let destination = Destination::open(dest)?;
     if opts.checksum {
@@ -565,8 +641,6 @@ pub async fn pull(
     }
     destination.apply_dir_metadata_at_end();
     let queue: Arc<WorkQueue<FetchJob>> = WorkQueue::open();
-    let base = list_base(&remote.path);
-    let top = list_top(&remote.path);
     let lister = {
         let (queue, tally, destination, opts) = (
             queue.clone(),
@@ -586,6 +660,7 @@ pub async fn pull(
                     .map(|f| EntryFilter::new(f, top.clone())),
                 listed: HashSet::new(),
                 count: WalkCount::start(tally.clone()),
+                pending,
             };
             let mut backoff = connection_backoff(&opts);
             let r = loop {
@@ -595,6 +670,7 @@ pub async fn pull(
                     dest: &destination,
                     base: &base,
                     opts: &opts,
+                    renamed: renamed.as_ref(),
                 };
                 let r = read_listing(&mut lr, &got, &mut state).await;
                 let _ = lw.send(&Message::Bye).await;
@@ -684,12 +760,20 @@ pub async fn pull(
         err = Some(e);
     }
     fail_leftovers(&queue, &tally, &err, |j| j.entry.path.clone());
-    if opts.delete {
+    if delete {
         crate::mirror::delete_extraneous(dest, &top, &listed, opts, &tally, err.as_ref());
     }
     destination.apply_dir_metadata();
     destination.tidy_state_dir();
     finish(&tally, started, workers, err)
+}
+
+/// A local copy of one file to a DEST that names it ([`OneFile`]).
+pub(crate) fn copied_as(sources: &[String], dest: &Path) -> Option<OneFile> {
+    match sources {
+        [source] if one_file::is_one_local_file(source) => OneFile::local(dest),
+        _ => None,
+    }
 }
 
 /// A destination must be a directory, or not exist yet.
@@ -730,6 +814,26 @@ struct ListingSink<'a> {
     dest: &'a Arc<Destination>,
     base: &'a str,
     opts: &'a ClientOptions,
+    /// One file whose DEST names it: its listed name and the name it
+    /// takes at DEST ([`OneFile`]).
+    renamed: Option<&'a (String, String)>,
+}
+
+impl ListingSink<'_> {
+    /// `entry` as DEST names it, and the path the node serves it under.
+    fn localised(&self, mut entry: Entry) -> (Entry, String) {
+        let served = if self.base.is_empty() {
+            entry.path.clone()
+        } else {
+            format!("{}/{}", self.base, entry.path)
+        };
+        if let Some((listed, name)) = self.renamed {
+            if entry.path == *listed {
+                name.clone_into(&mut entry.path);
+            }
+        }
+        (entry, served)
+    }
 }
 
 /// What a pull's listings carry from one to the next when one breaks off.
@@ -743,6 +847,9 @@ struct ListingState {
     listed: HashSet<String>,
     /// The files taken so far, told to the observer.
     count: WalkCount,
+    /// A message read before the listing was handed on (its first entry,
+    /// which says whether the source is one file).
+    pending: Option<Message>,
 }
 
 /// Reads one listing to its end, handing on what `state.resume` has not
@@ -757,19 +864,24 @@ async fn read_listing(
         chosen,
         listed,
         count,
+        pending,
     } = state;
     let ListingSink {
         queue,
         tally,
         dest,
-        base,
         opts,
+        ..
     } = *sink;
     let mut taken = Vec::new();
     // With --checksum: the node's BLAKE3 of each file it listed.
     let mut sums: HashMap<String, Digest> = HashMap::new();
     loop {
-        let entry = match rd.recv().await? {
+        let message = match pending.take() {
+            Some(message) => message,
+            None => rd.recv().await?,
+        };
+        let entry = match message {
             Message::Listing { entry } => entry,
             Message::FileError {
                 code: ErrorCode::Skipped,
@@ -817,6 +929,8 @@ async fn read_listing(
             None => taken.push(entry),
         }
         for entry in taken.drain(..) {
+            let sum = sums.remove(&entry.path);
+            let (entry, served) = sink.localised(entry);
             if opts.delete {
                 listed.insert(entry.path.clone());
             }
@@ -825,12 +939,12 @@ async fn read_listing(
             }
             if opts.checksum
                 && entry.kind == EntryKind::File
-                && holds_content(dest, &entry, sums.remove(&entry.path)).await
+                && holds_content(dest, &entry, sum).await
             {
                 tally.event(&Event::up_to_date(entry.path.clone(), entry.size));
                 continue;
             }
-            take_listed(entry, queue, tally, dest, base, opts);
+            take_listed(entry, served, queue, tally, dest, opts);
         }
     }
 }
@@ -877,10 +991,10 @@ async fn holds_content(dest: &Arc<Destination>, entry: &Entry, digest: Option<Di
 /// is up to date.
 fn take_listed(
     entry: haul_proto::Entry,
+    server_path: String,
     queue: &WorkQueue<FetchJob>,
     tally: &Tally,
     dest: &Destination,
-    base: &str,
     opts: &ClientOptions,
 ) {
     let path = entry.path.clone();
@@ -896,11 +1010,6 @@ fn take_listed(
                 tally.event(&Event::up_to_date(path.clone(), entry.size));
                 Ok(())
             } else {
-                let server_path = if base.is_empty() {
-                    entry.path.clone()
-                } else {
-                    format!("{base}/{}", entry.path)
-                };
                 let count = entry.chunk_count();
                 if opts.streams > 1 && entry.size >= opts.split_min && count >= 2 {
                     let ranges = split_ranges(count, opts.streams);
@@ -944,6 +1053,13 @@ pub async fn copy_local(
     observer: Arc<dyn Observer>,
 ) -> Result<Summary, NodeError> {
     let started = Instant::now();
+    // One file to a DEST that names it: into DEST's directory, under that
+    // name; a one-file tree has nothing for --delete to remove.
+    let one = copied_as(sources, dest);
+    let (dest, named) = match &one {
+        Some(one) => (one.dir.as_path(), Some(one.name.as_str())),
+        None => (dest, None),
+    };
     check_dest_dir(dest)?;
     if opts.delete {
         if sources.len() != 1 {
@@ -954,7 +1070,7 @@ pub async fn copy_local(
         crate::mirror::check_dest(dest)?;
     }
     let tally = Tally::new(observer);
-    let seen = opts.delete.then(|| Arc::new(Mutex::new(HashSet::new())));
+    let seen = (opts.delete && named.is_none()).then(|| Arc::new(Mutex::new(HashSet::new())));
     let destination = Destination::open(dest)?;
     let same = if opts.checksum {
         destination.receive_everything_offered();
@@ -964,7 +1080,7 @@ pub async fn copy_local(
     } else {
         None
     };
-    let queue = send_queue(sources, opts, &tally, None, seen.clone(), same)?;
+    let queue = send_queue(sources, named, opts, &tally, None, seen.clone(), same)?;
     destination.apply_dir_metadata_at_end();
     let sctx = SenderCtx::for_client(opts, &tally, ChunkBuffers::new(opts.chunk_memory));
     let rctx = ReceiverCtx {

@@ -10,7 +10,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use haul_engine::source::hash_local;
-use haul_engine::{LocalTree, Source as _, SourceEntry};
+use haul_engine::{LocalTree, OneFile, Source as _, SourceEntry};
 use haul_proto::{Digest, Entry, EntryKind, ErrorCode, Message, Request};
 use haul_session::summary::DryRunReport;
 use haul_session::{DryRunAction, Event, Observer};
@@ -46,6 +46,20 @@ impl Side {
         }
         self.entries.push(src.entry);
     }
+
+    /// The entry listed as `top` named `name` instead (one file whose DEST
+    /// names it).
+    fn renamed(mut self, top: &str, name: &str) -> Self {
+        for e in &mut self.entries {
+            if e.path == top {
+                name.clone_into(&mut e.path);
+            }
+        }
+        if let Some(sum) = self.sums.remove(top) {
+            self.sums.insert(name.to_owned(), sum);
+        }
+        self
+    }
 }
 
 /// A dry run of `haul push SOURCES REMOTE`.
@@ -58,9 +72,14 @@ pub async fn dry_run_push(
 ) -> Result<DryRunReport, NodeError> {
     let dest = remote.path.trim_matches('/').to_owned();
     haul_proto::validate_rel_path(&dest).map_err(|e| NodeError::Usage(e.to_string()))?;
+    let named = crate::client::pushed_as(remote, sources, opts, observer.as_ref()).await?;
+    let delete = delete && named.is_none();
+    let dest = named.as_ref().map_or(dest, |(dir, _)| dir.clone());
+    let named = named.map(|(_, name)| name);
     let mut report = DryRunReport::default();
     for s in sources {
-        let (source, top) = walk_local(s, opts, opts.checksum, observer.as_ref())?;
+        let (source, top) =
+            walk_local(s, named.as_deref(), opts, opts.checksum, observer.as_ref())?;
         let under = crate::mirror::under_dest(&dest, &top);
         let theirs =
             list_node_with(&remote.addr, opts, &under, opts.checksum, observer.as_ref()).await?;
@@ -85,9 +104,6 @@ pub async fn dry_run_pull(
     delete: bool,
     observer: Arc<dyn Observer>,
 ) -> Result<DryRunReport, NodeError> {
-    if delete {
-        crate::mirror::check_dest(dest)?;
-    }
     let top = crate::client::list_top(&remote.path);
     let theirs = list_node_with(
         &remote.addr,
@@ -103,7 +119,24 @@ pub async fn dry_run_pull(
             message: format!("{} is not on the node", remote.path),
         });
     }
+    // One file, to a DEST that names it: compared with that file.
+    let one = match theirs.entries.as_slice() {
+        [e] if e.path == top && e.kind != EntryKind::Dir => OneFile::local(dest),
+        _ => None,
+    };
+    let delete = delete && one.is_none();
+    if delete {
+        crate::mirror::check_dest(dest)?;
+    }
     let source = filtered(theirs, opts, &top);
+    let (source, dest, top) = match &one {
+        Some(one) => (
+            source.renamed(&top, &one.name),
+            one.dir.as_path(),
+            one.name.clone(),
+        ),
+        None => (source, dest, top),
+    };
     let ours = walk_dest(dest, &top, opts.checksum, observer.as_ref());
     let ours = filtered(ours, opts, &top);
     let mut report = DryRunReport::default();
@@ -126,12 +159,16 @@ pub fn dry_run_local(
     delete: bool,
     observer: Arc<dyn Observer>,
 ) -> Result<DryRunReport, NodeError> {
+    let one = crate::client::copied_as(sources, dest);
+    let delete = delete && one.is_none();
     if delete {
         crate::mirror::check_dest(dest)?;
     }
+    let named = one.as_ref().map(|one| one.name.as_str());
+    let dest = one.as_ref().map_or(dest, |one| one.dir.as_path());
     let mut report = DryRunReport::default();
     for s in sources {
-        let (source, top) = walk_local(s, opts, opts.checksum, observer.as_ref())?;
+        let (source, top) = walk_local(s, named, opts, opts.checksum, observer.as_ref())?;
         let ours = walk_dest(dest, &top, opts.checksum, observer.as_ref());
         let ours = filtered(ours, opts, &top);
         compare(
@@ -146,15 +183,20 @@ pub fn dry_run_local(
     Ok(report)
 }
 
-/// A local source walked with the transfer's filter, and its top's name;
-/// with `sums`, each file hashed ([`Side::sums`]).
+/// A local source walked with the transfer's filter (its top `named` so,
+/// if given), and its top's name; with `sums`, each file hashed
+/// ([`Side::sums`]).
 pub(crate) fn walk_local(
     source: &str,
+    named: Option<&str>,
     opts: &ClientOptions,
     sums: bool,
     observer: &dyn Observer,
 ) -> Result<(Side, String), NodeError> {
     let mut tree = LocalTree::new(source).map_err(|e| NodeError::Usage(e.to_string()))?;
+    if let Some(name) = named {
+        tree = tree.named(name);
+    }
     let top = tree.top_name().to_owned();
     if let Some(f) = &opts.filter {
         tree = tree.with_filter(f.clone());
@@ -223,6 +265,48 @@ pub(crate) async fn list_node(
     observer: &dyn Observer,
 ) -> Result<Side, NodeError> {
     list_node_with(addr, opts, path, false, observer).await
+}
+
+/// What the node has at `path` itself (a node's `stat`): the first entry
+/// of its listing, or `None` when nothing is there. Only that entry is
+/// read; the connection is closed after it.
+pub(crate) async fn node_entry(
+    addr: &str,
+    opts: &ClientOptions,
+    path: &str,
+    observer: &dyn Observer,
+) -> Result<Option<Entry>, NodeError> {
+    let request = Request::List {
+        path: path.into(),
+        sums: false,
+    };
+    // As a transfer's first connection: a silent node is tried again.
+    let (mut r, mut w) = match crate::pool::open_first(addr, opts, request, observer).await {
+        Ok(conn) => conn,
+        Err(NodeError::Refused {
+            code: ErrorCode::NotFound,
+            ..
+        }) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let entry = loop {
+        match r.recv().await? {
+            Message::Listing { entry } => break Some(entry),
+            Message::KeepAlive => {}
+            Message::Bye => break None,
+            // The top itself could not be read: it is there.
+            Message::FileError { message, .. } => {
+                return Err(NodeError::Usage(format!("{path} on the node: {message}")))
+            }
+            other => {
+                return Err(NodeError::Protocol(format!(
+                    "unexpected {other:?} in a listing"
+                )))
+            }
+        }
+    };
+    let _ = w.send(&Message::Bye).await;
+    Ok(entry)
 }
 
 /// [`list_node`], with `sums`: the node hashes every file it lists

@@ -337,7 +337,7 @@ async fn same_on_every_node(
         }
         let dest = url.path.trim_matches('/');
         let SameContent::Listed(held) =
-            SameContent::listed(url, dest, sources, &opts, &quiet).await?
+            SameContent::listed(url, dest, sources, None, &opts, &quiet).await?
         else {
             continue;
         };
@@ -533,7 +533,8 @@ impl Run {
             return Ok(());
         };
         let quiet = Tally::new(Arc::new(haul_session::event::Quiet));
-        let (side, _) = crate::dry_run::walk_local(source, &self.opts, false, quiet.as_ref())?;
+        let (side, _) =
+            crate::dry_run::walk_local(source, None, &self.opts, false, quiet.as_ref())?;
         if side.errors > 0 {
             self.tally.event(&Event::Warning {
                 message: "--delete: nothing deleted, because the source could not be read in full"
@@ -682,6 +683,7 @@ impl Run {
         opts.jobs = crate::Concurrency::Fixed(1);
         let queue = send_queue(
             &self.sources,
+            None,
             &opts,
             &self.tally,
             Some(FanoutJobs {

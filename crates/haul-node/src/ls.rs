@@ -53,7 +53,7 @@ pub fn ls_local(
     } else {
         path
     };
-    let (side, top) = walk_local(trimmed, opts, false, observer.as_ref())?;
+    let (side, top) = walk_local(trimmed, None, opts, false, observer.as_ref())?;
     Ok(relative(side, &top, recursive))
 }
 

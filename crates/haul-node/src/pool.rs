@@ -93,7 +93,7 @@ pub(crate) async fn open_first(
     addr: &str,
     opts: &ClientOptions,
     request: Request,
-    tally: &Tally,
+    tally: &dyn Observer,
 ) -> Result<Connection, NodeError> {
     let mut backoff = connection_backoff(opts);
     loop {

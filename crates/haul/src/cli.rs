@@ -258,7 +258,8 @@ pub struct PullArgs {
     /// haul://HOST:PORT/PATH, ftp://, ftps://, ftps-implicit://, sftp://,
     /// http://, https://, s3://BUCKET/PREFIX, or a local path.
     pub source: String,
-    /// Local destination directory (created if missing).
+    /// Local destination directory (created if missing); for one file, a
+    /// DEST that does not exist and does not end in `/` is its new name.
     pub dest: PathBuf,
     /// Transfer settings.
     #[command(flatten)]
@@ -283,7 +284,9 @@ Examples:
             --rename '{1}/{name}' --delete-source
 
 A URL with a trailing / puts the directory's contents into DEST; without it,
-DEST/NAME/ is created (rsync's rule). Passwords: in the URL, --password-file
+DEST/NAME/ is created (rsync's rule). One file to a DEST that does not exist
+(or is a file) and does not end in / takes DEST as its name (scp's rule);
+an existing directory or DEST/ gets DEST/NAME. Passwords: in the URL, --password-file
 or HAUL_PASSWORD; S3 keys from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or
 ~/.aws/credentials. Secrets are never printed.";
 

@@ -95,6 +95,7 @@ pub fn fetch_options(t: &TransferArgs, r: &RemoteArgs, mut filter: Filter) -> Re
         dest_prefix: String::new(),
         gate: None,
         staging: None,
+        one_file_names: true,
     })
 }
 

@@ -132,9 +132,9 @@ fn changed_once_is_sent_again(verb: &str) {
     let file = Changing::new(&s.path("src/grow.bin"), 24 * MIB);
     let node = Node::start(&s.path("node"), &s.path("config"), &["--token", "t"]);
     let (dest, delivered) = match verb {
-        "push" => (node.url("in"), s.path("node/in/grow.bin")),
+        "push" => (node.url("in/"), s.path("node/in/grow.bin")),
         _ => (
-            s.path("copy").display().to_string(),
+            format!("{}/", s.path("copy").display()),
             s.path("copy/grow.bin"),
         ),
     };
@@ -220,6 +220,7 @@ fn a_file_changed_while_a_node_serves_it_is_not_delivered_torn() {
     let file = Changing::new(&s.path("node/out/grow.bin"), 24 * MIB);
     let node = Node::start(&s.path("node"), &s.path("config"), &["--token", "t"]);
     let writer = file.change(Duration::from_millis(900));
+    std::fs::create_dir_all(s.path("here")).expect("mkdir DEST");
     let mut c = haul(&s.path("config"));
     c.args(["pull", "--json", "--bwlimit", "8M", "--token", "t"])
         .arg(node.url("out/grow.bin"))

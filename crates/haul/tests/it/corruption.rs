@@ -47,7 +47,7 @@ fn a_corrupted_pulled_chunk_is_fetched_again() {
     let mut c = haul(&s.path("config"));
     c.args(["pull", "--json", "--plaintext", "-j", "1"])
         .arg(proxy.url("f"))
-        .arg(s.path("dst"));
+        .arg(format!("{}/", s.path("dst").display()));
     let out = run(c, T);
     assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
     assert!(summary(&out)["bytes_transferred"].as_u64().expect("n") > SIZE);

@@ -93,7 +93,7 @@ fn lab_quic_completes_through_bad_links_with_nothing_damaged() {
     lab.set_profile(2, Dir::Both, "rate 100mbit delay 10ms")
         .expect("profile");
     let mut push = haul(&["push"]);
-    push.arg(s.path("src/small")).arg(node.url("far"));
+    push.arg(s.path("src/small")).arg(node.url("far/"));
     let t0 = std::time::Instant::now();
     let out = run(push, LIMIT);
     eprintln!("1 s: push {:?}", t0.elapsed());
@@ -117,7 +117,7 @@ fn lab_quic_completes_through_bad_links_with_nothing_damaged() {
     };
     let pushing = {
         let mut cmd = haul(&["push"]);
-        cmd.arg(s.path("src/a.bin")).arg(node.url("cut"));
+        cmd.arg(s.path("src/a.bin")).arg(node.url("cut/"));
         std::thread::spawn(move || run(cmd, LIMIT))
     };
     wait_for(LIMIT, "a verified chunk", staged);
@@ -133,7 +133,7 @@ fn lab_quic_completes_through_bad_links_with_nothing_damaged() {
     // and key: the client's retry finds it and resumes.
     let pushing = {
         let mut cmd = haul(&["push"]);
-        cmd.arg(s.path("src/a.bin")).arg(node.url("killed"));
+        cmd.arg(s.path("src/a.bin")).arg(node.url("killed/"));
         std::thread::spawn(move || run(cmd, LIMIT))
     };
     wait_for(LIMIT, "a verified chunk", staged);

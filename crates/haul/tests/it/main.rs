@@ -19,6 +19,7 @@ mod ls;
 mod man;
 mod memory;
 mod mirror;
+mod one_file;
 mod proxy;
 mod quic;
 mod rate;

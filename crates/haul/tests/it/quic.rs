@@ -60,10 +60,10 @@ fn quic_pins_the_same_key_as_tcp() {
     let mut c = haul(&s.path("config"));
     c.args(["push", "--json"])
         .arg(s.path("src/f"))
-        .arg(node.url("a"));
+        .arg(node.url("a/"));
     assert_eq!(run(c, T).status.code(), Some(0));
     let mut c = quic(&s, &["push"]);
-    c.arg(s.path("src/f")).arg(node.url("b"));
+    c.arg(s.path("src/f")).arg(node.url("b/"));
     let out = run(c, T);
     assert_eq!(out.status.code(), Some(0), "{}", said(&out));
     assert!(s.path("node/b/f").exists());
@@ -72,7 +72,7 @@ fn quic_pins_the_same_key_as_tcp() {
     drop(node);
     let other = Node::start_on(&s.path("node2"), &s.path("other"), &addr, &["--open"]);
     let mut c = quic(&s, &["push"]);
-    c.arg(s.path("src/f")).arg(other.url("c"));
+    c.arg(s.path("src/f")).arg(other.url("c/"));
     let out = run(c, T);
     assert_ne!(out.status.code(), Some(0));
     let err = said(&out);
@@ -93,7 +93,7 @@ fn quic_mistakes_say_what_to_do() {
     let node = Node::start(&s.path("node"), &s.path("config"), &["--open", "--no-quic"]);
     let started = Instant::now();
     let mut c = quic(&s, &["push", "--timeout", "2", "--retries", "0"]);
-    c.arg(s.path("src/f")).arg(node.url("x"));
+    c.arg(s.path("src/f")).arg(node.url("x/"));
     let out = run(c, T);
     assert_ne!(out.status.code(), Some(0));
     let err = said(&out);
@@ -194,7 +194,7 @@ fn a_quic_node_that_is_not_there_fails_fast() {
     let closed = Node::start(&s.path("node"), &s.path("config"), &["--open", "--no-quic"]);
     let started = Instant::now();
     let mut c = quic(&s, &["push"]);
-    c.arg(s.path("src/f")).arg(closed.url("x"));
+    c.arg(s.path("src/f")).arg(closed.url("x/"));
     let out = run(c, T);
     let took = started.elapsed();
     assert_eq!(out.status.code(), Some(1), "{}", said(&out));

@@ -50,6 +50,8 @@ pub fn pull_through_restart<S>(
     start: impl FnOnce(&mut S),
 ) -> Output {
     let config = config.to_path_buf();
+    // Into DEST, which exists (a missing one would name the one file).
+    std::fs::create_dir_all(dst).expect("mkdir DEST");
     let args = [url, dst.to_str().expect("UTF-8 path")]
         .into_iter()
         .chain(["--retry-base-ms", "300", "--retries", "8", "--timeout", "5"])

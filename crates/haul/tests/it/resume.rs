@@ -131,6 +131,8 @@ fn resume_a_pull_after_sigkill_of_the_puller() {
         &["--open", "--plaintext"],
     );
     let proxy = slow(&node);
+    // Into DEST, which exists (a missing one would name the one file).
+    std::fs::create_dir_all(s.path("dst")).expect("mkdir");
     let pull = |url: String| {
         let mut c = haul(&s.path("config"));
         c.args(["pull", "--json", "--plaintext", "-j", "1"])

@@ -492,8 +492,10 @@ fn a_first_handshake_that_goes_unanswered_is_tried_again() {
         let mut c = haul(&s.path("config"));
         c.args([verb, "--plaintext", "--timeout", "2", "--retries", "3"]);
         match verb {
-            "push" => c.arg(s.path("src/f")).arg(proxy.url("in")),
-            _ => c.arg(proxy.url("in/f")).arg(s.path(&format!("back{i}"))),
+            "push" => c.arg(s.path("src/f")).arg(proxy.url("in/")),
+            _ => c
+                .arg(proxy.url("in/f"))
+                .arg(format!("{}/", s.path(&format!("back{i}")).display())),
         };
         let unstall = std::thread::spawn(move || {
             std::thread::sleep(Duration::from_secs(3));

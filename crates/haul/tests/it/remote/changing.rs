@@ -15,6 +15,7 @@ fn pull_while_it_changes(file: &Changing, url: &str, extra: &[&str]) {
     let s = Scratch::new();
     let writer = file.change(Duration::from_millis(900));
     let dst = s.path("dst");
+    std::fs::create_dir_all(&dst).expect("mkdir DEST");
     let mut args = vec![url, dst.to_str().unwrap(), "--bwlimit", "8M"];
     args.extend_from_slice(extra);
     let out = pull(&s.path("cfg"), &args);
