@@ -160,3 +160,48 @@ fn lab_quic_completes_through_bad_links_with_nothing_damaged() {
     );
     drop(node);
 }
+
+/// A node behind a pulled link (a blackhole: no answer, not even ICMP)
+/// fails after --connect-timeout (TCP: each attempt, with backoff between;
+/// QUIC: once, nothing answered), never after minutes of handshakes, and
+/// the message names the real choices.
+#[test]
+fn lab_a_blackholed_node_fails_after_the_connect_timeout() {
+    let Some(_turn) = root() else {
+        return;
+    };
+    let lab = Lab::builder()
+        .hosts(2)
+        .link("rate 100mbit delay 5ms")
+        .start()
+        .expect("lab");
+    let s = Scratch::new();
+    write_file(&s.path("src/f"), 1000, 1);
+    lab.link_down(2).expect("link down");
+    let url = format!("haul://{}:7878/x/", lab.host(2).addr());
+    for (transport, at_most) in [("quic", 5), ("tcp", 9)] {
+        let mut cmd: Command = lab.host(1).command(BIN);
+        cmd.env("HAUL_CONFIG_DIR", s.path("client"))
+            .args(["push", "--json", "--transport", transport])
+            .args(["--connect-timeout", "2", "--retries", "1"])
+            .arg(s.path("src/f"))
+            .arg(&url);
+        let started = std::time::Instant::now();
+        let out = run(cmd, LIMIT);
+        let took = started.elapsed();
+        assert_eq!(out.status.code(), Some(1), "{transport}: {}", said(&out));
+        assert!(
+            took >= Duration::from_secs(2) && took < Duration::from_secs(at_most),
+            "{transport}: {took:?}\n{}",
+            said(&out)
+        );
+        let err = said(&out);
+        assert!(!err.contains("raise --timeout"), "{transport}: {err}");
+        if transport == "quic" {
+            assert!(
+                err.contains("no answer from") && err.contains("--transport tcp"),
+                "{err}"
+            );
+        }
+    }
+}
