@@ -19,16 +19,7 @@ fn source(s: &Scratch) -> u64 {
 
 /// The largest staging file on the node: how much of the file arrived.
 fn staged(s: &Scratch) -> u64 {
-    std::fs::read_dir(s.path("node/.haul/partial"))
-        .map(|d| {
-            d.filter_map(|e| e.ok())
-                .filter_map(|e| e.metadata().ok())
-                .filter(|m| m.is_file())
-                .map(|m| m.len())
-                .max()
-                .unwrap_or(0)
-        })
-        .unwrap_or(0)
+    crate::resume::partial_bytes(&s.path("node"))
 }
 
 /// Waits until the node verified and wrote the file's first chunk (and,

@@ -19,7 +19,8 @@ fn slow(node: &Node) -> Proxy {
     )
 }
 
-fn partial_bytes(root: &std::path::Path) -> u64 {
+/// The largest staging file under `root`: how much of a file arrived.
+pub(crate) fn partial_bytes(root: &std::path::Path) -> u64 {
     std::fs::read_dir(root.join(".haul/partial"))
         .map(|d| {
             d.filter_map(|e| e.ok())
