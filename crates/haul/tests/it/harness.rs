@@ -48,7 +48,9 @@ impl Node {
         extra: &[&str],
         log: Option<&Path>,
     ) -> Node {
-        cmd.args(["serve", "--create-root", "--root"])
+        // `--json`: the address and key come as the `listening` event,
+        // not scraped from text meant for people.
+        cmd.args(["--json", "serve", "--create-root", "--root"])
             .arg(root)
             .args(["--listen", listen, "--identity"]);
         cmd.arg(config.join("identity"));
@@ -63,13 +65,14 @@ impl Node {
         let mut child = cmd.spawn().expect("spawn haul serve");
         let stdout = child.stdout.take().expect("stdout");
         let mut lines = BufReader::new(stdout).lines();
-        let first = lines.next().expect("serve printed nothing").expect("read");
-        let addr = first.rsplit(' ').next().expect("addr").to_owned();
-        let second = lines.next().expect("fingerprint line").expect("read");
-        let fingerprint = second
-            .strip_prefix("fingerprint ")
-            .filter(|f| f.starts_with("SHA256:"))
-            .map(str::to_owned);
+        let listening = lines
+            .by_ref()
+            .map_while(Result::ok)
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(&l).ok())
+            .find(|v| v["event"] == "listening")
+            .expect("serve ended before it said it was listening");
+        let addr = listening["addr"].as_str().expect("addr").to_owned();
+        let fingerprint = listening["fingerprint"].as_str().map(str::to_owned);
         // Keep draining stdout so the node never blocks on a full pipe.
         std::thread::spawn(move || for _ in lines {});
         Node {
