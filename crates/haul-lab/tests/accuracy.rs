@@ -33,10 +33,12 @@ fn check_rtt(lab: &Lab, one_way_ms: f64, samples: u32, jitter: bool) {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "root-tests"),
+    ignore = "needs root: run as root with --features root-tests (scripts/test.sh does)"
+)]
 fn rtt_matches_configured_delay() {
-    if !root("rtt_matches_configured_delay") {
-        return;
-    }
+    root("rtt_matches_configured_delay");
     let _g = serial();
     let lab = two_hosts();
     check_rtt(&lab, 0.0, 50, false);
@@ -70,10 +72,12 @@ fn loss_of(lab: &Lab, n: u32) -> f64 {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "root-tests"),
+    ignore = "needs root: run as root with --features root-tests (scripts/test.sh does)"
+)]
 fn random_loss_matches() {
-    if !root("random_loss_matches") {
-        return;
-    }
+    root("random_loss_matches");
     let _g = serial();
     let lab = two_hosts();
     for pct in [1.0, 5.0, 30.0] {
@@ -104,10 +108,12 @@ fn random_loss_matches() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "root-tests"),
+    ignore = "needs root: run as root with --features root-tests (scripts/test.sh does)"
+)]
 fn duplication_matches() {
-    if !root("duplication_matches") {
-        return;
-    }
+    root("duplication_matches");
     let _g = serial();
     let lab = two_hosts();
     for pct in [2.0, 10.0] {
@@ -131,10 +137,12 @@ fn duplication_matches() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "root-tests"),
+    ignore = "needs root: run as root with --features root-tests (scripts/test.sh does)"
+)]
 fn reordering_matches() {
-    if !root("reordering_matches") {
-        return;
-    }
+    root("reordering_matches");
     let _g = serial();
     let lab = two_hosts();
     // Correlation lengthens runs, so the correlated case gets more packets.
@@ -168,10 +176,12 @@ fn reordering_matches() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "root-tests"),
+    ignore = "needs root: run as root with --features root-tests (scripts/test.sh does)"
+)]
 fn corrupted_packets_are_never_delivered_intact() {
-    if !root("corrupted_packets_are_never_delivered_intact") {
-        return;
-    }
+    root("corrupted_packets_are_never_delivered_intact");
     let _g = serial();
     let lab = two_hosts();
     lab.set_profile(1, Dir::Egress, "corrupt 5%").unwrap();
@@ -219,10 +229,12 @@ fn corrupted_packets_are_never_delivered_intact() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "root-tests"),
+    ignore = "needs root: run as root with --features root-tests (scripts/test.sh does)"
+)]
 fn tcp_rate_matches() {
-    if !root("tcp_rate_matches") {
-        return;
-    }
+    root("tcp_rate_matches");
     let _g = serial();
     let lab = two_hosts();
     for mbit in [50.0, 200.0, 500.0] {
@@ -252,10 +264,12 @@ fn tcp_rate_matches() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "root-tests"),
+    ignore = "needs root: run as root with --features root-tests (scripts/test.sh does)"
+)]
 fn aggregate_forwarding_reaches_1_gbit() {
-    if !root("aggregate_forwarding_reaches_1_gbit") {
-        return;
-    }
+    root("aggregate_forwarding_reaches_1_gbit");
     let _g = serial();
     let lab = Lab::builder().hosts(4).start().unwrap();
     // A floor on a shared 2-core box: the best of up to 5 runs counts, so

@@ -32,10 +32,12 @@ fn flow(lab: &Lab, n: u32) -> usize {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "root-tests"),
+    ignore = "needs root: run as root with --features root-tests (scripts/test.sh does)"
+)]
 fn set_and_link_down_up_at_run_time() {
-    if !root("set_and_link_down_up_at_run_time") {
-        return;
-    }
+    root("set_and_link_down_up_at_run_time");
     let _g = serial();
     let lab = Lab::builder().hosts(3).link("delay 1ms").start().unwrap();
     assert_eq!(flow(&lab, 200), 200);
@@ -59,10 +61,12 @@ fn set_and_link_down_up_at_run_time() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "root-tests"),
+    ignore = "needs root: run as root with --features root-tests (scripts/test.sh does)"
+)]
 fn labs_side_by_side_do_not_collide() {
-    if !root("labs_side_by_side_do_not_collide") {
-        return;
-    }
+    root("labs_side_by_side_do_not_collide");
     let _g = serial();
     let a = Lab::builder().hosts(2).start().unwrap();
     let b = Lab::builder().hosts(2).link("loss 100%").start().unwrap();
@@ -73,10 +77,12 @@ fn labs_side_by_side_do_not_collide() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "root-tests"),
+    ignore = "needs root: run as root with --features root-tests (scripts/test.sh does)"
+)]
 fn a_panicking_test_leaves_nothing_behind() {
-    if !root("a_panicking_test_leaves_nothing_behind") {
-        return;
-    }
+    root("a_panicking_test_leaves_nothing_behind");
     let _g = serial();
     let names = std::thread::spawn(|| {
         let lab = Lab::builder().hosts(2).start().unwrap();
@@ -127,10 +133,12 @@ impl Drop for DownOnDrop {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "root-tests"),
+    ignore = "needs root: run as root with --features root-tests (scripts/test.sh does)"
+)]
 fn cli_up_exec_set_link_stats_down() {
-    if !root("cli_up_exec_set_link_stats_down") {
-        return;
-    }
+    root("cli_up_exec_set_link_stats_down");
     let _g = serial();
     let name = format!("cli{}", std::process::id());
     let n = ["--name", name.as_str()];
@@ -194,10 +202,12 @@ fn cli_up_exec_set_link_stats_down() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "root-tests"),
+    ignore = "needs root: run as root with --features root-tests (scripts/test.sh does)"
+)]
 fn killing_the_emulator_cleans_up() {
-    if !root("killing_the_emulator_cleans_up") {
-        return;
-    }
+    root("killing_the_emulator_cleans_up");
     let _g = serial();
     let name = format!("kill{}", std::process::id());
     let _guard = DownOnDrop(name.clone());
@@ -219,10 +229,12 @@ fn killing_the_emulator_cleans_up() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "root-tests"),
+    ignore = "needs root: run as root with --features root-tests (scripts/test.sh does)"
+)]
 fn sigterm_stops_the_emulator_cleanly() {
-    if !root("sigterm_stops_the_emulator_cleanly") {
-        return;
-    }
+    root("sigterm_stops_the_emulator_cleanly");
     let _g = serial();
     let name = format!("term{}", std::process::id());
     let _guard = DownOnDrop(name.clone());

@@ -25,14 +25,15 @@ pub fn serial() -> MutexGuard<'static, ()> {
     LOCK.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// `true` when running as root; otherwise prints why the test is skipped.
-pub fn root(test: &str) -> bool {
+/// Fails a lab test run without root (never a silent pass): such tests
+/// are ignored unless built with `root-tests`.
+pub fn root(test: &str) {
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
-    if !root {
-        eprintln!("SKIPPED {test}: the lab needs root (network namespaces, TUN); run as root");
-    }
-    root
+    assert!(
+        root,
+        "{test}: the lab needs root (network namespaces, TUN); run as root"
+    );
 }
 
 /// CLOCK_MONOTONIC in nanoseconds (the same clock in every namespace).

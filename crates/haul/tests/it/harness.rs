@@ -305,18 +305,24 @@ pub struct LabTurn(#[allow(dead_code)] std::sync::MutexGuard<'static, ()>);
 /// its cap of 50 in a CI run, with nothing wrong in the pacer.
 static LAB_TURN: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
-/// When running as root (the lab needs namespaces and TUN), waits for
-/// the lab's turn and returns it; says what is skipped otherwise.
-pub fn lab_root(what: &str) -> Option<LabTurn> {
-    // SAFETY: geteuid has no preconditions.
-    let root = unsafe { libc::geteuid() } == 0;
-    if !root {
-        eprintln!("SKIPPED {what}: the lab needs root (network namespaces, TUN)");
-        return None;
-    }
+/// Waits for the lab's turn (the lab needs root: network namespaces and
+/// TUN; its tests are ignored unless built with `root-tests`).
+pub fn lab_root(what: &str) -> LabTurn {
+    assert_root(what);
     // A lab test that failed poisoned the lock; the next one still runs.
     let turn = LAB_TURN.lock().unwrap_or_else(|e| e.into_inner());
-    Some(LabTurn(turn))
+    LabTurn(turn)
+}
+
+/// Fails a test that needs root when it is run without (never a silent
+/// pass): such tests are ignored unless built with `root-tests`.
+pub fn assert_root(what: &str) {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    assert!(
+        root,
+        "{what} needs root; run it as root (scripts/test.sh does)"
+    );
 }
 
 /// A file made immutable (`chattr +i`): as root, the one way to make a

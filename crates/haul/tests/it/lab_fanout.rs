@@ -14,7 +14,7 @@ use crate::harness::{b3, listing, run, stderr, wait_for, write_file, Node, Scrat
 
 const LIMIT: Duration = Duration::from_secs(240);
 
-fn root() -> Option<crate::harness::LabTurn> {
+fn root() -> crate::harness::LabTurn {
     crate::harness::lab_root("lab fan-out")
 }
 
@@ -29,10 +29,12 @@ fn staged(root: &Path, bytes: u64) -> bool {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "root-tests"),
+    ignore = "needs root: run as root with --features root-tests (scripts/test.sh does)"
+)]
 fn lab_fan_out_survives_a_killed_node_and_a_pulled_link() {
-    let Some(_turn) = root() else {
-        return;
-    };
+    let _turn = root();
     let lab = Lab::builder()
         .hosts(6)
         .link("rate 100mbit delay 5ms")

@@ -13,15 +13,17 @@ use crate::harness::{b3, run, said, wait_for, write_file, Node, Scratch, BIN};
 
 const LIMIT: Duration = Duration::from_secs(180);
 
-fn root() -> Option<crate::harness::LabTurn> {
+fn root() -> crate::harness::LabTurn {
     crate::harness::lab_root("lab QUIC")
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "root-tests"),
+    ignore = "needs root: run as root with --features root-tests (scripts/test.sh does)"
+)]
 fn lab_quic_completes_through_bad_links_with_nothing_damaged() {
-    let Some(_turn) = root() else {
-        return;
-    };
+    let _turn = root();
     let lab = Lab::builder()
         .hosts(2)
         .link("rate 100mbit delay 10ms")
@@ -166,10 +168,12 @@ fn lab_quic_completes_through_bad_links_with_nothing_damaged() {
 /// QUIC: once, nothing answered), never after minutes of handshakes, and
 /// the message names the real choices.
 #[test]
+#[cfg_attr(
+    not(feature = "root-tests"),
+    ignore = "needs root: run as root with --features root-tests (scripts/test.sh does)"
+)]
 fn lab_a_blackholed_node_fails_after_the_connect_timeout() {
-    let Some(_turn) = root() else {
-        return;
-    };
+    let _turn = root();
     let lab = Lab::builder()
         .hosts(2)
         .link("rate 100mbit delay 5ms")

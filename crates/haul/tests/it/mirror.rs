@@ -105,6 +105,10 @@ fn delete_mirrors_a_node_pull_and_a_local_copy() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "root-tests"),
+    ignore = "needs root: run as root with --features root-tests (scripts/test.sh does)"
+)]
 fn a_failure_anywhere_deletes_nothing() {
     let s = Scratch::new();
     write_file(&s.path("node/data/a.bin"), 3000, 1);
@@ -166,6 +170,10 @@ fn delete_refuses_a_symlinked_dest_or_one_with_dotdot() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "root-tests"),
+    ignore = "needs root: run as root with --features root-tests (scripts/test.sh does)"
+)]
 fn push_delete_mirrors_onto_a_node_and_deletes_nothing_after_a_failure() {
     let s = Scratch::new();
     write_file(&s.path("src/data/a.bin"), 3000, 1);

@@ -124,10 +124,12 @@ fn bwlimit_caps_http_and_ftp_pulls_across_connections() {
 /// lands within 5 % of 50 Mbit/s, for a push and a pull (TCP, 4
 /// connections sharing the cap). Root only (the lab's namespaces).
 #[test]
+#[cfg_attr(
+    not(feature = "root-tests"),
+    ignore = "needs root: run as root with --features root-tests (scripts/test.sh does)"
+)]
 fn lab_bwlimit_50mbit_on_a_200mbit_link_within_5_percent() {
-    let Some(_turn) = lab_root("lab --bwlimit") else {
-        return;
-    };
+    let _turn = lab_root("lab --bwlimit");
     let lab = haul_lab::Lab::builder()
         .hosts(2)
         .link("rate 200mbit delay 5ms")

@@ -264,11 +264,12 @@ fn sigterm_stops_the_node_and_the_transfer_resumes() {
 }
 
 #[test]
+#[cfg_attr(
+    not(feature = "root-tests"),
+    ignore = "needs root: run as root with --features root-tests (scripts/test.sh does)"
+)]
 fn disk_full_is_a_clear_error_and_stays_resumable() {
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("skipped: mounting a small tmpfs needs root");
-        return;
-    }
+    crate::harness::assert_root("mounting a small tmpfs");
     let s = Scratch::new();
     write_file(&s.path("src/file.bin"), 24 << 20, 11);
     let root = s.path("node");
