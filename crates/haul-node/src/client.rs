@@ -27,6 +27,7 @@ use crate::chunk_work::ChunkWork;
 use crate::drive::receive::{run_receiver, ReceiverCtx};
 use crate::drive::send::{run_sender, JobFeed, SenderCtx};
 use crate::jobs::{FetchGroup, FetchJob, RangeGroup, SendJob, Source, WorkQueue};
+use crate::listing::{self, Listed};
 use crate::listing_resume::ResumePoint;
 use crate::pool::{connection_backoff, open_first, relist, run_pool, with_retries};
 use crate::walk_count::{Counted, WalkCount};
@@ -608,13 +609,8 @@ pub async fn pull(
     let mut pending = None;
     let mut renamed = None;
     if let Some(one) = one {
-        let first = loop {
-            match lr.recv().await? {
-                Message::KeepAlive => {}
-                message => break message,
-            }
-        };
-        if matches!(&first, Message::Listing { entry } if entry.path == top && entry.kind != EntryKind::Dir)
+        let first = listing::next(&mut lr, opts.checksum).await?;
+        if matches!(&first, Some(Listed::Entry { entry, .. }) if entry.path == top && entry.kind != EntryKind::Dir)
         {
             renamed = Some(one);
         } else {
@@ -847,9 +843,9 @@ struct ListingState {
     listed: HashSet<String>,
     /// The files taken so far, told to the observer.
     count: WalkCount,
-    /// A message read before the listing was handed on (its first entry,
-    /// which says whether the source is one file).
-    pending: Option<Message>,
+    /// What was read before the listing was handed on (its first item,
+    /// which says whether the source is one file; `Some(None)`: its end).
+    pending: Option<Option<Listed>>,
 }
 
 /// Reads one listing to its end, handing on what `state.resume` has not
@@ -877,51 +873,37 @@ async fn read_listing(
     // With --checksum: the node's BLAKE3 of each file it listed.
     let mut sums: HashMap<String, Digest> = HashMap::new();
     loop {
-        let message = match pending.take() {
-            Some(message) => message,
-            None => rd.recv().await?,
+        let listed_now = match pending.take() {
+            Some(read_before) => read_before,
+            None => listing::next(rd, opts.checksum).await?,
         };
-        let entry = match message {
-            Message::Listing { entry } => entry,
-            Message::FileError {
+        let (entry, sum) = match listed_now {
+            None => return Ok(()),
+            Some(Listed::Entry { entry, sum }) => (entry, sum),
+            Some(Listed::Error { .. }) if resume.catching_up() => continue,
+            Some(Listed::Error {
                 code: ErrorCode::Skipped,
                 message,
-                ..
-            } => {
-                if !resume.catching_up() {
-                    tally.event(&Event::Warning {
-                        message: format!("node: {message}"),
-                    });
-                }
+            }) => {
+                tally.event(&Event::Warning {
+                    message: format!("node: {message}"),
+                });
                 continue;
             }
-            Message::FileError { message, .. } => {
-                if !resume.catching_up() {
-                    tally.event(&Event::FileError {
-                        path: String::new(),
-                        error: format!("node: {message}"),
-                    });
-                }
+            Some(Listed::Error { message, .. }) => {
+                tally.event(&Event::FileError {
+                    path: String::new(),
+                    error: format!("node: {message}"),
+                });
                 continue;
             }
-            Message::KeepAlive => continue,
-            Message::Bye => return Ok(()),
-            other => {
-                return Err(NodeError::Protocol(format!(
-                    "unexpected {other:?} in a listing"
-                )))
-            }
-        };
-        // With --checksum, its hash (or why the node could not read it)
-        // comes next.
-        let sum = match opts.checksum && entry.kind == EntryKind::File {
-            true => recv_hash(rd, &entry.path).await?,
-            false => None,
         };
         if resume.seen(&entry.path) {
             continue;
         }
-        if let Some(root) = sum {
+        // With --checksum: a file the node could not read is fetched (and
+        // its fetch says why).
+        if let Some(Ok(root)) = sum {
             sums.insert(entry.path.clone(), root);
         }
         match chosen {
@@ -945,27 +927,6 @@ async fn read_listing(
                 continue;
             }
             take_listed(entry, served, queue, tally, dest, opts);
-        }
-    }
-}
-
-/// In a listing with sums, what follows a file's entry: its BLAKE3, or
-/// `None` when the node could not read it (its fetch then fails and says
-/// why).
-async fn recv_hash(
-    rd: &mut Box<dyn haul_transport::MessageReader>,
-    path: &str,
-) -> Result<Option<Digest>, NodeError> {
-    loop {
-        match rd.recv().await? {
-            Message::Hashed { root } => return Ok(Some(root)),
-            Message::FileError { .. } => return Ok(None),
-            Message::KeepAlive => {}
-            other => {
-                return Err(NodeError::Protocol(format!(
-                    "expected Hashed for {path}, got {other:?}"
-                )))
-            }
         }
     }
 }

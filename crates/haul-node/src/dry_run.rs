@@ -16,6 +16,7 @@ use haul_session::summary::DryRunReport;
 use haul_session::{DryRunAction, Event, Observer};
 
 use crate::client::{open_session, ClientOptions};
+use crate::listing::{self, Listed};
 use crate::{NodeError, NodeUrl};
 
 /// One side of a comparison: its entries as the wire names them, and how
@@ -289,21 +290,13 @@ pub(crate) async fn node_entry(
         }) => return Ok(None),
         Err(e) => return Err(e),
     };
-    let entry = loop {
-        match r.recv().await? {
-            Message::Listing { entry } => break Some(entry),
-            Message::KeepAlive => {}
-            Message::Bye => break None,
-            // The top itself could not be read: it is there.
-            Message::FileError { message, .. } => {
-                return Err(NodeError::Usage(format!("{path} on the node: {message}")))
-            }
-            other => {
-                return Err(NodeError::Protocol(format!(
-                    "unexpected {other:?} in a listing"
-                )))
-            }
+    let entry = match listing::next(&mut r, false).await? {
+        Some(Listed::Entry { entry, .. }) => Some(entry),
+        // The top itself could not be read: it is there.
+        Some(Listed::Error { message, .. }) => {
+            return Err(NodeError::Usage(format!("{path} on the node: {message}")))
         }
+        None => None,
     };
     let _ = w.send(&Message::Bye).await;
     Ok(entry)
@@ -331,57 +324,30 @@ pub(crate) async fn list_node_with(
         Err(e) => return Err(e),
     };
     let mut side = Side::default();
-    // The file whose hash (or read error) comes next, in a listing with sums.
-    let mut awaiting: Option<String> = None;
-    loop {
-        let msg = r.recv().await?;
-        if let Some(path) = awaiting.take() {
-            match msg {
-                Message::Hashed { root } => {
-                    side.sums.insert(path, root);
-                    continue;
-                }
-                Message::FileError { message, .. } => {
-                    side.unreadable.push((path, format!("node: {message}")));
-                    continue;
-                }
-                Message::KeepAlive => {
-                    awaiting = Some(path);
-                    continue;
-                }
-                other => {
-                    return Err(NodeError::Protocol(format!(
-                        "expected Hashed for {path}, got {other:?}"
-                    )))
-                }
-            }
-        }
-        match msg {
-            Message::Listing { entry } => {
+    while let Some(listed) = listing::next(&mut r, sums).await? {
+        match listed {
+            Listed::Entry { entry, sum } => {
                 haul_proto::validate_entry_path(&entry.path)
                     .map_err(|e| NodeError::Protocol(format!("listed {:?}: {e}", entry.path)))?;
-                if sums && entry.kind == EntryKind::File {
-                    awaiting = Some(entry.path.clone());
+                match sum {
+                    Some(Ok(root)) => {
+                        side.sums.insert(entry.path.clone(), root);
+                    }
+                    Some(Err(why)) => side.unreadable.push((entry.path.clone(), why)),
+                    None => {}
                 }
                 side.entries.push(entry);
             }
-            Message::FileError {
+            Listed::Error {
                 code: ErrorCode::Skipped,
                 ..
             } => {}
-            Message::FileError { message, .. } => {
+            Listed::Error { message, .. } => {
                 side.errors += 1;
                 observer.event(&Event::FileError {
                     path: String::new(),
                     error: format!("node: {message}"),
                 });
-            }
-            Message::KeepAlive => {}
-            Message::Bye => break,
-            other => {
-                return Err(NodeError::Protocol(format!(
-                    "unexpected {other:?} in a listing"
-                )))
             }
         }
     }

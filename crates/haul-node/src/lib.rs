@@ -22,6 +22,7 @@ pub mod dry_run;
 pub mod error;
 pub mod fanout;
 pub mod jobs;
+mod listing;
 mod listing_resume;
 pub mod ls;
 pub mod mirror;
