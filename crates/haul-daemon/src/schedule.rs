@@ -91,38 +91,7 @@ impl Schedule {
     }
 }
 
-/// Parses `90s`, `10m`, `2h`, `1d`, or plain seconds.
-pub fn parse_duration(text: &str) -> Option<Duration> {
-    let t = text.trim();
-    let (num, unit) = match t.find(|c: char| !c.is_ascii_digit()) {
-        Some(i) => t.split_at(i),
-        None => (t, "s"),
-    };
-    let n: u64 = num.parse().ok()?;
-    let secs = match unit.trim() {
-        "s" | "sec" | "secs" | "second" | "seconds" => 1,
-        "m" | "min" | "mins" | "minute" | "minutes" => 60,
-        "h" | "hour" | "hours" => 3600,
-        "d" | "day" | "days" => 86_400,
-        "ms" => return Some(Duration::from_millis(n)),
-        _ => return None,
-    };
-    n.checked_mul(secs).map(Duration::from_secs)
-}
-
-/// `d` as the largest whole unit: `10m`, `90s`, `2h`.
-pub fn format_duration(d: Duration) -> String {
-    let s = d.as_secs();
-    if d.subsec_millis() != 0 || s == 0 {
-        return format!("{}ms", d.as_millis());
-    }
-    for (unit, n) in [("d", 86_400), ("h", 3600), ("m", 60)] {
-        if s.is_multiple_of(n) {
-            return format!("{}{unit}", s / n);
-        }
-    }
-    format!("{s}s")
-}
+use haul_time::{format_duration, parse_duration};
 
 /// A random delay in `[0, jitter]`.
 pub fn jitter(max: Duration) -> Duration {
@@ -167,12 +136,7 @@ mod tests {
     }
 
     #[test]
-    fn durations() {
-        assert_eq!(parse_duration("90s"), Some(Duration::from_secs(90)));
-        assert_eq!(parse_duration("2h"), Some(Duration::from_secs(7200)));
-        assert_eq!(parse_duration("5"), Some(Duration::from_secs(5)));
-        assert_eq!(parse_duration("5x"), None);
-        assert_eq!(format_duration(Duration::from_secs(90)), "90s");
+    fn jitter_stays_within_its_bound() {
         for _ in 0..100 {
             assert!(jitter(Duration::from_secs(2)) <= Duration::from_secs(2));
         }

@@ -181,25 +181,55 @@ pub fn strftime_utc(t: SystemTime, format: &str) -> Result<String, TimeError> {
         .map_err(|_| TimeError::new(format, "a strftime format (%Y %m %d %H %M %S %j %%...)"))
 }
 
-/// Parses an age: a whole number and a unit, `s`, `m`, `h`, `d` or `w`
-/// (`90m`, `7d`). `None` for anything else.
-pub fn parse_age(s: &str) -> Option<Duration> {
-    let s = s.trim();
-    let unit = s.chars().last()?;
-    let secs: u64 = match unit {
-        's' => 1,
-        'm' => 60,
-        'h' => 3600,
-        'd' => 86_400,
-        'w' => 604_800,
-        _ => return None,
+/// Parses a duration as a user writes it, on the command line or in the
+/// daemon's TOML: a whole number and a unit — `ms`, `s`, `m`, `h`, `d`,
+/// `w` or their words (`sec`, `minutes`, `day`...) — or plain seconds
+/// (`90`). `None` for anything else (a sign, a fraction, an overflow).
+pub fn parse_duration(text: &str) -> Option<Duration> {
+    let t = text.trim();
+    let (num, unit) = match t.find(|c: char| !c.is_ascii_digit()) {
+        Some(i) => t.split_at(i),
+        None => (t, "s"),
     };
-    let num = &s[..s.len() - 1];
-    if num.is_empty() || !num.bytes().all(|b| b.is_ascii_digit()) {
+    if num.is_empty() {
         return None;
     }
     let n: u64 = num.parse().ok()?;
-    Some(Duration::from_secs(n.checked_mul(secs)?))
+    let secs: u64 = match unit.trim() {
+        "ms" => return Some(Duration::from_millis(n)),
+        "s" | "sec" | "secs" | "second" | "seconds" => 1,
+        "m" | "min" | "mins" | "minute" | "minutes" => 60,
+        "h" | "hour" | "hours" => 3600,
+        "d" | "day" | "days" => 86_400,
+        "w" | "week" | "weeks" => 604_800,
+        _ => return None,
+    };
+    n.checked_mul(secs).map(Duration::from_secs)
+}
+
+/// Parses an age: [`parse_duration`] with its unit written (`90m`, `7d`),
+/// so that a bare number is never taken for one (`--newer-than 2024`).
+pub fn parse_age(s: &str) -> Option<Duration> {
+    let t = s.trim();
+    if t.ends_with(|c: char| c.is_ascii_digit()) {
+        return None;
+    }
+    parse_duration(t)
+}
+
+/// `d` as the largest whole unit: `10m`, `90s`, `2h` (what
+/// [`parse_duration`] reads back).
+pub fn format_duration(d: Duration) -> String {
+    let s = d.as_secs();
+    if d.subsec_millis() != 0 || s == 0 {
+        return format!("{}ms", d.as_millis());
+    }
+    for (unit, n) in [("d", 86_400), ("h", 3600), ("m", 60)] {
+        if s.is_multiple_of(n) {
+            return format!("{}{unit}", s / n);
+        }
+    }
+    format!("{s}s")
 }
 
 /// Parses a point in time as a user writes it (`--newer-than`): an age

@@ -129,3 +129,25 @@ fn ages_and_when() {
         assert!(parse_when(bad, now).is_err(), "{bad}");
     }
 }
+
+#[test]
+fn durations_for_flags_and_the_daemon() {
+    assert_eq!(parse_duration("90s"), Some(Duration::from_secs(90)));
+    assert_eq!(parse_duration("2h"), Some(Duration::from_secs(7200)));
+    assert_eq!(
+        parse_duration("2 weeks"),
+        Some(Duration::from_secs(1_209_600))
+    );
+    assert_eq!(parse_duration("250ms"), Some(Duration::from_millis(250)));
+    assert_eq!(parse_duration("5"), Some(Duration::from_secs(5)));
+    assert_eq!(parse_duration("5x"), None);
+    assert_eq!(parse_duration("s"), None);
+    assert_eq!(parse_duration("-5s"), None);
+    // An age needs its unit: `--newer-than 2024` is not 2024 seconds.
+    assert_eq!(parse_age("2024"), None);
+    assert_eq!(parse_age("2w"), Some(Duration::from_secs(1_209_600)));
+    for d in [90, 600, 7200, 86_400 * 3] {
+        let d = Duration::from_secs(d);
+        assert_eq!(parse_duration(&format_duration(d)), Some(d));
+    }
+}

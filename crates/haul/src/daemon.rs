@@ -75,10 +75,7 @@ pub fn check(args: &DaemonArgs, json: bool) -> Result<u8> {
         let jitter = if s.jitter.is_zero() {
             String::new()
         } else {
-            format!(
-                " (+ up to {} jitter)",
-                haul_daemon::schedule::format_duration(s.jitter)
-            )
+            format!(" (+ up to {} jitter)", haul_time::format_duration(s.jitter))
         };
         println!("  schedule: {}{jitter}", s.schedule.describe());
         println!("  refetch:  {}", refetch_name(s.refetch));

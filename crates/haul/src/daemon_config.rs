@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
 use haul_catalog::Refetch;
-use haul_daemon::schedule::parse_duration;
 use haul_daemon::Schedule;
+use haul_time::parse_duration;
 use serde::Deserialize;
 use toml::Spanned;
 
