@@ -65,6 +65,7 @@ mod kind {
     pub const REMOVE: u8 = 23;
     pub const HASHED: u8 = 24;
     pub const FORWARD_STRIPES: u8 = 25;
+    pub const VOUCHED: u8 = 26;
 }
 
 /// Fewest bytes one encoded [`RelayTarget`] takes (two empty strings and a ticket).
@@ -208,6 +209,12 @@ pub fn encode(msg: &Message, out: &mut Vec<u8>) {
             w.u8(kind::COMMIT);
             w.u32(*id);
             w.0.extend_from_slice(root);
+        }
+        Message::Vouched { id, root, seal } => {
+            w.u8(kind::VOUCHED);
+            w.u32(*id);
+            w.0.extend_from_slice(root);
+            w.0.extend_from_slice(seal);
         }
         Message::Done {
             id,
@@ -445,6 +452,11 @@ fn decode_body(body: &[u8]) -> Result<Message, DecodeError> {
             id: r.u32()?,
             root: r.digest()?,
         },
+        kind::VOUCHED => Message::Vouched {
+            id: r.u32()?,
+            root: r.digest()?,
+            seal: r.arr()?,
+        },
         kind::DONE => Message::Done {
             id: r.u32()?,
             ok: r.bool()?,
@@ -546,6 +558,7 @@ fn kind_name(k: u8) -> Result<&'static str, DecodeError> {
         kind::REPORT => "Report",
         kind::PROGRESS => "Progress",
         kind::SEALED => "Sealed",
+        kind::VOUCHED => "Vouched",
         other => return Err(DecodeError::UnknownKind(other)),
     })
 }

@@ -129,7 +129,20 @@
 //!                                   <- Need{id, skip, have}
 //!   Sealed{id, [(i, digest, seal)]}   ->               (held chunks, or all of a skipped file)
 //!   Chunk{id, i, len, digest, seal}+bytes ->
+//!   ... RangeStatus{id, []} ...
+//!   Vouched{id, root, seal}           ->               (v9: the origin's seal of the root)
+//!   Commit{id, root}                  ->
 //! ```
+//! Chunk seals say each chunk is one the origin read; they do not say the
+//! chunks are one version (a writer may change the file while the origin
+//! reads it). So the origin seals the file's root too (v9, `Vouched`), and
+//! only after it confirmed the file held still while read: a receiver in a
+//! fan-out commits a whole file only under a root the origin vouched for,
+//! and a relay's `Commit` downstream waits until the origin's `Vouched`
+//! reached it (and fails the file downstream if the origin dropped that
+//! version instead). A skipped whole file gets its `Vouched` before its
+//! `Sealed`, so the node can relay it. A stripe of a striped plan is not
+//! vouched for (no sender reads the whole file).
 //!
 //! A side busy for long (re-verifying a large partial file, hashing a whole
 //! file, syncing a batch) sends `KeepAlive` every third of the idle timeout,

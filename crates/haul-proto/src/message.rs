@@ -20,7 +20,11 @@
 /// `replace_dirs`); a sender confirms that a file did not change while it
 /// was read before it sends `Commit` (no wire change: a changed file is a
 /// `FileError` and, pushed, a new `Offer`).
-pub const PROTOCOL_VERSION: u16 = 8;
+/// Version 9: [`Message::Vouched`]: in a fan-out the origin seals a file's
+/// root (its whole-file BLAKE3) once it confirmed the file held still while
+/// read, and a receiver commits a relayed file only under a root so sealed
+/// (a torn read at the origin is never committed downstream).
+pub const PROTOCOL_VERSION: u16 = 9;
 
 /// A credential one node issues for one fan-out transfer: whoever presents
 /// it may push into that transfer's destination, while the client that
@@ -419,6 +423,20 @@ pub enum Message {
     Release {
         /// File id.
         id: u32,
+    },
+    /// Fan-out, sender → receiver: the origin's seal of the whole file's
+    /// root, given by the origin only after it confirmed the file did not
+    /// change while it was read, and passed on unchanged by relays. Sent
+    /// just before `Commit` (a receiver in a fan-out commits only the root
+    /// sealed so), and before the `Sealed` of a whole file the receiver
+    /// skipped (so it can relay it in turn).
+    Vouched {
+        /// File id.
+        id: u32,
+        /// BLAKE3 of the whole file.
+        root: Digest,
+        /// The origin's seal of `root` for this entry ([`crate::seal`]).
+        seal: Seal,
     },
     /// Sender's whole-file hash; the receiver checks it, then renames into place.
     Commit {

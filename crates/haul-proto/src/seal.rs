@@ -13,7 +13,12 @@
 //!
 //! What is signed:
 //! - entry: `"haul entry seal v1\0" ‖ blake3(entry as encoded on the wire)`;
-//! - chunk: `"haul chunk seal v1\0" ‖ blake3(entry) ‖ index (u32 BE) ‖ digest`.
+//! - chunk: `"haul chunk seal v1\0" ‖ blake3(entry) ‖ index (u32 BE) ‖ digest`;
+//! - root: `"haul root seal v1\0" ‖ blake3(entry) ‖ root`, the whole file's
+//!   BLAKE3, given only after the origin confirmed that the file held still
+//!   while it was read ([`crate::Message::Vouched`]). Chunk seals alone say
+//!   each chunk is one the origin read; only the root seal says the chunks
+//!   are one version that existed (a read torn by a writer gets none).
 //!
 //! The entry's wire form holds its path (relative to the transfer's
 //! destination), kind, symlink target, size, mode, mtime and chunk size, so
@@ -29,6 +34,7 @@ use crate::{Digest, Entry, OriginKey, Seal};
 
 const ENTRY_DOMAIN: &[u8] = b"haul entry seal v1\0";
 const CHUNK_DOMAIN: &[u8] = b"haul chunk seal v1\0";
+const ROOT_DOMAIN: &[u8] = b"haul root seal v1\0";
 
 /// The hash of an entry's wire form: what chunk seals bind to.
 pub fn entry_hash(entry: &Entry) -> Digest {
@@ -43,6 +49,10 @@ fn entry_message(hash: &Digest) -> Vec<u8> {
 
 fn chunk_message(hash: &Digest, index: u32, digest: &Digest) -> Vec<u8> {
     [CHUNK_DOMAIN, hash, &index.to_be_bytes(), digest].concat()
+}
+
+fn root_message(hash: &Digest, root: &Digest) -> Vec<u8> {
+    [ROOT_DOMAIN, hash, root].concat()
 }
 
 /// The origin's signing key for one transfer.
@@ -89,6 +99,13 @@ impl Origin {
         self.sign(&chunk_message(entry_hash, index, digest))
     }
 
+    /// Seals the whole-file `root` of the entry whose hash is
+    /// `entry_hash`: only once the file was confirmed unchanged since it
+    /// was opened.
+    pub fn seal_root(&self, entry_hash: &Digest, root: &Digest) -> Seal {
+        self.sign(&root_message(entry_hash, root))
+    }
+
     fn sign(&self, msg: &[u8]) -> Seal {
         let mut s = [0u8; 64];
         s.copy_from_slice(self.key.sign(msg).as_ref());
@@ -111,6 +128,12 @@ pub fn chunk_sealed(
     seal: &Seal,
 ) -> bool {
     verify(origin, &chunk_message(hash, index, digest), seal)
+}
+
+/// True if `seal` is the origin's seal of `root` as the whole-file hash of
+/// the entry whose hash is `hash`.
+pub fn root_sealed(origin: &OriginKey, hash: &Digest, root: &Digest, seal: &Seal) -> bool {
+    verify(origin, &root_message(hash, root), seal)
 }
 
 fn verify(origin: &OriginKey, msg: &[u8], seal: &Seal) -> bool {
@@ -182,6 +205,13 @@ mod tests {
         assert!(!entry_sealed(&key, &h, &c));
         let later = Origin::generate().unwrap();
         assert!(!chunk_sealed(&later.public(), &h, 1, &d, &c));
+        // A root seal covers one root of one entry, and is no chunk seal.
+        let r = origin.seal_root(&h, &d);
+        assert!(root_sealed(&key, &h, &d, &r));
+        assert!(!root_sealed(&key, &h, &[8u8; 32], &r), "another root");
+        assert!(!root_sealed(&key, &entry_hash(&entry("x")), &d, &r));
+        assert!(!root_sealed(&key, &h, &d, &c));
+        assert!(!chunk_sealed(&key, &h, 1, &d, &r));
         let mut bent = c;
         bent[10] ^= 1;
         assert!(!chunk_sealed(&key, &h, 1, &d, &bent));

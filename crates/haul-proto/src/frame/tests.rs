@@ -332,6 +332,14 @@ fn arb_message() -> impl Strategy<Value = Message> {
         any::<u32>().prop_map(|id| Message::Finish { id }),
         any::<u32>().prop_map(|id| Message::Release { id }),
         (any::<u32>(), digest).prop_map(|(id, root)| Message::Commit { id, root }),
+        (any::<u32>(), digest, any::<[u8; 32]>(), any::<[u8; 32]>()).prop_map(
+            |(id, root, a, b)| {
+                let mut seal = [0u8; 64];
+                seal[..32].copy_from_slice(&a);
+                seal[32..].copy_from_slice(&b);
+                Message::Vouched { id, root, seal }
+            }
+        ),
         (any::<u32>(), any::<bool>(), digest, arb_string()).prop_map(|(id, ok, root, message)| {
             Message::Done {
                 id,
