@@ -77,9 +77,9 @@ pub enum Confirmation {
     /// committed anywhere.
     Changed(String),
     /// Not known yet: [`ChunkSource::on_ready`] wakes the reader when it
-    /// is. No source answers this today; it is the wait a relay will need
-    /// once the origin seals a file's root after its own confirm (see the
-    /// fan-out gap in ARCHITECTURE.md).
+    /// is. A relay's source answers this until the origin's seal of the
+    /// file's root reached it (`haul_node::relay`); the sending session's
+    /// deadline bounds the wait.
     Pending,
 }
 

@@ -12,8 +12,8 @@ use haul_netsim::Profile;
 use haul_proto::seal::Origin;
 use haul_proto::{Digest, Entry, EntryKind, Seal};
 use haul_session::{
-    Event, FetchGroup, FetchJob, OriginCheck, OriginPublic, RangeGroup, SendJob, SessionConfig,
-    SessionError,
+    Event, FetchGroup, FetchJob, OriginCheck, OriginPublic, RangeGroup, Sealer, SendJob,
+    SessionConfig, SessionError,
 };
 use proptest::prelude::*;
 
@@ -351,7 +351,7 @@ fn a_quarter_gigabyte_over_a_one_second_link_takes_the_links_time() {
 fn sealed_sim(
     src: MemTree,
     dest: MemDest,
-    origin: Arc<Origin>,
+    origin: Arc<dyn Sealer>,
     check: Arc<dyn OriginCheck>,
 ) -> Sim {
     let mut sim = Sim::new(src, dest, profile("delay 2ms"), SessionConfig::default());
@@ -382,6 +382,9 @@ impl OriginCheck for Counting {
             self.1.lock().unwrap().insert((e.path.clone(), i));
         }
         ok
+    }
+    fn root(&self, e: &Entry, h: &Digest, root: &Digest, seal: &Seal) -> bool {
+        self.0.root(e, h, root, seal)
     }
 }
 
@@ -445,4 +448,134 @@ fn a_node_that_holds_a_file_gets_the_origins_seals_of_every_chunk() {
         .filter(|e| matches!(e, Event::FileDone { skipped: true, .. }))
         .count();
     assert_eq!(skipped, 4);
+}
+
+/// What a relay holds of one file: the origin's seals as they reached it
+/// (checked on the way in), which it passes on as its forward's sealer.
+#[derive(Debug)]
+struct RelayBook {
+    entry: Seal,
+    chunks: Vec<(Digest, Seal)>,
+    /// The root the origin vouched for (after its check), and its seal.
+    root: Option<(Digest, Seal)>,
+}
+
+impl RelayBook {
+    /// The seals of every chunk of `path` in `tree`, as the origin gave
+    /// them while it read those bytes; no root seal yet.
+    fn of(origin: &Origin, tree: &MemTree, path: &str) -> Self {
+        let (entry, data) = tree.get(path).unwrap();
+        let hash = haul_proto::seal::entry_hash(entry);
+        let chunks = (0..entry.chunk_count())
+            .map(|i| {
+                let (_, d) = tree.chunk(entry, data, i).unwrap();
+                (d, origin.seal_chunk(&hash, i, &d))
+            })
+            .collect();
+        Self {
+            entry: origin.seal_entry(entry),
+            chunks,
+            root: None,
+        }
+    }
+}
+
+impl Sealer for RelayBook {
+    fn entry(&self, _entry: &Entry) -> Result<Seal, String> {
+        Ok(self.entry)
+    }
+    fn chunk(&self, _entry: &Entry, index: u32, digest: &Digest) -> Result<Seal, String> {
+        match self.chunks.get(index as usize) {
+            Some((d, seal)) if d == digest => Ok(*seal),
+            _ => Err("differs from the origin's".into()),
+        }
+    }
+    fn root(&self, _entry: &Entry, root: &Digest) -> Result<Seal, String> {
+        match self.root {
+            Some((r, seal)) if r == *root => Ok(seal),
+            _ => Err("the origin did not vouch for this version".into()),
+        }
+    }
+}
+
+/// The whole-file BLAKE3 of `data` cut in 1 KiB chunks.
+fn b3(data: &[u8]) -> Digest {
+    use haul_proto::digest::{chunk_digest, root_from_digests};
+    let (cs, size) = (KIB as u32, data.len() as u64);
+    let digests: Vec<Digest> = data
+        .chunks(KIB)
+        .enumerate()
+        .map(|(i, c)| chunk_digest(c, i as u32, cs, size))
+        .collect();
+    root_from_digests(&digests, cs, size).unwrap()
+}
+
+/// The fan-out gap that root seals close: a writer changed a file while
+/// the origin read it, so each chunk the origin sealed is one it read, but
+/// together they are no version that ever existed. The origin's check
+/// caught it (no root seal), yet a relay had already verified every chunk
+/// against its seal and forwards them as they verify. Downstream, the
+/// chunks arrive sealed, and the file must still not be committed; nor
+/// under a root seal of another version (a relay mixing versions).
+#[test]
+fn a_read_torn_at_the_origin_is_never_committed_downstream_by_a_relay() {
+    let origin = Origin::generate().unwrap();
+    let key = OriginPublic(origin.public());
+    let before = bytes(8 * KIB, 9);
+    let mut after = before.clone();
+    after[KIB + 7] ^= 0xff;
+    after[6 * KIB + 3] ^= 0xff;
+    // Read at the origin: the start before the write, the rest after it.
+    let torn = [&before[..4 * KIB], &after[4 * KIB..]].concat();
+    let mut tree = MemTree::new();
+    tree.file("f", torn.clone(), Some(KIB as u32));
+    let book = RelayBook::of(&origin, &tree, "f");
+
+    let mut sim = sealed_sim(tree.clone(), MemDest::new(), Arc::new(book), Arc::new(key));
+    assert!(sim.run(Duration::from_secs(60)));
+    assert!(
+        !sim.dest.files.contains_key("f"),
+        "a torn read was committed"
+    );
+    // Every chunk went down (each sealed); the whole was refused.
+    assert!((0..8).all(|i| writes_of(&sim.dest, "f", i) == 1));
+    let failed = sim
+        .client_events()
+        .into_iter()
+        .any(|e| matches!(e, Event::FileError { error, .. } if error.contains("did not vouch")));
+    assert!(failed, "{:?}", sim.client_events());
+
+    // A relay that vouches with the origin's root seal of another version
+    // (the settled one): refused downstream, nothing committed.
+    let mut lying = RelayBook::of(&origin, &tree, "f");
+    let (entry, _) = tree.get("f").unwrap();
+    let hash = haul_proto::seal::entry_hash(entry);
+    lying.root = Some((b3(&torn), origin.seal_root(&hash, &b3(&after))));
+    let mut sim = sealed_sim(tree.clone(), MemDest::new(), Arc::new(lying), Arc::new(key));
+    assert!(sim.run(Duration::from_secs(60)));
+    assert!(
+        !sim.dest.files.contains_key("f"),
+        "committed under a forged vouch"
+    );
+    let refused = sim
+        .server_events()
+        .into_iter()
+        .any(|e| matches!(e, Event::FileError { error, .. } if error.contains("not vouched for")));
+    assert!(refused, "{:?}", sim.server_events());
+
+    // The version the origin read whole, and vouched for, goes through.
+    let mut settled = MemTree::new();
+    settled.file("f", after.clone(), Some(KIB as u32));
+    let mut book = RelayBook::of(&origin, &settled, "f");
+    let (entry, _) = settled.get("f").unwrap();
+    let hash = haul_proto::seal::entry_hash(entry);
+    book.root = Some((b3(&after), origin.seal_root(&hash, &b3(&after))));
+    let mut sim = sealed_sim(
+        settled.clone(),
+        MemDest::new(),
+        Arc::new(book),
+        Arc::new(key),
+    );
+    assert!(sim.run(Duration::from_secs(60)));
+    assert_delivered(&settled, &sim.dest);
 }

@@ -31,7 +31,7 @@ use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::sync::{Arc, Mutex, Weak};
 
 use haul_engine::chunks::LocalFile;
-use haul_engine::{ChunkSource, Destination, PartialFile};
+use haul_engine::{ChunkSource, Confirmation, Destination, PartialFile};
 use haul_proto::digest::root_from_digests;
 use haul_proto::{Digest, Entry, OriginKey, RelayTarget, Stripe, Ticket};
 use haul_session::summary::Tally;
@@ -42,7 +42,7 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
 use crate::jobs::{OpenSource, SendJob, Source, WorkQueue};
-pub use crate::seal_book::SealBook;
+pub use crate::seal_book::{SealBook, Vouch};
 
 /// The transfers a node was admitted to, by ticket.
 #[derive(Default)]
@@ -678,6 +678,33 @@ impl ChunkSource for RelaySource {
             .as_ref()
             .is_none_or(|b| b.has(&self.entry.path, &self.hash, index));
         sealed || self.current().is_some_and(|c| c.abandoned())
+    }
+
+    /// One version only if the origin vouched for it: its root seal came
+    /// (then the session commits downstream with that root, or fails the
+    /// file if the chunks read make another), not yet (asked again when a
+    /// seal arrives; the session's deadline bounds the wait), or never (the
+    /// origin dropped that version as changed while read, or sent a newer
+    /// one, or the transfer ended): not committed downstream.
+    fn confirm(&self) -> Confirmation {
+        let vouch = match &self.book {
+            Some(book) if self.entry.chunk_count() > 0 => {
+                book.vouched(&self.entry.path, &self.hash)
+            }
+            _ => Vouch::Yes,
+        };
+        match vouch {
+            Vouch::Yes => self.current().map_or_else(
+                || Confirmation::Changed("relay source lock poisoned".into()),
+                |c| c.confirm(),
+            ),
+            Vouch::NotYet => Confirmation::Pending,
+            Vouch::Gone => Confirmation::Changed(
+                "the origin did not vouch for this version of it (it changed there while it \
+                 was read, and is sent again as it is now)"
+                    .into(),
+            ),
+        }
     }
 
     fn on_ready(&self, wake: Waker) {

@@ -8,6 +8,12 @@
 //! digest is the one the origin sealed. A copy damaged on this node (or a
 //! file here that merely looks the same by size and mtime) is never relayed.
 //!
+//! And it is what makes a relay commit downstream only what the origin
+//! vouched for: a forward's confirmation of a file waits until the
+//! origin's seal of the file's root arrived ([`SealBook::vouched`]), and a
+//! version the origin dropped instead (it changed there while read) is
+//! forgotten here, so its forwards drop it too.
+//!
 //! Memory: about 100 bytes per chunk of the transfer (1 MiB chunks: 100
 //! bytes per MiB), freed when the transfer ends.
 
@@ -15,7 +21,7 @@ use std::sync::{Arc, Mutex};
 
 use rustc_hash::FxHashMap as HashMap;
 
-use haul_proto::seal::{chunk_sealed, entry_hash, entry_sealed};
+use haul_proto::seal::{chunk_sealed, entry_hash, entry_sealed, root_sealed};
 use haul_proto::{Digest, Entry, OriginKey, Seal};
 use haul_session::{OriginCheck, Sealer};
 
@@ -26,6 +32,20 @@ struct FileSeals {
     entry: Seal,
     /// By chunk index: the origin's digest and its seal.
     chunks: Vec<Option<(Digest, Seal)>>,
+    /// The root the origin vouched for, and its seal.
+    root: Option<(Digest, Seal)>,
+}
+
+/// Whether the origin vouched for a version of a file ([`SealBook::vouched`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Vouch {
+    /// Its root seal is here.
+    Yes,
+    /// Not yet: its seals are here, its root seal is still to come.
+    NotYet,
+    /// Never will be: the origin dropped that version (it changed there
+    /// while read), sent a newer one, or the transfer ended.
+    Gone,
 }
 
 /// Wakes a reader waiting for a seal.
@@ -67,13 +87,32 @@ impl SealBook {
             .unwrap_or_default()
     }
 
-    /// Forgets everything (the transfer ended).
+    /// Forgets everything (the transfer ended); readers waiting on it
+    /// are woken to find their files gone.
     pub fn clear(&self) {
         if let Ok(mut files) = self.files.lock() {
             files.clear();
         }
-        if let Ok(mut waiting) = self.waiting.lock() {
-            waiting.clear();
+        let waiting = self
+            .waiting
+            .lock()
+            .map(|mut w| std::mem::take(&mut *w))
+            .unwrap_or_default();
+        for wake in waiting.into_values().flatten() {
+            wake();
+        }
+    }
+
+    /// Whether the origin vouched for the version of `path` whose entry
+    /// hash is `hash`.
+    pub fn vouched(&self, path: &str, hash: &Digest) -> Vouch {
+        let Ok(files) = self.files.lock() else {
+            return Vouch::Gone;
+        };
+        match files.get(path).filter(|f| f.hash == *hash) {
+            Some(f) if f.root.is_some() => Vouch::Yes,
+            Some(_) => Vouch::NotYet,
+            None => Vouch::Gone,
         }
     }
 
@@ -115,18 +154,25 @@ impl OriginCheck for SealBook {
         let Some(seal) = seal.filter(|s| entry_sealed(&self.origin, hash, s)) else {
             return false;
         };
+        let mut replaced = false;
         if let Ok(mut files) = self.files.lock() {
             let same = files.get(&entry.path).is_some_and(|f| f.hash == *hash);
             if !same {
+                replaced = files.contains_key(&entry.path);
                 files.insert(
                     entry.path.clone(),
                     FileSeals {
                         hash: *hash,
                         entry: *seal,
                         chunks: Vec::new(),
+                        root: None,
                     },
                 );
             }
+        }
+        if replaced {
+            // Forwards of the older version find it gone.
+            self.wake(&entry.path);
         }
         true
     }
@@ -154,6 +200,30 @@ impl OriginCheck for SealBook {
         }
         self.wake(&entry.path);
         true
+    }
+
+    fn root(&self, entry: &Entry, hash: &Digest, root: &Digest, seal: &Seal) -> bool {
+        if !root_sealed(&self.origin, hash, root, seal) {
+            return false;
+        }
+        if let Ok(mut files) = self.files.lock() {
+            if let Some(f) = files.get_mut(&entry.path).filter(|f| f.hash == *hash) {
+                f.root = Some((*root, *seal));
+            }
+        }
+        self.wake(&entry.path);
+        true
+    }
+
+    /// The version's seals go (a torn read's chunk seals must not vouch
+    /// for anything later), and forwards waiting on it find it gone.
+    fn dropped(&self, entry: &Entry, hash: &Digest) {
+        if let Ok(mut files) = self.files.lock() {
+            if files.get(&entry.path).is_some_and(|f| f.hash == *hash) {
+                files.remove(&entry.path);
+            }
+        }
+        self.wake(&entry.path);
     }
 }
 
@@ -195,6 +265,28 @@ impl Sealer for SealBook {
             )),
         }
     }
+
+    fn root(&self, entry: &Entry, root: &Digest) -> Result<Seal, String> {
+        let hash = entry_hash(entry);
+        let files = self.files.lock().map_err(|_| "seal book poisoned")?;
+        match files
+            .get(&entry.path)
+            .filter(|f| f.hash == hash)
+            .and_then(|f| f.root)
+        {
+            Some((r, seal)) if r == *root => Ok(seal),
+            Some(_) => Err(format!(
+                "{}: the chunks relayed make another file than the one the origin vouched for: \
+                 not committed",
+                entry.path
+            )),
+            None => Err(format!(
+                "{}: the origin did not vouch for this version (it changed there while it was \
+                 read): not committed",
+                entry.path
+            )),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -204,11 +296,9 @@ mod tests {
     use haul_proto::seal::Origin;
     use haul_proto::EntryKind;
 
-    #[test]
-    fn a_book_relays_only_what_the_origin_sealed() {
-        let origin = Origin::generate().unwrap();
-        let book = SealBook::new(origin.public());
-        let e = Entry {
+    /// A file of four 1 KiB chunks.
+    fn four_chunks() -> Entry {
+        Entry {
             path: "f".into(),
             kind: EntryKind::File,
             size: 4096,
@@ -216,7 +306,14 @@ mod tests {
             mtime_sec: 1,
             mtime_nsec: 0,
             chunk_size: 1024,
-        };
+        }
+    }
+
+    #[test]
+    fn a_book_relays_only_what_the_origin_sealed() {
+        let origin = Origin::generate().unwrap();
+        let book = SealBook::new(origin.public());
+        let e = four_chunks();
         let h = entry_hash(&e);
         let (d, other) = ([1u8; 32], [2u8; 32]);
         let forged = Origin::generate().unwrap();
@@ -257,5 +354,44 @@ mod tests {
         ));
         assert!(Sealer::chunk(&book, &newer, 2, &d).is_err());
         assert!(Sealer::chunk(&book, &e, 2, &d).is_err());
+    }
+
+    #[test]
+    fn a_book_vouches_only_for_the_root_the_origin_sealed() {
+        let origin = Origin::generate().unwrap();
+        let book = SealBook::new(origin.public());
+        let e = four_chunks();
+        let h = entry_hash(&e);
+        let (root, other) = ([3u8; 32], [4u8; 32]);
+        assert_eq!(book.vouched("f", &h), Vouch::Gone, "never offered");
+        assert!(OriginCheck::entry(
+            &book,
+            &e,
+            &h,
+            Some(&origin.seal_entry(&e))
+        ));
+        assert_eq!(book.vouched("f", &h), Vouch::NotYet);
+        assert!(Sealer::root(&book, &e, &root).is_err(), "not vouched yet");
+        let forged = Origin::generate().unwrap().seal_root(&h, &root);
+        assert!(!OriginCheck::root(&book, &e, &h, &root, &forged));
+        assert!(!OriginCheck::root(
+            &book,
+            &e,
+            &h,
+            &root,
+            &origin.seal_chunk(&h, 0, &root)
+        ));
+        assert_eq!(book.vouched("f", &h), Vouch::NotYet);
+        let seal = origin.seal_root(&h, &root);
+        assert!(OriginCheck::root(&book, &e, &h, &root, &seal));
+        assert_eq!(book.vouched("f", &h), Vouch::Yes);
+        assert_eq!(Sealer::root(&book, &e, &root).unwrap(), seal);
+        let err = Sealer::root(&book, &e, &other).unwrap_err();
+        assert!(err.contains("another file"), "{err}");
+        // The origin dropped the version: gone, and its seals with it.
+        OriginCheck::dropped(&book, &e, &h);
+        assert_eq!(book.vouched("f", &h), Vouch::Gone);
+        assert!(Sealer::root(&book, &e, &root).is_err());
+        assert!(Sealer::entry(&book, &e).is_err());
     }
 }

@@ -174,6 +174,9 @@ struct Round {
     commit: Option<Digest>,
 }
 
+/// A fan-out's origin check, and a file whose entry it sealed.
+type SealedFile<'a> = (Arc<dyn OriginCheck>, &'a mut File);
+
 #[derive(Debug)]
 struct File {
     phase: Phase,
@@ -187,6 +190,9 @@ struct File {
     /// Fan-out: the entry as offered (its path under the transfer's
     /// destination) and its hash, which its chunks' seals cover.
     sealed: Option<(Entry, Digest)>,
+    /// Fan-out: the root the origin vouched for (`Vouched`): the only one
+    /// a `Commit` of the whole file may name.
+    vouched: Option<Digest>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -299,6 +305,7 @@ impl Receiver {
                 received: 0,
                 job: Some(job),
                 sealed: None,
+                vouched: None,
             },
         );
         id
@@ -382,6 +389,7 @@ impl Receiver {
                 seal,
             } => self.offer(id, entry, first, end, seal),
             Message::Sealed { id, chunks } => self.sealed(id, chunks),
+            Message::Vouched { id, root, seal } => self.vouched(id, root, seal),
             Message::Chunk(_) => Err(protocol("a chunk header handed over as a message")),
             Message::RangeEnd { id, chunks } => {
                 let Some(f) = self.files.get_mut(&id) else {
@@ -404,6 +412,18 @@ impl Receiver {
                 let Some(f) = self.files.get_mut(&id) else {
                     return Err(protocol(format!("Commit for unknown file id {id}")));
                 };
+                let vouch = self.origin.is_some() && f.entry.chunk_count() > 0;
+                if vouch && f.vouched != Some(root) {
+                    // Each chunk sealed, but not the whole: a read torn at
+                    // the origin, or a relay's mix of versions.
+                    let path = f.entry.path.clone();
+                    self.drop_version(id);
+                    let why = "its root was not vouched for by the transfer's origin (the file \
+                               changed there while it was read, or a relay mixed versions): \
+                               not committed";
+                    self.refuse(id, &path, ErrorCode::Unsealed, why.into());
+                    return Ok(());
+                }
                 match &mut f.phase {
                     Phase::Receiving(round) if round.writing > 0 => round.commit = Some(root),
                     Phase::Receiving(_) | Phase::AwaitingCommit => {
@@ -419,6 +439,7 @@ impl Receiver {
                 Ok(())
             }
             Message::FileError { id, message, .. } => {
+                self.drop_version(id);
                 if let Some(f) = self.settle(id) {
                     self.core.event(Event::FileError {
                         path: f.entry.path,
@@ -516,6 +537,7 @@ impl Receiver {
             received: 0,
             job,
             sealed: sealed.map(|(_, s)| s),
+            vouched: None,
         };
         if unsealed {
             let path = entry.path.clone();
@@ -806,20 +828,40 @@ impl Receiver {
         self.maybe_bye();
     }
 
-    /// Fan-out: the origin's seals of chunks held here (checked, and
-    /// remembered by a relay's check).
-    fn sealed(&mut self, id: FileId, chunks: Vec<ChunkSeal>) -> Result<(), SessionError> {
+    /// Fan-out: the origin's check and sealed file `id` that a `what`
+    /// message names; `None` for a file settled here already (the message
+    /// crossed our answer). A protocol error on a connection that is not a
+    /// fan-out, or for a file never offered or offered unsealed.
+    fn sealed_file(
+        &mut self,
+        id: FileId,
+        what: &str,
+    ) -> Result<Option<SealedFile<'_>>, SessionError> {
         let Some(check) = self.origin.clone() else {
-            return Err(protocol("Sealed on a connection that is not a fan-out"));
+            return Err(protocol(format!(
+                "{what} on a connection that is not a fan-out"
+            )));
         };
         let Some(f) = self.files.get_mut(&id) else {
             if self.settled.contains(&id) {
-                return Ok(());
+                return Ok(None);
             }
-            return Err(protocol(format!("Sealed for unknown file id {id}")));
+            return Err(protocol(format!("{what} for unknown file id {id}")));
+        };
+        if f.sealed.is_none() {
+            return Err(protocol(format!("{what} for unsealed file id {id}")));
+        }
+        Ok(Some((check, f)))
+    }
+
+    /// Fan-out: the origin's seals of chunks held here (checked, and
+    /// remembered by a relay's check).
+    fn sealed(&mut self, id: FileId, chunks: Vec<ChunkSeal>) -> Result<(), SessionError> {
+        let Some((check, f)) = self.sealed_file(id, "Sealed")? else {
+            return Ok(());
         };
         let Some((wire, hash)) = &f.sealed else {
-            return Err(protocol(format!("Sealed for unsealed file id {id}")));
+            return Ok(());
         };
         for c in &chunks {
             if (f.first..f.end).contains(&c.index) && c.seal != crate::seals::NO_SEAL {
@@ -841,6 +883,34 @@ impl Receiver {
             }
         }
         Ok(())
+    }
+
+    /// Fan-out: the origin's seal of a file's root (before its `Commit`,
+    /// or before the seals of a whole file skipped here).
+    fn vouched(&mut self, id: FileId, root: Digest, seal: Seal) -> Result<(), SessionError> {
+        let Some((check, f)) = self.sealed_file(id, "Vouched")? else {
+            return Ok(());
+        };
+        let Some((wire, hash)) = &f.sealed else {
+            return Ok(());
+        };
+        let whole = f.first == 0 && f.end == f.entry.chunk_count();
+        if whole && check.root(wire, hash, &root, &seal) {
+            f.vouched = Some(root);
+        }
+        Ok(())
+    }
+
+    /// Fan-out: the sender will not complete file `id`'s version on this
+    /// connection; a relay's check forgets it (its forwards drop it too).
+    fn drop_version(&self, id: FileId) {
+        let (Some(check), Some((wire, hash))) = (
+            &self.origin,
+            self.files.get(&id).and_then(|f| f.sealed.as_ref()),
+        ) else {
+            return;
+        };
+        check.dropped(wire, hash);
     }
 
     /// Ends a round once its counted chunks all arrived and were written.

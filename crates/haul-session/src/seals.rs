@@ -6,7 +6,7 @@
 //! prepares an entry or writes a chunk; a relay's check also remembers them,
 //! to pass them on.
 
-use haul_proto::seal::{chunk_sealed, entry_hash, entry_sealed, Origin};
+use haul_proto::seal::{chunk_sealed, entry_hash, entry_sealed, root_sealed, Origin};
 use haul_proto::{Digest, Entry, OriginKey, Seal};
 
 /// In a `Sealed` message, the seal of a chunk the sender could not seal
@@ -21,6 +21,12 @@ pub trait Sealer: Send + Sync + std::fmt::Debug {
     /// `digest`. An error (a relay's copy that differs from the origin's)
     /// fails the file on this connection: it is never sent unsealed.
     fn chunk(&self, entry: &Entry, index: u32, digest: &Digest) -> Result<Seal, String>;
+    /// The origin's seal of `root` as the whole-file hash of `entry`, asked
+    /// only once the source confirmed what was read is one version (for a
+    /// relay: the origin's own seal of that root reached it). An error (no
+    /// such seal, or one of another root) fails the file on this
+    /// connection: it is never committed downstream unvouched.
+    fn root(&self, entry: &Entry, root: &Digest) -> Result<Seal, String>;
 }
 
 impl Sealer for Origin {
@@ -30,6 +36,10 @@ impl Sealer for Origin {
 
     fn chunk(&self, entry: &Entry, index: u32, digest: &Digest) -> Result<Seal, String> {
         Ok(self.seal_chunk(&entry_hash(entry), index, digest))
+    }
+
+    fn root(&self, entry: &Entry, root: &Digest) -> Result<Seal, String> {
+        Ok(self.seal_root(&entry_hash(entry), root))
     }
 }
 
@@ -48,6 +58,14 @@ pub trait OriginCheck: Send + Sync + std::fmt::Debug {
         digest: &Digest,
         seal: Option<&Seal>,
     ) -> bool;
+    /// True if `seal` is the origin's seal of `root` as the whole-file hash
+    /// of that entry (a relay's check also remembers it: its forwards
+    /// commit downstream only then).
+    fn root(&self, entry: &Entry, hash: &Digest, root: &Digest, seal: &Seal) -> bool;
+    /// The sender dropped that version of the entry on this connection
+    /// (it changed at the origin while read, or failed upstream): a relay
+    /// forgets its seals, and its forwards fail it downstream.
+    fn dropped(&self, _entry: &Entry, _hash: &Digest) {}
 }
 
 /// The plain check: the origin's public key, remembering nothing.
@@ -68,5 +86,9 @@ impl OriginCheck for OriginPublic {
         seal: Option<&Seal>,
     ) -> bool {
         seal.is_some_and(|s| chunk_sealed(&self.0, hash, index, digest, s))
+    }
+
+    fn root(&self, _entry: &Entry, hash: &Digest, root: &Digest, seal: &Seal) -> bool {
+        root_sealed(&self.0, hash, root, seal)
     }
 }

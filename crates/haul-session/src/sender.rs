@@ -25,6 +25,16 @@
 //! then it fails, saying it was not delivered. A range of a split file, a
 //! stripe or a file a serving node sends fails at once (the version that
 //! the other ranges, or the peer's listing, describe is gone).
+//!
+//! In a fan-out the same check is what the origin's seal of the file's root
+//! stands for: `Vouched` goes out just before `Commit` (and before the seals
+//! of a whole file the receiver skipped), so it is never given for a read a
+//! writer tore. A relay's sender passes on the origin's; its driver's
+//! confirmation waits until that seal reached the relay, or says the origin
+//! dropped the version. That wait is bounded: a confirmation still open
+//! after the idle limit fails the file here ([`SessionConfig::idle`]), and
+//! nothing is committed downstream unvouched.
+//!
 //! A pushing client feeds jobs ([`Sender::push_job`]) while it has room; a
 //! serving node gets them from the peer's `Want`s, which the driver resolves
 //! beneath its root ([`SenderIo::Resolve`]).
@@ -145,6 +155,9 @@ enum Confirmed {
     Commit(Digest),
     /// A clean range: commit the file, hand its digests to its group, or park.
     RangeClean,
+    /// Fan-out, a whole file the receiver skipped, hashed for its seals:
+    /// `Vouched` for its root, then the seals of every chunk.
+    Seal,
 }
 
 /// One round of chunks: those still to read, reads outstanding, chunks sent.
@@ -166,6 +179,11 @@ struct Flight<S> {
     changes: u32,
     /// Payload bytes sent for it on this connection.
     sent: u64,
+    /// Fan-out: when a confirmation asked for ([`SenderIo::Confirm`]) is
+    /// overdue. A relay's confirmation waits for the origin's `Vouched`,
+    /// which may never come (its upstream was lost): the file then fails
+    /// here instead of keeping the connection busy for ever.
+    confirm_by: Option<Instant>,
 }
 
 /// Where a sender's jobs come from.
@@ -205,6 +223,11 @@ pub struct Sender<S> {
     grouped: usize,
     /// Fan-out: seals every offer and chunk.
     sealer: Option<Arc<dyn Sealer>>,
+    /// The time of the latest call that passed one in.
+    now: Instant,
+    /// Confirmations that were overdue: counted as answered already, so a
+    /// late answer is ignored.
+    overdue: rustc_hash::FxHashSet<FileId>,
 }
 
 impl<S> Sender<S> {
@@ -230,6 +253,8 @@ impl<S> Sender<S> {
             sending: VecDeque::new(),
             grouped: 0,
             sealer: None,
+            now,
+            overdue: Default::default(),
         }
     }
 
@@ -341,6 +366,7 @@ impl<S> Sender<S> {
                 retries: 0,
                 changes,
                 sent: 0,
+                confirm_by: None,
             },
         );
     }
@@ -353,6 +379,7 @@ impl<S> Sender<S> {
     pub fn handle(&mut self, now: Instant, msg: Message) -> Result<(), SessionError> {
         self.core.check()?;
         self.core.received(now);
+        self.now = now;
         let r = self.dispatch(msg);
         if let Err(e) = r {
             return self.core.fail(e);
@@ -468,6 +495,7 @@ impl<S> Sender<S> {
                 retries: 0,
                 changes: 0,
                 sent: 0,
+                confirm_by: None,
             },
         );
         self.core.request(SenderIo::Resolve {
@@ -585,6 +613,7 @@ impl<S> Sender<S> {
         result: Result<Vec<(u32, Digest)>, String>,
     ) {
         self.core.io_done(now);
+        self.now = now;
         self.hashed_inner(file, result);
         self.maybe_bye();
     }
@@ -624,6 +653,16 @@ impl<S> Sender<S> {
                 self.send_seals(file, &held);
                 self.start_round(file, todo);
             }
+            Phase::Sealing if first == 0 && end as usize == f.digests.len() => {
+                // A whole file: vouched for once confirmed, so the receiver
+                // can relay it.
+                for (i, d) in &mine {
+                    if let Some(slot) = f.digests.get_mut(*i as usize) {
+                        *slot = Some(*d);
+                    }
+                }
+                self.confirm(file, Confirmed::Seal);
+            }
             Phase::Sealing => {
                 f.phase = Phase::AwaitingDone;
                 self.send_seals(file, &mine);
@@ -631,10 +670,7 @@ impl<S> Sender<S> {
             Phase::Finishing => {
                 let digests: Vec<Digest> = mine.into_iter().map(|(_, d)| d).collect();
                 match root_from_digests(&digests, chunk_size, size) {
-                    Some(root) => {
-                        f.phase = Phase::Confirming(Confirmed::Commit(root));
-                        self.core.request(SenderIo::Confirm { file });
-                    }
+                    Some(root) => self.confirm(file, Confirmed::Commit(root)),
                     None => self.fail_local(file, "cannot compute the file's hash".into()),
                 }
             }
@@ -815,18 +851,84 @@ impl<S> Sender<S> {
             self.start_round(id, bad.into_iter().collect());
             return Ok(());
         }
-        f.phase = Phase::Confirming(Confirmed::RangeClean);
-        self.core.request(SenderIo::Confirm { file: id });
+        self.confirm(id, Confirmed::RangeClean);
         Ok(())
+    }
+
+    /// Asks the driver to confirm the source of `file` is one version
+    /// (then `next`). In a fan-out, by a deadline: the idle limit.
+    fn confirm(&mut self, file: FileId, next: Confirmed) {
+        let by = self.sealer.is_some().then(|| self.now + self.cfg.idle);
+        if let Some(f) = self.flights.get_mut(&file) {
+            f.phase = Phase::Confirming(next);
+            f.confirm_by = by;
+            self.core.request(SenderIo::Confirm { file });
+        }
+    }
+
+    /// The file's `Commit` with `root`; in a fan-out preceded by the
+    /// origin's seal of that root (`Vouched`), without which it fails here.
+    fn commit(&mut self, id: FileId, root: Digest) {
+        let Some(f) = self.flights.get_mut(&id) else {
+            return;
+        };
+        // An empty file has nothing to tear: no root seal needed.
+        let chunks = f.job.as_ref().map_or(0, |j| j.entry.chunk_count());
+        if let (Some(sealer), Some(job), true) = (&self.sealer, &f.job, chunks > 0) {
+            match sealer.root(&job.entry, &root) {
+                Ok(seal) => self.core.send(Message::Vouched { id, root, seal }),
+                Err(e) => return self.fail_local(id, e),
+            }
+        }
+        f.phase = Phase::AwaitingDone;
+        self.core.send(Message::Commit { id, root });
+    }
+
+    /// A skipped whole file confirmed: `Vouched` for its root (when this
+    /// side can vouch for it), then the seals of every chunk.
+    fn vouch_and_seal(&mut self, id: FileId) {
+        let Some(f) = self.flights.get_mut(&id) else {
+            return;
+        };
+        f.phase = Phase::AwaitingDone;
+        let (Some(sealer), Some(job)) = (&self.sealer, &f.job) else {
+            return;
+        };
+        let e = &job.entry;
+        let all: Option<Vec<Digest>> = f.digests.iter().copied().collect();
+        let mine: Vec<(u32, Digest)> = all
+            .iter()
+            .flatten()
+            .enumerate()
+            .map(|(i, d)| (i as u32, *d))
+            .collect();
+        let vouched = all
+            .and_then(|d| root_from_digests(&d, e.chunk_size, e.size))
+            .ok_or_else(|| "cannot compute the file's hash".to_string())
+            .and_then(|root| sealer.root(e, &root).map(|seal| (root, seal)));
+        match vouched {
+            Ok((root, seal)) => self.core.send(Message::Vouched { id, root, seal }),
+            // It is up to date there; only its relaying of it suffers.
+            Err(e) => tracing::warn!("{}: not vouched for: {e}", job.entry.path),
+        }
+        self.send_seals(id, &mine);
     }
 
     /// The driver checked the source of `file` after its last read: the
     /// version it opened (its hash goes out now), or how it changed.
     pub fn confirmed(&mut self, now: Instant, file: FileId, result: Result<(), String>) {
+        if self.overdue.remove(&file) {
+            return;
+        }
         self.core.io_done(now);
+        self.now = now;
         let next = match self.flights.get_mut(&file) {
             Some(f) => match f.phase {
-                Phase::Confirming(next) => next,
+                Phase::Confirming(next) => {
+                    // Answered: what follows sets the phase.
+                    f.phase = Phase::AwaitingDone;
+                    next
+                }
                 _ => return,
             },
             None => return,
@@ -837,13 +939,14 @@ impl<S> Sender<S> {
                 Ok(())
             }
             (Ok(()), Confirmed::Commit(root)) => {
-                if let Some(f) = self.flights.get_mut(&file) {
-                    f.phase = Phase::AwaitingDone;
-                }
-                self.core.send(Message::Commit { id: file, root });
+                self.commit(file, root);
                 Ok(())
             }
             (Ok(()), Confirmed::RangeClean) => self.range_clean(file),
+            (Ok(()), Confirmed::Seal) => {
+                self.vouch_and_seal(file);
+                Ok(())
+            }
         };
         if let Err(e) = step {
             let _ = self.core.fail::<()>(e);
@@ -967,8 +1070,7 @@ impl<S> Sender<S> {
             let Some(root) = all.and_then(|d| root_from_digests(&d, e.chunk_size, e.size)) else {
                 return Err(protocol("range clean but chunks missing"));
             };
-            f.phase = Phase::AwaitingDone;
-            self.core.send(Message::Commit { id, root });
+            self.commit(id, root);
             return Ok(());
         }
         let Some(group) = group else {
@@ -981,10 +1083,7 @@ impl<S> Sender<S> {
             return Ok(());
         };
         match group.finish_range(first, &f.digests) {
-            Some(root) => {
-                f.phase = Phase::AwaitingDone;
-                self.core.send(Message::Commit { id, root });
-            }
+            Some(root) => self.commit(id, root),
             None => {
                 // Another connection commits this file; this range is done.
                 self.forget(id);
@@ -1092,6 +1191,13 @@ impl<S> Sender<S> {
             // Reads still outstanding will come back to a forgotten file.
             Phase::Sending(round) => self.reading = self.reading.saturating_sub(round.reading),
             Phase::Settling(_) => self.core.waiting = self.core.waiting.saturating_sub(1),
+            // A confirmation still to come (a relay's, waiting for the
+            // origin's root seal) is dropped with the file: counted as
+            // answered, and an answer that still comes is ignored.
+            Phase::Confirming(_) => {
+                self.core.io_done(self.now);
+                self.overdue.insert(id);
+            }
             _ => {}
         }
         self.core.tell(SenderIo::Forget { file: id });
@@ -1137,23 +1243,60 @@ impl<S> Sender<S> {
     /// When [`Sender::handle_timeout`] is due.
     pub fn poll_timeout(&self) -> Option<Instant> {
         let timer = self.core.poll_timeout(self.expecting());
+        let confirms = self.confirm_deadlines().min();
         if self.core.waiting == 0 {
-            return timer;
+            return timer.into_iter().chain(confirms).min();
         }
         let settle = self.flights.values().filter_map(|f| match f.phase {
             Phase::Settling(t) => Some(t),
             _ => None,
         });
-        timer.into_iter().chain(settle).min()
+        timer.into_iter().chain(settle).chain(confirms).min()
+    }
+
+    /// Fan-out: when each confirmation asked for is overdue.
+    fn confirm_deadlines(&self) -> impl Iterator<Item = Instant> + '_ {
+        let fan_out = self.sealer.is_some();
+        self.flights
+            .values()
+            .filter(move |_| fan_out)
+            .filter(|f| matches!(f.phase, Phase::Confirming(_)))
+            .filter_map(|f| f.confirm_by)
+    }
+
+    /// Fan-out: files whose confirmation is overdue fail here (a relay
+    /// whose origin never vouched for the file: its upstream was lost, or
+    /// it is still being re-routed). Never committed downstream unvouched.
+    fn overdue_confirms(&mut self, now: Instant) {
+        if self.sealer.is_none() {
+            return;
+        }
+        let late: Vec<FileId> = self
+            .flights
+            .iter()
+            .filter(|(_, f)| matches!(f.phase, Phase::Confirming(_)))
+            .filter(|(_, f)| f.confirm_by.is_some_and(|t| t <= now))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in late {
+            let wait = self.cfg.idle.as_secs();
+            self.fail_local(
+                id,
+                format!("the origin did not vouch for this version of it within {wait} s"),
+            );
+        }
     }
 
     /// Acts on timers: a file that settled is opened again, a keepalive
     /// goes out, or the peer was silent for too long.
     pub fn handle_timeout(&mut self, now: Instant) -> Result<(), SessionError> {
         self.core.check()?;
+        self.now = now;
         if self.core.waiting > 0 {
             self.settled(now);
         }
+        self.overdue_confirms(now);
+        self.maybe_bye();
         let what = match self.stage {
             Stage::ByeSent => "the receiver's goodbye",
             _ => "the receiver's answer",

@@ -78,6 +78,11 @@ fn to_receiver() -> impl Strategy<Value = Message> {
         ),
         (id.clone(), 0u32..8).prop_map(|(id, chunks)| Message::RangeEnd { id, chunks }),
         (id.clone(), any::<[u8; 32]>()).prop_map(|(id, root)| Message::Commit { id, root }),
+        (id.clone(), any::<[u8; 32]>()).prop_map(|(id, root)| Message::Vouched {
+            id,
+            root,
+            seal: [0; 64]
+        }),
         id.clone().prop_map(|id| Message::Release { id }),
         id.prop_map(|id| Message::FileError {
             id,
@@ -636,6 +641,30 @@ fn send_whole(s: &mut Sender<()>, now: Instant, id: crate::FileId) -> Vec<Sender
     std::iter::from_fn(|| s.poll_io()).collect()
 }
 
+/// File `id` is read in full; its source's check is asked for, and no
+/// hash is announced before it (no `Commit`, no `Vouched`).
+fn read_until_the_check(s: &mut Sender<()>, now: Instant, id: crate::FileId) {
+    assert_eq!(send_whole(s, now, id), vec![SenderIo::Confirm { file: id }]);
+    assert!(
+        !drain(s, now)
+            .iter()
+            .any(|m| matches!(m, Message::Vouched { .. } | Message::Commit { .. })),
+        "no hash announced before the check"
+    );
+}
+
+/// File `id` is read in full, then the check says it changed: no hash is
+/// announced (no `Commit`, no `Vouched`), only the receiver told to drop it.
+fn changed_while_read(s: &mut Sender<()>, now: Instant, id: crate::FileId) {
+    assert_eq!(send_whole(s, now, id), vec![SenderIo::Confirm { file: id }]);
+    s.confirmed(now, id, Err("modified".into()));
+    let sent = drain(s, now);
+    assert!(
+        matches!(sent.as_slice(), [Message::FileError { id: i, .. }] if *i == id),
+        "{sent:?}"
+    );
+}
+
 #[test]
 fn a_file_that_changed_while_read_is_offered_again_once_it_settled() {
     let t0 = Instant::now();
@@ -653,16 +682,7 @@ fn a_file_that_changed_while_read_is_offered_again_once_it_settled() {
 
     // Read in full, then the check says it changed: no Commit; the
     // receiver drops it; the session waits for it to settle.
-    assert_eq!(
-        send_whole(&mut s, t0, 1),
-        vec![SenderIo::Confirm { file: 1 }]
-    );
-    s.confirmed(t0, 1, Err("modified".into()));
-    let sent = drain(&mut s, t0);
-    assert!(
-        matches!(sent.as_slice(), [Message::FileError { id: 1, .. }]),
-        "{sent:?}"
-    );
+    changed_while_read(&mut s, t0, 1);
     let warned: Vec<Event> = std::iter::from_fn(|| s.poll_event()).collect();
     assert!(warned.iter().any(|e| matches!(e, Event::Warning { message }
         if message.contains("changed while it was being sent (modified); sending it again in 1 s"))));
@@ -718,20 +738,26 @@ fn a_file_that_changed_while_read_is_offered_again_once_it_settled() {
         vec![SenderIo::Confirm { file: last }]
     );
     s.confirmed(t3, last, Err("modified".into()));
-    let sent = drain(&mut s, t3);
+    let sent = failed_then_bye(&mut s, t3, "it was not delivered (sent 3 times)");
     assert!(
         matches!(sent.first(), Some(Message::FileError { .. })),
         "{sent:?}"
     );
+}
+
+/// What the sender sends now, which ends with `Bye`, after an event that
+/// failed a file saying `says`.
+fn failed_then_bye(s: &mut Sender<()>, now: Instant, says: &str) -> Vec<Message> {
+    let sent = drain(s, now);
     assert_eq!(sent.last(), Some(&Message::Bye), "{sent:?}");
     let failed: Vec<Event> = std::iter::from_fn(|| s.poll_event()).collect();
     assert!(
         failed
             .iter()
-            .any(|e| matches!(e, Event::FileError { error, .. }
-            if error.contains("it was not delivered (sent 3 times)"))),
+            .any(|e| matches!(e, Event::FileError { error, .. } if error.contains(says))),
         "{failed:?}"
     );
+    sent
 }
 
 #[test]
@@ -740,19 +766,96 @@ fn an_unchanged_file_is_committed_after_the_check() {
     let mut s: Sender<()> = Sender::push(SessionConfig::default(), t0);
     s.push_job(t0, whole_job(one_file(3000)));
     drain(&mut s, t0);
-    assert_eq!(
-        send_whole(&mut s, t0, 1),
-        vec![SenderIo::Confirm { file: 1 }]
-    );
-    assert!(
-        !drain(&mut s, t0)
-            .iter()
-            .any(|m| matches!(m, Message::Commit { .. })),
-        "no hash announced before the check"
-    );
+    read_until_the_check(&mut s, t0, 1);
     s.confirmed(t0, 1, Ok(()));
     assert!(matches!(
         drain(&mut s, t0).as_slice(),
         [Message::Commit { id: 1, .. }]
     ));
+}
+
+/// A fan-out sender whose reads give chunk `i` the digest `[i; 32]`.
+fn sealed_sender(cfg: SessionConfig, now: Instant) -> (Sender<()>, haul_proto::OriginKey) {
+    let origin = std::sync::Arc::new(haul_proto::seal::Origin::generate().unwrap());
+    let key = origin.public();
+    let mut s: Sender<()> = Sender::push(cfg, now);
+    s.seal_with(origin);
+    (s, key)
+}
+
+/// The root of a file whose chunk `i` has digest `[i; 32]`.
+fn root_of(entry: &Entry) -> haul_proto::Digest {
+    let digests: Vec<_> = (0..entry.chunk_count()).map(|i| [i as u8; 32]).collect();
+    haul_proto::digest::root_from_digests(&digests, entry.chunk_size, entry.size).unwrap()
+}
+
+#[test]
+fn a_fan_out_origin_vouches_for_a_files_root_only_after_it_held_still() {
+    let t0 = Instant::now();
+    let (mut s, key) = sealed_sender(SessionConfig::default(), t0);
+    let entry = one_file(3000);
+    s.push_job(t0, whole_job(entry.clone()));
+    s.push_job(
+        t0,
+        whole_job(Entry {
+            path: "g".into(),
+            ..entry.clone()
+        }),
+    );
+    drain(&mut s, t0);
+    read_until_the_check(&mut s, t0, 1);
+    s.confirmed(t0, 1, Ok(()));
+    let sent = drain(&mut s, t0);
+    let root = root_of(&entry);
+    let hash = haul_proto::seal::entry_hash(&entry);
+    match sent.as_slice() {
+        [Message::Vouched {
+            id: 1,
+            root: r,
+            seal,
+        }, Message::Commit { id: 1, root: c }] => {
+            assert_eq!((*r, *c), (root, root));
+            assert!(haul_proto::seal::root_sealed(&key, &hash, &root, seal));
+        }
+        other => panic!("{other:?}"),
+    }
+    // A read torn by a writer: never vouched for, whatever else was sealed.
+    changed_while_read(&mut s, t0, 2);
+}
+
+#[test]
+fn a_relay_never_vouched_for_fails_the_file_by_the_idle_limit_and_commits_nothing() {
+    let t0 = Instant::now();
+    let idle = Duration::from_secs(3);
+    let cfg = SessionConfig {
+        idle,
+        ..SessionConfig::default()
+    };
+    let (mut s, _) = sealed_sender(cfg, t0);
+    s.push_job(t0, whole_job(one_file(3000)));
+    s.close_when_done();
+    drain(&mut s, t0);
+    // The confirmation waits (a relay's: the origin's root seal has not
+    // come): the session's own deadline bounds the wait.
+    assert_eq!(
+        send_whole(&mut s, t0, 1),
+        vec![SenderIo::Confirm { file: 1 }]
+    );
+    assert!(s.poll_timeout().is_some_and(|t| t <= t0 + idle));
+    let t1 = t0 + idle;
+    s.handle_timeout(t1).unwrap();
+    let sent = failed_then_bye(&mut s, t1, "did not vouch for this version");
+    assert!(
+        !sent
+            .iter()
+            .any(|m| matches!(m, Message::Vouched { .. } | Message::Commit { .. })),
+        "{sent:?}"
+    );
+    assert!(
+        matches!(sent.first(), Some(Message::FileError { id: 1, .. })),
+        "{sent:?}"
+    );
+    // An answer that comes after all changes nothing.
+    s.confirmed(t1, 1, Ok(()));
+    assert!(drain(&mut s, t1).is_empty());
 }
