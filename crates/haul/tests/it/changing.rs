@@ -237,12 +237,59 @@ fn a_file_changed_while_a_node_serves_it_is_not_delivered_torn() {
     }
 }
 
+/// Every version that shows under `paths` while a transfer runs: each
+/// file is hashed once per (inode, ctime), through the descriptor opened
+/// under the final name (a rename over it meanwhile leaves that one whole).
+struct Watch {
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+    seen: std::thread::JoinHandle<Vec<(PathBuf, String)>>,
+}
+
+impl Watch {
+    fn start(paths: Vec<PathBuf>) -> Self {
+        use std::os::unix::fs::MetadataExt;
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let halt = stop.clone();
+        let seen = std::thread::spawn(move || {
+            let mut last = vec![None; paths.len()];
+            let mut seen = Vec::new();
+            while !halt.load(std::sync::atomic::Ordering::Relaxed) {
+                for (p, last) in paths.iter().zip(&mut last) {
+                    let Ok(mut f) = std::fs::File::open(p) else {
+                        continue;
+                    };
+                    let Ok(m) = f.metadata() else { continue };
+                    let id = Some((m.ino(), m.ctime(), m.ctime_nsec()));
+                    if *last == id {
+                        continue;
+                    }
+                    *last = id;
+                    let mut h = blake3::Hasher::new();
+                    if std::io::copy(&mut f, &mut h).is_ok() {
+                        seen.push((p.clone(), h.finalize().to_hex().to_string()));
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            seen
+        });
+        Self { stop, seen }
+    }
+
+    fn stop(self) -> Vec<(PathBuf, String)> {
+        self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        self.seen.join().expect("watcher")
+    }
+}
+
 /// A fan-out to three nodes (the origin sends to the first, which relays):
 /// a file changed mid-transfer ends on every node as the settled version,
 /// in the same run: the origin sends it again and relays forward the new
-/// version. (A relay may still commit the torn read downstream for a
-/// moment before the new version replaces it: every chunk of it carries
-/// the origin's seal and nothing seals the whole; see ARCHITECTURE.md.)
+/// version. And no node ever holds the torn read under the final name, not
+/// even for a moment: each chunk of it carried the origin's seal, but the
+/// origin never vouched for its root (its check saw the change), so no relay
+/// commits it downstream. Watched while it runs: without the root seal, the
+/// nodes downstream of the first hold the torn read for seconds.
 #[test]
 fn a_file_changed_during_a_fan_out_ends_on_every_node_as_the_settled_version() {
     let s = Scratch::new();
@@ -250,6 +297,10 @@ fn a_file_changed_during_a_fan_out_ends_on_every_node_as_the_settled_version() {
     let nodes: Vec<Node> = (0..3)
         .map(|i| Node::start(&s.path(&format!("n{i}")), &s.path("config"), &["--open"]))
         .collect();
+    let finals: Vec<PathBuf> = (0..3)
+        .map(|i| s.path(&format!("n{i}/in/grow.bin")))
+        .collect();
+    let watch = Watch::start(finals.clone());
     let writer = file.change(Duration::from_millis(900));
     let mut c = haul(&s.path("config"));
     c.args(["push", "--json", "--bwlimit", "8M"])
@@ -259,9 +310,17 @@ fn a_file_changed_during_a_fan_out_ends_on_every_node_as_the_settled_version() {
     }
     let out = run(c, T);
     writer.join().expect("writer");
+    let seen = watch.stop();
     assert_eq!(out.status.code(), Some(0), "{}", said(&out));
-    for i in 0..3 {
-        let got = s.path(&format!("n{i}/in/grow.bin"));
-        assert_eq!(file.delivered(&got, &out), Some("after"), "node {i}");
+    for (path, got) in &seen {
+        assert!(
+            *got == file.before || *got == file.after,
+            "{} held a version that never existed on disk, during the run\n{}",
+            path.display(),
+            said(&out)
+        );
+    }
+    for (i, got) in finals.iter().enumerate() {
+        assert_eq!(file.delivered(got, &out), Some("after"), "node {i}");
     }
 }

@@ -391,13 +391,16 @@ fn relay_tickets_work_only_on_their_node_and_only_while_the_transfer_lasts() {
         origin: [0; 32],
         checksum: false,
     });
-    assert!(matches!(
-        refused,
-        Message::Refused {
-            code: ErrorCode::Unauthorized,
-            ..
-        }
-    ));
+    assert!(
+        matches!(
+            refused,
+            Message::Refused {
+                code: ErrorCode::Unauthorized,
+                ..
+            }
+        ),
+        "{refused:?}"
+    );
     let mut control = Raw::connect(&a.addr);
     control.send(&Message::Hello {
         version: haul_proto::PROTOCOL_VERSION,
