@@ -87,9 +87,6 @@ pub struct PartialFile {
     staged_as: Option<(Arc<Dir>, OsString)>,
     /// The resume log's directory and name (multi-chunk files).
     log_at: Option<(Arc<Dir>, String)>,
-    /// The staging file's path, for messages only.
-    /// The named staging file's path (for messages), when it has one.
-    shown_part: Option<PathBuf>,
     part: File,
     state: Mutex<State>,
     resumed_bytes: u64,
@@ -194,7 +191,6 @@ impl PartialFile {
             place,
             staged_as,
             log_at: None,
-            shown_part: None,
             part,
             state: Mutex::new(State {
                 log: None,
@@ -231,8 +227,10 @@ impl PartialFile {
             )));
         }
         let count = entry.chunk_count() as usize;
-        let part_path = staging.shown.join(&staging.part);
-        let part = open_locked(&staging.dir, &staging.part, &part_path, &entry.path)?;
+        // Messages name the file it becomes, never haul's staging directory
+        // (except where that directory itself is at fault: ForeignState).
+        let part_path = place.shown();
+        let part = open_locked(&staging, &staging.part, &part_path, &entry.path)?;
         let existing_len = part
             .metadata()
             .map_err(|e| ReceiveError::io("stat", &part_path, e))?
@@ -248,7 +246,8 @@ impl PartialFile {
             }
             None
         } else {
-            let (log, resumed) = open_log(&entry, version, &part, &staging, &mut digests)?;
+            let (log, resumed) =
+                open_log(&entry, version, &part, &staging, &part_path, &mut digests)?;
             resumed_bytes = resumed;
             if resumed_bytes == 0 && existing_len > 0 {
                 part.set_len(0)
@@ -264,7 +263,6 @@ impl PartialFile {
             place,
             staged_as: Some((staging.dir.clone(), OsString::from(&staging.part))),
             log_at,
-            shown_part: Some(part_path),
             part,
             state: Mutex::new(State { log, digests }),
             resumed_bytes,
@@ -285,16 +283,10 @@ impl PartialFile {
             .map_err(|e| ReceiveError::io("fsync", &self.shown_path(), e))
     }
 
-    /// The path errors name: the staging file, or for an anonymous one
-    /// (which has no name yet) the file it will become.
+    /// The path errors name: the file it will become (the user's path,
+    /// never where haul stages it).
     fn shown_path(&self) -> PathBuf {
-        if let Some(p) = &self.shown_part {
-            return p.clone();
-        }
-        match &self.staged_as {
-            Some((_, name)) => self.place.shown().with_file_name(name),
-            None => self.place.shown(),
-        }
+        self.place.shown()
     }
 
     /// Removes the staging file and resume log (nothing is left of an
@@ -637,11 +629,17 @@ const LOCK_PATIENCE: std::time::Duration = std::time::Duration::from_millis(500)
 /// holder may have renamed that very file into place (published it) before
 /// letting go — writing to it now would change a delivered file. Then the
 /// name is opened afresh. A filesystem without locks is used without.
-fn open_locked(dir: &Dir, name: &str, part_path: &Path, rel: &str) -> Result<File, ReceiveError> {
+fn open_locked(
+    staging: &Staging,
+    name: &str,
+    part_path: &Path,
+    rel: &str,
+) -> Result<File, ReceiveError> {
+    let dir = &staging.dir;
     use std::os::unix::fs::MetadataExt;
     let deadline = std::time::Instant::now() + LOCK_PATIENCE;
     loop {
-        let part = open_private(dir, name, part_path)?;
+        let part = open_private(staging, name, part_path)?;
         match lock_exclusive(&part) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
@@ -671,16 +669,20 @@ fn open_locked(dir: &Dir, name: &str, part_path: &Path, rel: &str) -> Result<Fil
 /// Opens (creating) a staging file of ours: a regular file with one link,
 /// owned by this user (nothing planted: a hard link to a file elsewhere,
 /// a FIFO, a device).
-fn open_private(dir: &Dir, name: &str, shown: &Path) -> Result<File, ReceiveError> {
+/// Errors name `shown` (the file it stages), or the staging file itself
+/// when that is what must be removed.
+fn open_private(staging: &Staging, name: &str, shown: &Path) -> Result<File, ReceiveError> {
     use std::os::unix::fs::MetadataExt;
-    let file = dir
+    let file = staging
+        .dir
         .open_rw(name, 0o600)
-        .map_err(|e| ReceiveError::io("open", shown, e))?;
+        .map_err(|e| ReceiveError::io("stage", shown, e))?;
     let meta = file
         .metadata()
         .map_err(|e| ReceiveError::io("stat", shown, e))?;
     if !meta.is_file() || meta.nlink() != 1 || meta.uid() != haul_root::my_uid() {
-        return Err(ReceiveError::ForeignState(shown.display().to_string()));
+        let planted = staging.shown.join(name);
+        return Err(ReceiveError::ForeignState(planted.display().to_string()));
     }
     Ok(file)
 }
@@ -692,11 +694,11 @@ fn open_log(
     version: &str,
     part: &File,
     staging: &Staging,
+    state_path: &Path,
     digests: &mut [Option<Digest>],
 ) -> Result<(File, u64), ReceiveError> {
     let header = header_bytes(entry, version);
-    let state_path = &staging.shown.join(&staging.state);
-    let mut log = open_private(&staging.dir, &staging.state, state_path)?;
+    let mut log = open_private(staging, &staging.state, state_path)?;
     let mut existing = Vec::new();
     log.read_to_end(&mut existing)
         .map_err(|e| ReceiveError::io("read", state_path, e))?;
@@ -738,7 +740,7 @@ fn open_log(
     let log = staging
         .dir
         .open_append(&staging.state)
-        .map_err(|e| ReceiveError::io("open", state_path, e))?;
+        .map_err(|e| ReceiveError::io("stage", state_path, e))?;
     Ok((log, resumed_bytes))
 }
 

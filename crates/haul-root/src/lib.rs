@@ -174,7 +174,7 @@ impl Root {
                 Err(_) => {}
             }
         }
-        self.walk_down(base, base_comps, comps, |dir, c| dir.subdir(c))
+        self.walk_down(base, base_comps, comps, |dir, c, _| dir.subdir(c))
     }
 
     /// Opens the existing directory `comps` beneath the root.
@@ -194,8 +194,13 @@ impl Root {
         made: &mut dyn FnMut(usize, &Dir, bool),
     ) -> Result<Dir, ResolveError> {
         let mut i = 0;
-        self.walk_down(base, base_comps, comps, |dir, c| {
-            let (next, created) = dir.subdir_or_create(c, mode)?;
+        self.walk_down(base, base_comps, comps, |dir, c, op| {
+            let (next, created) = dir.subdir_or_create(c, mode).inspect_err(|_| {
+                // Still missing: making it failed (not opening it).
+                if matches!(dir.stat(c), Ok(None)) {
+                    *op = "create directory";
+                }
+            })?;
             made(i, &next, created);
             i += 1;
             Ok(next)
@@ -204,13 +209,14 @@ impl Root {
 
     /// Goes down `comps` from `base` one component at a time with `step`
     /// (each a plain name, at most [`MAX_DEPTH`] of them); `base` itself,
-    /// reopened, for none.
+    /// reopened, for none. A step that fails may say what it was doing
+    /// (its third argument; "open" unless it says otherwise).
     fn walk_down(
         &self,
         base: &Dir,
         base_comps: &[&str],
         comps: &[&str],
-        mut step: impl FnMut(&Dir, &str) -> io::Result<Dir>,
+        mut step: impl FnMut(&Dir, &str, &mut &'static str) -> io::Result<Dir>,
     ) -> Result<Dir, ResolveError> {
         for c in comps {
             check_name(c)?;
@@ -227,8 +233,9 @@ impl Root {
         let mut held: Option<Dir> = None;
         for (i, c) in comps.iter().enumerate() {
             let dir = held.as_ref().unwrap_or(base);
-            let next =
-                step(dir, c).map_err(|e| self.step_error(e, dir, c, base_comps, &comps[..=i]))?;
+            let mut op = "open";
+            let next = step(dir, c, &mut op)
+                .map_err(|e| self.step_error(e, op, dir, c, base_comps, &comps[..=i]))?;
             held = Some(next);
         }
         match held {
@@ -244,6 +251,7 @@ impl Root {
     fn step_error(
         &self,
         e: io::Error,
+        op: &'static str,
         dir: &Dir,
         name: &str,
         base: &[&str],
@@ -262,7 +270,7 @@ impl Root {
                 }
             }
             Some(rustix::io::Errno::NOENT) => ResolveError::NotFound(shown()),
-            _ => self.io("open", base, comps, e),
+            _ => self.io(op, base, comps, e),
         }
     }
 

@@ -56,6 +56,16 @@ pub enum ReceiveError {
         "disk full while writing {0}: free some space and run the same command again to resume"
     )]
     DiskFull(String),
+    /// The receiver may not make or replace entries in a directory (its
+    /// permissions, an immutable attribute, a read-only filesystem): every
+    /// entry beneath it fails alike, so the text names the directory only.
+    #[error("cannot write in {dir}: {source}; give the user haul runs as write permission there, or choose another destination")]
+    NotWritable {
+        /// The directory.
+        dir: String,
+        /// Underlying error (`EACCES`, `EPERM`, `EROFS`).
+        source: io::Error,
+    },
     /// Any other I/O error.
     #[error("{op} {path}: {source}")]
     Io {
@@ -68,14 +78,35 @@ pub enum ReceiveError {
     },
 }
 
+/// Operations that make, rename or remove an entry in its directory: refused
+/// for want of permission, the directory is at fault, not the entry.
+const WRITES_IN_DIR: &[&str] = &[
+    "create",
+    "create directory",
+    "rename",
+    "link",
+    "symlink",
+    "replace",
+    "remove",
+];
+
 impl ReceiveError {
     pub(crate) fn io(op: &'static str, path: &Path, source: io::Error) -> Self {
         Self::io_at(op, path.display().to_string(), source)
     }
 
     pub(crate) fn io_at(op: &'static str, path: String, source: io::Error) -> Self {
-        if source.raw_os_error() == Some(libc::ENOSPC) {
+        let errno = source.raw_os_error();
+        if errno == Some(libc::ENOSPC) {
             return Self::DiskFull(path);
+        }
+        let denied = matches!(errno, Some(libc::EACCES | libc::EPERM | libc::EROFS));
+        if denied && WRITES_IN_DIR.contains(&op) {
+            let dir = match Path::new(&path).parent() {
+                Some(d) if !d.as_os_str().is_empty() => d.display().to_string(),
+                _ => ".".to_owned(),
+            };
+            return Self::NotWritable { dir, source };
         }
         Self::Io { op, path, source }
     }
