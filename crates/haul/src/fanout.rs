@@ -177,9 +177,7 @@ fn print(mode: Mode, s: &FanoutSummary) {
                     }
                 );
             }
-            for f in &s.sent.failures {
-                eprintln!("  failed: {}: {}", f.path, f.error);
-            }
+            crate::output::print_failures(&s.sent.failures);
         }
     }
 }

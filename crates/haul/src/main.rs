@@ -1,6 +1,7 @@
 //! The `haul` binary: flags → validated options → library calls. No transfer
 //! logic lives here.
 
+mod causes;
 mod cli;
 mod config;
 mod daemon;

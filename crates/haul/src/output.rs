@@ -6,6 +6,7 @@ use std::io::{IsTerminal, Write};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
+use crate::causes::{entry_error, Causes};
 use haul_node::Summary;
 use haul_session::rate::WindowedRate;
 use haul_session::{Event, Observer};
@@ -43,6 +44,9 @@ pub struct Display {
     /// False once interrupted: nothing more is shown. Events are shown
     /// under its read lock, so none is half shown when it turns false.
     open: RwLock<bool>,
+    /// Failures so far by cause: only the first of each is shown as it
+    /// happens (the summary counts the rest).
+    causes: Mutex<Causes>,
 }
 
 /// `--json` progress: one `progress` line at most every [`JSON_PROGRESS_EVERY`].
@@ -104,7 +108,18 @@ impl Display {
             }),
             totals,
             open: RwLock::new(true),
+            causes: Mutex::new(Causes::default()),
         }
+    }
+
+    /// The line for entry `path` failed with `error`, if it is the first
+    /// of its cause (repeats are counted, not shown).
+    fn error_line(&self, path: &str, error: &str) -> Option<String> {
+        let first = match self.causes.lock() {
+            Ok(mut c) => c.add(path, error),
+            Err(_) => true,
+        };
+        first.then(|| format!("error: {}", entry_error(path, error)))
     }
 
     /// The total bar as [`Totals`] has it now: while a walk runs, what it
@@ -222,7 +237,9 @@ impl Observer for Display {
             },
             Mode::Quiet => {
                 if let Event::FileError { path, error } = event {
-                    eprintln!("error: {path}: {error}");
+                    if let Some(line) = self.error_line(path, error) {
+                        eprintln!("{line}");
+                    }
                 }
             }
             Mode::Human => self.human(event),
@@ -236,7 +253,11 @@ impl Display {
             match event {
                 Event::DryRun { .. } => print_dry_run(event),
                 Event::Deleted { path, .. } => eprintln!("deleted: {path}"),
-                Event::FileError { path, error } => eprintln!("error: {path}: {error}"),
+                Event::FileError { path, error } => {
+                    if let Some(line) = self.error_line(path, error) {
+                        eprintln!("{line}");
+                    }
+                }
                 Event::Warning { message } => eprintln!("warning: {message}"),
                 _ => {}
             }
@@ -275,7 +296,9 @@ impl Display {
                     }
                 }
                 if let Event::FileError { error, .. } = event {
-                    b.multi.suspend(|| eprintln!("error: {path}: {error}"));
+                    if let Some(line) = self.error_line(path, error) {
+                        b.multi.suspend(|| eprintln!("{line}"));
+                    }
                 }
             }
             Event::Warning { message } => b.multi.suspend(|| eprintln!("warning: {message}")),
@@ -394,11 +417,22 @@ pub fn print_summary(mode: Mode, s: &Summary) {
             if let Ok(mut v) = serde_json::to_value(s) {
                 if let Some(o) = v.as_object_mut() {
                     o.insert("event".into(), "summary".into());
+                    let causes = Causes::of(failures(&s.failures));
+                    if let Ok(causes) = serde_json::to_value(causes.list()) {
+                        o.insert("causes".into(), causes);
+                    }
                 }
                 json_line(&v);
             }
         }
-        Mode::Quiet => {}
+        Mode::Quiet => {
+            // Each cause's first entry was shown as it failed.
+            for cause in Causes::of(failures(&s.failures)).list() {
+                if let Some(line) = cause.more_line() {
+                    eprintln!("{line}");
+                }
+            }
+        }
         Mode::Human => {
             let mark = if s.failed == 0 { "ok" } else { "FAILED" };
             eprintln!(
@@ -421,10 +455,37 @@ pub fn print_summary(mode: Mode, s: &Summary) {
                     if s.deleted == 1 { "y" } else { "ies" }
                 );
             }
-            for f in &s.failures {
-                eprintln!("  failed: {}: {}", f.path, f.error);
-            }
+            print_failures(&s.failures);
         }
+    }
+}
+
+/// The (path, error) pairs of `failures`.
+fn failures(
+    failures: &[haul_session::summary::Failure],
+) -> impl Iterator<Item = (&str, &str)> + '_ {
+    failures.iter().map(|f| (f.path.as_str(), f.error.as_str()))
+}
+
+/// At most this many causes are listed in a summary (`--json` has all).
+const CAUSES_SHOWN: usize = 20;
+
+/// The summary's failure lines on stderr: one per cause, with how many
+/// entries it stopped.
+pub fn print_failures(list: &[haul_session::summary::Failure]) {
+    let causes = Causes::of(failures(list));
+    let list = causes.list();
+    for cause in list.iter().take(CAUSES_SHOWN) {
+        eprintln!("  {}", cause.line());
+    }
+    if list.len() > CAUSES_SHOWN {
+        let rest = &list[CAUSES_SHOWN..];
+        let entries: u64 = rest.iter().map(|c| c.count).sum();
+        eprintln!(
+            "  failed: {entries} more entr{} for {} other reasons (--json lists each)",
+            if entries == 1 { "y" } else { "ies" },
+            rest.len()
+        );
     }
 }
 

@@ -3,6 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod beneath;
+mod causes;
 mod changing;
 mod check;
 mod checksum;
