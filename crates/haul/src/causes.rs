@@ -90,7 +90,27 @@ impl Causes {
     pub fn list(&self) -> &[Cause] {
         &self.causes
     }
+
+    /// A summary's lines: the first [`CAUSES_SHOWN`] causes' lines
+    /// ([`Cause::line`]), then one line for the rest.
+    pub fn summary_lines(&self) -> Vec<String> {
+        let list = self.list();
+        let mut lines: Vec<String> = list.iter().take(CAUSES_SHOWN).map(Cause::line).collect();
+        if let Some(rest) = list.get(CAUSES_SHOWN..).filter(|r| !r.is_empty()) {
+            let entries: u64 = rest.iter().map(|c| c.count).sum();
+            lines.push(format!(
+                "failed: {entries} more entr{} for {} other reason{} (--json lists each)",
+                if entries == 1 { "y" } else { "ies" },
+                rest.len(),
+                if rest.len() == 1 { "" } else { "s" },
+            ));
+        }
+        lines
+    }
 }
+
+/// At most this many causes are listed in a summary (`--json` has all).
+const CAUSES_SHOWN: usize = 20;
 
 impl Cause {
     /// The summary's line for it (without indentation): the entry and its
@@ -294,6 +314,35 @@ mod tests {
             (format!("{THIS_ENTRY}. and {THIS_ENTRY}"), true)
         );
         assert_eq!(key_of("é", "xé é").0, format!("xé {THIS_ENTRY}"));
+    }
+
+    #[test]
+    fn the_summary_lists_causes_not_entries() {
+        let mut list: Vec<(String, String)> = (0..1000)
+            .map(|i| {
+                (
+                    format!("t/f{i}"),
+                    "receiver: cannot write in in/sub: denied".into(),
+                )
+            })
+            .collect();
+        let lines = |list: &[(String, String)]| {
+            Causes::of(list.iter().map(|(p, e)| (p.as_str(), e.as_str()))).summary_lines()
+        };
+        assert_eq!(
+            lines(&list),
+            ["failed: 1000 entries under t: receiver: cannot write in in/sub: denied"]
+        );
+        // Past 20 causes, one line for the others.
+        list.extend((0..25).map(|i| (format!("u{i}"), format!("error {i}"))));
+        list.push(("u0b".into(), "error 24".into()));
+        let shown = lines(&list);
+        assert_eq!(shown.len(), CAUSES_SHOWN + 1);
+        assert_eq!(shown[1], "failed: u0: error 0");
+        assert_eq!(
+            shown[CAUSES_SHOWN],
+            "failed: 7 more entries for 6 other reasons (--json lists each)"
+        );
     }
 
     #[test]

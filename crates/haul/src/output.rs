@@ -467,25 +467,11 @@ fn failures(
     failures.iter().map(|f| (f.path.as_str(), f.error.as_str()))
 }
 
-/// At most this many causes are listed in a summary (`--json` has all).
-const CAUSES_SHOWN: usize = 20;
-
 /// The summary's failure lines on stderr: one per cause, with how many
 /// entries it stopped.
 pub fn print_failures(list: &[haul_session::summary::Failure]) {
-    let causes = Causes::of(failures(list));
-    let list = causes.list();
-    for cause in list.iter().take(CAUSES_SHOWN) {
-        eprintln!("  {}", cause.line());
-    }
-    if list.len() > CAUSES_SHOWN {
-        let rest = &list[CAUSES_SHOWN..];
-        let entries: u64 = rest.iter().map(|c| c.count).sum();
-        eprintln!(
-            "  failed: {entries} more entr{} for {} other reasons (--json lists each)",
-            if entries == 1 { "y" } else { "ies" },
-            rest.len()
-        );
+    for line in Causes::of(failures(list)).summary_lines() {
+        eprintln!("  {line}");
     }
 }
 
