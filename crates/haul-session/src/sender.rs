@@ -149,7 +149,7 @@ enum Phase {
 }
 
 /// What follows once the source is confirmed unchanged.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum Confirmed {
     /// `Commit` with this root.
     Commit(Digest),
@@ -158,6 +158,10 @@ enum Confirmed {
     /// Fan-out, a whole file the receiver skipped, hashed for its seals:
     /// `Vouched` for its root, then the seals of every chunk.
     Seal,
+    /// A chunk could not be read: the file fails with this error. (A file
+    /// cut short while it was sent fails its reads past the new end; that
+    /// is a change, and is answered as one.)
+    ReadFailed(String),
 }
 
 /// One round of chunks: those still to read, reads outstanding, chunks sent.
@@ -787,7 +791,19 @@ impl<S> Sender<S> {
                 .chunk(&job.entry, index, &digest)
                 .map(|s| (digest, Some(s))),
         };
-        let (digest, seal) = match result.and_then(sealed) {
+        let digest = match result {
+            Ok(d) => d,
+            Err(e) => {
+                // Reads still outstanding will come back to a file no
+                // longer sending.
+                self.reading = self.reading.saturating_sub(round.reading);
+                f.phase = Phase::Confirming(Confirmed::ReadFailed(e));
+                self.core.request(SenderIo::Confirm { file });
+                self.pump();
+                return;
+            }
+        };
+        let (digest, seal) = match sealed(digest) {
             Ok(d) => d,
             Err(e) => {
                 self.fail_local(file, e);
@@ -923,8 +939,9 @@ impl<S> Sender<S> {
         self.core.io_done(now);
         self.now = now;
         let next = match self.flights.get_mut(&file) {
-            Some(f) => match f.phase {
+            Some(f) => match &f.phase {
                 Phase::Confirming(next) => {
+                    let next = next.clone();
                     // Answered: what follows sets the phase.
                     f.phase = Phase::AwaitingDone;
                     next
@@ -945,6 +962,10 @@ impl<S> Sender<S> {
             (Ok(()), Confirmed::RangeClean) => self.range_clean(file),
             (Ok(()), Confirmed::Seal) => {
                 self.vouch_and_seal(file);
+                Ok(())
+            }
+            (Ok(()), Confirmed::ReadFailed(e)) => {
+                self.fail_local(file, e);
                 Ok(())
             }
         };

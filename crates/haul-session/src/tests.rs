@@ -419,8 +419,11 @@ fn the_last_file_failing_in_a_read_still_ends_with_goodbye() {
     )
     .unwrap();
     while let Some(io) = s.poll_io() {
-        if let SenderIo::Read { file, index } = io {
-            s.read_done(t0, file, index, Err("disk gone".into()));
+        match io {
+            SenderIo::Read { file, index } => s.read_done(t0, file, index, Err("disk gone".into())),
+            // A failed read is checked as a change first: this one held still.
+            SenderIo::Confirm { file } => s.confirmed(t0, file, Ok(())),
+            _ => {}
         }
     }
     let sent = drain(&mut s, t0);
@@ -608,6 +611,72 @@ fn stripes_are_put_together_by_the_receiver_and_released_by_the_others() {
     );
     s.handle(t0, Message::Release { id: 1 }).unwrap();
     assert_eq!(drain(&mut s, t0), vec![Message::Bye]);
+}
+
+/// A read that fails (a file cut short while it was sent fails its reads
+/// past the new end) is checked as a change: one that changed is offered
+/// again once it settled; one that did not fails with the read's error.
+#[test]
+fn a_read_that_fails_on_a_changed_file_is_a_change() {
+    let t0 = Instant::now();
+    let cfg = SessionConfig {
+        settle: Duration::from_secs(1),
+        ..SessionConfig::default()
+    };
+    for changed in [true, false] {
+        let mut s: Sender<()> = Sender::push(cfg.clone(), t0);
+        s.push_job(t0, whole_job(one_file(3000)));
+        s.close_when_done();
+        drain(&mut s, t0);
+        let need = Message::Need {
+            id: 1,
+            skip: false,
+            have: Vec::new(),
+        };
+        s.handle(t0, need).unwrap();
+        let mut failed = false;
+        while let Some(io) = s.poll_io() {
+            match io {
+                SenderIo::Read { file, index } if !failed => {
+                    failed = true;
+                    s.read_done(t0, file, index, Err("failed to fill whole buffer".into()));
+                }
+                // Reads still out come back to a file no longer sending.
+                SenderIo::Read { file, index } => s.read_done(t0, file, index, Ok([0; 32])),
+                SenderIo::Confirm { file: 1 } => {
+                    let result = if changed {
+                        Err("size 3000 -> 1500".into())
+                    } else {
+                        Ok(())
+                    };
+                    s.confirmed(t0, 1, result);
+                }
+                SenderIo::Forget { file: 1 } => {}
+                other => panic!("{other:?}"),
+            }
+        }
+        let sent = drain(&mut s, t0);
+        assert!(
+            sent.iter()
+                .any(|m| matches!(m, Message::FileError { id: 1, .. })),
+            "{sent:?}"
+        );
+        let events: Vec<Event> = std::iter::from_fn(|| s.poll_event()).collect();
+        if changed {
+            assert!(!sent.contains(&Message::Bye), "it waits to send it again");
+            s.handle_timeout(t0 + Duration::from_secs(1)).unwrap();
+            assert_eq!(s.poll_io(), Some(SenderIo::Reopen { file: 1 }));
+        } else {
+            assert!(
+                events
+                    .iter()
+                    .any(|e| matches!(e, Event::FileError { error, .. }
+                    if error == "failed to fill whole buffer")),
+                "{events:?}"
+            );
+            assert!(sent.contains(&Message::Bye), "{sent:?}");
+        }
+    }
 }
 
 /// Sends every chunk of file `id` and answers the driver's reads with
