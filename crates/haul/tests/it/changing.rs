@@ -13,17 +13,73 @@ use crate::harness::*;
 const T: Duration = Duration::from_secs(120);
 const MIB: u64 = 1 << 20;
 
+/// How the writer changes a file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Change {
+    /// 4 KiB rewritten at 1 MiB and 4 KiB near the end, in place (as
+    /// `dd conv=notrunc`): same size, same inode.
+    Overwrite,
+    /// 1 MiB and a bit more added at the end (as a log grows).
+    Append,
+    /// Cut to half its length (as `truncate -s`).
+    Truncate,
+    /// The overwritten version written to a file beside it and renamed over
+    /// it (as editors and `rsync` do): a new inode under the name. A reader
+    /// that opened the old one still reads that version whole.
+    RenameOver,
+}
+
+/// Every way the writer changes a file.
+pub(crate) const CHANGES: [Change; 4] = [
+    Change::Overwrite,
+    Change::Append,
+    Change::Truncate,
+    Change::RenameOver,
+];
+
+impl Change {
+    /// Changes the file at `path` (`len` bytes) in place.
+    fn apply_in_place(self, path: &Path, len: u64) {
+        let f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(path)
+            .expect("open for writing");
+        match self {
+            Change::Overwrite | Change::RenameOver => {
+                f.write_all_at(&[0xa5; 4096], MIB).expect("write");
+                f.write_all_at(&[0x5a; 4096], len - 3 * MIB).expect("write");
+            }
+            Change::Append => f
+                .write_all_at(&vec![0xc3; MIB as usize + 4321], len)
+                .expect("append"),
+            Change::Truncate => f.set_len(len / 2).expect("truncate"),
+        }
+    }
+}
+
 /// A source file and the versions it goes through.
+#[derive(Clone)]
 pub(crate) struct Changing {
     pub(crate) path: PathBuf,
+    pub(crate) how: Change,
+    len: u64,
     before: String,
     after: String,
+    /// [`Change::RenameOver`]: the next version, beside the file.
+    next: PathBuf,
 }
 
 impl Changing {
-    /// A `len`-byte file at `path`; `after` is what it will hold once
-    /// [`Changing::change`] wrote 4 KiB at 1 MiB and 4 KiB near its end.
+    /// A `len`-byte file at `path` that will be overwritten in place.
     pub(crate) fn new(path: &Path, len: u64) -> Self {
+        Self::with(path, len, Change::Overwrite)
+    }
+
+    /// A `len`-byte file at `path` (`len` at least 4 MiB); the version it
+    /// will hold once [`Changing::apply`] changed it `how` is worked out
+    /// on a copy now, so that what a destination holds can be told apart:
+    /// [`Changing::delivered`].
+    pub(crate) fn with(path: &Path, len: u64, how: Change) -> Self {
         write_file(path, len, 7);
         // Written an hour ago: a change now moves its mtime even where a
         // server tells times to the second (FTP, SFTP, HTTP).
@@ -34,34 +90,37 @@ impl Changing {
             .and_then(|f| f.set_modified(hour_ago))
             .expect("mtime");
         let before = b3(path);
-        let copy = path.with_extension("after");
-        std::fs::copy(path, &copy).expect("copy");
-        Self::patch(&copy, len);
-        let after = b3(&copy);
-        std::fs::remove_file(&copy).expect("rm");
+        let next = path.with_extension("next");
+        std::fs::copy(path, &next).expect("copy");
+        how.apply_in_place(&next, len);
+        let after = b3(&next);
+        if how != Change::RenameOver {
+            std::fs::remove_file(&next).expect("rm");
+        }
         Self {
             path: path.to_owned(),
+            how,
+            len,
             before,
             after,
+            next,
         }
     }
 
-    fn patch(path: &Path, len: u64) {
-        let f = std::fs::OpenOptions::new()
-            .write(true)
-            .open(path)
-            .expect("open for writing");
-        f.write_all_at(&[0xa5; 4096], MIB).expect("write");
-        f.write_all_at(&[0x5a; 4096], len - 3 * MIB).expect("write");
+    /// Makes the change: the file now holds the "after" version.
+    pub(crate) fn apply(&self) {
+        match self.how {
+            Change::RenameOver => std::fs::rename(&self.next, &self.path).expect("rename over"),
+            how => how.apply_in_place(&self.path, self.len),
+        }
     }
 
-    /// Changes the file in place after `delay` (as `dd conv=notrunc`).
+    /// Changes the file after `delay`.
     pub(crate) fn change(&self, delay: Duration) -> std::thread::JoinHandle<()> {
-        let path = self.path.clone();
-        let len = std::fs::metadata(&path).expect("meta").len();
+        let file = self.clone();
         std::thread::spawn(move || {
             std::thread::sleep(delay);
-            Self::patch(&path, len);
+            file.apply();
         })
     }
 
@@ -97,8 +156,9 @@ impl Changing {
             Some("before")
         } else {
             panic!(
-                "{} holds a version that never existed on disk\n{}",
+                "{} holds a version that never existed on disk ({:?})\n{}",
                 dest.display(),
+                self.how,
                 said(out)
             )
         }
@@ -323,4 +383,317 @@ fn a_file_changed_during_a_fan_out_ends_on_every_node_as_the_settled_version() {
     for (i, got) in finals.iter().enumerate() {
         assert_eq!(file.delivered(got, &out), Some("after"), "node {i}");
     }
+}
+
+// The matrix (issue 28): every way of changing a file (`CHANGES`) at every
+// moment of its transfer (`MOMENTS`), for each kind of transfer. A case is
+// one run while the file changes, then a second run once it settled.
+
+/// The matrix's files: three 4 MiB chunks, 0.5 s a run at `RATE`.
+pub(crate) const LEN: u64 = 12 * MIB;
+/// The matrix's `--bwlimit`.
+pub(crate) const RATE: &str = "24M";
+const CHUNK: u64 = 4 * MIB;
+
+/// When the writer changes the file, told from what the receiver staged
+/// (its `.haul/partial/*.part` grows chunk by chunk as chunks verify).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Moment {
+    /// As the run starts: before the walk (or listing), between the walk
+    /// and the open, or while the first chunk is read; the timing does not
+    /// say which, and every one of them must end with the new version.
+    Start,
+    /// Once the receiver holds the first chunk: the rest is still to come
+    /// (a server that reads as it sends has not read it all).
+    BetweenChunks,
+    /// Once the receiver holds all but the last chunk: a pushing sender has
+    /// read the last chunk (two reads go ahead of the wire), and it is on
+    /// the wire; the sender's confirm, which needs the receiver's verdict on
+    /// that chunk, has not happened, so the change is always seen.
+    LastChunk,
+    /// Once the receiver holds every byte, before it commits: this races
+    /// with the sender's confirm (and, for a remote pull, the client's
+    /// stat after the download). Before it, the file is sent again; after
+    /// it, the version read is committed (it existed) and the next run
+    /// brings the new one. The poll may also miss the window (a commit
+    /// within a millisecond): then the change comes after the run.
+    AtCommit,
+}
+
+/// Every moment of a transfer the writer changes the file at.
+pub(crate) const MOMENTS: [Moment; 4] = [
+    Moment::Start,
+    Moment::BetweenChunks,
+    Moment::LastChunk,
+    Moment::AtCommit,
+];
+
+impl Moment {
+    /// Staged bytes that mark the moment (`None`: at once).
+    fn staged(self) -> Option<u64> {
+        match self {
+            Moment::Start => None,
+            Moment::BetweenChunks => Some(CHUNK),
+            Moment::LastChunk => Some(LEN - CHUNK),
+            Moment::AtCommit => Some(LEN),
+        }
+    }
+}
+
+/// The largest staged file under the receivers' roots.
+fn staged(roots: &[PathBuf]) -> u64 {
+    roots
+        .iter()
+        .filter_map(|r| std::fs::read_dir(r.join(".haul/partial")).ok())
+        .flat_map(|d| d.flatten())
+        .filter(|e| e.path().extension().is_some_and(|x| x == "part"))
+        .filter_map(|e| e.metadata().ok().map(|m| m.len()))
+        .max()
+        .unwrap_or(0)
+}
+
+/// Runs `transfer` while a writer thread does `change` at `when`, judged by
+/// what the receivers with these roots staged. Returns the run's output and
+/// whether the change was made at its moment, while the run went on (else
+/// it was made, or done, once the run ended).
+pub(crate) fn while_it_changes(
+    when: Moment,
+    receivers: &[PathBuf],
+    change: impl FnOnce() + Send,
+    transfer: impl FnOnce() -> Output,
+) -> (Output, bool) {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    struct Stop<'a>(&'a AtomicBool);
+    impl Drop for Stop<'_> {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::Relaxed);
+        }
+    }
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let writer = s.spawn(|| {
+            let hit = match when.staged() {
+                None => true,
+                Some(n) => loop {
+                    if staged(receivers) >= n {
+                        break true;
+                    }
+                    if stop.load(Ordering::Relaxed) {
+                        break false;
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
+                },
+            };
+            change();
+            // A change that takes a while (an S3 PUT) counts once it is
+            // done, if the run still goes on.
+            hit && !stop.load(Ordering::Relaxed)
+        });
+        let stopping = Stop(&stop);
+        let out = transfer();
+        drop(stopping);
+        (out, writer.join().expect("writer"))
+    })
+}
+
+/// What a transfer does with a file it sees change.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Answer {
+    /// Sends it again once it settled, in the same run: push, local copy,
+    /// fan-out, remote pulls (`--retries`).
+    SendAgain,
+    /// Fails it, saying so: a node serving a pull (the version its
+    /// listing named is gone).
+    Fail,
+    /// Never sees it: each read is of one version whole, the one it began
+    /// on (an S3 GET: objects are immutable, a PUT makes a new one), so
+    /// the version the download began with arrives, or the new one.
+    Snapshot,
+}
+
+/// Checks a case's first run: DEST holds nothing or one version that
+/// existed, and the exit code and message say which.
+pub(crate) fn check_first(
+    case: &str,
+    file: &Changing,
+    dest: &Path,
+    (out, hit): &(Output, bool),
+    when: Moment,
+    answer: Answer,
+) {
+    let got = file.delivered(dest, out);
+    match got {
+        Some(_) => assert_eq!(out.status.code(), Some(0), "{case}: {}", said(out)),
+        None => {
+            assert_eq!(out.status.code(), Some(1), "{case}: {}", said(out));
+            let text = said(out);
+            assert!(
+                text.contains("changed") && text.contains("not delivered"),
+                "{case}: the message says the file changed and was not delivered: {text}"
+            );
+        }
+    }
+    if *hit && when != Moment::AtCommit {
+        // The change came before anything confirmed the version read.
+        match answer {
+            Answer::SendAgain => {
+                assert_eq!(got, Some("after"), "{case}: sent again: {}", said(out))
+            }
+            Answer::Fail => assert_ne!(got, Some("before"), "{case}: {}", said(out)),
+            Answer::Snapshot => {}
+        }
+    }
+    if !hit {
+        eprintln!("{case}: the change came after the run (the moment passed unseen)");
+    }
+}
+
+/// Checks a case's second run, once the file settled: the new version,
+/// exit 0.
+pub(crate) fn check_again(case: &str, file: &Changing, dest: &Path, out: &Output) {
+    assert_eq!(out.status.code(), Some(0), "{case}, again: {}", said(out));
+    assert_eq!(
+        file.delivered(dest, out),
+        Some("after"),
+        "{case}, again: {}",
+        said(out)
+    );
+}
+
+/// Both runs of a case: [`check_first`], then `again` and [`check_again`].
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn check_case(
+    case: &str,
+    file: &Changing,
+    dest: &Path,
+    first: (Output, bool),
+    when: Moment,
+    answer: Answer,
+    again: impl FnOnce() -> Output,
+) {
+    check_first(case, file, dest, &first, when, answer);
+    check_again(case, file, dest, &again());
+}
+
+/// Runs every case, the four changes of a moment at once (each case has
+/// its own files, nodes and DEST).
+pub(crate) fn each_case(f: impl Fn(Change, Moment) + Sync) {
+    each_case_of(&CHANGES, f);
+}
+
+/// [`each_case`] for these changes.
+pub(crate) fn each_case_of(changes: &[Change], f: impl Fn(Change, Moment) + Sync) {
+    for when in MOMENTS {
+        std::thread::scope(|s| {
+            for &how in changes {
+                let f = &f;
+                s.spawn(move || f(how, when));
+            }
+        });
+    }
+}
+
+/// `haul push` (or a local copy) of one file at `RATE`, to `dest` (a
+/// directory, with its `/`).
+fn send(config: &Path, verb: &str, src: &Path, dest: &str) -> Output {
+    let mut c = haul(config);
+    c.args([verb, "--json", "--bwlimit", RATE]);
+    if dest.starts_with("haul://") {
+        c.args(["--token", "t"]);
+    }
+    c.arg(src).arg(dest);
+    run(c, T)
+}
+
+/// A push to a node (`verb` "push") or a local copy ("pull") of one file.
+fn send_case(verb: &str, how: Change, when: Moment) {
+    let s = Scratch::new();
+    let file = Changing::with(&s.path("src/f.bin"), LEN, how);
+    let receiver = s.path("to");
+    std::fs::create_dir_all(&receiver).expect("mkdir");
+    let node =
+        (verb == "push").then(|| Node::start(&receiver, &s.path("config"), &["--token", "t"]));
+    // A local copy stages beneath DEST, a node beneath its root.
+    let (to, dest) = match &node {
+        Some(node) => (node.url("in/"), receiver.join("in/f.bin")),
+        None => (format!("{}/", receiver.display()), receiver.join("f.bin")),
+    };
+    let again = || send(&s.path("config"), verb, &file.path, &to);
+    let first = while_it_changes(
+        when,
+        std::slice::from_ref(&receiver),
+        || file.apply(),
+        again,
+    );
+    let case = format!("{verb} {how:?} {when:?}");
+    check_case(&case, &file, &dest, first, when, Answer::SendAgain, again);
+}
+
+fn node_pull_case(how: Change, when: Moment) {
+    let s = Scratch::new();
+    let file = Changing::with(&s.path("node/out/f.bin"), LEN, how);
+    let node = Node::start(&s.path("node"), &s.path("config"), &["--token", "t"]);
+    std::fs::create_dir_all(s.path("here")).expect("mkdir");
+    let pull = || {
+        let mut c = haul(&s.path("config"));
+        c.args(["pull", "--json", "--bwlimit", RATE, "--token", "t"])
+            .arg(node.url("out/f.bin"))
+            .arg(format!("{}/", s.path("here").display()));
+        run(c, T)
+    };
+    let first = while_it_changes(when, &[s.path("here")], || file.apply(), pull);
+    let dest = s.path("here/f.bin");
+    let case = format!("node pull {how:?} {when:?}");
+    check_case(&case, &file, &dest, first, when, Answer::Fail, pull);
+}
+
+/// The origin pushes to three nodes (the first relays to the others).
+fn fan_out_case(how: Change, when: Moment) {
+    let s = Scratch::new();
+    let file = Changing::with(&s.path("src/f.bin"), LEN, how);
+    let roots: Vec<PathBuf> = (0..3).map(|i| s.path(&format!("n{i}"))).collect();
+    let nodes: Vec<Node> = roots
+        .iter()
+        .map(|r| Node::start(r, &s.path("config"), &["--open"]))
+        .collect();
+    let push = || {
+        let mut c = haul(&s.path("config"));
+        c.args(["push", "--json", "--bwlimit", RATE])
+            .arg(&file.path);
+        for n in &nodes {
+            c.arg(n.url("in/"));
+        }
+        run(c, T)
+    };
+    let first = while_it_changes(when, &roots, || file.apply(), push);
+    let case = format!("fan-out {how:?} {when:?}");
+    let dests: Vec<PathBuf> = roots.iter().map(|r| r.join("in/f.bin")).collect();
+    for (i, dest) in dests.iter().enumerate() {
+        let case = format!("{case}, node {i}");
+        check_first(&case, &file, dest, &first, when, Answer::SendAgain);
+    }
+    let again = push();
+    for (i, dest) in dests.iter().enumerate() {
+        check_again(&format!("{case}, node {i}"), &file, dest, &again);
+    }
+}
+
+#[test]
+fn changing_matrix_push() {
+    each_case(|how, when| send_case("push", how, when));
+}
+
+#[test]
+fn changing_matrix_local_copy() {
+    each_case(|how, when| send_case("pull", how, when));
+}
+
+#[test]
+fn changing_matrix_node_pull() {
+    each_case(node_pull_case);
+}
+
+#[test]
+fn changing_matrix_fan_out() {
+    each_case(fan_out_case);
 }
