@@ -170,7 +170,7 @@ fn changing_matrix_s3() {
 /// not kept with the delivered file. `cargo test -p haul --test it
 /// s3_object_replaced_within -- --ignored` shows it.
 #[test]
-#[ignore = "known bug: the S3 quick check does not tell same-size objects of the same second apart"]
+#[ignore = "known bug: the quick check does not tell same-size versions of the same second apart"]
 fn s3_object_replaced_within_its_second_is_fetched_again() {
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -205,6 +205,34 @@ fn s3_object_replaced_within_its_second_is_fetched_again() {
     assert!(
         std::fs::read(s.path("dst/f.bin")).expect("read") == [2u8; 65536],
         "DEST still holds the old object: {}",
+        said(&out)
+    );
+}
+
+/// The same over HTTP (nginx): Last-Modified is whole seconds and nginx's
+/// ETag is made of the mtime's second and the size, so a file rewritten
+/// with its size kept within the second of the version delivered looks
+/// the same to every later pull.
+#[test]
+#[ignore = "known bug: the quick check does not tell same-size versions of the same second apart"]
+fn http_file_rewritten_within_its_second_is_fetched_again() {
+    let srv = haul_http::testserver::TestServer::start().expect("nginx");
+    let s = Scratch::new();
+    std::fs::create_dir_all(s.path("dst")).expect("mkdir");
+    let pull = || {
+        let to = format!("{}/", s.path("dst").display());
+        pull(&s.path("cfg"), &[&srv.http_url("/f.bin"), &to])
+    };
+    next_second();
+    std::fs::write(srv.root().join("f.bin"), [1u8; 65536]).expect("write");
+    let out = pull();
+    assert_eq!(out.status.code(), Some(0), "{}", said(&out));
+    std::fs::write(srv.root().join("f.bin"), [2u8; 65536]).expect("write");
+    let out = pull();
+    assert_eq!(out.status.code(), Some(0), "{}", said(&out));
+    assert!(
+        std::fs::read(s.path("dst/f.bin")).expect("read") == [2u8; 65536],
+        "DEST still holds the old version: {}",
         said(&out)
     );
 }
