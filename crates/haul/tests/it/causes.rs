@@ -51,7 +51,10 @@ fn push(s: &Scratch, node: &Node, flags: &[&str]) -> Output {
 }
 
 #[test]
-#[cfg_attr(not(feature = "root-tests"), ignore = "needs root: run as root with --features root-tests (scripts/test.sh does)")]
+#[cfg_attr(
+    not(feature = "root-tests"),
+    ignore = "needs root: run as root with --features root-tests (scripts/test.sh does)"
+)]
 fn a_push_into_a_directory_the_node_cannot_write_says_so_once() {
     let s = Scratch::new();
     tree(&s);
@@ -114,7 +117,10 @@ fn a_push_into_a_directory_the_node_cannot_write_says_so_once() {
 }
 
 #[test]
-#[cfg_attr(not(feature = "root-tests"), ignore = "needs root: run as root with --features root-tests (scripts/test.sh does)")]
+#[cfg_attr(
+    not(feature = "root-tests"),
+    ignore = "needs root: run as root with --features root-tests (scripts/test.sh does)"
+)]
 fn a_local_copy_into_a_directory_it_cannot_write_names_that_directory_once() {
     let s = Scratch::new();
     tree(&s);
