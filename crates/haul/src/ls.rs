@@ -6,9 +6,9 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use anyhow::Result;
-use haul_node::NodeUrl;
 
 use crate::cli::{CheckArgs, LsArgs};
+use crate::location::Location;
 use crate::output::{json_line, Display, Mode};
 use crate::{config, fetch, usage, UsageError, EXIT_FAILED, EXIT_OK};
 
@@ -28,44 +28,48 @@ pub async fn run(args: LsArgs, mode: Mode) -> Result<u8> {
         &args.filter,
     ))?;
     let display = Arc::new(Display::new(mode));
-    let (lines, errors): (Vec<Line>, u64) = if NodeUrl::is_remote(&args.url) {
-        let remote = NodeUrl::parse(&args.url)?;
-        let l = haul_node::ls_node(&remote, &opts, args.recursive, display.clone()).await?;
-        (l.entries.into_iter().map(from_entry).collect(), l.errors)
-    } else if haul_remote::RemoteUrl::is_remote_url(&args.url) {
-        let url = usage(haul_remote::RemoteUrl::parse(&args.url).map_err(anyhow::Error::from))?;
-        let ropts = usage(fetch::remote_options(&args.transfer, &args.remote))?;
-        let filter = usage(config::filter(&args.filter))?;
-        let remote = usage(fetch::open_remote(&url, &ropts))?;
-        let listing =
-            haul_fetch::listing::list_remote(remote, &url.path, args.recursive, Arc::new(filter))
-                .await
-                .map_err(|e| anyhow::anyhow!("cannot list {url}: {e}"))?;
-        for (path, error) in &listing.errors {
-            eprintln!("error: {path}: {error}");
+    let (lines, errors): (Vec<Line>, u64) = match Location::parse(&args.url)? {
+        Location::Node(remote) => {
+            let l = haul_node::ls_node(&remote, &opts, args.recursive, display.clone()).await?;
+            (l.entries.into_iter().map(from_entry).collect(), l.errors)
         }
-        let lines: Vec<Line> = listing
-            .entries
-            .into_iter()
-            .map(|l| Line {
-                path: l.path,
-                kind: match l.entry.kind {
-                    haul_remote::EntryKind::Dir => "dir",
-                    haul_remote::EntryKind::File => "file",
-                    haul_remote::EntryKind::Other => "other",
-                },
-                size: l.entry.size,
-                mtime: l.entry.mtime,
-                target: None,
-            })
-            .collect();
-        (lines, listing.errors.len() as u64)
-    } else if args.url.contains("://") {
-        return Err(UsageError(format!("{:?}: unknown URL scheme", args.url)).into());
-    } else {
-        usage(config::check_local_source(&args.url))?;
-        let l = haul_node::ls_local(&args.url, &opts, args.recursive, display.clone())?;
-        (l.entries.into_iter().map(from_entry).collect(), l.errors)
+        Location::Remote(url) => {
+            let ropts = usage(fetch::remote_options(&args.transfer, &args.remote))?;
+            let filter = usage(config::filter(&args.filter))?;
+            let remote = usage(fetch::open_remote(&url, &ropts))?;
+            let listing = haul_fetch::listing::list_remote(
+                remote,
+                &url.path,
+                args.recursive,
+                Arc::new(filter),
+            )
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot list {url}: {e}"))?;
+            for (path, error) in &listing.errors {
+                eprintln!("error: {path}: {error}");
+            }
+            let lines: Vec<Line> = listing
+                .entries
+                .into_iter()
+                .map(|l| Line {
+                    path: l.path,
+                    kind: match l.entry.kind {
+                        haul_remote::EntryKind::Dir => "dir",
+                        haul_remote::EntryKind::File => "file",
+                        haul_remote::EntryKind::Other => "other",
+                    },
+                    size: l.entry.size,
+                    mtime: l.entry.mtime,
+                    target: None,
+                })
+                .collect();
+            (lines, listing.errors.len() as u64)
+        }
+        Location::Local(path) => {
+            usage(config::check_local_source(&path))?;
+            let l = haul_node::ls_local(&path, &opts, args.recursive, display.clone())?;
+            (l.entries.into_iter().map(from_entry).collect(), l.errors)
+        }
     };
     display.finish();
     print(mode, &lines);
@@ -76,23 +80,25 @@ pub async fn run(args: LsArgs, mode: Mode) -> Result<u8> {
 /// (a node hashes its own files), an FTP, SFTP, HTTP or S3 SRC by the
 /// checksums its server offers.
 pub async fn check(args: CheckArgs, mode: Mode) -> Result<u8> {
-    if haul_remote::RemoteUrl::is_remote_url(&args.src) && !args.dst.contains("://") {
+    let what = |side: &str| {
+        UsageError(format!(
+            "haul check compares local trees and haul:// paths (either side), or an FTP, SFTP, HTTP or S3 URL (SRC) with a local DST; not {side:?}"
+        ))
+    };
+    let (src, dst) = (Location::parse(&args.src)?, Location::parse(&args.dst)?);
+    if matches!((&src, &dst), (Location::Remote(_), Location::Local(_))) {
         return check_remote(args, mode).await;
     }
     let mut sides = Vec::new();
-    for side in [&args.src, &args.dst] {
-        if NodeUrl::is_remote(side) {
-            sides.push(haul_node::CheckSide::Node(NodeUrl::parse(side)?));
-            continue;
+    for (text, side) in [(&args.src, src), (&args.dst, dst)] {
+        match side {
+            Location::Remote(_) => return Err(what(text).into()),
+            Location::Node(node) => sides.push(haul_node::CheckSide::Node(node)),
+            Location::Local(path) => {
+                usage(config::check_local_source(&path))?;
+                sides.push(haul_node::CheckSide::Local(path));
+            }
         }
-        if side.contains("://") {
-            return Err(UsageError(format!(
-                "haul check compares local trees and haul:// paths (either side), or an FTP, SFTP, HTTP or S3 URL (SRC) with a local DST; not {side:?}"
-            ))
-            .into());
-        }
-        usage(config::check_local_source(side))?;
-        sides.push(haul_node::CheckSide::Local(side.clone()));
     }
     let opts = usage(config::filtered_client_options(
         &args.transfer,

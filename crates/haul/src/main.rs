@@ -9,6 +9,7 @@ mod daemon_config;
 mod demo;
 mod fanout;
 mod fetch;
+mod location;
 mod ls;
 mod man;
 mod output;
@@ -25,6 +26,7 @@ use haul_proto::ErrorCode;
 use haul_transport::{Listener, ServerIdentity, Timeouts, TransportError};
 
 use cli::{Cli, Command, PullArgs, PushArgs, ServeArgs};
+use location::Location;
 use output::{Display, Mode};
 
 /// Exit code: every file verified.
@@ -374,50 +376,52 @@ async fn pull_from(
     opts: &haul_node::ClientOptions,
     display: Arc<Display>,
 ) -> Result<Summary> {
-    if NodeUrl::is_remote(&args.source) {
-        let remote = NodeUrl::parse(&args.source)?;
-        Ok(haul_node::pull(&remote, &args.dest, opts, display.clone()).await?)
-    } else if haul_remote::RemoteUrl::is_remote_url(&args.source) {
-        if args.transfer.delete {
-            usage(haul_engine::mirror::check_dest(&args.dest).map_err(anyhow::Error::msg))?;
+    match Location::parse(&args.source)? {
+        Location::Node(remote) => {
+            Ok(haul_node::pull(&remote, &args.dest, opts, display.clone()).await?)
         }
-        let url = usage(haul_remote::RemoteUrl::parse(&args.source).map_err(anyhow::Error::from))?;
-        let ropts = usage(fetch::remote_options(&args.transfer, &args.remote))?;
-        let fopts = usage(fetch::fetch_options(
-            &args.transfer,
-            &args.remote,
-            usage(config::filter(&args.filter))?,
-        ))?;
-        if ropts.insecure_tls {
-            tracing::warn!("--insecure: TLS certificates are not checked");
+        Location::Remote(url) => {
+            if args.transfer.delete {
+                usage(haul_engine::mirror::check_dest(&args.dest).map_err(anyhow::Error::msg))?;
+            }
+            let (ropts, fopts) = remote_pull_options(args)?;
+            if ropts.insecure_tls {
+                tracing::warn!("--insecure: TLS certificates are not checked");
+            }
+            let remote = usage(fetch::open_remote(&url, &ropts))?;
+            haul_fetch::fetch(
+                remote,
+                &url.path,
+                &args.dest,
+                fopts,
+                display.clone(),
+                ropts.timeout,
+            )
+            .await
+            .map_err(anyhow::Error::from)
         }
-        let remote = usage(fetch::open_remote(&url, &ropts))?;
-        haul_fetch::fetch(
-            remote,
-            &url.path,
-            &args.dest,
-            fopts,
-            display.clone(),
-            ropts.timeout,
-        )
-        .await
-        .map_err(anyhow::Error::from)
-    } else if args.source.contains("://") {
-        Err(UsageError(format!(
-            "{:?}: unknown URL scheme (use haul, ftp, ftps, ftps-implicit, sftp, http, https or s3)",
-            args.source
-        ))
-        .into())
-    } else {
-        usage(config::check_local_source(&args.source))?;
-        Ok(haul_node::copy_local(
-            std::slice::from_ref(&args.source),
-            &args.dest,
-            opts,
-            display.clone(),
-        )
-        .await?)
+        Location::Local(source) => {
+            usage(config::check_local_source(&source))?;
+            Ok(haul_node::copy_local(
+                std::slice::from_ref(&source),
+                &args.dest,
+                opts,
+                display.clone(),
+            )
+            .await?)
+        }
     }
+}
+
+/// An FTP, SFTP, HTTP or S3 pull's options from its flags (how to reach
+/// the server; what to fetch).
+fn remote_pull_options(
+    args: &PullArgs,
+) -> Result<(haul_remote::RemoteOptions, haul_fetch::FetchOptions)> {
+    let ropts = usage(fetch::remote_options(&args.transfer, &args.remote))?;
+    let filter = usage(config::filter(&args.filter))?;
+    let fopts = usage(fetch::fetch_options(&args.transfer, &args.remote, filter))?;
+    Ok((ropts, fopts))
 }
 
 /// `haul pull --dry-run`: a node's or a local source, compared with DEST.
@@ -427,36 +431,39 @@ async fn dry_run_pull(
     mode: Mode,
     display: Arc<Display>,
 ) -> Result<u8> {
-    let report = if NodeUrl::is_remote(&args.source) {
-        let remote = NodeUrl::parse(&args.source)?;
-        haul_node::dry_run_pull(&remote, &args.dest, opts, opts.delete, display.clone()).await?
-    } else if haul_remote::RemoteUrl::is_remote_url(&args.source) {
-        let url = usage(haul_remote::RemoteUrl::parse(&args.source).map_err(anyhow::Error::from))?;
-        let ropts = usage(fetch::remote_options(&args.transfer, &args.remote))?;
-        let fopts = usage(fetch::fetch_options(
-            &args.transfer,
-            &args.remote,
-            usage(config::filter(&args.filter))?,
-        ))?;
-        if fopts.rename.is_some() {
-            return Err(UsageError(
-                "--dry-run of an FTP, SFTP, HTTP or S3 pull does not take --rename yet".into(),
-            )
-            .into());
+    let report = match Location::parse(&args.source)? {
+        Location::Node(remote) => {
+            haul_node::dry_run_pull(&remote, &args.dest, opts, opts.delete, display.clone()).await?
         }
-        let remote = usage(fetch::open_remote(&url, &ropts))?;
-        haul_fetch::dry_run::dry_run_fetch(remote, &url.path, &args.dest, &fopts, display.clone())
+        Location::Remote(url) => {
+            let (ropts, fopts) = remote_pull_options(args)?;
+            if fopts.rename.is_some() {
+                return Err(UsageError(
+                    "--dry-run of an FTP, SFTP, HTTP or S3 pull does not take --rename yet".into(),
+                )
+                .into());
+            }
+            let remote = usage(fetch::open_remote(&url, &ropts))?;
+            haul_fetch::dry_run::dry_run_fetch(
+                remote,
+                &url.path,
+                &args.dest,
+                &fopts,
+                display.clone(),
+            )
             .await
             .map_err(|e| anyhow::anyhow!("cannot list {url}: {e}"))?
-    } else {
-        usage(config::check_local_source(&args.source))?;
-        haul_node::dry_run_local(
-            std::slice::from_ref(&args.source),
-            &args.dest,
-            opts,
-            opts.delete,
-            display.clone(),
-        )?
+        }
+        Location::Local(source) => {
+            usage(config::check_local_source(&source))?;
+            haul_node::dry_run_local(
+                std::slice::from_ref(&source),
+                &args.dest,
+                opts,
+                opts.delete,
+                display.clone(),
+            )?
+        }
     };
     Ok(dry_run_done(mode, &display, &report))
 }
