@@ -33,6 +33,7 @@ use std::time::{Duration, Instant, SystemTime};
 use haul_catalog::{Catalog, CatalogError, Refetch};
 use haul_fetch::FetchOptions;
 use haul_remote::Remote;
+use haul_session::backoff::Backoff;
 use tokio::sync::{mpsc, Semaphore};
 use tokio::task::JoinSet;
 
@@ -171,13 +172,22 @@ struct Slot {
     spec: Arc<SourceSpec>,
     next: SystemTime,
     running: bool,
-    down: u32,
+    /// Runs failed in a row, and the wait before the next try: the same
+    /// backoff with jitter as every other retry, with no limit (a source
+    /// that is down is tried until it is back), doubling from `down_retry`
+    /// to at most [`MAX_DOWN_WAIT`].
+    down: Backoff,
 }
+
+/// The longest wait before a source that is down is tried again (its
+/// schedule's next run comes first when sooner).
+const MAX_DOWN_WAIT: Duration = Duration::from_secs(6 * 3600);
 
 fn slots(
     sources: Vec<SourceSpec>,
     old: &mut HashMap<String, Slot>,
     now: SystemTime,
+    down_retry: Duration,
 ) -> HashMap<String, Slot> {
     sources
         .into_iter()
@@ -187,7 +197,10 @@ fn slots(
             let slot = Slot {
                 next: prev.as_ref().map_or(next, |p| p.next.min(next)),
                 running: prev.as_ref().is_some_and(|p| p.running),
-                down: prev.as_ref().map_or(0, |p| p.down),
+                down: prev.as_ref().map_or_else(
+                    || Backoff::new(u32::MAX, down_retry, MAX_DOWN_WAIT, Backoff::fresh_seed()),
+                    |p| p.down.clone(),
+                ),
                 spec: Arc::new(spec),
             };
             (slot.spec.name.clone(), slot)
@@ -213,7 +226,12 @@ pub async fn run(
     let per_host = opts.max_files_per_host.max(1);
     let mut hosts: HashMap<String, Arc<Semaphore>> = HashMap::new();
     let (lease, grace, down_retry) = (opts.lease, opts.grace, opts.down_retry);
-    let mut table = slots(opts.sources, &mut HashMap::new(), SystemTime::now());
+    let mut table = slots(
+        opts.sources,
+        &mut HashMap::new(),
+        SystemTime::now(),
+        down_retry,
+    );
     publish_sources(&board, &table);
     let mut runs: JoinSet<(String, Result<(), DaemonError>, Duration)> = JoinSet::new();
     let partial_ttl = opts.partial_ttl;
@@ -285,17 +303,14 @@ pub async fn run(
                 if let Some(slot) = table.get_mut(&name) {
                     slot.running = false;
                     match error {
-                        None => slot.down = 0,
+                        None => slot.down.progress_made(),
                         Some(e) => {
-                            slot.down += 1;
-                            let backoff = down_retry
-                                .saturating_mul(1u32 << (slot.down - 1).min(16))
-                                .min(Duration::from_secs(6 * 3600));
+                            let backoff = slot.down.next_wait().unwrap_or(MAX_DOWN_WAIT);
                             slot.next = slot.next.min(now + backoff);
                             board.next_run(&name, unix(slot.next));
                             tracing::warn!(
                                 "{name}: run failed ({e}); down {} time(s) in a row, trying again in {:.0}s",
-                                slot.down,
+                                slot.down.attempts(),
                                 slot.next.duration_since(now).unwrap_or_default().as_secs_f64()
                             );
                         }
@@ -305,7 +320,7 @@ pub async fn run(
             cmd = commands.recv() => match cmd {
                 Some(Command::Reload(new)) => {
                     tracing::info!("configuration reloaded: {} source(s)", new.sources.len());
-                    table = slots(new.sources, &mut table, SystemTime::now());
+                    table = slots(new.sources, &mut table, SystemTime::now(), down_retry);
                     publish_sources(&board, &table);
                 }
                 Some(Command::Stop) | None => break,

@@ -166,7 +166,7 @@ pub(crate) fn join_rel(prefix: &str, rel: &str) -> String {
 pub(crate) async fn crawl(ctx: Arc<Ctx>, root: String, jobs: mpsc::Sender<FileJob>) {
     let mut stack: Vec<(String, String)> = vec![(root, String::new())];
     while let Some((dir, rel)) = stack.pop() {
-        let mut backoff = Backoff::with_base(ctx.opts.retries, ctx.opts.retry_base);
+        let mut backoff = Backoff::new(ctx.opts.retry);
         // Names handled in this directory: a retried listing skips them.
         let mut seen = HashSet::new();
         loop {

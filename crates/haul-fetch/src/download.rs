@@ -67,7 +67,7 @@ async fn deliver(ctx: &Arc<Ctx>, mut job: FileJob) -> GateOutcome {
         path: job.dest_rel.clone(),
         size: job.entry.size.unwrap_or(0),
     });
-    let mut backoff = Backoff::with_base(ctx.opts.retries, ctx.opts.retry_base);
+    let mut backoff = Backoff::new(ctx.opts.retry);
     let mut restat = job.entry.size.is_none()
         || (ctx.pool.remote().stat_before_read() && !job.stated)
         || (resumable(&job.entry) && !ctx.pool.remote().listing_is_exact() && !job.stated);
@@ -131,7 +131,7 @@ async fn deliver(ctx: &Arc<Ctx>, mut job: FileJob) -> GateOutcome {
                                 "{}: {e}; retry {}/{} in {:.1}s",
                                 job.dest_rel,
                                 backoff.attempts(),
-                                ctx.opts.retries,
+                                ctx.opts.retry.retries,
                                 wait.as_secs_f64()
                             ),
                         });
@@ -160,7 +160,7 @@ async fn deliver(ctx: &Arc<Ctx>, mut job: FileJob) -> GateOutcome {
 /// then filters and names it with the mtime known (`None`: the filter
 /// leaves it out).
 async fn stated_job(ctx: &Arc<Ctx>, job: &FileJob) -> Result<Option<FileJob>, RemoteError> {
-    let mut backoff = Backoff::with_base(ctx.opts.retries, ctx.opts.retry_base);
+    let mut backoff = Backoff::new(ctx.opts.retry);
     let fresh = loop {
         let stat = async {
             let mut lease = ctx.pool.take().await?;

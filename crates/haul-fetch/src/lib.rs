@@ -53,6 +53,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use haul_engine::{Destination, ReceiveError};
 use haul_remote::{EntryKind, Remote, RemoteError};
+use haul_session::backoff::RetryPolicy;
 use haul_session::concurrency::{AutoParams, AutoTuner, Concurrency, Decision};
 use haul_session::summary::{Summary, Tally};
 use haul_session::{Event, Observer};
@@ -79,10 +80,9 @@ pub struct FetchOptions {
     pub split_min: u64,
     /// Sessions open to the remote at most.
     pub max_conn_per_host: u32,
-    /// Retries of one file (or one listing) after retryable failures.
-    pub retries: u32,
-    /// First backoff wait (doubling, with jitter, up to 30 s).
-    pub retry_base: Duration,
+    /// How one file (or one listing) is tried again after retryable
+    /// failures: the same policy as a node's connections.
+    pub retry: RetryPolicy,
     /// rsync's quick check: a file present with the same size and mtime is skipped.
     pub quick_check: bool,
     /// Skip any file that already exists at the destination, whatever its size.
@@ -127,8 +127,7 @@ impl Default for FetchOptions {
             streams: 1,
             split_min: 64 << 20,
             max_conn_per_host: 16,
-            retries: 5,
-            retry_base: Duration::from_millis(500),
+            retry: RetryPolicy::default(),
             quick_check: true,
             skip_existing: false,
             checksum: false,

@@ -5,21 +5,16 @@
 use std::time::Duration;
 
 use haul_remote::RemoteError;
+use haul_session::backoff::RetryPolicy;
 
 /// The retry budget of one file (or one directory listing).
 #[derive(Debug)]
 pub(crate) struct Backoff(haul_session::backoff::Backoff);
 
-/// Longest wait between two attempts.
-const MAX_WAIT: Duration = Duration::from_secs(30);
-
 impl Backoff {
-    /// `limit` retries, first wait about `base`.
-    pub(crate) fn with_base(limit: u32, base: Duration) -> Self {
-        let seed = haul_session::backoff::Backoff::fresh_seed();
-        Self(haul_session::backoff::Backoff::new(
-            limit, base, MAX_WAIT, seed,
-        ))
+    /// A budget under `policy`, with its own jitter.
+    pub(crate) fn new(policy: RetryPolicy) -> Self {
+        Self(policy.backoff(haul_session::backoff::Backoff::fresh_seed()))
     }
 
     /// Retries used so far.
@@ -49,7 +44,10 @@ mod tests {
 
     #[test]
     fn grows_is_bounded_and_stops() {
-        let mut b = Backoff::with_base(3, Duration::from_millis(100));
+        let mut b = Backoff::new(RetryPolicy {
+            retries: 3,
+            first_wait: Duration::from_millis(100),
+        });
         let t = RemoteError::Timeout("x".into());
         let w1 = b.next(&t).unwrap();
         let w2 = b.next(&t).unwrap();
@@ -58,7 +56,10 @@ mod tests {
         assert!(w2 >= Duration::from_millis(100) && w2 <= Duration::from_millis(200));
         assert!(w3 >= Duration::from_millis(200) && w3 <= Duration::from_millis(400));
         assert!(b.next(&t).is_none());
-        let mut b = Backoff::with_base(3, Duration::from_millis(100));
+        let mut b = Backoff::new(RetryPolicy {
+            retries: 3,
+            first_wait: Duration::from_millis(100),
+        });
         assert!(b.next(&RemoteError::NotFound("x".into())).is_none());
     }
 }

@@ -14,6 +14,7 @@ use haul_engine::{
 use haul_proto::{
     DecodeError, Digest, Entry, EntryKind, ErrorCode, Message, Request, PROTOCOL_VERSION,
 };
+use haul_session::backoff::RetryPolicy;
 use haul_session::concurrency::Concurrency;
 use haul_session::summary::{Summary, Tally};
 use haul_session::{Event, Observer};
@@ -55,8 +56,9 @@ pub struct ClientOptions {
     pub window: usize,
     /// Resends of a failing range before its file fails.
     pub max_retries: u32,
-    /// Reconnects of one connection before it gives up.
-    pub connect_attempts: u32,
+    /// How a connection (or a listing) is tried again: `--retries`, the
+    /// same policy as a remote pull's.
+    pub retry: RetryPolicy,
     /// Socket buffers and zero copy.
     pub tuning: Tuning,
     /// TCP or QUIC.
@@ -102,7 +104,7 @@ impl Default for ClientOptions {
             split_min: 64 << 20,
             window: DEFAULT_WINDOW,
             max_retries: 5,
-            connect_attempts: 5,
+            retry: RetryPolicy::default(),
             tuning: Tuning::default(),
             transport: Transport::Tcp,
             chunk_memory: crate::buffers::DEFAULT_BUDGET,

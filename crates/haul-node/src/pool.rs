@@ -4,7 +4,7 @@
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use haul_session::backoff::Backoff;
 use haul_session::concurrency::{AutoParams, AutoTuner, Concurrency, Decision};
@@ -19,11 +19,6 @@ use crate::client::{open_session, ClientOptions};
 use crate::jobs::{Job, WorkQueue};
 use crate::NodeError;
 
-/// First wait before a reconnect; it doubles up to [`MAX_BACKOFF`].
-const FIRST_BACKOFF: Duration = Duration::from_millis(250);
-/// Longest wait before a reconnect.
-const MAX_BACKOFF: Duration = Duration::from_secs(8);
-
 /// Numbers the connections of this process, so each has its own jitter.
 static CONNECTIONS: AtomicU64 = AtomicU64::new(0);
 
@@ -32,7 +27,7 @@ static CONNECTIONS: AtomicU64 = AtomicU64::new(0);
 /// lockstep.
 pub(crate) fn connection_backoff(opts: &ClientOptions) -> Backoff {
     let seed = Backoff::fresh_seed() ^ CONNECTIONS.fetch_add(1, Ordering::Relaxed);
-    Backoff::new(opts.connect_attempts, FIRST_BACKOFF * 2, MAX_BACKOFF, seed)
+    opts.retry.backoff(seed)
 }
 
 /// Runs one connection's worth of work, reconnecting with backoff; `attempt`
@@ -71,7 +66,7 @@ where
             message: format!(
                 "connection failed: {err}; retry {}/{} in {:.1}s",
                 backoff.attempts(),
-                opts.connect_attempts,
+                opts.retry.retries,
                 wait.as_secs_f64()
             ),
         });
@@ -113,7 +108,7 @@ pub(crate) async fn open_first(
             message: format!(
                 "cannot reach {addr}: {err}; retry {}/{} in {:.1}s",
                 backoff.attempts(),
-                opts.connect_attempts,
+                opts.retry.retries,
                 wait.as_secs_f64()
             ),
         });
@@ -143,7 +138,7 @@ pub(crate) async fn relist(
             message: format!(
                 "the node's listing broke off: {err}; listing again from where it stopped, retry {}/{} in {:.1}s",
                 backoff.attempts(),
-                opts.connect_attempts,
+                opts.retry.retries,
                 wait.as_secs_f64()
             ),
         });

@@ -6,6 +6,39 @@
 
 use std::time::Duration;
 
+/// How a connection, file or listing is tried again: the one policy
+/// behind `--retries`, for a node's pools and re-listings, remote crawls
+/// and downloads, and the daemon's sources alike (each attempt draws its
+/// own jitter from its [`Backoff`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetryPolicy {
+    /// Retries before giving up (progress made starts the count again).
+    pub retries: u32,
+    /// The first wait; it doubles up to [`RetryPolicy::MAX_WAIT`].
+    pub first_wait: Duration,
+}
+
+impl RetryPolicy {
+    /// The longest wait between two attempts.
+    pub const MAX_WAIT: Duration = Duration::from_secs(30);
+
+    /// A budget under this policy, its jitter from `seed` (give each
+    /// connection or file its own).
+    pub fn backoff(&self, seed: u64) -> Backoff {
+        Backoff::new(self.retries, self.first_wait, Self::MAX_WAIT, seed)
+    }
+}
+
+impl Default for RetryPolicy {
+    /// `--retries 5`, a first wait of about half a second.
+    fn default() -> Self {
+        Self {
+            retries: 5,
+            first_wait: Duration::from_millis(500),
+        }
+    }
+}
+
 /// The retry budget of one connection, file or listing.
 #[derive(Debug, Clone)]
 pub struct Backoff {

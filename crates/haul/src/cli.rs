@@ -179,6 +179,10 @@ pub struct TransferArgs {
     /// Reconnects per connection before giving up.
     #[arg(long, default_value_t = 5)]
     pub retries: u32,
+    /// First retry wait in milliseconds (doubles each retry, with jitter,
+    /// up to 30 s): nodes and remote servers alike.
+    #[arg(long, default_value_t = 500, hide = true)]
+    pub retry_base_ms: u64,
     /// Socket buffer size (default: kernel autotuning), e.g. 16M for long fat links.
     #[arg(long)]
     pub socket_buffer: Option<String>,
@@ -385,9 +389,6 @@ pub struct RemoteArgs {
     /// S3 path-style addressing (endpoint/bucket/key).
     #[arg(long)]
     pub s3_path_style: bool,
-    /// First retry wait in milliseconds (doubles each retry, with jitter).
-    #[arg(long, default_value_t = 500, hide = true)]
-    pub retry_base_ms: u64,
 }
 
 /// `haul ls`.

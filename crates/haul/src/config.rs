@@ -174,7 +174,10 @@ pub fn client_options(t: &TransferArgs) -> Result<ClientOptions> {
                 .transpose()?
                 .map(|r| std::sync::Arc::new(haul_transport::RateLimit::new(r))),
         },
-        connect_attempts: t.retries,
+        retry: haul_session::backoff::RetryPolicy {
+            retries: t.retries,
+            first_wait: Duration::from_millis(t.retry_base_ms.max(1)),
+        },
         delete: t.delete,
         force: t.force,
         checksum: t.checksum,

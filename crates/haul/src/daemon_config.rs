@@ -466,6 +466,7 @@ fn source_plan(
         timeout: s.timeout.unwrap_or(60),
         connect_timeout: 10,
         retries: s.retries.unwrap_or(5),
+        retry_base_ms: 500,
         socket_buffer: None,
         max_rate: None,
         no_zero_copy: false,
@@ -493,7 +494,6 @@ fn source_plan(
         s3_endpoint: s.s3_endpoint.clone(),
         s3_region: s.s3_region.clone(),
         s3_path_style: s.s3_path_style,
-        retry_base_ms: 500,
     };
     let mut rules: Vec<(haul_fetch::RuleKind, String)> = s
         .exclude

@@ -82,8 +82,7 @@ pub fn fetch_options(t: &TransferArgs, r: &RemoteArgs, mut filter: Filter) -> Re
         streams: t.streams.max(1),
         split_min: parse_size(&t.split_min)?,
         max_conn_per_host: r.max_conn_per_host,
-        retries: t.retries,
-        retry_base: Duration::from_millis(r.retry_base_ms.max(1)),
+        retry: client.retry,
         quick_check: true,
         skip_existing: r.skip_existing,
         checksum: t.checksum,
@@ -109,6 +108,27 @@ pub fn parse_when(s: &str) -> Result<SystemTime> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A node's connections and a remote pull's files back off on one
+    /// schedule for the same flags (the default's and `--retries`').
+    #[test]
+    fn node_and_remote_pulls_retry_on_the_same_schedule() {
+        use clap::Parser;
+        for flags in [&[][..], &["--retries", "7", "--retry-base-ms", "250"][..]] {
+            let mut argv = vec!["haul", "pull"];
+            argv.extend_from_slice(flags);
+            argv.extend(["ftp://h/x/", "dest"]);
+            let cli = crate::cli::Cli::try_parse_from(&argv).unwrap();
+            let crate::cli::Command::Pull(args) = cli.command else {
+                panic!("not a pull");
+            };
+            let node = crate::config::client_options(&args.transfer).unwrap().retry;
+            let remote = fetch_options(&args.transfer, &args.remote, Filter::default())
+                .unwrap()
+                .retry;
+            assert_eq!(node, remote, "{flags:?}");
+        }
+    }
 
     #[test]
     fn when() {

@@ -72,7 +72,7 @@ impl SenderCtx {
             chunk_work: opts.chunk_work,
             buffers,
             sealer: None,
-            changed_retries: opts.connect_attempts,
+            changed_retries: opts.retry.retries,
         }
     }
 
