@@ -394,10 +394,8 @@ impl Destination {
     /// read (opened beneath the held root, no symlink followed; nothing is
     /// created on the way). `--checksum` compares it with the source's.
     pub fn hash_existing(&self, rel: &str) -> Option<blake3::Hash> {
-        let file = self.open_existing(rel)?;
-        let mut hasher = blake3::Hasher::new();
-        hasher.update_reader(file).ok()?;
-        Some(hasher.finalize())
+        let file = crate::LocalFile::open(self.open_existing(rel)?).ok()?;
+        crate::content::whole_file(&file).ok()
     }
 
     /// Opens the regular file at `rel` for reading, if one is there

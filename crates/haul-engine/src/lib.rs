@@ -8,10 +8,12 @@
 //! - [`prune`]: staging files of abandoned transfers, removed after a TTL.
 //! - [`mirror`]: `--delete` at a local destination, beneath a held root.
 //! - [`one_file`]: scp's and rsync's rule for a `DEST` that names one file.
+//! - [`content`]: whole-file BLAKE3 of one version that existed, the one seam.
 //! - [`chunks`]: chunk sources (local files, bytes, files still being
 //!   received) and sinks, which take only verified chunks.
 
 pub mod chunks;
+pub mod content;
 pub mod destination;
 pub mod filtered;
 pub mod mirror;

@@ -23,7 +23,8 @@ use haul_proto::{Entry, EntryKind};
 use haul_root::walk::Walk;
 use haul_root::{Dir, FileIdentity, Meta, ResolveError, Root};
 
-use crate::chunks::{ChunkSource, Confirmation, LocalFile};
+use crate::chunks::LocalFile;
+use crate::content::ContentError;
 use crate::filtered::EntryFilter;
 use crate::hash::chunk_size_for;
 use haul_filter::Filter;
@@ -538,18 +539,14 @@ pub fn hash_local(entry: &SourceEntry) -> Result<blake3::Hash, SourceError> {
         source,
     };
     let file = LocalFile::open(open_local(entry)?).map_err(io)?;
-    let mut hasher = blake3::Hasher::new();
-    if let Some(f) = file.file() {
-        hasher.update_reader(f).map_err(io)?;
-    }
-    if let Confirmation::Changed(change) = file.confirm() {
-        return Err(SourceError::Changed {
+    crate::content::whole_file(&file).map_err(|e| match e {
+        ContentError::Io(e) => io(e),
+        ContentError::Changed(change) => SourceError::Changed {
             path: entry.local.display().to_string(),
             change,
             when: "while it was being read",
-        });
-    }
-    Ok(hasher.finalize())
+        },
+    })
 }
 
 /// Opens a walked file to send it as `entry`, and fixes which version goes:

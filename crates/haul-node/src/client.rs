@@ -392,14 +392,10 @@ fn same_content(src: &SourceEntry, root: &Root) -> bool {
     if meta.size != src.entry.size {
         return false;
     }
-    let Ok(ours) = haul_engine::source::open_local(src) else {
-        return false;
-    };
-    let hash = |f: std::fs::File| {
-        let mut h = blake3::Hasher::new();
-        h.update_reader(f).map(|h| h.finalize()).ok()
-    };
-    match (hash(ours), hash(theirs)) {
+    let theirs = haul_engine::LocalFile::open(theirs)
+        .ok()
+        .and_then(|f| haul_engine::content::whole_file(&f).ok());
+    match (haul_engine::source::hash_local(src).ok(), theirs) {
         (Some(a), Some(b)) => a == b,
         _ => false,
     }
