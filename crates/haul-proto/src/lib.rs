@@ -141,8 +141,12 @@
 //! and a relay's `Commit` downstream waits until the origin's `Vouched`
 //! reached it (and fails the file downstream if the origin dropped that
 //! version instead). A skipped whole file gets its `Vouched` before its
-//! `Sealed`, so the node can relay it. A stripe of a striped plan is not
-//! vouched for (no sender reads the whole file).
+//! `Sealed`, so the node can relay it. A stripe of a striped plan (a range
+//! with no `Commit`: the receiver puts the file together from every
+//! stripe's sender) gets `Vouched` for the whole file's root after its
+//! clean `RangeStatus`, once the origin confirmed every stripe of the file
+//! held still at one identity; the receiver assembles the file only then,
+//! and only if its chunks make that root.
 //!
 //! A side busy for long (re-verifying a large partial file, hashing a whole
 //! file, syncing a batch) sends `KeepAlive` every third of the idle timeout,

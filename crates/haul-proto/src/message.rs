@@ -428,8 +428,9 @@ pub enum Message {
     /// root, given by the origin only after it confirmed the file did not
     /// change while it was read, and passed on unchanged by relays. Sent
     /// just before `Commit` (a receiver in a fan-out commits only the root
-    /// sealed so), and before the `Sealed` of a whole file the receiver
-    /// skipped (so it can relay it in turn).
+    /// sealed so), before the `Sealed` of a whole file the receiver
+    /// skipped (so it can relay it in turn), and after a stripe's clean
+    /// range (a striped file is assembled only under that root).
     Vouched {
         /// File id.
         id: u32,

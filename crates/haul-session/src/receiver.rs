@@ -67,9 +67,11 @@ pub enum ReceiverIo {
         root: Digest,
     },
     /// Fan-out, striped: a clean stripe of `file` arrived here, whose other
-    /// stripes come from other senders. If the file's staging now holds
-    /// every chunk, verified and sealed by the origin, commit it with the
-    /// whole-file hash those digests give and answer
+    /// stripes come from other senders, and the origin vouched for the
+    /// file's root (`Vouched`, asked for only then; the driver's check can
+    /// find that root where the check remembered it). If the file's staging
+    /// now holds every chunk, verified and sealed by the origin, and those
+    /// digests make the vouched root, commit it with that root and answer
     /// [`Receiver::committed`]; if chunks are still to come (or another
     /// session commits it), keep the staging for them and answer
     /// [`Receiver::assembled_elsewhere`].
@@ -886,8 +888,10 @@ impl Receiver {
     }
 
     /// Fan-out: the origin's seal of a file's root (before its `Commit`,
-    /// or before the seals of a whole file skipped here).
+    /// before the seals of a whole file skipped here, or after a stripe's
+    /// clean range: that stripe is put together with the others only now).
     fn vouched(&mut self, id: FileId, root: Digest, seal: Seal) -> Result<(), SessionError> {
+        let fetching = self.fetching;
         let Some((check, f)) = self.sealed_file(id, "Vouched")? else {
             return Ok(());
         };
@@ -895,8 +899,17 @@ impl Receiver {
             return Ok(());
         };
         let whole = f.first == 0 && f.end == f.entry.chunk_count();
-        if whole && check.root(wire, hash, &root, &seal) {
-            f.vouched = Some(root);
+        if !check.root(wire, hash, &root, &seal) {
+            return Ok(());
+        }
+        f.vouched = Some(root);
+        // A stripe (pushed, so no group): its clean range waited for this.
+        let assemble = !whole && !fetching && f.phase == Phase::AwaitingCommit;
+        if assemble {
+            f.phase = Phase::Committing;
+        }
+        if assemble {
+            self.core.request(ReceiverIo::Assemble { file: id });
         }
         Ok(())
     }
@@ -952,7 +965,9 @@ impl Receiver {
                 self.settle(id);
                 self.core.send(Message::Release { id });
             }
-            None if self.origin.is_some() && !self.fetching => {
+            // Put together only under the root the origin vouched for: its
+            // `Vouched` follows the sender's confirmation of the stripe.
+            None if self.origin.is_some() && !self.fetching && f.vouched.is_some() => {
                 f.phase = Phase::Committing;
                 self.core.request(ReceiverIo::Assemble { file: id });
             }

@@ -27,6 +27,18 @@ pub trait Sealer: Send + Sync + std::fmt::Debug {
     /// such seal, or one of another root) fails the file on this
     /// connection: it is never committed downstream unvouched.
     fn root(&self, entry: &Entry, root: &Digest) -> Result<Seal, String>;
+    /// Striped fan-out: the root of the whole of `entry`, of which this
+    /// sender sent one stripe, and the origin's seal of it. Asked once the
+    /// source confirmed the stripe (for the origin: once every stripe of
+    /// the file was confirmed as one version; for a relay: once the
+    /// origin's seal of that root reached it). An error fails the stripe on
+    /// this connection: the receiver never assembles the file unvouched.
+    fn stripe_root(&self, entry: &Entry) -> Result<(Digest, Seal), String> {
+        Err(format!(
+            "{}: nothing here vouches for the whole of a striped file",
+            entry.path
+        ))
+    }
 }
 
 impl Sealer for Origin {

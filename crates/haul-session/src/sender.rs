@@ -158,6 +158,9 @@ enum Confirmed {
     /// Fan-out, a whole file the receiver skipped, hashed for its seals:
     /// `Vouched` for its root, then the seals of every chunk.
     Seal,
+    /// Fan-out, a stripe the receiver skipped, hashed for its seals:
+    /// `Vouched` for the whole file's root, then the stripe's seals.
+    SealStripe,
     /// A chunk could not be read: the file fails with this error. (A file
     /// cut short while it was sent fails its reads past the new end; that
     /// is a change, and is answered as one.)
@@ -668,8 +671,20 @@ impl<S> Sender<S> {
                 self.confirm(file, Confirmed::Seal);
             }
             Phase::Sealing => {
-                f.phase = Phase::AwaitingDone;
-                self.send_seals(file, &mine);
+                // A stripe the receiver skipped: it relays it too, so it
+                // gets `Vouched` for the whole file's root (before the
+                // seals, after which it lets the stripe go). The digests
+                // go to the sealer first: the origin's makes the root of
+                // every stripe's, once all were confirmed.
+                for (i, d) in &mine {
+                    if let Some(slot) = f.digests.get_mut(*i as usize) {
+                        *slot = Some(*d);
+                    }
+                    if let (Some(sealer), Some(job)) = (&self.sealer, &f.job) {
+                        let _ = sealer.chunk(&job.entry, *i, d);
+                    }
+                }
+                self.confirm(file, Confirmed::SealStripe);
             }
             Phase::Finishing => {
                 let digests: Vec<Digest> = mine.into_iter().map(|(_, d)| d).collect();
@@ -900,6 +915,44 @@ impl<S> Sender<S> {
         self.core.send(Message::Commit { id, root });
     }
 
+    /// Fan-out: a stripe of `entry` confirmed here. Its receiver puts the
+    /// file together from every stripe's sender, and only under the root
+    /// the origin vouched for: `Vouched` for the whole file's root (the
+    /// origin gives it once every stripe was confirmed as one version; a
+    /// relay passes on the origin's). Without it the stripe fails here,
+    /// and the receiver assembles nothing of that version.
+    fn vouch_stripe(&mut self, id: FileId, entry: &Entry) {
+        let Some(sealer) = &self.sealer else {
+            return;
+        };
+        if entry.chunk_count() == 0 {
+            return;
+        }
+        match sealer.stripe_root(entry) {
+            Ok((root, seal)) => self.core.send(Message::Vouched { id, root, seal }),
+            Err(e) => self.fail_local(id, e),
+        }
+    }
+
+    /// A skipped stripe confirmed: `Vouched` for the whole file's root
+    /// (without it the stripe fails here), then the stripe's seals.
+    fn vouch_stripe_and_seal(&mut self, id: FileId) {
+        let Some(f) = self.flights.get(&id) else {
+            return;
+        };
+        let Some(job) = &f.job else {
+            return;
+        };
+        let (first, end, entry) = (job.first, job.end, job.entry.clone());
+        let mine: Vec<(u32, Digest)> = (first..end)
+            .filter_map(|i| f.digests.get(i as usize).copied().flatten().map(|d| (i, d)))
+            .collect();
+        self.vouch_stripe(id, &entry);
+        if self.flights.contains_key(&id) {
+            self.send_seals(id, &mine);
+        }
+    }
+
     /// A skipped whole file confirmed: `Vouched` for its root (when this
     /// side can vouch for it), then the seals of every chunk.
     fn vouch_and_seal(&mut self, id: FileId) {
@@ -962,6 +1015,10 @@ impl<S> Sender<S> {
             (Ok(()), Confirmed::RangeClean) => self.range_clean(file),
             (Ok(()), Confirmed::Seal) => {
                 self.vouch_and_seal(file);
+                Ok(())
+            }
+            (Ok(()), Confirmed::SealStripe) => {
+                self.vouch_stripe_and_seal(file);
                 Ok(())
             }
             (Ok(()), Confirmed::ReadFailed(e)) => {
@@ -1101,6 +1158,9 @@ impl<S> Sender<S> {
                 // A pushed range with no group is a fan-out stripe.
                 Feed::Push => Phase::Assembling,
             };
+            if self.feed == Feed::Push {
+                self.vouch_stripe(id, &e);
+            }
             return Ok(());
         };
         match group.finish_range(first, &f.digests) {

@@ -486,9 +486,54 @@ fn chunks_of_files_never_offered_are_refused_not_dropped() {
     assert!(r.handle_chunk(t0, h).is_err());
 }
 
+/// At `t0`, a fan-out receiver is offered chunks `first..end` of `entry` as file
+/// `id`, sealed by `origin`, and they arrive clean (`RangeStatus` sent).
+fn stripe_arrives(
+    r: &mut Receiver,
+    t0: Instant,
+    origin: &haul_proto::seal::Origin,
+    entry: &Entry,
+    id: u32,
+    first: u32,
+    end: u32,
+) -> Vec<crate::Transmit> {
+    let hash = haul_proto::seal::entry_hash(entry);
+    let offer = Message::Offer {
+        id,
+        entry: entry.clone(),
+        first,
+        end,
+        seal: Some(origin.seal_entry(entry)),
+    };
+    r.handle(t0, offer).unwrap();
+    let Some(ReceiverIo::Prepare { file, .. }) = r.poll_io() else {
+        panic!("prepare")
+    };
+    r.prepared(t0, file, Ok(Prepared::Receive { have: Vec::new() }));
+    for index in first..end {
+        let digest = [index as u8; 32];
+        let h = ChunkHeader {
+            id,
+            index,
+            len: entry.chunk_len(index),
+            digest,
+            seal: Some(origin.seal_chunk(&hash, index, &digest)),
+        };
+        assert!(matches!(
+            r.handle_chunk(t0, h).unwrap(),
+            ChunkAction::Write { .. }
+        ));
+        r.chunk_done(t0, id, index, ChunkOutcome::Good);
+    }
+    let chunks = end - first;
+    r.handle(t0, Message::RangeEnd { id, chunks }).unwrap();
+    std::iter::from_fn(|| r.poll_transmit(t0)).collect()
+}
+
 /// A fan-out stripe: the receiver asks its driver to put the file together
-/// (never waits for a `Commit` no stripe's sender can make), and the sender
-/// of a stripe waits for `Done` or `Release` instead of committing.
+/// once the origin vouched for its root (never waits for a `Commit` no
+/// stripe's sender can make), and the sender of a stripe waits for `Done`
+/// or `Release` instead of committing.
 #[test]
 fn stripes_are_put_together_by_the_receiver_and_released_by_the_others() {
     let t0 = Instant::now();
@@ -499,43 +544,7 @@ fn stripes_are_put_together_by_the_receiver_and_released_by_the_others() {
     r.check_origin(std::sync::Arc::new(crate::OriginPublic(origin.public())));
     // Two stripes of one file, as two senders would offer them.
     let stripe = |r: &mut Receiver, id: u32, first: u32, end: u32| {
-        let seal = Some(origin.seal_entry(&entry));
-        let offer = Message::Offer {
-            id,
-            entry: entry.clone(),
-            first,
-            end,
-            seal,
-        };
-        r.handle(t0, offer).unwrap();
-        let Some(ReceiverIo::Prepare { file, .. }) = r.poll_io() else {
-            panic!("prepare")
-        };
-        r.prepared(t0, file, Ok(Prepared::Receive { have: Vec::new() }));
-        for index in first..end {
-            let digest = [index as u8; 32];
-            let h = ChunkHeader {
-                id,
-                index,
-                len: entry.chunk_len(index),
-                digest,
-                seal: Some(origin.seal_chunk(&hash, index, &digest)),
-            };
-            assert!(matches!(
-                r.handle_chunk(t0, h).unwrap(),
-                ChunkAction::Write { .. }
-            ));
-            r.chunk_done(t0, id, index, ChunkOutcome::Good);
-        }
-        r.handle(
-            t0,
-            Message::RangeEnd {
-                id,
-                chunks: end - first,
-            },
-        )
-        .unwrap();
-        let sent: Vec<_> = std::iter::from_fn(|| r.poll_transmit(t0)).collect();
+        let sent = stripe_arrives(r, t0, &origin, &entry, id, first, end);
         assert!(
             sent.contains(&crate::Transmit::Message(Message::RangeStatus {
                 id,
@@ -546,6 +555,11 @@ fn stripes_are_put_together_by_the_receiver_and_released_by_the_others() {
             m,
             crate::Transmit::Message(Message::Done { .. } | Message::Release { .. })
         )));
+        // Put together only once the origin vouched for the whole file.
+        assert_eq!(r.poll_io(), None);
+        let root = [9; 32];
+        let seal = origin.seal_root(&hash, &root);
+        r.handle(t0, Message::Vouched { id, root, seal }).unwrap();
         assert_eq!(r.poll_io(), Some(ReceiverIo::Assemble { file: id }));
     };
     // The first stripe in: the rest is still to come, it is released.
@@ -927,4 +941,157 @@ fn a_relay_never_vouched_for_fails_the_file_by_the_idle_limit_and_commits_nothin
     // An answer that comes after all changes nothing.
     s.confirmed(t1, 1, Ok(()));
     assert!(drain(&mut s, t1).is_empty());
+}
+
+/// The origin of a striped fan-out as a stripe's sender sees it: vouches
+/// for the whole file's root once every stripe held still (`root`), or not.
+#[derive(Debug)]
+struct StripeOrigin {
+    origin: haul_proto::seal::Origin,
+    root: Option<haul_proto::Digest>,
+}
+
+impl crate::Sealer for StripeOrigin {
+    fn entry(&self, entry: &Entry) -> Result<haul_proto::Seal, String> {
+        crate::Sealer::entry(&self.origin, entry)
+    }
+
+    fn chunk(
+        &self,
+        entry: &Entry,
+        index: u32,
+        digest: &haul_proto::Digest,
+    ) -> Result<haul_proto::Seal, String> {
+        crate::Sealer::chunk(&self.origin, entry, index, digest)
+    }
+
+    fn root(&self, entry: &Entry, root: &haul_proto::Digest) -> Result<haul_proto::Seal, String> {
+        crate::Sealer::root(&self.origin, entry, root)
+    }
+
+    fn stripe_root(&self, entry: &Entry) -> Result<(haul_proto::Digest, haul_proto::Seal), String> {
+        let root = self
+            .root
+            .ok_or("another stripe of it changed while it was read")?;
+        Ok((
+            root,
+            self.origin
+                .seal_root(&haul_proto::seal::entry_hash(entry), &root),
+        ))
+    }
+}
+
+/// A striped fan-out: a node puts a file together from stripes that came
+/// over several sessions only under the root the origin vouched for, given
+/// after every stripe was confirmed as one version. A stripe read clean but
+/// never vouched for (torn at the origin in another stripe), or vouched for
+/// by anyone but the origin, is never assembled: the origin's `FileError`
+/// drops it, and a silent sender is timed out by the idle limit.
+#[test]
+fn a_stripe_is_put_together_only_under_the_root_the_origin_vouched_for() {
+    let t0 = Instant::now();
+    let idle = Duration::from_secs(3);
+    let cfg = SessionConfig {
+        idle,
+        ..SessionConfig::default()
+    };
+    let origin = haul_proto::seal::Origin::generate().unwrap();
+    let entry = one_file(3000);
+    let hash = haul_proto::seal::entry_hash(&entry);
+    let stripe_in = |r: &mut Receiver, id: u32| stripe_arrives(r, t0, &origin, &entry, id, 1, 3);
+    let receiver = || {
+        let mut r = Receiver::for_push(cfg.clone(), String::new(), t0);
+        r.check_origin(std::sync::Arc::new(crate::OriginPublic(origin.public())));
+        r
+    };
+
+    // Clean, but nothing vouched for yet: not put together; a root sealed
+    // by another key changes nothing.
+    let mut r = receiver();
+    stripe_in(&mut r, 1);
+    assert_eq!(r.poll_io(), None);
+    let forger = haul_proto::seal::Origin::generate().unwrap();
+    let root = root_of(&entry);
+    let seal = forger.seal_root(&hash, &root);
+    r.handle(t0, Message::Vouched { id: 1, root, seal })
+        .unwrap();
+    assert_eq!(r.poll_io(), None);
+    // The origin dropped that version (another stripe changed while read):
+    // the stripe is let go, never assembled.
+    let dropped = Message::FileError {
+        id: 1,
+        code: ErrorCode::Io,
+        message: "changed while it was read".into(),
+    };
+    r.handle(t0, dropped).unwrap();
+    assert_eq!(r.poll_io(), Some(ReceiverIo::Forget { file: 1 }));
+    assert_eq!(r.poll_io(), None);
+
+    // A sender that never vouches and goes silent: the wait is bounded.
+    let mut r = receiver();
+    stripe_in(&mut r, 1);
+    let due = r.poll_timeout().unwrap();
+    assert!(due <= t0 + idle, "{due:?}");
+    assert!(r.handle_timeout(t0 + idle).is_err());
+    assert!(!std::iter::from_fn(|| r.poll_io()).any(|io| matches!(io, ReceiverIo::Assemble { .. })));
+
+    // The stripe's sender: `Vouched` for the whole root only once its own
+    // stripe was confirmed and the origin vouches; otherwise it fails.
+    for vouches in [true, false] {
+        let mut s: Sender<()> = Sender::push(cfg.clone(), t0);
+        let sealer = StripeOrigin {
+            origin: haul_proto::seal::Origin::generate().unwrap(),
+            root: vouches.then_some(root),
+        };
+        let key = sealer.origin.public();
+        s.seal_with(std::sync::Arc::new(sealer));
+        s.push_job(
+            t0,
+            SendJob {
+                entry: entry.clone(),
+                first: 1,
+                end: 3,
+                group: None,
+                source: (),
+            },
+        );
+        s.close_when_done();
+        drain(&mut s, t0);
+        let need = Message::Need {
+            id: 1,
+            skip: false,
+            have: Vec::new(),
+        };
+        s.handle(t0, need).unwrap();
+        while let Some(io) = s.poll_io() {
+            if let SenderIo::Read { file, index } = io {
+                s.read_done(t0, file, index, Ok([index as u8; 32]));
+            }
+        }
+        drain(&mut s, t0);
+        let clean = Message::RangeStatus {
+            id: 1,
+            bad: Vec::new(),
+        };
+        s.handle(t0, clean).unwrap();
+        assert_eq!(s.poll_io(), Some(SenderIo::Confirm { file: 1 }));
+        assert!(drain(&mut s, t0).is_empty());
+        s.confirmed(t0, 1, Ok(()));
+        let sent = drain(&mut s, t0);
+        match (vouches, sent.as_slice()) {
+            (
+                true,
+                [Message::Vouched {
+                    id: 1,
+                    root: r,
+                    seal,
+                }],
+            ) => {
+                assert_eq!(*r, root);
+                assert!(haul_proto::seal::root_sealed(&key, &hash, &root, seal));
+            }
+            (false, [Message::FileError { id: 1, .. }, ..]) => {}
+            (_, other) => panic!("vouches {vouches}: {other:?}"),
+        }
+    }
 }
