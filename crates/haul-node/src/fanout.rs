@@ -41,6 +41,7 @@ use crate::buffers::ChunkBuffers;
 use crate::client::{open_keyed, send_all, send_queue, ClientOptions, FanoutJobs, SameContent};
 use crate::drive::send::SenderCtx;
 use crate::jobs::{SendJob, WorkQueue};
+use crate::stripe_vouch::StripeVouchers;
 use crate::{NodeError, NodeUrl};
 
 /// How a fan-out is planned.
@@ -230,6 +231,7 @@ pub async fn push_fanout(
             )),
             false => None,
         },
+        stripes: StripeVouchers::new(origin.clone()),
         origin,
         opts: opts.clone(),
         tally,
@@ -436,6 +438,9 @@ struct Run {
     same: Option<Arc<SameContent>>,
     /// Seals everything this client sends.
     origin: Arc<Origin>,
+    /// A striped plan: the stripes of each file the client's sends read,
+    /// vouched for once all held still (one for every stripe send).
+    stripes: Arc<StripeVouchers>,
     opts: ClientOptions,
     tally: Arc<Tally>,
     buffers: Arc<ChunkBuffers>,
@@ -494,18 +499,23 @@ impl Run {
                 return;
             }
         };
-        let (tally, buffers, news, origin) = (
+        let (tally, buffers, news, origin, vouchers) = (
             self.tally.clone(),
             self.buffers.clone(),
             self.news_tx.clone(),
             self.origin.clone(),
+            self.stripes.clone(),
         );
         let handle = self.sends.spawn(async move {
             let request = Request::Relayed {
                 ticket: target.ticket,
                 stripe,
             };
-            let ctx = SenderCtx::for_client(&opts, &tally, buffers).sealed(origin);
+            let ctx = SenderCtx::for_client(&opts, &tally, buffers);
+            let ctx = match stripe {
+                Some(_) => ctx.striped(vouchers),
+                None => ctx.sealed(origin),
+            };
             let (_, err) = send_all(&queue, &target.addr, request, None, &opts, &tally, ctx).await;
             if let Some(tx) = news {
                 let _ = tx.send(News::SendEnded(child, err.map(|e| e.to_string())));

@@ -31,6 +31,7 @@ mod pool;
 pub mod relay;
 mod seal_book;
 pub mod server;
+pub mod stripe_vouch;
 pub mod transfer_log;
 mod walk_count;
 

@@ -25,7 +25,8 @@
 //! stripe did. A file whose stripes come over several sessions is put
 //! together here ([`Transfer::assemble`]): committed by the session whose
 //! stripe completes it, with the whole-file hash of digests the origin
-//! sealed.
+//! sealed, and only if that is the root the origin vouched for (each
+//! stripe's session asks only once its `Vouched` came).
 
 use rustc_hash::{FxHashMap as HashMap, FxHashSet as HashSet};
 use std::sync::{Arc, Mutex, Weak};
@@ -33,6 +34,7 @@ use std::sync::{Arc, Mutex, Weak};
 use haul_engine::chunks::LocalFile;
 use haul_engine::{ChunkSource, Confirmation, Destination, PartialFile};
 use haul_proto::digest::root_from_digests;
+use haul_proto::seal::entry_hash;
 use haul_proto::{Digest, Entry, OriginKey, RelayTarget, Stripe, Ticket};
 use haul_session::summary::Tally;
 use haul_session::Sealer;
@@ -306,7 +308,9 @@ impl Transfer {
     /// commits); the others, and every stripe before the last, hear
     /// [`Assembly::Later`], and the staging is held for the stripes to
     /// come. Complete means every chunk verified here against a digest the
-    /// origin sealed, so the file is the origin's.
+    /// origin sealed, and those digests make the root the origin vouched
+    /// for (asked only once the session's `Vouched` came), so the file is
+    /// one version of the origin's.
     pub fn assemble(&self, part: &Arc<PartialFile>) -> Assembly {
         let entry = part.entry();
         let Some(rel) = self.relative(&entry.path) else {
@@ -339,9 +343,24 @@ impl Transfer {
             }
             digests.push(d);
         }
-        match root_from_digests(&digests, entry.chunk_size, entry.size) {
-            Some(root) => Assembly::Complete(root),
-            None => Assembly::Damaged(format!("{}: chunks do not make the file", entry.path)),
+        let Some(root) = root_from_digests(&digests, entry.chunk_size, entry.size) else {
+            return Assembly::Damaged(format!("{}: chunks do not make the file", entry.path));
+        };
+        // Each chunk sealed is not enough: a stripe torn at the origin is
+        // sealed chunk by chunk too. Only the root the origin vouched for,
+        // once every stripe held still there, is committed.
+        match self.book.vouched_root(rel, &entry_hash(&wire)) {
+            Some(vouched) if vouched == root => Assembly::Complete(root),
+            Some(_) => Assembly::Damaged(format!(
+                "{}: its stripes make another file than the one the origin vouched for: \
+                 not committed",
+                entry.path
+            )),
+            None => Assembly::Damaged(format!(
+                "{}: the origin did not vouch for this version of it (it changed there while \
+                 it was read): not committed",
+                entry.path
+            )),
         }
     }
 

@@ -116,6 +116,17 @@ impl SealBook {
         }
     }
 
+    /// The root the origin vouched for as the whole of the version of
+    /// `path` whose entry hash is `hash`, if its seal is here.
+    pub fn vouched_root(&self, path: &str, hash: &Digest) -> Option<Digest> {
+        let files = self.files.lock().ok()?;
+        files
+            .get(path)
+            .filter(|f| f.hash == *hash)
+            .and_then(|f| f.root)
+            .map(|(root, _)| root)
+    }
+
     /// True if the origin's seal of chunk `index` of the entry at `path`
     /// (whose hash is `hash`) is here: only then may it be relayed.
     pub fn has(&self, path: &str, hash: &Digest, index: u32) -> bool {
@@ -287,17 +298,35 @@ impl Sealer for SealBook {
             )),
         }
     }
+
+    /// A stripe relayed: the root the origin vouched for, passed on (the
+    /// node that puts the file together checks its chunks make it).
+    fn stripe_root(&self, entry: &Entry) -> Result<(Digest, Seal), String> {
+        let hash = entry_hash(entry);
+        let files = self.files.lock().map_err(|_| "seal book poisoned")?;
+        files
+            .get(&entry.path)
+            .filter(|f| f.hash == hash)
+            .and_then(|f| f.root)
+            .ok_or_else(|| {
+                format!(
+                    "{}: the origin did not vouch for this version (it changed there while it \
+                     was read): not assembled downstream",
+                    entry.path
+                )
+            })
+    }
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use haul_proto::seal::Origin;
     use haul_proto::EntryKind;
 
     /// A file of four 1 KiB chunks.
-    fn four_chunks() -> Entry {
+    pub(crate) fn four_chunks() -> Entry {
         Entry {
             path: "f".into(),
             kind: EntryKind::File,

@@ -354,6 +354,7 @@ impl Server {
                     // A file the peer asked for that changed fails at once:
                     // the version its listing named is gone.
                     changed_retries: 0,
+                    stripes: None,
                 };
                 let feed = JobFeed::Wants {
                     root: self.dest.held_root().clone(),

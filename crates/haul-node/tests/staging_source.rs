@@ -96,6 +96,7 @@ async fn a_file_still_being_received_is_sent_on_as_its_chunks_verify() {
         buffers: ChunkBuffers::new(64 << 20),
         sealer: None,
         changed_retries: 0,
+        stripes: None,
     };
     let rctx = ReceiverCtx {
         observer: Arc::new(haul_session::event::Quiet),

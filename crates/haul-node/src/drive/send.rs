@@ -22,6 +22,7 @@ use crate::buffers::{ChunkBuf, ChunkBuffers};
 use crate::chunk_work::{ChunkWork, InlinePolicy};
 use crate::drive::{read_want, Interrupted};
 use crate::jobs::{SendJob, Source, WorkQueue};
+use crate::stripe_vouch::{StripeSource, StripeVouchers};
 use crate::NodeError;
 
 /// Where a sender's jobs come from.
@@ -55,6 +56,10 @@ pub struct SenderCtx {
     /// Times a pushed file that changed while it was read is sent again
     /// (`--retries`).
     pub changed_retries: u32,
+    /// A striped fan-out's client: the stripes of each file its sends
+    /// share, vouched for once all held still (a stripe's source waits for
+    /// the others: [`crate::stripe_vouch`]).
+    pub stripes: Option<Arc<StripeVouchers>>,
 }
 
 impl SenderCtx {
@@ -73,6 +78,7 @@ impl SenderCtx {
             buffers,
             sealer: None,
             changed_retries: opts.retry.retries,
+            stripes: None,
         }
     }
 
@@ -80,6 +86,16 @@ impl SenderCtx {
     pub fn sealed(self, sealer: Arc<dyn Sealer>) -> Self {
         Self {
             sealer: Some(sealer),
+            ..self
+        }
+    }
+    /// A striped fan-out's client: sealing with `vouchers`, which vouch for
+    /// each striped file once its stripes, across the client's sends, were
+    /// all confirmed as one version.
+    pub fn striped(self, vouchers: Arc<StripeVouchers>) -> Self {
+        Self {
+            sealer: Some(vouchers.clone()),
+            stripes: Some(vouchers),
             ..self
         }
     }
@@ -302,7 +318,7 @@ impl Driver {
     /// before it is offered: one that cannot be read fails alone, and
     /// nothing goes on the wire.
     fn take_jobs(&mut self, queue: &WorkQueue<SendJob>) -> bool {
-        let (files, observer) = (&mut self.files, &self.ctx.observer);
+        let (files, observer, stripes) = (&mut self.files, &self.ctx.observer, &self.ctx.stripes);
         super::take_jobs(&mut self.session, queue, |s, mut job| {
             let source: Option<Arc<dyn ChunkSource>> = match &job.source {
                 _ if job.entry.kind != haul_proto::EntryKind::File => None,
@@ -327,7 +343,20 @@ impl Driver {
                             if whole {
                                 job.end = job.entry.chunk_count();
                             }
-                            Some(Arc::new(f))
+                            match stripes {
+                                // A stripe of the client's own: confirmed
+                                // with the file's other stripes.
+                                Some(v) if !whole && job.group.is_none() => {
+                                    Some(Arc::new(StripeSource::new(
+                                        f,
+                                        v.clone(),
+                                        job.entry.clone(),
+                                        job.first,
+                                        job.end,
+                                    )))
+                                }
+                                _ => Some(Arc::new(f)),
+                            }
                         }
                         Err(e) => {
                             observer.event(&Event::FileError {
