@@ -688,6 +688,17 @@ impl ChunkSource for RelaySource {
     /// Verified here and sealed by the origin; or never to be (its
     /// staging was let go): the read then fails instead of waiting.
     fn ready(&self, index: u32) -> bool {
+        // A version the origin dropped (it changed there while read; a
+        // stripe of it is not sent again): its chunks still to come never
+        // will. The read goes ahead and fails (unverified, or unsealed), so
+        // the file fails downstream instead of keeping the forward waiting.
+        let gone = self
+            .book
+            .as_ref()
+            .is_some_and(|b| b.vouched(&self.entry.path, &self.hash) == Vouch::Gone);
+        if gone {
+            return true;
+        }
         let ready = |s: Option<Arc<dyn ChunkSource>>| s.is_some_and(|s| s.ready(index));
         if !(ready(self.current()) || (self.refresh() && ready(self.current()))) {
             return false;

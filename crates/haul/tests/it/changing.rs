@@ -394,18 +394,7 @@ fn a_file_changed_during_a_fan_out_ends_on_every_node_as_the_settled_version() {
 /// nodes would commit that mix. Stripes of a file that changed are not sent
 /// again: the run may fail the file, but no node ever holds a version that
 /// never existed, and once it settled the next run delivers it everywhere.
-///
-/// Ignored, known bug (not the torn assembly): the first run sometimes never
-/// ends (over 120 s; alone it passes in about 12 s, under the load of the
-/// other fan-out tests it hung once in three runs, and on the build before
-/// the root seal it hung every time, after a node had committed the torn
-/// mix). Both stripes fail at the origin ("changed while it was being
-/// sent"), nodes hold almost every byte, and no node reports done: a
-/// stripe of a version dropped at the origin is not re-sent, and something
-/// downstream (suspect: a relay's forward waiting for chunks whose seals
-/// the dropped version took away) waits for it.
 #[test]
-#[ignore = "known bug: a striped fan-out whose file changed at the origin may never end (see the doc)"]
 fn a_file_changed_during_a_striped_fan_out_is_never_assembled_torn() {
     let s = Scratch::new();
     let file = Changing::new(&s.path("src/grow.bin"), 24 * MIB);
