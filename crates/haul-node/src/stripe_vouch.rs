@@ -182,7 +182,10 @@ impl Sealer for StripeVouchers {
                     }
                     p.digests[i] = Some(*digest);
                 }
-                ((), false)
+                // A stripe moved: the others waiting for it count their
+                // deadline again (a large file's stripes may end minutes
+                // apart on uneven links).
+                ((), true)
             });
         }
         Ok(self.origin.seal_chunk(&entry_hash(entry), index, digest))

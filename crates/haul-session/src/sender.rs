@@ -983,6 +983,20 @@ impl<S> Sender<S> {
         self.send_seals(id, &mine);
     }
 
+    /// The driver cannot confirm `file` yet, but what it waits for moved
+    /// (another stripe of the file read a chunk, a seal arrived): the
+    /// deadline of its confirmation is the idle limit from `now`. A wait
+    /// is bounded by silence, never by how long a large file takes.
+    pub fn confirm_progressed(&mut self, now: Instant, file: FileId) {
+        self.now = now;
+        let idle = self.cfg.idle;
+        if let Some(f) = self.flights.get_mut(&file) {
+            if matches!(f.phase, Phase::Confirming(_)) && f.confirm_by.is_some() {
+                f.confirm_by = Some(now + idle);
+            }
+        }
+    }
+
     /// The driver checked the source of `file` after its last read: the
     /// version it opened (its hash goes out now), or how it changed.
     pub fn confirmed(&mut self, now: Instant, file: FileId, result: Result<(), String>) {

@@ -943,6 +943,49 @@ fn a_relay_never_vouched_for_fails_the_file_by_the_idle_limit_and_commits_nothin
     assert!(drain(&mut s, t1).is_empty());
 }
 
+/// A confirmation whose wait moves (another stripe of the file read a
+/// chunk) is bounded by silence, not by a fixed time: a large file's
+/// stripes may end minutes apart. Progress pushes the deadline on; once
+/// nothing moves for the idle limit, the file fails as before.
+#[test]
+fn a_confirmation_that_progresses_waits_past_the_idle_limit() {
+    let t0 = Instant::now();
+    let idle = Duration::from_secs(3);
+    let cfg = SessionConfig {
+        idle,
+        ..SessionConfig::default()
+    };
+    let (mut s, _) = sealed_sender(cfg, t0);
+    s.push_job(t0, whole_job(one_file(3000)));
+    s.close_when_done();
+    drain(&mut s, t0);
+    assert_eq!(
+        send_whole(&mut s, t0, 1),
+        vec![SenderIo::Confirm { file: 1 }]
+    );
+    // Progress every two seconds for ten: never overdue.
+    let mut now = t0;
+    for _ in 0..5 {
+        now += Duration::from_secs(2);
+        s.confirm_progressed(now, 1);
+        s.handle_timeout(now).unwrap();
+        assert!(
+            s.poll_timeout().is_some_and(|t| t > now),
+            "still waiting at {:?}",
+            now - t0
+        );
+    }
+    let sent = drain(&mut s, now);
+    assert!(
+        !sent.iter().any(|m| matches!(m, Message::FileError { .. })),
+        "nothing failed while it moved: {sent:?}"
+    );
+    // Then silence: it fails one idle limit after the last progress.
+    let late = now + idle;
+    s.handle_timeout(late).unwrap();
+    failed_then_bye(&mut s, late, "did not vouch for this version");
+}
+
 /// The origin of a striped fan-out as a stripe's sender sees it: vouches
 /// for the whole file's root once every stripe held still (`root`), or not.
 #[derive(Debug)]

@@ -649,6 +649,9 @@ impl Driver {
                     Confirmation::Unchanged => Ok(()),
                     Confirmation::Changed(change) => Err(change),
                     Confirmation::Pending => {
+                        // Asked again because it woke: what it waits for
+                        // moved, so its deadline counts from now.
+                        self.session.confirm_progressed(self.now, file);
                         self.confirms.push(file);
                         return;
                     }
