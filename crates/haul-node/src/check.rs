@@ -15,8 +15,9 @@ use haul_session::Observer;
 use serde::Serialize;
 
 use crate::client::{list_top, ClientOptions};
+use crate::dial::NodePath;
 use crate::dry_run::{filtered, list_node_with};
-use crate::{NodeError, NodeUrl};
+use crate::NodeError;
 
 /// What `haul check` found.
 #[derive(Debug, Clone, Default, Serialize)]
@@ -53,7 +54,7 @@ pub enum CheckSide {
     /// A local file or directory (`dir` and `dir/` alike: what is inside).
     Local(String),
     /// A path on a node, hashed there (`Request::List{sums}`).
-    Node(NodeUrl),
+    Node(NodePath),
 }
 
 /// A side's entry and how its content is known.
@@ -133,7 +134,7 @@ async fn side(
         CheckSide::Node(url) => {
             let path = url.path.trim_end_matches('/');
             let top = list_top(path);
-            let listed = list_node_with(&url.addr, opts, path, true, observer).await?;
+            let listed = list_node_with(&url.dialer, path, true, observer).await?;
             if listed.entries.is_empty() && listed.errors == 0 {
                 return Err(NodeError::Refused {
                     code: ErrorCode::NotFound,

@@ -11,20 +11,16 @@ use haul_engine::one_file::{self, OneFile};
 use haul_engine::{
     split_ranges, Destination, EntryFilter, EntryIter, Filter, LocalTree, Source as _, SourceEntry,
 };
-use haul_proto::{
-    DecodeError, Digest, Entry, EntryKind, ErrorCode, Message, Request, PROTOCOL_VERSION,
-};
+use haul_proto::{Digest, Entry, EntryKind, ErrorCode, Message, Request};
 use haul_session::backoff::RetryPolicy;
 use haul_session::concurrency::Concurrency;
 use haul_session::summary::{Summary, Tally};
 use haul_session::{Event, Observer};
-use haul_transport::{
-    connect, connect_quic, memory_pair_paced, Connection, Security, Timeouts, Transport,
-    TransportError, Tuning,
-};
+use haul_transport::{memory_pair_paced, Connection, Security, Timeouts, Transport, Tuning};
 
 use crate::buffers::ChunkBuffers;
 use crate::chunk_work::ChunkWork;
+use crate::dial::{Dialer, NodePath};
 use crate::drive::receive::{run_receiver, ReceiverCtx};
 use crate::drive::send::{run_sender, JobFeed, SenderCtx};
 use crate::jobs::{FetchGroup, FetchJob, RangeGroup, SendJob, Source, WorkQueue};
@@ -32,7 +28,7 @@ use crate::listing::{self, Listed};
 use crate::listing_resume::ResumePoint;
 use crate::pool::{connection_backoff, open_first, relist, run_pool, with_retries};
 use crate::walk_count::{Counted, WalkCount};
-use crate::{NodeError, NodeUrl};
+use crate::NodeError;
 
 /// Files (offers or wants) in flight per connection by default.
 pub const DEFAULT_WINDOW: usize = haul_session::DEFAULT_WINDOW;
@@ -115,85 +111,6 @@ impl Default for ClientOptions {
             force: false,
         }
     }
-}
-
-pub(crate) async fn open_session(
-    addr: &str,
-    opts: &ClientOptions,
-    request: Request,
-) -> Result<Connection, NodeError> {
-    Ok(open_keyed(addr, opts, request).await?.0)
-}
-
-/// [`open_session`], also returning the fingerprint of the key the node
-/// presented (`None` in plaintext).
-pub(crate) async fn open_keyed(
-    addr: &str,
-    opts: &ClientOptions,
-    request: Request,
-) -> Result<(Connection, Option<String>), NodeError> {
-    let ((mut r, mut w), key) = match opts.transport {
-        Transport::Tcp => connect(addr, &opts.security, opts.timeouts, &opts.tuning).await?,
-        Transport::Quic => {
-            let (conn, key) =
-                connect_quic(addr, &opts.security, opts.timeouts, &opts.tuning).await?;
-            (conn, Some(key))
-        }
-    };
-    let over = match opts.transport {
-        Transport::Tcp => "TLS 1.3",
-        Transport::Quic => "QUIC (TLS 1.3)",
-    };
-    match &key {
-        Some(k) => tracing::info!(
-            "connected to {addr} over {over}, server key {}",
-            k.fingerprint
-        ),
-        None => tracing::info!("connected to {addr} (plaintext)"),
-    }
-    w.send(&Message::Hello {
-        version: PROTOCOL_VERSION,
-        token: opts.token.clone(),
-        request,
-    })
-    .await?;
-    r.set_idle(opts.timeouts.handshake);
-    let answer = match r.recv().await {
-        Ok(answer) => answer,
-        Err(TransportError::Decode(DecodeError::BadLength(len))) if looks_like_tls(len) => {
-            return Err(NodeError::Usage(format!(
-                "the node at {addr} answered in TLS: it does not run with --plaintext, so drop --plaintext here"
-            )))
-        }
-        Err(e) => return Err(e.into()),
-    };
-    r.set_idle(opts.timeouts.idle);
-    // The server answered in haul: a key met for the first time is pinned
-    // now (trust on first use), whatever the answer.
-    if let (Some(k), Message::Welcome { .. } | Message::Refused { .. }) = (&key, &answer) {
-        if let Some(file) = k.trust()? {
-            tracing::warn!(
-                "trusting {addr} on first use: its key {} is now pinned in {}",
-                k.fingerprint,
-                file.display()
-            );
-        }
-    }
-    match answer {
-        Message::Welcome { .. } => Ok(((r, w), key.map(|k| k.fingerprint))),
-        Message::Refused { code, message } => Err(NodeError::Refused { code, message }),
-        other => Err(NodeError::Protocol(format!(
-            "expected Welcome, got {other:?}"
-        ))),
-    }
-}
-
-/// Whether a frame length prefix is really the start of a TLS record
-/// (content type 20–23, then major version 3): a TLS node's answer, most
-/// likely an alert, to a plaintext `Hello`.
-fn looks_like_tls(len: u32) -> bool {
-    let [kind, major, ..] = len.to_be_bytes();
-    (20..=23).contains(&kind) && major == 3
 }
 
 /// Expands a source entry into send jobs (one per range when split).
@@ -344,11 +261,10 @@ impl SameContent {
     /// What the node holds under `dest` for each of `sources` (the push's
     /// wire paths), hashed by the node.
     pub(crate) async fn listed(
-        remote: &NodeUrl,
+        remote: &NodePath,
         dest: &str,
         sources: &[String],
         named: Option<&str>,
-        opts: &ClientOptions,
         tally: &Tally,
     ) -> Result<Self, NodeError> {
         let mut sums = HashMap::new();
@@ -357,8 +273,7 @@ impl SameContent {
                 .map(|t| named.unwrap_or(t.top_name()).to_owned())
                 .map_err(|e| NodeError::Usage(e.to_string()))?;
             let under = crate::mirror::under_dest(dest, &top);
-            let side =
-                crate::dry_run::list_node_with(&remote.addr, opts, &under, true, tally).await?;
+            let side = crate::dry_run::list_node_with(&remote.dialer, &under, true, tally).await?;
             for (path, why) in side.unreadable {
                 tally.event(&Event::Warning {
                     message: format!("--checksum: {path} is sent again: {why}"),
@@ -423,7 +338,7 @@ fn fail_leftovers<J: crate::jobs::Job>(
 /// Pushes local `sources` into `remote` (a directory under the node's root).
 pub async fn push(
     sources: &[String],
-    remote: &NodeUrl,
+    remote: &NodePath,
     opts: &ClientOptions,
     observer: Arc<dyn Observer>,
 ) -> Result<Summary, NodeError> {
@@ -444,7 +359,7 @@ pub async fn push(
     let seen = (opts.delete && named.is_none()).then(|| Arc::new(Mutex::new(HashSet::new())));
     let same = match opts.checksum {
         true => Some(Arc::new(
-            SameContent::listed(remote, &dest, sources, named.as_deref(), opts, &tally).await?,
+            SameContent::listed(remote, &dest, sources, named.as_deref(), &tally).await?,
         )),
         false => None,
     };
@@ -463,11 +378,11 @@ pub async fn push(
         checksum: opts.checksum,
         replace_dirs: opts.replaces_dirs(),
     };
-    let first = open_first(&remote.addr, opts, request.clone(), tally.as_ref()).await?;
+    let first = open_first(&remote.dialer, opts, request.clone(), tally.as_ref()).await?;
     let ctx = SenderCtx::for_client(opts, &tally, ChunkBuffers::new(opts.chunk_memory));
     let (workers, err) = send_all(
         &queue,
-        &remote.addr,
+        &remote.dialer,
         request,
         Some(first),
         opts,
@@ -488,7 +403,7 @@ pub async fn push(
 /// is there, or a regular file): the directory it goes into and its name
 /// there. `None`: the push goes into `remote`'s path, as any other.
 pub(crate) async fn pushed_as(
-    remote: &NodeUrl,
+    remote: &NodePath,
     sources: &[String],
     opts: &ClientOptions,
     observer: &dyn Observer,
@@ -501,7 +416,7 @@ pub(crate) async fn pushed_as(
         return Ok(None);
     };
     Ok(
-        match crate::dry_run::node_entry(&remote.addr, opts, path, observer).await? {
+        match crate::dry_run::node_entry(&remote.dialer, opts, path, observer).await? {
             None => Some(named),
             Some(there) if there.kind == EntryKind::File => Some(named),
             Some(_) => None,
@@ -509,12 +424,12 @@ pub(crate) async fn pushed_as(
     )
 }
 
-/// Sends every job of `queue` to `addr` over a pool of connections
+/// Sends every job of `queue` to the node `dialer` reaches over a pool of connections
 /// (`first` already open) asking `request`, with retries; returns how many
 /// connections ran and the error that stopped them, if any.
 pub(crate) async fn send_all(
     queue: &Arc<WorkQueue<SendJob>>,
-    addr: &str,
+    dialer: &Dialer,
     request: Request,
     first: Option<Connection>,
     opts: &ClientOptions,
@@ -524,24 +439,23 @@ pub(crate) async fn send_all(
     let mut first = first;
     let retire = || queue.retire_one();
     run_pool(opts.jobs, tally, &retire, || {
-        let (queue, tally, opts, ctx, addr, request) = (
+        let (queue, tally, opts, ctx, dialer, request) = (
             queue.clone(),
             tally.clone(),
             opts.clone(),
             ctx.clone(),
-            addr.to_owned(),
+            dialer.clone(),
             request.clone(),
         );
         let mut ready = first.take();
         async move {
             with_retries(&queue, &tally, &opts, || {
                 let conn = ready.take();
-                let (queue, tally, opts, ctx, addr, request) = (
+                let (queue, tally, ctx, dialer, request) = (
                     queue.clone(),
                     tally.clone(),
-                    opts.clone(),
                     ctx.clone(),
-                    addr.clone(),
+                    dialer.clone(),
                     request.clone(),
                 );
                 async move {
@@ -551,9 +465,7 @@ pub(crate) async fn send_all(
                         // (one small file needs one connection, not four);
                         // an open queue (a relay's) may still get jobs.
                         None if !queue.has_waiting() && queue.is_drained() => return Ok(()),
-                        None => open_session(&addr, &opts, request)
-                            .await
-                            .map_err(|e| (e, Vec::new()))?,
+                        None => dialer.open(request).await.map_err(|e| (e, Vec::new()))?,
                     };
                     let _counted = tally.connection();
                     run_sender(r, w, JobFeed::Queue(queue), ctx)
@@ -583,7 +495,7 @@ fn finish(
 
 /// Pulls `remote` (a path under the node's root) into local directory `dest`.
 pub async fn pull(
-    remote: &NodeUrl,
+    remote: &NodePath,
     dest: &Path,
     opts: &ClientOptions,
     observer: Arc<dyn Observer>,
@@ -603,7 +515,7 @@ pub async fn pull(
         sums: opts.checksum,
     };
     let (mut lr, mut lw) =
-        open_first(&remote.addr, opts, list_request.clone(), tally.as_ref()).await?;
+        open_first(&remote.dialer, opts, list_request.clone(), tally.as_ref()).await?;
     let mut pending = None;
     let mut renamed = None;
     if let Some(one) = one {
@@ -642,7 +554,7 @@ pub async fn pull(
             destination.clone(),
             opts.clone(),
         );
-        let (top, addr) = (top.clone(), remote.addr.clone());
+        let (top, dialer) = (top.clone(), remote.dialer.clone());
         tokio::spawn(async move {
             // A listing that breaks off is opened again and goes on after
             // the last entry taken (`--retries` times, with backoff).
@@ -672,7 +584,16 @@ pub async fn pull(
                     state.count.done();
                     break Ok(state.listed);
                 };
-                match relist(&addr, &opts, list_request.clone(), &tally, &mut backoff, e).await {
+                match relist(
+                    &dialer,
+                    &opts,
+                    list_request.clone(),
+                    &tally,
+                    &mut backoff,
+                    e,
+                )
+                .await
+                {
                     Ok((r, w)) => {
                         (lr, lw) = (r, w);
                         state.resume.restart();
@@ -698,28 +619,24 @@ pub async fn pull(
     };
     let retire = || queue.retire_one();
     let (workers, mut err) = run_pool(opts.jobs, &tally, &retire, || {
-        let (queue, tally, opts, ctx, addr) = (
+        let (queue, tally, opts, ctx, dialer) = (
             queue.clone(),
             tally.clone(),
             opts.clone(),
             ctx.clone(),
-            remote.addr.clone(),
+            remote.dialer.clone(),
         );
         async move {
             with_retries(&queue, &tally, &opts, || {
-                let (queue, tally, opts, ctx, addr) = (
-                    queue.clone(),
-                    tally.clone(),
-                    opts.clone(),
-                    ctx.clone(),
-                    addr.clone(),
-                );
+                let (queue, tally, ctx, dialer) =
+                    (queue.clone(), tally.clone(), ctx.clone(), dialer.clone());
                 async move {
                     queue.wait().await;
                     if queue.is_drained() {
                         return Ok(());
                     }
-                    let (r, w) = open_session(&addr, &opts, Request::Fetch)
+                    let (r, w) = dialer
+                        .open(Request::Fetch)
                         .await
                         .map_err(|e| (e, Vec::new()))?;
                     let _counted = tally.connection();

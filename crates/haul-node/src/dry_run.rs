@@ -15,9 +15,10 @@ use haul_proto::{Digest, Entry, EntryKind, ErrorCode, Message, Request};
 use haul_session::summary::DryRunReport;
 use haul_session::{DryRunAction, Event, Observer};
 
-use crate::client::{open_session, ClientOptions};
+use crate::client::ClientOptions;
+use crate::dial::{Dialer, NodePath};
 use crate::listing::{self, Listed};
-use crate::{NodeError, NodeUrl};
+use crate::NodeError;
 
 /// One side of a comparison: its entries as the wire names them, and how
 /// many could not be read.
@@ -66,7 +67,7 @@ impl Side {
 /// A dry run of `haul push SOURCES REMOTE`.
 pub async fn dry_run_push(
     sources: &[String],
-    remote: &NodeUrl,
+    remote: &NodePath,
     opts: &ClientOptions,
     delete: bool,
     observer: Arc<dyn Observer>,
@@ -83,7 +84,7 @@ pub async fn dry_run_push(
             walk_local(s, named.as_deref(), opts, opts.checksum, observer.as_ref())?;
         let under = crate::mirror::under_dest(&dest, &top);
         let theirs =
-            list_node_with(&remote.addr, opts, &under, opts.checksum, observer.as_ref()).await?;
+            list_node_with(&remote.dialer, &under, opts.checksum, observer.as_ref()).await?;
         let theirs = filtered(theirs, opts, &top);
         compare(
             source,
@@ -99,7 +100,7 @@ pub async fn dry_run_push(
 
 /// A dry run of `haul pull haul://NODE/PATH DEST`.
 pub async fn dry_run_pull(
-    remote: &NodeUrl,
+    remote: &NodePath,
     dest: &Path,
     opts: &ClientOptions,
     delete: bool,
@@ -107,8 +108,7 @@ pub async fn dry_run_pull(
 ) -> Result<DryRunReport, NodeError> {
     let top = crate::client::list_top(&remote.path);
     let theirs = list_node_with(
-        &remote.addr,
-        opts,
+        &remote.dialer,
         &remote.path,
         opts.checksum,
         observer.as_ref(),
@@ -260,19 +260,18 @@ pub(crate) fn walk_dest(dest: &Path, top: &str, sums: bool, observer: &dyn Obser
 /// A node's listing of `path` (a trailing `/`: its contents); a path the
 /// node does not have lists nothing.
 pub(crate) async fn list_node(
-    addr: &str,
-    opts: &ClientOptions,
+    dialer: &Dialer,
     path: &str,
     observer: &dyn Observer,
 ) -> Result<Side, NodeError> {
-    list_node_with(addr, opts, path, false, observer).await
+    list_node_with(dialer, path, false, observer).await
 }
 
 /// What the node has at `path` itself (a node's `stat`): the first entry
 /// of its listing, or `None` when nothing is there. Only that entry is
 /// read; the connection is closed after it.
 pub(crate) async fn node_entry(
-    addr: &str,
+    dialer: &Dialer,
     opts: &ClientOptions,
     path: &str,
     observer: &dyn Observer,
@@ -282,7 +281,7 @@ pub(crate) async fn node_entry(
         sums: false,
     };
     // As a transfer's first connection: a silent node is tried again.
-    let (mut r, mut w) = match crate::pool::open_first(addr, opts, request, observer).await {
+    let (mut r, mut w) = match crate::pool::open_first(dialer, opts, request, observer).await {
         Ok(conn) => conn,
         Err(NodeError::Refused {
             code: ErrorCode::NotFound,
@@ -305,8 +304,7 @@ pub(crate) async fn node_entry(
 /// [`list_node`], with `sums`: the node hashes every file it lists
 /// ([`Side::sums`], [`Side::unreadable`]).
 pub(crate) async fn list_node_with(
-    addr: &str,
-    opts: &ClientOptions,
+    dialer: &Dialer,
     path: &str,
     sums: bool,
     observer: &dyn Observer,
@@ -315,7 +313,7 @@ pub(crate) async fn list_node_with(
         path: path.into(),
         sums,
     };
-    let (mut r, mut w) = match open_session(addr, opts, request).await {
+    let (mut r, mut w) = match dialer.open(request).await {
         Ok(conn) => conn,
         Err(NodeError::Refused {
             code: ErrorCode::NotFound,

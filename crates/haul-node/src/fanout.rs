@@ -38,7 +38,8 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
 use crate::buffers::ChunkBuffers;
-use crate::client::{open_keyed, send_all, send_queue, ClientOptions, FanoutJobs, SameContent};
+use crate::client::{send_all, send_queue, ClientOptions, FanoutJobs, SameContent};
+use crate::dial::{Dialer, NodePath};
 use crate::drive::send::SenderCtx;
 use crate::jobs::{SendJob, WorkQueue};
 use crate::stripe_vouch::StripeVouchers;
@@ -107,6 +108,8 @@ struct Admitted {
     index: usize,
     addr: String,
     fingerprint: Option<String>,
+    /// Reaches it again, pinned to the key admission saw.
+    dialer: Dialer,
     ticket: Ticket,
     control: (Box<dyn MessageReader>, Box<dyn MessageWriter>),
     /// One round trip to it, as admission measured it.
@@ -221,13 +224,14 @@ pub async fn push_fanout(
                 stripe: None,
             })
             .collect(),
+        dialers: admitted.iter().map(|a| a.dialer.clone()).collect(),
         index: admitted.iter().map(|a| a.index).collect(),
         commands: Vec::new(),
         news_tx: None,
         sources: sources.to_vec(),
         same: match opts.checksum {
             true => Some(Arc::new(
-                same_on_every_node(sources, dests, &admitted, opts).await?,
+                same_on_every_node(sources, dests, &admitted).await?,
             )),
             false => None,
         },
@@ -326,20 +330,15 @@ async fn same_on_every_node(
     sources: &[String],
     dests: &[NodeUrl],
     admitted: &[Admitted],
-    opts: &ClientOptions,
 ) -> Result<SameContent, NodeError> {
     let quiet = Tally::new(Arc::new(haul_session::event::Quiet));
     let mut common: Option<HashMap<String, (u64, haul_proto::Digest)>> = None;
     for a in admitted {
         let url = &dests[a.index];
-        let mut opts = opts.clone();
-        if let (Some(fp), Security::Tls { fingerprint, .. }) = (&a.fingerprint, &mut opts.security)
-        {
-            *fingerprint = Some(fp.clone());
-        }
+        let node = NodePath::new(a.dialer.clone(), url.path.clone());
         let dest = url.path.trim_matches('/');
         let SameContent::Listed(held) =
-            SameContent::listed(url, dest, sources, None, &opts, &quiet).await?
+            SameContent::listed(&node, dest, sources, None, &quiet).await?
         else {
             continue;
         };
@@ -354,6 +353,16 @@ async fn same_on_every_node(
     Ok(SameContent::Listed(common.unwrap_or_default()))
 }
 
+/// The node at `addr` over the network, pinned to the key it presented
+/// when admitted (`fingerprint`; none in plaintext).
+fn pinned(addr: &str, opts: &ClientOptions, fingerprint: Option<&str>) -> Dialer {
+    let mut opts = opts.clone();
+    if let (Some(fp), Security::Tls { fingerprint, .. }) = (fingerprint, &mut opts.security) {
+        *fingerprint = Some(fp.to_owned());
+    }
+    Dialer::network(addr, &opts)
+}
+
 /// Opens a node's control connection and gets its ticket.
 async fn admit(
     dest: &NodeUrl,
@@ -366,7 +375,9 @@ async fn admit(
         checksum: opts.checksum,
     };
     let started = Instant::now();
-    let ((mut r, w), fingerprint) = open_keyed(&dest.addr, opts, request).await?;
+    let ((mut r, w), fingerprint) = Dialer::network(&dest.addr, opts)
+        .open_keyed(request)
+        .await?;
     // TCP's handshake, TLS 1.3's, then Hello/Welcome.
     let trips = if fingerprint.is_some() { 3 } else { 2 };
     let rtt = started.elapsed() / trips;
@@ -374,6 +385,7 @@ async fn admit(
         Message::Ticket { ticket } => Ok(Admitted {
             index: 0,
             addr: dest.addr.clone(),
+            dialer: pinned(&dest.addr, opts, fingerprint.as_deref()),
             fingerprint,
             ticket,
             control: (r, w),
@@ -429,6 +441,8 @@ struct Run {
     /// Hops of the plan (chunk sizes follow it: [`haul_plan::piece_size`]).
     depth: usize,
     targets: Vec<RelayTarget>,
+    /// How this client reaches each admitted node (pinned to its key).
+    dialers: Vec<Dialer>,
     /// Admitted node → its index in the destinations given.
     index: Vec<usize>,
     commands: Vec<mpsc::UnboundedSender<Message>>,
@@ -490,7 +504,8 @@ impl Run {
     /// key seen at admission.
     fn start_send(&mut self, child: usize, stripe: Option<Stripe>) {
         let target = self.targets[child].clone();
-        let (queue, opts) = match self.direct_queue(child, stripe) {
+        let dialer = self.dialers[child].clone();
+        let (queue, opts) = match self.direct_queue(stripe) {
             Ok(q) => q,
             Err(e) => {
                 if let Some(tx) = &self.news_tx {
@@ -516,7 +531,7 @@ impl Run {
                 Some(_) => ctx.striped(vouchers),
                 None => ctx.sealed(origin),
             };
-            let (_, err) = send_all(&queue, &target.addr, request, None, &opts, &tally, ctx).await;
+            let (_, err) = send_all(&queue, &dialer, request, None, &opts, &tally, ctx).await;
             if let Some(tx) = news {
                 let _ = tx.send(News::SendEnded(child, err.map(|e| e.to_string())));
             }
@@ -553,17 +568,11 @@ impl Run {
             return Ok(());
         }
         let sent = side.entries.into_iter().map(|e| e.path).collect();
-        for (i, target) in self.targets.iter().enumerate() {
-            let url = &dests[self.index[i]];
-            let mut opts = self.opts.clone();
-            if let (false, Security::Tls { fingerprint, .. }) =
-                (target.fingerprint.is_empty(), &mut opts.security)
-            {
-                *fingerprint = Some(target.fingerprint.clone());
-            }
+        for (i, dialer) in self.dialers.iter().enumerate() {
+            let url = NodePath::new(dialer.clone(), dests[self.index[i]].path.clone());
             let here = Tally::new(self.tally.clone());
             let dest = url.path.trim_matches('/');
-            crate::mirror::prune_node(url, dest, source, &sent, &opts, &here, None).await;
+            crate::mirror::prune_node(&url, dest, source, &sent, &self.opts, &here, None).await;
             nodes[self.index[i]].deleted = here.finish(Duration::ZERO, 0).deleted;
         }
         Ok(())
@@ -633,7 +642,7 @@ impl Run {
             if node.failed == 0 || !self.routing.is_alive(i) {
                 continue;
             }
-            let Ok((queue, opts)) = self.direct_queue(i, None) else {
+            let Ok((queue, opts)) = self.direct_queue(None) else {
                 continue;
             };
             // Counted here per node, and in what this client sent.
@@ -641,13 +650,13 @@ impl Run {
             let ctx = SenderCtx::for_client(&opts, &tally, self.buffers.clone())
                 .sealed(self.origin.clone());
             let target = self.targets[i].clone();
+            let dialer = self.dialers[i].clone();
             let request = Request::Relayed {
                 ticket: target.ticket,
                 stripe: None,
             };
             repairs.spawn(async move {
-                let (_, err) =
-                    send_all(&queue, &target.addr, request, None, &opts, &tally, ctx).await;
+                let (_, err) = send_all(&queue, &dialer, request, None, &opts, &tally, ctx).await;
                 (i, tally.finish(Duration::ZERO, 0), err)
             });
         }
@@ -674,21 +683,14 @@ impl Run {
     }
 
     /// The sources (or one stripe of them) as a queue for a send of the
-    /// client's own to node `i`, pinned to the key seen at admission, over
+    /// client's own to one node, over
     /// one connection as relays use (a node's part ends when its upstream
     /// session says `Bye`).
     fn direct_queue(
         &self,
-        i: usize,
         stripe: Option<Stripe>,
     ) -> Result<(Arc<WorkQueue<SendJob>>, ClientOptions), NodeError> {
-        let target = &self.targets[i];
         let mut opts = self.opts.clone();
-        if !target.fingerprint.is_empty() {
-            if let Security::Tls { fingerprint, .. } = &mut opts.security {
-                *fingerprint = Some(target.fingerprint.clone());
-            }
-        }
         opts.streams = 1;
         opts.jobs = crate::Concurrency::Fixed(1);
         let queue = send_queue(

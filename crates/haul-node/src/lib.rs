@@ -6,6 +6,8 @@
 //!   destination, group commits, timers. The protocol's rules are the
 //!   session's; a driver decides only how.
 //! - [`server`]: `haul serve`: handshake, authentication, dispatch.
+//! - [`dial`]: reaching a node: a [`Dialer`] per node (network, or a
+//!   [`Server`] in process), the handshake every way shares.
 //! - [`client`]: `haul push` / `haul pull` / local copies, with a pool of
 //!   connections (`-j`, `--streams`, `auto`) and retries.
 //! - [`jobs`]: the work queues those pools share.
@@ -17,6 +19,7 @@ pub mod buffers;
 pub mod check;
 mod chunk_work;
 pub mod client;
+pub mod dial;
 pub mod drive;
 pub mod dry_run;
 pub mod error;
@@ -39,6 +42,7 @@ pub use buffers::ChunkBuffers;
 pub use check::{check, check_local, CheckReport, CheckSide};
 pub use chunk_work::ChunkWork;
 pub use client::{copy_local, pull, push, ClientOptions, DEFAULT_WINDOW};
+pub use dial::{Dial, Dialer, NodePath};
 pub use dry_run::{dry_run_local, dry_run_pull, dry_run_push};
 pub use error::NodeError;
 pub use fanout::{push_fanout, FanoutOptions, FanoutSummary, NodeReport};

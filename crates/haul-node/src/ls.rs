@@ -9,8 +9,9 @@ use haul_proto::{Entry, EntryKind, ErrorCode};
 use haul_session::Observer;
 
 use crate::client::{list_top, ClientOptions};
+use crate::dial::NodePath;
 use crate::dry_run::{filtered, list_node, walk_local, Side};
-use crate::{NodeError, NodeUrl};
+use crate::NodeError;
 
 /// What a listing found: entries (paths relative to what was named) and
 /// how many could not be read (reported to the observer).
@@ -24,14 +25,14 @@ pub struct Listing {
 
 /// Lists `remote` (a path on a node).
 pub async fn ls_node(
-    remote: &NodeUrl,
+    remote: &NodePath,
     opts: &ClientOptions,
     recursive: bool,
     observer: Arc<dyn Observer>,
 ) -> Result<Listing, NodeError> {
     let path = remote.path.trim_end_matches('/');
     let top = list_top(path);
-    let side = list_node(&remote.addr, opts, path, observer.as_ref()).await?;
+    let side = list_node(&remote.dialer, path, observer.as_ref()).await?;
     if side.entries.is_empty() && side.errors == 0 {
         return Err(NodeError::Refused {
             code: ErrorCode::NotFound,

@@ -19,16 +19,17 @@ use haul_proto::{EntryKind, Message, Request};
 use haul_session::summary::Tally;
 use haul_session::{Event, Observer};
 
-use crate::client::{open_session, ClientOptions};
+use crate::client::ClientOptions;
+use crate::dial::NodePath;
 use crate::dry_run::{filtered, list_node};
-use crate::{NodeError, NodeUrl};
+use crate::NodeError;
 
 /// `haul push --delete`: once the push failed nowhere, what the node holds
 /// under DEST/TOP (its read-only listing, filtered like the source) that
 /// the source did not send is removed by the node (`Request::Prune`), one
 /// `Remove` at a time, each answered.
 pub(crate) async fn prune_node(
-    remote: &NodeUrl,
+    remote: &NodePath,
     dest: &str,
     source: &str,
     sent: &HashSet<String>,
@@ -43,7 +44,7 @@ pub(crate) async fn prune_node(
         .map(|t| t.top_name().to_owned())
         .unwrap_or_default();
     let under = under_dest(dest, &top);
-    let side = match list_node(&remote.addr, opts, &under, tally).await {
+    let side = match list_node(&remote.dialer, &under, tally).await {
         Ok(side) if side.errors == 0 => side,
         Ok(_) => {
             tally.event(&Event::Warning {
@@ -68,7 +69,7 @@ pub(crate) async fn prune_node(
     let request = Request::Prune {
         dest: dest.to_owned(),
     };
-    let (mut r, mut w) = match open_session(&remote.addr, opts, request).await {
+    let (mut r, mut w) = match remote.dialer.open(request).await {
         Ok(conn) => conn,
         Err(e) => {
             tally.event(&Event::FileError {

@@ -15,7 +15,8 @@ use tokio::task::JoinSet;
 use haul_proto::Request;
 use haul_transport::{Connection, TransportError};
 
-use crate::client::{open_session, ClientOptions};
+use crate::client::ClientOptions;
+use crate::dial::Dialer;
 use crate::jobs::{Job, WorkQueue};
 use crate::NodeError;
 
@@ -85,14 +86,14 @@ where
 /// link corrupting half the server's packets took over 15 s once), and a
 /// new attempt starts its retransmission timers afresh.
 pub(crate) async fn open_first(
-    addr: &str,
+    dialer: &Dialer,
     opts: &ClientOptions,
     request: Request,
     tally: &dyn Observer,
 ) -> Result<Connection, NodeError> {
     let mut backoff = connection_backoff(opts);
     loop {
-        let err = match open_session(addr, opts, request.clone()).await {
+        let err = match dialer.open(request.clone()).await {
             Ok(conn) => return Ok(conn),
             Err(e) => e,
         };
@@ -106,7 +107,8 @@ pub(crate) async fn open_first(
         };
         tally.event(&Event::Warning {
             message: format!(
-                "cannot reach {addr}: {err}; retry {}/{} in {:.1}s",
+                "cannot reach {}: {err}; retry {}/{} in {:.1}s",
+                dialer.name(),
                 backoff.attempts(),
                 opts.retry.retries,
                 wait.as_secs_f64()
@@ -120,7 +122,7 @@ pub(crate) async fn open_first(
 /// backoff and within `backoff`'s budget (`--retries`); gives up at once on
 /// what another try cannot mend.
 pub(crate) async fn relist(
-    addr: &str,
+    dialer: &Dialer,
     opts: &ClientOptions,
     request: Request,
     tally: &Tally,
@@ -143,7 +145,7 @@ pub(crate) async fn relist(
             ),
         });
         tokio::time::sleep(wait).await;
-        match open_session(addr, opts, request.clone()).await {
+        match dialer.open(request.clone()).await {
             Ok(conn) => return Ok(conn),
             Err(e) => err = e,
         }

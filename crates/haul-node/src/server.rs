@@ -17,8 +17,8 @@ use haul_proto::{
 };
 use haul_session::peer_text::without_root;
 use haul_transport::{
-    Accepted, KnownHosts, Listener, MessageReader, MessageWriter, QuicAccepted, QuicListener,
-    Security, Timeouts, Transport,
+    Accepted, Connection, KnownHosts, Listener, MessageReader, MessageWriter, QuicAccepted,
+    QuicListener, Security, Timeouts, Transport,
 };
 use tokio::task::JoinSet;
 
@@ -239,10 +239,26 @@ impl Server {
         let t = self.opts.timeouts;
         let peer = arrival.peer();
         // A relay forwards over the transport its client chose.
-        let (over, (mut reader, mut writer)) = match arrival {
+        let (over, conn) = match arrival {
             Arrival::Tcp(a) => (Transport::Tcp, a.establish(t).await?),
             Arrival::Quic(a) => (Transport::Quic, a.establish(t).await?),
         };
+        self.serve_connection(conn, peer, over).await
+    }
+
+    /// Serves one connection however it was made — accepted from the
+    /// network, or one end of an in-memory pair ([`crate::Dialer::in_process`]):
+    /// the `Hello` within the handshake timeout, the version and token
+    /// checks, `Welcome` or `Refused`, then the request's session. `peer`
+    /// names it in the log; `over` is the transport its relay forwards use.
+    pub async fn serve_connection(
+        &self,
+        conn: Connection,
+        peer: std::net::SocketAddr,
+        over: Transport,
+    ) -> Result<(), NodeError> {
+        let t = self.opts.timeouts;
+        let (mut reader, mut writer) = conn;
         reader.set_idle(t.handshake);
         let hello = reader.recv().await?;
         reader.set_idle(t.idle);
@@ -757,8 +773,8 @@ async fn run_forward(
     // A relay's copy that changes is its upstream's to send again (a new
     // version, offered here and forwarded as such), never this relay's.
     ctx.changed_retries = 0;
-    let (_, err) =
-        crate::client::send_all(&queue, &target.addr, request, None, opts, &tally, ctx).await;
+    let dialer = crate::Dialer::network(&target.addr, opts);
+    let (_, err) = crate::client::send_all(&queue, &dialer, request, None, opts, &tally, ctx).await;
     let summary = tally.finish(Duration::ZERO, 0);
     match err {
         Some(e) => ForwardEnd::GaveUp(e.to_string()),

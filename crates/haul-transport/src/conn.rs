@@ -443,6 +443,17 @@ pub fn memory_pair_paced(
     timeouts: Timeouts,
     pace: Option<Arc<RateLimit>>,
 ) -> (crate::Connection, crate::Connection) {
+    pair_of(timeouts, pace, |w| Box::new(w), |w| Box::new(w))
+}
+
+/// Two connected in-memory ends whose write halves pass through `first`
+/// and `second` (faults are injected there, [`crate::fault`]).
+pub(crate) fn pair_of(
+    timeouts: Timeouts,
+    pace: Option<Arc<RateLimit>>,
+    first: impl FnOnce(tokio::io::WriteHalf<tokio::io::DuplexStream>) -> BoxWrite,
+    second: impl FnOnce(tokio::io::WriteHalf<tokio::io::DuplexStream>) -> BoxWrite,
+) -> (crate::Connection, crate::Connection) {
     let (a, b) = tokio::io::duplex(8 << 20);
     let (ar, aw) = tokio::io::split(a);
     let (br, bw) = tokio::io::split(b);
@@ -455,8 +466,8 @@ pub fn memory_pair_paced(
         )
     };
     (
-        end(Box::new(ar), Box::new(aw), pace),
-        end(Box::new(br), Box::new(bw), None),
+        end(Box::new(ar), first(aw), pace),
+        end(Box::new(br), second(bw), None),
     )
 }
 

@@ -9,6 +9,7 @@
 
 pub mod conn;
 pub mod error;
+pub mod fault;
 pub mod identity;
 pub mod known_hosts;
 pub mod message;
@@ -19,6 +20,7 @@ pub mod tls;
 
 pub use conn::{memory_pair, memory_pair_paced, FrameReader, FrameWriter, Timeouts};
 pub use error::TransportError;
+pub use fault::{faulty_memory_pair, Breakage, Direction, Fault, FaultPlan};
 pub use identity::{fingerprint_of, ServerIdentity};
 pub use known_hosts::{KnownHosts, TrustDecision};
 pub use message::{Connection, MessageReader, MessageWriter, Payload};

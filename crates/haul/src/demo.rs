@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use haul_node::{ClientOptions, NodeUrl, ServeOptions, Server, Summary};
+use haul_node::{ClientOptions, NodePath, NodeUrl, ServeOptions, Server, Summary};
 use haul_transport::{KnownHosts, Listener, Security, ServerIdentity, Timeouts};
 
 use crate::cli::DemoArgs;
@@ -152,7 +152,7 @@ async fn demo(dir: &Path, args: &DemoArgs, mode: Mode) -> Result<u8> {
         ..ClientOptions::default()
     };
     let display = Arc::new(Display::new(mode));
-    let remote = NodeUrl::parse(&format!("haul://{addr}/incoming"))?;
+    let remote = NodePath::network(&NodeUrl::parse(&format!("haul://{addr}/incoming"))?, &opts);
     let pushed = haul_node::push(
         &[source.display().to_string()],
         &remote,
@@ -164,7 +164,10 @@ async fn demo(dir: &Path, args: &DemoArgs, mode: Mode) -> Result<u8> {
     step(mode, "3. pushed it to the node", &pushed);
 
     let pulled_dir = dir.join("pulled");
-    let remote = NodeUrl::parse(&format!("haul://{addr}/incoming/dataset"))?;
+    let remote = NodePath::network(
+        &NodeUrl::parse(&format!("haul://{addr}/incoming/dataset"))?,
+        &opts,
+    );
     let display = Arc::new(Display::new(mode));
     let pulled = haul_node::pull(&remote, &pulled_dir, &opts, display.clone()).await?;
     display.finish();

@@ -104,8 +104,9 @@ pub async fn push(
                 Mode::Human => println!("{shown}:"),
                 Mode::Quiet => {}
             }
+            let node = haul_node::NodePath::network(url, &opts);
             let report =
-                haul_node::dry_run_push(&paths, url, &opts, false, display.clone()).await?;
+                haul_node::dry_run_push(&paths, &node, &opts, false, display.clone()).await?;
             display.finish();
             output::print_dry_run_report(mode, &report);
             if report.errors > 0 {

@@ -29,7 +29,8 @@ pub async fn run(args: LsArgs, mode: Mode) -> Result<u8> {
     ))?;
     let display = Arc::new(Display::new(mode));
     let (lines, errors): (Vec<Line>, u64) = match Location::parse(&args.url)? {
-        Location::Node(remote) => {
+        Location::Node(url) => {
+            let remote = haul_node::NodePath::network(&url, &opts);
             let l = haul_node::ls_node(&remote, &opts, args.recursive, display.clone()).await?;
             (l.entries.into_iter().map(from_entry).collect(), l.errors)
         }
@@ -89,21 +90,23 @@ pub async fn check(args: CheckArgs, mode: Mode) -> Result<u8> {
     if matches!((&src, &dst), (Location::Remote(_), Location::Local(_))) {
         return check_remote(args, mode).await;
     }
+    let opts = usage(config::filtered_client_options(
+        &args.transfer,
+        &args.filter,
+    ))?;
     let mut sides = Vec::new();
     for (text, side) in [(&args.src, src), (&args.dst, dst)] {
         match side {
             Location::Remote(_) => return Err(what(text).into()),
-            Location::Node(node) => sides.push(haul_node::CheckSide::Node(node)),
+            Location::Node(url) => sides.push(haul_node::CheckSide::Node(
+                haul_node::NodePath::network(&url, &opts),
+            )),
             Location::Local(path) => {
                 usage(config::check_local_source(&path))?;
                 sides.push(haul_node::CheckSide::Local(path));
             }
         }
     }
-    let opts = usage(config::filtered_client_options(
-        &args.transfer,
-        &args.filter,
-    ))?;
     let display = Arc::new(Display::new(mode));
     let r = haul_node::check(&sides[0], &sides[1], &opts, display.as_ref()).await;
     display.finish();

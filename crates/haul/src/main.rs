@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use anyhow::{Context, Result};
 use clap::{CommandFactory, FromArgMatches};
-use haul_node::{NodeError, NodeUrl, ServeOptions, Server, Summary};
+use haul_node::{NodeError, NodePath, NodeUrl, ServeOptions, Server, Summary};
 use haul_proto::ErrorCode;
 use haul_transport::{Listener, ServerIdentity, Timeouts, TransportError};
 
@@ -323,7 +323,7 @@ async fn push(args: PushArgs, mode: Mode) -> Result<u8> {
     if !NodeUrl::is_remote(&target) {
         return Err(UsageError(format!("the last argument of push must be haul://HOST:PORT/DEST, not {target:?} (for a local copy use `haul pull SRC DEST`)")).into());
     }
-    let remote = NodeUrl::parse(&target)?;
+    let url = NodeUrl::parse(&target)?;
     for p in &paths {
         usage(config::check_local_source(p))?;
     }
@@ -331,6 +331,7 @@ async fn push(args: PushArgs, mode: Mode) -> Result<u8> {
         &args.transfer,
         &args.filter,
     ))?;
+    let remote = NodePath::network(&url, &opts);
     let display = Arc::new(Display::new(mode));
     if args.transfer.dry_run {
         let report =
@@ -377,7 +378,8 @@ async fn pull_from(
     display: Arc<Display>,
 ) -> Result<Summary> {
     match Location::parse(&args.source)? {
-        Location::Node(remote) => {
+        Location::Node(url) => {
+            let remote = NodePath::network(&url, opts);
             Ok(haul_node::pull(&remote, &args.dest, opts, display.clone()).await?)
         }
         Location::Remote(url) => {
@@ -432,7 +434,8 @@ async fn dry_run_pull(
     display: Arc<Display>,
 ) -> Result<u8> {
     let report = match Location::parse(&args.source)? {
-        Location::Node(remote) => {
+        Location::Node(url) => {
+            let remote = NodePath::network(&url, opts);
             haul_node::dry_run_pull(&remote, &args.dest, opts, opts.delete, display.clone()).await?
         }
         Location::Remote(url) => {

@@ -1,0 +1,288 @@
+//! Reaching a node: a [`Dialer`] turns "open a session for this request"
+//! into an authenticated, message-level connection. Everything that talks to
+//! a node — pools, re-listing, listings, prune, check, ls, fan-out admission
+//! and a relay's forwards — takes a dialer, never an address and options.
+//!
+//! A dialer is a way to connect ([`Dial`]: TCP with TLS or plaintext, QUIC,
+//! or a [`Server`] in this process over the in-memory transport) plus the
+//! handshake every way shares: `Hello` with the token, then `Welcome` or
+//! `Refused`, and trust on first use of the node's key once it answered in
+//! haul. A new way to reach a node (SSH) is one more [`Dial`].
+//!
+//! Architecture Invariant: this module is a leaf of the client side; it
+//! knows no pool, job or listing (tested through `tests/in_process.rs`).
+
+use std::future::Future;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::pin::Pin;
+use std::sync::Arc;
+
+use haul_proto::{DecodeError, Message, Request, PROTOCOL_VERSION};
+use haul_transport::{
+    connect, connect_quic, faulty_memory_pair, memory_pair, Connection, FaultPlan, PeerKey,
+    Security, Timeouts, Transport, TransportError, Tuning,
+};
+
+use crate::{ClientOptions, NodeError, NodeUrl, Server};
+
+/// A path on a node and the way to reach it: where a node command goes.
+#[derive(Debug, Clone)]
+pub struct NodePath {
+    /// How the node is reached.
+    pub dialer: Dialer,
+    /// Path under the node's root (may be empty; may end with `/`).
+    pub path: String,
+}
+
+impl NodePath {
+    /// The node `url` names, over the network as `opts` say.
+    pub fn network(url: &NodeUrl, opts: &ClientOptions) -> Self {
+        Self {
+            dialer: Dialer::network(&url.addr, opts),
+            path: url.path.clone(),
+        }
+    }
+
+    /// `path` on the node `dialer` reaches.
+    pub fn new(dialer: Dialer, path: impl Into<String>) -> Self {
+        Self {
+            dialer,
+            path: path.into(),
+        }
+    }
+}
+
+/// A future a [`Dial`] returns.
+pub type Dialing<'a> = Pin<Box<dyn Future<Output = Result<Reached, NodeError>> + Send + 'a>>;
+
+/// A connection a [`Dial`] made, before the haul handshake.
+pub struct Reached {
+    /// The message-level connection.
+    pub conn: Connection,
+    /// The key the node presented (TLS, QUIC), to pin once it answered.
+    pub key: Option<PeerKey>,
+    /// How it is carried, for the log ("TLS 1.3", "plaintext").
+    pub over: &'static str,
+}
+
+/// One way to connect to a node.
+pub trait Dial: Send + Sync {
+    /// Opens one connection (transport and TLS handshakes done).
+    fn connect(&self) -> Dialing<'_>;
+    /// The node as messages name it (`host:port`).
+    fn name(&self) -> &str;
+}
+
+/// How a client reaches one node; cheap to clone.
+#[derive(Clone)]
+pub struct Dialer {
+    way: Arc<dyn Dial>,
+    token: String,
+    timeouts: Timeouts,
+}
+
+impl std::fmt::Debug for Dialer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dialer")
+            .field("node", &self.way.name())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Dialer {
+    /// A dialer over `way`, presenting `token`, with `timeouts` for the
+    /// handshake and the session.
+    pub fn new(way: Arc<dyn Dial>, token: String, timeouts: Timeouts) -> Self {
+        Self {
+            way,
+            token,
+            timeouts,
+        }
+    }
+
+    /// The node at `addr` (`host:port`) over the network, as `opts` say:
+    /// TCP or QUIC, TLS with pinning or plaintext, socket tuning, token.
+    pub fn network(addr: &str, opts: &ClientOptions) -> Self {
+        let way = Network {
+            addr: addr.to_owned(),
+            security: opts.security.clone(),
+            transport: opts.transport,
+            timeouts: opts.timeouts,
+            tuning: opts.tuning.clone(),
+        };
+        Self::new(Arc::new(way), opts.token.clone(), opts.timeouts)
+    }
+
+    /// `server`, in this process, over the in-memory transport: local
+    /// copies and tests. Each connection is served as a network one would be.
+    pub fn in_process(server: Arc<Server>, token: &str, timeouts: Timeouts) -> Self {
+        Self::with_faults(server, token, timeouts, FaultPlan::new([]))
+    }
+
+    /// [`Dialer::in_process`] whose connections break as `faults` plans.
+    pub fn with_faults(
+        server: Arc<Server>,
+        token: &str,
+        timeouts: Timeouts,
+        faults: Arc<FaultPlan>,
+    ) -> Self {
+        let way = InProcess {
+            server,
+            timeouts,
+            faults,
+        };
+        Self::new(Arc::new(way), token.to_owned(), timeouts)
+    }
+
+    /// The node as messages name it.
+    pub fn name(&self) -> &str {
+        self.way.name()
+    }
+
+    /// Opens a session for `request`.
+    pub async fn open(&self, request: Request) -> Result<Connection, NodeError> {
+        Ok(self.open_keyed(request).await?.0)
+    }
+
+    /// [`Dialer::open`], also returning the fingerprint of the key the node
+    /// presented (`None` in plaintext and in process).
+    pub async fn open_keyed(
+        &self,
+        request: Request,
+    ) -> Result<(Connection, Option<String>), NodeError> {
+        let name = self.way.name();
+        let Reached {
+            conn: (mut r, mut w),
+            key,
+            over,
+        } = self.way.connect().await?;
+        match &key {
+            Some(k) => tracing::info!(
+                "connected to {name} over {over}, server key {}",
+                k.fingerprint
+            ),
+            None => tracing::info!("connected to {name} ({over})"),
+        }
+        w.send(&Message::Hello {
+            version: PROTOCOL_VERSION,
+            token: self.token.clone(),
+            request,
+        })
+        .await?;
+        r.set_idle(self.timeouts.handshake);
+        let answer = match r.recv().await {
+            Ok(answer) => answer,
+            Err(TransportError::Decode(DecodeError::BadLength(len))) if looks_like_tls(len) => {
+                return Err(NodeError::Usage(format!(
+                    "the node at {name} answered in TLS: it does not run with --plaintext, so drop --plaintext here"
+                )))
+            }
+            Err(e) => return Err(e.into()),
+        };
+        r.set_idle(self.timeouts.idle);
+        // The server answered in haul: a key met for the first time is pinned
+        // now (trust on first use), whatever the answer.
+        if let (Some(k), Message::Welcome { .. } | Message::Refused { .. }) = (&key, &answer) {
+            if let Some(file) = k.trust()? {
+                tracing::warn!(
+                    "trusting {name} on first use: its key {} is now pinned in {}",
+                    k.fingerprint,
+                    file.display()
+                );
+            }
+        }
+        match answer {
+            Message::Welcome { .. } => Ok(((r, w), key.map(|k| k.fingerprint))),
+            Message::Refused { code, message } => Err(NodeError::Refused { code, message }),
+            other => Err(NodeError::Protocol(format!(
+                "expected Welcome, got {other:?}"
+            ))),
+        }
+    }
+}
+
+/// Whether a frame length prefix is really the start of a TLS record
+/// (content type 20–23, then major version 3): a TLS node's answer, most
+/// likely an alert, to a plaintext `Hello`.
+fn looks_like_tls(len: u32) -> bool {
+    let [kind, major, ..] = len.to_be_bytes();
+    (20..=23).contains(&kind) && major == 3
+}
+
+/// A node over the network.
+struct Network {
+    addr: String,
+    security: Security,
+    transport: Transport,
+    timeouts: Timeouts,
+    tuning: Tuning,
+}
+
+impl Dial for Network {
+    fn connect(&self) -> Dialing<'_> {
+        Box::pin(async move {
+            let (conn, key, over) = match self.transport {
+                Transport::Tcp => {
+                    let (conn, key) =
+                        connect(&self.addr, &self.security, self.timeouts, &self.tuning).await?;
+                    let over = if key.is_some() {
+                        "TLS 1.3"
+                    } else {
+                        "plaintext"
+                    };
+                    (conn, key, over)
+                }
+                Transport::Quic => {
+                    let (conn, key) =
+                        connect_quic(&self.addr, &self.security, self.timeouts, &self.tuning)
+                            .await?;
+                    (conn, Some(key), "QUIC (TLS 1.3)")
+                }
+            };
+            Ok(Reached { conn, key, over })
+        })
+    }
+
+    fn name(&self) -> &str {
+        &self.addr
+    }
+}
+
+/// A [`Server`] of this process, over the in-memory transport.
+struct InProcess {
+    server: Arc<Server>,
+    timeouts: Timeouts,
+    faults: Arc<FaultPlan>,
+}
+
+/// The peer address an in-process connection is logged with.
+const IN_PROCESS_PEER: SocketAddr = SocketAddr::new(std::net::IpAddr::V4(Ipv4Addr::LOCALHOST), 0);
+
+impl Dial for InProcess {
+    fn connect(&self) -> Dialing<'_> {
+        Box::pin(async move {
+            let (client, node) = match self.faults.next() {
+                Some(fault) => faulty_memory_pair(self.timeouts, fault),
+                None => memory_pair(self.timeouts),
+            };
+            let server = self.server.clone();
+            tokio::spawn(async move {
+                if let Err(e) = server
+                    .serve_connection(node, IN_PROCESS_PEER, Transport::Tcp)
+                    .await
+                {
+                    tracing::warn!("in-process connection: {e}");
+                }
+            });
+            Ok(Reached {
+                conn: client,
+                key: None,
+                over: "in process",
+            })
+        })
+    }
+
+    fn name(&self) -> &str {
+        "in-process node"
+    }
+}

@@ -1,0 +1,310 @@
+//! Driver tests in process: a real [`Server`] over the in-memory transport
+//! ([`Dialer::in_process`]), with faults injected into chosen connections
+//! ([`FaultPlan`]) — the driver-level twin of `haul-netsim`'s `Sim`. Pools,
+//! re-listing, prune and admission are tested here without a socket, a
+//! spawned binary or a second of wall time spent waiting for a network.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use haul_node::{
+    ClientOptions, Concurrency, Dialer, NodeError, NodePath, ServeOptions, Server, TransferLog,
+};
+use haul_proto::{ErrorCode, OriginKey, Request};
+use haul_session::backoff::RetryPolicy;
+use haul_session::{Event, Observer};
+use haul_transport::{Direction, Fault, FaultPlan, Timeouts};
+
+/// A node serving a temporary root, in this process.
+struct TestNode {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+    server: Arc<Server>,
+    timeouts: Timeouts,
+}
+
+const TOKEN: &str = "in-process-token";
+
+impl TestNode {
+    fn start() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("root");
+        let timeouts = Timeouts {
+            connect: Duration::from_secs(2),
+            handshake: Duration::from_secs(2),
+            idle: Duration::from_secs(2),
+        };
+        let server = Server::new(ServeOptions {
+            root: root.clone(),
+            tokens: vec![TOKEN.into()],
+            timeouts,
+            window: haul_node::DEFAULT_WINDOW,
+            max_retries: 5,
+            grace: Duration::from_secs(1),
+            chunk_memory: 64 << 20,
+            log: Arc::new(TransferLog::default()),
+            partial_ttl: None,
+        })
+        .unwrap();
+        Self {
+            _dir: dir,
+            root,
+            server,
+            timeouts,
+        }
+    }
+
+    /// `path` on this node, its connections breaking as `faults` plan.
+    fn at(&self, path: &str, faults: impl IntoIterator<Item = Option<Fault>>) -> NodePath {
+        let dialer = Dialer::with_faults(
+            self.server.clone(),
+            TOKEN,
+            self.timeouts,
+            FaultPlan::new(faults),
+        );
+        NodePath::new(dialer, path)
+    }
+
+    fn file(&self, rel: &str) -> PathBuf {
+        self.root.join(rel)
+    }
+}
+
+/// Client options for tests: the node's timeouts, quick retries.
+fn options(node: &TestNode, jobs: u32) -> ClientOptions {
+    ClientOptions {
+        timeouts: node.timeouts,
+        jobs: Concurrency::Fixed(jobs),
+        retry: RetryPolicy {
+            retries: 4,
+            first_wait: Duration::from_millis(20),
+        },
+        ..ClientOptions::default()
+    }
+}
+
+/// Every event, kept.
+#[derive(Default)]
+struct Heard(Mutex<Vec<Event>>);
+
+impl Observer for Heard {
+    fn event(&self, event: &Event) {
+        if let Ok(mut all) = self.0.lock() {
+            all.push(event.clone());
+        }
+    }
+}
+
+impl Heard {
+    fn warnings(&self) -> Vec<String> {
+        let all = self.0.lock().unwrap();
+        all.iter()
+            .filter_map(|e| match e {
+                Event::Warning { message } => Some(message.clone()),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+/// Bytes that differ along a file, so a misplaced range shows.
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u32).wrapping_mul(2_654_435_761).to_le_bytes()[2] ^ seed)
+        .collect()
+}
+
+fn write(path: &Path, bytes: &[u8]) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, bytes).unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_push_cut_mid_file_resumes_on_a_new_connection() {
+    let node = TestNode::start();
+    let src = tempfile::tempdir().unwrap();
+    let size = 24 << 20;
+    let data = pattern(size, 7);
+    write(&src.path().join("big.bin"), &data);
+    // The first connection is cut when three quarters of the file went out.
+    let cut = Fault::cut(Direction::Outbound, (size as u64) * 3 / 4);
+    let remote = node.at("in/", [Some(cut)]);
+    let heard = Arc::new(Heard::default());
+    let sources = [src.path().join("big.bin").display().to_string()];
+    let summary = haul_node::push(&sources, &remote, &options(&node, 1), heard.clone())
+        .await
+        .unwrap();
+    assert_eq!(summary.failed, 0, "{summary:?}");
+    assert_eq!(std::fs::read(node.file("in/big.bin")).unwrap(), data);
+    let warnings = heard.warnings();
+    assert!(
+        warnings.iter().any(|w| w.contains("connection failed")),
+        "the cut was retried: {warnings:?}"
+    );
+    // Resumed, not begun again: what was received before the cut stays.
+    assert!(
+        summary.bytes_transferred < (size as u64) * 3 / 2,
+        "sent {} bytes for a file of {size}",
+        summary.bytes_transferred
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pull_whose_listing_breaks_lists_again_from_where_it_stopped() {
+    let node = TestNode::start();
+    let files = 400;
+    for i in 0..files {
+        write(
+            &node.file(&format!("tree/d{}/f{i:04}", i % 7)),
+            &pattern(300 + i, i as u8),
+        );
+    }
+    // The listing (the pull's first connection) breaks after a few entries.
+    let remote = node.at("tree", [Some(Fault::cut(Direction::Inbound, 4 << 10))]);
+    let dest = tempfile::tempdir().unwrap();
+    let heard = Arc::new(Heard::default());
+    let summary = haul_node::pull(&remote, dest.path(), &options(&node, 2), heard.clone())
+        .await
+        .unwrap();
+    assert_eq!(summary.failed, 0, "{summary:?}");
+    assert_eq!(summary.files_ok, files as u64, "{summary:?}");
+    for i in 0..files {
+        let rel = format!("tree/d{}/f{i:04}", i % 7);
+        assert_eq!(
+            std::fs::read(dest.path().join(&rel)).unwrap(),
+            pattern(300 + i, i as u8),
+            "{rel}"
+        );
+    }
+    let warnings = heard.warnings();
+    assert!(
+        warnings.iter().any(|w| w.contains("listing broke off")),
+        "{warnings:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pull_whose_data_connection_goes_silent_is_taken_up_by_another() {
+    let node = TestNode::start();
+    let data = pattern(6 << 20, 3);
+    write(&node.file("quiet/a.bin"), &data);
+    // Connection 1 lists; connection 2 fetches and stalls after 1 MiB: only
+    // the idle limit ends it, and the file is taken up again.
+    let stall = Fault::stall(Direction::Inbound, 1 << 20);
+    let remote = node.at("quiet", [None, Some(stall)]);
+    let dest = tempfile::tempdir().unwrap();
+    let heard = Arc::new(Heard::default());
+    let summary = haul_node::pull(&remote, dest.path(), &options(&node, 1), heard.clone())
+        .await
+        .unwrap();
+    assert_eq!(summary.failed, 0, "{summary:?}");
+    assert_eq!(
+        std::fs::read(dest.path().join("quiet/a.bin")).unwrap(),
+        data
+    );
+    let warnings = heard.warnings();
+    assert!(
+        warnings.iter().any(|w| w.contains("connection failed")),
+        "{warnings:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn push_delete_prunes_on_the_node_only_what_the_source_lacks() {
+    let node = TestNode::start();
+    let src = tempfile::tempdir().unwrap();
+    write(&src.path().join("set/keep.txt"), b"keep");
+    write(&src.path().join("set/sub/also.txt"), b"also");
+    write(&node.file("in/set/stale.txt"), b"stale");
+    write(&node.file("in/set/sub/old/deep.txt"), b"deep");
+    write(
+        &node.file("in/elsewhere.txt"),
+        b"not under the source's top",
+    );
+    let mut opts = options(&node, 1);
+    opts.delete = true;
+    let sources = [src.path().join("set").display().to_string()];
+    let summary = haul_node::push(
+        &sources,
+        &node.at("in", []),
+        &opts,
+        Arc::new(Heard::default()),
+    )
+    .await
+    .unwrap();
+    assert_eq!(summary.failed, 0, "{summary:?}");
+    assert_eq!(summary.deleted, 3, "{summary:?}");
+    assert!(node.file("in/set/keep.txt").is_file());
+    assert!(node.file("in/set/sub/also.txt").is_file());
+    assert!(!node.file("in/set/stale.txt").exists());
+    assert!(!node.file("in/set/sub/old").exists());
+    assert!(node.file("in/elsewhere.txt").is_file());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn push_delete_deletes_nothing_when_the_push_broke() {
+    let node = TestNode::start();
+    let src = tempfile::tempdir().unwrap();
+    write(&src.path().join("set/a.txt"), b"a");
+    write(&node.file("in/set/stale.txt"), b"stale");
+    let mut opts = options(&node, 1);
+    opts.delete = true;
+    opts.retry.retries = 0;
+    // Every connection after the first (the one that checks DEST) is cut
+    // at once: nothing arrives, so nothing may be deleted.
+    let cut = Some(Fault::cut(Direction::Outbound, 0));
+    let remote = node.at("in", [None, cut, cut, cut, cut]);
+    let sources = [src.path().join("set").display().to_string()];
+    let _ = haul_node::push(&sources, &remote, &opts, Arc::new(Heard::default())).await;
+    assert!(node.file("in/set/stale.txt").is_file());
+}
+
+#[tokio::test]
+async fn admission_is_refused_for_a_bad_path_or_token() {
+    let node = TestNode::start();
+    let origin: OriginKey = [7; 32];
+    let admit = |dest: &str| Request::Admit {
+        dest: dest.into(),
+        origin,
+        checksum: false,
+    };
+    let ok = Dialer::in_process(node.server.clone(), TOKEN, node.timeouts);
+    match ok.open(admit("../escape")).await {
+        Err(NodeError::Refused { code, .. }) => assert_eq!(code, ErrorCode::BadPath),
+        Err(e) => panic!("refused for the wrong reason: {e}"),
+        Ok(_) => panic!("a path out of the root was admitted"),
+    }
+    let wrong = Dialer::in_process(node.server.clone(), "not-the-token", node.timeouts);
+    match wrong.open(admit("fine")).await {
+        Err(NodeError::Refused { code, message }) => {
+            assert_eq!(code, ErrorCode::Unauthorized);
+            assert!(message.contains("--token"), "says what to do: {message}");
+        }
+        Err(e) => panic!("refused for the wrong reason: {e}"),
+        Ok(_) => panic!("a wrong token was admitted"),
+    }
+    assert!(ok.open(admit("fine")).await.is_ok());
+}
+
+#[tokio::test]
+async fn a_node_that_never_answers_the_hello_times_out() {
+    let node = TestNode::start();
+    // The Hello itself never arrives: the client's wait for Welcome ends at
+    // the handshake limit, not never.
+    let remote = node.at("x", [Some(Fault::stall(Direction::Outbound, 0))]);
+    let started = std::time::Instant::now();
+    let err = remote
+        .dialer
+        .open(Request::Fetch)
+        .await
+        .err()
+        .expect("a silent node cannot be reached");
+    assert!(
+        matches!(err, NodeError::Transport(_)),
+        "a transport error: {err}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(10));
+}
