@@ -22,6 +22,7 @@ pub mod one_file;
 pub use haul_proto::digest as hash;
 pub mod partial;
 pub mod prune;
+pub mod quick_check;
 pub mod source;
 
 pub use chunks::{ChunkSink, ChunkSource, Confirmation, LocalFile, MemorySource, VerifiedChunk};

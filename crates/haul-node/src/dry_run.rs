@@ -9,6 +9,7 @@ use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::Arc;
 
+use haul_engine::quick_check::{same_version, Held};
 use haul_engine::source::hash_local;
 use haul_engine::{LocalTree, OneFile, Source as _, SourceEntry};
 use haul_proto::{Digest, Entry, EntryKind, ErrorCode, Message, Request};
@@ -383,7 +384,7 @@ fn compare(
     }
     // rsync's quick check, or with `--checksum` size and BLAKE3.
     let same = |t: &Entry, e: &Entry| match checksum {
-        false => same_file(t, e),
+        false => same_version(Held::listed(t), e),
         true => {
             t.size == e.size
                 && matches!((dest.sums.get(&t.path), source.sums.get(&e.path)), (Some(a), Some(b)) if a == b)
@@ -426,9 +427,4 @@ fn compare(
             say(e, DryRunAction::Delete);
         }
     }
-}
-
-/// rsync's quick check between two listed entries.
-fn same_file(a: &Entry, b: &Entry) -> bool {
-    a.size == b.size && (a.mtime_sec, a.mtime_nsec) == (b.mtime_sec, b.mtime_nsec)
 }

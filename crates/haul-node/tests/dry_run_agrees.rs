@@ -1,0 +1,202 @@
+//! A dry run and the real run agree on every entry — one table of cases,
+//! three locations: a push to a node, a pull from a node (both in process,
+//! [`Dialer::in_process`]) and a local copy. What the dry run says would be
+//! sent, skipped as up to date, made or deleted is what the run then does.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+
+use haul_node::{ClientOptions, Concurrency, Dialer, NodePath, ServeOptions, Server, TransferLog};
+use haul_session::{DryRunAction, Event, Observer};
+use haul_transport::Timeouts;
+
+/// Every event, kept.
+#[derive(Default)]
+struct Heard(Mutex<Vec<Event>>);
+
+impl Observer for Heard {
+    fn event(&self, event: &Event) {
+        self.0.lock().unwrap().push(event.clone());
+    }
+}
+
+/// What happened (or would) to each path, in the dry run's words.
+type Actions = BTreeMap<String, DryRunAction>;
+
+impl Heard {
+    fn dry_run(&self) -> Actions {
+        let all = self.0.lock().unwrap();
+        all.iter()
+            .filter_map(|e| match e {
+                Event::DryRun { path, action, .. } => Some((path.clone(), *action)),
+                _ => None,
+            })
+            .collect()
+    }
+
+    /// The real run's events as the dry run would have named them; `made`
+    /// lists the directories and links that a dry run leaves unnamed when
+    /// they are already there.
+    fn real_run(&self) -> Actions {
+        let all = self.0.lock().unwrap();
+        let mut out = Actions::new();
+        for e in all.iter() {
+            let (path, action) = match e {
+                Event::FileDone {
+                    path,
+                    skipped: true,
+                    ..
+                } => (path, DryRunAction::UpToDate),
+                Event::FileDone { path, blake3, .. } if !blake3.is_empty() => {
+                    (path, DryRunAction::Send)
+                }
+                Event::FileDone { path, .. } => (path, DryRunAction::Make),
+                Event::Deleted { path, .. } => (path, DryRunAction::Delete),
+                Event::FileError { path, error } => panic!("{path}: {error}"),
+                _ => continue,
+            };
+            out.insert(path.clone(), action);
+        }
+        out
+    }
+}
+
+fn write(path: &Path, bytes: &[u8], mtime: SystemTime) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, bytes).unwrap();
+    let f = std::fs::File::options().write(true).open(path).unwrap();
+    f.set_modified(mtime).unwrap();
+}
+
+/// The table: a source tree `set/` and what DEST already holds under
+/// `set/`, with the action each path must get.
+fn lay_out(src: &Path, dest: &Path) {
+    let t = SystemTime::UNIX_EPOCH + Duration::new(1_700_000_000, 123_456_789);
+    let later = t + Duration::from_nanos(1);
+    // Only at the source: sent.
+    write(&src.join("set/new.txt"), b"new", t);
+    // The same size and mtime on both sides: up to date.
+    write(&src.join("set/same.txt"), b"same", t);
+    write(&dest.join("set/same.txt"), b"same", t);
+    // A different size: sent.
+    write(&src.join("set/grown.txt"), b"grown!", t);
+    write(&dest.join("set/grown.txt"), b"grown", t);
+    // The same size, an mtime one nanosecond apart: sent.
+    write(&src.join("set/touched.txt"), b"touch", later);
+    write(&dest.join("set/touched.txt"), b"touch", t);
+    // A directory only at the source: made, with what is in it.
+    write(&src.join("set/sub/inner.txt"), b"inner", t);
+    // A symlink only at the source: made.
+    std::os::unix::fs::symlink("same.txt", src.join("set/link")).unwrap();
+    // Only at DEST: deleted (with --delete).
+    write(&dest.join("set/stale.txt"), b"stale", t);
+}
+
+fn expected() -> Actions {
+    use DryRunAction::*;
+    [
+        ("set/new.txt", Send),
+        ("set/same.txt", UpToDate),
+        ("set/grown.txt", Send),
+        ("set/touched.txt", Send),
+        ("set/sub", Make),
+        ("set/sub/inner.txt", Send),
+        ("set/link", Make),
+        ("set/stale.txt", Delete),
+    ]
+    .into_iter()
+    .map(|(p, a)| (p.to_owned(), a))
+    .collect()
+}
+
+/// The dry run's actions match the table, and the real run's match those
+/// (a real run also names `set` itself, which already exists: left out).
+fn assert_agree(dry: &Heard, real: &Heard) {
+    let said = dry.dry_run();
+    assert_eq!(said, expected(), "the dry run");
+    let mut done = real.real_run();
+    done.remove("set");
+    assert_eq!(done, said, "the real run did what the dry run said");
+}
+
+fn options(timeouts: Timeouts) -> ClientOptions {
+    ClientOptions {
+        timeouts,
+        jobs: Concurrency::Fixed(1),
+        delete: true,
+        ..ClientOptions::default()
+    }
+}
+
+fn node(root: &Path) -> (Arc<Server>, Timeouts) {
+    let timeouts = Timeouts {
+        idle: Duration::from_secs(5),
+        ..Timeouts::default()
+    };
+    let server = Server::new(ServeOptions {
+        root: root.to_owned(),
+        tokens: Vec::new(),
+        timeouts,
+        window: haul_node::DEFAULT_WINDOW,
+        max_retries: 5,
+        grace: Duration::from_secs(1),
+        chunk_memory: 64 << 20,
+        log: Arc::new(TransferLog::default()),
+        partial_ttl: None,
+    })
+    .unwrap();
+    (server, timeouts)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn push_to_a_node() {
+    let (src, root) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    lay_out(src.path(), &root.path().join("in"));
+    let (server, timeouts) = node(root.path());
+    let remote = NodePath::new(Dialer::in_process(server, "", timeouts), "in");
+    let opts = options(timeouts);
+    let sources = [src.path().join("set").display().to_string()];
+    let (dry, real) = (Arc::new(Heard::default()), Arc::new(Heard::default()));
+    haul_node::dry_run_push(&sources, &remote, &opts, true, dry.clone())
+        .await
+        .unwrap();
+    haul_node::push(&sources, &remote, &opts, real.clone())
+        .await
+        .unwrap();
+    assert_agree(&dry, &real);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pull_from_a_node() {
+    let (root, dest) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    lay_out(root.path(), dest.path());
+    let (server, timeouts) = node(root.path());
+    let remote = NodePath::new(Dialer::in_process(server, "", timeouts), "set");
+    let opts = options(timeouts);
+    let (dry, real) = (Arc::new(Heard::default()), Arc::new(Heard::default()));
+    haul_node::dry_run_pull(&remote, dest.path(), &opts, true, dry.clone())
+        .await
+        .unwrap();
+    haul_node::pull(&remote, dest.path(), &opts, real.clone())
+        .await
+        .unwrap();
+    assert_agree(&dry, &real);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_copy() {
+    let (src, dest) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    lay_out(src.path(), dest.path());
+    let opts = options(Timeouts::default());
+    let sources = [src.path().join("set").display().to_string()];
+    let (dry, real) = (Arc::new(Heard::default()), Arc::new(Heard::default()));
+    haul_node::dry_run_local(&sources, dest.path(), &opts, true, dry.clone()).unwrap();
+    haul_node::copy_local(&sources, dest.path(), &opts, real.clone())
+        .await
+        .unwrap();
+    assert_agree(&dry, &real);
+}
