@@ -1,28 +1,20 @@
 //! A dry run and the real run agree on every entry — one table of cases,
 //! three locations: a push to a node, a pull from a node (both in process,
-//! [`Dialer::in_process`]) and a local copy. What the dry run says would be
+//! `Dialer::in_process`) and a local copy. What the dry run says would be
 //! sent, skipped as up to date, made or deleted is what the run then does.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod test_node;
+
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use haul_node::{ClientOptions, Concurrency, Dialer, NodePath, ServeOptions, Server, TransferLog};
-use haul_session::{DryRunAction, Event, Observer};
-use haul_transport::Timeouts;
-
-/// Every event, kept.
-#[derive(Default)]
-struct Heard(Mutex<Vec<Event>>);
-
-impl Observer for Heard {
-    fn event(&self, event: &Event) {
-        self.0.lock().unwrap().push(event.clone());
-    }
-}
+use haul_node::ClientOptions;
+use haul_session::{DryRunAction, Event};
+use test_node::{options, Heard, TestNode};
 
 /// What happened (or would) to each path, in the dry run's words.
 type Actions = BTreeMap<String, DryRunAction>;
@@ -123,42 +115,19 @@ fn assert_agree(dry: &Heard, real: &Heard) {
     assert_eq!(done, said, "the real run did what the dry run said");
 }
 
-fn options(timeouts: Timeouts) -> ClientOptions {
+fn with_delete(node: &TestNode) -> ClientOptions {
     ClientOptions {
-        timeouts,
-        jobs: Concurrency::Fixed(1),
         delete: true,
-        ..ClientOptions::default()
+        ..options(node, 1)
     }
-}
-
-fn node(root: &Path) -> (Arc<Server>, Timeouts) {
-    let timeouts = Timeouts {
-        idle: Duration::from_secs(5),
-        ..Timeouts::default()
-    };
-    let server = Server::new(ServeOptions {
-        root: root.to_owned(),
-        tokens: Vec::new(),
-        timeouts,
-        window: haul_node::DEFAULT_WINDOW,
-        max_retries: 5,
-        grace: Duration::from_secs(1),
-        chunk_memory: 64 << 20,
-        log: Arc::new(TransferLog::default()),
-        partial_ttl: None,
-    })
-    .unwrap();
-    (server, timeouts)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn push_to_a_node() {
-    let (src, root) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    lay_out(src.path(), &root.path().join("in"));
-    let (server, timeouts) = node(root.path());
-    let remote = NodePath::new(Dialer::in_process(server, "", timeouts), "in");
-    let opts = options(timeouts);
+    let (src, node) = (tempfile::tempdir().unwrap(), TestNode::start());
+    lay_out(src.path(), &node.file("in"));
+    let remote = node.at("in", []);
+    let opts = with_delete(&node);
     let sources = [src.path().join("set").display().to_string()];
     let (dry, real) = (Arc::new(Heard::default()), Arc::new(Heard::default()));
     haul_node::dry_run_push(&sources, &remote, &opts, true, dry.clone())
@@ -172,11 +141,10 @@ async fn push_to_a_node() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pull_from_a_node() {
-    let (root, dest) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-    lay_out(root.path(), dest.path());
-    let (server, timeouts) = node(root.path());
-    let remote = NodePath::new(Dialer::in_process(server, "", timeouts), "set");
-    let opts = options(timeouts);
+    let (node, dest) = (TestNode::start(), tempfile::tempdir().unwrap());
+    lay_out(&node.root, dest.path());
+    let remote = node.at("set", []);
+    let opts = with_delete(&node);
     let (dry, real) = (Arc::new(Heard::default()), Arc::new(Heard::default()));
     haul_node::dry_run_pull(&remote, dest.path(), &opts, true, dry.clone())
         .await
@@ -191,7 +159,7 @@ async fn pull_from_a_node() {
 async fn local_copy() {
     let (src, dest) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     lay_out(src.path(), dest.path());
-    let opts = options(Timeouts::default());
+    let opts = with_delete(&TestNode::start());
     let sources = [src.path().join("set").display().to_string()];
     let (dry, real) = (Arc::new(Heard::default()), Arc::new(Heard::default()));
     haul_node::dry_run_local(&sources, dest.path(), &opts, true, dry.clone()).unwrap();

@@ -6,121 +6,15 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+mod test_node;
+
+use std::sync::Arc;
 use std::time::Duration;
 
-use haul_node::{
-    ClientOptions, Concurrency, Dialer, NodeError, NodePath, ServeOptions, Server, TransferLog,
-};
+use haul_node::{Dialer, NodeError};
 use haul_proto::{ErrorCode, OriginKey, Request};
-use haul_session::backoff::RetryPolicy;
-use haul_session::{Event, Observer};
-use haul_transport::{Direction, Fault, FaultPlan, Timeouts};
-
-/// A node serving a temporary root, in this process.
-struct TestNode {
-    _dir: tempfile::TempDir,
-    root: PathBuf,
-    server: Arc<Server>,
-    timeouts: Timeouts,
-}
-
-const TOKEN: &str = "in-process-token";
-
-impl TestNode {
-    fn start() -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        let root = dir.path().join("root");
-        let timeouts = Timeouts {
-            connect: Duration::from_secs(2),
-            handshake: Duration::from_secs(2),
-            idle: Duration::from_secs(2),
-        };
-        let server = Server::new(ServeOptions {
-            root: root.clone(),
-            tokens: vec![TOKEN.into()],
-            timeouts,
-            window: haul_node::DEFAULT_WINDOW,
-            max_retries: 5,
-            grace: Duration::from_secs(1),
-            chunk_memory: 64 << 20,
-            log: Arc::new(TransferLog::default()),
-            partial_ttl: None,
-        })
-        .unwrap();
-        Self {
-            _dir: dir,
-            root,
-            server,
-            timeouts,
-        }
-    }
-
-    /// `path` on this node, its connections breaking as `faults` plan.
-    fn at(&self, path: &str, faults: impl IntoIterator<Item = Option<Fault>>) -> NodePath {
-        let dialer = Dialer::with_faults(
-            self.server.clone(),
-            TOKEN,
-            self.timeouts,
-            FaultPlan::new(faults),
-        );
-        NodePath::new(dialer, path)
-    }
-
-    fn file(&self, rel: &str) -> PathBuf {
-        self.root.join(rel)
-    }
-}
-
-/// Client options for tests: the node's timeouts, quick retries.
-fn options(node: &TestNode, jobs: u32) -> ClientOptions {
-    ClientOptions {
-        timeouts: node.timeouts,
-        jobs: Concurrency::Fixed(jobs),
-        retry: RetryPolicy {
-            retries: 4,
-            first_wait: Duration::from_millis(20),
-        },
-        ..ClientOptions::default()
-    }
-}
-
-/// Every event, kept.
-#[derive(Default)]
-struct Heard(Mutex<Vec<Event>>);
-
-impl Observer for Heard {
-    fn event(&self, event: &Event) {
-        if let Ok(mut all) = self.0.lock() {
-            all.push(event.clone());
-        }
-    }
-}
-
-impl Heard {
-    fn warnings(&self) -> Vec<String> {
-        let all = self.0.lock().unwrap();
-        all.iter()
-            .filter_map(|e| match e {
-                Event::Warning { message } => Some(message.clone()),
-                _ => None,
-            })
-            .collect()
-    }
-}
-
-/// Bytes that differ along a file, so a misplaced range shows.
-fn pattern(len: usize, seed: u8) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u32).wrapping_mul(2_654_435_761).to_le_bytes()[2] ^ seed)
-        .collect()
-}
-
-fn write(path: &Path, bytes: &[u8]) {
-    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-    std::fs::write(path, bytes).unwrap();
-}
+use haul_transport::{Direction, Fault};
+use test_node::{options, pattern, write, Heard, TestNode, TOKEN};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_push_cut_mid_file_resumes_on_a_new_connection() {
@@ -248,17 +142,20 @@ async fn push_delete_prunes_on_the_node_only_what_the_source_lacks() {
 async fn push_delete_deletes_nothing_when_the_push_broke() {
     let node = TestNode::start();
     let src = tempfile::tempdir().unwrap();
-    write(&src.path().join("set/a.txt"), b"a");
+    write(&src.path().join("set/a.txt"), &pattern(256 << 10, 1));
     write(&node.file("in/set/stale.txt"), b"stale");
     let mut opts = options(&node, 1);
     opts.delete = true;
     opts.retry.retries = 0;
-    // Every connection after the first (the one that checks DEST) is cut
-    // at once: nothing arrives, so nothing may be deleted.
-    let cut = Some(Fault::cut(Direction::Outbound, 0));
-    let remote = node.at("in", [None, cut, cut, cut, cut]);
+    // The push's one connection is cut once its Hello went through, with no
+    // retry left; every later connection (a prune's listing) would work.
+    let remote = node.at("in", [Some(Fault::cut(Direction::Outbound, 4 << 10))]);
     let sources = [src.path().join("set").display().to_string()];
-    let _ = haul_node::push(&sources, &remote, &opts, Arc::new(Heard::default())).await;
+    let heard = Arc::new(Heard::default());
+    let outcome = haul_node::push(&sources, &remote, &opts, heard.clone()).await;
+    let failed = outcome.as_ref().map_or(true, |s| s.failed > 0);
+    assert!(failed, "the cut push must not succeed: {outcome:?}");
+    assert!(!node.file("in/set/a.txt").exists());
     assert!(node.file("in/set/stale.txt").is_file());
 }
 
