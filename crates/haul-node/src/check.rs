@@ -14,9 +14,10 @@ use haul_proto::{Digest, Entry, EntryKind, ErrorCode};
 use haul_session::Observer;
 use serde::Serialize;
 
-use crate::client::{list_top, ClientOptions};
+use crate::client::ClientOptions;
 use crate::dial::NodePath;
 use crate::dry_run::{filtered, list_node_with};
+use crate::listing::list_top;
 use crate::NodeError;
 
 /// What `haul check` found.

@@ -75,7 +75,7 @@ pub async fn dry_run_push(
 ) -> Result<DryRunReport, NodeError> {
     let dest = remote.path.trim_matches('/').to_owned();
     haul_proto::validate_rel_path(&dest).map_err(|e| NodeError::Usage(e.to_string()))?;
-    let named = crate::client::pushed_as(remote, sources, opts, observer.as_ref()).await?;
+    let named = crate::push::pushed_as(remote, sources, opts, observer.as_ref()).await?;
     let delete = delete && named.is_none();
     let dest = named.as_ref().map_or(dest, |(dir, _)| dir.clone());
     let named = named.map(|(_, name)| name);
@@ -107,7 +107,7 @@ pub async fn dry_run_pull(
     delete: bool,
     observer: Arc<dyn Observer>,
 ) -> Result<DryRunReport, NodeError> {
-    let top = crate::client::list_top(&remote.path);
+    let top = crate::listing::list_top(&remote.path);
     let theirs = list_node_with(
         &remote.dialer,
         &remote.path,
@@ -161,7 +161,7 @@ pub fn dry_run_local(
     delete: bool,
     observer: Arc<dyn Observer>,
 ) -> Result<DryRunReport, NodeError> {
-    let one = crate::client::copied_as(sources, dest);
+    let one = crate::local_copy::copied_as(sources, dest);
     let delete = delete && one.is_none();
     if delete {
         crate::mirror::check_dest(dest)?;

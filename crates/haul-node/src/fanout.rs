@@ -38,10 +38,13 @@ use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
 use crate::buffers::ChunkBuffers;
-use crate::client::{send_all, send_queue, ClientOptions, FanoutJobs, SameContent};
+use crate::checksum::SameContent;
+use crate::client::ClientOptions;
 use crate::dial::{Dialer, NodePath};
 use crate::drive::send::SenderCtx;
 use crate::jobs::{SendJob, WorkQueue};
+use crate::pool::send_all;
+use crate::push::{send_queue, FanoutJobs};
 use crate::stripe_vouch::StripeVouchers;
 use crate::{NodeError, NodeUrl};
 

@@ -8,8 +8,10 @@
 //! - [`server`]: `haul serve`: handshake, authentication, dispatch.
 //! - [`dial`]: reaching a node: a [`Dialer`] per node (network, or a
 //!   [`Server`] in process), the handshake every way shares.
-//! - [`client`]: `haul push` / `haul pull` / local copies, with a pool of
-//!   connections (`-j`, `--streams`, `auto`) and retries.
+//! - [`client`]: what every client command shares ([`ClientOptions`], how
+//!   a command ends); the commands: [`push`], [`pull`], [`local_copy`],
+//!   `--checksum` in [`checksum`]. A pool of connections (`-j`, `--streams`,
+//!   `auto`) with retries works each command's queue (`pool`).
 //! - [`jobs`]: the work queues those pools share.
 //! - [`buffers`]: chunk buffers under one memory budget per process.
 //! - [`relay`]: fan-out on a node: tickets, the entries of a transfer, the
@@ -17,6 +19,7 @@
 
 pub mod buffers;
 pub mod check;
+pub mod checksum;
 mod chunk_work;
 pub mod client;
 pub mod dial;
@@ -27,10 +30,13 @@ pub mod fanout;
 pub mod jobs;
 mod listing;
 mod listing_resume;
+pub mod local_copy;
 pub mod ls;
 pub mod mirror;
 pub mod node_url;
 mod pool;
+pub mod pull;
+pub mod push;
 pub mod relay;
 mod seal_book;
 pub mod server;
@@ -41,7 +47,7 @@ mod walk_count;
 pub use buffers::ChunkBuffers;
 pub use check::{check, check_local, CheckReport, CheckSide};
 pub use chunk_work::ChunkWork;
-pub use client::{copy_local, pull, push, ClientOptions, DEFAULT_WINDOW};
+pub use client::{ClientOptions, DEFAULT_WINDOW};
 pub use dial::{Dial, Dialer, NodePath};
 pub use dry_run::{dry_run_local, dry_run_pull, dry_run_push};
 pub use error::NodeError;
@@ -49,7 +55,10 @@ pub use fanout::{push_fanout, FanoutOptions, FanoutSummary, NodeReport};
 pub use haul_session::concurrency::Concurrency;
 pub use haul_session::summary::DryRunReport;
 pub use haul_session::summary::{self, Summary};
+pub use local_copy::copy_local;
 pub use ls::{ls_local, ls_node, Listing};
 pub use node_url::NodeUrl;
+pub use pull::pull;
+pub use push::push;
 pub use server::{ServeOptions, Server};
 pub use transfer_log::{LogFormat, TransferLog};

@@ -81,3 +81,12 @@ async fn sum_of(
         }
     }
 }
+
+/// The wire name of a listing's top: the last component of `path`, or
+/// nothing when only its contents are listed (a trailing `/`).
+pub(crate) fn list_top(path: &str) -> String {
+    if path.ends_with('/') || path.is_empty() {
+        return String::new();
+    }
+    path.rsplit('/').next().unwrap_or_default().to_owned()
+}

@@ -8,9 +8,10 @@ use std::sync::Arc;
 use haul_proto::{Entry, EntryKind, ErrorCode};
 use haul_session::Observer;
 
-use crate::client::{list_top, ClientOptions};
+use crate::client::ClientOptions;
 use crate::dial::NodePath;
 use crate::dry_run::{filtered, list_node, walk_local, Side};
+use crate::listing::list_top;
 use crate::NodeError;
 
 /// What a listing found: entries (paths relative to what was named) and

@@ -15,8 +15,12 @@ use tokio::task::JoinSet;
 use haul_proto::Request;
 use haul_transport::{Connection, TransportError};
 
+use std::sync::Arc;
+
 use crate::client::ClientOptions;
 use crate::dial::Dialer;
+use crate::drive::send::{run_sender, JobFeed, SenderCtx};
+use crate::jobs::SendJob;
 use crate::jobs::{Job, WorkQueue};
 use crate::NodeError;
 
@@ -206,4 +210,59 @@ where
         }
     }
     (workers, first_error)
+}
+
+/// Sends every job of `queue` to the node `dialer` reaches over a pool of connections
+/// (`first` already open) asking `request`, with retries; returns how many
+/// connections ran and the error that stopped them, if any.
+pub(crate) async fn send_all(
+    queue: &Arc<WorkQueue<SendJob>>,
+    dialer: &Dialer,
+    request: Request,
+    first: Option<Connection>,
+    opts: &ClientOptions,
+    tally: &Arc<Tally>,
+    ctx: SenderCtx,
+) -> (u32, Option<NodeError>) {
+    let mut first = first;
+    let retire = || queue.retire_one();
+    run_pool(opts.jobs, tally, &retire, || {
+        let (queue, tally, opts, ctx, dialer, request) = (
+            queue.clone(),
+            tally.clone(),
+            opts.clone(),
+            ctx.clone(),
+            dialer.clone(),
+            request.clone(),
+        );
+        let mut ready = first.take();
+        async move {
+            with_retries(&queue, &tally, &opts, || {
+                let conn = ready.take();
+                let (queue, tally, ctx, dialer, request) = (
+                    queue.clone(),
+                    tally.clone(),
+                    ctx.clone(),
+                    dialer.clone(),
+                    request.clone(),
+                );
+                async move {
+                    let (r, w) = match conn {
+                        Some(c) => c,
+                        // No connection for a queue with nothing left to take
+                        // (one small file needs one connection, not four);
+                        // an open queue (a relay's) may still get jobs.
+                        None if !queue.has_waiting() && queue.is_drained() => return Ok(()),
+                        None => dialer.open(request).await.map_err(|e| (e, Vec::new()))?,
+                    };
+                    let _counted = tally.connection();
+                    run_sender(r, w, JobFeed::Queue(queue), ctx)
+                        .await
+                        .map_err(|i| (i.error, i.unfinished))
+                }
+            })
+            .await
+        }
+    })
+    .await
 }

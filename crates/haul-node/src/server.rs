@@ -774,7 +774,7 @@ async fn run_forward(
     // version, offered here and forwarded as such), never this relay's.
     ctx.changed_retries = 0;
     let dialer = crate::Dialer::network(&target.addr, opts);
-    let (_, err) = crate::client::send_all(&queue, &dialer, request, None, opts, &tally, ctx).await;
+    let (_, err) = crate::pool::send_all(&queue, &dialer, request, None, opts, &tally, ctx).await;
     let summary = tally.finish(Duration::ZERO, 0);
     match err {
         Some(e) => ForwardEnd::GaveUp(e.to_string()),

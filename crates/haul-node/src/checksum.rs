@@ -1,0 +1,97 @@
+//! `--checksum`: a file is up to date when the destination holds the same
+//! content (size and BLAKE3), whatever its size and mtime say — at a local
+//! destination by reading it, at a node by its own hashed listing.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use haul_engine::haul_root::Root;
+use haul_engine::{LocalTree, SourceEntry};
+use haul_proto::Digest;
+use haul_session::summary::Tally;
+use haul_session::{Event, Observer};
+
+use crate::dial::NodePath;
+use crate::NodeError;
+
+/// `--checksum`: what each file to send is compared with; a file whose
+/// content is already there is up to date and not offered.
+pub(crate) enum SameContent {
+    /// A local destination (a local copy), read through held descriptors.
+    At(Arc<Root>),
+    /// What the node holds, by wire path: size and BLAKE3 (its listing
+    /// with sums, `Request::List{sums}`).
+    Listed(HashMap<String, (u64, Digest)>),
+}
+
+impl SameContent {
+    /// Whether the destination holds `src`'s content under its path.
+    pub(crate) fn holds(&self, src: &SourceEntry) -> bool {
+        match self {
+            Self::At(root) => same_content(src, root),
+            Self::Listed(sums) => match sums.get(&src.entry.path) {
+                Some((size, digest)) if *size == src.entry.size => {
+                    haul_engine::source::hash_local(src).is_ok_and(|h| h.as_bytes() == digest)
+                }
+                _ => false,
+            },
+        }
+    }
+
+    /// What the node holds under `dest` for each of `sources` (the push's
+    /// wire paths), hashed by the node.
+    pub(crate) async fn listed(
+        remote: &NodePath,
+        dest: &str,
+        sources: &[String],
+        named: Option<&str>,
+        tally: &Tally,
+    ) -> Result<Self, NodeError> {
+        let mut sums = HashMap::new();
+        for source in sources {
+            let top = LocalTree::new(source)
+                .map(|t| named.unwrap_or(t.top_name()).to_owned())
+                .map_err(|e| NodeError::Usage(e.to_string()))?;
+            let under = crate::mirror::under_dest(dest, &top);
+            let side = crate::dry_run::list_node_with(&remote.dialer, &under, true, tally).await?;
+            for (path, why) in side.unreadable {
+                tally.event(&Event::Warning {
+                    message: format!("--checksum: {path} is sent again: {why}"),
+                });
+            }
+            for e in side.entries {
+                if let Some(d) = side.sums.get(&e.path) {
+                    sums.insert(e.path, (e.size, *d));
+                }
+            }
+        }
+        Ok(Self::Listed(sums))
+    }
+}
+
+/// `--checksum`: whether the file at `src`'s path beneath `root` has the
+/// same size and BLAKE3 (both read through held descriptors).
+fn same_content(src: &SourceEntry, root: &Root) -> bool {
+    let Ok(comps) = haul_proto::validate_entry_path(&src.entry.path) else {
+        return false;
+    };
+    let Some((last, parents)) = comps.split_last() else {
+        return false;
+    };
+    let Ok(dir) = root.open_dir(parents) else {
+        return false;
+    };
+    let Ok((theirs, meta)) = dir.open_regular(last) else {
+        return false;
+    };
+    if meta.size != src.entry.size {
+        return false;
+    }
+    let theirs = haul_engine::LocalFile::open(theirs)
+        .ok()
+        .and_then(|f| haul_engine::content::whole_file(&f).ok());
+    match (haul_engine::source::hash_local(src).ok(), theirs) {
+        (Some(a), Some(b)) => a == b,
+        _ => false,
+    }
+}

@@ -1,0 +1,425 @@
+//! `haul pull` from a node: the listing read (and read again after a
+//! break, from where it stopped) while a pool of connections fetches what
+//! it queued, one file to a DEST that names it, `--delete` at the end.
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Instant;
+
+use haul_engine::one_file::OneFile;
+use haul_engine::{split_ranges, Destination, EntryFilter};
+use haul_proto::{Digest, Entry, EntryKind, ErrorCode, Message, Request};
+use haul_session::summary::{Summary, Tally};
+use haul_session::{Event, Observer};
+
+use crate::buffers::ChunkBuffers;
+use crate::client::{check_dest_dir, fail_leftovers, finish, ClientOptions};
+use crate::dial::NodePath;
+use crate::drive::receive::{run_receiver, ReceiverCtx};
+use crate::jobs::{FetchGroup, FetchJob, WorkQueue};
+use crate::listing::list_top;
+use crate::listing::{self, Listed};
+use crate::listing_resume::ResumePoint;
+use crate::pool::{connection_backoff, open_first, relist, run_pool, with_retries};
+use crate::walk_count::WalkCount;
+use crate::NodeError;
+
+/// Pulls `remote` (a path under the node's root) into local directory `dest`.
+pub async fn pull(
+    remote: &NodePath,
+    dest: &Path,
+    opts: &ClientOptions,
+    observer: Arc<dyn Observer>,
+) -> Result<Summary, NodeError> {
+    let started = Instant::now();
+    let base = list_base(&remote.path);
+    let top = list_top(&remote.path);
+    // A DEST that could name one file waits for the listing's first entry
+    // to say whether the source is one.
+    let one = (!top.is_empty()).then(|| OneFile::local(dest)).flatten();
+    if one.is_none() {
+        check_dest_dir(dest)?;
+    }
+    let tally = Tally::new(observer);
+    let list_request = Request::List {
+        path: remote.path.clone(),
+        sums: opts.checksum,
+    };
+    let (mut lr, mut lw) =
+        open_first(&remote.dialer, opts, list_request.clone(), tally.as_ref()).await?;
+    let mut pending = None;
+    let mut renamed = None;
+    if let Some(one) = one {
+        let first = listing::next(&mut lr, opts.checksum).await?;
+        if matches!(&first, Some(Listed::Entry { entry, .. }) if entry.path == top && entry.kind != EntryKind::Dir)
+        {
+            renamed = Some(one);
+        } else {
+            check_dest_dir(dest)?;
+        }
+        pending = Some(first);
+    }
+    // One file named by DEST lands in DEST's directory; a one-file tree
+    // has nothing for --delete to remove.
+    let delete = opts.delete && renamed.is_none();
+    if delete {
+        crate::mirror::check_dest(dest)?;
+    }
+    let (dest, renamed) = match &renamed {
+        Some(one) => (one.dir.as_path(), Some((top.clone(), one.name.clone()))),
+        None => (dest, None),
+    };
+    // Only now that the node lists the path: a refused pull leaves no DEST.
+    let destination = Destination::open(dest)?;
+    if opts.checksum {
+        // Files were compared by content while listed: none is skipped
+        // for its size and mtime.
+        destination.receive_everything_offered();
+    }
+    destination.apply_dir_metadata_at_end();
+    let queue: Arc<WorkQueue<FetchJob>> = WorkQueue::open();
+    let lister = {
+        let (queue, tally, destination, opts) = (
+            queue.clone(),
+            tally.clone(),
+            destination.clone(),
+            opts.clone(),
+        );
+        let (top, dialer) = (top.clone(), remote.dialer.clone());
+        tokio::spawn(async move {
+            // A listing that breaks off is opened again and goes on after
+            // the last entry taken (`--retries` times, with backoff).
+            let mut state = ListingState {
+                resume: ResumePoint::default(),
+                chosen: opts
+                    .filter
+                    .clone()
+                    .map(|f| EntryFilter::new(f, top.clone())),
+                listed: HashSet::new(),
+                count: WalkCount::start(tally.clone()),
+                pending,
+            };
+            let mut backoff = connection_backoff(&opts);
+            let r = loop {
+                let got = ListingSink {
+                    queue: &queue,
+                    tally: &tally,
+                    dest: &destination,
+                    base: &base,
+                    opts: &opts,
+                    renamed: renamed.as_ref(),
+                };
+                let r = read_listing(&mut lr, &got, &mut state).await;
+                let _ = lw.send(&Message::Bye).await;
+                let Err(e) = r else {
+                    state.count.done();
+                    break Ok(state.listed);
+                };
+                match relist(
+                    &dialer,
+                    &opts,
+                    list_request.clone(),
+                    &tally,
+                    &mut backoff,
+                    e,
+                )
+                .await
+                {
+                    Ok((r, w)) => {
+                        (lr, lw) = (r, w);
+                        state.resume.restart();
+                    }
+                    Err(e) => break Err(e),
+                }
+            };
+            queue.close();
+            r
+        })
+    };
+    let ctx = ReceiverCtx {
+        observer: tally.clone(),
+        dest: destination.clone(),
+        prefix: String::new(),
+        window: opts.window,
+        idle: opts.timeouts.idle,
+        chunk_work: opts.chunk_work,
+        buffers: ChunkBuffers::new(opts.chunk_memory),
+        relay: None,
+        quick_check: true,
+        replace_dirs: opts.replaces_dirs(),
+    };
+    let retire = || queue.retire_one();
+    let (workers, mut err) = run_pool(opts.jobs, &tally, &retire, || {
+        let (queue, tally, opts, ctx, dialer) = (
+            queue.clone(),
+            tally.clone(),
+            opts.clone(),
+            ctx.clone(),
+            remote.dialer.clone(),
+        );
+        async move {
+            with_retries(&queue, &tally, &opts, || {
+                let (queue, tally, ctx, dialer) =
+                    (queue.clone(), tally.clone(), ctx.clone(), dialer.clone());
+                async move {
+                    queue.wait().await;
+                    if queue.is_drained() {
+                        return Ok(());
+                    }
+                    let (r, w) = dialer
+                        .open(Request::Fetch)
+                        .await
+                        .map_err(|e| (e, Vec::new()))?;
+                    let _counted = tally.connection();
+                    run_receiver(r, w, Some(queue), ctx)
+                        .await
+                        .map_err(|i| (i.error, i.unfinished))
+                }
+            })
+            .await
+        }
+    })
+    .await;
+    let mut listed = HashSet::new();
+    let broke = match lister.await {
+        Ok(Ok(paths)) => {
+            listed = paths;
+            None
+        }
+        Ok(Err(e)) => Some(e),
+        Err(e) => Some(NodeError::Internal(format!("lister stopped: {e}"))),
+    };
+    if let Some(e) = broke {
+        // What the listing never reached was never queued: nothing else
+        // counts it, so the pull must not end as if it were whole.
+        tally.event(&Event::FileError {
+            path: remote.path.clone(),
+            error: format!(
+                "the node's listing broke off ({e}): what it listed before is here, verified; \
+                 run the pull again for the rest"
+            ),
+        });
+        err = Some(e);
+    }
+    fail_leftovers(&queue, &tally, &err, |j| j.entry.path.clone());
+    if delete {
+        crate::mirror::delete_extraneous(dest, &top, &listed, opts, &tally, err.as_ref());
+    }
+    destination.apply_dir_metadata();
+    destination.tidy_state_dir();
+    finish(&tally, started, workers, err)
+}
+
+/// The server directory listing paths are relative to.
+fn list_base(path: &str) -> String {
+    if path.ends_with('/') || path.is_empty() {
+        return path.trim_end_matches('/').to_owned();
+    }
+    match path.rfind('/') {
+        Some(i) => path[..i].to_owned(),
+        None => String::new(),
+    }
+}
+
+/// Where a pull's listing hands its entries on.
+struct ListingSink<'a> {
+    queue: &'a WorkQueue<FetchJob>,
+    tally: &'a Tally,
+    dest: &'a Arc<Destination>,
+    base: &'a str,
+    opts: &'a ClientOptions,
+    /// One file whose DEST names it: its listed name and the name it
+    /// takes at DEST ([`OneFile`]).
+    renamed: Option<&'a (String, String)>,
+}
+
+impl ListingSink<'_> {
+    /// `entry` as DEST names it, and the path the node serves it under.
+    fn localised(&self, mut entry: Entry) -> (Entry, String) {
+        let served = if self.base.is_empty() {
+            entry.path.clone()
+        } else {
+            format!("{}/{}", self.base, entry.path)
+        };
+        if let Some((listed, name)) = self.renamed {
+            if entry.path == *listed {
+                name.clone_into(&mut entry.path);
+            }
+        }
+        (entry, served)
+    }
+}
+
+/// What a pull's listings carry from one to the next when one breaks off.
+struct ListingState {
+    /// Where the next listing goes on.
+    resume: ResumePoint,
+    /// `--filter`'s choice, which holds directories until it knows
+    /// whether anything in them is taken.
+    chosen: Option<EntryFilter<haul_proto::Entry>>,
+    /// With `--delete`, what the source has (after the filter).
+    listed: HashSet<String>,
+    /// The files taken so far, told to the observer.
+    count: WalkCount,
+    /// What was read before the listing was handed on (its first item,
+    /// which says whether the source is one file; `Some(None)`: its end).
+    pending: Option<Option<Listed>>,
+}
+
+/// Reads one listing to its end, handing on what `state.resume` has not
+/// seen.
+async fn read_listing(
+    rd: &mut Box<dyn haul_transport::MessageReader>,
+    sink: &ListingSink<'_>,
+    state: &mut ListingState,
+) -> Result<(), NodeError> {
+    let ListingState {
+        resume,
+        chosen,
+        listed,
+        count,
+        pending,
+    } = state;
+    let ListingSink {
+        queue,
+        tally,
+        dest,
+        opts,
+        ..
+    } = *sink;
+    let mut taken = Vec::new();
+    // With --checksum: the node's BLAKE3 of each file it listed.
+    let mut sums: HashMap<String, Digest> = HashMap::new();
+    loop {
+        let listed_now = match pending.take() {
+            Some(read_before) => read_before,
+            None => listing::next(rd, opts.checksum).await?,
+        };
+        let (entry, sum) = match listed_now {
+            None => return Ok(()),
+            Some(Listed::Entry { entry, sum }) => (entry, sum),
+            Some(Listed::Error { .. }) if resume.catching_up() => continue,
+            Some(Listed::Error {
+                code: ErrorCode::Skipped,
+                message,
+            }) => {
+                tally.event(&Event::Warning {
+                    message: format!("node: {message}"),
+                });
+                continue;
+            }
+            Some(Listed::Error { message, .. }) => {
+                tally.event(&Event::FileError {
+                    path: String::new(),
+                    error: format!("node: {message}"),
+                });
+                continue;
+            }
+        };
+        if resume.seen(&entry.path) {
+            continue;
+        }
+        // With --checksum: a file the node could not read is fetched (and
+        // its fetch says why).
+        if let Some(Ok(root)) = sum {
+            sums.insert(entry.path.clone(), root);
+        }
+        match chosen {
+            Some(chosen) => taken = chosen.offer(&entry.clone(), entry),
+            None => taken.push(entry),
+        }
+        for entry in taken.drain(..) {
+            let sum = sums.remove(&entry.path);
+            let (entry, served) = sink.localised(entry);
+            if opts.delete {
+                listed.insert(entry.path.clone());
+            }
+            if entry.kind == EntryKind::File {
+                count.found(entry.size);
+            }
+            if opts.checksum
+                && entry.kind == EntryKind::File
+                && holds_content(dest, &entry, sum).await
+            {
+                tally.event(&Event::up_to_date(entry.path.clone(), entry.size));
+                continue;
+            }
+            take_listed(entry, served, queue, tally, dest, opts);
+        }
+    }
+}
+
+/// `--checksum` for a pull: whether DEST holds a file of `entry`'s size
+/// whose BLAKE3 is the node's `digest` (hashed on a blocking thread).
+async fn holds_content(dest: &Arc<Destination>, entry: &Entry, digest: Option<Digest>) -> bool {
+    let Some(digest) = digest else {
+        return false;
+    };
+    if dest.existing_file_size(&entry.path) != Some(entry.size) {
+        return false;
+    }
+    let (dest, path) = (dest.clone(), entry.path.clone());
+    tokio::task::spawn_blocking(move || dest.hash_existing(&path))
+        .await
+        .ok()
+        .flatten()
+        .is_some_and(|h| *h.as_bytes() == digest)
+}
+
+/// Makes a listed directory or link, or queues a listed file unless it
+/// is up to date.
+fn take_listed(
+    entry: haul_proto::Entry,
+    server_path: String,
+    queue: &WorkQueue<FetchJob>,
+    tally: &Tally,
+    dest: &Destination,
+    opts: &ClientOptions,
+) {
+    let path = entry.path.clone();
+    let result = match &entry.kind {
+        EntryKind::Dir | EntryKind::Symlink { .. } => match dest.make_dir_or_link(&entry) {
+            Some(made) => made.map(|()| tally.event(&Event::made(path.clone()))),
+            None => Ok(()),
+        },
+        EntryKind::File => {
+            if let Err(e) = haul_proto::validate_entry_path(&entry.path) {
+                Err(e.into())
+            } else if !opts.checksum && dest.quick_check(&entry) {
+                tally.event(&Event::up_to_date(path.clone(), entry.size));
+                Ok(())
+            } else {
+                let count = entry.chunk_count();
+                if opts.streams > 1 && entry.size >= opts.split_min && count >= 2 {
+                    let ranges = split_ranges(count, opts.streams);
+                    let group = FetchGroup::new(ranges.len() as u32);
+                    for (first, end) in ranges {
+                        queue.push(FetchJob {
+                            path: server_path.clone(),
+                            entry: entry.clone(),
+                            first,
+                            end,
+                            group: Some(group.clone()),
+                        });
+                    }
+                } else {
+                    queue.push(FetchJob {
+                        path: server_path,
+                        entry,
+                        first: 0,
+                        end: u32::MAX,
+                        group: None,
+                    });
+                }
+                Ok(())
+            }
+        }
+    };
+    if let Err(e) = result {
+        tally.event(&Event::FileError {
+            path,
+            error: e.to_string(),
+        });
+    }
+}

@@ -1,0 +1,234 @@
+//! `haul push` to one node: the source walked into send jobs (split
+//! across `--streams` when large), one file to a path that names it, and the
+//! pool of connections that sends them (`pool::send_all`).
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use haul_engine::one_file::{self, OneFile};
+use haul_engine::{split_ranges, EntryIter, LocalTree, Source as _, SourceEntry};
+use haul_proto::{EntryKind, Request};
+use haul_session::summary::{Summary, Tally};
+use haul_session::{Event, Observer};
+
+use crate::buffers::ChunkBuffers;
+use crate::checksum::SameContent;
+use crate::client::{fail_leftovers, finish, ClientOptions};
+use crate::dial::NodePath;
+use crate::drive::send::SenderCtx;
+use crate::jobs::{RangeGroup, SendJob, Source, WorkQueue};
+use crate::pool::open_first;
+use crate::pool::send_all;
+use crate::walk_count::{Counted, WalkCount};
+use crate::NodeError;
+
+/// Expands a source entry into send jobs (one per range when split).
+fn send_jobs(src: SourceEntry, streams: u32, split_min: u64) -> Vec<SendJob> {
+    let count = src.entry.chunk_count();
+    if src.entry.kind != EntryKind::File || streams < 2 || src.entry.size < split_min || count < 2 {
+        return vec![crate::drive::local_job(src)];
+    }
+    let ranges = split_ranges(count, streams);
+    let group = RangeGroup::new(src.entry.clone(), ranges.len() as u32);
+    ranges
+        .into_iter()
+        .map(|(first, end)| SendJob {
+            entry: src.entry.clone(),
+            first,
+            end,
+            group: Some(group.clone()),
+            source: Source::Path(src.local.clone(), src.data.clone()),
+        })
+        .collect()
+}
+
+/// The send jobs of `sources`, walked lazily. For a fan-out `depth` hops
+/// deep, files use the smaller chunks [`haul_plan::piece_size`] gives (a
+/// relay forwards a chunk once it verified it: the chunk is the latency
+/// each hop adds); a striped fan-out's send carries one stripe of each entry.
+pub(crate) fn send_queue(
+    sources: &[String],
+    named: Option<&str>,
+    opts: &ClientOptions,
+    tally: &Arc<Tally>,
+    fanout: Option<FanoutJobs>,
+    seen: Option<Arc<Mutex<HashSet<String>>>>,
+    same: Option<Arc<SameContent>>,
+) -> Result<Arc<WorkQueue<SendJob>>, NodeError> {
+    let mut iters: Vec<EntryIter> = Vec::new();
+    for s in sources {
+        let mut tree = LocalTree::new(s).map_err(|e| NodeError::Usage(e.to_string()))?;
+        if let Some(name) = named {
+            tree = tree.named(name);
+        }
+        if let Some(filter) = &opts.filter {
+            tree = tree.with_filter(filter.clone());
+        }
+        iters.push(Box::new(tree).entries());
+    }
+    let observer = tally.clone();
+    let (streams, split_min) = (opts.streams, opts.split_min);
+    let walk = iters.into_iter().flatten();
+    // The walk's progress, and its end (the total is known then). A
+    // fan-out's sends each walk the sources again (one per stripe, and
+    // repairs): its coordinator says what the dataset is, once.
+    let walk: Box<dyn Iterator<Item = Result<SourceEntry, haul_engine::SourceError>> + Send> =
+        match fanout {
+            Some(_) => Box::new(walk),
+            None => Box::new(Counted::new(
+                walk,
+                |item: &Result<SourceEntry, haul_engine::SourceError>| match item {
+                    Ok(src) if src.entry.kind == EntryKind::File => Some(src.entry.size),
+                    _ => None,
+                },
+                WalkCount::start(tally.clone()),
+            )),
+        };
+    let feed = walk.flat_map(move |item| match item {
+        Ok(mut src) => {
+            if let Some(seen) = &seen {
+                if let Ok(mut seen) = seen.lock() {
+                    seen.insert(src.entry.path.clone());
+                }
+            }
+            if let Some(same) = &same {
+                if src.entry.kind == EntryKind::File && same.holds(&src) {
+                    observer.event(&Event::up_to_date(src.entry.path.clone(), src.entry.size));
+                    return Vec::new();
+                }
+            }
+            let Some(fan) = fanout else {
+                return send_jobs(src, streams, split_min);
+            };
+            if src.entry.kind == EntryKind::File {
+                src.entry.chunk_size = haul_plan::piece_size(src.entry.size, fan.depth);
+            }
+            let Some(stripe) = fan.stripe else {
+                return send_jobs(src, streams, split_min);
+            };
+            // One stripe of each entry (the rest go to other nodes).
+            let Some((first, end)) = stripe.carries(&src.entry) else {
+                return Vec::new();
+            };
+            vec![SendJob {
+                first,
+                end,
+                ..crate::drive::local_job(src)
+            }]
+        }
+        Err(e) if e.is_skip() => {
+            observer.event(&Event::Warning {
+                message: e.to_string(),
+            });
+            Vec::new()
+        }
+        Err(e) => {
+            observer.event(&Event::FileError {
+                path: e.path().to_owned(),
+                error: e.to_string(),
+            });
+            Vec::new()
+        }
+    });
+    Ok(WorkQueue::fed_by(feed))
+}
+
+/// How a fan-out cuts the jobs of a send: chunk sizes for the plan's
+/// depth, and the one stripe a striped plan's connection carries.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct FanoutJobs {
+    /// Hops of the plan ([`haul_plan::piece_size`]).
+    pub depth: usize,
+    /// The stripe this send carries (`None`: every entry whole).
+    pub stripe: Option<haul_proto::Stripe>,
+}
+
+/// Pushes local `sources` into `remote` (a directory under the node's root).
+pub async fn push(
+    sources: &[String],
+    remote: &NodePath,
+    opts: &ClientOptions,
+    observer: Arc<dyn Observer>,
+) -> Result<Summary, NodeError> {
+    let started = Instant::now();
+    let dest = remote.path.trim_matches('/').to_owned();
+    haul_proto::validate_rel_path(&dest).map_err(|e| NodeError::Usage(e.to_string()))?;
+    if opts.delete && sources.len() != 1 {
+        return Err(NodeError::Usage(
+            "--delete mirrors one source into DEST: give one source".into(),
+        ));
+    }
+    let tally = Tally::new(observer);
+    // One file to a path that names it goes into that path's directory
+    // under that name; a one-file tree has nothing for --delete to remove.
+    let named = pushed_as(remote, sources, opts, tally.as_ref()).await?;
+    let dest = named.as_ref().map_or(dest, |(dir, _)| dir.clone());
+    let named = named.map(|(_, name)| name);
+    let seen = (opts.delete && named.is_none()).then(|| Arc::new(Mutex::new(HashSet::new())));
+    let same = match opts.checksum {
+        true => Some(Arc::new(
+            SameContent::listed(remote, &dest, sources, named.as_deref(), &tally).await?,
+        )),
+        false => None,
+    };
+    let queue = send_queue(
+        sources,
+        named.as_deref(),
+        opts,
+        &tally,
+        None,
+        seen.clone(),
+        same,
+    )?;
+    // Fail fast on a wrong address, token or key before spawning workers.
+    let request = Request::Push {
+        dest,
+        checksum: opts.checksum,
+        replace_dirs: opts.replaces_dirs(),
+    };
+    let first = open_first(&remote.dialer, opts, request.clone(), tally.as_ref()).await?;
+    let ctx = SenderCtx::for_client(opts, &tally, ChunkBuffers::new(opts.chunk_memory));
+    let (workers, err) = send_all(
+        &queue,
+        &remote.dialer,
+        request,
+        Some(first),
+        opts,
+        &tally,
+        ctx,
+    )
+    .await;
+    fail_leftovers(&queue, &tally, &err, |j| j.entry.path.clone());
+    if let (Some(seen), Some(source)) = (seen, sources.first()) {
+        let sent = seen.lock().map(|s| s.clone()).unwrap_or_default();
+        let dest = remote.path.trim_matches('/');
+        crate::mirror::prune_node(remote, dest, source, &sent, opts, &tally, err.as_ref()).await;
+    }
+    finish(&tally, started, workers, err)
+}
+
+/// A push of one file to a node path that names it ([`OneFile`]: nothing
+/// is there, or a regular file): the directory it goes into and its name
+/// there. `None`: the push goes into `remote`'s path, as any other.
+pub(crate) async fn pushed_as(
+    remote: &NodePath,
+    sources: &[String],
+    opts: &ClientOptions,
+    observer: &dyn Observer,
+) -> Result<Option<(String, String)>, NodeError> {
+    let [source] = sources else {
+        return Ok(None);
+    };
+    let path = remote.path.trim_start_matches('/');
+    let Some(named) = OneFile::remote(path).filter(|_| one_file::is_one_local_file(source)) else {
+        return Ok(None);
+    };
+    Ok(
+        match crate::dry_run::node_entry(&remote.dialer, opts, path, observer).await? {
+            None => Some(named),
+            Some(there) if there.kind == EntryKind::File => Some(named),
+            Some(_) => None,
+        },
+    )
+}
