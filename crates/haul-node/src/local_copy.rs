@@ -69,20 +69,10 @@ pub async fn copy_local(
     let queue = send_queue(sources, named, opts, &tally, None, seen.clone(), same)?;
     destination.apply_dir_metadata_at_end();
     let sctx = SenderCtx::for_client(opts, &tally, ChunkBuffers::new(opts.chunk_memory));
-    let rctx = ReceiverCtx {
-        observer: Arc::new(haul_session::event::Quiet),
-        dest: destination.clone(),
-        prefix: String::new(),
-        window: opts.window,
-        idle: opts.timeouts.idle,
-        chunk_work: opts.chunk_work,
-        // Its own pool: a sender holding buffers while it waits for this
-        // receiver must never leave it without one.
-        buffers: ChunkBuffers::new(opts.chunk_memory),
-        relay: None,
-        quick_check: true,
-        replace_dirs: opts.replaces_dirs(),
-    };
+    // Its own chunk buffers: a sender holding buffers while it waits for
+    // this receiver must never leave it without one.
+    let quiet = Arc::new(haul_session::event::Quiet);
+    let rctx = ReceiverCtx::for_client(opts, quiet, destination.clone());
     let timeouts: Timeouts = opts.timeouts;
     let retire = || queue.retire_one();
     let (workers, err) = run_pool(opts.jobs, &tally, &retire, || {

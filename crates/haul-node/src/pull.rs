@@ -13,7 +13,6 @@ use haul_proto::{Digest, Entry, EntryKind, ErrorCode, Message, Request};
 use haul_session::summary::{Summary, Tally};
 use haul_session::{Event, Observer};
 
-use crate::buffers::ChunkBuffers;
 use crate::client::{check_dest_dir, fail_leftovers, finish, ClientOptions};
 use crate::dial::NodePath;
 use crate::drive::receive::{run_receiver, ReceiverCtx};
@@ -137,18 +136,7 @@ pub async fn pull(
             r
         })
     };
-    let ctx = ReceiverCtx {
-        observer: tally.clone(),
-        dest: destination.clone(),
-        prefix: String::new(),
-        window: opts.window,
-        idle: opts.timeouts.idle,
-        chunk_work: opts.chunk_work,
-        buffers: ChunkBuffers::new(opts.chunk_memory),
-        relay: None,
-        quick_check: true,
-        replace_dirs: opts.replaces_dirs(),
-    };
+    let ctx = ReceiverCtx::for_client(opts, tally.clone(), destination.clone());
     let retire = || queue.retire_one();
     let (workers, mut err) = run_pool(opts.jobs, &tally, &retire, || {
         let (queue, tally, opts, ctx, dialer) = (

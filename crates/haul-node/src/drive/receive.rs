@@ -56,6 +56,29 @@ pub struct ReceiverCtx {
     pub replace_dirs: bool,
 }
 
+impl ReceiverCtx {
+    /// A pulling client's receiver into `dest` with `opts`' settings,
+    /// reporting to `observer`, with its own chunk buffers.
+    pub fn for_client(
+        opts: &crate::ClientOptions,
+        observer: Arc<dyn Observer>,
+        dest: Arc<Destination>,
+    ) -> Self {
+        Self {
+            observer,
+            dest,
+            prefix: String::new(),
+            window: opts.window,
+            idle: opts.timeouts.idle,
+            chunk_work: opts.chunk_work,
+            buffers: ChunkBuffers::new(opts.chunk_memory),
+            relay: None,
+            quick_check: true,
+            replace_dirs: opts.replaces_dirs(),
+        }
+    }
+}
+
 /// Large chunk writes that may overlap with receiving the next chunk.
 const WRITES_IN_FLIGHT: usize = 2;
 /// Batches of at least this many commits use one `syncfs(2)`.
