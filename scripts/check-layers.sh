@@ -3,7 +3,7 @@
 # socket type. Fails listing the offending lines.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-above=(haul-proto haul-filter haul-session haul-plan haul-engine haul-root haul-node haul-fetch haul-netsim haul)
+above=(haul-proto haul-filter haul-run haul-session haul-plan haul-engine haul-root haul-node haul-fetch haul-netsim haul)
 pattern='TcpStream|TcpListener|UdpSocket|OwnedWriteHalf|OwnedReadHalf|tokio::net'
 found=0
 for c in "${above[@]}"; do

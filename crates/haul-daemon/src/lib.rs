@@ -33,7 +33,7 @@ use std::time::{Duration, Instant, SystemTime};
 use haul_catalog::{Catalog, CatalogError, Refetch};
 use haul_fetch::FetchOptions;
 use haul_remote::Remote;
-use haul_session::backoff::Backoff;
+use haul_run::backoff::Backoff;
 use tokio::sync::{mpsc, Semaphore};
 use tokio::task::JoinSet;
 

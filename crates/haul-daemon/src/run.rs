@@ -21,7 +21,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use haul_catalog::{Catalog, Fetched, HookFailure, Known, RunCounts, Seen};
 use haul_fetch::{FileGate, Gate, GateFile, GateOutcome};
-use haul_session::{Event, Observer};
+use haul_run::{Event, Observer};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::delivery::{file_env, run_env, run_hook, FileFacts, RunFacts};

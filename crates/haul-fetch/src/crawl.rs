@@ -5,7 +5,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use haul_remote::{join, EntryKind, RemoteEntry, RemoteError};
-use haul_session::{Event, Observer};
+use haul_run::{Event, Observer};
 use tokio::sync::mpsc;
 
 use crate::gate::GateFile;

@@ -10,7 +10,7 @@ use haul_engine::hash::chunk_size_for;
 use haul_engine::{PartialFile, Prepared, ReceiveError};
 use haul_proto::{Entry, EntryKind as ProtoKind};
 use haul_remote::{Checksum, RemoteEntry, RemoteError};
-use haul_session::{Event, Observer};
+use haul_run::{Event, Observer};
 
 use crate::crawl::FileJob;
 use crate::gate::GateOutcome;

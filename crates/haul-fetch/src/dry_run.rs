@@ -15,8 +15,8 @@ use std::time::UNIX_EPOCH;
 
 use haul_engine::haul_root::{Meta, Root};
 use haul_remote::{EntryKind, Remote, RemoteEntry, RemoteError};
-use haul_session::summary::DryRunReport;
-use haul_session::{DryRunAction, Event, Observer};
+use haul_run::summary::DryRunReport;
+use haul_run::{DryRunAction, Event, Observer};
 
 use crate::listing::list_remote;
 use crate::FetchOptions;

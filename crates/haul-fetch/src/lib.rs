@@ -53,10 +53,10 @@ use std::time::{Duration, Instant, SystemTime};
 
 use haul_engine::{Destination, ReceiveError};
 use haul_remote::{EntryKind, Remote, RemoteError};
-use haul_session::backoff::RetryPolicy;
-use haul_session::concurrency::{AutoParams, AutoTuner, Concurrency, Decision};
-use haul_session::summary::{Summary, Tally};
-use haul_session::{Event, Observer};
+use haul_run::backoff::RetryPolicy;
+use haul_run::concurrency::{AutoParams, AutoTuner, Concurrency, Decision};
+use haul_run::summary::{Summary, Tally};
+use haul_run::{Event, Observer};
 use tokio::sync::{mpsc, Semaphore};
 
 pub use gate::{FileGate, Gate, GateFile, GateOutcome};

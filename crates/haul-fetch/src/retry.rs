@@ -1,20 +1,20 @@
-//! Retries of one file (or one listing): [`haul_session::backoff`]'s
+//! Retries of one file (or one listing): [`haul_run::backoff`]'s
 //! exponential backoff with jitter and a limit, for the errors worth
 //! retrying.
 
 use std::time::Duration;
 
 use haul_remote::RemoteError;
-use haul_session::backoff::RetryPolicy;
+use haul_run::backoff::RetryPolicy;
 
 /// The retry budget of one file (or one directory listing).
 #[derive(Debug)]
-pub(crate) struct Backoff(haul_session::backoff::Backoff);
+pub(crate) struct Backoff(haul_run::backoff::Backoff);
 
 impl Backoff {
     /// A budget under `policy`, with its own jitter.
     pub(crate) fn new(policy: RetryPolicy) -> Self {
-        Self(policy.backoff(haul_session::backoff::Backoff::fresh_seed()))
+        Self(policy.backoff(haul_run::backoff::Backoff::fresh_seed()))
     }
 
     /// Retries used so far.

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use haul_engine::haul_root::Root;
 use haul_engine::{LocalTree, SourceEntry};
 use haul_proto::Digest;
-use haul_session::summary::Tally;
+use haul_run::summary::Tally;
 use haul_session::{Event, Observer};
 
 use crate::dial::NodePath;

@@ -9,9 +9,9 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use haul_engine::Filter;
-use haul_session::backoff::RetryPolicy;
-use haul_session::concurrency::Concurrency;
-use haul_session::summary::{Summary, Tally};
+use haul_run::backoff::RetryPolicy;
+use haul_run::concurrency::Concurrency;
+use haul_run::summary::{Summary, Tally};
 use haul_session::{Event, Observer};
 use haul_transport::{Security, Timeouts, Transport, Tuning};
 

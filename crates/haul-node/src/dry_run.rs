@@ -13,7 +13,7 @@ use haul_engine::quick_check::{same_version, Held};
 use haul_engine::source::hash_local;
 use haul_engine::{LocalTree, OneFile, Source as _, SourceEntry};
 use haul_proto::{Digest, Entry, EntryKind, ErrorCode, Message, Request};
-use haul_session::summary::DryRunReport;
+use haul_run::summary::DryRunReport;
 use haul_session::{DryRunAction, Event, Observer};
 
 use crate::client::ClientOptions;

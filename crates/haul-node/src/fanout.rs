@@ -30,8 +30,8 @@ use std::time::{Duration, Instant};
 use haul_plan::{Candidates, Parent, Plan, Rates, Routing, Shape, Step};
 use haul_proto::seal::Origin;
 use haul_proto::{Message, OriginKey, RelayTarget, Request, Stripe, Ticket};
-use haul_session::rate::WindowedRate;
-use haul_session::summary::{Summary, Tally};
+use haul_run::rate::WindowedRate;
+use haul_run::summary::{Summary, Tally};
 use haul_session::{Event, Observer};
 use haul_transport::{MessageReader, MessageWriter, Security};
 use tokio::sync::mpsc;
@@ -334,7 +334,7 @@ async fn same_on_every_node(
     dests: &[NodeUrl],
     admitted: &[Admitted],
 ) -> Result<SameContent, NodeError> {
-    let quiet = Tally::new(Arc::new(haul_session::event::Quiet));
+    let quiet = Tally::new(Arc::new(haul_run::event::Quiet));
     let mut common: Option<HashMap<String, (u64, haul_proto::Digest)>> = None;
     for a in admitted {
         let url = &dests[a.index];
@@ -560,7 +560,7 @@ impl Run {
         let Some(source) = self.sources.first() else {
             return Ok(());
         };
-        let quiet = Tally::new(Arc::new(haul_session::event::Quiet));
+        let quiet = Tally::new(Arc::new(haul_run::event::Quiet));
         let (side, _) =
             crate::dry_run::walk_local(source, None, &self.opts, false, quiet.as_ref())?;
         if side.errors > 0 {

@@ -9,7 +9,7 @@ use std::time::Instant;
 use haul_engine::haul_root::Root;
 use haul_engine::one_file::{self, OneFile};
 use haul_engine::{Destination, LocalTree};
-use haul_session::summary::{Summary, Tally};
+use haul_run::summary::{Summary, Tally};
 use haul_session::Observer;
 use haul_transport::{memory_pair_paced, Timeouts};
 
@@ -71,7 +71,7 @@ pub async fn copy_local(
     let sctx = SenderCtx::for_client(opts, &tally, ChunkBuffers::new(opts.chunk_memory));
     // Its own chunk buffers: a sender holding buffers while it waits for
     // this receiver must never leave it without one.
-    let quiet = Arc::new(haul_session::event::Quiet);
+    let quiet = Arc::new(haul_run::event::Quiet);
     let rctx = ReceiverCtx::for_client(opts, quiet, destination.clone());
     let timeouts: Timeouts = opts.timeouts;
     let retire = || queue.retire_one();

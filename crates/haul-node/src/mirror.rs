@@ -16,7 +16,7 @@ use std::sync::Arc;
 use haul_engine::mirror::{deletions, Pruned};
 use haul_engine::{Filter, LocalTree};
 use haul_proto::{EntryKind, Message, Request};
-use haul_session::summary::Tally;
+use haul_run::summary::Tally;
 use haul_session::{Event, Observer};
 
 use crate::client::ClientOptions;

@@ -1,14 +1,14 @@
 //! A pool of connections working one queue: `-j N` or the `auto`
-//! controller ([`haul_session::concurrency`]), reconnects with backoff
-//! ([`haul_session::backoff`]), jobs given back when a connection breaks.
+//! controller ([`haul_run::concurrency`]), reconnects with backoff
+//! ([`haul_run::backoff`]), jobs given back when a connection breaks.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-use haul_session::backoff::Backoff;
-use haul_session::concurrency::{AutoParams, AutoTuner, Concurrency, Decision};
-use haul_session::summary::Tally;
+use haul_run::backoff::Backoff;
+use haul_run::concurrency::{AutoParams, AutoTuner, Concurrency, Decision};
+use haul_run::summary::Tally;
 use haul_session::{Event, Observer};
 use tokio::task::JoinSet;
 

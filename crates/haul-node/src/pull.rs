@@ -10,7 +10,7 @@ use std::time::Instant;
 use haul_engine::one_file::OneFile;
 use haul_engine::{split_ranges, Destination, EntryFilter};
 use haul_proto::{Digest, Entry, EntryKind, ErrorCode, Message, Request};
-use haul_session::summary::{Summary, Tally};
+use haul_run::summary::{Summary, Tally};
 use haul_session::{Event, Observer};
 
 use crate::client::{check_dest_dir, fail_leftovers, finish, ClientOptions};

@@ -9,7 +9,7 @@ use std::time::Instant;
 use haul_engine::one_file::{self, OneFile};
 use haul_engine::{split_ranges, EntryIter, LocalTree, Source as _, SourceEntry};
 use haul_proto::{EntryKind, Request};
-use haul_session::summary::{Summary, Tally};
+use haul_run::summary::{Summary, Tally};
 use haul_session::{Event, Observer};
 
 use crate::buffers::ChunkBuffers;

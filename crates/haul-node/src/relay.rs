@@ -36,7 +36,7 @@ use haul_engine::{ChunkSource, Confirmation, Destination, PartialFile};
 use haul_proto::digest::root_from_digests;
 use haul_proto::seal::entry_hash;
 use haul_proto::{Digest, Entry, OriginKey, RelayTarget, Stripe, Ticket};
-use haul_session::summary::Tally;
+use haul_run::summary::Tally;
 use haul_session::Sealer;
 use haul_session::{Event, Observer};
 use haul_transport::Transport;

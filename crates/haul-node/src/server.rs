@@ -764,7 +764,7 @@ async fn run_forward(
     buffers: Arc<ChunkBuffers>,
     book: Arc<SealBook>,
 ) -> ForwardEnd {
-    let tally = haul_session::summary::Tally::new(Arc::new(ForwardLog(target.addr.clone())));
+    let tally = haul_run::summary::Tally::new(Arc::new(ForwardLog(target.addr.clone())));
     let request = Request::Relayed {
         ticket: target.ticket,
         stripe: target.stripe,

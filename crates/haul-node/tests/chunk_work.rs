@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use haul_node::{copy_local, ChunkWork, ClientOptions};
-use haul_session::event::Quiet;
+use haul_run::event::Quiet;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn large_chunks_arrive_whole_in_either_write_mode() {

@@ -99,7 +99,7 @@ async fn a_file_still_being_received_is_sent_on_as_its_chunks_verify() {
         stripes: None,
     };
     let rctx = ReceiverCtx {
-        observer: Arc::new(haul_session::event::Quiet),
+        observer: Arc::new(haul_run::event::Quiet),
         dest: downstream.clone(),
         prefix: String::new(),
         window: 8,

@@ -6,8 +6,8 @@ use std::time::{Duration, Instant};
 
 use haul_proto::Message;
 
-use crate::event::Event;
 use crate::{keepalive_interval, SessionError, Transmit};
+use haul_run::Event;
 
 /// Queues and timers of a session; `I` is the role's I/O request type.
 #[derive(Debug)]

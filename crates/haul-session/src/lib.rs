@@ -48,26 +48,21 @@
 //! the idle limit while the session expected something from it (and had no
 //! I/O of its own outstanding).
 
-pub mod backoff;
-pub mod concurrency;
 mod core;
-pub mod event;
 pub mod groups;
 pub mod peer_text;
-pub mod rate;
 pub mod receiver;
 pub mod seals;
 pub mod sender;
-pub mod summary;
 
 #[cfg(test)]
 mod tests;
 
 use std::time::Duration;
 
-pub use event::{DryRunAction, Event, Observer};
 pub use groups::{FetchGroup, FetchJob, Job, RangeGroup, SendJob};
 pub use haul_proto::{ChunkHeader, Digest, ErrorCode, Message};
+pub use haul_run::{DryRunAction, Event, Observer};
 pub use receiver::{ChunkAction, ChunkOutcome, Prepared, Receiver, ReceiverIo, Refusal};
 pub use seals::{OriginCheck, OriginPublic, Sealer};
 pub use sender::{Sender, SenderIo};

@@ -25,12 +25,12 @@ use haul_proto::{
 use std::sync::Arc;
 
 use crate::core::{protocol, Core};
-use crate::event::Event;
 use crate::groups::FetchJob;
 use crate::peer_text::without_root;
 use crate::seals::OriginCheck;
 use crate::sender::hex;
 use crate::{FileId, SessionConfig, SessionError, Transmit, MAX_OPEN};
+use haul_run::Event;
 
 /// What a receiver asks its driver to do.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -52,11 +52,11 @@ use haul_proto::{
 use std::sync::Arc;
 
 use crate::core::{protocol, Core};
-use crate::event::Event;
 use crate::groups::SendJob;
 use crate::peer_text::without_root;
 use crate::seals::{Sealer, NO_SEAL};
 use crate::{FileId, SessionConfig, SessionError, Transmit};
+use haul_run::Event;
 
 /// What a sender asks its driver to do.
 #[derive(Debug, Clone, PartialEq, Eq)]

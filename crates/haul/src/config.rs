@@ -174,7 +174,7 @@ pub fn client_options(t: &TransferArgs) -> Result<ClientOptions> {
                 .transpose()?
                 .map(|r| std::sync::Arc::new(haul_transport::RateLimit::new(r))),
         },
-        retry: haul_session::backoff::RetryPolicy {
+        retry: haul_run::backoff::RetryPolicy {
             retries: t.retries,
             first_wait: Duration::from_millis(t.retry_base_ms.max(1)),
         },

@@ -8,8 +8,8 @@ use std::time::{Duration, Instant};
 
 use crate::causes::{entry_error, Causes};
 use haul_node::Summary;
-use haul_session::rate::WindowedRate;
-use haul_session::{Event, Observer};
+use haul_run::rate::WindowedRate;
+use haul_run::{Event, Observer};
 use indicatif::style::ProgressTracker;
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressState, ProgressStyle};
 
@@ -357,7 +357,7 @@ impl Display {
 fn print_dry_run(event: &Event) {
     if let Event::DryRun { path, size, action } = event {
         let size = match action {
-            haul_session::DryRunAction::Make => String::new(),
+            haul_run::DryRunAction::Make => String::new(),
             _ => format!("  {}", human_bytes(*size)),
         };
         println!("{:<10} {path}{size}", action.word());
@@ -461,15 +461,13 @@ pub fn print_summary(mode: Mode, s: &Summary) {
 }
 
 /// The (path, error) pairs of `failures`.
-fn failures(
-    failures: &[haul_session::summary::Failure],
-) -> impl Iterator<Item = (&str, &str)> + '_ {
+fn failures(failures: &[haul_run::summary::Failure]) -> impl Iterator<Item = (&str, &str)> + '_ {
     failures.iter().map(|f| (f.path.as_str(), f.error.as_str()))
 }
 
 /// The summary's failure lines on stderr: one per cause, with how many
 /// entries it stopped.
-pub fn print_failures(list: &[haul_session::summary::Failure]) {
+pub fn print_failures(list: &[haul_run::summary::Failure]) {
     for line in Causes::of(failures(list)).summary_lines() {
         eprintln!("  {line}");
     }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use haul_engine::hash::ChunkHasher;
 use haul_engine::PartialFile;
 use haul_remote::{RemoteEntry, RemoteError};
-use haul_session::{Event, Observer};
+use haul_run::{Event, Observer};
 
 use super::local;
 use crate::crawl::FileJob;

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use haul_node::{ClientOptions, Concurrency, Dialer, NodePath, ServeOptions, Server, TransferLog};
-use haul_session::backoff::RetryPolicy;
+use haul_run::backoff::RetryPolicy;
 use haul_session::{Event, Observer};
 use haul_transport::{Fault, FaultPlan, Timeouts};
 

@@ -1,0 +1,29 @@
+//! # What a run reports and how it paces itself
+//!
+//! Every haul command — a push or pull to a node, a pull from FTP, SFTP,
+//! HTTP or S3, a fan-out, the daemon's runs — reports and paces itself the
+//! same way, whatever moves its bytes. That shared part lives here, apart
+//! from the protocol (`haul-session`) so that the remote-source crates
+//! and the daemon depend on policy and reporting, not on a session core
+//! they never run.
+//!
+//! - [`event`]: what happened ([`Event`]), told to an [`Observer`]
+//!   (the progress display, `--json`, a transfer log, a tally).
+//! - [`summary`]: [`summary::Tally`] counts a run's events into its
+//!   [`summary::Summary`] (and a dry run's report).
+//! - [`backoff`]: one retry budget ([`backoff::RetryPolicy`], `--retries`)
+//!   with exponential waits, per-connection jitter, and "progress resets
+//!   it", used by pools, crawls and the daemon.
+//! - [`concurrency`]: `-j N` or `auto`: the controller that adds
+//!   connections while the rate grows ([`concurrency::AutoTuner`]).
+//! - [`rate`]: rates shown to people, over a sliding window.
+//!
+//! Nothing here does I/O or reads a clock: time is passed in.
+
+pub mod backoff;
+pub mod concurrency;
+pub mod event;
+pub mod rate;
+pub mod summary;
+
+pub use event::{DryRunAction, Event, Observer};
