@@ -380,7 +380,13 @@ fn racing_swaps_never_let_pushes_out() {
                     let _ = symlink(&outside, dir.join("race"));
                     std::thread::sleep(Duration::from_micros(200));
                     let _ = std::fs::remove_file(dir.join("race"));
-                    let _ = std::fs::rename(dir.join("race.real"), dir.join("race"));
+                    // A push may have made a new `race` while the real one
+                    // was away (the node creates what is missing): it goes,
+                    // or every later swap would fail and the race stop.
+                    if std::fs::rename(dir.join("race.real"), dir.join("race")).is_err() {
+                        let _ = std::fs::remove_dir_all(dir.join("race"));
+                        let _ = std::fs::rename(dir.join("race.real"), dir.join("race"));
+                    }
                     swaps += 1;
                 }
                 std::thread::sleep(Duration::from_micros(200));
