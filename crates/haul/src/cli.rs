@@ -4,6 +4,15 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
+/// A group of flags as the command line takes them when none is given, and
+/// with no environment read (`HAUL_TOKEN`, `HAUL_TRANSPORT`): each default
+/// lives in its flag's definition only, and the daemon starts every source
+/// from these before applying its TOML keys.
+pub fn flag_defaults<T: Args + clap::FromArgMatches>() -> Result<T, clap::Error> {
+    let cmd = T::augment_args(clap::Command::new("defaults")).mut_args(|a| a.env(None));
+    T::from_arg_matches(&cmd.try_get_matches_from(["defaults"])?)
+}
+
 /// haul moves large datasets between sites: verified with BLAKE3, resumable,
 /// concurrent, over TLS 1.3 with pinned server keys.
 #[derive(Debug, Parser)]

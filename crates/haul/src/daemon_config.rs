@@ -15,7 +15,7 @@ use haul_time::parse_duration;
 use serde::Deserialize;
 use toml::Spanned;
 
-use crate::cli::{FilterArgs, FilterRule, RemoteArgs, TransferArgs};
+use crate::cli::{flag_defaults, FilterArgs, FilterRule, RemoteArgs, TransferArgs};
 
 /// How long an untouched partial download is kept by default: a week, as
 /// `haul serve --partial-ttl`.
@@ -449,52 +449,39 @@ fn source_plan(
         bail!("password_file and password_env: give one");
     }
     let jobs = match &s.jobs {
-        None => "auto".to_string(),
-        Some(JobsValue::Number(n)) => n.to_string(),
-        Some(JobsValue::Text(t)) => t.clone(),
+        None => None,
+        Some(JobsValue::Number(n)) => Some(n.to_string()),
+        Some(JobsValue::Text(t)) => Some(t.clone()),
     };
-    let transfer = TransferArgs {
-        jobs,
-        streams: s.streams.unwrap_or(1),
-        split_min: s.split_min.clone().unwrap_or_else(|| "64M".into()),
-        token: None,
-        token_file: None,
-        plaintext: false,
-        transport: "tcp".into(),
-        fingerprint: None,
-        known_hosts: None,
-        timeout: s.timeout.unwrap_or(60),
-        connect_timeout: 10,
-        retries: s.retries.unwrap_or(5),
-        retry_base_ms: 500,
-        socket_buffer: None,
-        max_rate: None,
-        no_zero_copy: false,
-        chunk_memory: "256M".into(),
-        dry_run: false,
-        delete: false,
-        force: false,
-        checksum: false,
-    };
-    let remote = RemoteArgs {
-        regex: s.regex.clone(),
-        dir_struct: s.dir_struct.clone(),
-        skip_existing: false,
-        rename: s.rename.clone(),
-        delete_source: s.delete_source,
-        verify_sidecar: s.verify_sidecar,
-        max_conn_per_host: s.max_conn.unwrap_or(8),
-        user: s.user.clone(),
-        password_file: s.password_file.clone(),
-        ssh_key: s.ssh_key.clone(),
-        ssh_known_hosts: s.ssh_known_hosts.clone(),
-        accept_new_host_key: s.accept_new_host_key,
-        ca_cert: s.ca_cert.clone(),
-        insecure: s.insecure,
-        s3_endpoint: s.s3_endpoint.clone(),
-        s3_region: s.s3_region.clone(),
-        s3_path_style: s.s3_path_style,
-    };
+    // The flags' own defaults, then the keys this source sets.
+    let defaults = || anyhow::anyhow!("the flags' defaults do not parse (a bug)");
+    let mut transfer: TransferArgs = flag_defaults().map_err(|_| defaults())?;
+    if let Some(jobs) = jobs {
+        transfer.jobs = jobs;
+    }
+    transfer.streams = s.streams.unwrap_or(transfer.streams);
+    if let Some(split_min) = &s.split_min {
+        transfer.split_min.clone_from(split_min);
+    }
+    transfer.timeout = s.timeout.unwrap_or(transfer.timeout);
+    transfer.retries = s.retries.unwrap_or(transfer.retries);
+    let mut remote: RemoteArgs = flag_defaults().map_err(|_| defaults())?;
+    remote.regex.clone_from(&s.regex);
+    remote.dir_struct.clone_from(&s.dir_struct);
+    remote.rename.clone_from(&s.rename);
+    remote.delete_source = s.delete_source;
+    remote.verify_sidecar = s.verify_sidecar;
+    remote.max_conn_per_host = s.max_conn.unwrap_or(remote.max_conn_per_host);
+    remote.user.clone_from(&s.user);
+    remote.password_file.clone_from(&s.password_file);
+    remote.ssh_key.clone_from(&s.ssh_key);
+    remote.ssh_known_hosts.clone_from(&s.ssh_known_hosts);
+    remote.accept_new_host_key = s.accept_new_host_key;
+    remote.ca_cert.clone_from(&s.ca_cert);
+    remote.insecure = s.insecure;
+    remote.s3_endpoint.clone_from(&s.s3_endpoint);
+    remote.s3_region.clone_from(&s.s3_region);
+    remote.s3_path_style = s.s3_path_style;
     let mut rules: Vec<(haul_fetch::RuleKind, String)> = s
         .exclude
         .iter()
@@ -667,5 +654,47 @@ include = ["*.nc"]
         assert_eq!(s.transfer.jobs, "4");
         assert_eq!(s.jitter, Duration::from_secs(30));
         assert_eq!(s.rules[0].0, haul_fetch::RuleKind::Exclude);
+    }
+
+    /// The same settings in the daemon's TOML and as `haul pull` flags give
+    /// the same options: each default comes from the flag's definition.
+    #[test]
+    fn the_daemon_and_the_cli_give_equal_options_for_equal_settings() {
+        use clap::Parser;
+        let pull = |flags: &[&str]| {
+            let mut argv = vec![
+                "haul",
+                "pull",
+                "https://archive.example/pub/sst/",
+                "/data/sst",
+            ];
+            argv.extend_from_slice(flags);
+            match crate::cli::Cli::try_parse_from(argv).unwrap().command {
+                crate::cli::Command::Pull(p) => p,
+                _ => unreachable!("a pull"),
+            }
+        };
+        let cases: [(&str, &[&str]); 2] = [
+            ("", &[]),
+            (
+                "jobs = 4\nstreams = 2\nsplit_min = \"32M\"\ntimeout = 30\nretries = 3\nmax_conn = 2\nregex = \"nc$\"\n",
+                &["-j", "4", "--streams", "2", "--split-min", "32M", "--timeout", "30", "--retries", "3", "--max-conn-per-host", "2", "--regex", "nc$"],
+            ),
+        ];
+        for (keys, flags) in cases {
+            let config = MINIMAL.replace("include = [\"*.nc\"]\n", keys);
+            let daemon = &parse(&config).unwrap().sources[0];
+            let cli = pull(flags);
+            assert_eq!(
+                format!("{:?}", daemon.transfer),
+                format!("{:?}", cli.transfer),
+                "{keys}"
+            );
+            assert_eq!(
+                format!("{:?}", daemon.remote),
+                format!("{:?}", cli.remote),
+                "{keys}"
+            );
+        }
     }
 }
