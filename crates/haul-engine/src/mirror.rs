@@ -19,6 +19,7 @@ use std::sync::Arc;
 use haul_filter::Filter;
 use haul_proto::{Entry, EntryKind};
 use haul_root::{ResolveError, Root};
+use haul_run::{Event, Observer};
 
 use crate::{EntryFilter, EntryIter, LocalTree, Source as _};
 
@@ -157,4 +158,79 @@ pub fn prune(
         });
     }
     Ok(())
+}
+
+/// The one warning of a `--delete` that deleted nothing, with why (a
+/// failure, a listing that was not complete) and what to do.
+pub fn nothing_deleted(why: &str) -> Event {
+    Event::Warning {
+        message: format!("--delete: nothing deleted, because {why}; fix that and run again"),
+    }
+}
+
+/// [`prune`], its outcomes told to `observer`: each removal
+/// ([`Event::Deleted`]), each path that could not be removed, and a
+/// destination that could not be read in full (then nothing was removed).
+/// Node pulls, local copies and FTP/SFTP/HTTP/S3 pulls report alike.
+pub fn prune_reported(
+    dest: &Path,
+    top: &str,
+    source: &HashSet<String>,
+    filter: Option<&Arc<Filter>>,
+    observer: &dyn Observer,
+) {
+    let mut on = |p: Pruned| match p {
+        Pruned::Deleted { path, size } => observer.event(&Event::Deleted { path, size }),
+        Pruned::Failed { path, error } => observer.event(&Event::FileError {
+            path,
+            error: format!("--delete could not remove it: {error}"),
+        }),
+    };
+    if let Err(e) = prune(dest, top, source, filter, &mut on) {
+        observer.event(&nothing_deleted(&format!(
+            "the destination could not be read in full ({e})"
+        )));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use haul_run::event::Recording;
+
+    #[test]
+    fn prune_reports_each_removal_and_keeps_what_the_source_has() {
+        let dest = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        for name in ["top/keep", "top/extra", "top/old/deep"] {
+            let p = dest.path().join(name);
+            std::fs::create_dir_all(p.parent().unwrap_or(dest.path())).unwrap_or_default();
+            std::fs::write(&p, b"x").unwrap_or_default();
+        }
+        let source: HashSet<String> = ["top", "top/keep"].map(String::from).into();
+        let heard = Recording::default();
+        prune_reported(dest.path(), "top", &source, None, &heard);
+        let mut deleted: Vec<String> = heard
+            .events()
+            .into_iter()
+            .filter_map(|e| match e {
+                Event::Deleted { path, .. } => Some(path),
+                _ => None,
+            })
+            .collect();
+        deleted.sort();
+        assert_eq!(deleted, ["top/extra", "top/old", "top/old/deep"]);
+        assert!(dest.path().join("top/keep").is_file());
+        assert!(!dest.path().join("top/old").exists());
+    }
+
+    #[test]
+    fn nothing_deleted_says_why_and_what_to_do() {
+        let Event::Warning { message } = nothing_deleted("2 entries failed") else {
+            panic!("a warning");
+        };
+        assert_eq!(
+            message,
+            "--delete: nothing deleted, because 2 entries failed; fix that and run again"
+        );
+    }
 }

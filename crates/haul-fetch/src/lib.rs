@@ -306,6 +306,7 @@ pub async fn fetch(
 /// that the source does not have, through the filter (what it leaves out
 /// is kept).
 async fn mirror(ctx: &Ctx, dir: &str, dest: &Path, crawled: bool) {
+    use haul_engine::mirror::nothing_deleted;
     let failed = ctx.tally.failed();
     if failed > 0 || !crawled {
         let why = if crawled {
@@ -313,9 +314,7 @@ async fn mirror(ctx: &Ctx, dir: &str, dest: &Path, crawled: bool) {
         } else {
             "the listing stopped".into()
         };
-        ctx.tally.event(&Event::Warning {
-            message: format!("--delete: nothing deleted, because {why}; fix that and run again"),
-        });
+        ctx.tally.event(&nothing_deleted(&why));
         return;
     }
     let filter = Arc::new(ctx.opts.filter.clone());
@@ -324,19 +323,15 @@ async fn mirror(ctx: &Ctx, dir: &str, dest: &Path, crawled: bool) {
         Ok(l) if l.errors.is_empty() => l,
         Ok(l) => {
             let (path, error) = &l.errors[0];
-            ctx.tally.event(&Event::Warning {
-                message: format!(
-                    "--delete: nothing deleted, because the source's listing was not complete ({path}: {error})"
-                ),
-            });
+            ctx.tally.event(&nothing_deleted(&format!(
+                "the source's listing was not complete ({path}: {error})"
+            )));
             return;
         }
         Err(e) => {
-            ctx.tally.event(&Event::Warning {
-                message: format!(
-                    "--delete: nothing deleted, because the source could not be listed again ({e})"
-                ),
-            });
+            ctx.tally.event(&nothing_deleted(&format!(
+                "the source could not be listed again ({e})"
+            )));
             return;
         }
     };
@@ -350,22 +345,7 @@ async fn mirror(ctx: &Ctx, dir: &str, dest: &Path, crawled: bool) {
         source.insert(top.clone());
     }
     let filter = Arc::new(ctx.opts.filter.clone());
-    let mut on = |p: haul_engine::mirror::Pruned| match p {
-        haul_engine::mirror::Pruned::Deleted { path, size } => {
-            ctx.tally.event(&Event::Deleted { path, size })
-        }
-        haul_engine::mirror::Pruned::Failed { path, error } => ctx.tally.event(&Event::FileError {
-            path,
-            error: format!("--delete could not remove it: {error}"),
-        }),
-    };
-    if let Err(e) = haul_engine::mirror::prune(dest, &top, &source, Some(&filter), &mut on) {
-        ctx.tally.event(&Event::Warning {
-            message: format!(
-                "--delete: nothing deleted, because the destination could not be read in full ({e})"
-            ),
-        });
-    }
+    haul_engine::mirror::prune_reported(dest, &top, &source, Some(&filter), ctx.tally.as_ref());
 }
 
 fn ctx(

@@ -564,10 +564,8 @@ impl Run {
         let (side, _) =
             crate::dry_run::walk_local(source, None, &self.opts, false, quiet.as_ref())?;
         if side.errors > 0 {
-            self.tally.event(&Event::Warning {
-                message: "--delete: nothing deleted, because the source could not be read in full"
-                    .into(),
-            });
+            let why = "the source could not be read in full";
+            self.tally.event(&haul_engine::mirror::nothing_deleted(why));
             return Ok(());
         }
         let sent = side.entries.into_iter().map(|e| e.path).collect();

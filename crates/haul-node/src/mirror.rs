@@ -11,10 +11,9 @@
 
 use std::collections::HashSet;
 use std::path::Path;
-use std::sync::Arc;
 
-use haul_engine::mirror::{deletions, Pruned};
-use haul_engine::{Filter, LocalTree};
+use haul_engine::mirror::{deletions, nothing_deleted, prune_reported};
+use haul_engine::LocalTree;
 use haul_proto::{EntryKind, Message, Request};
 use haul_run::summary::Tally;
 use haul_session::{Event, Observer};
@@ -47,10 +46,7 @@ pub(crate) async fn prune_node(
     let side = match list_node(&remote.dialer, &under, tally).await {
         Ok(side) if side.errors == 0 => side,
         Ok(_) => {
-            tally.event(&Event::Warning {
-                message: "--delete: nothing deleted, because the node's listing was not complete"
-                    .into(),
-            });
+            tally.event(&nothing_deleted("the node's listing was not complete"));
             return;
         }
         Err(e) => {
@@ -147,9 +143,7 @@ pub fn nothing_failed(tally: &Tally, stopped: Option<&NodeError>) -> bool {
             if failed == 1 { "y" } else { "ies" }
         ),
     };
-    tally.event(&Event::Warning {
-        message: format!("--delete: nothing deleted, because {why}; fix that and run again"),
-    });
+    tally.event(&nothing_deleted(&why));
     false
 }
 
@@ -173,29 +167,5 @@ pub(crate) fn delete_extraneous(
     if !nothing_failed(tally, stopped) {
         return;
     }
-    prune_local(dest, top, source, opts.filter.as_ref(), tally);
-}
-
-/// [`haul_engine::mirror::prune`] with its outcomes as events.
-pub fn prune_local(
-    dest: &Path,
-    top: &str,
-    source: &HashSet<String>,
-    filter: Option<&Arc<Filter>>,
-    tally: &Tally,
-) {
-    let mut on = |p: Pruned| match p {
-        Pruned::Deleted { path, size } => tally.event(&Event::Deleted { path, size }),
-        Pruned::Failed { path, error } => tally.event(&Event::FileError {
-            path,
-            error: format!("--delete could not remove it: {error}"),
-        }),
-    };
-    if let Err(e) = haul_engine::mirror::prune(dest, top, source, filter, &mut on) {
-        tally.event(&Event::Warning {
-            message: format!(
-                "--delete: nothing deleted, because the destination could not be read in full ({e})"
-            ),
-        });
-    }
+    prune_reported(dest, top, source, opts.filter.as_ref(), tally);
 }

@@ -104,22 +104,11 @@ impl<I: Iterator, F: Fn(&I::Item) -> Option<u64>> Iterator for Counted<I, F> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Mutex;
-
-    #[derive(Default)]
-    struct Heard(Mutex<Vec<Event>>);
-
-    impl Observer for Heard {
-        fn event(&self, event: &Event) {
-            if let Ok(mut v) = self.0.lock() {
-                v.push(event.clone());
-            }
-        }
-    }
+    use haul_run::event::Recording;
 
     #[test]
     fn a_walk_says_it_started_and_once_that_it_ended() {
-        let heard = Arc::new(Heard::default());
+        let heard = Arc::new(Recording::default());
         let items = vec![Some(10u64), None, Some(5), Some(1)];
         let mut walk = Counted::new(
             items.into_iter(),
@@ -128,7 +117,7 @@ mod tests {
         );
         assert_eq!(walk.by_ref().count(), 4);
         assert!(walk.next().is_none());
-        let events = heard.0.lock().map(|v| v.clone()).unwrap_or_default();
+        let events = heard.events();
         assert!(matches!(
             events.as_slice(),
             [

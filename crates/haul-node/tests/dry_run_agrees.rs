@@ -19,42 +19,39 @@ use test_node::{options, Heard, TestNode};
 /// What happened (or would) to each path, in the dry run's words.
 type Actions = BTreeMap<String, DryRunAction>;
 
-impl Heard {
-    fn dry_run(&self) -> Actions {
-        let all = self.0.lock().unwrap();
-        all.iter()
-            .filter_map(|e| match e {
-                Event::DryRun { path, action, .. } => Some((path.clone(), *action)),
-                _ => None,
-            })
-            .collect()
-    }
+/// What the dry run said it would do.
+fn dry_run(heard: &Heard) -> Actions {
+    let all = heard.events();
+    all.iter()
+        .filter_map(|e| match e {
+            Event::DryRun { path, action, .. } => Some((path.clone(), *action)),
+            _ => None,
+        })
+        .collect()
+}
 
-    /// The real run's events as the dry run would have named them; `made`
-    /// lists the directories and links that a dry run leaves unnamed when
-    /// they are already there.
-    fn real_run(&self) -> Actions {
-        let all = self.0.lock().unwrap();
-        let mut out = Actions::new();
-        for e in all.iter() {
-            let (path, action) = match e {
-                Event::FileDone {
-                    path,
-                    skipped: true,
-                    ..
-                } => (path, DryRunAction::UpToDate),
-                Event::FileDone { path, blake3, .. } if !blake3.is_empty() => {
-                    (path, DryRunAction::Send)
-                }
-                Event::FileDone { path, .. } => (path, DryRunAction::Make),
-                Event::Deleted { path, .. } => (path, DryRunAction::Delete),
-                Event::FileError { path, error } => panic!("{path}: {error}"),
-                _ => continue,
-            };
-            out.insert(path.clone(), action);
-        }
-        out
+/// The real run's events as the dry run would have named them.
+fn real_run(heard: &Heard) -> Actions {
+    let all = heard.events();
+    let mut out = Actions::new();
+    for e in all.iter() {
+        let (path, action) = match e {
+            Event::FileDone {
+                path,
+                skipped: true,
+                ..
+            } => (path, DryRunAction::UpToDate),
+            Event::FileDone { path, blake3, .. } if !blake3.is_empty() => {
+                (path, DryRunAction::Send)
+            }
+            Event::FileDone { path, .. } => (path, DryRunAction::Make),
+            Event::Deleted { path, .. } => (path, DryRunAction::Delete),
+            Event::FileError { path, error } => panic!("{path}: {error}"),
+            _ => continue,
+        };
+        out.insert(path.clone(), action);
     }
+    out
 }
 
 fn write(path: &Path, bytes: &[u8], mtime: SystemTime) {
@@ -108,9 +105,9 @@ fn expected() -> Actions {
 /// The dry run's actions match the table, and the real run's match those
 /// (a real run also names `set` itself, which already exists: left out).
 fn assert_agree(dry: &Heard, real: &Heard) {
-    let said = dry.dry_run();
+    let said = dry_run(dry);
     assert_eq!(said, expected(), "the dry run");
-    let mut done = real.real_run();
+    let mut done = real_run(real);
     done.remove("set");
     assert_eq!(done, said, "the real run did what the dry run said");
 }

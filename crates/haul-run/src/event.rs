@@ -177,3 +177,34 @@ pub struct Quiet;
 impl Observer for Quiet {
     fn event(&self, _event: &Event) {}
 }
+
+/// An observer that keeps every event, in order: for tests, and for a
+/// caller that reads a run's events once it ended.
+#[derive(Debug, Default)]
+pub struct Recording(std::sync::Mutex<Vec<Event>>);
+
+impl Recording {
+    /// The events so far.
+    pub fn events(&self) -> Vec<Event> {
+        self.0.lock().map(|all| all.clone()).unwrap_or_default()
+    }
+
+    /// The warnings' texts so far.
+    pub fn warnings(&self) -> Vec<String> {
+        self.events()
+            .into_iter()
+            .filter_map(|e| match e {
+                Event::Warning { message } => Some(message),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+impl Observer for Recording {
+    fn event(&self, event: &Event) {
+        if let Ok(mut all) = self.0.lock() {
+            all.push(event.clone());
+        }
+    }
+}

@@ -4,12 +4,11 @@
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use haul_node::{ClientOptions, Concurrency, Dialer, NodePath, ServeOptions, Server, TransferLog};
 use haul_run::backoff::RetryPolicy;
-use haul_session::{Event, Observer};
 use haul_transport::{Fault, FaultPlan, Timeouts};
 
 /// A node serving a temporary root, in this process.
@@ -80,29 +79,8 @@ pub fn options(node: &TestNode, jobs: u32) -> ClientOptions {
     }
 }
 
-/// Every event, kept.
-#[derive(Default)]
-pub struct Heard(pub Mutex<Vec<Event>>);
-
-impl Observer for Heard {
-    fn event(&self, event: &Event) {
-        if let Ok(mut all) = self.0.lock() {
-            all.push(event.clone());
-        }
-    }
-}
-
-impl Heard {
-    pub fn warnings(&self) -> Vec<String> {
-        let all = self.0.lock().unwrap();
-        all.iter()
-            .filter_map(|e| match e {
-                Event::Warning { message } => Some(message.clone()),
-                _ => None,
-            })
-            .collect()
-    }
-}
+/// Every event of a run, kept.
+pub use haul_run::event::Recording as Heard;
 
 /// Bytes that differ along a file, so a misplaced range shows.
 pub fn pattern(len: usize, seed: u8) -> Vec<u8> {
