@@ -17,36 +17,7 @@ use haul_remote::{EntryKind, Remote, RemoteError};
 use crate::listing::list_remote;
 use crate::verify::Hashers;
 
-/// What the comparison found.
-#[derive(Debug, Clone, Default)]
-pub struct RemoteCheck {
-    /// Files whose offered checksums match the local file.
-    pub same: u64,
-    /// Files that differ (size, or an offered checksum).
-    pub differ: Vec<String>,
-    /// Entries only at the source.
-    pub only_in_src: Vec<String>,
-    /// Entries only in the local tree.
-    pub only_in_dst: Vec<String>,
-    /// Entries that could not be read or listed, with why.
-    pub unreadable: Vec<(String, String)>,
-    /// Files of the same size for which the source offers no checksum:
-    /// comparing them would mean downloading them.
-    pub unverifiable: Vec<String>,
-    /// The checksums used (`md5`, `sha256`...).
-    pub methods: BTreeSet<&'static str>,
-}
-
-impl RemoteCheck {
-    /// True when every file was compared and matched.
-    pub fn matches(&self) -> bool {
-        self.differ.is_empty()
-            && self.only_in_src.is_empty()
-            && self.only_in_dst.is_empty()
-            && self.unreadable.is_empty()
-            && self.unverifiable.is_empty()
-    }
-}
+use haul_run::check::{CheckMethod, CheckReport};
 
 /// Compares `path` on `remote` (its contents) with local directory `dir`.
 pub async fn check_remote(
@@ -54,10 +25,10 @@ pub async fn check_remote(
     path: &str,
     dir: &Path,
     filter: Filter,
-) -> Result<RemoteCheck, RemoteError> {
+) -> Result<CheckReport, RemoteError> {
     let filter = Arc::new(filter);
     let listing = list_remote(remote.clone(), path, true, filter.clone()).await?;
-    let mut out = RemoteCheck::default();
+    let mut out = CheckReport::by(CheckMethod::RemoteChecksums);
     for (p, e) in listing.errors {
         out.unreadable.push((p, e));
     }
@@ -99,7 +70,7 @@ pub async fn check_remote(
         match local_mismatches(here, &sums) {
             Ok(0) => {
                 out.same += 1;
-                out.methods.extend(sums.iter().map(|c| c.algorithm()));
+                out.checksums.extend(sums.iter().map(|c| c.algorithm()));
             }
             Ok(_) => out.differ.push(listed.path),
             Err(e) => out.unreadable.push((listed.path, e)),
@@ -132,7 +103,7 @@ fn local_mismatches(e: &SourceEntry, sums: &[haul_remote::Checksum]) -> Result<u
 fn walk(
     dir: &Path,
     filter: Arc<Filter>,
-    out: &mut RemoteCheck,
+    out: &mut CheckReport,
 ) -> Result<BTreeMap<String, SourceEntry>, RemoteError> {
     let shown = format!("{}/", dir.display().to_string().trim_end_matches('/'));
     let tree = LocalTree::new(&shown)

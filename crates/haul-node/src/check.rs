@@ -12,7 +12,6 @@ use haul_engine::source::hash_local;
 use haul_engine::{LocalTree, Source as _, SourceEntry};
 use haul_proto::{Digest, Entry, EntryKind, ErrorCode};
 use haul_session::Observer;
-use serde::Serialize;
 
 use crate::client::ClientOptions;
 use crate::dial::NodePath;
@@ -20,34 +19,8 @@ use crate::dry_run::{filtered, list_node_with};
 use crate::listing::list_top;
 use crate::NodeError;
 
-/// What `haul check` found.
-#[derive(Debug, Clone, Default, Serialize)]
-pub struct CheckReport {
-    /// Files identical on both sides (same BLAKE3).
-    pub same: u64,
-    /// Bytes of those.
-    pub same_bytes: u64,
-    /// Files whose content differs.
-    pub differ: Vec<String>,
-    /// Entries only in SRC (missing from DST).
-    pub only_in_src: Vec<String>,
-    /// Entries only in DST.
-    pub only_in_dst: Vec<String>,
-    /// Entries that could not be read (on either side), with the reason.
-    pub unreadable: Vec<(String, String)>,
-    /// How contents were compared.
-    pub method: &'static str,
-}
-
-impl CheckReport {
-    /// True when the trees match: nothing differs, is missing or unreadable.
-    pub fn matches(&self) -> bool {
-        self.differ.is_empty()
-            && self.only_in_src.is_empty()
-            && self.only_in_dst.is_empty()
-            && self.unreadable.is_empty()
-    }
-}
+use haul_run::check::CheckMethod;
+pub use haul_run::check::CheckReport;
 
 /// One side of `haul check`: a local path, or a path on a node.
 #[derive(Debug, Clone)]
@@ -91,10 +64,7 @@ impl Item {
 /// Compares local trees `src` and `dst` (each named as a transfer names a
 /// source: `dir` and `dir/` alike compare what is inside).
 pub fn check_local(src: &str, dst: &str, opts: &ClientOptions) -> Result<CheckReport, NodeError> {
-    let mut report = CheckReport {
-        method: "blake3",
-        ..CheckReport::default()
-    };
+    let mut report = CheckReport::by(CheckMethod::Blake3);
     let ours = walk(src, opts, &mut report)?;
     let theirs = walk(dst, opts, &mut report)?;
     compare(&ours, &theirs, &mut report);
@@ -109,10 +79,7 @@ pub async fn check(
     opts: &ClientOptions,
     observer: &dyn Observer,
 ) -> Result<CheckReport, NodeError> {
-    let mut report = CheckReport {
-        method: "blake3",
-        ..CheckReport::default()
-    };
+    let mut report = CheckReport::by(CheckMethod::Blake3);
     let ours = side(src, opts, observer, &mut report).await?;
     let theirs = side(dst, opts, observer, &mut report).await?;
     // Local files are hashed on a blocking thread.

@@ -17,10 +17,12 @@
 //! - [`concurrency`]: `-j N` or `auto`: the controller that adds
 //!   connections while the rate grows ([`concurrency::AutoTuner`]).
 //! - [`rate`]: rates shown to people, over a sliding window.
+//! - [`check`]: what `haul check` found, whichever sides it compared.
 //!
 //! Nothing here does I/O or reads a clock: time is passed in.
 
 pub mod backoff;
+pub mod check;
 pub mod concurrency;
 pub mod event;
 pub mod rate;

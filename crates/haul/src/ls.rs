@@ -111,36 +111,7 @@ pub async fn check(args: CheckArgs, mode: Mode) -> Result<u8> {
     let r = haul_node::check(&sides[0], &sides[1], &opts, display.as_ref()).await;
     display.finish();
     let r = r?;
-    let items = [
-        ("differs", &r.differ),
-        ("only_in_src", &r.only_in_src),
-        ("only_in_dst", &r.only_in_dst),
-    ];
-    print_items(mode, &items, &r.unreadable);
-    match mode {
-        Mode::Json => {
-            let mut v = serde_json::to_value(&r)?;
-            if let Some(o) = v.as_object_mut() {
-                o.insert("event".into(), "check_summary".into());
-                o.insert("match".into(), r.matches().into());
-            }
-            json_line(&v);
-        }
-        Mode::Quiet => {}
-        Mode::Human => {
-            println!(
-                "{}: {} file{} identical by BLAKE3 ({}), {} differ, {} only in SRC, {} only in DST, {} unreadable",
-                if r.matches() { "match" } else { "DIFFER" },
-                r.same,
-                if r.same == 1 { "" } else { "s" },
-                crate::output::human_bytes(r.same_bytes),
-                r.differ.len(),
-                r.only_in_src.len(),
-                r.only_in_dst.len(),
-                r.unreadable.len()
-            );
-        }
-    }
+    print_check(mode, &r)?;
     Ok(if r.matches() { EXIT_OK } else { EXIT_FAILED })
 }
 
@@ -155,7 +126,14 @@ async fn check_remote(args: CheckArgs, mode: Mode) -> Result<u8> {
         haul_fetch::check::check_remote(remote, &url.path, std::path::Path::new(&args.dst), filter)
             .await
             .map_err(|e| anyhow::anyhow!("cannot check {url}: {e}"))?;
-    let methods: Vec<&str> = r.methods.iter().copied().collect();
+    print_check(mode, &r)?;
+    Ok(if r.matches() { EXIT_OK } else { EXIT_FAILED })
+}
+
+/// `haul check`'s report, however it compared: each finding on a line of
+/// its own, then one summary (`check_summary` with `--json`).
+fn print_check(mode: Mode, r: &haul_run::check::CheckReport) -> Result<()> {
+    use haul_run::check::CheckMethod;
     let items = [
         ("differs", &r.differ),
         ("only_in_src", &r.only_in_src),
@@ -163,11 +141,12 @@ async fn check_remote(args: CheckArgs, mode: Mode) -> Result<u8> {
         ("unverifiable", &r.unverifiable),
     ];
     print_items(mode, &items, &r.unreadable);
+    let checksums: Vec<&str> = r.checksums.iter().copied().collect();
     match mode {
         Mode::Json => {
             json_line(&serde_json::json!({
-                "event": "check_summary", "match": r.matches(), "same": r.same,
-                "method": "remote checksums", "checksums": methods,
+                "event": "check_summary", "match": r.matches(), "method": r.method,
+                "checksums": checksums, "same": r.same, "same_bytes": r.same_bytes,
                 "differ": r.differ.len(), "only_in_src": r.only_in_src.len(),
                 "only_in_dst": r.only_in_dst.len(), "unverifiable": r.unverifiable.len(),
                 "unreadable": r.unreadable.len(),
@@ -175,21 +154,40 @@ async fn check_remote(args: CheckArgs, mode: Mode) -> Result<u8> {
         }
         Mode::Quiet => {}
         Mode::Human => {
+            let plural = if r.same == 1 { "" } else { "s" };
+            let how = match r.method {
+                CheckMethod::Blake3 => format!(
+                    "identical by BLAKE3 ({})",
+                    crate::output::human_bytes(r.same_bytes)
+                ),
+                CheckMethod::RemoteChecksums => format!(
+                    "identical by the server's checksums ({}), not downloaded",
+                    if checksums.is_empty() {
+                        "none".to_owned()
+                    } else {
+                        checksums.join(", ")
+                    }
+                ),
+            };
+            let unverifiable = match r.method {
+                CheckMethod::Blake3 => String::new(),
+                CheckMethod::RemoteChecksums => format!(
+                    ", {} without a checksum (comparing them would mean downloading)",
+                    r.unverifiable.len()
+                ),
+            };
             println!(
-                "{}: {} file{} identical by the server's checksums ({}), not downloaded; {} differ, {} only in SRC, {} only in DST, {} without a checksum (comparing them would mean downloading), {} unreadable",
+                "{}: {} file{plural} {how}; {} differ, {} only in SRC, {} only in DST{unverifiable}, {} unreadable",
                 if r.matches() { "match" } else { "DIFFER" },
                 r.same,
-                if r.same == 1 { "" } else { "s" },
-                if methods.is_empty() { "none".to_owned() } else { methods.join(", ") },
                 r.differ.len(),
                 r.only_in_src.len(),
                 r.only_in_dst.len(),
-                r.unverifiable.len(),
                 r.unreadable.len()
             );
         }
     }
-    Ok(if r.matches() { EXIT_OK } else { EXIT_FAILED })
+    Ok(())
 }
 
 /// `haul check`'s findings, one per line: `check_item` events (`--json`)
