@@ -1,0 +1,132 @@
+//! `haul pull`: from a node, an FTP, SFTP, HTTP or S3 source, or a local
+//! path (a local copy) into DEST; and its dry run.
+
+use std::sync::Arc;
+
+use anyhow::Result;
+use haul_node::{NodePath, Summary};
+
+use crate::cli::PullArgs;
+use crate::location::Location;
+use crate::output::{self, Display, Mode};
+use crate::{config, dry_run_done, fetch, interruptible, report, shown_source, usage, UsageError};
+
+/// Runs `haul pull`.
+pub async fn run(args: PullArgs, mode: Mode) -> Result<u8> {
+    let opts = usage(config::filtered_client_options(
+        &args.transfer,
+        &args.filter,
+    ))?;
+    let display = Arc::new(Display::new(mode));
+    if args.transfer.dry_run {
+        return dry_run_pull(&args, &opts, mode, display).await;
+    }
+    if mode == Mode::Json {
+        output::json_line(
+            &serde_json::json!({"event": "start", "command": "pull", "source": shown_source(&args.source), "dest": args.dest}),
+        );
+    }
+    let summary = interruptible(&display, pull_from(&args, &opts, display.clone())).await?;
+    display.finish();
+    Ok(report(mode, &display, &summary?))
+}
+
+/// Runs a pull from a node, a remote source or a local directory.
+async fn pull_from(
+    args: &PullArgs,
+    opts: &haul_node::ClientOptions,
+    display: Arc<Display>,
+) -> Result<Summary> {
+    match Location::parse(&args.source)? {
+        Location::Node(url) => {
+            let remote = NodePath::network(&url, opts);
+            Ok(haul_node::pull(&remote, &args.dest, opts, display.clone()).await?)
+        }
+        Location::Remote(url) => {
+            if args.transfer.delete {
+                usage(haul_engine::mirror::check_dest(&args.dest).map_err(anyhow::Error::msg))?;
+            }
+            let (ropts, fopts) = remote_pull_options(args)?;
+            if ropts.insecure_tls {
+                tracing::warn!("--insecure: TLS certificates are not checked");
+            }
+            let remote = usage(fetch::open_remote(&url, &ropts))?;
+            haul_fetch::fetch(
+                remote,
+                &url.path,
+                &args.dest,
+                fopts,
+                display.clone(),
+                ropts.timeout,
+            )
+            .await
+            .map_err(anyhow::Error::from)
+        }
+        Location::Local(source) => {
+            usage(config::check_local_source(&source))?;
+            Ok(haul_node::copy_local(
+                std::slice::from_ref(&source),
+                &args.dest,
+                opts,
+                display.clone(),
+            )
+            .await?)
+        }
+    }
+}
+
+/// An FTP, SFTP, HTTP or S3 pull's options from its flags (how to reach
+/// the server; what to fetch).
+fn remote_pull_options(
+    args: &PullArgs,
+) -> Result<(haul_remote::RemoteOptions, haul_fetch::FetchOptions)> {
+    let ropts = usage(fetch::remote_options(&args.transfer, &args.remote))?;
+    let filter = usage(config::filter(&args.filter))?;
+    let fopts = usage(fetch::fetch_options(&args.transfer, &args.remote, filter))?;
+    Ok((ropts, fopts))
+}
+
+/// `haul pull --dry-run`: a node's or a local source, compared with DEST.
+async fn dry_run_pull(
+    args: &PullArgs,
+    opts: &haul_node::ClientOptions,
+    mode: Mode,
+    display: Arc<Display>,
+) -> Result<u8> {
+    let report = match Location::parse(&args.source)? {
+        Location::Node(url) => {
+            let remote = NodePath::network(&url, opts);
+            haul_node::dry_run_pull(&remote, &args.dest, opts, opts.delete, display.clone()).await?
+        }
+        Location::Remote(url) => {
+            let (ropts, fopts) = remote_pull_options(args)?;
+            if fopts.rename.is_some() {
+                return Err(UsageError(
+                    "--dry-run of an FTP, SFTP, HTTP or S3 pull does not take --rename yet".into(),
+                )
+                .into());
+            }
+            let remote = usage(fetch::open_remote(&url, &ropts))?;
+            haul_fetch::dry_run::dry_run_fetch(
+                remote,
+                &url.path,
+                &args.dest,
+                &fopts,
+                display.clone(),
+            )
+            .await
+            .map_err(|e| anyhow::anyhow!("cannot list {url}: {e}"))?
+        }
+        Location::Local(source) => {
+            usage(config::check_local_source(&source))?;
+            haul_node::dry_run_local(
+                std::slice::from_ref(&source),
+                &args.dest,
+                opts,
+                opts.delete,
+                display.clone(),
+            )?
+        }
+    };
+    Ok(dry_run_done(mode, &display, &report))
+}

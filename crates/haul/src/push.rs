@@ -1,0 +1,59 @@
+//! `haul push`: local files or trees to one node, or to many through a
+//! fan-out (`fanout.rs`).
+
+use std::sync::Arc;
+
+use anyhow::Result;
+use haul_node::{NodePath, NodeUrl};
+
+use crate::cli::PushArgs;
+use crate::output::{self, Display, Mode};
+use crate::{config, dry_run_done, fanout, interruptible, report, usage, UsageError};
+
+/// Runs `haul push`.
+pub async fn run(args: PushArgs, mode: Mode) -> Result<u8> {
+    let (mut dests, mut paths): (Vec<String>, Vec<String>) = args
+        .paths
+        .iter()
+        .cloned()
+        .partition(|p| NodeUrl::is_remote(p));
+    if let Some(file) = &args.to_file {
+        dests.extend(usage(fanout::read_url_file(file))?);
+    }
+    if dests.len() > 1 || args.to_file.is_some() {
+        return fanout::push(paths, dests, &args, mode).await;
+    }
+    let target = dests
+        .pop()
+        .unwrap_or_else(|| paths.pop().unwrap_or_default());
+    if !NodeUrl::is_remote(&target) {
+        return Err(UsageError(format!("the last argument of push must be haul://HOST:PORT/DEST, not {target:?} (for a local copy use `haul pull SRC DEST`)")).into());
+    }
+    let url = NodeUrl::parse(&target)?;
+    for p in &paths {
+        usage(config::check_local_source(p))?;
+    }
+    let opts = usage(config::filtered_client_options(
+        &args.transfer,
+        &args.filter,
+    ))?;
+    let remote = NodePath::network(&url, &opts);
+    let display = Arc::new(Display::new(mode));
+    if args.transfer.dry_run {
+        let report =
+            haul_node::dry_run_push(&paths, &remote, &opts, opts.delete, display.clone()).await?;
+        return Ok(dry_run_done(mode, &display, &report));
+    }
+    if mode == Mode::Json {
+        output::json_line(
+            &serde_json::json!({"event": "start", "command": "push", "sources": paths, "dest": target}),
+        );
+    }
+    let summary = interruptible(
+        &display,
+        haul_node::push(&paths, &remote, &opts, display.clone()),
+    )
+    .await?;
+    display.finish();
+    Ok(report(mode, &display, &summary?))
+}
