@@ -19,7 +19,7 @@ use std::sync::Arc;
 use haul_proto::digest::{chunk_digest, ChunkHasher};
 use haul_proto::{Digest, Entry};
 
-use crate::destination::ReceiveError;
+use crate::receive_error::ReceiveError;
 use haul_root::FileIdentity;
 
 /// Chunks are read and hashed in pieces of this size: a piece is still in

@@ -23,22 +23,20 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, Weak};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use haul_proto::{
     validate_entry_path, validate_rel_path, validate_symlink_target, Entry, STATE_DIR,
 };
 use haul_root::{Dir, Meta, Root};
 
+use crate::dir_cache::{DirCache, HeldDir};
 use crate::partial::{DirtyDirs, PartialFile, Place, Staging};
-use dir_cache::{DirCache, HeldDir};
 use known_dirs::KnownDirs;
 
-pub(crate) mod dir_cache;
-mod errors;
 mod known_dirs;
 
-pub use errors::ReceiveError;
+pub use crate::receive_error::ReceiveError;
 
 /// What [`Destination::prepare_file`] found.
 #[derive(Debug)]
@@ -113,16 +111,6 @@ pub struct Destination {
 /// The name (without extension) of the staging and resume-state files of `rel`.
 fn staging_id(rel: &str) -> String {
     blake3::hash(rel.as_bytes()).to_hex()[..32].to_string()
-}
-
-/// Converts an entry's mtime to a `SystemTime`.
-pub fn entry_mtime(entry: &Entry) -> SystemTime {
-    let nanos = Duration::new(0, entry.mtime_nsec.min(999_999_999));
-    if entry.mtime_sec >= 0 {
-        UNIX_EPOCH + Duration::from_secs(entry.mtime_sec as u64) + nanos
-    } else {
-        UNIX_EPOCH - Duration::from_secs(entry.mtime_sec.unsigned_abs()) + nanos
-    }
 }
 
 /// The directory of `comps` (all but the last component) and its relative path.

@@ -15,6 +15,7 @@
 pub mod chunks;
 pub mod content;
 pub mod destination;
+mod dir_cache;
 pub mod filtered;
 pub mod mirror;
 pub mod one_file;
@@ -23,13 +24,15 @@ pub use haul_proto::digest as hash;
 pub mod partial;
 pub mod prune;
 pub mod quick_check;
+mod receive_error;
 pub mod source;
 
 pub use chunks::{ChunkSink, ChunkSource, Confirmation, LocalFile, MemorySource, VerifiedChunk};
-pub use destination::{Destination, Prepared, ReceiveError};
+pub use destination::{Destination, Prepared};
 pub use filtered::EntryFilter;
 pub use haul_filter::{self, Filter};
 pub use haul_root;
 pub use one_file::OneFile;
 pub use partial::{ChunkVerdict, PartialFile};
+pub use receive_error::ReceiveError;
 pub use source::{split_ranges, EntryIter, LocalTree, Source, SourceEntry, SourceError};

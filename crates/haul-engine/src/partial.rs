@@ -13,9 +13,9 @@ use haul_proto::{Digest, Entry};
 use haul_root::Dir;
 
 use crate::chunks::{read_file_chunk, ChunkSink, ChunkSource, VerifiedChunk};
-use crate::destination::dir_cache::DirId;
-use crate::destination::{entry_mtime, ReceiveError};
+use crate::dir_cache::DirId;
 use crate::hash::{chunk_digest, root_from_digests, valid_chunk_size, MAX_CHUNKS};
+use crate::receive_error::ReceiveError;
 
 const MAGIC: &[u8; 8] = b"HAULPRT1";
 const HEADER_LEN: usize = 8 + 8 + 4 + 8 + 4 + 32;
@@ -545,7 +545,7 @@ impl PartialFile {
                 .map_err(|e| ReceiveError::io("chmod", &p(), e))?;
         }
         self.part
-            .set_modified(entry_mtime(&self.entry))
+            .set_modified(self.entry.mtime())
             .map_err(|e| ReceiveError::io("set mtime", &p(), e))?;
         Ok(root)
     }

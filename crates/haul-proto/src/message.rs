@@ -210,6 +210,18 @@ pub struct Entry {
 }
 
 impl Entry {
+    /// The modification time as a `SystemTime` (a peer's nanoseconds
+    /// clamped to a valid value; times before 1970 kept).
+    pub fn mtime(&self) -> std::time::SystemTime {
+        use std::time::{Duration, UNIX_EPOCH};
+        let nanos = Duration::new(0, self.mtime_nsec.min(999_999_999));
+        if self.mtime_sec >= 0 {
+            UNIX_EPOCH + Duration::from_secs(self.mtime_sec.unsigned_abs()) + nanos
+        } else {
+            UNIX_EPOCH - Duration::from_secs(self.mtime_sec.unsigned_abs()) + nanos
+        }
+    }
+
     /// Number of chunks of this entry (a 0-byte file has none).
     pub fn chunk_count(&self) -> u32 {
         if self.chunk_size == 0 {

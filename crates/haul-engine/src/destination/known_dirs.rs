@@ -15,7 +15,7 @@
 use std::collections::{HashMap, HashSet};
 use std::ffi::{OsStr, OsString};
 
-use super::dir_cache::DirId;
+use crate::dir_cache::DirId;
 
 /// At most this many directories are remembered (then they are checked again).
 const MAX_DIRS: usize = 100_000;

@@ -4,6 +4,7 @@ use crate::partial::ChunkVerdict;
 use haul_proto::EntryKind;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
+use std::time::UNIX_EPOCH;
 
 fn file_entry(path: &str, size: u64, chunk_size: u32) -> Entry {
     Entry {
@@ -318,7 +319,7 @@ fn a_directory_removed_while_sessions_run_is_made_again() {
 fn plant(path: &Path, body: &[u8], entry: &Entry) {
     std::fs::write(path, body).unwrap();
     let f = std::fs::File::options().write(true).open(path).unwrap();
-    f.set_modified(entry_mtime(entry)).unwrap();
+    f.set_modified(entry.mtime()).unwrap();
     f.set_permissions(std::fs::Permissions::from_mode(entry.mode))
         .unwrap();
 }

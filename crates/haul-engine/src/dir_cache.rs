@@ -21,7 +21,7 @@ use haul_root::Dir;
 /// arrive together, so a small cache keeps nearly every hit).
 const CAPACITY: usize = 64;
 
-/// A directory's identity (device, inode): what [`super::known_dirs`] keys on.
+/// A directory's identity (device, inode): what the destination's `known_dirs` keys on.
 pub(crate) type DirId = (u64, u64);
 
 /// One held directory.
