@@ -58,6 +58,9 @@ use crate::seals::{Sealer, NO_SEAL};
 use crate::{FileId, SessionConfig, SessionError, Transmit};
 use haul_run::Event;
 
+mod confirm;
+mod seal;
+
 /// What a sender asks its driver to do.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SenderIo {
@@ -697,35 +700,6 @@ impl<S> Sender<S> {
         }
     }
 
-    /// Fan-out: the seals of chunks the receiver holds, in `Sealed`
-    /// messages. A chunk this side cannot seal (a relay whose copy differs
-    /// from the origin's) goes with no seal: the receiver keeps its own copy
-    /// but cannot relay that chunk.
-    fn send_seals(&mut self, id: FileId, chunks: &[(u32, Digest)]) {
-        let (Some(sealer), Some(job)) = (
-            self.sealer.clone(),
-            self.flights.get(&id).and_then(|f| f.job.as_ref()),
-        ) else {
-            return;
-        };
-        let entry = job.entry.clone();
-        for batch in chunks.chunks(MAX_SEALS) {
-            let chunks = batch
-                .iter()
-                .map(|(index, digest)| {
-                    let seal = sealer.chunk(&entry, *index, digest);
-                    let seal = seal.map_err(|e| tracing::warn!("{}: {e}", entry.path));
-                    ChunkSeal {
-                        index: *index,
-                        digest: *digest,
-                        seal: seal.unwrap_or(NO_SEAL),
-                    }
-                })
-                .collect();
-            self.core.send(Message::Sealed { id, chunks });
-        }
-    }
-
     fn start_round(&mut self, id: FileId, todo: VecDeque<u32>) {
         let Some(f) = self.flights.get_mut(&id) else {
             return;
@@ -886,17 +860,6 @@ impl<S> Sender<S> {
         Ok(())
     }
 
-    /// Asks the driver to confirm the source of `file` is one version
-    /// (then `next`). In a fan-out, by a deadline: the idle limit.
-    fn confirm(&mut self, file: FileId, next: Confirmed) {
-        let by = self.sealer.is_some().then(|| self.now + self.cfg.idle);
-        if let Some(f) = self.flights.get_mut(&file) {
-            f.phase = Phase::Confirming(next);
-            f.confirm_by = by;
-            self.core.request(SenderIo::Confirm { file });
-        }
-    }
-
     /// The file's `Commit` with `root`; in a fan-out preceded by the
     /// origin's seal of that root (`Vouched`), without which it fails here.
     fn commit(&mut self, id: FileId, root: Digest) {
@@ -915,237 +878,9 @@ impl<S> Sender<S> {
         self.core.send(Message::Commit { id, root });
     }
 
-    /// Fan-out: a stripe of `entry` confirmed here. Its receiver puts the
-    /// file together from every stripe's sender, and only under the root
-    /// the origin vouched for: `Vouched` for the whole file's root (the
-    /// origin gives it once every stripe was confirmed as one version; a
-    /// relay passes on the origin's). Without it the stripe fails here,
-    /// and the receiver assembles nothing of that version.
-    fn vouch_stripe(&mut self, id: FileId, entry: &Entry) {
-        let Some(sealer) = &self.sealer else {
-            return;
-        };
-        if entry.chunk_count() == 0 {
-            return;
-        }
-        match sealer.stripe_root(entry) {
-            Ok((root, seal)) => self.core.send(Message::Vouched { id, root, seal }),
-            Err(e) => self.fail_local(id, e),
-        }
-    }
-
-    /// A skipped stripe confirmed: `Vouched` for the whole file's root
-    /// (without it the stripe fails here), then the stripe's seals.
-    fn vouch_stripe_and_seal(&mut self, id: FileId) {
-        let Some(f) = self.flights.get(&id) else {
-            return;
-        };
-        let Some(job) = &f.job else {
-            return;
-        };
-        let (first, end, entry) = (job.first, job.end, job.entry.clone());
-        let mine: Vec<(u32, Digest)> = (first..end)
-            .filter_map(|i| f.digests.get(i as usize).copied().flatten().map(|d| (i, d)))
-            .collect();
-        self.vouch_stripe(id, &entry);
-        if self.flights.contains_key(&id) {
-            self.send_seals(id, &mine);
-        }
-    }
-
-    /// A skipped whole file confirmed: `Vouched` for its root (when this
-    /// side can vouch for it), then the seals of every chunk.
-    fn vouch_and_seal(&mut self, id: FileId) {
-        let Some(f) = self.flights.get_mut(&id) else {
-            return;
-        };
-        f.phase = Phase::AwaitingDone;
-        let (Some(sealer), Some(job)) = (&self.sealer, &f.job) else {
-            return;
-        };
-        let e = &job.entry;
-        let all: Option<Vec<Digest>> = f.digests.iter().copied().collect();
-        let mine: Vec<(u32, Digest)> = all
-            .iter()
-            .flatten()
-            .enumerate()
-            .map(|(i, d)| (i as u32, *d))
-            .collect();
-        let vouched = all
-            .and_then(|d| root_from_digests(&d, e.chunk_size, e.size))
-            .ok_or_else(|| "cannot compute the file's hash".to_string())
-            .and_then(|root| sealer.root(e, &root).map(|seal| (root, seal)));
-        match vouched {
-            Ok((root, seal)) => self.core.send(Message::Vouched { id, root, seal }),
-            // It is up to date there; only its relaying of it suffers.
-            Err(e) => tracing::warn!("{}: not vouched for: {e}", job.entry.path),
-        }
-        self.send_seals(id, &mine);
-    }
-
-    /// The driver cannot confirm `file` yet, but what it waits for moved
-    /// (another stripe of the file read a chunk, a seal arrived): the
-    /// deadline of its confirmation is the idle limit from `now`. A wait
-    /// is bounded by silence, never by how long a large file takes.
-    pub fn confirm_progressed(&mut self, now: Instant, file: FileId) {
-        self.now = now;
-        let idle = self.cfg.idle;
-        if let Some(f) = self.flights.get_mut(&file) {
-            if matches!(f.phase, Phase::Confirming(_)) && f.confirm_by.is_some() {
-                f.confirm_by = Some(now + idle);
-            }
-        }
-    }
-
-    /// The driver checked the source of `file` after its last read: the
-    /// version it opened (its hash goes out now), or how it changed.
-    pub fn confirmed(&mut self, now: Instant, file: FileId, result: Result<(), String>) {
-        if self.overdue.remove(&file) {
-            return;
-        }
-        self.core.io_done(now);
-        self.now = now;
-        let next = match self.flights.get_mut(&file) {
-            Some(f) => match &f.phase {
-                Phase::Confirming(next) => {
-                    let next = next.clone();
-                    // Answered: what follows sets the phase.
-                    f.phase = Phase::AwaitingDone;
-                    next
-                }
-                _ => return,
-            },
-            None => return,
-        };
-        let step = match (result, next) {
-            (Err(change), _) => {
-                self.changed(now, file, change);
-                Ok(())
-            }
-            (Ok(()), Confirmed::Commit(root)) => {
-                self.commit(file, root);
-                Ok(())
-            }
-            (Ok(()), Confirmed::RangeClean) => self.range_clean(file),
-            (Ok(()), Confirmed::Seal) => {
-                self.vouch_and_seal(file);
-                Ok(())
-            }
-            (Ok(()), Confirmed::SealStripe) => {
-                self.vouch_stripe_and_seal(file);
-                Ok(())
-            }
-            (Ok(()), Confirmed::ReadFailed(e)) => {
-                self.fail_local(file, e);
-                Ok(())
-            }
-        };
-        if let Err(e) = step {
-            let _ = self.core.fail::<()>(e);
-        }
-        self.maybe_bye();
-    }
-
-    /// A file changed while it was read. What the receiver got of it is
-    /// dropped; a whole pushed file is offered again once it settled.
-    fn changed(&mut self, now: Instant, id: FileId, change: String) {
-        let (settle, max) = (self.cfg.settle, self.cfg.changed_retries);
-        let push = self.feed == Feed::Push;
-        let Some(f) = self.flights.get_mut(&id) else {
-            return;
-        };
-        let Some(job) = &f.job else { return };
-        let whole = job.group.is_none() && job.first == 0 && job.end == job.entry.chunk_count();
-        if !(push && whole) || f.changes >= max {
-            let tries = if f.changes > 0 {
-                format!(" (sent {} times)", f.changes + 1)
-            } else {
-                String::new()
-            };
-            let message =
-                format!("changed while it was being sent ({change}); it was not delivered{tries}");
-            return self.fail_local(id, message);
-        }
-        f.changes += 1;
-        let wait = settle * f.changes;
-        f.phase = Phase::Settling(now + wait);
-        let path = job.entry.path.clone();
-        self.core.waiting += 1;
-        self.core.send(Message::FileError {
-            id,
-            code: ErrorCode::Io,
-            message: format!("{path} changed while it was being sent; it will be sent again"),
-        });
-        self.core.event(Event::Warning {
-            message: format!(
-                "{path} changed while it was being sent ({change}); sending it again in {} s",
-                wait.as_secs_f64()
-            ),
-        });
-    }
-
-    /// Files whose settling time is over are opened again.
-    fn settled(&mut self, now: Instant) {
-        let due: Vec<FileId> = self
-            .flights
-            .iter()
-            .filter(|(_, f)| matches!(f.phase, Phase::Settling(t) if t <= now))
-            .map(|(id, _)| *id)
-            .collect();
-        for file in due {
-            if let Some(f) = self.flights.get_mut(&file) {
-                f.phase = Phase::Reopening;
-                self.core.waiting = self.core.waiting.saturating_sub(1);
-                self.core.request(SenderIo::Reopen { file });
-            }
-        }
-    }
-
     /// The job of `file` (a driver opening its source again).
     pub fn job(&self, file: FileId) -> Option<&SendJob<S>> {
         self.flights.get(&file)?.job.as_ref()
-    }
-
-    /// The driver opened the source of `file` again ([`SenderIo::Reopen`]):
-    /// the entry as it is now, offered from scratch under the id returned
-    /// (the driver's source for it goes there); or why it cannot be.
-    pub fn reopened(
-        &mut self,
-        now: Instant,
-        file: FileId,
-        result: Result<Entry, String>,
-    ) -> Option<FileId> {
-        self.core.io_done(now);
-        if !self
-            .flights
-            .get(&file)
-            .is_some_and(|f| f.phase == Phase::Reopening)
-        {
-            return None;
-        }
-        let entry = match result {
-            Ok(entry) => entry,
-            Err(e) => {
-                // Gone or unreadable now: it fails here, and the receiver
-                // already dropped it.
-                if let Some(job) = self.forget(file) {
-                    self.core.event(Event::FileError {
-                        path: job.entry.path,
-                        error: format!("changed while it was being sent, then: {e}"),
-                    });
-                }
-                self.maybe_bye();
-                return None;
-            }
-        };
-        let changes = self.flights.get(&file).map_or(0, |f| f.changes);
-        let mut job = self.forget(file)?;
-        job.end = entry.chunk_count();
-        job.entry = entry;
-        let id = self.next_id;
-        self.next_id += 1;
-        self.offer_again(id, job, changes);
-        Some(id)
     }
 
     fn range_clean(&mut self, id: FileId) -> Result<(), SessionError> {
@@ -1347,39 +1082,6 @@ impl<S> Sender<S> {
             _ => None,
         });
         timer.into_iter().chain(settle).chain(confirms).min()
-    }
-
-    /// Fan-out: when each confirmation asked for is overdue.
-    fn confirm_deadlines(&self) -> impl Iterator<Item = Instant> + '_ {
-        let fan_out = self.sealer.is_some();
-        self.flights
-            .values()
-            .filter(move |_| fan_out)
-            .filter(|f| matches!(f.phase, Phase::Confirming(_)))
-            .filter_map(|f| f.confirm_by)
-    }
-
-    /// Fan-out: files whose confirmation is overdue fail here (a relay
-    /// whose origin never vouched for the file: its upstream was lost, or
-    /// it is still being re-routed). Never committed downstream unvouched.
-    fn overdue_confirms(&mut self, now: Instant) {
-        if self.sealer.is_none() {
-            return;
-        }
-        let late: Vec<FileId> = self
-            .flights
-            .iter()
-            .filter(|(_, f)| matches!(f.phase, Phase::Confirming(_)))
-            .filter(|(_, f)| f.confirm_by.is_some_and(|t| t <= now))
-            .map(|(id, _)| *id)
-            .collect();
-        for id in late {
-            let wait = self.cfg.idle.as_secs();
-            self.fail_local(
-                id,
-                format!("the origin did not vouch for this version of it within {wait} s"),
-            );
-        }
     }
 
     /// Acts on timers: a file that settled is opened again, a keepalive
