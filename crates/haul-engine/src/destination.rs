@@ -773,12 +773,7 @@ fn up_to_date(found: Option<&Meta>, place: &Place, entry: &Entry, sync_mode: boo
 
 /// rsync's quick check: a regular file with the entry's size and mtime.
 fn same_file(st: &Meta, entry: &Entry) -> bool {
-    let held = crate::quick_check::Held {
-        size: st.size,
-        mtime_sec: st.mtime,
-        mtime_nsec: st.mtime_nsec,
-    };
-    st.is_file() && crate::quick_check::same_version(held, entry)
+    st.is_file() && crate::quick_check::same_version(crate::quick_check::Held::stat(st), entry)
 }
 
 #[cfg(test)]

@@ -28,6 +28,15 @@ impl Held {
             mtime_nsec: entry.mtime_nsec,
         }
     }
+
+    /// What a stat of the file at the destination says.
+    pub fn stat(meta: &haul_root::Meta) -> Self {
+        Self {
+            size: meta.size,
+            mtime_sec: meta.mtime,
+            mtime_nsec: meta.mtime_nsec,
+        }
+    }
 }
 
 /// Whether `held` is `offered`'s version by size and mtime.

@@ -9,7 +9,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use haul_engine::hash::chunk_size_for;
 use haul_engine::{PartialFile, Prepared, ReceiveError};
 use haul_proto::{Entry, EntryKind as ProtoKind};
-use haul_remote::{Checksum, RemoteEntry, RemoteError};
+use haul_remote::{Checksum, Remote, RemoteEntry, RemoteError};
 use haul_run::{Event, Observer};
 
 use crate::crawl::FileJob;
@@ -69,8 +69,7 @@ async fn deliver(ctx: &Arc<Ctx>, mut job: FileJob) -> GateOutcome {
     });
     let mut backoff = Backoff::new(ctx.opts.retry);
     let mut restat = job.entry.size.is_none()
-        || (ctx.pool.remote().stat_before_read() && !job.stated)
-        || (resumable(&job.entry) && !ctx.pool.remote().listing_is_exact() && !job.stated);
+        || (!job.stated && stated_before_reading(&**ctx.pool.remote(), &job.entry));
     if restat && known_up_to_date(ctx, &job) {
         let size = job.entry.size.unwrap_or(0);
         ctx.tally
@@ -192,13 +191,23 @@ async fn stated_job(ctx: &Arc<Ctx>, job: &FileJob) -> Result<Option<FileJob>, Re
 
 /// What a stat made just now says of a listed file; what it does not tell
 /// (a server without `SIZE` or `MDTM`) is kept from the listing.
-fn merged(listed: &RemoteEntry, fresh: RemoteEntry) -> RemoteEntry {
+pub(crate) fn merged(listed: &RemoteEntry, fresh: RemoteEntry) -> RemoteEntry {
     RemoteEntry {
         name: listed.name.clone(),
         size: fresh.size.or(listed.size),
         mtime: fresh.mtime.or(listed.mtime),
         ..fresh
     }
+}
+
+/// Whether the pull states listed `entry` before reading it (the pull and
+/// its dry run decide on what that stat says): a size the listing did not
+/// tell, a source that wants it ([`Remote::stat_before_read`]), or a file
+/// with resume state from a listing that may be imprecise.
+pub(crate) fn stated_before_reading(remote: &dyn Remote, entry: &RemoteEntry) -> bool {
+    entry.size.is_none()
+        || remote.stat_before_read()
+        || (resumable(entry) && !remote.listing_is_exact())
 }
 
 /// Whether `entry` is staged with resume state (more than one chunk). Such
@@ -417,8 +426,17 @@ fn proto_entry(ctx: &Ctx, job: &FileJob) -> Result<(Entry, String), RemoteError>
             job.remote_path
         ))
     })?;
+    let mtime = job.entry.mtime.unwrap_or(ctx.started);
+    let entry = engine_entry(job.dest_rel.clone(), size, mtime);
+    Ok((entry, job.entry.version.clone().unwrap_or_default()))
+}
+
+/// The engine's entry for a remote file of `size` bytes modified at
+/// `mtime`, delivered to `rel`: what the pull receives against and what its
+/// dry run quick-checks, so the two decide alike.
+pub(crate) fn engine_entry(rel: String, size: u64, mtime: SystemTime) -> Entry {
     let entry = Entry {
-        path: job.dest_rel.clone(),
+        path: rel,
         kind: ProtoKind::File,
         size,
         mode: FILE_MODE,
@@ -426,8 +444,7 @@ fn proto_entry(ctx: &Ctx, job: &FileJob) -> Result<(Entry, String), RemoteError>
         mtime_nsec: 0,
         chunk_size: chunk_size_for(size),
     };
-    let entry = with_mtime(entry, job.entry.mtime.unwrap_or(ctx.started));
-    Ok((entry, job.entry.version.clone().unwrap_or_default()))
+    with_mtime(entry, mtime)
 }
 
 /// The sidecar checksum of `job` when `--verify-sidecar` asks for one (a
@@ -550,8 +567,11 @@ fn with_mtime(mut entry: Entry, t: SystemTime) -> Entry {
             entry.mtime_nsec = d.subsec_nanos();
         }
         Err(e) => {
+            // Before the epoch: whole seconds down, nanoseconds up (as stat).
             let d = e.duration();
-            entry.mtime_sec = -(d.as_secs() as i64);
+            let (sec, nsec) = (d.as_secs() as i64, d.subsec_nanos());
+            entry.mtime_sec = if nsec > 0 { -sec - 1 } else { -sec };
+            entry.mtime_nsec = if nsec > 0 { 1_000_000_000 - nsec } else { 0 };
         }
     }
     entry

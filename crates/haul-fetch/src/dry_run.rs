@@ -4,20 +4,22 @@
 //! descriptors; no `Destination`, no staging, no state directory). The
 //! comparison is the pull's own: `--skip-existing` takes any file there; a
 //! file of the same size is up to date when the source gives no mtime, or
-//! when its mtime (stated first where the pull states it: sources that
-//! want it, and large files from inexact listings) equals the local
-//! file's.
+//! when the engine's quick check (`haul_engine::quick_check`, the pull's
+//! own) finds the local file the version of the remote one, whose mtime is
+//! stated first where the pull states it (sources that want it, and large
+//! files from inexact listings).
 
 use std::collections::HashSet;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::UNIX_EPOCH;
 
 use haul_engine::haul_root::{Meta, Root};
+use haul_engine::quick_check::{same_version, Held};
 use haul_remote::{EntryKind, Remote, RemoteEntry, RemoteError};
 use haul_run::summary::DryRunReport;
 use haul_run::{DryRunAction, Event, Observer};
 
+use crate::download::{engine_entry, merged, stated_before_reading};
 use crate::listing::list_remote;
 use crate::FetchOptions;
 
@@ -89,58 +91,46 @@ pub async fn dry_run_fetch(
             }
             EntryKind::Other => continue,
             EntryKind::File => {
-                let size = listed.entry.size.unwrap_or(0);
+                let mut entry = listed.entry.clone();
                 let action = match here.filter(Meta::is_file) {
                     None => DryRunAction::Send,
                     Some(_) if opts.skip_existing => DryRunAction::UpToDate,
-                    Some(m) if listed.entry.size != Some(m.size) => DryRunAction::Send,
                     Some(m) => {
-                        let mut entry = listed.entry.clone();
-                        // Stated where the pull states it before reading.
-                        let stated = remote.stat_before_read()
-                            || (crate::download::resumable(&entry) && !remote.listing_is_exact());
-                        if entry.mtime.is_some() && stated {
+                        // Stated where the pull states it before reading
+                        // (`download::deliver`), and for `--checksum`.
+                        let stated = stated_before_reading(&*remote, &entry);
+                        if stated || (opts.checksum && root.is_some()) {
                             let s = match &mut session {
                                 Some(s) => s,
                                 None => session.insert(remote.connect().await?),
                             };
-                            let remote_path = format!("{trimmed}/{}", listed.path);
                             let at = if single_file {
-                                path
+                                path.to_owned()
                             } else {
-                                remote_path.as_str()
+                                format!("{trimmed}/{}", listed.path)
                             };
-                            entry = s.stat(at).await.unwrap_or(entry);
+                            if let Ok(fresh) = s.stat(&at).await {
+                                let checksums = if fresh.checksums.is_empty() {
+                                    std::mem::take(&mut entry.checksums)
+                                } else {
+                                    fresh.checksums.clone()
+                                };
+                                if stated {
+                                    entry = merged(&entry, fresh);
+                                }
+                                entry.checksums = checksums;
+                            }
                         }
                         let by_content = match &root {
-                            Some(root) if opts.checksum => {
-                                let s = match &mut session {
-                                    Some(s) => s,
-                                    None => session.insert(remote.connect().await?),
-                                };
-                                let at = if single_file {
-                                    path.to_owned()
-                                } else {
-                                    format!("{trimmed}/{}", listed.path)
-                                };
-                                if let Ok(fresh) = s.stat(&at).await {
-                                    if !fresh.checksums.is_empty() {
-                                        entry.checksums = fresh.checksums;
-                                    }
-                                }
+                            Some(root) if opts.checksum && entry.size == Some(m.size) => {
                                 content_matches(root, &dest_rel, &entry.checksums)
                             }
                             _ => None,
                         };
-                        match by_content {
-                            Some(true) => DryRunAction::UpToDate,
-                            Some(false) => DryRunAction::Send,
-                            None if same_time(&entry, &m) => DryRunAction::UpToDate,
-                            None => DryRunAction::Send,
-                        }
+                        decide(&entry, &m, by_content, opts, &dest_rel)
                     }
                 };
-                (action, size)
+                (action, entry.size.unwrap_or(0))
             }
         };
         report.count(action, size);
@@ -227,6 +217,37 @@ fn would_delete(
     }
 }
 
+/// The pull's decision for a remote file `entry` (as listed, or stated
+/// where the pull states it) and the local file `held` at its place:
+/// another size is sent; `--checksum` decides by content where the source
+/// offers checksums; otherwise the engine's quick check on the entry the
+/// pull would receive (no remote mtime: the equal sizes decide).
+fn decide(
+    entry: &RemoteEntry,
+    held: &Meta,
+    by_content: Option<bool>,
+    opts: &FetchOptions,
+    dest_rel: &str,
+) -> DryRunAction {
+    if entry.size != Some(held.size) {
+        return DryRunAction::Send;
+    }
+    let up_to_date = match (by_content, entry.mtime) {
+        (Some(same), _) => same,
+        (None, _) if !opts.quick_check => false,
+        (None, None) => true,
+        (None, Some(t)) => same_version(
+            Held::stat(held),
+            &engine_entry(dest_rel.to_owned(), held.size, t),
+        ),
+    };
+    if up_to_date {
+        DryRunAction::UpToDate
+    } else {
+        DryRunAction::Send
+    }
+}
+
 /// `--checksum`: whether the local file at `rel` matches every checksum
 /// the source offers; `None` when it offers none (the quick check decides).
 fn content_matches(root: &Root, rel: &str, sums: &[haul_remote::Checksum]) -> Option<bool> {
@@ -237,18 +258,6 @@ fn content_matches(root: &Root, rel: &str, sums: &[haul_remote::Checksum]) -> Op
     let (last, parents) = comps.split_last()?;
     let file = root.open_dir(parents).ok()?.open_regular(last).ok()?.0;
     Some(crate::verify::file_matches(file, sums).unwrap_or(false))
-}
-
-/// The pull's quick check on times: no remote mtime means the size decides;
-/// else the whole seconds the server gives must be the local file's.
-fn same_time(entry: &RemoteEntry, local: &Meta) -> bool {
-    let Some(t) = entry.mtime else {
-        return true;
-    };
-    let Ok(d) = t.duration_since(UNIX_EPOCH) else {
-        return false;
-    };
-    local.mtime == d.as_secs() as i64 && local.mtime_nsec == d.subsec_nanos()
 }
 
 /// What is at `rel` beneath `root`, without following a symlink or

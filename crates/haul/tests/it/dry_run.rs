@@ -254,3 +254,93 @@ fn a_fan_out_dry_run_reports_each_node_and_changes_none() {
     );
     assert_eq!((state(&s_.path("a")), state(&s_.path("b"))), before);
 }
+
+/// The actions a real `--json` run took, in the dry run's words: files
+/// sent or found up to date, and deletions (a pull makes the directories
+/// its files need and names none of them).
+fn done(out: &Output) -> Vec<(String, String)> {
+    let mut v: Vec<_> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+        .filter_map(|v| {
+            let path = v["path"].as_str()?.to_owned();
+            match v["event"].as_str()? {
+                "file_done" if v["skipped"] == true => Some(("up_to_date".into(), path)),
+                "file_done" => Some(("send".into(), path)),
+                "deleted" => Some(("delete".into(), path)),
+                _ => None,
+            }
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+/// The remote location of the agreement table (the node and local ones are
+/// `haul-node/tests/dry_run_agrees.rs`): for FTP and HTTP, what `--dry-run`
+/// says a pull would do is what the pull then does, entry by entry — the
+/// same quick check (the engine's), the same `--delete`.
+#[test]
+fn a_remote_dry_run_and_the_real_pull_agree_on_every_entry() {
+    let ftp = haul_ftp::testserver::FtpServer::start(haul_ftp::testserver::Mode::Plain)
+        .expect("start vsftpd (apt-get install vsftpd)");
+    let http = haul_http::testserver::TestServer::start()
+        .expect("start nginx (apt-get install nginx-light)");
+    // HTTP's pull states each file before reading it (nginx's index tells
+    // minutes at best); its dry run must state it too, or a touch within
+    // the minute goes unseen by the dry run alone.
+    for (root, url) in [
+        (ftp.root(), ftp.url("/g/")),
+        (http.root(), http.http_url("/g/")),
+    ] {
+        let s_ = Scratch::new();
+        write_file(&root.join("g/same.bin"), 3 << 20, 1);
+        write_file(&root.join("g/grown.txt"), 100, 2);
+        write_file(&root.join("g/touched.txt"), 100, 3);
+        let dst = s_.path("dst");
+        let mut c = haul(&s_.path("config"));
+        c.args(["-q", "pull", &url]).arg(&dst);
+        ok(&run(c, T));
+        // Since then: a file grew, one was touched (same size, its mtime a
+        // second later), one is new at the server; one is only in DEST.
+        write_file(&root.join("g/grown.txt"), 150, 22);
+        let touched = std::fs::File::options()
+            .write(true)
+            .open(root.join("g/touched.txt"))
+            .unwrap();
+        let was = touched.metadata().unwrap().modified().unwrap();
+        touched.set_modified(was + Duration::from_secs(1)).unwrap();
+        write_file(&root.join("g/sub/new.txt"), 7, 4);
+        write_file(&dst.join("stale.txt"), 5, 5);
+        let mut c = haul(&s_.path("config"));
+        c.args(["--json", "pull", "-n", "--delete", &url]).arg(&dst);
+        let dry = run(c, T);
+        ok(&dry);
+        let said: Vec<(String, String)> = planned(&dry)
+            .into_iter()
+            .filter(|(a, _, _)| a != "make")
+            .map(|(a, p, _)| (a, p))
+            .collect();
+        let mut want: Vec<(String, String)> = [
+            ("delete", "stale.txt"),
+            ("send", "grown.txt"),
+            ("send", "sub/new.txt"),
+            ("send", "touched.txt"),
+            ("up_to_date", "same.bin"),
+        ]
+        .iter()
+        .map(|(a, p)| ((*a).to_owned(), (*p).to_owned()))
+        .collect();
+        want.sort();
+        assert_eq!(said, want, "the dry run of {url}");
+        let mut c = haul(&s_.path("config"));
+        c.args(["--json", "pull", "--delete", &url]).arg(&dst);
+        let real = run(c, T);
+        ok(&real);
+        assert_eq!(
+            done(&real),
+            said,
+            "the pull of {url} did what its dry run said"
+        );
+    }
+}
