@@ -54,7 +54,7 @@ use std::time::{Duration, Instant, SystemTime};
 use haul_engine::{Destination, ReceiveError};
 use haul_remote::{EntryKind, Remote, RemoteError};
 use haul_run::backoff::RetryPolicy;
-use haul_run::concurrency::{AutoParams, AutoTuner, Concurrency, Decision};
+use haul_run::concurrency::{AutoParams, AutoTuner, Concurrency};
 use haul_run::summary::{Summary, Tally};
 use haul_run::{Event, Observer};
 use tokio::sync::{mpsc, Semaphore};
@@ -428,13 +428,9 @@ fn finish(ctx: &Ctx, dest: &Destination, started: Instant) -> Summary {
 async fn run_workers(ctx: Arc<Ctx>, mut jobs: mpsc::Receiver<FileJob>) {
     let cap = ctx.pool.cap().max(1);
     let tuner = AutoTuner::new(ctx.opts.jobs, cap, AutoParams::REMOTE_FILES);
-    let (start, max) = match ctx.opts.jobs {
-        Concurrency::Fixed(_) => (tuner.level(), tuner.level()),
-        Concurrency::Auto { max } => (tuner.level(), max.clamp(1, cap)),
-    };
-    let permits = Arc::new(Semaphore::new(start as usize));
-    let controller = matches!(ctx.opts.jobs, Concurrency::Auto { .. })
-        .then(|| tokio::spawn(auto_concurrency(ctx.clone(), permits.clone(), max)));
+    let permits = Arc::new(Semaphore::new(tuner.level() as usize));
+    let controller = (!tuner.is_settled())
+        .then(|| tokio::spawn(auto_concurrency(ctx.clone(), permits.clone(), tuner)));
     let mut running = tokio::task::JoinSet::new();
     while let Some(job) = jobs.recv().await {
         let Ok(permit) = permits.clone().acquire_owned().await else {
@@ -466,36 +462,24 @@ fn ctx_panic(e: &tokio::task::JoinError) {
     tracing::error!("a download task failed: {e}");
 }
 
-/// `-j auto` ([`AutoTuner`] with [`AutoParams::REMOTE_FILES`]): measures
-/// the bytes arriving over half a second at each level; adds a file slot
-/// while that rises, and when two more slots in a row did not raise it by
-/// at least 10 %, settles back at the best level seen.
-async fn auto_concurrency(ctx: Arc<Ctx>, permits: Arc<Semaphore>, max: u32) {
-    let mut tuner = AutoTuner::new(Concurrency::Auto { max }, max, AutoParams::REMOTE_FILES);
-    let mut level = tuner.level();
-    while let Some(at) = tuner.next_sample(Instant::now()) {
-        tokio::time::sleep_until(at.into()).await;
-        match tuner.sample(Instant::now(), ctx.received.load(Ordering::Relaxed)) {
-            Decision::Wait => {}
-            Decision::Add => {
-                permits.add_permits(1);
-                level += 1;
-                tracing::debug!("auto: {level} files at once");
-            }
-            Decision::Settle(best) => {
-                while level > best {
-                    match permits.clone().acquire_owned().await {
-                        Ok(p) => p.forget(),
-                        Err(_) => return,
-                    }
-                    level -= 1;
-                }
-                tracing::info!(
-                    "auto: settled at {level} files at once ({:.1} MB/s at best)",
-                    tuner.best_rate() / 1e6
-                );
-                return;
-            }
+/// `-j auto` ([`AutoTuner`] with [`AutoParams::REMOTE_FILES`], driven by
+/// [`haul_run::steer`] as a node pool's connections are): adds a file slot
+/// while the bytes arriving rise, then takes back the slots above the
+/// level it settled at as downloads end.
+async fn auto_concurrency(ctx: Arc<Ctx>, permits: Arc<Semaphore>, tuner: AutoTuner) {
+    let received = || ctx.received.load(Ordering::Relaxed);
+    let add = || {
+        permits.add_permits(1);
+        true
+    };
+    let Some(settled) = haul_run::steer::steer(tuner, "files at once", received, add).await else {
+        return;
+    };
+    for _ in 0..settled.excess() {
+        match permits.clone().acquire_owned().await {
+            Ok(p) => p.forget(),
+            Err(_) => return,
         }
     }
+    tracing::info!("auto: settled at {} files at once", settled.level);
 }

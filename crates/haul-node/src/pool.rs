@@ -4,12 +4,12 @@
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Instant;
 
 use haul_run::backoff::Backoff;
-use haul_run::concurrency::{AutoParams, AutoTuner, Concurrency, Decision};
+use haul_run::concurrency::{AutoParams, AutoTuner, Concurrency};
 use haul_run::summary::Tally;
 use haul_session::{Event, Observer};
+use tokio::sync::mpsc;
 use tokio::task::JoinSet;
 
 use haul_proto::Request;
@@ -156,7 +156,8 @@ pub(crate) async fn relist(
     }
 }
 
-/// Runs workers made by `spawn` under the concurrency policy; returns the most
+/// Runs workers made by `spawn` under the concurrency policy (`-j auto`:
+/// [`haul_run::steer`], the pull's driver too); returns the most
 /// connections used at once and the first error a worker gave up with.
 pub(crate) async fn run_pool<F, Fut>(
     jobs: Concurrency,
@@ -168,20 +169,25 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<(), NodeError>> + Send + 'static,
 {
-    let mut tuner = AutoTuner::new(jobs, u32::MAX, AutoParams::CONNECTIONS);
+    let tuner = AutoTuner::new(jobs, u32::MAX, AutoParams::CONNECTIONS);
     let mut set = JoinSet::new();
     for _ in 0..tuner.level() {
         set.spawn(spawn());
     }
     let mut workers = tuner.level();
+    // The driver asks for workers through a channel (the join set is the
+    // loop's below); a pool whose workers all ended declines.
+    let (more_tx, mut more) = mpsc::unbounded_channel::<()>();
+    let steering = haul_run::steer::steer(
+        tuner,
+        "connections",
+        || tally.moved(),
+        || more_tx.send(()).is_ok(),
+    );
+    tokio::pin!(steering);
+    let mut steered = false;
     let mut first_error = None;
     loop {
-        let next = tuner.next_sample(Instant::now());
-        let sample = async {
-            if let Some(at) = next {
-                tokio::time::sleep_until(at.into()).await;
-            }
-        };
         tokio::select! {
             joined = set.join_next() => match joined {
                 None => break,
@@ -189,21 +195,18 @@ where
                 Some(Ok(Err(e))) => { first_error.get_or_insert(e); }
                 Some(Err(e)) => { first_error.get_or_insert(NodeError::Internal(format!("worker stopped: {e}"))); }
             },
-            () = sample, if next.is_some() => {
-                match tuner.sample(Instant::now(), tally.moved()) {
-                    Decision::Wait => {}
-                    // A pool whose workers all ended has nothing to add to.
-                    Decision::Add if !set.is_empty() => {
-                        set.spawn(spawn());
-                        workers += 1;
-                        tracing::debug!("auto: {workers} connections at {:.1} MB/s", tuner.best_rate() / 1e6);
-                    }
-                    Decision::Add => {}
-                    Decision::Settle(level) => {
-                        tracing::debug!("auto: settled at {level} connections ({:.1} MB/s at best)", tuner.best_rate() / 1e6);
-                        for _ in level..workers.min(set.len() as u32) {
-                            retire();
-                        }
+            Some(()) = more.recv() => {
+                if !set.is_empty() {
+                    set.spawn(spawn());
+                    workers += 1;
+                }
+            }
+            settled = &mut steering, if !steered => {
+                steered = true;
+                if let Some(settled) = settled {
+                    let running = workers.min(set.len() as u32);
+                    for _ in settled.level..running {
+                        retire();
                     }
                 }
             }

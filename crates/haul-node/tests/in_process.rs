@@ -205,3 +205,34 @@ async fn a_node_that_never_answers_the_hello_times_out() {
     );
     assert!(started.elapsed() < Duration::from_secs(10));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_push_with_jobs_auto_delivers_everything_within_its_maximum() {
+    let node = TestNode::start();
+    let src = tempfile::tempdir().unwrap();
+    let files: Vec<Vec<u8>> = (0..32).map(|i| pattern(4 << 20, i)).collect();
+    for (i, data) in files.iter().enumerate() {
+        write(&src.path().join(format!("set/f{i:02}.bin")), data);
+    }
+    let remote = node.at("in/", []);
+    let opts = haul_node::ClientOptions {
+        jobs: haul_node::Concurrency::Auto { max: 8 },
+        ..options(&node, 1)
+    };
+    let heard = Arc::new(Heard::default());
+    let sources = [src.path().join("set").display().to_string()];
+    let summary = haul_node::push(&sources, &remote, &opts, heard.clone())
+        .await
+        .unwrap();
+    assert_eq!(summary.failed, 0, "{summary:?}");
+    // The steered pool (haul_run::steer) never passes the maximum. (Over
+    // memory the first connection's window takes every file before the
+    // others have dialled: connections are opened only for work waiting.)
+    assert!((1..=8).contains(&summary.connections), "{summary:?}");
+    for (i, data) in files.iter().enumerate() {
+        assert_eq!(
+            &std::fs::read(node.file(&format!("in/set/f{i:02}.bin"))).unwrap(),
+            data
+        );
+    }
+}

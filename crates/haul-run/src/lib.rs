@@ -16,16 +16,20 @@
 //!   it", used by pools, crawls and the daemon.
 //! - [`concurrency`]: `-j N` or `auto`: the controller that adds
 //!   connections while the rate grows ([`concurrency::AutoTuner`]).
+//! - [`steer`]: the one `-j auto` driver, an [`concurrency::AutoTuner`]
+//!   run on tokio's clock for node pools and remote pulls alike.
 //! - [`rate`]: rates shown to people, over a sliding window.
 //! - [`check`]: what `haul check` found, whichever sides it compared.
 //!
-//! Nothing here does I/O or reads a clock: time is passed in.
+//! Nothing here does I/O; only [`steer`] reads a clock, tokio's, which
+//! tests pause (simulated time). The rest has time passed in.
 
 pub mod backoff;
 pub mod check;
 pub mod concurrency;
 pub mod event;
 pub mod rate;
+pub mod steer;
 pub mod summary;
 
 pub use event::{DryRunAction, Event, Observer};
