@@ -6,11 +6,12 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use haul_engine::haul_root::Root;
-use haul_engine::{LocalTree, SourceEntry};
+use haul_engine::SourceEntry;
 use haul_proto::Digest;
 use haul_run::summary::Tally;
 use haul_session::{Event, Observer};
 
+use crate::dataset::Dataset;
 use crate::dial::NodePath;
 use crate::NodeError;
 
@@ -38,20 +39,16 @@ impl SameContent {
         }
     }
 
-    /// What the node holds under `dest` for each of `sources` (the push's
-    /// wire paths), hashed by the node.
+    /// What the node holds under `dest` for each of `dataset`'s tops (the
+    /// push's wire paths), hashed by the node.
     pub(crate) async fn listed(
         remote: &NodePath,
         dest: &str,
-        sources: &[String],
-        named: Option<&str>,
+        dataset: &dyn Dataset,
         tally: &Tally,
     ) -> Result<Self, NodeError> {
         let mut sums = HashMap::new();
-        for source in sources {
-            let top = LocalTree::new(source)
-                .map(|t| named.unwrap_or(t.top_name()).to_owned())
-                .map_err(|e| NodeError::Usage(e.to_string()))?;
+        for top in dataset.tops()? {
             let under = crate::mirror::under_dest(dest, &top);
             let side = crate::dry_run::list_node_with(&remote.dialer, &under, true, tally).await?;
             for (path, why) in side.unreadable {

@@ -40,6 +40,7 @@ use tokio::task::JoinSet;
 use crate::buffers::ChunkBuffers;
 use crate::checksum::SameContent;
 use crate::client::ClientOptions;
+use crate::dataset::Dataset;
 use crate::dial::{Dialer, NodePath};
 use crate::drive::send::SenderCtx;
 use crate::jobs::{SendJob, WorkQueue};
@@ -127,9 +128,10 @@ enum News {
     SendEnded(usize, Option<String>),
 }
 
-/// Pushes `sources` to every one of `dests` through a relay plan.
+/// Pushes `dataset` (a walk of local sources: [`crate::dataset::Walk`]) to
+/// every one of `dests` through a relay plan.
 pub async fn push_fanout(
-    sources: &[String],
+    dataset: Arc<dyn Dataset>,
     dests: &[NodeUrl],
     opts: &ClientOptions,
     fan: &FanoutOptions,
@@ -140,7 +142,7 @@ pub async fn push_fanout(
         haul_proto::validate_rel_path(d.path.trim_matches('/'))
             .map_err(|e| NodeError::Usage(e.to_string()))?;
     }
-    if opts.delete && sources.len() != 1 {
+    if opts.delete && dataset.mirrored().is_none() {
         return Err(NodeError::Usage(
             "--delete mirrors one source into DEST: give one source".into(),
         ));
@@ -197,7 +199,7 @@ pub async fn push_fanout(
             .collect(),
         delay: hop_delay(&admitted),
     };
-    let (largest, files, total) = dataset_size(sources, opts);
+    let (largest, files, total) = dataset_size(dataset.as_ref())?;
     let tally = Tally::new(observer);
     // The dataset was walked whole: its total is known before anything moves.
     tally.event(&Event::ListingDone {
@@ -231,10 +233,10 @@ pub async fn push_fanout(
         index: admitted.iter().map(|a| a.index).collect(),
         commands: Vec::new(),
         news_tx: None,
-        sources: sources.to_vec(),
+        dataset: dataset.clone(),
         same: match opts.checksum {
             true => Some(Arc::new(
-                same_on_every_node(sources, dests, &admitted).await?,
+                same_on_every_node(dataset.as_ref(), dests, &admitted).await?,
             )),
             false => None,
         },
@@ -330,7 +332,7 @@ pub async fn push_fanout(
 /// `--checksum`: the files every admitted node holds with the same BLAKE3
 /// (each node hashes its own, `List{sums}`); only they are not sent.
 async fn same_on_every_node(
-    sources: &[String],
+    dataset: &dyn Dataset,
     dests: &[NodeUrl],
     admitted: &[Admitted],
 ) -> Result<SameContent, NodeError> {
@@ -340,8 +342,7 @@ async fn same_on_every_node(
         let url = &dests[a.index];
         let node = NodePath::new(a.dialer.clone(), url.path.clone());
         let dest = url.path.trim_matches('/');
-        let SameContent::Listed(held) =
-            SameContent::listed(&node, dest, sources, None, &quiet).await?
+        let SameContent::Listed(held) = SameContent::listed(&node, dest, dataset, &quiet).await?
         else {
             continue;
         };
@@ -450,7 +451,8 @@ struct Run {
     index: Vec<usize>,
     commands: Vec<mpsc::UnboundedSender<Message>>,
     news_tx: Option<mpsc::UnboundedSender<News>>,
-    sources: Vec<String>,
+    /// What every node gets, handed out afresh for each of the client's sends.
+    dataset: Arc<dyn Dataset>,
     /// `--checksum`: files every node already holds (by BLAKE3) are not sent.
     same: Option<Arc<SameContent>>,
     /// Seals everything this client sends.
@@ -557,7 +559,7 @@ impl Run {
             });
             return Ok(());
         }
-        let Some(source) = self.sources.first() else {
+        let Some(source) = self.dataset.mirrored() else {
             return Ok(());
         };
         let quiet = Tally::new(Arc::new(haul_run::event::Quiet));
@@ -695,8 +697,7 @@ impl Run {
         opts.streams = 1;
         opts.jobs = crate::Concurrency::Fixed(1);
         let queue = send_queue(
-            &self.sources,
-            None,
+            self.dataset.as_ref(),
             &opts,
             &self.tally,
             Some(FanoutJobs {
@@ -764,26 +765,17 @@ fn hop_delay(admitted: &[Admitted]) -> f64 {
     rtts.get(rtts.len() / 2).map_or(0.0, |r| r / 2.0)
 }
 
-/// The largest file under `sources` (for `--plan auto`), and the files
-/// the filter takes and their bytes (for progress).
-fn dataset_size(sources: &[String], opts: &ClientOptions) -> (u64, u64, u64) {
+/// The largest file of `dataset` (for `--plan auto`), and its files and
+/// their bytes (for progress).
+fn dataset_size(dataset: &dyn Dataset) -> Result<(u64, u64, u64), NodeError> {
     let (mut largest, mut files, mut total) = (0u64, 0u64, 0u64);
-    for s in sources {
-        let Ok(mut tree) = haul_engine::LocalTree::new(s) else {
+    for item in dataset.entries()?.flatten() {
+        if item.entry.kind != haul_proto::EntryKind::File {
             continue;
-        };
-        if let Some(filter) = &opts.filter {
-            tree = tree.with_filter(filter.clone());
         }
-        use haul_engine::Source as _;
-        for item in Box::new(tree).entries().flatten() {
-            if item.entry.kind != haul_proto::EntryKind::File {
-                continue;
-            }
-            largest = largest.max(item.entry.size);
-            files += 1;
-            total = total.saturating_add(item.entry.size);
-        }
+        largest = largest.max(item.entry.size);
+        files += 1;
+        total = total.saturating_add(item.entry.size);
     }
-    (largest, files, total)
+    Ok((largest, files, total))
 }

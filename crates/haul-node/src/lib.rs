@@ -22,6 +22,7 @@ pub mod check;
 pub mod checksum;
 mod chunk_work;
 pub mod client;
+pub mod dataset;
 pub mod dial;
 pub mod drive;
 pub mod dry_run;

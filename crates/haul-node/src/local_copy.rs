@@ -16,6 +16,7 @@ use haul_transport::{memory_pair_paced, Timeouts};
 use crate::buffers::ChunkBuffers;
 use crate::checksum::SameContent;
 use crate::client::{check_dest_dir, fail_leftovers, finish, ClientOptions};
+use crate::dataset::Walk;
 use crate::drive::receive::{run_receiver, ReceiverCtx};
 use crate::drive::send::{run_sender, JobFeed, SenderCtx};
 use crate::pool::run_pool;
@@ -66,7 +67,8 @@ pub async fn copy_local(
     } else {
         None
     };
-    let queue = send_queue(sources, named, opts, &tally, None, seen.clone(), same)?;
+    let walk = Walk::new(sources, opts.filter.clone()).named(named);
+    let queue = send_queue(&walk, opts, &tally, None, seen.clone(), same)?;
     destination.apply_dir_metadata_at_end();
     let sctx = SenderCtx::for_client(opts, &tally, ChunkBuffers::new(opts.chunk_memory));
     // Its own chunk buffers: a sender holding buffers while it waits for

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use haul_engine::one_file::{self, OneFile};
-use haul_engine::{split_ranges, EntryIter, LocalTree, Source as _, SourceEntry};
+use haul_engine::{split_ranges, SourceEntry};
 use haul_proto::{EntryKind, Request};
 use haul_run::summary::{Summary, Tally};
 use haul_session::{Event, Observer};
@@ -15,6 +15,7 @@ use haul_session::{Event, Observer};
 use crate::buffers::ChunkBuffers;
 use crate::checksum::SameContent;
 use crate::client::{fail_leftovers, finish, ClientOptions};
+use crate::dataset::{Dataset, Walk};
 use crate::dial::NodePath;
 use crate::drive::send::SenderCtx;
 use crate::jobs::{RangeGroup, SendJob, Source, WorkQueue};
@@ -43,33 +44,21 @@ fn send_jobs(src: SourceEntry, streams: u32, split_min: u64) -> Vec<SendJob> {
         .collect()
 }
 
-/// The send jobs of `sources`, walked lazily. For a fan-out `depth` hops
+/// The send jobs of `dataset`'s entries, taken lazily. For a fan-out `depth` hops
 /// deep, files use the smaller chunks [`haul_plan::piece_size`] gives (a
 /// relay forwards a chunk once it verified it: the chunk is the latency
 /// each hop adds); a striped fan-out's send carries one stripe of each entry.
 pub(crate) fn send_queue(
-    sources: &[String],
-    named: Option<&str>,
+    dataset: &dyn Dataset,
     opts: &ClientOptions,
     tally: &Arc<Tally>,
     fanout: Option<FanoutJobs>,
     seen: Option<Arc<Mutex<HashSet<String>>>>,
     same: Option<Arc<SameContent>>,
 ) -> Result<Arc<WorkQueue<SendJob>>, NodeError> {
-    let mut iters: Vec<EntryIter> = Vec::new();
-    for s in sources {
-        let mut tree = LocalTree::new(s).map_err(|e| NodeError::Usage(e.to_string()))?;
-        if let Some(name) = named {
-            tree = tree.named(name);
-        }
-        if let Some(filter) = &opts.filter {
-            tree = tree.with_filter(filter.clone());
-        }
-        iters.push(Box::new(tree).entries());
-    }
+    let walk = dataset.entries()?;
     let observer = tally.clone();
     let (streams, split_min) = (opts.streams, opts.split_min);
-    let walk = iters.into_iter().flatten();
     // The walk's progress, and its end (the total is known then). A
     // fan-out's sends each walk the sources again (one per stripe, and
     // repairs): its coordinator says what the dataset is, once.
@@ -166,21 +155,14 @@ pub async fn push(
     let dest = named.as_ref().map_or(dest, |(dir, _)| dir.clone());
     let named = named.map(|(_, name)| name);
     let seen = (opts.delete && named.is_none()).then(|| Arc::new(Mutex::new(HashSet::new())));
+    let walk = Walk::new(sources, opts.filter.clone()).named(named.as_deref());
     let same = match opts.checksum {
         true => Some(Arc::new(
-            SameContent::listed(remote, &dest, sources, named.as_deref(), &tally).await?,
+            SameContent::listed(remote, &dest, &walk, &tally).await?,
         )),
         false => None,
     };
-    let queue = send_queue(
-        sources,
-        named.as_deref(),
-        opts,
-        &tally,
-        None,
-        seen.clone(),
-        same,
-    )?;
+    let queue = send_queue(&walk, opts, &tally, None, seen.clone(), same)?;
     // Fail fast on a wrong address, token or key before spawning workers.
     let request = Request::Push {
         dest,

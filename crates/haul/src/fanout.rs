@@ -121,9 +121,10 @@ pub async fn push(
         }));
     }
     let fan = FanoutOptions { shape, rates };
+    let dataset = Arc::new(haul_node::dataset::Walk::new(&paths, opts.filter.clone()));
     let summary = crate::interruptible(
         &display,
-        haul_node::push_fanout(&paths, &urls, &opts, &fan, display.clone()),
+        haul_node::push_fanout(dataset, &urls, &opts, &fan, display.clone()),
     )
     .await?;
     display.finish();
