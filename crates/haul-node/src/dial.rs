@@ -286,3 +286,23 @@ impl Dial for InProcess {
         "in-process node"
     }
 }
+
+/// How this process reaches a node named by its address (`host:port`): a
+/// fan-out's admissions and a relay's forwards dial through it. Over the
+/// network ([`OverNetwork`]) in a real run; a test maps addresses to nodes
+/// in its own process, so a whole fan-out — admissions, relays, re-routing
+/// — runs over the in-memory transport.
+pub trait Reach: Send + Sync + std::fmt::Debug {
+    /// A dialer for the node at `addr`, as `opts` say (security, token).
+    fn dialer(&self, addr: &str, opts: &ClientOptions) -> Dialer;
+}
+
+/// Every address is dialled over the network ([`Dialer::network`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct OverNetwork;
+
+impl Reach for OverNetwork {
+    fn dialer(&self, addr: &str, opts: &ClientOptions) -> Dialer {
+        Dialer::network(addr, opts)
+    }
+}

@@ -41,6 +41,7 @@ use crate::buffers::ChunkBuffers;
 use crate::checksum::SameContent;
 use crate::client::ClientOptions;
 use crate::dataset::Dataset;
+use crate::dial::Reach;
 use crate::dial::{Dialer, NodePath};
 use crate::drive::send::SenderCtx;
 use crate::jobs::{SendJob, WorkQueue};
@@ -56,6 +57,9 @@ pub struct FanoutOptions {
     pub shape: Shape,
     /// Upload rate of each destination, bytes per second (`--rate URL=RATE`), by index.
     pub rates: Vec<Option<f64>>,
+    /// How the client reaches each destination ([`crate::OverNetwork`]
+    /// but in tests).
+    pub reach: Arc<dyn Reach>,
 }
 
 /// How one destination fared.
@@ -169,8 +173,8 @@ pub async fn push_fanout(
     let key = origin.public();
     let mut admitting = JoinSet::new();
     for (index, d) in dests.iter().enumerate() {
-        let (d, opts) = (d.clone(), opts.clone());
-        admitting.spawn(async move { (index, admit(&d, &opts, key).await) });
+        let (d, opts, reach) = (d.clone(), opts.clone(), fan.reach.clone());
+        admitting.spawn(async move { (index, admit(&*reach, &d, &opts, key).await) });
     }
     let mut admitted: Vec<Admitted> = Vec::new();
     while let Some(joined) = admitting.join_next().await {
@@ -359,16 +363,22 @@ async fn same_on_every_node(
 
 /// The node at `addr` over the network, pinned to the key it presented
 /// when admitted (`fingerprint`; none in plaintext).
-fn pinned(addr: &str, opts: &ClientOptions, fingerprint: Option<&str>) -> Dialer {
+fn pinned(
+    reach: &dyn Reach,
+    addr: &str,
+    opts: &ClientOptions,
+    fingerprint: Option<&str>,
+) -> Dialer {
     let mut opts = opts.clone();
     if let (Some(fp), Security::Tls { fingerprint, .. }) = (fingerprint, &mut opts.security) {
         *fingerprint = Some(fp.to_owned());
     }
-    Dialer::network(addr, &opts)
+    reach.dialer(addr, &opts)
 }
 
 /// Opens a node's control connection and gets its ticket.
 async fn admit(
+    reach: &dyn Reach,
     dest: &NodeUrl,
     opts: &ClientOptions,
     origin: OriginKey,
@@ -379,9 +389,7 @@ async fn admit(
         checksum: opts.checksum,
     };
     let started = Instant::now();
-    let ((mut r, w), fingerprint) = Dialer::network(&dest.addr, opts)
-        .open_keyed(request)
-        .await?;
+    let ((mut r, w), fingerprint) = reach.dialer(&dest.addr, opts).open_keyed(request).await?;
     // TCP's handshake, TLS 1.3's, then Hello/Welcome.
     let trips = if fingerprint.is_some() { 3 } else { 2 };
     let rtt = started.elapsed() / trips;
@@ -389,7 +397,7 @@ async fn admit(
         Message::Ticket { ticket } => Ok(Admitted {
             index: 0,
             addr: dest.addr.clone(),
-            dialer: pinned(&dest.addr, opts, fingerprint.as_deref()),
+            dialer: pinned(reach, &dest.addr, opts, fingerprint.as_deref()),
             fingerprint,
             ticket,
             control: (r, w),

@@ -24,6 +24,7 @@ use tokio::task::JoinSet;
 
 use crate::buffers::ChunkBuffers;
 use crate::chunk_work::ChunkWork;
+use crate::dial::{OverNetwork, Reach};
 use crate::drive::receive::{run_receiver, ReceiverCtx};
 use crate::drive::send::{run_sender, JobFeed, SenderCtx};
 use crate::jobs::{SendJob, WorkQueue};
@@ -68,6 +69,8 @@ pub struct Server {
     dest: Arc<Destination>,
     buffers: Arc<ChunkBuffers>,
     relays: Arc<Relays>,
+    /// How this node's forwards reach their targets.
+    reach: Arc<dyn Reach>,
 }
 
 /// What a fan-out's control connection asked for (`Request::Admit`).
@@ -120,6 +123,12 @@ fn token_matches(given: &str, accepted: &[String]) -> bool {
 impl Server {
     /// A node serving `opts.root` (created if missing).
     pub fn new(opts: ServeOptions) -> Result<Arc<Self>, NodeError> {
+        Self::reaching(opts, Arc::new(OverNetwork))
+    }
+
+    /// A node whose relay forwards reach their targets through `reach`
+    /// (tests: other nodes in this process).
+    pub fn reaching(opts: ServeOptions, reach: Arc<dyn Reach>) -> Result<Arc<Self>, NodeError> {
         let dest = Destination::open(&opts.root)?;
         let buffers = ChunkBuffers::new(opts.chunk_memory);
         Ok(Arc::new(Self {
@@ -127,6 +136,7 @@ impl Server {
             dest,
             buffers,
             relays: Relays::new(),
+            reach,
         }))
     }
 
@@ -507,6 +517,7 @@ impl Server {
             ..ClientOptions::default()
         };
         let buffers = self.buffers.clone();
+        let reach = self.reach.clone();
         let me = transfer.clone();
         transfer.forward(targets, move |target, queue| {
             let security = if target.fingerprint.is_empty() {
@@ -522,10 +533,11 @@ impl Server {
                 transport: me.transport,
                 ..base.clone()
             };
-            let (buffers, transfer) = (buffers.clone(), me.clone());
+            let (buffers, transfer, reach) = (buffers.clone(), me.clone(), reach.clone());
             tokio::spawn(async move {
                 let book = transfer.book.clone();
-                let error = run_forward(&target, queue, &opts, buffers, book).await;
+                let dialer = reach.dialer(&target.addr, &opts);
+                let error = run_forward(&target, &dialer, queue, &opts, buffers, book).await;
                 if let ForwardEnd::Failures(e) | ForwardEnd::GaveUp(e) = &error {
                     tracing::warn!("forward to {} failed: {e}", target.addr);
                 }
@@ -755,10 +767,11 @@ async fn refuse(
     Err(NodeError::Refused { code, message })
 }
 
-/// Sends a forward's queue to its target until the queue is drained (the
+/// Sends a forward's queue to its target (through `dialer`) until the queue is drained (the
 /// upstream said `Bye` and every entry went); the error it gave up with.
 async fn run_forward(
     target: &RelayTarget,
+    dialer: &crate::Dialer,
     queue: Arc<WorkQueue<SendJob>>,
     opts: &ClientOptions,
     buffers: Arc<ChunkBuffers>,
@@ -773,8 +786,7 @@ async fn run_forward(
     // A relay's copy that changes is its upstream's to send again (a new
     // version, offered here and forwarded as such), never this relay's.
     ctx.changed_retries = 0;
-    let dialer = crate::Dialer::network(&target.addr, opts);
-    let (_, err) = crate::pool::send_all(&queue, &dialer, request, None, opts, &tally, ctx).await;
+    let (_, err) = crate::pool::send_all(&queue, dialer, request, None, opts, &tally, ctx).await;
     let summary = tally.finish(Duration::ZERO, 0);
     match err {
         Some(e) => ForwardEnd::GaveUp(e.to_string()),

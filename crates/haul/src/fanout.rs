@@ -120,7 +120,11 @@ pub async fn push(
             "event": "start", "command": "push", "sources": paths, "dests": dests
         }));
     }
-    let fan = FanoutOptions { shape, rates };
+    let fan = FanoutOptions {
+        shape,
+        rates,
+        reach: Arc::new(haul_node::OverNetwork),
+    };
     let dataset = Arc::new(haul_node::dataset::Walk::new(&paths, opts.filter.clone()));
     let summary = crate::interruptible(
         &display,

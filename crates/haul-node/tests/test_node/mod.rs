@@ -3,11 +3,14 @@
 
 #![allow(dead_code)]
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use haul_node::{ClientOptions, Concurrency, Dialer, NodePath, ServeOptions, Server, TransferLog};
+use haul_node::{
+    ClientOptions, Concurrency, Dialer, NodePath, Reach, ServeOptions, Server, TransferLog,
+};
 use haul_run::backoff::RetryPolicy;
 use haul_transport::{Fault, FaultPlan, Timeouts};
 
@@ -21,26 +24,69 @@ pub struct TestNode {
 
 pub const TOKEN: &str = "in-process-token";
 
+/// The timeouts of every test node (and of the clients that reach them).
+pub const TIMEOUTS: Timeouts = Timeouts {
+    connect: Duration::from_secs(2),
+    handshake: Duration::from_secs(2),
+    idle: Duration::from_secs(2),
+};
+
+/// Nodes in this process by the address a fan-out names them with: the
+/// client's admissions and every relay's forwards dial through it, over the
+/// in-memory transport. An address it does not hold is a test's mistake,
+/// never a dial to the network.
+#[derive(Default)]
+pub struct Directory {
+    nodes: Mutex<HashMap<String, Arc<Server>>>,
+}
+
+impl std::fmt::Debug for Directory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let names: Vec<String> = self.nodes.lock().unwrap().keys().cloned().collect();
+        f.debug_struct("Directory").field("nodes", &names).finish()
+    }
+}
+
+impl Reach for Directory {
+    fn dialer(&self, addr: &str, opts: &ClientOptions) -> Dialer {
+        let server = self.nodes.lock().unwrap().get(addr).cloned();
+        let server = server.unwrap_or_else(|| panic!("no node at {addr} in this test"));
+        Dialer::in_process(server, &opts.token, TIMEOUTS)
+    }
+}
+
 impl TestNode {
     pub fn start() -> Self {
+        Self::start_reaching(Arc::new(haul_node::OverNetwork))
+    }
+
+    /// A node listed in `directory` as `addr`, whose relays reach the
+    /// others there.
+    pub fn start_in(directory: &Arc<Directory>, addr: &str) -> Self {
+        let node = Self::start_reaching(directory.clone());
+        let mut nodes = directory.nodes.lock().unwrap();
+        nodes.insert(addr.to_owned(), node.server.clone());
+        node
+    }
+
+    fn start_reaching(reach: Arc<dyn Reach>) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().join("root");
-        let timeouts = Timeouts {
-            connect: Duration::from_secs(2),
-            handshake: Duration::from_secs(2),
-            idle: Duration::from_secs(2),
-        };
-        let server = Server::new(ServeOptions {
-            root: root.clone(),
-            tokens: vec![TOKEN.into()],
-            timeouts,
-            window: haul_node::DEFAULT_WINDOW,
-            max_retries: 5,
-            grace: Duration::from_secs(1),
-            chunk_memory: 64 << 20,
-            log: Arc::new(TransferLog::default()),
-            partial_ttl: None,
-        })
+        let timeouts = TIMEOUTS;
+        let server = Server::reaching(
+            ServeOptions {
+                root: root.clone(),
+                tokens: vec![TOKEN.into()],
+                timeouts,
+                window: haul_node::DEFAULT_WINDOW,
+                max_retries: 5,
+                grace: Duration::from_secs(1),
+                chunk_memory: 64 << 20,
+                log: Arc::new(TransferLog::default()),
+                partial_ttl: None,
+            },
+            reach,
+        )
         .unwrap();
         Self {
             _dir: dir,
