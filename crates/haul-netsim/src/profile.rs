@@ -198,9 +198,11 @@ pub fn parse_time(s: &str) -> Option<u64> {
     (ns.is_finite() && ns >= 0.0).then_some(ns.round() as u64)
 }
 
-/// Parses a rate (`200mbit`, `1gbit`, `10mbps` = megabytes/s, `512kibit`)
-/// into bits per second.
-pub fn parse_rate(s: &str) -> Option<u64> {
+/// Parses a link rate in the profile language (`200mbit`, `1gbit`,
+/// `10mbps` = megabytes/s, `512kibit`) into **bits** per second, as
+/// netem and tc write rates. (The CLI's and the daemon's rates, as rsync's
+/// `--bwlimit`, are bytes: `haul::config::parse_rate`.)
+pub fn parse_bit_rate(s: &str) -> Option<u64> {
     let s = s.trim().to_ascii_lowercase();
     let split = s
         .find(|c: char| !(c.is_ascii_digit() || c == '.'))
@@ -305,7 +307,7 @@ impl Profile {
         let mut saw_reorder = false;
         while let Some(tok) = p.next() {
             match tok {
-                "rate" => prof.rate_bps = Some(p.required("a rate like 200mbit", parse_rate)?),
+                "rate" => prof.rate_bps = Some(p.required("a rate like 200mbit", parse_bit_rate)?),
                 "limit" => {
                     prof.limit = p.required("a packet count", |s| {
                         s.parse::<usize>().ok().filter(|&n| n > 0)

@@ -43,6 +43,7 @@ use haul_transport::Transport;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 
+use crate::drive::relay_hook::{Assembly, RelayHook};
 use crate::jobs::{OpenSource, SendJob, Source, WorkQueue};
 pub use crate::seal_book::{SealBook, Vouch};
 
@@ -167,17 +168,6 @@ impl State {
             }
         }
     }
-}
-
-/// What [`Transfer::assemble`] found.
-#[derive(Debug)]
-pub enum Assembly {
-    /// Every chunk is here and sealed: commit with this whole-file hash.
-    Complete(Digest),
-    /// Chunks are still to come, or another session commits it.
-    Later,
-    /// A chunk here differs from what the origin sealed.
-    Damaged(String),
 }
 
 /// One fan-out transfer on this node.
@@ -766,5 +756,23 @@ impl Observer for ForwardLog {
         if let Event::FileError { path, error } = event {
             tracing::warn!("forward to {}: {path}: {error}", self.0);
         }
+    }
+}
+
+impl RelayHook for Transfer {
+    fn seals(&self) -> Arc<SealBook> {
+        self.book.clone()
+    }
+
+    fn offered(&self, entry: &Entry, staging: Option<&Arc<PartialFile>>) {
+        Transfer::offered(self, entry, staging);
+    }
+
+    fn assemble(&self, part: &Arc<PartialFile>) -> Assembly {
+        Transfer::assemble(self, part)
+    }
+
+    fn is_striped(&self) -> bool {
+        Transfer::is_striped(self)
     }
 }

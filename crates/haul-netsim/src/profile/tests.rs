@@ -7,11 +7,11 @@ fn units() {
     assert_eq!(parse_time("250us"), Some(250_000));
     assert_eq!(parse_time("7"), Some(7_000));
     assert_eq!(parse_time("5parsecs"), None);
-    assert_eq!(parse_rate("200mbit"), Some(200_000_000));
-    assert_eq!(parse_rate("1Gbit"), Some(1_000_000_000));
-    assert_eq!(parse_rate("10mbps"), Some(80_000_000));
-    assert_eq!(parse_rate("1kibit"), Some(1024));
-    assert_eq!(parse_rate("fast"), None);
+    assert_eq!(parse_bit_rate("200mbit"), Some(200_000_000));
+    assert_eq!(parse_bit_rate("1Gbit"), Some(1_000_000_000));
+    assert_eq!(parse_bit_rate("10mbps"), Some(80_000_000));
+    assert_eq!(parse_bit_rate("1kibit"), Some(1024));
+    assert_eq!(parse_bit_rate("fast"), None);
     assert_eq!(parse_percent("5%"), Some(0.05));
     assert_eq!(parse_percent("0.5"), Some(0.005));
     assert_eq!(parse_percent("101%"), None);

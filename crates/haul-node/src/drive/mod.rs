@@ -14,6 +14,7 @@ use crate::NodeError;
 
 mod commit;
 pub mod receive;
+pub mod relay_hook;
 pub mod send;
 
 /// How a session ended when its connection broke: the jobs it still held.

@@ -20,11 +20,11 @@ use haul_transport::{MessageReader, MessageWriter};
 use tokio::sync::mpsc;
 
 use super::commit::{commit_all, CommitItem};
+use super::relay_hook::{Assembly, RelayHook};
 use super::Interrupted;
 use crate::buffers::{ChunkBuf, ChunkBuffers};
 use crate::chunk_work::{ChunkWork, InlinePolicy};
 use crate::jobs::WorkQueue;
-use crate::relay::{Assembly, Transfer};
 use crate::NodeError;
 
 /// Settings of a receiver.
@@ -46,7 +46,7 @@ pub struct ReceiverCtx {
     pub buffers: Arc<ChunkBuffers>,
     /// The fan-out transfer this push belongs to: every entry staged here
     /// is relayed downstream ([`crate::relay`]).
-    pub relay: Option<Arc<Transfer>>,
+    pub relay: Option<Arc<dyn RelayHook>>,
     /// rsync's quick check: a file in place with the offered size and
     /// mtime is up to date. Off for `push --checksum` (the client compared
     /// contents already and offers only files that differ).
@@ -117,7 +117,7 @@ pub async fn run_receiver(
     };
     if let Some(transfer) = &ctx.relay {
         // A fan-out: only what the origin sealed is taken (and relayed).
-        session.check_origin(transfer.book.clone());
+        session.check_origin(transfer.seals());
     }
     let (done_tx, done_rx) = mpsc::unbounded_channel();
     let mut d = Driver {
