@@ -67,6 +67,8 @@ pub struct ClientOptions {
     /// or symlink is removed to make room (as rsync's `--force`; `--delete`
     /// implies it).
     pub force: bool,
+    /// How `host:path` locations are reached (`--rsh`, `--remote-haul`).
+    pub ssh: crate::ssh::SshOptions,
 }
 
 impl ClientOptions {
@@ -97,6 +99,7 @@ impl Default for ClientOptions {
             delete: false,
             checksum: false,
             force: false,
+            ssh: crate::ssh::SshOptions::default(),
         }
     }
 }

@@ -23,6 +23,7 @@ use haul_transport::{
     Security, Timeouts, Transport, TransportError, Tuning,
 };
 
+use crate::ssh::{SshLocation, SshTunnel};
 use crate::{ClientOptions, NodeError, NodeUrl, Server};
 
 /// A path on a node and the way to reach it: where a node command goes.
@@ -40,6 +41,24 @@ impl NodePath {
         Self {
             dialer: Dialer::network(&url.addr, opts),
             path: url.path.clone(),
+        }
+    }
+
+    /// The path `at` names on a host reached over ssh: a node started there
+    /// for each connection ([`crate::ssh`]), serving the directory the path
+    /// is in.
+    pub fn ssh(at: &SshLocation, opts: &ClientOptions) -> Self {
+        let (root, path) = at.root_and_path();
+        let way = SshTunnel {
+            name: at.name(),
+            at: at.clone(),
+            root,
+            ssh: opts.ssh.clone(),
+            timeouts: opts.timeouts,
+        };
+        Self {
+            dialer: Dialer::new(Arc::new(way), String::new(), opts.timeouts),
+            path,
         }
     }
 

@@ -41,6 +41,7 @@ pub mod push;
 pub mod relay;
 mod seal_book;
 pub mod server;
+pub mod ssh;
 pub mod stripe_vouch;
 pub mod transfer_log;
 mod walk_count;

@@ -432,6 +432,24 @@ impl FrameWriter {
     }
 }
 
+/// A connection over any byte stream's two halves: a child process's pipes
+/// (an ssh channel, `haul serve --stdio` on the far side) or this process's
+/// stdin and stdout (that far side). Frames as over TCP; no TLS (the stream
+/// is already authenticated and encrypted, or local).
+pub fn stream_connection(
+    reader: impl AsyncRead + Unpin + Send + 'static,
+    writer: impl AsyncWrite + Unpin + Send + 'static,
+    timeouts: Timeouts,
+) -> crate::Connection {
+    (
+        Box::new(FrameReader::new(Box::new(reader), timeouts.idle)),
+        Box::new(FrameWriter::new(
+            Sink::Boxed(Box::new(writer)),
+            timeouts.idle,
+        )),
+    )
+}
+
 /// Two connected in-memory ends (local copies through the same engine, and tests).
 pub fn memory_pair(timeouts: Timeouts) -> (crate::Connection, crate::Connection) {
     memory_pair_paced(timeouts, None)

@@ -18,7 +18,9 @@ pub mod quic;
 pub mod socket;
 pub mod tls;
 
-pub use conn::{memory_pair, memory_pair_paced, FrameReader, FrameWriter, Timeouts};
+pub use conn::{
+    memory_pair, memory_pair_paced, stream_connection, FrameReader, FrameWriter, Timeouts,
+};
 pub use error::TransportError;
 pub use fault::{faulty_memory_pair, Breakage, Direction, Fault, FaultPlan};
 pub use identity::{fingerprint_of, ServerIdentity};

@@ -143,6 +143,11 @@ pub struct ServeArgs {
     /// freed, and exit without serving.
     #[arg(long)]
     pub prune_partials: bool,
+    /// Serve one connection on stdin and stdout, then exit: what a client
+    /// starts over ssh for a `host:path` location (the ssh login is the
+    /// authentication: no token, no listener, no TLS of its own).
+    #[arg(long, conflicts_with_all = ["token", "token_file", "open", "plaintext", "no_quic", "identity", "prune_partials", "create_root"])]
+    pub stdio: bool,
 }
 
 /// Flags shared by push and pull.
@@ -173,6 +178,14 @@ pub struct TransferArgs {
     /// Pin the node's key (SHA256:... as `haul serve` prints it).
     #[arg(long)]
     pub fingerprint: Option<String>,
+    /// The remote shell for `host:path` locations, as rsync's -e (default
+    /// `ssh`; `ssh -p 2222 -i KEY` takes options).
+    #[arg(short = 'e', long = "rsh", env = "HAUL_RSH")]
+    pub rsh: Option<String>,
+    /// haul on the far side of `host:path`, as a command for its shell
+    /// (rsync's --rsync-path: `/opt/haul/bin/haul`, `sudo haul`).
+    #[arg(long, default_value = "haul")]
+    pub remote_haul: String,
     /// Known-hosts file for trust on first use.
     #[arg(long)]
     pub known_hosts: Option<PathBuf>,

@@ -182,8 +182,21 @@ pub fn client_options(t: &TransferArgs) -> Result<ClientOptions> {
         force: t.force,
         checksum: t.checksum,
         chunk_memory: chunk_memory(&t.chunk_memory)?,
+        ssh: ssh_options(t)?,
         ..ClientOptions::default()
     })
+}
+
+/// `-e`/`--rsh` and `--remote-haul`: how `host:path` is reached.
+fn ssh_options(t: &TransferArgs) -> Result<haul_node::ssh::SshOptions> {
+    let mut ssh = haul_node::ssh::SshOptions {
+        remote_haul: t.remote_haul.clone(),
+        ..Default::default()
+    };
+    if let Some(rsh) = &t.rsh {
+        ssh = ssh.with_rsh(rsh).map_err(anyhow::Error::msg)?;
+    }
+    Ok(ssh)
 }
 
 /// Client options with the filter flags: what push, node pulls and local

@@ -58,6 +58,12 @@ pub async fn push(
     if args.transfer.fingerprint.is_some() && dests.len() > 1 {
         return Err(UsageError("--fingerprint pins one key, and a fan-out has several nodes: drop it (each node's key is pinned in known_hosts, trust on first use) or push to one node".into()).into());
     }
+    if let Some(d) = dests.iter().find(|d| !NodeUrl::is_remote(d)) {
+        return Err(UsageError(format!(
+            "{d:?}: a fan-out reaches its nodes at haul:// addresses (relays dial each other directly); over ssh, push to one host:path at a time for now"
+        ))
+        .into());
+    }
     let urls: Vec<NodeUrl> = dests
         .iter()
         .map(|d| NodeUrl::parse(d))

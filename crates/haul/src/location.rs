@@ -2,11 +2,13 @@
 //! node, or an FTP, SFTP, HTTP or S3 server. Every subcommand that takes a
 //! source dispatches on [`Location`] once, instead of asking "is it a
 //! `haul://` URL? a remote one? a scheme it does not know?" in its own way.
-//! (An SSH form — `[user@]host:path`, `ssh://` — will be one more way to
-//! reach a [`Location::Node`].)
+//! A node is reached at a `haul://` address or over ssh (`[user@]host:path`,
+//! `ssh://`): both are a [`Location::Node`], and commands turn one into a
+//! [`NodePath`] the same way.
 
 use anyhow::Result;
-use haul_node::NodeUrl;
+use haul_node::ssh::SshLocation;
+use haul_node::{ClientOptions, NodePath, NodeUrl};
 use haul_remote::RemoteUrl;
 
 use crate::{usage, UsageError};
@@ -18,7 +20,7 @@ pub enum Location {
     /// "its contents").
     Local(String),
     /// A path on a haul node.
-    Node(NodeUrl),
+    Node(NodeAt),
     /// A path on an FTP, SFTP, HTTP(S) or S3 server.
     Remote(RemoteUrl),
 }
@@ -28,19 +30,54 @@ impl Location {
     /// `scheme://` is a usage error that lists the schemes haul knows.
     pub fn parse(text: &str) -> Result<Self> {
         if NodeUrl::is_remote(text) {
-            return Ok(Self::Node(NodeUrl::parse(text)?));
+            return Ok(Self::Node(NodeAt::Haul(NodeUrl::parse(text)?)));
         }
         if RemoteUrl::is_remote_url(text) {
             let url = usage(RemoteUrl::parse(text).map_err(anyhow::Error::from))?;
             return Ok(Self::Remote(url));
         }
+        if let Some(at) = SshLocation::parse(text) {
+            let at = at.map_err(UsageError)?;
+            return Ok(Self::Node(NodeAt::Ssh(at)));
+        }
         if text.contains("://") {
             return Err(UsageError(format!(
-                "{text:?}: unknown URL scheme (use haul, ftp, ftps, ftps-implicit, sftp, http, https or s3)"
+                "{text:?}: unknown URL scheme (use haul, ssh, ftp, ftps, ftps-implicit, sftp, http, https or s3)"
             ))
             .into());
         }
         Ok(Self::Local(text.to_owned()))
+    }
+}
+
+/// How a node is reached.
+#[derive(Debug, Clone)]
+pub enum NodeAt {
+    /// A running `haul serve` at `haul://HOST:PORT/PATH`.
+    Haul(NodeUrl),
+    /// A host reached over ssh, where a node is started for the transfer.
+    Ssh(SshLocation),
+}
+
+impl NodeAt {
+    /// `text` when it names a node (`haul://`, `host:path`, `ssh://`).
+    pub fn parse(text: &str) -> Option<Result<Self>> {
+        match Location::parse(text) {
+            Ok(Location::Node(at)) => Some(Ok(at)),
+            Ok(_) => None,
+            Err(e) if NodeUrl::is_remote(text) || SshLocation::parse(text).is_some() => {
+                Some(Err(e))
+            }
+            Err(_) => None,
+        }
+    }
+
+    /// The node path to dial, as `opts` say.
+    pub fn node_path(&self, opts: &ClientOptions) -> NodePath {
+        match self {
+            Self::Haul(url) => NodePath::network(url, opts),
+            Self::Ssh(at) => NodePath::ssh(at, opts),
+        }
     }
 }
 
@@ -66,6 +103,21 @@ mod tests {
             Location::parse("./data/").unwrap(),
             Location::Local(p) if p == "./data/"
         ));
+        assert!(matches!(
+            Location::parse("alice@host:/srv/in").unwrap(),
+            Location::Node(NodeAt::Ssh(at)) if at.host == "host" && at.path == "/srv/in"
+        ));
+        assert!(matches!(
+            Location::parse("ssh://host:2222/srv/").unwrap(),
+            Location::Node(NodeAt::Ssh(at)) if at.port == Some(2222)
+        ));
+        // A colon after a slash is part of a local name (as rsync).
+        assert!(matches!(
+            Location::parse("./a:b").unwrap(),
+            Location::Local(_)
+        ));
+        let err = Location::parse("-oProxyCommand=x:/p").unwrap_err();
+        assert!(err.downcast_ref::<UsageError>().is_some(), "{err}");
         let err = Location::parse("gopher://h/x").unwrap_err();
         assert!(err.downcast_ref::<UsageError>().is_some(), "{err}");
         assert!(err.to_string().contains("unknown URL scheme"), "{err}");

@@ -29,8 +29,8 @@ pub async fn run(args: LsArgs, mode: Mode) -> Result<u8> {
     ))?;
     let display = Arc::new(Display::new(mode));
     let (lines, errors): (Vec<Line>, u64) = match Location::parse(&args.url)? {
-        Location::Node(url) => {
-            let remote = haul_node::NodePath::network(&url, &opts);
+        Location::Node(at) => {
+            let remote = at.node_path(&opts);
             let l = haul_node::ls_node(&remote, &opts, args.recursive, display.clone()).await?;
             (l.entries.into_iter().map(from_entry).collect(), l.errors)
         }
@@ -98,9 +98,7 @@ pub async fn check(args: CheckArgs, mode: Mode) -> Result<u8> {
     for (text, side) in [(&args.src, src), (&args.dst, dst)] {
         match side {
             Location::Remote(_) => return Err(what(text).into()),
-            Location::Node(url) => sides.push(haul_node::CheckSide::Node(
-                haul_node::NodePath::network(&url, &opts),
-            )),
+            Location::Node(at) => sides.push(haul_node::CheckSide::Node(at.node_path(&opts))),
             Location::Local(path) => {
                 usage(config::check_local_source(&path))?;
                 sides.push(haul_node::CheckSide::Local(path));

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use anyhow::Result;
-use haul_node::{NodePath, Summary};
+use haul_node::Summary;
 
 use crate::cli::PullArgs;
 use crate::location::Location;
@@ -38,8 +38,8 @@ async fn pull_from(
     display: Arc<Display>,
 ) -> Result<Summary> {
     match Location::parse(&args.source)? {
-        Location::Node(url) => {
-            let remote = NodePath::network(&url, opts);
+        Location::Node(at) => {
+            let remote = at.node_path(opts);
             Ok(haul_node::pull(&remote, &args.dest, opts, display.clone()).await?)
         }
         Location::Remote(url) => {
@@ -94,8 +94,8 @@ async fn dry_run_pull(
     display: Arc<Display>,
 ) -> Result<u8> {
     let report = match Location::parse(&args.source)? {
-        Location::Node(url) => {
-            let remote = NodePath::network(&url, opts);
+        Location::Node(at) => {
+            let remote = at.node_path(opts);
             haul_node::dry_run_pull(&remote, &args.dest, opts, opts.delete, display.clone()).await?
         }
         Location::Remote(url) => {

@@ -4,9 +4,9 @@
 use std::sync::Arc;
 
 use anyhow::Result;
-use haul_node::{NodePath, NodeUrl};
 
 use crate::cli::PushArgs;
+use crate::location::NodeAt;
 use crate::output::{self, Display, Mode};
 use crate::{config, dry_run_done, fanout, interruptible, report, usage, UsageError};
 
@@ -16,7 +16,7 @@ pub async fn run(args: PushArgs, mode: Mode) -> Result<u8> {
         .paths
         .iter()
         .cloned()
-        .partition(|p| NodeUrl::is_remote(p));
+        .partition(|p| NodeAt::parse(p).is_some());
     if let Some(file) = &args.to_file {
         dests.extend(usage(fanout::read_url_file(file))?);
     }
@@ -26,10 +26,10 @@ pub async fn run(args: PushArgs, mode: Mode) -> Result<u8> {
     let target = dests
         .pop()
         .unwrap_or_else(|| paths.pop().unwrap_or_default());
-    if !NodeUrl::is_remote(&target) {
-        return Err(UsageError(format!("the last argument of push must be haul://HOST:PORT/DEST, not {target:?} (for a local copy use `haul pull SRC DEST`)")).into());
-    }
-    let url = NodeUrl::parse(&target)?;
+    let Some(at) = NodeAt::parse(&target) else {
+        return Err(UsageError(format!("the last argument of push must be haul://HOST:PORT/DEST or [user@]host:DEST, not {target:?} (for a local copy use `haul pull SRC DEST`)")).into());
+    };
+    let at = at?;
     for p in &paths {
         usage(config::check_local_source(p))?;
     }
@@ -37,7 +37,7 @@ pub async fn run(args: PushArgs, mode: Mode) -> Result<u8> {
         &args.transfer,
         &args.filter,
     ))?;
-    let remote = NodePath::network(&url, &opts);
+    let remote = at.node_path(&opts);
     let display = Arc::new(Display::new(mode));
     if args.transfer.dry_run {
         let report =

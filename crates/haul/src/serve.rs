@@ -19,6 +19,9 @@ pub async fn run(args: ServeArgs, mode: Mode) -> Result<u8> {
     if args.prune_partials {
         return prune_partials(&args, partial_ttl, mode);
     }
+    if args.stdio {
+        return serve_stdio(&args, partial_ttl).await;
+    }
     let token = usage(config::token(&args.token, &args.token_file))?;
     if token.is_none() && !args.open {
         return Err(UsageError("haul serve needs a token (--token, HAUL_TOKEN or --token-file) or --open to run without authentication".into()).into());
@@ -52,20 +55,7 @@ pub async fn run(args: ServeArgs, mode: Mode) -> Result<u8> {
         )
     };
     let idle = Duration::from_secs(args.timeout.max(1));
-    let opts = ServeOptions {
-        root: args.root.clone(),
-        tokens: token.into_iter().collect(),
-        timeouts: Timeouts {
-            idle,
-            ..Timeouts::default()
-        },
-        window: haul_node::DEFAULT_WINDOW,
-        max_retries: 5,
-        grace: Duration::from_secs(args.grace),
-        chunk_memory: usage(config::chunk_memory(&args.chunk_memory))?,
-        log: Arc::new(transfer_log(&args)?),
-        partial_ttl,
-    };
+    let opts = serve_options(&args, token.into_iter().collect(), idle, partial_ttl)?;
     let server = Server::new(opts)
         .with_context(|| format!("cannot use {} as the node's root", args.root.display()))?;
     // Staging files of transfers abandoned while the node was down.
@@ -133,6 +123,73 @@ pub async fn run(args: ServeArgs, mode: Mode) -> Result<u8> {
     server.serve(listener, quic, nth(1), nth(2)).await;
     tracing::info!("stopped");
     Ok(EXIT_OK)
+}
+
+/// What the node is, whichever way it serves.
+fn serve_options(
+    args: &ServeArgs,
+    tokens: Vec<String>,
+    idle: Duration,
+    partial_ttl: Option<Duration>,
+) -> Result<ServeOptions> {
+    Ok(ServeOptions {
+        root: args.root.clone(),
+        tokens,
+        timeouts: Timeouts {
+            idle,
+            ..Timeouts::default()
+        },
+        window: haul_node::DEFAULT_WINDOW,
+        max_retries: 5,
+        grace: Duration::from_secs(args.grace),
+        chunk_memory: usage(config::chunk_memory(&args.chunk_memory))?,
+        log: Arc::new(transfer_log(args)?),
+        partial_ttl,
+    })
+}
+
+/// `haul serve --stdio`: one connection on stdin and stdout (an ssh
+/// channel), announced by the banner line, then exit. Nothing else is
+/// written to stdout; logs go to stderr, which ssh carries to the client.
+async fn serve_stdio(args: &ServeArgs, partial_ttl: Option<Duration>) -> Result<u8> {
+    if !args.root.is_dir() {
+        return Err(UsageError(format!(
+            "{} is not a directory here: create it first",
+            args.root.display()
+        ))
+        .into());
+    }
+    let idle = Duration::from_secs(args.timeout.max(1));
+    let opts = serve_options(args, Vec::new(), idle, partial_ttl)?;
+    let timeouts = opts.timeouts;
+    let server = Server::new(opts)
+        .with_context(|| format!("cannot use {} as the node's root", args.root.display()))?;
+    let mut stdout = tokio::io::stdout();
+    {
+        use tokio::io::AsyncWriteExt as _;
+        stdout
+            .write_all(haul_node::ssh::banner_line().as_bytes())
+            .await?;
+        stdout.flush().await?;
+    }
+    let conn = haul_transport::stream_connection(tokio::io::stdin(), stdout, timeouts);
+    server
+        .serve_connection(conn, ssh_peer(), haul_transport::Transport::Tcp)
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    Ok(EXIT_OK)
+}
+
+/// Who is at the other end of the ssh channel (`SSH_CLIENT`: address and
+/// ports), for the transfer log; unknown as 0.0.0.0:0.
+fn ssh_peer() -> SocketAddr {
+    let from_env = std::env::var("SSH_CLIENT").ok().and_then(|v| {
+        let mut words = v.split_whitespace();
+        let ip: std::net::IpAddr = words.next()?.parse().ok()?;
+        let port: u16 = words.next()?.parse().ok()?;
+        Some(SocketAddr::new(ip, port))
+    });
+    from_env.unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)))
 }
 
 /// The node's transfer log: `--log-format`, `--log-file`.

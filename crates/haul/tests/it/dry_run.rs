@@ -67,16 +67,6 @@ fn totals(out: &Output) -> Value {
         .unwrap_or_else(|| panic!("no dry_run_summary: {}", stderr(out)))
 }
 
-fn ok(out: &Output) {
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        stderr(out)
-    );
-}
-
 fn s(a: &str, p: &str, n: u64) -> (String, String, u64) {
     (a.into(), p.into(), n)
 }

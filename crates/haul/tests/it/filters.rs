@@ -74,16 +74,6 @@ fn names(root: &Path) -> Vec<String> {
         .collect()
 }
 
-fn ok(out: &std::process::Output) {
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        stderr(out)
-    );
-}
-
 #[test]
 fn the_same_rules_for_push_node_pull_local_copy_and_ftp() {
     let s = Scratch::new();

@@ -180,6 +180,17 @@ pub fn run(mut cmd: Command, limit: Duration) -> Output {
 }
 
 /// The `summary` event of a `--json` run.
+/// Asserts the run exited 0, showing both streams when not.
+pub fn ok(out: &Output) {
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        stderr(out)
+    );
+}
+
 pub fn summary(out: &Output) -> serde_json::Value {
     String::from_utf8_lossy(&out.stdout)
         .lines()

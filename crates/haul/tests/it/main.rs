@@ -28,6 +28,7 @@ mod raw;
 mod remote;
 mod resume;
 mod security;
+mod ssh;
 mod terminal;
 mod transfer;
 mod transfer_log;
