@@ -5,14 +5,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 need=()
-# command:package — `ip` for the network-lab tests, the real servers the
+# command:package — `ip` for the network-lab tests, `nft` for a firewall on
+# loopback (the ssh tests' blocked direct port), the real servers the
 # remote-source tests start on 127.0.0.1 (vsftpd, OpenSSH's sshd, nginx),
 # openssl to make their test certificates, python3 with pip for moto, man-db
 # to check `haul man` (man -l), script(1) to run haul under a pty, and
 # promtool to check the daemon's /metrics, and rsync, whose results on the
 # same trees are the reference for type changes, and chattr, which makes a
 # removal fail even for root.
-for pair in ip:iproute2 \
+for pair in ip:iproute2 nft:nftables \
   /usr/sbin/vsftpd:vsftpd /usr/sbin/sshd:openssh-server /usr/sbin/nginx:nginx-light \
   ssh-keygen:openssh-client openssl:openssl python3:python3 \
   man:man-db script:bsdutils promtool:prometheus rsync:rsync chattr:e2fsprogs; do

@@ -23,7 +23,8 @@ use haul_transport::{
     Security, Timeouts, Transport, TransportError, Tuning,
 };
 
-use crate::ssh::{SshLocation, SshTunnel};
+use crate::ssh::direct::SshDial;
+use crate::ssh::SshLocation;
 use crate::{ClientOptions, NodeError, NodeUrl, Server};
 
 /// A path on a node and the way to reach it: where a node command goes.
@@ -45,17 +46,11 @@ impl NodePath {
     }
 
     /// The path `at` names on a host reached over ssh: a node started there
-    /// for each connection ([`crate::ssh`]), serving the directory the path
-    /// is in.
+    /// for the transfer ([`crate::ssh`]), serving the directory the path is
+    /// in, reached directly or over the ssh channel.
     pub fn ssh(at: &SshLocation, opts: &ClientOptions) -> Self {
         let (root, path) = at.root_and_path();
-        let way = SshTunnel {
-            name: at.name(),
-            at: at.clone(),
-            root,
-            ssh: opts.ssh.clone(),
-            timeouts: opts.timeouts,
-        };
+        let way = SshDial::new(at, root, opts);
         Self {
             dialer: Dialer::new(Arc::new(way), String::new(), opts.timeouts),
             path,
@@ -82,6 +77,9 @@ pub struct Reached {
     pub key: Option<PeerKey>,
     /// How it is carried, for the log ("TLS 1.3", "plaintext").
     pub over: &'static str,
+    /// The token this way of reaching learned for the node (a node started
+    /// over ssh offers its own), instead of the dialer's.
+    pub token: Option<String>,
 }
 
 /// One way to connect to a node.
@@ -174,6 +172,7 @@ impl Dialer {
             conn: (mut r, mut w),
             key,
             over,
+            token,
         } = self.way.connect().await?;
         match &key {
             Some(k) => tracing::info!(
@@ -184,7 +183,7 @@ impl Dialer {
         }
         w.send(&Message::Hello {
             version: PROTOCOL_VERSION,
-            token: self.token.clone(),
+            token: token.unwrap_or_else(|| self.token.clone()),
             request,
         })
         .await?;
@@ -229,12 +228,13 @@ fn looks_like_tls(len: u32) -> bool {
 }
 
 /// A node over the network.
-struct Network {
-    addr: String,
-    security: Security,
-    transport: Transport,
-    timeouts: Timeouts,
-    tuning: Tuning,
+#[derive(Clone)]
+pub(crate) struct Network {
+    pub(crate) addr: String,
+    pub(crate) security: Security,
+    pub(crate) transport: Transport,
+    pub(crate) timeouts: Timeouts,
+    pub(crate) tuning: Tuning,
 }
 
 impl Dial for Network {
@@ -258,7 +258,12 @@ impl Dial for Network {
                     (conn, Some(key), "QUIC (TLS 1.3)")
                 }
             };
-            Ok(Reached { conn, key, over })
+            Ok(Reached {
+                conn,
+                key,
+                over,
+                token: None,
+            })
         })
     }
 
@@ -297,6 +302,7 @@ impl Dial for InProcess {
                 conn: client,
                 key: None,
                 over: "in process",
+                token: None,
             })
         })
     }

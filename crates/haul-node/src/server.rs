@@ -58,6 +58,9 @@ pub struct ServeOptions {
     /// hourly while the node serves ([`Server::prune_partials`]); `None`:
     /// never.
     pub partial_ttl: Option<Duration>,
+    /// Serve pulls, listings and checks only: pushes, fan-out admissions,
+    /// relayed pushes and prunes are refused (`--read-only`).
+    pub read_only: bool,
 }
 
 /// How often a serving node looks for abandoned staging files.
@@ -71,6 +74,24 @@ pub struct Server {
     relays: Arc<Relays>,
     /// How this node's forwards reach their targets.
     reach: Arc<dyn Reach>,
+    /// Connections being served now ([`Server::connections`]).
+    in_flight: Arc<std::sync::atomic::AtomicUsize>,
+}
+
+/// Counts a connection while it is served.
+struct InFlight(Arc<std::sync::atomic::AtomicUsize>);
+
+impl InFlight {
+    fn new(count: &Arc<std::sync::atomic::AtomicUsize>) -> Self {
+        count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        Self(count.clone())
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 /// What a fan-out's control connection asked for (`Request::Admit`).
@@ -137,6 +158,7 @@ impl Server {
             buffers,
             relays: Relays::new(),
             reach,
+            in_flight: Arc::default(),
         }))
     }
 
@@ -224,6 +246,18 @@ impl Server {
         self.dest.apply_dir_metadata();
     }
 
+    /// The served root's device and inode, from its held descriptor.
+    pub fn root_identity(&self) -> std::io::Result<(u64, u64)> {
+        let meta = self.dest.held_root().dir().meta()?;
+        Ok((meta.dev, meta.ino))
+    }
+
+    /// How many connections are being served now (an idle node started for
+    /// one transfer exits when this stays 0).
+    pub fn connections(&self) -> usize {
+        self.in_flight.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Removes the staging files no transfer has written for the TTL
     /// (none without one) and says what it freed in the log.
     pub fn prune_partials(&self) -> Result<haul_engine::prune::Pruned, NodeError> {
@@ -267,6 +301,7 @@ impl Server {
         peer: std::net::SocketAddr,
         over: Transport,
     ) -> Result<(), NodeError> {
+        let _counted = InFlight::new(&self.in_flight);
         let t = self.opts.timeouts;
         let (mut reader, mut writer) = conn;
         reader.set_idle(t.handshake);
@@ -300,6 +335,18 @@ impl Server {
         if auth == "refused" {
             tracing::warn!("refused a client with a wrong or missing token");
             let msg = "wrong or missing token: pass --token, HAUL_TOKEN or --token-file with the node's token".into();
+            return refuse(&mut writer, ErrorCode::Unauthorized, msg).await;
+        }
+        let writes = matches!(
+            request,
+            Request::Push { .. }
+                | Request::Admit { .. }
+                | Request::Relayed { .. }
+                | Request::Prune { .. }
+        );
+        if writes && self.opts.read_only {
+            tracing::warn!("refused a {asked} to {path:?}: this node is read-only");
+            let msg = format!("this node is read-only (--read-only): it serves pulls, ls and check, not a {asked}");
             return refuse(&mut writer, ErrorCode::Unauthorized, msg).await;
         }
         match request {

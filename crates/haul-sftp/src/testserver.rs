@@ -293,6 +293,24 @@ impl TestServer {
         Ok(path)
     }
 
+    /// Generates a client key named `name` whose `authorized_keys` line
+    /// runs `command` whatever the client asks (sshd's forced command, the
+    /// asked-for command in `SSH_ORIGINAL_COMMAND`); returns its path.
+    pub fn add_forced_key(&self, name: &str, command: &str) -> io::Result<PathBuf> {
+        let path = self.dir.path().join(format!("client_{name}"));
+        keygen(&path, "ed25519")?;
+        let key = pub_key(&self.dir.path().join(format!("client_{name}.pub")))?;
+        let line = format!(
+            "command=\"{}\",restrict {key}\n",
+            command.replace('"', "\\\"")
+        );
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(self.dir.path().join("authorized_keys"))?;
+        io::Write::write_all(&mut f, line.as_bytes())?;
+        Ok(path)
+    }
+
     /// The server's host key as `type base64`.
     pub fn host_key(&self) -> &str {
         &self.host_key

@@ -88,8 +88,8 @@ pub struct ServeArgs {
     /// Directory to serve; pushes land under it, pulls read from it. It
     /// must exist (a mistyped mount point must not become a new directory),
     /// unless --create-root.
-    #[arg(long)]
-    pub root: PathBuf,
+    #[arg(long, required_unless_present = "restrict")]
+    pub root: Option<PathBuf>,
     /// Create --root (and its parents) when it does not exist.
     #[arg(long)]
     pub create_root: bool,
@@ -148,6 +148,22 @@ pub struct ServeArgs {
     /// authentication: no token, no listener, no TLS of its own).
     #[arg(long, conflicts_with_all = ["token", "token_file", "open", "plaintext", "no_quic", "identity", "prune_partials", "create_root"])]
     pub stdio: bool,
+    /// A node for one transfer, started over ssh for a `host:path`
+    /// location: listens on an ephemeral TCP and UDP port at the address
+    /// the ssh connection arrived at, with a fresh key and a one-time token
+    /// it prints on one line; exits when stdin (the ssh channel) closes or
+    /// after --timeout with no connection.
+    #[arg(long, conflicts_with_all = ["stdio", "token", "token_file", "open", "plaintext", "no_quic", "identity", "prune_partials", "create_root", "listen"])]
+    pub ssh: bool,
+    /// As a forced command in authorized_keys (`command="haul serve --ssh
+    /// --restrict /data/incoming"`): serve only what the ssh client asks
+    /// for beneath DIR (rrsync's job); any other command is refused.
+    #[arg(long, value_name = "DIR", conflicts_with_all = ["token", "token_file", "open", "plaintext", "identity", "prune_partials", "create_root", "listen"])]
+    pub restrict: Option<PathBuf>,
+    /// Serve pulls, ls and check only: pushes, fan-out relays and prunes
+    /// are refused.
+    #[arg(long)]
+    pub read_only: bool,
 }
 
 /// Flags shared by push and pull.
@@ -186,6 +202,10 @@ pub struct TransferArgs {
     /// (rsync's --rsync-path: `/opt/haul/bin/haul`, `sudo haul`).
     #[arg(long, default_value = "haul")]
     pub remote_haul: String,
+    /// For `host:path`: run over the ssh channel itself (rsync's way)
+    /// without first trying the direct port the far side offers.
+    #[arg(long)]
+    pub ssh_tunnel: bool,
     /// Known-hosts file for trust on first use.
     #[arg(long)]
     pub known_hosts: Option<PathBuf>,

@@ -191,6 +191,7 @@ pub fn client_options(t: &TransferArgs) -> Result<ClientOptions> {
 fn ssh_options(t: &TransferArgs) -> Result<haul_node::ssh::SshOptions> {
     let mut ssh = haul_node::ssh::SshOptions {
         remote_haul: t.remote_haul.clone(),
+        tunnel: t.ssh_tunnel,
         ..Default::default()
     };
     if let Some(rsh) = &t.rsh {

@@ -126,6 +126,7 @@ async fn demo(dir: &Path, args: &DemoArgs, mode: Mode) -> Result<u8> {
         chunk_memory: haul_node::buffers::DEFAULT_BUDGET,
         log: Default::default(),
         partial_ttl: None,
+        read_only: false,
     })?;
     let listener = Listener::bind("127.0.0.1:0".parse()?, Some(&identity), None).await?;
     let addr = listener.local_addr()?;

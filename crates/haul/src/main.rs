@@ -16,6 +16,7 @@ mod output;
 mod pull;
 mod push;
 mod serve;
+mod serve_ssh;
 
 use std::process::ExitCode;
 use std::time::Duration;

@@ -2,6 +2,7 @@
 //! log, and `--prune-partials`.
 
 use std::net::SocketAddr;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -16,11 +17,14 @@ use crate::{config, usage, UsageError, EXIT_OK};
 /// Runs `haul serve` (or `--prune-partials` alone).
 pub async fn run(args: ServeArgs, mode: Mode) -> Result<u8> {
     let partial_ttl = usage(config::partial_ttl(&args.partial_ttl).context("--partial-ttl"))?;
-    if args.prune_partials {
-        return prune_partials(&args, partial_ttl, mode);
+    if args.stdio || args.ssh || args.restrict.is_some() {
+        return crate::serve_ssh::run(&args, partial_ttl).await;
     }
-    if args.stdio {
-        return serve_stdio(&args, partial_ttl).await;
+    let Some(root) = args.root.clone() else {
+        return Err(UsageError("haul serve needs --root DIR".into()).into());
+    };
+    if args.prune_partials {
+        return prune_partials(&root, partial_ttl, mode);
     }
     let token = usage(config::token(&args.token, &args.token_file))?;
     if token.is_none() && !args.open {
@@ -29,11 +33,11 @@ pub async fn run(args: ServeArgs, mode: Mode) -> Result<u8> {
     if token.is_some() && args.open {
         return Err(UsageError("--open (no authentication) and a token (--token, HAUL_TOKEN or --token-file) exclude each other: pass one".into()).into());
     }
-    let root_is_new = std::fs::symlink_metadata(&args.root).is_err();
+    let root_is_new = std::fs::symlink_metadata(&root).is_err();
     if root_is_new && !args.create_root {
         return Err(UsageError(format!(
             "--root {} does not exist (a mistyped mount point must not become a new directory): create it first, or pass --create-root",
-            args.root.display()
+            root.display()
         ))
         .into());
     }
@@ -55,9 +59,9 @@ pub async fn run(args: ServeArgs, mode: Mode) -> Result<u8> {
         )
     };
     let idle = Duration::from_secs(args.timeout.max(1));
-    let opts = serve_options(&args, token.into_iter().collect(), idle, partial_ttl)?;
+    let opts = serve_options(&args, &root, token.into_iter().collect(), idle, partial_ttl)?;
     let server = Server::new(opts)
-        .with_context(|| format!("cannot use {} as the node's root", args.root.display()))?;
+        .with_context(|| format!("cannot use {} as the node's root", root.display()))?;
     // Staging files of transfers abandoned while the node was down.
     if let Err(e) = server.prune_partials() {
         tracing::warn!("cannot prune partial files: {e}");
@@ -78,7 +82,7 @@ pub async fn run(args: ServeArgs, mode: Mode) -> Result<u8> {
     match mode {
         Mode::Json => output::json_line(&serde_json::json!({
             "event": "listening", "addr": local.to_string(), "fingerprint": fingerprint,
-            "root": args.root, "root_created": root_is_new, "tls": !args.plaintext, "auth": !args.open,
+            "root": root, "root_created": root_is_new, "tls": !args.plaintext, "auth": !args.open,
             "quic": quic.is_some(),
         })),
         _ => {
@@ -92,7 +96,7 @@ pub async fn run(args: ServeArgs, mode: Mode) -> Result<u8> {
             } else {
                 ""
             };
-            println!("root {}{created}", args.root.display());
+            println!("root {}{created}", root.display());
             if args.open {
                 println!("auth none (--open: anyone who can connect may push and pull)");
             } else {
@@ -126,14 +130,15 @@ pub async fn run(args: ServeArgs, mode: Mode) -> Result<u8> {
 }
 
 /// What the node is, whichever way it serves.
-fn serve_options(
+pub(crate) fn serve_options(
     args: &ServeArgs,
+    root: &Path,
     tokens: Vec<String>,
     idle: Duration,
     partial_ttl: Option<Duration>,
 ) -> Result<ServeOptions> {
     Ok(ServeOptions {
-        root: args.root.clone(),
+        root: root.to_path_buf(),
         tokens,
         timeouts: Timeouts {
             idle,
@@ -145,55 +150,12 @@ fn serve_options(
         chunk_memory: usage(config::chunk_memory(&args.chunk_memory))?,
         log: Arc::new(transfer_log(args)?),
         partial_ttl,
+        read_only: args.read_only,
     })
 }
 
-/// `haul serve --stdio`: one connection on stdin and stdout (an ssh
-/// channel), announced by the banner line, then exit. Nothing else is
-/// written to stdout; logs go to stderr, which ssh carries to the client.
-async fn serve_stdio(args: &ServeArgs, partial_ttl: Option<Duration>) -> Result<u8> {
-    if !args.root.is_dir() {
-        return Err(UsageError(format!(
-            "{} is not a directory here: create it first",
-            args.root.display()
-        ))
-        .into());
-    }
-    let idle = Duration::from_secs(args.timeout.max(1));
-    let opts = serve_options(args, Vec::new(), idle, partial_ttl)?;
-    let timeouts = opts.timeouts;
-    let server = Server::new(opts)
-        .with_context(|| format!("cannot use {} as the node's root", args.root.display()))?;
-    let mut stdout = tokio::io::stdout();
-    {
-        use tokio::io::AsyncWriteExt as _;
-        stdout
-            .write_all(haul_node::ssh::banner_line().as_bytes())
-            .await?;
-        stdout.flush().await?;
-    }
-    let conn = haul_transport::stream_connection(tokio::io::stdin(), stdout, timeouts);
-    server
-        .serve_connection(conn, ssh_peer(), haul_transport::Transport::Tcp)
-        .await
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
-    Ok(EXIT_OK)
-}
-
-/// Who is at the other end of the ssh channel (`SSH_CLIENT`: address and
-/// ports), for the transfer log; unknown as 0.0.0.0:0.
-fn ssh_peer() -> SocketAddr {
-    let from_env = std::env::var("SSH_CLIENT").ok().and_then(|v| {
-        let mut words = v.split_whitespace();
-        let ip: std::net::IpAddr = words.next()?.parse().ok()?;
-        let port: u16 = words.next()?.parse().ok()?;
-        Some(SocketAddr::new(ip, port))
-    });
-    from_env.unwrap_or_else(|| SocketAddr::from(([0, 0, 0, 0], 0)))
-}
-
 /// The node's transfer log: `--log-format`, `--log-file`.
-fn transfer_log(args: &ServeArgs) -> Result<haul_node::TransferLog> {
+pub(crate) fn transfer_log(args: &ServeArgs) -> Result<haul_node::TransferLog> {
     let format = usage(args.log_format.parse().map_err(anyhow::Error::msg))?;
     usage(
         haul_node::TransferLog::new(format, args.log_file.as_deref()).with_context(|| {
@@ -206,16 +168,16 @@ fn transfer_log(args: &ServeArgs) -> Result<haul_node::TransferLog> {
 /// `haul serve --prune-partials`: removes the staging files no transfer
 /// has written for `--partial-ttl` (never one a transfer holds), says what
 /// that freed, and exits.
-fn prune_partials(args: &ServeArgs, ttl: Option<Duration>, mode: Mode) -> Result<u8> {
+fn prune_partials(root: &Path, ttl: Option<Duration>, mode: Mode) -> Result<u8> {
     let Some(ttl) = ttl else {
         return Err(UsageError("--prune-partials needs a --partial-ttl (not off)".into()).into());
     };
-    if std::fs::symlink_metadata(&args.root).is_err() {
-        return Err(UsageError(format!("--root {} does not exist", args.root.display())).into());
+    if std::fs::symlink_metadata(root).is_err() {
+        return Err(UsageError(format!("--root {} does not exist", root.display())).into());
     }
     let pruned =
-        haul_engine::prune::prune_staging_of(&args.root, None, ttl, std::time::SystemTime::now())
-            .with_context(|| format!("cannot prune the partial files of {}", args.root.display()))?;
+        haul_engine::prune::prune_staging_of(root, None, ttl, std::time::SystemTime::now())
+            .with_context(|| format!("cannot prune the partial files of {}", root.display()))?;
     match mode {
         Mode::Json => output::json_line(&serde_json::json!({
             "event": "pruned_partials", "files": pruned.files, "bytes": pruned.bytes,
@@ -239,7 +201,7 @@ fn prune_partials(args: &ServeArgs, ttl: Option<Duration>, mode: Mode) -> Result
     Ok(EXIT_OK)
 }
 
-async fn shutdown_signal() {
+pub(crate) async fn shutdown_signal() {
     use tokio::signal::unix::{signal, SignalKind};
     let term = signal(SignalKind::terminate());
     let int = signal(SignalKind::interrupt());

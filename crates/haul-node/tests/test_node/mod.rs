@@ -84,6 +84,7 @@ impl TestNode {
                 chunk_memory: 64 << 20,
                 log: Arc::new(TransferLog::default()),
                 partial_ttl: None,
+                read_only: false,
             },
             reach,
         )

@@ -1,7 +1,8 @@
 //! `host:path` over ssh with nothing running on the far side: a real OpenSSH
 //! `sshd` on 127.0.0.1 (needs root), the system `ssh` as the user has it
 //! (here with `-e` naming the test's key and known_hosts), and this build
-//! of haul started there as `haul serve --stdio` (`--remote-haul`).
+//! of haul started there (`--remote-haul`) as `haul serve --ssh` (a direct
+//! port) or `haul serve --stdio` (over the ssh channel).
 
 use std::path::Path;
 use std::process::Output;
@@ -19,9 +20,14 @@ fn server() -> TestServer {
 
 /// `-e`: the test's key, host key pinned, never a prompt.
 fn rsh(srv: &TestServer, known_hosts: &Path) -> String {
+    rsh_with(srv, &srv.client_key(), known_hosts)
+}
+
+/// [`rsh`] with another client key (only that key is offered).
+fn rsh_with(srv: &TestServer, key: &Path, known_hosts: &Path) -> String {
     format!(
-        "ssh -i {} -o UserKnownHostsFile={} -o StrictHostKeyChecking=yes -o BatchMode=yes -o ConnectTimeout=10 -p {}",
-        srv.client_key().display(),
+        "ssh -i {} -o IdentitiesOnly=yes -o UserKnownHostsFile={} -o StrictHostKeyChecking=yes -o BatchMode=yes -o ConnectTimeout=10 -p {}",
+        key.display(),
         known_hosts.display(),
         srv.port()
     )
@@ -31,20 +37,26 @@ fn at(path: &Path) -> String {
     format!("{}@127.0.0.1:{}", TestServer::key_user(), path.display())
 }
 
-/// `haul ARGS… -e RSH --remote-haul BIN`, as JSON.
+/// `haul -v ARGS… -e RSH --remote-haul BIN`, as JSON.
 fn over_ssh(s: &Scratch, srv: &TestServer, args: &[&str]) -> Output {
+    over_ssh_via(s, &rsh(srv, &srv.known_hosts_file()), BIN, args)
+}
+
+/// [`over_ssh`] with `-e RSH` and `--remote-haul REMOTE`.
+fn over_ssh_via(s: &Scratch, rsh: &str, remote: &str, args: &[&str]) -> Output {
     let mut c = haul(&s.path("config"));
-    c.arg("--json")
+    c.args(["-v", "--json"])
         .args(args)
-        .args(["-e", &rsh(srv, &srv.known_hosts_file())])
-        .args(["--remote-haul", BIN]);
+        .args(["-e", rsh])
+        .args(["--remote-haul", remote]);
     run(c, T)
 }
 
-/// No `haul serve --stdio` for `root` left on the far side (waits a little:
-/// sshd reaps its session after the client went).
+/// No far-side node for `root` left running (waits a little: sshd reaps
+/// its session after the client went). A port belongs to a process, so
+/// none is left listening either.
 fn nothing_left_running(root: &Path) {
-    let pattern = format!("serve --stdio --root {}", root.display());
+    let pattern = format!("serve --(ssh|stdio) --root {}", root.display());
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
         let found = std::process::Command::new("pgrep")
@@ -79,6 +91,11 @@ fn push_pull_ls_and_check_over_ssh_with_nothing_running_there() {
     ok(&out);
     assert_eq!(summary(&out)["files_ok"], 3);
     assert_eq!(listing(&far.join("set")), listing(&src));
+    // Straight to the port the far side offered, its key pinned from the
+    // ssh channel: nothing learned on first use.
+    let err = stderr(&out);
+    assert!(err.contains("connected directly to 127.0.0.1:"), "{err}");
+    assert!(!err.contains("trusting"), "{err}");
     // Again: everything is up to date, nothing moves.
     let out = over_ssh(&s, &srv, &["push", src.to_str().unwrap(), &dest]);
     ok(&out);
@@ -138,4 +155,239 @@ fn ssh_and_far_side_failures_come_through_in_their_own_words_with_exit_2() {
     assert!(err.contains("Host key verification failed"), "{err}");
     // Nothing was delivered by either.
     assert!(!srv.root().join("one.txt").exists());
+}
+
+/// Drops every packet to `addr` (a loopback address no other test uses)
+/// while it lives: a firewall between the client and the far node's port.
+struct Firewall(String);
+
+impl Firewall {
+    fn drop_to(addr: &str) -> Firewall {
+        let table = format!("haul_test_{}", std::process::id());
+        let rules = format!(
+            "table ip {table} {{\n chain out {{\n  type filter hook output priority 0;\n  ip daddr {addr} drop\n }}\n}}\n"
+        );
+        let st = std::process::Command::new("nft")
+            .args(["-f", "-"])
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .and_then(|mut c| {
+                use std::io::Write as _;
+                c.stdin.take().unwrap().write_all(rules.as_bytes())?;
+                c.wait()
+            })
+            .expect("nft (apt-get install nftables)");
+        assert!(st.success(), "nft refused the rules");
+        Firewall(table)
+    }
+}
+
+impl Drop for Firewall {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("nft")
+            .args(["delete", "table", "ip", &self.0])
+            .status();
+    }
+}
+
+#[test]
+#[cfg_attr(
+    not(feature = "root-tests"),
+    ignore = "needs root: run as root with --features root-tests (scripts/test.sh does)"
+)]
+fn the_ssh_channel_takes_over_when_the_direct_port_is_blocked_and_says_so() {
+    let srv = server();
+    let s = Scratch::new();
+    let src = s.path("src/set");
+    write_file(&src.join("a.bin"), 3 << 20, 4);
+    write_file(&src.join("b.txt"), 500, 5);
+    let far = srv.root().join("walled");
+    std::fs::create_dir_all(&far).unwrap();
+    // The far node listens where the ssh connection "arrived": an address
+    // the firewall drops.
+    let _wall = Firewall::drop_to("127.0.0.7");
+    let remote = format!("env SSH_CONNECTION='127.0.0.1 1 127.0.0.7 22' {BIN}");
+    let rsh = rsh(&srv, &srv.known_hosts_file());
+    let dest = format!("{}/", at(&far));
+    let started = Instant::now();
+    let out = over_ssh_via(&s, &rsh, &remote, &["push", src.to_str().unwrap(), &dest]);
+    ok(&out);
+    assert_eq!(listing(&far.join("set")), listing(&src));
+    let err = stderr(&out);
+    assert!(
+        err.contains("127.0.0.7")
+            && err.contains("did not come up")
+            && err.contains("over the ssh channel"),
+        "{err}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(60));
+    // --ssh-tunnel goes there at once: no attempt, no waiting.
+    std::fs::remove_dir_all(far.join("set")).unwrap();
+    let out = over_ssh_via(
+        &s,
+        &rsh,
+        &remote,
+        &["push", "--ssh-tunnel", src.to_str().unwrap(), &dest],
+    );
+    ok(&out);
+    assert_eq!(listing(&far.join("set")), listing(&src));
+    let err = stderr(&out);
+    assert!(!err.contains("did not come up"), "{err}");
+    nothing_left_running(&far);
+}
+
+/// Kills (-9) the processes whose command line matches `pattern` once one
+/// shows up; returns how many it killed.
+fn kill9_when_seen(pattern: &str) -> usize {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while Instant::now() < deadline {
+        let out = std::process::Command::new("pkill")
+            .args(["-9", "-f", pattern])
+            .status()
+            .unwrap();
+        if out.success() {
+            return 1;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    0
+}
+
+#[test]
+fn a_far_node_or_ssh_killed_mid_push_is_started_again_and_the_push_completes() {
+    let srv = server();
+    let s = Scratch::new();
+    let src = s.path("src/big.bin");
+    write_file(&src, 12 << 20, 6);
+    for (victim, dir) in [("the far node", "far_node"), ("ssh", "ssh")] {
+        let far = srv.root().join(dir);
+        std::fs::create_dir_all(&far).unwrap();
+        let pattern = match victim {
+            "ssh" => format!("^ssh .*serve --ssh --root {}", far.display()),
+            _ => format!("^{BIN} -q serve --ssh --root {}", far.display()),
+        };
+        let killer = std::thread::spawn(move || {
+            // Let the first bytes land first.
+            std::thread::sleep(Duration::from_millis(1500));
+            kill9_when_seen(&pattern)
+        });
+        let dest = format!("{}/", at(&far));
+        let out = over_ssh(
+            &s,
+            &srv,
+            &[
+                "push",
+                "--max-rate",
+                "3M",
+                "--retry-base-ms",
+                "200",
+                src.to_str().unwrap(),
+                &dest,
+            ],
+        );
+        assert_eq!(killer.join().unwrap(), 1, "{victim} was never seen");
+        ok(&out);
+        assert_eq!(b3(&far.join("big.bin")), b3(&src), "after killing {victim}");
+        // A killed node is started again; a killed ssh leaves its node to
+        // finish the connections it has (or be started again after them).
+        if victim == "the far node" {
+            let err = stderr(&out);
+            assert!(err.contains("starting the node again"), "{err}");
+        }
+        nothing_left_running(&far);
+    }
+}
+
+#[test]
+fn a_forced_command_confines_the_key_to_its_directory_and_read_only_refuses_writes() {
+    let srv = server();
+    let s = Scratch::new();
+    let src = s.path("src/set");
+    write_file(&src.join("x.bin"), 70_000, 7);
+    let incoming = srv.root().join("incoming");
+    std::fs::create_dir_all(&incoming).unwrap();
+    let elsewhere = srv.root().join("elsewhere");
+    std::fs::create_dir_all(&elsewhere).unwrap();
+    let known = srv.known_hosts_file();
+    let rw = srv
+        .add_forced_key(
+            "rw",
+            &format!("{BIN} serve --ssh --restrict {}", incoming.display()),
+        )
+        .unwrap();
+    let ro = srv
+        .add_forced_key(
+            "ro",
+            &format!(
+                "{BIN} serve --ssh --restrict {} --read-only",
+                incoming.display()
+            ),
+        )
+        .unwrap();
+    let (rw, ro) = (rsh_with(&srv, &rw, &known), rsh_with(&srv, &ro, &known));
+    // Inside DIR: the push lands (the client's --remote-haul is never run).
+    let out = over_ssh_via(
+        &s,
+        &rw,
+        "/nonexistent/haul",
+        &[
+            "push",
+            src.to_str().unwrap(),
+            &format!("{}/", at(&incoming)),
+        ],
+    );
+    ok(&out);
+    assert_eq!(listing(&incoming.join("set")), listing(&src));
+    // Outside it: refused, nothing written.
+    let out = over_ssh_via(
+        &s,
+        &rw,
+        BIN,
+        &[
+            "push",
+            src.to_str().unwrap(),
+            &format!("{}/", at(&elsewhere)),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", said(&out));
+    assert!(said(&out).contains("outside"), "{}", said(&out));
+    assert!(!elsewhere.join("set").exists());
+    // Read-only: pulls and ls work, a push is refused.
+    let back = s.path("back");
+    let out = over_ssh_via(
+        &s,
+        &ro,
+        BIN,
+        &["pull", &at(&incoming.join("set")), back.to_str().unwrap()],
+    );
+    ok(&out);
+    assert_eq!(listing(&back.join("set")), listing(&src));
+    let out = over_ssh_via(
+        &s,
+        &ro,
+        BIN,
+        &[
+            "push",
+            src.to_str().unwrap(),
+            &format!("{}/", at(&incoming.join("set"))),
+        ],
+    );
+    assert_ne!(out.status.code(), Some(0));
+    assert!(said(&out).contains("read-only"), "{}", said(&out));
+    assert!(!incoming.join("set/set").exists());
+    // Any other command: refused with what was asked.
+    let mut ssh = std::process::Command::new("sh");
+    ssh.args([
+        "-c",
+        &format!("{ro} {}@127.0.0.1 cat /etc/passwd", TestServer::key_user()),
+    ]);
+    let out = run(ssh, T);
+    assert_ne!(out.status.code(), Some(0));
+    assert!(
+        stderr(&out).contains("haul transfers only"),
+        "{}",
+        stderr(&out)
+    );
+    assert!(out.stdout.is_empty());
+    nothing_left_running(&incoming);
 }
