@@ -144,6 +144,12 @@ pub fn ensure_password_user() -> io::Result<()> {
 impl TestServer {
     /// Generates keys and config in a temp dir and starts sshd.
     pub fn start() -> io::Result<Self> {
+        Self::start_with("")
+    }
+
+    /// [`TestServer::start`] with `extra` lines in `sshd_config` (such as
+    /// `SetEnv PATH=/usr/bin:/bin` for what a session sees).
+    pub fn start_with(extra: &str) -> io::Result<Self> {
         std::fs::create_dir_all("/run/sshd")?;
         let dir = tempfile::Builder::new().prefix("haul-sftp-").tempdir()?;
         let d = dir.path();
@@ -179,7 +185,8 @@ impl TestServer {
              PrintLastLog no\n\
              X11Forwarding no\n\
              AllowTcpForwarding no\n\
-             Subsystem sftp internal-sftp\n",
+             Subsystem sftp internal-sftp\n\
+             {extra}\n",
             d = d.display()
         );
         std::fs::write(d.join("sshd_config"), conf)?;

@@ -72,6 +72,13 @@ pub enum Command {
     Catalog(CatalogArgs),
     /// Print a running daemon's status (its sources, runs, files in flight).
     Status(StatusArgs),
+    /// What `--ssh-install` runs on the copy it sent: exit 0 only when
+    /// this binary's own file has BLAKE3 HASH.
+    #[command(hide = true)]
+    SelfCheck {
+        /// The expected BLAKE3, hex.
+        blake3: String,
+    },
     /// Print shell completions.
     Completions {
         /// Shell to generate for.
@@ -206,6 +213,11 @@ pub struct TransferArgs {
     /// without first trying the direct port the far side offers.
     #[arg(long)]
     pub ssh_tunnel: bool,
+    /// For `host:path`: run this build of haul there, copied once (when
+    /// that host's `uname -sm` matches) into ~/.cache/haul/bin and checked
+    /// by BLAKE3; later runs reuse the copy. Instead of --remote-haul.
+    #[arg(long, conflicts_with = "remote_haul")]
+    pub ssh_install: bool,
     /// Known-hosts file for trust on first use.
     #[arg(long)]
     pub known_hosts: Option<PathBuf>,
@@ -267,16 +279,21 @@ pub struct TransferArgs {
 /// `haul push`.
 #[derive(Debug, Args)]
 #[command(
-    after_help = "Example:\n  haul push ./data haul://node:7878/incoming   # creates incoming/data/...\n  haul push ./data/ haul://node:7878/incoming  # the contents of data go into incoming/\n  haul push ./data haul://a:7878/in haul://b:7878/in haul://c:7878/in   # fan-out: a relays to b, b to c\n  haul push ./data --to-file nodes.txt --plan stripes:2 -v             # hundreds of nodes"
+    after_help = "Example:\n  haul push ./data haul://node:7878/incoming   # creates incoming/data/...\n  haul push ./data/ haul://node:7878/incoming  # the contents of data go into incoming/\n  haul push ./data haul://a:7878/in haul://b:7878/in haul://c:7878/in   # fan-out: a relays to b, b to c\n  haul push ./data --to-file nodes.txt --plan stripes:2 -v             # hundreds of nodes\n  haul push ./data alice@host:/srv/in/                                  # over ssh: nothing set up there but haul\n  haul push ./data n1:/srv/in/ n2:/srv/in/ n3:/srv/in/                  # a fan-out over ssh"
 )]
 pub struct PushArgs {
-    /// Local files or directories, then one or more haul://HOST:PORT/DEST
-    /// URLs (several: a fan-out, the nodes relaying to each other).
+    /// Local files or directories, then one or more destinations —
+    /// haul://HOST:PORT/DEST or [user@]host:DEST (several: a fan-out, the
+    /// nodes relaying to each other).
     #[arg(required = true, num_args = 1..)]
     pub paths: Vec<String>,
-    /// More destinations: a file with one haul:// URL per line (`#` comments).
+    /// More destinations: a file with one per line, haul:// URLs and
+    /// [user@]host:path locations mixed (`#` comments).
     #[arg(long, value_name = "FILE")]
     pub to_file: Option<PathBuf>,
+    /// Nodes of a fan-out started over ssh at once (pdsh's fan-out).
+    #[arg(long, default_value_t = 32, value_name = "N")]
+    pub ssh_parallel: usize,
     /// Fan-out plan: `chain` (each node relays to the next), `tree`,
     /// `tree:K` (K children per sender), `stripes`, `stripes:K` (each large
     /// file in K ranges, each down a tree of its own: every node uploads

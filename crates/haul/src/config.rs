@@ -192,6 +192,7 @@ fn ssh_options(t: &TransferArgs) -> Result<haul_node::ssh::SshOptions> {
     let mut ssh = haul_node::ssh::SshOptions {
         remote_haul: t.remote_haul.clone(),
         tunnel: t.ssh_tunnel,
+        install: t.ssh_install,
         ..Default::default()
     };
     if let Some(rsh) = &t.rsh {

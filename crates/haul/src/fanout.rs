@@ -5,13 +5,16 @@ use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 use haul_node::{FanoutOptions, FanoutSummary, NodeUrl};
+
+use crate::location::NodeAt;
 use haul_plan::Shape;
 
 use crate::cli::PushArgs;
 use crate::output::{self, human_bytes, Display, Mode};
 use crate::{config, usage, UsageError, EXIT_FAILED, EXIT_OK};
 
-/// The URLs of a `--to-file`: one per line; blank lines and `#` comments skipped.
+/// The destinations of a `--to-file`: one per line (`haul://` URLs and
+/// `[user@]host:path` locations); blank lines and `#` comments skipped.
 pub fn read_url_file(path: &Path) -> Result<Vec<String>> {
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read --to-file {}", path.display()))?;
@@ -21,12 +24,14 @@ pub fn read_url_file(path: &Path) -> Result<Vec<String>> {
         if line.is_empty() || line.starts_with('#') {
             continue;
         }
-        if !NodeUrl::is_remote(line) {
-            bail!(
-                "{}:{}: {line:?} is not a haul://HOST:PORT/DEST URL",
+        match NodeAt::parse(line) {
+            Some(Ok(_)) => {}
+            Some(Err(e)) => bail!("{}:{}: {e}", path.display(), n + 1),
+            None => bail!(
+                "{}:{}: {line:?} is not a node (haul://HOST:PORT/DEST or [user@]host:DEST)",
                 path.display(),
                 n + 1
-            );
+            ),
         }
         urls.push(line.to_owned());
     }
@@ -58,18 +63,18 @@ pub async fn push(
     if args.transfer.fingerprint.is_some() && dests.len() > 1 {
         return Err(UsageError("--fingerprint pins one key, and a fan-out has several nodes: drop it (each node's key is pinned in known_hosts, trust on first use) or push to one node".into()).into());
     }
-    if let Some(d) = dests.iter().find(|d| !NodeUrl::is_remote(d)) {
-        return Err(UsageError(format!(
-            "{d:?}: a fan-out reaches its nodes at haul:// addresses (relays dial each other directly); over ssh, push to one host:path at a time for now"
-        ))
-        .into());
-    }
-    let urls: Vec<NodeUrl> = dests
+    let ats: Vec<NodeAt> = dests
         .iter()
-        .map(|d| NodeUrl::parse(d))
-        .collect::<Result<_, _>>()?;
+        .map(|d| match NodeAt::parse(d) {
+            Some(at) => at,
+            None => Err(UsageError(format!(
+                "{d:?} is not a node (haul://HOST:PORT/DEST or [user@]host:DEST)"
+            ))
+            .into()),
+        })
+        .collect::<Result<_>>()?;
     let shape: Shape = usage(args.plan.parse().map_err(anyhow::Error::from))?;
-    let mut rates = vec![None; urls.len()];
+    let mut rates = vec![None; ats.len()];
     for r in &args.rate {
         let Some((url, rate)) = r.rsplit_once('=') else {
             return Err(UsageError(format!(
@@ -78,10 +83,14 @@ pub async fn push(
             .into());
         };
         let rate = usage(config::parse_rate(rate))?;
-        let at = NodeUrl::parse(url)?;
+        let addr = NodeUrl::parse(url).ok().map(|u| u.addr);
         let mut found = false;
-        for (i, u) in urls.iter().enumerate() {
-            if u.addr == at.addr {
+        for (i, (at, shown)) in ats.iter().zip(&dests).enumerate() {
+            let same = match at {
+                NodeAt::Haul(u) => Some(&u.addr) == addr.as_ref(),
+                NodeAt::Ssh(_) => shown == url,
+            };
+            if same {
                 rates[i] = Some(rate);
                 found = true;
             }
@@ -102,7 +111,7 @@ pub async fn push(
         // Each destination compared with the source on its own: what the
         // fan-out would deliver to it (nothing is relayed or admitted).
         let mut code = EXIT_OK;
-        for (url, shown) in urls.iter().zip(&dests) {
+        for (at, shown) in ats.iter().zip(&dests) {
             match mode {
                 Mode::Json => {
                     output::json_line(&serde_json::json!({"event": "dry_run_node", "node": shown}))
@@ -110,7 +119,7 @@ pub async fn push(
                 Mode::Human => println!("{shown}:"),
                 Mode::Quiet => {}
             }
-            let node = haul_node::NodePath::network(url, &opts);
+            let node = at.node_path(&opts);
             let report =
                 haul_node::dry_run_push(&paths, &node, &opts, false, display.clone()).await?;
             display.finish();
@@ -126,10 +135,17 @@ pub async fn push(
             "event": "start", "command": "push", "sources": paths, "dests": dests
         }));
     }
+    let Started {
+        urls,
+        rates,
+        reach,
+        unstarted,
+        names,
+    } = start_over_ssh(&ats, &dests, rates, &opts, args, mode).await?;
     let fan = FanoutOptions {
         shape,
         rates,
-        reach: Arc::new(haul_node::OverNetwork),
+        reach,
     };
     let dataset = Arc::new(haul_node::dataset::Walk::new(&paths, opts.filter.clone()));
     let summary = crate::interruptible(
@@ -138,12 +154,127 @@ pub async fn push(
     )
     .await?;
     display.finish();
-    let summary = summary?;
+    let mut summary = summary?;
+    names.rename(&mut summary);
     print(mode, &summary);
-    Ok(if summary.all_ok() {
+    Ok(if summary.all_ok() && unstarted == 0 {
         EXIT_OK
     } else {
         EXIT_FAILED
+    })
+}
+
+/// The nodes a fan-out goes to, once those over ssh were started.
+struct Started {
+    /// Each node's `haul://` form (the offered address for one over ssh).
+    urls: Vec<NodeUrl>,
+    rates: Vec<Option<f64>>,
+    /// Knows the tokens and keys of the nodes started over ssh.
+    reach: Arc<dyn haul_node::Reach>,
+    /// Destinations whose ssh failed.
+    unstarted: usize,
+    names: Names,
+}
+
+/// What the user called each node started over ssh, by its offered address.
+#[derive(Default)]
+struct Names(std::collections::HashMap<String, String>);
+
+impl Names {
+    /// The summary with the user's names for nodes started over ssh (it
+    /// knows them by their offered addresses).
+    fn rename(&self, summary: &mut FanoutSummary) {
+        for n in &mut summary.nodes {
+            if let Some(shown) = n
+                .url
+                .strip_prefix("haul://")
+                .and_then(|rest| self.0.get(rest.split('/').next().unwrap_or("")))
+            {
+                n.url.clone_from(shown);
+            }
+            n.from = n
+                .from
+                .split(", ")
+                .map(|f| self.0.get(f).map_or(f, String::as_str))
+                .collect::<Vec<_>>()
+                .join(", ");
+        }
+    }
+}
+
+/// Starts a node on every `host:path` destination over ssh (at most
+/// `--ssh-parallel` at once); each host whose ssh failed is said by name
+/// and left out, and the fan-out goes on with the others.
+async fn start_over_ssh(
+    ats: &[NodeAt],
+    dests: &[String],
+    rates: Vec<Option<f64>>,
+    opts: &haul_node::ClientOptions,
+    args: &PushArgs,
+    mode: Mode,
+) -> Result<Started> {
+    let ssh: Vec<_> = ats
+        .iter()
+        .filter_map(|at| match at {
+            NodeAt::Ssh(s) => Some(s.clone()),
+            NodeAt::Haul(_) => None,
+        })
+        .collect();
+    if ssh.is_empty() {
+        let urls = ats
+            .iter()
+            .filter_map(|at| match at {
+                NodeAt::Haul(u) => Some(u.clone()),
+                NodeAt::Ssh(_) => None,
+            })
+            .collect();
+        return Ok(Started {
+            urls,
+            rates,
+            reach: Arc::new(haul_node::OverNetwork),
+            unstarted: 0,
+            names: Names::default(),
+        });
+    }
+    let (fleet, mut started) =
+        haul_node::ssh::fleet::Fleet::start(&ssh, opts, args.ssh_parallel).await;
+    started.reverse();
+    let (mut urls, mut kept, mut unstarted) = (Vec::new(), Vec::new(), 0);
+    let mut names = Names::default();
+    for ((at, shown), rate) in ats.iter().zip(dests).zip(rates) {
+        let url = match at {
+            NodeAt::Haul(u) => u.clone(),
+            NodeAt::Ssh(_) => match started.pop() {
+                Some(Ok(u)) => {
+                    tracing::info!("{shown}: node started over ssh at {}", u.addr);
+                    names.0.insert(u.addr.clone(), shown.clone());
+                    u
+                }
+                Some(Err(e)) => {
+                    unstarted += 1;
+                    match mode {
+                        Mode::Json => output::json_line(&serde_json::json!({
+                            "event": "node_not_started", "node": shown, "error": e.to_string()
+                        })),
+                        _ => eprintln!("error: {shown}: {e} (the fan-out goes on without it)"),
+                    }
+                    continue;
+                }
+                None => continue,
+            },
+        };
+        urls.push(url);
+        kept.push(rate);
+    }
+    if urls.is_empty() {
+        bail!("no destination could be reached: nothing was sent");
+    }
+    Ok(Started {
+        urls,
+        rates: kept,
+        reach: fleet,
+        unstarted,
+        names,
     })
 }
 

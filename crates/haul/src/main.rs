@@ -277,6 +277,10 @@ async fn run(cli: Cli, mode: Mode) -> Result<u8> {
         Command::Daemon(args) => daemon::run(&args).await,
         Command::Catalog(args) => daemon::catalog(&args, mode == Mode::Json).await,
         Command::Status(args) => daemon::status(&args, mode == Mode::Json).await,
+        Command::SelfCheck { blake3 } => {
+            haul_node::ssh::install::self_check(&blake3).map_err(anyhow::Error::msg)?;
+            Ok(EXIT_OK)
+        }
         Command::Completions { shell } => {
             let mut script = Vec::new();
             clap_complete::generate(shell, &mut Cli::command(), "haul", &mut script);

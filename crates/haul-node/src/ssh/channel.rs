@@ -43,29 +43,8 @@ pub(crate) async fn open(
     timeouts: Timeouts,
     name: &str,
 ) -> Result<Channel, NodeError> {
-    let (program, args) = ssh
-        .rsh
-        .split_first()
-        .ok_or_else(|| NodeError::Usage("--rsh is empty".into()))?;
-    let mut cmd = Command::new(program);
-    cmd.args(args);
-    if let Some(port) = at.port {
-        cmd.arg("-p").arg(port.to_string());
-    }
-    if let Some(user) = &at.user {
-        cmd.arg("-l").arg(user);
-    }
-    cmd.arg(&at.host)
-        .arg(remote)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    let mut child = cmd.spawn().map_err(|e| {
-        NodeError::Usage(format!(
-            "cannot run {program:?}: {e} (is OpenSSH installed? --rsh or HAUL_RSH name another)"
-        ))
-    })?;
+    let mut cmd = command(at, ssh, remote)?;
+    let mut child = spawn(&mut cmd, ssh)?;
     let (Some(stdin), Some(stdout), Some(stderr)) =
         (child.stdin.take(), child.stdout.take(), child.stderr.take())
     else {
@@ -96,6 +75,44 @@ pub(crate) async fn open(
             wait.as_secs()
         ))),
     }
+}
+
+/// ssh's command line: its options, `-p`, `-l`, the host, then `remote`
+/// for the far shell; every stream piped, killed when dropped.
+pub(crate) fn command(
+    at: &SshLocation,
+    ssh: &SshOptions,
+    remote: &str,
+) -> Result<Command, NodeError> {
+    let (program, args) = ssh
+        .rsh
+        .split_first()
+        .ok_or_else(|| NodeError::Usage("--rsh is empty".into()))?;
+    let mut cmd = Command::new(program);
+    cmd.args(args);
+    if let Some(port) = at.port {
+        cmd.arg("-p").arg(port.to_string());
+    }
+    if let Some(user) = &at.user {
+        cmd.arg("-l").arg(user);
+    }
+    cmd.arg(&at.host)
+        .arg(remote)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    Ok(cmd)
+}
+
+/// Starts `cmd` (made by [`command`]); a missing ssh said so.
+pub(crate) fn spawn(cmd: &mut Command, ssh: &SshOptions) -> Result<Child, NodeError> {
+    cmd.spawn().map_err(|e| {
+        NodeError::Usage(format!(
+            "cannot run {:?}: {e} (is OpenSSH installed? --rsh or HAUL_RSH name another)",
+            ssh.rsh.first().map_or("", String::as_str)
+        ))
+    })
 }
 
 /// The error for a far side whose first line is not what haul prints.

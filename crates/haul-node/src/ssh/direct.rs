@@ -7,12 +7,13 @@
 //! (the far node or ssh killed), the next connection starts another node:
 //! what was received stays, and the transfer resumes.
 
-use haul_transport::{KnownHosts, Security, Timeouts, Transport, Tuning};
-use tokio::sync::Mutex;
+use haul_transport::{Security, Timeouts, Transport, Tuning};
+use tokio::sync::{Mutex, OnceCell};
 
 use super::channel::{self, Channel};
+use super::install;
 use super::tunnel::SshTunnel;
-use super::{Offer, SshLocation, SshOptions, DIRECT_WAIT};
+use super::{pinned, Offer, SshLocation, SshOptions, DIRECT_WAIT};
 use crate::dial::{Dial, Dialing, Network, Reached};
 use crate::{ClientOptions, NodeError};
 
@@ -47,17 +48,16 @@ pub(crate) struct SshDial {
     tunnel: SshTunnel,
     transport: Transport,
     tuning: Tuning,
-    known_hosts: KnownHosts,
+    /// The client's TLS settings, whose known-hosts file a pin leaves alone.
+    security: Security,
     way: Mutex<Way>,
+    /// The far side's haul command once `--ssh-install` made sure of it.
+    installed: OnceCell<String>,
 }
 
 impl SshDial {
     /// The dialer for `at`, whose far side serves `root`.
     pub(crate) fn new(at: &SshLocation, root: String, opts: &ClientOptions) -> Self {
-        let known_hosts = match &opts.security {
-            Security::Tls { known_hosts, .. } => known_hosts.clone(),
-            Security::Plaintext => KnownHosts::default_file(),
-        };
         Self {
             tunnel: SshTunnel {
                 name: at.name(),
@@ -68,12 +68,13 @@ impl SshDial {
             },
             transport: opts.transport,
             tuning: opts.tuning.clone(),
-            known_hosts,
+            security: opts.security.clone(),
             way: Mutex::new(if opts.ssh.tunnel {
                 Way::Tunnel
             } else {
                 Way::Unstarted
             }),
+            installed: OnceCell::new(),
         }
     }
 
@@ -85,22 +86,38 @@ impl SshDial {
         self.tunnel.timeouts
     }
 
-    /// ssh starts `haul serve --ssh` there; its offer, checked.
-    async fn start(&self) -> Result<Started, NodeError> {
+    /// The command that runs haul there: `--remote-haul`, or with
+    /// `--ssh-install` this build's cached copy (copied there first if need be).
+    async fn remote_haul(&self) -> Result<String, NodeError> {
+        if !self.ssh().install {
+            return Ok(self.ssh().remote_haul.clone());
+        }
         let t = &self.tunnel;
-        let remote = t.remote(&self.ssh().remote_haul, "--ssh")?;
+        self.installed
+            .get_or_try_init(|| install::ensure(&t.at, &t.ssh, t.timeouts, &t.name))
+            .await
+            .cloned()
+    }
+
+    /// ssh starts `haul serve --ssh` there: its session and its offer,
+    /// checked. The node lives while the session does.
+    pub(crate) async fn offered(&self) -> Result<(Channel, Offer), NodeError> {
+        let t = &self.tunnel;
+        let remote = t.remote(&self.remote_haul().await?, "--ssh")?;
         let channel = channel::open(&t.at, self.ssh(), &remote, self.timeouts(), &t.name).await?;
-        let offer = match Offer::parse(&channel.first) {
-            Some(Ok(offer)) => offer,
-            Some(Err(e)) => return Err(NodeError::Usage(format!("{}: {e}", t.name))),
-            None => return Err(channel::not_haul(&t.name, &channel.first)),
-        };
+        match Offer::parse(&channel.first) {
+            Some(Ok(offer)) => Ok((channel, offer)),
+            Some(Err(e)) => Err(NodeError::Usage(format!("{}: {e}", t.name))),
+            None => Err(channel::not_haul(&t.name, &channel.first)),
+        }
+    }
+
+    /// [`SshDial::offered`], ready to dial.
+    async fn start(&self) -> Result<Started, NodeError> {
+        let (channel, offer) = self.offered().await?;
         let network = Network {
             addr: offer.addr.to_string(),
-            security: Security::Tls {
-                fingerprint: Some(offer.fingerprint),
-                known_hosts: self.known_hosts.clone(),
-            },
+            security: pinned(&self.security, offer.fingerprint),
             transport: self.transport,
             timeouts: self.timeouts(),
             tuning: self.tuning.clone(),
@@ -118,7 +135,7 @@ impl SshDial {
             match &mut *way {
                 Way::Tunnel => {
                     drop(way);
-                    return self.tunnel.connect_with(&self.ssh().remote_haul).await;
+                    return self.tunnel.connect_with(&self.remote_haul().await?).await;
                 }
                 Way::Direct(started) => {
                     if !started.alive() {

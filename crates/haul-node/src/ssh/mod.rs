@@ -21,12 +21,17 @@
 //! - `haul serve --stdio` prints `haul-stdio <protocol>`, then carries one
 //!   connection's frames on stdin and stdout.
 //!
+//! With `--ssh-install`, this very build is copied there first, once
+//! ([`install`]).
+//!
 //! Anything else on stdout before that line (a login script that prints),
 //! or an ssh that exits (host key, authentication, no haul there), becomes
 //! one clear error with ssh's own words ([`channel`]).
 
 mod channel;
 pub mod direct;
+pub mod fleet;
+pub mod install;
 pub mod location;
 pub mod restrict;
 pub mod tunnel;
@@ -58,6 +63,9 @@ pub struct SshOptions {
     pub remote_haul: String,
     /// `--ssh-tunnel`: run over the ssh channel without trying the direct port.
     pub tunnel: bool,
+    /// `--ssh-install`: run this build there, copied once into a per-user
+    /// cache ([`install`]), instead of `remote_haul`.
+    pub install: bool,
 }
 
 impl Default for SshOptions {
@@ -66,6 +74,7 @@ impl Default for SshOptions {
             rsh: vec!["ssh".into()],
             remote_haul: "haul".into(),
             tunnel: false,
+            install: false,
         }
     }
 }
@@ -78,6 +87,21 @@ impl SshOptions {
             .ok_or_else(|| format!("--rsh {command:?}: unbalanced quotes"))?;
         self.rsh = words;
         Ok(self)
+    }
+}
+
+/// TLS pinned to `fingerprint` (a key the ssh channel vouched for): no
+/// first-use prompt, nothing written to the known-hosts file `security`
+/// names.
+fn pinned(security: &haul_transport::Security, fingerprint: String) -> haul_transport::Security {
+    use haul_transport::{KnownHosts, Security};
+    let known_hosts = match security {
+        Security::Tls { known_hosts, .. } => known_hosts.clone(),
+        Security::Plaintext => KnownHosts::default_file(),
+    };
+    Security::Tls {
+        fingerprint: Some(fingerprint),
+        known_hosts,
     }
 }
 

@@ -391,3 +391,134 @@ fn a_forced_command_confines_the_key_to_its_directory_and_read_only_refuses_writ
     assert!(out.stdout.is_empty());
     nothing_left_running(&incoming);
 }
+
+#[test]
+fn no_haul_there_is_said_then_ssh_install_copies_this_build_once_and_reuses_it() {
+    let cache = tempfile::tempdir().unwrap();
+    // The sessions' PATH has no haul; the cache is this test's own.
+    let srv = TestServer::start_with(&format!(
+        "SetEnv PATH=/usr/bin:/bin XDG_CACHE_HOME={}",
+        cache.path().display()
+    ))
+    .expect("start sshd");
+    let s = Scratch::new();
+    let src = s.path("src/one.bin");
+    write_file(&src, 200_000, 8);
+    let far = srv.root().join("inst");
+    std::fs::create_dir_all(&far).unwrap();
+    let dest = format!("{}/", at(&far));
+    let rsh = rsh(&srv, &srv.known_hosts_file());
+    let push = |extra: &[&str]| {
+        let mut c = haul(&s.path("config"));
+        c.args(["-v", "push", src.to_str().unwrap(), &dest, "-e", &rsh])
+            .args(extra);
+        run(c, T)
+    };
+    let out = push(&[]);
+    assert_eq!(out.status.code(), Some(2), "{}", said(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("no haul there") && err.contains("--ssh-install"),
+        "{err}"
+    );
+    assert!(!far.join("one.bin").exists());
+    // Copied, checked there, run.
+    let out = push(&["--ssh-install"]);
+    ok(&out);
+    assert_eq!(b3(&far.join("one.bin")), b3(&src));
+    assert!(
+        stderr(&out).contains("copied this haul"),
+        "{}",
+        stderr(&out)
+    );
+    let bin = cache.path().join("haul/bin");
+    let cached: Vec<_> = std::fs::read_dir(&bin).unwrap().flatten().collect();
+    assert_eq!(cached.len(), 1, "one file, no temporary left: {cached:?}");
+    assert_eq!(b3(&cached[0].path()), b3(Path::new(BIN)));
+    let copied_at = cached[0].metadata().unwrap().modified().unwrap();
+    // Again: the cached copy runs, nothing is copied.
+    std::fs::remove_file(far.join("one.bin")).unwrap();
+    let out = push(&["--ssh-install"]);
+    ok(&out);
+    assert_eq!(b3(&far.join("one.bin")), b3(&src));
+    let err = stderr(&out);
+    assert!(
+        !err.contains("copied this haul") && err.contains("cached at"),
+        "{err}"
+    );
+    let again = std::fs::read_dir(&bin).unwrap().flatten().next().unwrap();
+    assert_eq!(again.metadata().unwrap().modified().unwrap(), copied_at);
+    nothing_left_running(&far);
+}
+
+#[test]
+fn a_fan_out_over_ssh_starts_every_node_and_names_a_host_it_cannot_reach() {
+    let srv = server();
+    let s = Scratch::new();
+    let src = s.path("src/set");
+    write_file(&src.join("big.bin"), 5 << 20, 9);
+    write_file(&src.join("sub/small.txt"), 1000, 10);
+    let fars: Vec<_> = ["n1", "n2", "n3"]
+        .iter()
+        .map(|n| {
+            let d = srv.root().join(n);
+            std::fs::create_dir_all(&d).unwrap();
+            d
+        })
+        .collect();
+    // Three nodes over ssh, one per line in --to-file, and a host whose
+    // sshd is not there at all.
+    let list = s.path("hosts.txt");
+    let mut text = String::from("# the far nodes\n");
+    for d in &fars {
+        text.push_str(&format!("{}/\n", at(d)));
+    }
+    text.push_str("ssh://root@127.0.0.1:1/nowhere/\n");
+    std::fs::write(&list, text).unwrap();
+    let out = over_ssh(
+        &s,
+        &srv,
+        &[
+            "push",
+            src.to_str().unwrap(),
+            "--to-file",
+            list.to_str().unwrap(),
+        ],
+    );
+    // One host missing: exit 1, named; the other three complete.
+    assert_eq!(out.status.code(), Some(1), "{}", said(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("node_not_started") && stdout.contains("127.0.0.1:1/nowhere"),
+        "{}",
+        said(&out)
+    );
+    for d in &fars {
+        assert_eq!(listing(&d.join("set")), listing(&src), "{}", d.display());
+    }
+    let fanout = stdout
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|v| v["event"] == "fanout")
+        .expect("a fanout summary");
+    let nodes = fanout["nodes"].as_array().unwrap();
+    assert_eq!(nodes.len(), 3);
+    assert!(nodes.iter().all(|n| n["ok"] == true), "{fanout}");
+    // Named as the user named them, relays too.
+    for d in &fars {
+        let name = format!("{}/", at(d));
+        assert!(nodes.iter().any(|n| n["url"] == name.as_str()), "{fanout}");
+    }
+    assert!(
+        nodes
+            .iter()
+            .any(|n| n["from"] == format!("{}/", at(&fars[0])).as_str()),
+        "{fanout}"
+    );
+    // The chain relayed: the client sent one copy, not three.
+    let sent = fanout["sent"]["bytes_transferred"].as_u64().unwrap();
+    assert!(sent < 2 * (5 << 20), "the client sent {sent} bytes");
+    for d in &fars {
+        nothing_left_running(d);
+    }
+}

@@ -1,0 +1,113 @@
+//! Fan-out over ssh: every `host:path` destination gets its node started
+//! over ssh, many at once (`--ssh-parallel`, as pdsh's fan-out), and then
+//! takes part in the fan-out as any `haul://` node does — admitted with the
+//! one-time token it offered, its key pinned from the ssh channel, fed by
+//! relays that reach it at the address it offered with the transfer's
+//! ticket. A host whose ssh fails is reported by name; the others go on.
+//!
+//! The [`Fleet`] holds every ssh session while the fan-out runs (a node
+//! lives while its session does) and is the fan-out's [`Reach`]: an
+//! address it started gets that node's token and key, any other address
+//! (a `haul://` destination in the same run) is dialled as usual.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::Semaphore;
+use tokio::task::JoinSet;
+
+use super::channel::Channel;
+use super::direct::SshDial;
+use super::{pinned, SshLocation};
+use crate::dial::{Dialer, Reach};
+use crate::{ClientOptions, NodeError, NodeUrl};
+
+/// The key and token a node started over ssh offered.
+#[derive(Debug, Clone)]
+struct Offered {
+    token: String,
+    fingerprint: String,
+}
+
+/// The nodes a fan-out started over ssh, and the sessions they live by.
+pub struct Fleet {
+    nodes: HashMap<String, Offered>,
+    /// Dropped with the fleet: each session's end is its node's end.
+    _sessions: Mutex<Vec<Channel>>,
+}
+
+impl std::fmt::Debug for Fleet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fleet")
+            .field("nodes", &self.nodes.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Fleet {
+    /// Starts a node on every host of `dests` over ssh, at most `parallel`
+    /// at a time. Each destination's outcome, in order: the `haul://` form
+    /// of its node (the offered address and the path beneath the root it
+    /// serves), or why it could not be started.
+    pub async fn start(
+        dests: &[SshLocation],
+        opts: &ClientOptions,
+        parallel: usize,
+    ) -> (Arc<Self>, Vec<Result<NodeUrl, NodeError>>) {
+        let permits = Arc::new(Semaphore::new(parallel.max(1)));
+        let mut tasks = JoinSet::new();
+        for (i, at) in dests.iter().enumerate() {
+            let (at, opts, permits) = (at.clone(), opts.clone(), permits.clone());
+            tasks.spawn(async move {
+                let _turn = permits.acquire_owned().await;
+                let (root, path) = at.root_and_path();
+                let dial = SshDial::new(&at, root, &opts);
+                (i, dial.offered().await.map(|(ch, offer)| (ch, offer, path)))
+            });
+        }
+        let mut started: Vec<Option<Result<_, NodeError>>> = dests.iter().map(|_| None).collect();
+        while let Some(done) = tasks.join_next().await {
+            match done {
+                Ok((i, outcome)) => started[i] = Some(outcome),
+                Err(e) => tracing::warn!("starting a node over ssh: {e}"),
+            }
+        }
+        let started = started
+            .into_iter()
+            .map(|o| o.unwrap_or_else(|| Err(NodeError::Internal("its start was lost".into()))));
+        let mut nodes = HashMap::new();
+        let mut sessions = Vec::new();
+        let mut urls = Vec::new();
+        for outcome in started {
+            urls.push(outcome.map(|(channel, offer, path)| {
+                let addr = offer.addr.to_string();
+                nodes.insert(
+                    addr.clone(),
+                    Offered {
+                        token: offer.token,
+                        fingerprint: offer.fingerprint,
+                    },
+                );
+                sessions.push(channel);
+                NodeUrl { addr, path }
+            }));
+        }
+        let fleet = Self {
+            nodes,
+            _sessions: Mutex::new(sessions),
+        };
+        (Arc::new(fleet), urls)
+    }
+}
+
+impl Reach for Fleet {
+    fn dialer(&self, addr: &str, opts: &ClientOptions) -> Dialer {
+        let Some(node) = self.nodes.get(addr) else {
+            return Dialer::network(addr, opts);
+        };
+        let mut opts = opts.clone();
+        opts.token.clone_from(&node.token);
+        opts.security = pinned(&opts.security, node.fingerprint.clone());
+        Dialer::network(addr, &opts)
+    }
+}
