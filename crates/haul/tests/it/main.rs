@@ -16,6 +16,7 @@ mod harness;
 mod interrupt;
 mod lab_fanout;
 mod lab_quic;
+mod lab_ssh;
 mod ls;
 mod man;
 mod memory;
