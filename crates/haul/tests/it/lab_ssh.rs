@@ -101,7 +101,11 @@ fn wait_for_sshd(client: &Host, host: &Host, keys: &Keys) {
         if c.output().map(|o| o.status.success()).unwrap_or(false) {
             return;
         }
-        assert!(Instant::now() < deadline, "sshd in {} never answered", host.name());
+        assert!(
+            Instant::now() < deadline,
+            "sshd in {} never answered",
+            host.name()
+        );
         std::thread::sleep(Duration::from_millis(200));
     }
 }
@@ -184,7 +188,12 @@ fn lab_fan_out_over_ssh_survives_a_killed_node_and_names_a_host_without_sshd() {
     );
     // Everyone else holds the tree.
     for i in [0, 2, 3] {
-        assert_eq!(listing(&roots[i].join("src")), listing(&s.path("src")), "n{}", i + 2);
+        assert_eq!(
+            listing(&roots[i].join("src")),
+            listing(&s.path("src")),
+            "n{}",
+            i + 2
+        );
     }
     // A rerun completes the killed node, sending only what it lacks.
     let out = run(push((0..4).map(dest).collect()), LIMIT);
@@ -220,7 +229,14 @@ fn lab_push_over_ssh_runs_direct_over_quic_at_ten_percent_loss() {
         .args(["-v", "push"])
         .arg(s.path("src/a.bin"))
         .arg(format!("root@{}:{}/", far.addr(), root.display()))
-        .args(["--transport", "quic", "-e", &keys.rsh(), "--remote-haul", BIN]);
+        .args([
+            "--transport",
+            "quic",
+            "-e",
+            &keys.rsh(),
+            "--remote-haul",
+            BIN,
+        ]);
     let out = run(cmd, LIMIT);
     assert!(out.status.success(), "{}", said(&out));
     assert_eq!(b3(&root.join("a.bin")), b3(&s.path("src/a.bin")));
