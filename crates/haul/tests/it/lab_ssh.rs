@@ -201,6 +201,16 @@ fn lab_fan_out_over_ssh_survives_a_killed_node_and_names_a_host_without_sshd() {
     for r in &roots[..4] {
         assert_eq!(b3(&r.join("src/a.bin")), b3(&s.path("src/a.bin")));
     }
+    // Striped trees over ssh: each large file in two halves, each down a
+    // tree of its own, put together on every node.
+    let striped = |i: usize| format!("root@{}:{}/striped", hosts[i].addr(), roots[i].display());
+    let mut cmd = push((0..4).map(striped).collect());
+    cmd.args(["--plan", "stripes:2"]);
+    let out = run(cmd, LIMIT);
+    assert!(out.status.success(), "{}", said(&out));
+    for r in &roots[..4] {
+        assert_eq!(listing(&r.join("striped/src")), listing(&s.path("src")));
+    }
 }
 
 #[test]

@@ -120,6 +120,16 @@ fn push_pull_ls_and_check_over_ssh_with_nothing_running_there() {
         &["check", src.to_str().unwrap(), &at(&far.join("set"))],
     );
     ok(&out);
+    // --delete: what the source no longer has goes there too.
+    std::fs::remove_file(src.join("a.txt")).unwrap();
+    let out = over_ssh(
+        &s,
+        &srv,
+        &["push", "--delete", src.to_str().unwrap(), &dest],
+    );
+    ok(&out);
+    assert!(!far.join("set/a.txt").exists());
+    assert_eq!(listing(&far.join("set")), listing(&src));
     nothing_left_running(&far);
 }
 
@@ -153,7 +163,42 @@ fn ssh_and_far_side_failures_come_through_in_their_own_words_with_exit_2() {
     assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     let err = stderr(&out);
     assert!(err.contains("Host key verification failed"), "{err}");
-    // Nothing was delivered by either.
+    // A key the far side does not accept, and a host that does not exist.
+    let stranger = s.path("stranger");
+    let st = std::process::Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+        .arg(&stranger)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let mut c = haul(&s.path("config"));
+    c.args(["push", src.to_str().unwrap(), &far])
+        .args(["-e", &rsh_with(&srv, &stranger, &srv.known_hosts_file())])
+        .args(["--remote-haul", BIN]);
+    let out = run(c, T);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains("Permission denied"),
+        "{}",
+        stderr(&out)
+    );
+    let mut c = haul(&s.path("config"));
+    c.args([
+        "push",
+        src.to_str().unwrap(),
+        "root@no-such-host.invalid:/x/",
+    ])
+    .args(["-e", &rsh(&srv, &srv.known_hosts_file())])
+    .args(["--remote-haul", BIN]);
+    let out = run(c, T);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("ssh root@no-such-host.invalid failed")
+            && err.contains("no-such-host.invalid"),
+        "{err}"
+    );
+    // Nothing was delivered by any.
     assert!(!srv.root().join("one.txt").exists());
 }
 
@@ -296,6 +341,61 @@ fn a_far_node_or_ssh_killed_mid_push_is_started_again_and_the_push_completes() {
         }
         nothing_left_running(&far);
     }
+}
+
+/// Whether a staging file under `root` holds at least `bytes`.
+fn staged(root: &Path, bytes: u64) -> bool {
+    std::fs::read_dir(root.join(".haul/partial"))
+        .map(|d| {
+            d.flatten()
+                .any(|e| e.metadata().map(|m| m.len() >= bytes).unwrap_or(false))
+        })
+        .unwrap_or(false)
+}
+
+#[test]
+fn a_client_killed_mid_push_leaves_nothing_running_and_the_rerun_sends_only_the_rest() {
+    let srv = server();
+    let s = Scratch::new();
+    let src = s.path("src/big.bin");
+    let size = 12u64 << 20;
+    write_file(&src, size, 13);
+    let far = srv.root().join("client_killed");
+    std::fs::create_dir_all(&far).unwrap();
+    let dest = format!("{}/", at(&far));
+    let mut c = haul(&s.path("config"));
+    c.args([
+        "-q",
+        "push",
+        "--max-rate",
+        "3M",
+        src.to_str().unwrap(),
+        &dest,
+    ])
+    .args([
+        "-e",
+        &rsh(&srv, &srv.known_hosts_file()),
+        "--remote-haul",
+        BIN,
+    ])
+    .stdout(std::process::Stdio::null())
+    .stderr(std::process::Stdio::null());
+    let mut client = c.spawn().unwrap();
+    wait_for(Duration::from_secs(60), "a third of the file there", || {
+        staged(&far, size / 3)
+    });
+    client.kill().unwrap(); // SIGKILL: no clean-up of its own
+    client.wait().unwrap();
+    // Its ssh saw the end of its input: the far node goes with the channel.
+    nothing_left_running(&far);
+    let out = over_ssh(&s, &srv, &["push", src.to_str().unwrap(), &dest]);
+    ok(&out);
+    assert_eq!(b3(&far.join("big.bin")), b3(&src));
+    let sent = summary(&out)["bytes_transferred"].as_u64().unwrap();
+    assert!(
+        sent <= size - size / 3,
+        "resumed, yet sent {sent} of {size} bytes"
+    );
 }
 
 #[test]
