@@ -218,6 +218,17 @@ pub fn said(out: &Output) -> String {
     format!("{}\n-- stdout (end) --\n{tail}", stderr(out))
 }
 
+/// Whether a staging file of the node (or destination) at `root` holds at
+/// least `bytes`: a transfer got that far.
+pub fn staged(root: &Path, bytes: u64) -> bool {
+    std::fs::read_dir(root.join(".haul/partial"))
+        .map(|d| {
+            d.flatten()
+                .any(|e| e.metadata().map(|m| m.len() >= bytes).unwrap_or(false))
+        })
+        .unwrap_or(false)
+}
+
 /// Writes `len` pseudo-random bytes.
 pub fn write_file(path: &Path, len: u64, seed: u64) {
     if let Some(p) = path.parent() {

@@ -3,29 +3,18 @@
 //! link pulled and plugged back. Timings are the benchmark's
 //! (`bench/fan-out.sh`); this checks what must hold on any machine.
 
-use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
 use haul_lab::Lab;
 
 use crate::fanout::fanout;
-use crate::harness::{b3, listing, run, stderr, wait_for, write_file, Node, Scratch, BIN};
+use crate::harness::{b3, listing, run, staged, stderr, wait_for, write_file, Node, Scratch, BIN};
 
 const LIMIT: Duration = Duration::from_secs(240);
 
 fn root() -> crate::harness::LabTurn {
     crate::harness::lab_root("lab fan-out")
-}
-
-/// The staging file of a node that holds at least `bytes`.
-fn staged(root: &Path, bytes: u64) -> bool {
-    std::fs::read_dir(root.join(".haul/partial"))
-        .map(|d| {
-            d.flatten()
-                .any(|e| e.metadata().map(|m| m.len() >= bytes).unwrap_or(false))
-        })
-        .unwrap_or(false)
 }
 
 #[test]

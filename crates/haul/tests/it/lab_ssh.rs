@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use haul_lab::{Host, Lab};
 
-use crate::harness::{b3, listing, run, said, stderr, write_file, Scratch, BIN};
+use crate::harness::{b3, listing, run, said, staged, stderr, write_file, Scratch, BIN};
 
 const LIMIT: Duration = Duration::from_secs(240);
 
@@ -108,16 +108,6 @@ fn wait_for_sshd(client: &Host, host: &Host, keys: &Keys) {
         );
         std::thread::sleep(Duration::from_millis(200));
     }
-}
-
-/// The staging file of a node that holds at least `bytes`.
-fn staged(root: &Path, bytes: u64) -> bool {
-    std::fs::read_dir(root.join(".haul/partial"))
-        .map(|d| {
-            d.flatten()
-                .any(|e| e.metadata().map(|m| m.len() >= bytes).unwrap_or(false))
-        })
-        .unwrap_or(false)
 }
 
 #[test]

@@ -343,16 +343,6 @@ fn a_far_node_or_ssh_killed_mid_push_is_started_again_and_the_push_completes() {
     }
 }
 
-/// Whether a staging file under `root` holds at least `bytes`.
-fn staged(root: &Path, bytes: u64) -> bool {
-    std::fs::read_dir(root.join(".haul/partial"))
-        .map(|d| {
-            d.flatten()
-                .any(|e| e.metadata().map(|m| m.len() >= bytes).unwrap_or(false))
-        })
-        .unwrap_or(false)
-}
-
 #[test]
 fn a_client_killed_mid_push_leaves_nothing_running_and_the_rerun_sends_only_the_rest() {
     let srv = server();
