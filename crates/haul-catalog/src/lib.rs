@@ -20,10 +20,22 @@
 //! and what was delivered is recorded in batches too
 //! ([`Catalog::fetched_batch`]).
 //!
+//! Deliveries to sites (`deliveries.rs`): every fetched file of a source
+//! that delivers to sites is owed to each of them until that site confirmed
+//! it. Nothing queues that debt: a (file, site) is *pending* while the site
+//! has no confirmation of the file's current BLAKE3, so a file fetched,
+//! fetched again with new content, or a site added to a source's list is
+//! pending with no step that a crash could lose. A worker claims pending
+//! deliveries with a lease (as it claims fetches), and records each as
+//! delivered (with the BLAKE3 the site confirmed) or failed (attempts, the
+//! site's error, next retry); [`Catalog::renew`] and
+//! [`Catalog::release_worker`] cover these claims too.
+//!
 //! Times are Unix seconds (UTC), passed in by the caller: the catalog has no
 //! clock, so tests and several machines agree on what "now" is.
 
 mod decide;
+mod deliveries;
 pub mod pgconnect;
 mod postgres;
 mod sqlite;
@@ -33,6 +45,7 @@ pub mod testserver;
 use std::collections::HashMap;
 
 pub use decide::{Action, Known};
+pub use deliveries::{CatchUp, DeliveryRecord, Owed, SiteTotals};
 pub use postgres::PostgresCatalog;
 pub use sqlite::SqliteCatalog;
 
@@ -322,6 +335,70 @@ pub trait Catalog: Send + Sync {
 
     /// Totals per source.
     fn totals(&self) -> Result<Vec<SourceTotals>>;
+
+    /// Claims for `worker` until `lease_until` at most `limit` of what
+    /// `source` owes `site`: fetched files the site has not confirmed at
+    /// their current BLAKE3, whose delivery no live lease of another worker
+    /// holds and whose retry time came (claims `worker` held are taken
+    /// back). Ordered by fetch time as `order` says. Returns them.
+    #[allow(clippy::too_many_arguments)]
+    fn claim_deliveries(
+        &self,
+        source: &str,
+        site: &str,
+        worker: &str,
+        lease_until: i64,
+        now: i64,
+        order: CatchUp,
+        limit: u32,
+    ) -> Result<Vec<Owed>>;
+
+    /// Records that `site` confirmed each of `files` (path and the BLAKE3
+    /// it holds) at `at`, in one transaction.
+    fn delivered(
+        &self,
+        source: &str,
+        site: &str,
+        files: &[(String, String)],
+        at: i64,
+    ) -> Result<()>;
+
+    /// Records that delivering each of `files` (path and the site's error)
+    /// to `site` failed; none is claimed again before `next_retry`.
+    fn delivery_failed(
+        &self,
+        source: &str,
+        site: &str,
+        files: &[(String, String)],
+        next_retry: i64,
+    ) -> Result<()>;
+
+    /// Totals of what `source` owes `site` and what it delivered.
+    fn site_totals(&self, source: &str, site: &str, now: i64) -> Result<SiteTotals>;
+
+    /// Each fetched file of `source` with its delivery to `site` (in
+    /// `state` when given: `pending`, `claimed`, `delivered`, `failed`), by
+    /// path.
+    fn deliveries(
+        &self,
+        source: &str,
+        site: &str,
+        state: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<DeliveryRecord>>;
+
+    /// Makes failed deliveries of `source` to `site` due now (`haul catalog
+    /// retry`); returns how many.
+    fn retry_deliveries(&self, source: &str, site: &str) -> Result<u64>;
+
+    /// Those of `paths` (fetched files of `source`) that one of `sites` has
+    /// not confirmed at their current version: what a source that keeps no
+    /// local copy must still keep.
+    fn unconfirmed(&self, source: &str, sites: &[String], paths: &[String]) -> Result<Vec<String>>;
+
+    /// Forgets what `site` confirmed of `source` (all, or under `prefix`),
+    /// so those files are delivered to it again. Returns how many.
+    fn forget_site(&self, source: &str, site: &str, prefix: Option<&str>) -> Result<u64>;
 }
 
 /// Opens (creating if needed, and migrating) the catalog at `url`:

@@ -13,6 +13,7 @@ use std::time::Duration;
 use postgres::{Client, Config, NoTls, Transaction};
 
 use crate::decide::{action, db_size, hook_failure, Row, FILE_COLUMNS};
+use crate::deliveries::{self, postgres_sql, CatchUp, DeliveryRecord, Owed, SiteTotals};
 use crate::{
     join_checksums, Action, Catalog, CatalogError, Fetched, FileRecord, HookFailure, Known,
     Refetch, Result, RunCounts, RunRecord, Seen, SourceTotals,
@@ -65,6 +66,25 @@ const MIGRATIONS: &[(i64, &str)] = &[
     ALTER TABLE files ADD COLUMN hook_failed_at BIGINT;
     ALTER TABLE runs ADD COLUMN hook_error TEXT;
     ALTER TABLE runs ADD COLUMN hook_failed_at BIGINT;",
+    ),
+    (
+        3,
+        // What each source owes its sites (`deliveries.rs`).
+        "CREATE TABLE deliveries (
+        source TEXT NOT NULL,
+        path TEXT NOT NULL,
+        site TEXT NOT NULL,
+        state TEXT NOT NULL,
+        blake3 TEXT,
+        claimed_by TEXT,
+        claim_until BIGINT,
+        attempts BIGINT NOT NULL DEFAULT 0,
+        last_error TEXT,
+        next_retry BIGINT,
+        delivered_at BIGINT,
+        PRIMARY KEY (source, path, site)
+    );
+    CREATE INDEX deliveries_claims ON deliveries (claimed_by) WHERE state = 'claimed';",
     ),
 ];
 
@@ -323,6 +343,38 @@ fn claim_batch(
     Ok(claimed)
 }
 
+/// Claims what `source` owes `site` for `worker` (`sql`: the claim and
+/// the held select), then reads back what the worker holds: one
+/// transaction, so a lease is never seen half-taken.
+fn claim_owed(
+    tx: &mut Transaction<'_>,
+    sql: (&str, &str),
+    (source, site, worker): (&str, &str, &str),
+    lease_until: i64,
+    now: i64,
+    limit: i64,
+) -> Result<Vec<Owed>> {
+    tx.execute(
+        sql.0,
+        &[&source, &site, &worker, &lease_until, &now, &limit],
+    )?;
+    tx.query(sql.1, &[&source, &site, &worker, &limit])?
+        .iter()
+        .map(|r| {
+            Ok(Owed {
+                path: r.try_get(0)?,
+                local_path: r.try_get::<_, Option<String>>(1)?.unwrap_or_default(),
+                blake3: r.try_get::<_, Option<String>>(2)?.unwrap_or_default(),
+                size: r
+                    .try_get::<_, Option<i64>>(3)?
+                    .and_then(|s| u64::try_from(s).ok())
+                    .unwrap_or(0),
+                fetched_at: r.try_get::<_, Option<i64>>(4)?.unwrap_or(0),
+            })
+        })
+        .collect()
+}
+
 fn count(n: u64) -> i64 {
     i64::try_from(n).unwrap_or(i64::MAX)
 }
@@ -375,20 +427,28 @@ impl Catalog for PostgresCatalog {
 
     fn renew(&self, worker: &str, until: i64) -> Result<u64> {
         self.with(|c| {
-            Ok(c.execute(
+            let mut tx = c.transaction()?;
+            let n = tx.execute(
                 "UPDATE files SET claim_until = $2 WHERE state = 'claimed' AND claimed_by = $1",
                 &[&worker, &until],
-            )?)
+            )?;
+            let d = tx.execute(&postgres_sql(deliveries::RENEW_SQL), &[&worker, &until])?;
+            tx.commit()?;
+            Ok(n + d)
         })
     }
 
     fn release_worker(&self, worker: &str) -> Result<u64> {
         self.with(|c| {
-            Ok(c.execute(
+            let mut tx = c.transaction()?;
+            let n = tx.execute(
                 "UPDATE files SET state = 'new', claimed_by = NULL, claim_until = NULL
                  WHERE state = 'claimed' AND claimed_by = $1",
                 &[&worker],
-            )?)
+            )?;
+            let d = tx.execute(&postgres_sql(deliveries::RELEASE_SQL), &[&worker])?;
+            tx.commit()?;
+            Ok(n + d)
         })
     }
 
@@ -603,6 +663,183 @@ impl Catalog for PostgresCatalog {
                 );
             }
             Ok(out)
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn claim_deliveries(
+        &self,
+        source: &str,
+        site: &str,
+        worker: &str,
+        lease_until: i64,
+        now: i64,
+        by: CatchUp,
+        limit: u32,
+    ) -> Result<Vec<Owed>> {
+        let claim = postgres_sql(&deliveries::claim_sql(by));
+        let held = postgres_sql(&deliveries::held_sql(by));
+        let limit = i64::from(limit);
+        self.with(|c| {
+            let mut tries = 0;
+            loop {
+                let mut tx = c.transaction()?;
+                let got = claim_owed(
+                    &mut tx,
+                    (&claim, &held),
+                    (source, site, worker),
+                    lease_until,
+                    now,
+                    limit,
+                );
+                match got {
+                    Ok(owed) => {
+                        tx.commit()?;
+                        return Ok(owed);
+                    }
+                    Err(CatalogError::Postgres(e))
+                        if e.code() == Some(&postgres::error::SqlState::T_R_DEADLOCK_DETECTED)
+                            && tries < DEADLOCK_RETRIES =>
+                    {
+                        tries += 1;
+                        tracing::debug!(
+                            "catalog: delivery claim deadlocked with another worker; again"
+                        );
+                    }
+                    Err(e) => return Err(e),
+                }
+            }
+        })
+    }
+
+    fn delivered(
+        &self,
+        source: &str,
+        site: &str,
+        files: &[(String, String)],
+        at: i64,
+    ) -> Result<()> {
+        if files.is_empty() {
+            return Ok(());
+        }
+        self.with(|c| {
+            let mut tx = c.transaction()?;
+            let stmt = tx.prepare(&postgres_sql(deliveries::DELIVERED_SQL))?;
+            for (path, blake3) in files {
+                tx.execute(&stmt, &[&source, path, &site, blake3, &at])?;
+            }
+            tx.commit()?;
+            Ok(())
+        })
+    }
+
+    fn delivery_failed(
+        &self,
+        source: &str,
+        site: &str,
+        files: &[(String, String)],
+        next_retry: i64,
+    ) -> Result<()> {
+        if files.is_empty() {
+            return Ok(());
+        }
+        self.with(|c| {
+            let mut tx = c.transaction()?;
+            let stmt = tx.prepare(&postgres_sql(deliveries::FAILED_SQL))?;
+            for (path, error) in files {
+                tx.execute(&stmt, &[&source, path, &site, error, &next_retry])?;
+            }
+            tx.commit()?;
+            Ok(())
+        })
+    }
+
+    fn site_totals(&self, source: &str, site: &str, _now: i64) -> Result<SiteTotals> {
+        self.with(|c| {
+            let r = c.query_one(&postgres_sql(&deliveries::totals_sql()), &[&source, &site])?;
+            let n = |i: usize| -> Result<u64> {
+                Ok(u64::try_from(r.try_get::<_, i64>(i)?).unwrap_or(0))
+            };
+            let mut t = SiteTotals {
+                pending_files: n(0)?,
+                pending_bytes: n(1)?,
+                oldest_pending: r.try_get(2)?,
+                delivered_files: n(3)?,
+                delivered_bytes: n(4)?,
+                failed_files: n(5)?,
+                last_delivered: r.try_get(6)?,
+                last_error: None,
+            };
+            if t.failed_files > 0 {
+                t.last_error = c
+                    .query_opt(&postgres_sql(deliveries::LAST_ERROR_SQL), &[&source, &site])?
+                    .map(|r| r.try_get(0))
+                    .transpose()?;
+            }
+            Ok(t)
+        })
+    }
+
+    fn deliveries(
+        &self,
+        source: &str,
+        site: &str,
+        state: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<DeliveryRecord>> {
+        self.with(|c| {
+            let rows = c.query(
+                &postgres_sql(&deliveries::list_sql()),
+                &[&source, &site, &state, &i64::from(limit)],
+            )?;
+            rows.iter()
+                .map(|r| {
+                    Ok(DeliveryRecord {
+                        path: r.try_get(0)?,
+                        state: r.try_get(1)?,
+                        attempts: u32::try_from(r.try_get::<_, i64>(2)?).unwrap_or(u32::MAX),
+                        error: r.try_get(3)?,
+                        next_retry: r.try_get(4)?,
+                        delivered_at: r.try_get(5)?,
+                        blake3: r.try_get(6)?,
+                        size: r
+                            .try_get::<_, Option<i64>>(7)?
+                            .and_then(|s| u64::try_from(s).ok())
+                            .unwrap_or(0),
+                    })
+                })
+                .collect()
+        })
+    }
+
+    fn retry_deliveries(&self, source: &str, site: &str) -> Result<u64> {
+        self.with(|c| Ok(c.execute(&postgres_sql(deliveries::RETRY_SQL), &[&source, &site])?))
+    }
+
+    fn unconfirmed(&self, source: &str, sites: &[String], paths: &[String]) -> Result<Vec<String>> {
+        self.with(|c| {
+            let stmt = c.prepare(&postgres_sql(&deliveries::owed_one_sql()))?;
+            let mut out = Vec::new();
+            for path in paths {
+                for site in sites {
+                    let owed: i64 = c.query_one(&stmt, &[&source, site, path])?.try_get(0)?;
+                    if owed > 0 {
+                        out.push(path.clone());
+                        break;
+                    }
+                }
+            }
+            Ok(out)
+        })
+    }
+
+    fn forget_site(&self, source: &str, site: &str, prefix: Option<&str>) -> Result<u64> {
+        let prefix = prefix.map(|p| p.trim_end_matches('/'));
+        self.with(|c| {
+            Ok(c.execute(
+                &postgres_sql(deliveries::FORGET_SQL),
+                &[&source, &site, &prefix],
+            )?)
         })
     }
 }

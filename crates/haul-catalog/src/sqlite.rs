@@ -10,6 +10,7 @@ use std::time::Duration;
 use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 
 use crate::decide::{action, db_size, hook_failure, Row, FILE_COLUMNS};
+use crate::deliveries::{self, CatchUp, DeliveryRecord, Owed, SiteTotals};
 use crate::{
     join_checksums, Action, Catalog, CatalogError, Fetched, FileRecord, HookFailure, Known,
     Refetch, Result, RunCounts, RunRecord, Seen, SourceTotals,
@@ -63,6 +64,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     ALTER TABLE runs ADD COLUMN hook_error TEXT;
     ALTER TABLE runs ADD COLUMN hook_failed_at INTEGER;",
     ),
+    (3, deliveries::SQLITE_SCHEMA),
 ];
 
 /// A catalog in one SQLite file.
@@ -255,20 +257,28 @@ impl Catalog for SqliteCatalog {
     }
 
     fn renew(&self, worker: &str, until: i64) -> Result<u64> {
-        let n = self.conn()?.execute(
+        let mut conn = self.conn()?;
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let n = tx.execute(
             "UPDATE files SET claim_until = ?2 WHERE state = 'claimed' AND claimed_by = ?1",
             params![worker, until],
         )?;
-        Ok(n as u64)
+        let d = tx.execute(deliveries::RENEW_SQL, params![worker, until])?;
+        tx.commit()?;
+        Ok((n + d) as u64)
     }
 
     fn release_worker(&self, worker: &str) -> Result<u64> {
-        let n = self.conn()?.execute(
+        let mut conn = self.conn()?;
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        let n = tx.execute(
             "UPDATE files SET state = 'new', claimed_by = NULL, claim_until = NULL
              WHERE state = 'claimed' AND claimed_by = ?1",
             [worker],
         )?;
-        Ok(n as u64)
+        let d = tx.execute(deliveries::RELEASE_SQL, [worker])?;
+        tx.commit()?;
+        Ok((n + d) as u64)
     }
 
     fn release(&self, source: &str, path: &str, worker: &str) -> Result<()> {
@@ -445,5 +455,163 @@ impl Catalog for SqliteCatalog {
             crate::add_totals(&mut out, source, state, count, bytes, last);
         }
         Ok(out)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn claim_deliveries(
+        &self,
+        source: &str,
+        site: &str,
+        worker: &str,
+        lease_until: i64,
+        now: i64,
+        by: CatchUp,
+        limit: u32,
+    ) -> Result<Vec<Owed>> {
+        let mut conn = self.conn()?;
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        tx.execute(
+            &deliveries::claim_sql(by),
+            params![source, site, worker, lease_until, now, limit],
+        )?;
+        let owed = {
+            let mut stmt = tx.prepare(&deliveries::held_sql(by))?;
+            let rows = stmt.query_map(params![source, site, worker, limit], |r| {
+                Ok(Owed {
+                    path: r.get(0)?,
+                    local_path: r.get::<_, Option<String>>(1)?.unwrap_or_default(),
+                    blake3: r.get::<_, Option<String>>(2)?.unwrap_or_default(),
+                    size: r
+                        .get::<_, Option<i64>>(3)?
+                        .and_then(|s| u64::try_from(s).ok())
+                        .unwrap_or(0),
+                    fetched_at: r.get::<_, Option<i64>>(4)?.unwrap_or(0),
+                })
+            })?;
+            rows.collect::<rusqlite::Result<Vec<_>>>()?
+        };
+        tx.commit()?;
+        Ok(owed)
+    }
+
+    fn delivered(
+        &self,
+        source: &str,
+        site: &str,
+        files: &[(String, String)],
+        at: i64,
+    ) -> Result<()> {
+        let mut conn = self.conn()?;
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        {
+            let mut stmt = tx.prepare_cached(deliveries::DELIVERED_SQL)?;
+            for (path, blake3) in files {
+                stmt.execute(params![source, path, site, blake3, at])?;
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    fn delivery_failed(
+        &self,
+        source: &str,
+        site: &str,
+        files: &[(String, String)],
+        next_retry: i64,
+    ) -> Result<()> {
+        let mut conn = self.conn()?;
+        let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+        {
+            let mut stmt = tx.prepare_cached(deliveries::FAILED_SQL)?;
+            for (path, error) in files {
+                stmt.execute(params![source, path, site, error, next_retry])?;
+            }
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    fn site_totals(&self, source: &str, site: &str, _now: i64) -> Result<SiteTotals> {
+        let conn = self.conn()?;
+        let n = |v: i64| u64::try_from(v).unwrap_or(0);
+        let mut t = conn.query_row(&deliveries::totals_sql(), params![source, site], |r| {
+            Ok(SiteTotals {
+                pending_files: n(r.get(0)?),
+                pending_bytes: n(r.get(1)?),
+                oldest_pending: r.get(2)?,
+                delivered_files: n(r.get(3)?),
+                delivered_bytes: n(r.get(4)?),
+                failed_files: n(r.get(5)?),
+                last_delivered: r.get(6)?,
+                last_error: None,
+            })
+        })?;
+        if t.failed_files > 0 {
+            t.last_error = conn
+                .query_row(deliveries::LAST_ERROR_SQL, params![source, site], |r| {
+                    r.get(0)
+                })
+                .optional()?;
+        }
+        Ok(t)
+    }
+
+    fn deliveries(
+        &self,
+        source: &str,
+        site: &str,
+        state: Option<&str>,
+        limit: u32,
+    ) -> Result<Vec<DeliveryRecord>> {
+        let conn = self.conn()?;
+        let mut stmt = conn.prepare(&deliveries::list_sql())?;
+        let rows = stmt.query_map(params![source, site, state, limit], |r| {
+            Ok(DeliveryRecord {
+                path: r.get(0)?,
+                state: r.get(1)?,
+                attempts: u32::try_from(r.get::<_, i64>(2)?).unwrap_or(u32::MAX),
+                error: r.get(3)?,
+                next_retry: r.get(4)?,
+                delivered_at: r.get(5)?,
+                blake3: r.get(6)?,
+                size: r
+                    .get::<_, Option<i64>>(7)?
+                    .and_then(|s| u64::try_from(s).ok())
+                    .unwrap_or(0),
+            })
+        })?;
+        Ok(rows.collect::<rusqlite::Result<_>>()?)
+    }
+
+    fn retry_deliveries(&self, source: &str, site: &str) -> Result<u64> {
+        let n = self
+            .conn()?
+            .execute(deliveries::RETRY_SQL, params![source, site])?;
+        Ok(n as u64)
+    }
+
+    fn unconfirmed(&self, source: &str, sites: &[String], paths: &[String]) -> Result<Vec<String>> {
+        let conn = self.conn()?;
+        let mut stmt = conn.prepare_cached(&deliveries::owed_one_sql())?;
+        let mut out = Vec::new();
+        for path in paths {
+            for site in sites {
+                let owed: i64 = stmt.query_row(params![source, site, path], |r| r.get(0))?;
+                if owed > 0 {
+                    out.push(path.clone());
+                    break;
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn forget_site(&self, source: &str, site: &str, prefix: Option<&str>) -> Result<u64> {
+        let prefix = prefix.map(|p| p.trim_end_matches('/'));
+        let n = self
+            .conn()?
+            .execute(deliveries::FORGET_SQL, params![source, site, prefix])?;
+        Ok(n as u64)
     }
 }

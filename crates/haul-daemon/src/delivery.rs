@@ -17,7 +17,7 @@ use tokio::io::AsyncWriteExt;
 /// A delivered file's facts: the sidecar's JSON, a hook's stdin.
 #[derive(Debug, Clone, Serialize)]
 pub struct FileFacts {
-    /// `file`.
+    /// `file` (fetched), or `delivered` (confirmed by a site: `on_deliver`).
     pub event: &'static str,
     /// The source's name.
     pub source: String,
@@ -41,6 +41,15 @@ pub struct FileFacts {
     pub fetched_at: i64,
     /// The worker that fetched it.
     pub worker: String,
+    /// The site that confirmed it (`on_deliver` only).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub site: Option<String>,
+    /// Where it went there (`haul://HOST:PORT/DIR/PATH`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub site_url: Option<String>,
+    /// When the site confirmed it (Unix seconds).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub delivered_at: Option<i64>,
 }
 
 /// A run's facts for `on_run`.
@@ -180,7 +189,7 @@ pub async fn run_hook(
 /// `HAUL_*` variables of a file's facts.
 pub fn file_env(f: &FileFacts) -> Vec<(String, String)> {
     let mut env = vec![
-        ("HAUL_EVENT".into(), "file".into()),
+        ("HAUL_EVENT".into(), f.event.into()),
         ("HAUL_SOURCE".into(), f.source.clone()),
         ("HAUL_URL".into(), f.url.clone()),
         ("HAUL_PATH".into(), f.path.clone()),
@@ -195,6 +204,11 @@ pub fn file_env(f: &FileFacts) -> Vec<(String, String)> {
     }
     if let Some(e) = &f.etag {
         env.push(("HAUL_ETAG".into(), e.clone()));
+    }
+    if let (Some(site), Some(url), Some(at)) = (&f.site, &f.site_url, f.delivered_at) {
+        env.push(("HAUL_SITE".into(), site.clone()));
+        env.push(("HAUL_SITE_URL".into(), url.clone()));
+        env.push(("HAUL_DELIVERED_AT".into(), at.to_string()));
     }
     env
 }
@@ -268,6 +282,9 @@ mod tests {
             blake3: "ab".into(),
             fetched_at: 9,
             worker: "w".into(),
+            site: None,
+            site_url: None,
+            delivered_at: None,
         };
         write_sidecar(dir.path(), "a/x.nc", &facts).unwrap();
         write_sidecar(dir.path(), "a/x.nc", &facts).unwrap();

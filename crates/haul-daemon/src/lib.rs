@@ -13,12 +13,17 @@
 //! claims it held before a crash, and resumes their partial downloads from
 //! the verified chunks haul-fetch kept.
 //!
+//! A source with sites (`deliver`) has a distributor too
+//! (`distribute.rs`): what the source fetched goes to its sites through the
+//! fan-out, each (file, site) claimed, confirmed or failed in the catalog.
+//!
 //! Control comes as [`Command`]s: `Reload` (SIGHUP: the new sources take
 //! effect, running runs finish as they were) and `Stop` (SIGTERM: running
 //! runs get the grace period to finish; after it they are dropped, their
 //! verified chunks kept for the next start, and their claims released).
 
 mod delivery;
+pub mod distribute;
 mod listener;
 mod metrics;
 mod run;
@@ -30,17 +35,18 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use haul_catalog::{Catalog, CatalogError, Refetch};
+use haul_catalog::{Catalog, CatalogError, CatchUp, Refetch};
 use haul_fetch::FetchOptions;
 use haul_remote::Remote;
 use haul_run::backoff::Backoff;
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::{mpsc, watch, Notify, Semaphore};
 use tokio::task::JoinSet;
 
+pub use distribute::SiteSpec;
 pub use listener::StatusListener;
 pub use metrics::prometheus_text;
 pub use schedule::Schedule;
-pub use status::{Board, Snapshot, SourceStatus};
+pub use status::{Board, SiteRow, Snapshot, SourceStatus};
 
 use crate::run::{blocking, run_once, RunContext};
 
@@ -84,6 +90,16 @@ pub struct SourceSpec {
     /// under the daemon's `staging`, on `dest`'s filesystem); `None`:
     /// `dest/.haul/partial`.
     pub staging: Option<PathBuf>,
+    /// The sites every fetched file goes to (`deliver`).
+    pub deliver: Vec<Arc<SiteSpec>>,
+    /// Which owed files a site behind gets first.
+    pub catch_up: CatchUp,
+    /// Keep the fetched files here once every site confirmed them (false:
+    /// the daemon's disk is a buffer, never emptied of a file some site
+    /// still lacks).
+    pub keep_local: bool,
+    /// `sh -c` command after each file a site confirmed.
+    pub on_deliver: Option<String>,
 }
 
 /// The daemon's settings.
@@ -234,6 +250,17 @@ pub async fn run(
     );
     publish_sources(&board, &table);
     let mut runs: JoinSet<(String, Result<(), DaemonError>, Duration)> = JoinSet::new();
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let mut distributors = Distributors {
+        catalog: catalog.clone(),
+        worker: worker.clone(),
+        lease,
+        site_retry: down_retry,
+        stop: stop_rx,
+        by_source: HashMap::new(),
+        tasks: JoinSet::new(),
+    };
+    distributors.update(&table);
     let partial_ttl = opts.partial_ttl;
     let mut prune_at = tokio::time::Instant::now();
     loop {
@@ -255,6 +282,7 @@ pub async fn run(
                 global: global.clone(),
                 host,
                 board: board.clone(),
+                fetched: distributors.notify(&spec.name),
             });
             tracing::info!("{}: run started ({})", spec.name, spec.url);
             runs.spawn(async move {
@@ -322,6 +350,7 @@ pub async fn run(
                     tracing::info!("configuration reloaded: {} source(s)", new.sources.len());
                     table = slots(new.sources, &mut table, SystemTime::now(), down_retry);
                     publish_sources(&board, &table);
+                    distributors.update(&table);
                 }
                 Some(Command::Stop) | None => break,
             },
@@ -342,10 +371,68 @@ pub async fn run(
             runs.shutdown().await;
         }
     }
+    let _ = stop_tx.send(true);
+    distributors.by_source.clear();
+    if !distributors.tasks.is_empty() {
+        let tasks = &mut distributors.tasks;
+        let finished =
+            tokio::time::timeout(grace, async { while tasks.join_next().await.is_some() {} }).await;
+        if finished.is_err() {
+            tracing::info!(
+                "stopping now: deliveries in progress are given back for the next start"
+            );
+            distributors.tasks.shutdown().await;
+        }
+    }
     renewer.abort();
     let w = worker.clone();
     blocking(&catalog, move |c| c.release_worker(&w)).await?;
     Ok(())
+}
+
+/// The sources' distributors: one task each, told of a reloaded spec.
+struct Distributors {
+    catalog: Arc<dyn Catalog>,
+    worker: String,
+    lease: Duration,
+    site_retry: Duration,
+    stop: watch::Receiver<bool>,
+    by_source: HashMap<String, (watch::Sender<Arc<SourceSpec>>, Arc<Notify>)>,
+    tasks: JoinSet<()>,
+}
+
+impl Distributors {
+    /// Starts a distributor for each new source, hands the others their
+    /// spec; a removed source's distributor ends after its round.
+    fn update(&mut self, table: &HashMap<String, Slot>) {
+        self.by_source.retain(|name, _| table.contains_key(name));
+        for slot in table.values() {
+            let spec = slot.spec.clone();
+            if let Some((tx, _)) = self.by_source.get(&spec.name) {
+                let _ = tx.send(spec);
+                continue;
+            }
+            let (tx, rx) = watch::channel(spec.clone());
+            let fetched = Arc::new(Notify::new());
+            let d = distribute::Distributor {
+                catalog: self.catalog.clone(),
+                worker: self.worker.clone(),
+                lease: self.lease,
+                site_retry: self.site_retry,
+                fetched: fetched.clone(),
+            };
+            self.tasks
+                .spawn(distribute::distribute(d, rx, self.stop.clone()));
+            self.by_source.insert(spec.name.clone(), (tx, fetched));
+        }
+    }
+
+    /// What a run of `source` notifies when it recorded fetched files.
+    fn notify(&self, source: &str) -> Arc<Notify> {
+        self.by_source
+            .get(source)
+            .map_or_else(|| Arc::new(Notify::new()), |(_, n)| n.clone())
+    }
 }
 
 fn publish_sources(board: &Board, table: &HashMap<String, Slot>) {
@@ -354,6 +441,7 @@ fn publish_sources(board: &Board, table: &HashMap<String, Slot>) {
             s.spec.name.as_str(),
             s.spec.url.clone(),
             s.spec.schedule.describe(),
+            s.spec.deliver.iter().map(|d| d.name.clone()).collect(),
         )
     }));
     for s in table.values() {

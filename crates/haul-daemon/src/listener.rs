@@ -17,7 +17,7 @@ use tokio::sync::Semaphore;
 
 use crate::metrics::prometheus_text;
 use crate::run::blocking;
-use crate::status::Board;
+use crate::status::{Board, SiteRow, Snapshot};
 
 /// Connections open at once; more wait to be accepted.
 const MAX_CONNECTIONS: usize = 32;
@@ -89,6 +89,34 @@ async fn totals(catalog: &Arc<dyn Catalog>) -> Result<Vec<SourceTotals>, String>
         .map_err(|e| e.to_string())
 }
 
+/// What each source owes each of its sites, from the catalog.
+async fn site_rows(catalog: &Arc<dyn Catalog>, snap: &Snapshot) -> Result<Vec<SiteRow>, String> {
+    let pairs: Vec<(String, String)> = snap
+        .sources
+        .iter()
+        .flat_map(|(source, s)| s.sites.iter().map(|site| (source.clone(), site.clone())))
+        .collect();
+    if pairs.is_empty() {
+        return Ok(Vec::new());
+    }
+    let now = crate::unix(std::time::SystemTime::now());
+    blocking(catalog, move |c| {
+        pairs
+            .into_iter()
+            .map(|(source, site)| {
+                let totals = c.site_totals(&source, &site, now)?;
+                Ok(SiteRow {
+                    source,
+                    site,
+                    totals,
+                })
+            })
+            .collect()
+    })
+    .await
+    .map_err(|e| e.to_string())
+}
+
 async fn respond(
     req: Request<Incoming>,
     board: Arc<Board>,
@@ -105,7 +133,15 @@ async fn respond(
         "/healthz" => reply(StatusCode::OK, "text/plain", "ok\n".into()),
         "/metrics" => {
             let totals = totals(&catalog).await;
-            let text = prometheus_text(&board.snapshot(), totals.as_deref().ok());
+            let snapshot = board.snapshot();
+            let sites = site_rows(&catalog, &snapshot).await;
+            let now = crate::unix(std::time::SystemTime::now());
+            let text = prometheus_text(
+                &snapshot,
+                totals.as_deref().ok(),
+                sites.as_deref().ok(),
+                now,
+            );
             reply(
                 StatusCode::OK,
                 "text/plain; version=0.0.4; charset=utf-8",
@@ -114,6 +150,7 @@ async fn respond(
         }
         "/status" => {
             let snapshot = board.snapshot();
+            let catalog_handle = catalog.clone();
             let catalog = match totals(&catalog).await {
                 Ok(t) => serde_json::json!(t
                     .iter()
@@ -128,11 +165,17 @@ async fn respond(
                     .collect::<serde_json::Map<_, _>>()),
                 Err(e) => serde_json::json!({ "error": e }),
             };
+            let now = crate::unix(std::time::SystemTime::now());
+            let deliveries = match site_rows(&catalog_handle, &snapshot).await {
+                Ok(rows) => serde_json::json!(rows.iter().map(|r| r.json(now)).collect::<Vec<_>>()),
+                Err(e) => serde_json::json!({ "error": e }),
+            };
             let body = serde_json::json!({
                 "worker": snapshot.worker,
                 "started": snapshot.started,
                 "sources": snapshot.sources,
                 "catalog": catalog,
+                "deliveries": deliveries,
             });
             reply(StatusCode::OK, "application/json", format!("{body}\n"))
         }

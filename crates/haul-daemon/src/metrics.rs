@@ -5,7 +5,7 @@ use std::fmt::Write;
 
 use haul_catalog::SourceTotals;
 
-use crate::status::{Snapshot, SourceStatus};
+use crate::status::{SiteRow, Snapshot, SourceStatus};
 
 /// A label value escaped (`\`, `"`, newline).
 fn label(v: &str) -> String {
@@ -32,8 +32,35 @@ fn family(
     }
 }
 
-/// The text of `/metrics`; `totals` is `None` when the catalog did not answer.
-pub fn prometheus_text(snap: &Snapshot, totals: Option<&[SourceTotals]>) -> String {
+/// One metric family over the sites: a sample per (source, site).
+fn site_family(
+    out: &mut String,
+    name: &str,
+    help: &str,
+    sites: &[SiteRow],
+    value: impl Fn(&SiteRow) -> f64,
+) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} gauge");
+    for row in sites {
+        let _ = writeln!(
+            out,
+            "{name}{{source=\"{}\",site=\"{}\"}} {}",
+            label(&row.source),
+            label(&row.site),
+            value(row)
+        );
+    }
+}
+
+/// The text of `/metrics`; `totals` and `sites` are `None` when the catalog
+/// did not answer; `now` (Unix seconds) dates the sites' lag.
+pub fn prometheus_text(
+    snap: &Snapshot,
+    totals: Option<&[SourceTotals]>,
+    sites: Option<&[SiteRow]>,
+    now: i64,
+) -> String {
     let mut out = String::new();
     let n = |v: u64| Some(v as f64);
     family(
@@ -159,6 +186,51 @@ pub fn prometheus_text(snap: &Snapshot, totals: Option<&[SourceTotals]>) -> Stri
             }
         }
     }
+    if let Some(sites) = sites.filter(|s| !s.is_empty()) {
+        let f = |v: u64| v as f64;
+        site_family(
+            &mut out,
+            "haul_site_lag_seconds",
+            "Age of the oldest fetched file the site has not confirmed (0 when it has all).",
+            sites,
+            |r| r.lag(now) as f64,
+        );
+        site_family(
+            &mut out,
+            "haul_site_files_pending",
+            "Fetched files the site has not confirmed yet.",
+            sites,
+            |r| f(r.totals.pending_files),
+        );
+        site_family(
+            &mut out,
+            "haul_site_bytes_pending",
+            "Bytes of the files the site has not confirmed yet.",
+            sites,
+            |r| f(r.totals.pending_bytes),
+        );
+        site_family(
+            &mut out,
+            "haul_site_files_delivered",
+            "Files the site confirmed at their current version.",
+            sites,
+            |r| f(r.totals.delivered_files),
+        );
+        site_family(
+            &mut out,
+            "haul_site_bytes_delivered",
+            "Bytes of the files the site confirmed.",
+            sites,
+            |r| f(r.totals.delivered_bytes),
+        );
+        site_family(
+            &mut out,
+            "haul_site_files_failed",
+            "Files whose last delivery to the site failed.",
+            sites,
+            |r| f(r.totals.failed_files),
+        );
+    }
     let _ = writeln!(
         out,
         "# HELP haul_catalog_up 1 if the catalog answered this scrape."
@@ -189,7 +261,21 @@ mod tests {
             by_state: vec![("fetched".into(), 3)],
             ..SourceTotals::default()
         }];
-        let text = prometheus_text(&snap, Some(&totals));
+        let sites = [SiteRow {
+            source: "a\"b".into(),
+            site: "east".into(),
+            totals: haul_catalog::SiteTotals {
+                pending_files: 2,
+                oldest_pending: Some(100),
+                ..haul_catalog::SiteTotals::default()
+            },
+        }];
+        let text = prometheus_text(&snap, Some(&totals), Some(&sites), 130);
+        assert!(
+            text.contains("haul_site_lag_seconds{source=\"a\\\"b\",site=\"east\"} 30\n"),
+            "{text}"
+        );
+        assert!(text.contains("haul_site_files_pending{source=\"a\\\"b\",site=\"east\"} 2\n"));
         assert!(
             text.contains("haul_files_fetched_total{source=\"a\\\"b\"} 3\n"),
             "{text}"

@@ -49,6 +49,8 @@ pub(crate) struct RunContext {
     pub global: Arc<Semaphore>,
     pub host: Arc<Semaphore>,
     pub board: Arc<Board>,
+    /// Told when fetched files were recorded (the source's distributor).
+    pub fetched: Arc<tokio::sync::Notify>,
 }
 
 /// The catalog's say over one run's files.
@@ -278,6 +280,9 @@ impl RunGate {
             blake3,
             fetched_at: at,
             worker: self.ctx.worker.clone(),
+            site: None,
+            site_url: None,
+            delivered_at: None,
         };
         if src.sidecar {
             let (dest, dest_rel, f) = (src.dest.clone(), file.dest_rel.clone(), facts.clone());
@@ -393,6 +398,9 @@ impl FileGate for RunGate {
                     .recorder
                     .fetched(&self.ctx.catalog, &name, rel, facts)
                     .await;
+                if recorded.is_ok() {
+                    self.ctx.fetched.notify_one();
+                }
                 self.after_file(file, at, root).await;
                 recorded
             }

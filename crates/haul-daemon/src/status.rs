@@ -46,6 +46,43 @@ pub struct SourceStatus {
     pub last_error: Option<String>,
     /// When the next run is due.
     pub next_run: Option<i64>,
+    /// The sites its files go to.
+    pub sites: Vec<String>,
+}
+
+/// What one source owes one site, from the catalog (for `/status`,
+/// `/metrics` and `haul status`).
+#[derive(Debug, Clone, Serialize)]
+pub struct SiteRow {
+    /// The source.
+    pub source: String,
+    /// The site.
+    pub site: String,
+    /// Its totals.
+    #[serde(skip)]
+    pub totals: haul_catalog::SiteTotals,
+}
+
+impl SiteRow {
+    /// Seconds since the oldest file the site lacks was fetched (0: none).
+    pub fn lag(&self, now: i64) -> i64 {
+        self.totals
+            .oldest_pending
+            .map_or(0, |t| now.saturating_sub(t).max(0))
+    }
+
+    /// As `/status` shows it.
+    pub fn json(&self, now: i64) -> serde_json::Value {
+        let t = &self.totals;
+        serde_json::json!({
+            "source": self.source, "site": self.site,
+            "lag_seconds": self.lag(now),
+            "files_pending": t.pending_files, "bytes_pending": t.pending_bytes,
+            "files_delivered": t.delivered_files, "bytes_delivered": t.delivered_bytes,
+            "files_failed": t.failed_files, "last_delivered": t.last_delivered,
+            "last_error": t.last_error,
+        })
+    }
 }
 
 /// The daemon's state for people and scrapers.
@@ -84,13 +121,17 @@ impl Board {
 
     /// Makes the board's sources those of the config (keeping counters of
     /// sources still there).
-    pub fn set_sources<'a>(&self, sources: impl Iterator<Item = (&'a str, String, String)>) {
+    pub fn set_sources<'a>(
+        &self,
+        sources: impl Iterator<Item = (&'a str, String, String, Vec<String>)>,
+    ) {
         let mut s = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         let mut kept = BTreeMap::new();
-        for (name, url, schedule) in sources {
+        for (name, url, schedule, sites) in sources {
             let mut st = s.sources.remove(name).unwrap_or_default();
             st.url = url;
             st.schedule = schedule;
+            st.sites = sites;
             kept.insert(name.to_string(), st);
         }
         s.sources = kept;

@@ -355,6 +355,33 @@ impl LocalTree {
         })
     }
 
+    /// The one entry at `rel` beneath a held `root`, named `rel` — a
+    /// directory without what it holds, a file opened as a walk would open
+    /// it: what a dataset of chosen files (a daemon's deliveries) sends for
+    /// each file and each directory above it. No symlink is followed on the
+    /// way.
+    pub fn entry_beneath(root: &Root, rel: &str) -> Result<SourceEntry, SourceError> {
+        let path = root.path().join(rel);
+        let comps =
+            haul_proto::validate_rel_path(rel).map_err(|_| SourceError::BadName(rel.to_owned()))?;
+        let Some((last, parents)) = comps.split_last() else {
+            return Err(SourceError::BadName(rel.to_owned()));
+        };
+        let parent = root
+            .open_dir(parents)
+            .map_err(|e| io_error(&path, std::io::Error::other(e.to_string())))?;
+        let naming = Naming {
+            path: path.clone(),
+            prefix: rel.to_owned(),
+            shown_from: Some(root.path().to_path_buf()),
+        };
+        match open_top(parent, std::ffi::OsStr::new(last), &path, false)? {
+            Top::Dir { meta, .. } => naming.make(Path::new(""), &meta, None, None),
+            Top::One { meta, link, data } => naming.make(Path::new(""), &meta, link, Some(data)),
+            Top::Path { .. } => Err(SourceError::BadName(rel.to_owned())),
+        }
+    }
+
     /// The wire name of the tree's top: its entries are `TOP/...`, or bare
     /// names when empty (a source given as `dir/`).
     pub fn top_name(&self) -> &str {

@@ -6,12 +6,18 @@
 //! go out through the same fan-out as a walked tree.
 //!
 //! [`Walk`] is the dataset of local source paths, walked through the
-//! filter (`LocalTree`: every file opened beneath held descriptors).
+//! filter (`LocalTree`: every file opened beneath held descriptors);
+//! [`Chosen`] is a list of files beneath one directory (what a daemon owes
+//! its sites), each opened beneath the directory's held descriptor.
 
 use std::sync::Arc;
 
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+
 use haul_engine::Filter;
 use haul_engine::{EntryIter, LocalTree, Source as _};
+use haul_root::Root;
 
 use crate::NodeError;
 
@@ -101,6 +107,61 @@ impl Dataset for Walk {
     }
 }
 
+/// Chosen files beneath one directory, sent under the same relative paths
+/// (each preceded by the directories above it, once): nothing else under
+/// the directory is looked at.
+#[derive(Debug, Clone)]
+pub struct Chosen {
+    root: PathBuf,
+    files: Vec<String>,
+}
+
+impl Chosen {
+    /// The dataset of `files` (paths relative to `root`).
+    pub fn new(root: PathBuf, mut files: Vec<String>) -> Self {
+        files.sort();
+        files.dedup();
+        Self { root, files }
+    }
+}
+
+impl Dataset for Chosen {
+    fn entries(&self) -> Result<EntryIter, NodeError> {
+        let root = Root::open(&self.root)
+            .map_err(|e| NodeError::Usage(format!("cannot open {}: {e}", self.root.display())))?;
+        let mut made: BTreeSet<String> = BTreeSet::new();
+        let mut out = Vec::new();
+        for file in &self.files {
+            let mut dir = String::new();
+            let comps: Vec<&str> = file.split('/').collect();
+            for comp in comps.iter().take(comps.len().saturating_sub(1)) {
+                if !dir.is_empty() {
+                    dir.push('/');
+                }
+                dir.push_str(comp);
+                if made.insert(dir.clone()) {
+                    out.push(LocalTree::entry_beneath(&root, &dir));
+                }
+            }
+            out.push(LocalTree::entry_beneath(&root, file));
+        }
+        Ok(Box::new(out.into_iter()))
+    }
+
+    fn tops(&self) -> Result<Vec<String>, NodeError> {
+        let tops: BTreeSet<String> = self
+            .files
+            .iter()
+            .filter_map(|f| f.split('/').next().map(str::to_owned))
+            .collect();
+        Ok(tops.into_iter().collect())
+    }
+
+    fn mirrored(&self) -> Option<&str> {
+        None
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -130,5 +191,48 @@ mod tests {
         // Two sources mirror nothing.
         let two = Walk::new(&[src.clone(), src], None);
         assert_eq!(two.mirrored(), None);
+    }
+
+    #[test]
+    fn chosen_files_come_with_the_directories_above_them_once() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("d/e")).unwrap();
+        std::fs::write(dir.path().join("d/e/x"), b"x").unwrap();
+        std::fs::write(dir.path().join("d/y"), b"yy").unwrap();
+        std::fs::write(dir.path().join("top"), b"t").unwrap();
+        std::fs::write(dir.path().join("left-out"), b"no").unwrap();
+        let chosen = Chosen::new(
+            dir.path().to_path_buf(),
+            vec!["d/y".into(), "top".into(), "d/e/x".into()],
+        );
+        let got: Vec<(String, u64)> = chosen
+            .entries()
+            .unwrap()
+            .map(|e| {
+                let e = e.unwrap();
+                (e.entry.path, e.entry.size)
+            })
+            .collect();
+        let want = [("d", 0), ("d/e", 0), ("d/e/x", 1), ("d/y", 2), ("top", 1)];
+        let want: Vec<(String, u64)> = want.iter().map(|(p, s)| ((*p).to_owned(), *s)).collect();
+        assert_eq!(got, want);
+        assert_eq!(chosen.tops().unwrap(), ["d", "top"]);
+        // A file gone since is an error for that file, the others still go.
+        std::fs::remove_file(dir.path().join("d/y")).unwrap();
+        let errors = chosen.entries().unwrap().filter(Result::is_err).count();
+        assert_eq!(errors, 1);
+        // A symlink on the way is not followed.
+        std::fs::remove_dir_all(dir.path().join("d")).unwrap();
+        std::fs::create_dir(dir.path().join("elsewhere")).unwrap();
+        std::fs::write(dir.path().join("elsewhere/y"), b"secret").unwrap();
+        std::os::unix::fs::symlink(dir.path().join("elsewhere"), dir.path().join("d")).unwrap();
+        let one = Chosen::new(dir.path().to_path_buf(), vec!["d/y".into()]);
+        let files: Vec<_> = one
+            .entries()
+            .unwrap()
+            .filter_map(Result::ok)
+            .filter(|e| e.entry.path == "d/y")
+            .collect();
+        assert!(files.is_empty());
     }
 }

@@ -240,7 +240,15 @@ pub async fn push_fanout(
         dataset: dataset.clone(),
         same: match opts.checksum {
             true => Some(Arc::new(
-                same_on_every_node(dataset.as_ref(), dests, &admitted).await?,
+                same_on_every_node(
+                    dataset.as_ref(),
+                    dests,
+                    admitted
+                        .iter()
+                        .map(|a| (a.index, a.dialer.clone()))
+                        .collect(),
+                )
+                .await?,
             )),
             false => None,
         },
@@ -335,16 +343,19 @@ pub async fn push_fanout(
 
 /// `--checksum`: the files every admitted node holds with the same BLAKE3
 /// (each node hashes its own, `List{sums}`); only they are not sent.
+/// (`admitted`: each node's index in `dests` and its dialer; not the
+/// admissions themselves, whose control connections a fan-out run on
+/// another task must not share across this wait.)
 async fn same_on_every_node(
     dataset: &dyn Dataset,
     dests: &[NodeUrl],
-    admitted: &[Admitted],
+    admitted: Vec<(usize, Dialer)>,
 ) -> Result<SameContent, NodeError> {
     let quiet = Tally::new(Arc::new(haul_run::event::Quiet));
     let mut common: Option<HashMap<String, (u64, haul_proto::Digest)>> = None;
-    for a in admitted {
-        let url = &dests[a.index];
-        let node = NodePath::new(a.dialer.clone(), url.path.clone());
+    for (index, dialer) in admitted {
+        let url = &dests[index];
+        let node = NodePath::new(dialer, url.path.clone());
         let dest = url.path.trim_matches('/');
         let SameContent::Listed(held) = SameContent::listed(&node, dest, dataset, &quiet).await?
         else {

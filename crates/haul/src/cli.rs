@@ -539,13 +539,19 @@ pub struct CatalogArgs {
 /// `haul catalog` subcommands.
 #[derive(Debug, Subcommand, Clone)]
 pub enum CatalogCommand {
-    /// List files (of a source, in a state).
+    /// List files (of a source, in a state), or with --site each fetched
+    /// file's delivery to that site.
     List {
         /// Only this source.
         #[arg(long)]
         source: Option<String>,
-        /// Only files in this state: new, claimed, fetched, failed.
-        #[arg(long, value_parser = ["new", "claimed", "fetched", "failed"])]
+        /// Deliveries to this site (of --source, or of every source of
+        /// --config that delivers there).
+        #[arg(long)]
+        site: Option<String>,
+        /// Only files in this state: new, claimed, fetched, failed; with
+        /// --site: pending, claimed, delivered, failed.
+        #[arg(long, value_parser = ["new", "claimed", "fetched", "failed", "pending", "delivered"])]
         state: Option<String>,
         /// At most this many.
         #[arg(long, default_value_t = 1000)]
@@ -567,6 +573,19 @@ pub enum CatalogCommand {
         /// Forget every file of the source.
         #[arg(long)]
         all: bool,
+        /// Forget only what this site confirmed (those files are delivered
+        /// to it again; nothing is fetched again).
+        #[arg(long)]
+        site: Option<String>,
+    },
+    /// Try a site's failed deliveries again now rather than at their
+    /// retry time.
+    Retry {
+        /// The source's name.
+        source: String,
+        /// The site.
+        #[arg(long)]
+        site: String,
     },
     /// The latest runs: start, worker, counts, errors.
     Runs {

@@ -13,7 +13,7 @@ use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::mpsc;
 
 use crate::cli::{CatalogArgs, CatalogCommand, DaemonArgs, StatusArgs};
-use crate::daemon_config::{self, DaemonConfig, SourcePlan};
+use crate::daemon_config::{self, DaemonConfig, SitePlan, SourcePlan};
 use crate::{fetch, usage, EXIT_OK};
 
 /// `haul daemon --check`: validates and prints each source's plan and next runs.
@@ -40,6 +40,8 @@ pub fn check(args: &DaemonArgs, json: bool) -> Result<u8> {
                     "schedule": s.schedule.describe(), "jitter_seconds": s.jitter.as_secs(),
                     "refetch": refetch_name(s.refetch), "rules": s.rules.iter().map(|(k, g)| format!("{k:?} {g}")).collect::<Vec<_>>(),
                     "next_runs": next.iter().map(|t| rfc3339(*t)).collect::<Vec<_>>(),
+                    "deliver": s.deliver, "catch_up": catch_up_name(s.catch_up),
+                    "plan": (!s.deliver.is_empty()).then(|| delivery_plan(&config.sites, &s.deliver)),
                 })
             })
             .collect();
@@ -48,6 +50,10 @@ pub fn check(args: &DaemonArgs, json: bool) -> Result<u8> {
             "status": config.status.map(|a| a.to_string()), "worker": config.worker,
             "max_files": config.max_files, "max_files_per_host": config.max_files_per_host,
             "staging": config.staging.as_ref().map(|p| p.display().to_string()),
+            "sites": config.sites.iter().map(|s| serde_json::json!({
+                "name": s.name, "url": format!("haul://{}/{}", s.url.addr, s.url.path.trim_matches('/')),
+                "rate": s.rate, "transport": s.transfer.transport,
+            })).collect::<Vec<_>>(),
             "sources": sources,
         }));
         return Ok(EXIT_OK);
@@ -70,6 +76,19 @@ pub fn check(args: &DaemonArgs, json: bool) -> Result<u8> {
             dir.display()
         );
     }
+    for site in &config.sites {
+        println!(
+            "site {}: haul://{}/{} ({}{})",
+            site.name,
+            site.url.addr,
+            site.url.path.trim_matches('/'),
+            site.transfer.transport,
+            site.rate.map_or_else(String::new, |r| format!(
+                ", uploads {}/s",
+                crate::output::human_bytes(r as u64)
+            ))
+        );
+    }
     for (s, url, next) in &out {
         println!("\n[{}] {url} -> {}", s.name, s.dest.display());
         let jitter = if s.jitter.is_zero() {
@@ -90,8 +109,65 @@ pub fn check(args: &DaemonArgs, json: bool) -> Result<u8> {
                 .collect::<Vec<_>>()
                 .join(", ")
         );
+        if !s.deliver.is_empty() {
+            println!(
+                "  deliver:  {} ({} first); {}",
+                s.deliver.join(", "),
+                catch_up_name(s.catch_up),
+                delivery_plan(&config.sites, &s.deliver)
+            );
+            if !s.keep_local {
+                println!(
+                    "  keep_local: no — each file is removed here once every site confirmed it"
+                );
+            }
+        }
     }
     Ok(EXIT_OK)
+}
+
+fn catch_up_name(c: haul_catalog::CatchUp) -> &'static str {
+    match c {
+        haul_catalog::CatchUp::Oldest => "oldest",
+        haul_catalog::CatchUp::Newest => "newest",
+    }
+}
+
+/// The plan a delivery to `names` starts with when every site lacks the
+/// batch (a 64 MiB file; `auto` weighs the sites' rates and depth).
+fn delivery_plan(sites: &[SitePlan], names: &[String]) -> String {
+    let rates: Vec<Option<f64>> = names
+        .iter()
+        .map(|n| sites.iter().find(|s| &s.name == n).and_then(|s| s.rate))
+        .collect();
+    let rates = haul_plan::Rates {
+        client: None,
+        nodes: rates,
+        delay: 0.0,
+    };
+    let plan = haul_plan::Plan::build_among(
+        &rates,
+        haul_plan::Shape::Auto,
+        64 << 20,
+        haul_plan::Candidates::All,
+    );
+    let order: Vec<String> = plan
+        .parents
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let from = match p {
+                haul_plan::Parent::Client => "daemon".to_owned(),
+                haul_plan::Parent::Node(j) => names.get(*j).cloned().unwrap_or_default(),
+            };
+            format!("{from} -> {}", names.get(i).map_or("?", String::as_str))
+        })
+        .collect();
+    format!(
+        "one fan-out per batch, plan {}: {}",
+        plan.shape,
+        order.join(", ")
+    )
 }
 
 fn refetch_name(r: haul_catalog::Refetch) -> &'static str {
@@ -129,10 +205,33 @@ async fn open_catalog(url: &str) -> Result<Arc<dyn Catalog>> {
 
 /// The daemon's options from a validated config (opening each remote).
 fn daemon_options(config: &DaemonConfig) -> Result<DaemonOptions> {
+    let sites = config
+        .sites
+        .iter()
+        .map(|s| {
+            let client = crate::config::client_options(&s.transfer)
+                .with_context(|| format!("site {:?}", s.name))?;
+            Ok(Arc::new(haul_daemon::SiteSpec {
+                name: s.name.clone(),
+                url: s.url.clone(),
+                rate: s.rate,
+                client,
+            }))
+        })
+        .collect::<Result<Vec<_>>>()?;
     let sources = config
         .sources
         .iter()
-        .map(|s| source_spec(s, config.hook_timeout))
+        .map(|s| {
+            let mut spec = source_spec(s, config.hook_timeout)?;
+            spec.deliver = s
+                .deliver
+                .iter()
+                .filter_map(|name| sites.iter().find(|site| &site.name == name).cloned())
+                .collect();
+            spec.catch_up = s.catch_up;
+            Ok(spec)
+        })
         .collect::<Result<Vec<_>>>()?;
     Ok(DaemonOptions {
         worker: config.worker.clone(),
@@ -186,6 +285,10 @@ fn source_spec(plan: &SourcePlan, hook_timeout: std::time::Duration) -> Result<S
         on_run: plan.on_run.clone(),
         hook_timeout,
         staging: plan.staging.clone(),
+        deliver: Vec::new(),
+        catch_up: plan.catch_up,
+        keep_local: plan.keep_local,
+        on_deliver: plan.on_deliver.clone(),
     })
 }
 
@@ -268,9 +371,13 @@ fn reload(path: &Path, catalog: &str) -> Result<DaemonOptions> {
 
 /// `haul catalog list|show|forget`.
 pub async fn catalog(args: &CatalogArgs, json: bool) -> Result<u8> {
-    let url = match (&args.catalog, &args.config) {
+    let config = match &args.config {
+        Some(path) => Some(usage(daemon_config::load(path))?),
+        None => None,
+    };
+    let url = match (&args.catalog, &config) {
         (Some(url), _) => url.clone(),
-        (None, Some(path)) => usage(daemon_config::load(path))?.catalog,
+        (None, Some(config)) => config.catalog.clone(),
         (None, None) => {
             return Err(crate::UsageError(
                 "haul catalog needs --config haul.toml or --catalog URL".into(),
@@ -280,18 +387,155 @@ pub async fn catalog(args: &CatalogArgs, json: bool) -> Result<u8> {
     };
     let catalog = open_catalog(&url).await?;
     let cmd = args.command.clone();
-    tokio::task::spawn_blocking(move || catalog_command(catalog.as_ref(), &cmd, json))
+    // The sources that deliver to each site, when the config says.
+    let delivering: Vec<(String, Vec<String>)> = config
+        .map(|c| {
+            c.sources
+                .iter()
+                .map(|s| (s.name.clone(), s.deliver.clone()))
+                .collect()
+        })
+        .unwrap_or_default();
+    tokio::task::spawn_blocking(move || catalog_command(catalog.as_ref(), &cmd, &delivering, json))
         .await
         .context("catalog task failed")?
 }
 
-fn catalog_command(c: &dyn Catalog, cmd: &CatalogCommand, json: bool) -> Result<u8> {
+/// The sources whose deliveries to `site` a command is about: `--source`,
+/// or those of the config that deliver there.
+fn sources_of_site(
+    site: &str,
+    source: Option<&String>,
+    delivering: &[(String, Vec<String>)],
+) -> Result<Vec<String>> {
+    if let Some(s) = source {
+        return Ok(vec![s.clone()]);
+    }
+    if delivering.is_empty() {
+        return Err(crate::UsageError(format!(
+            "--site {site}: name the source (--source NAME), or give --config so haul knows which sources deliver there"
+        ))
+        .into());
+    }
+    let found: Vec<String> = delivering
+        .iter()
+        .filter(|(_, sites)| sites.iter().any(|s| s == site))
+        .map(|(name, _)| name.clone())
+        .collect();
+    if found.is_empty() {
+        return Err(crate::UsageError(format!(
+            "--site {site}: no source of the config delivers to it (deliver = [\"{site}\"])"
+        ))
+        .into());
+    }
+    Ok(found)
+}
+
+/// `haul catalog list --site`: each fetched file's delivery to the site.
+fn list_deliveries(
+    c: &dyn Catalog,
+    sources: &[String],
+    site: &str,
+    state: Option<&str>,
+    limit: u32,
+    json: bool,
+) -> Result<u8> {
+    if matches!(state, Some("new" | "fetched")) {
+        return Err(crate::UsageError(
+            "with --site, --state is pending, claimed, delivered or failed".into(),
+        )
+        .into());
+    }
+    let mut shown = 0;
+    for source in sources {
+        for d in c.deliveries(source, site, state, limit)? {
+            shown += 1;
+            if json {
+                crate::output::json_line(&serde_json::json!({
+                    "source": source, "site": site, "path": d.path, "size": d.size,
+                    "state": d.state, "attempts": d.attempts, "error": d.error,
+                    "next_retry": d.next_retry.map(unix_text),
+                    "delivered_at": d.delivered_at.map(unix_text), "blake3": d.blake3,
+                }));
+                continue;
+            }
+            let detail = match d.state.as_str() {
+                "failed" => format!(
+                    "  {} attempt(s), next {}: {}",
+                    d.attempts,
+                    d.next_retry.map_or_else(|| "now".into(), unix_text),
+                    d.error.unwrap_or_default()
+                ),
+                "delivered" => format!("  {}", d.delivered_at.map(unix_text).unwrap_or_default()),
+                _ => String::new(),
+            };
+            println!(
+                "{:<9} {source} -> {site}  {}  {}{detail}",
+                d.state, d.path, d.size
+            );
+        }
+    }
+    if !json && shown == 0 {
+        eprintln!("no deliveries");
+    }
+    Ok(EXIT_OK)
+}
+
+fn catalog_command(
+    c: &dyn Catalog,
+    cmd: &CatalogCommand,
+    delivering: &[(String, Vec<String>)],
+    json: bool,
+) -> Result<u8> {
     match cmd {
         CatalogCommand::List {
             source,
+            site: Some(site),
             state,
             limit,
         } => {
+            let sources = sources_of_site(site, source.as_ref(), delivering)?;
+            return list_deliveries(c, &sources, site, state.as_deref(), *limit, json);
+        }
+        CatalogCommand::Retry { source, site } => {
+            let n = c.retry_deliveries(source, site)?;
+            if json {
+                crate::output::json_line(&serde_json::json!({"event": "retry", "source": source, "site": site, "files": n}));
+            } else {
+                println!("{n} failed deliver(ies) of {source} to {site} are due now: a running daemon takes them within seconds");
+            }
+        }
+        CatalogCommand::Forget {
+            source,
+            path,
+            all,
+            site: Some(site),
+        } => {
+            if path.is_none() && !all {
+                return Err(crate::UsageError(
+                    "haul catalog forget SOURCE PATH --site NAME forgets PATH's deliveries there; --all all of them".into(),
+                )
+                .into());
+            }
+            let n = c.forget_site(source, site, path.as_deref())?;
+            if json {
+                crate::output::json_line(&serde_json::json!({"event": "forgot", "source": source, "site": site, "files": n}));
+            } else {
+                println!("forgot {n} deliver(ies) of {source} to {site}: they are delivered again");
+            }
+        }
+        CatalogCommand::List {
+            source,
+            site: None,
+            state,
+            limit,
+        } => {
+            if matches!(state.as_deref(), Some("pending" | "delivered")) {
+                return Err(crate::UsageError(
+                    "--state pending and delivered are states of deliveries: add --site NAME".into(),
+                )
+                .into());
+            }
             let files = c.files(source.as_deref(), state.as_deref(), *limit)?;
             for f in &files {
                 if json {
@@ -327,7 +571,12 @@ fn catalog_command(c: &dyn Catalog, cmd: &CatalogCommand, json: bool) -> Result<
                 }
             }
         },
-        CatalogCommand::Forget { source, path, all } => {
+        CatalogCommand::Forget {
+            source,
+            path,
+            all,
+            site: None,
+        } => {
             if path.is_none() && !all {
                 return Err(crate::UsageError(
                     "haul catalog forget SOURCE PATH forgets PATH (and what is under it); --all forgets the whole source".into(),
@@ -474,5 +723,35 @@ pub async fn status(args: &StatusArgs, json: bool) -> Result<u8> {
             }
         }
     }
+    if let Some(rows) = status["deliveries"].as_array().filter(|r| !r.is_empty()) {
+        print_deliveries(rows);
+    }
     Ok(EXIT_OK)
+}
+
+/// The source × site table of `haul status`.
+fn print_deliveries(rows: &[serde_json::Value]) {
+    let n = |v: &serde_json::Value| v.as_u64().unwrap_or(0);
+    println!(
+        "\n{:<16} {:<12} {:>9} {:>10} {:>9} {:>7} {:>8}  last error",
+        "source", "site", "delivered", "pending", "bytes", "failed", "lag"
+    );
+    for r in rows {
+        let lag = n(&r["lag_seconds"]);
+        println!(
+            "{:<16} {:<12} {:>9} {:>10} {:>9} {:>7} {:>8}  {}",
+            r["source"].as_str().unwrap_or("?"),
+            r["site"].as_str().unwrap_or("?"),
+            n(&r["files_delivered"]),
+            n(&r["files_pending"]),
+            crate::output::human_bytes(n(&r["bytes_pending"])),
+            n(&r["files_failed"]),
+            if lag == 0 {
+                "-".to_owned()
+            } else {
+                haul_time::format_duration(std::time::Duration::from_secs(lag))
+            },
+            r["last_error"].as_str().unwrap_or("")
+        );
+    }
 }

@@ -54,9 +54,39 @@ pub struct FileConfig {
     /// Partial downloads no run has written for this long are removed, at
     /// start and hourly (`7d`, `12h`, or `off`; default `7d`).
     pub partial_ttl: Option<Spanned<String>>,
+    /// The sites deliveries go to.
+    #[serde(default)]
+    pub site: Vec<Spanned<SiteConfig>>,
     /// The sources.
     #[serde(default)]
     pub source: Vec<Spanned<SourceConfig>>,
+}
+
+/// One `[[site]]`: a node every file of the sources that name it goes to.
+#[derive(Debug, Deserialize, Clone)]
+#[serde(deny_unknown_fields)]
+pub struct SiteConfig {
+    /// The name sources' `deliver` lists give (the catalog's key).
+    pub name: String,
+    /// `haul://HOST:PORT/DIR`: the node, and the directory under its root
+    /// deliveries go under.
+    pub url: Spanned<String>,
+    /// File holding the node's token (first line), as `--token-file`.
+    pub token_file: Option<PathBuf>,
+    /// Its upload rate when known (`100mbit`, `20MB/s`): places it in the
+    /// relay plan (slow uploaders at the leaves).
+    pub rate: Option<Spanned<String>>,
+    /// `tcp` (default) or `quic`, as `--transport`.
+    pub transport: Option<Spanned<String>>,
+    /// Pin the node's key (`SHA256:…` as `haul serve` prints it).
+    pub fingerprint: Option<String>,
+    /// Known-hosts file for trust on first use (default: the user's).
+    pub known_hosts: Option<PathBuf>,
+    /// Plaintext TCP (the node runs with `--plaintext`).
+    #[serde(default)]
+    pub plaintext: bool,
+    /// Seconds of silence before a connection is dropped, as `--timeout`.
+    pub timeout: Option<u64>,
 }
 
 fn default_catalog() -> Spanned<String> {
@@ -159,6 +189,20 @@ pub struct SourceConfig {
     pub on_file: Option<String>,
     /// Run `sh -c COMMAND` after each run.
     pub on_run: Option<String>,
+    /// The `[[site]]`s every fetched file goes to.
+    #[serde(default)]
+    pub deliver: Vec<String>,
+    /// `oldest` (default) or `newest`: what a site that is behind gets first.
+    pub catch_up: Option<Spanned<String>>,
+    /// `false`: remove each fetched file here once every site confirmed it.
+    #[serde(default = "yes")]
+    pub keep_local: bool,
+    /// Run `sh -c COMMAND` after each file a site confirmed.
+    pub on_deliver: Option<String>,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// `jobs = 4` or `jobs = "auto"`.
@@ -196,8 +240,22 @@ pub struct DaemonConfig {
     /// How old an untouched partial download gets before it is removed
     /// (`None`: never).
     pub partial_ttl: Option<Duration>,
+    /// The sites.
+    pub sites: Vec<SitePlan>,
     /// The sources.
     pub sources: Vec<SourcePlan>,
+}
+
+/// One site, validated.
+pub struct SitePlan {
+    /// Name.
+    pub name: String,
+    /// The node and directory.
+    pub url: haul_node::NodeUrl,
+    /// Upload rate, bytes per second.
+    pub rate: Option<f64>,
+    /// `haul push`'s flags for it (token file, transport, security).
+    pub transfer: TransferArgs,
 }
 
 /// One source, validated: its flags as `haul pull` takes them.
@@ -233,6 +291,14 @@ pub struct SourcePlan {
     /// Where this source's partial downloads are staged (`STAGING/NAME`),
     /// when the config sets `staging`.
     pub staging: Option<PathBuf>,
+    /// The names of the sites its files go to.
+    pub deliver: Vec<String>,
+    /// What a site behind gets first.
+    pub catch_up: haul_catalog::CatchUp,
+    /// Keep fetched files once every site confirmed them.
+    pub keep_local: bool,
+    /// `on_deliver` hook.
+    pub on_deliver: Option<String>,
 }
 
 /// 1-based line of byte `offset` in `text`.
@@ -302,6 +368,19 @@ pub fn parse(text: &str) -> Result<DaemonConfig> {
             Some((path, at(st.span())))
         }
     };
+    let mut sites = Vec::new();
+    for site in &file.site {
+        let line = at(site.span());
+        let plan = site_plan(site.get_ref(), &at)
+            .with_context(|| format!("[[site]] {:?} ({line})", site.get_ref().name))?;
+        if sites.iter().any(|s: &SitePlan| s.name == plan.name) {
+            bail!(
+                "{line}: two sites are named {:?}: names must differ (they key the catalog)",
+                plan.name
+            );
+        }
+        sites.push(plan);
+    }
     let mut names = std::collections::HashSet::new();
     let mut sources = Vec::new();
     for s in &file.source {
@@ -325,6 +404,26 @@ pub fn parse(text: &str) -> Result<DaemonConfig> {
             })?;
             plan.staging = Some(own);
         }
+        if !plan.keep_local && plan.deliver.is_empty() {
+            bail!(
+                "{line}: [[source]] {:?}: keep_local = false removes files once every site has them, and it delivers to no site: add deliver = [\"SITE\", …] or drop keep_local",
+                s.name
+            );
+        }
+        for d in &plan.deliver {
+            if !sites.iter().any(|site| &site.name == d) {
+                let known: Vec<&str> = sites.iter().map(|s| s.name.as_str()).collect();
+                bail!(
+                    "{line}: [[source]] {:?}: deliver names {d:?}, and no [[site]] has that name{}",
+                    s.name,
+                    if known.is_empty() {
+                        " (add a [[site]] with name, url and token_file)".to_owned()
+                    } else {
+                        format!(" (the sites are {})", known.join(", "))
+                    }
+                );
+            }
+        }
         sources.push(plan);
     }
     if file.max_files == 0 || file.max_files_per_host == 0 {
@@ -346,7 +445,59 @@ pub fn parse(text: &str) -> Result<DaemonConfig> {
             Some(v) => crate::config::partial_ttl(v.get_ref())
                 .with_context(|| format!("{}: partial_ttl", at(v.span())))?,
         },
+        sites,
         sources,
+    })
+}
+
+fn site_plan(s: &SiteConfig, at: &dyn Fn(std::ops::Range<usize>) -> String) -> Result<SitePlan> {
+    if s.name.is_empty() || s.name.chars().any(char::is_control) {
+        bail!("name must be a non-empty plain name");
+    }
+    let url = haul_node::NodeUrl::parse(s.url.get_ref()).map_err(|e| {
+        anyhow::anyhow!(
+            "{}: url = {:?}: {e} (use haul://HOST:PORT/DIR)",
+            at(s.url.span()),
+            s.url.get_ref()
+        )
+    })?;
+    haul_proto::validate_rel_path(url.path.trim_matches('/')).map_err(|e| {
+        anyhow::anyhow!(
+            "{}: url: the directory {:?}: {e}",
+            at(s.url.span()),
+            url.path
+        )
+    })?;
+    let rate = match &s.rate {
+        None => None,
+        Some(r) => Some(
+            crate::config::parse_rate(r.get_ref())
+                .with_context(|| format!("{}: rate", at(r.span())))?,
+        ),
+    };
+    let defaults = || anyhow::anyhow!("the flags' defaults do not parse (a bug)");
+    let mut transfer: TransferArgs = flag_defaults().map_err(|_| defaults())?;
+    transfer.token_file.clone_from(&s.token_file);
+    transfer.fingerprint.clone_from(&s.fingerprint);
+    transfer.known_hosts.clone_from(&s.known_hosts);
+    transfer.plaintext = s.plaintext;
+    transfer.timeout = s.timeout.unwrap_or(transfer.timeout);
+    if let Some(t) = &s.transport {
+        match t.get_ref().as_str() {
+            "tcp" | "quic" => t.get_ref().clone_into(&mut transfer.transport),
+            other => bail!(
+                "{}: transport = {other:?}: use \"tcp\" or \"quic\"",
+                at(t.span())
+            ),
+        }
+    }
+    // Checked now (the token file is read), not at the first delivery.
+    crate::config::client_options(&transfer)?;
+    Ok(SitePlan {
+        name: s.name.clone(),
+        url,
+        rate,
+        transfer,
     })
 }
 
@@ -521,6 +672,23 @@ fn source_plan(
         on_file: s.on_file.clone(),
         on_run: s.on_run.clone(),
         staging: None,
+        deliver: {
+            let mut seen = std::collections::HashSet::new();
+            s.deliver
+                .iter()
+                .filter(|d| seen.insert(d.as_str()))
+                .cloned()
+                .collect()
+        },
+        keep_local: s.keep_local,
+        on_deliver: s.on_deliver.clone(),
+        catch_up: match &s.catch_up {
+            None => haul_catalog::CatchUp::Oldest,
+            Some(c) => c
+                .get_ref()
+                .parse()
+                .map_err(|e: String| anyhow::anyhow!("{}: {e}", at(c.span())))?,
+        },
     };
     // Everything `haul pull` checks, checked now rather than at the first run.
     crate::fetch::fetch_options(

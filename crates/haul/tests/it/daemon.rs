@@ -9,18 +9,18 @@ use std::time::Duration;
 use crate::harness::{b3, haul, run, wait_for, write_file, Scratch, BIN};
 
 /// A running `haul daemon`, its log in a file; killed on drop.
-struct Daemon {
+pub(crate) struct Daemon {
     child: Child,
     log: PathBuf,
 }
 
 impl Daemon {
-    fn start(config: &Path, log: &Path) -> Daemon {
+    pub(crate) fn start(config: &Path, log: &Path) -> Daemon {
         Self::start_env(config, log, &[])
     }
 
     /// [`Daemon::start`] with more environment (an S3 source's credentials).
-    fn start_env(config: &Path, log: &Path, env: &[(&str, String)]) -> Daemon {
+    pub(crate) fn start_env(config: &Path, log: &Path, env: &[(&str, String)]) -> Daemon {
         let child = Command::new(BIN)
             .args(["daemon", "--config"])
             .arg(config)
@@ -37,12 +37,12 @@ impl Daemon {
         }
     }
 
-    fn log(&self) -> String {
+    pub(crate) fn log(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
     /// SIGTERM, then the exit status (within 30 s).
-    fn terminate(&mut self) -> std::process::ExitStatus {
+    pub(crate) fn terminate(&mut self) -> std::process::ExitStatus {
         unsafe { libc::kill(self.child.id() as i32, libc::SIGTERM) };
         for _ in 0..300 {
             if let Some(status) = self.child.try_wait().expect("wait") {
@@ -56,7 +56,7 @@ impl Daemon {
         );
     }
 
-    fn kill9(&mut self) {
+    pub(crate) fn kill9(&mut self) {
         unsafe { libc::kill(self.child.id() as i32, libc::SIGKILL) };
         let _ = self.child.wait();
     }
@@ -70,7 +70,7 @@ impl Drop for Daemon {
 }
 
 /// `haul --json catalog --config CONFIG ARGS...` as JSON lines.
-fn catalog(config: &Path, args: &[&str]) -> Vec<serde_json::Value> {
+pub(crate) fn catalog(config: &Path, args: &[&str]) -> Vec<serde_json::Value> {
     let mut cmd = haul(config.parent().expect("dir"));
     cmd.args(["--json", "catalog", "--config"])
         .arg(config)
@@ -487,7 +487,7 @@ include = ["*.nc"]
 }
 
 /// A free port on 127.0.0.1 (bound and released).
-fn free_port() -> u16 {
+pub(crate) fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -496,7 +496,7 @@ fn free_port() -> u16 {
 }
 
 /// `GET path` from the status listener: (status line, body).
-fn http_get(port: u16, path: &str) -> (String, String) {
+pub(crate) fn http_get(port: u16, path: &str) -> (String, String) {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();

@@ -1,0 +1,507 @@
+//! Deliveries to sites: every file a source fetched goes to each site in
+//! its `deliver` list, through the fan-out (`haul_node::push_fanout`).
+//!
+//! One distributor per source that delivers, for the daemon's life. Each
+//! round it claims, per site, what the catalog says the source owes that
+//! site (fetched files the site has not confirmed at their current BLAKE3;
+//! see `haul_catalog`'s deliveries), takes the union, and sends it as one
+//! fan-out to the sites that lack something: a relay plan among them, so
+//! this host uploads each byte about once however many sites there are. A
+//! site that already holds a file of the batch skips it (the node's quick
+//! check) and still relays it to the others. Each site's part is recorded
+//! from its own report: confirmed (the BLAKE3 the origin vouched for) or
+//! failed with the site's error and a retry time.
+//!
+//! After a site confirmed files: the `on_deliver` hook per (file, site),
+//! and with `keep_local = false` each file every site of the source has
+//! confirmed is removed here (beneath the destination's held directories),
+//! never one a site still lacks.
+//!
+//! A round starts when a run recorded new files (plus [`GATHER`], so a
+//! burst goes as one batch), or every [`POLL`] for retries. A site that
+//! failed waits out its own backoff before it is claimed for again; the
+//! others go on without it, and when it is back it catches up with what it
+//! lacks, oldest (or newest, `catch_up`) first, [`BATCH`] files a round.
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use haul_catalog::{Catalog, Owed};
+use haul_node::dataset::Chosen;
+use haul_node::{ClientOptions, Dialer, FanoutOptions, NodeUrl, Reach};
+use haul_plan::Shape;
+use haul_run::backoff::Backoff;
+use haul_run::event::{Event, Observer};
+use tokio::sync::{watch, Notify};
+
+use crate::run::blocking;
+use crate::{unix, SourceSpec};
+
+/// How long after a run recorded new files the round starts, so a burst
+/// goes out as one fan-out.
+pub const GATHER: Duration = Duration::from_secs(1);
+
+/// How often a distributor looks for what is owed with no news (retries
+/// that came due, another worker's ended leases).
+pub const POLL: Duration = Duration::from_secs(10);
+
+/// Files one round claims per site at most.
+pub const BATCH: u32 = 1000;
+
+/// The longest a site that keeps failing waits between attempts.
+pub const MAX_SITE_WAIT: Duration = Duration::from_secs(600);
+
+/// A node deliveries go to.
+#[derive(Debug, Clone)]
+pub struct SiteSpec {
+    /// Its name (the catalog's key).
+    pub name: String,
+    /// The node and the directory deliveries go under.
+    pub url: NodeUrl,
+    /// Its upload rate (bytes per second) when known: places it in the plan.
+    pub rate: Option<f64>,
+    /// How it is reached: its token, transport, security.
+    pub client: ClientOptions,
+}
+
+/// What a distributor shares with the daemon.
+pub(crate) struct Distributor {
+    pub catalog: Arc<dyn Catalog>,
+    pub worker: String,
+    pub lease: Duration,
+    /// First wait after a site failed (doubling to [`MAX_SITE_WAIT`]).
+    pub site_retry: Duration,
+    /// Notified when a run of this source recorded fetched files.
+    pub fetched: Arc<Notify>,
+}
+
+/// Each site by its address, with its own options (token, transport).
+#[derive(Debug)]
+struct Sites(HashMap<String, ClientOptions>);
+
+impl Reach for Sites {
+    fn dialer(&self, addr: &str, opts: &ClientOptions) -> Dialer {
+        Dialer::network(addr, self.0.get(addr).unwrap_or(opts))
+    }
+}
+
+/// What the origin's own sends saw: the BLAKE3 each file went out with,
+/// and the files that could not be read here.
+#[derive(Default)]
+struct Seen {
+    sent: Mutex<HashMap<String, String>>,
+    failed: Mutex<HashMap<String, String>>,
+}
+
+impl Observer for Seen {
+    fn event(&self, event: &Event) {
+        match event {
+            Event::FileDone { path, blake3, .. } if !blake3.is_empty() => {
+                if let Ok(mut m) = self.sent.lock() {
+                    m.insert(path.clone(), blake3.clone());
+                }
+            }
+            Event::FileError { path, error } => {
+                if let Ok(mut m) = self.failed.lock() {
+                    m.insert(path.clone(), error.clone());
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// A site's turn: its backoff, and when it may be tried again.
+struct Turn {
+    backoff: Backoff,
+    not_before: Option<Instant>,
+}
+
+/// Runs the distributor of one source until `spec` has no sender left (the
+/// source was removed) or `stop` says so. The source's spec is read afresh
+/// each round (a reload changes its sites).
+pub(crate) async fn distribute(
+    d: Distributor,
+    mut spec: watch::Receiver<Arc<SourceSpec>>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut turns: HashMap<String, Turn> = HashMap::new();
+    loop {
+        if *stop.borrow() {
+            return;
+        }
+        let current = spec.borrow().clone();
+        let sent = if current.deliver.is_empty() {
+            false
+        } else {
+            round(&d, &current, &mut turns).await
+        };
+        if sent {
+            // Something moved: look again at once (more may be owed).
+            continue;
+        }
+        tokio::select! {
+            () = d.fetched.notified() => tokio::time::sleep(GATHER).await,
+            () = tokio::time::sleep(POLL) => {}
+            changed = spec.changed() => if changed.is_err() { return },
+            _ = stop.changed() => return,
+        }
+    }
+}
+
+/// The relative path under DEST a fetched file lies at (its `local_path`
+/// less DEST; a `--rename`d file keeps its new name).
+fn rel_in(dest: &Path, owed: &Owed) -> Option<String> {
+    let rel = Path::new(&owed.local_path).strip_prefix(dest).ok()?;
+    let rel = rel.to_str()?.to_owned();
+    (!rel.is_empty()).then_some(rel)
+}
+
+/// One round: claims what each site whose turn it is lacks, sends the
+/// union as one fan-out, records each site's part. Returns whether
+/// anything was sent.
+async fn round(d: &Distributor, spec: &SourceSpec, turns: &mut HashMap<String, Turn>) -> bool {
+    let now = Instant::now();
+    let mut claimed: Vec<(Arc<SiteSpec>, Vec<Owed>)> = Vec::new();
+    for site in &spec.deliver {
+        let turn = turns.entry(site.name.clone()).or_insert_with(|| Turn {
+            backoff: Backoff::new(u32::MAX, d.site_retry, MAX_SITE_WAIT, Backoff::fresh_seed()),
+            not_before: None,
+        });
+        if turn.not_before.is_some_and(|t| t > now) {
+            continue;
+        }
+        let (source, name, worker) = (spec.name.clone(), site.name.clone(), d.worker.clone());
+        let (until, at) = (unix(SystemTime::now() + d.lease), unix(SystemTime::now()));
+        let order = spec.catch_up;
+        match blocking(&d.catalog, move |c| {
+            c.claim_deliveries(&source, &name, &worker, until, at, order, BATCH)
+        })
+        .await
+        {
+            Ok(owed) if owed.is_empty() => {}
+            Ok(owed) => claimed.push((site.clone(), owed)),
+            Err(e) => {
+                tracing::error!(
+                    "{}: cannot claim deliveries to {}: {e}",
+                    spec.name,
+                    site.name
+                );
+            }
+        }
+    }
+    if claimed.is_empty() {
+        return false;
+    }
+    let t0 = Instant::now();
+    let mut files: Vec<String> = Vec::new();
+    let mut unplaced: Vec<(String, Vec<(String, String)>)> = Vec::new();
+    for (site, owed) in &claimed {
+        let mut bad = Vec::new();
+        for o in owed {
+            match rel_in(&spec.dest, o) {
+                Some(rel) => files.push(rel),
+                None => bad.push((
+                    o.path.clone(),
+                    format!("{} is not under {}", o.local_path, spec.dest.display()),
+                )),
+            }
+        }
+        if !bad.is_empty() {
+            unplaced.push((site.name.clone(), bad));
+        }
+    }
+    for (site, bad) in unplaced {
+        record_failed(d, spec, &site, bad, d.site_retry).await;
+    }
+    let dataset = Arc::new(Chosen::new(spec.dest.clone(), files.clone()));
+    let urls: Vec<NodeUrl> = claimed.iter().map(|(s, _)| s.url.clone()).collect();
+    let reach = Arc::new(Sites(
+        claimed
+            .iter()
+            .map(|(s, _)| (s.url.addr.clone(), s.client.clone()))
+            .collect(),
+    ));
+    let fan = FanoutOptions {
+        shape: Shape::Auto,
+        rates: claimed.iter().map(|(s, _)| s.rate).collect(),
+        reach,
+    };
+    let opts = claimed[0].0.client.clone();
+    let seen = Arc::new(Seen::default());
+    let names: Vec<&str> = claimed.iter().map(|(s, _)| s.name.as_str()).collect();
+    let unique: HashSet<&String> = files.iter().collect();
+    tracing::info!(
+        "{}: delivering {} file(s) to {}",
+        spec.name,
+        unique.len(),
+        names.join(", ")
+    );
+    let result = haul_node::push_fanout(dataset, &urls, &opts, &fan, seen.clone()).await;
+    let mut confirmed_paths: Vec<String> = Vec::new();
+    let sent = seen.sent.lock().map(|m| m.clone()).unwrap_or_default();
+    let failed_here = seen.failed.lock().map(|m| m.clone()).unwrap_or_default();
+    for (i, (site, owed)) in claimed.iter().enumerate() {
+        let report = result.as_ref().map(|s| s.nodes.get(i));
+        let site_error = match &report {
+            Ok(Some(n)) if n.ok => None,
+            Ok(Some(n)) if !n.error.is_empty() => Some(n.error.clone()),
+            Ok(Some(n)) => Some(format!("{} of its files failed there", n.failed)),
+            Ok(None) => Some("no report from the fan-out".to_owned()),
+            Err(e) => Some(e.to_string()),
+        };
+        let (mut good, mut bad) = (Vec::new(), Vec::new());
+        for o in owed {
+            let Some(rel) = rel_in(&spec.dest, o) else {
+                continue;
+            };
+            if let Some(e) = failed_here.get(&rel) {
+                bad.push((o.path.clone(), e.clone()));
+            } else if let Some(e) = &site_error {
+                bad.push((o.path.clone(), e.clone()));
+            } else {
+                let hash = sent.get(&rel).cloned().unwrap_or_else(|| o.blake3.clone());
+                good.push((o.path.clone(), hash));
+            }
+        }
+        let turn = turns.get_mut(&site.name);
+        if !good.is_empty() {
+            let bytes: u64 = owed
+                .iter()
+                .filter(|o| good.iter().any(|(p, _)| p == &o.path))
+                .map(|o| o.size)
+                .sum();
+            tracing::info!(
+                "{} → {}: {} file(s) delivered ({bytes} bytes) in {:.1}s",
+                spec.name,
+                site.name,
+                good.len(),
+                t0.elapsed().as_secs_f64()
+            );
+            let (source, name, at) = (
+                spec.name.clone(),
+                site.name.clone(),
+                unix(SystemTime::now()),
+            );
+            let confirmed = good.clone();
+            match blocking(&d.catalog, move |c| c.delivered(&source, &name, &good, at)).await {
+                Ok(()) => {
+                    confirmed_paths.extend(confirmed.iter().map(|(p, _)| p.clone()));
+                    if let Some(cmd) = &spec.on_deliver {
+                        on_deliver(d, spec, site, cmd, &confirmed, at).await;
+                    }
+                }
+                Err(e) => tracing::error!(
+                    "{}: cannot record deliveries to {} in the catalog: {e}",
+                    spec.name,
+                    site.name
+                ),
+            }
+        }
+        match (site_error, turn) {
+            (None, Some(turn)) => {
+                turn.backoff.progress_made();
+                turn.not_before = None;
+            }
+            (Some(e), Some(turn)) => {
+                let wait = turn.backoff.next_wait().unwrap_or(MAX_SITE_WAIT);
+                turn.not_before = Some(Instant::now() + wait);
+                tracing::warn!(
+                    "{} → {}: {e}; {} file(s) wait, trying again in {:.0}s",
+                    spec.name,
+                    site.name,
+                    bad.len(),
+                    wait.as_secs_f64()
+                );
+                record_failed(d, spec, &site.name, std::mem::take(&mut bad), wait).await;
+            }
+            (Some(_), None) | (None, None) => {}
+        }
+        if !bad.is_empty() {
+            // Files that could not be read here, the site itself fine.
+            for (p, e) in &bad {
+                tracing::warn!("{} → {}: {p}: {e}", spec.name, site.name);
+            }
+            record_failed(d, spec, &site.name, bad, d.site_retry).await;
+        }
+    }
+    if !spec.keep_local && !confirmed_paths.is_empty() {
+        let locals: HashMap<String, String> = claimed
+            .iter()
+            .flat_map(|(_, owed)| owed.iter())
+            .filter_map(|o| rel_in(&spec.dest, o).map(|rel| (o.path.clone(), rel)))
+            .collect();
+        release_local(d, spec, confirmed_paths, &locals).await;
+    }
+    true
+}
+
+/// Runs `on_deliver` for each of `files` (path, BLAKE3) `site` confirmed
+/// at `at`, with the file's facts from the catalog.
+async fn on_deliver(
+    d: &Distributor,
+    spec: &SourceSpec,
+    site: &SiteSpec,
+    cmd: &str,
+    files: &[(String, String)],
+    at: i64,
+) {
+    for (path, blake3) in files {
+        let (source, p) = (spec.name.clone(), path.clone());
+        let record = match blocking(&d.catalog, move |c| c.file(&source, &p)).await {
+            Ok(Some(r)) => r,
+            Ok(None) => continue,
+            Err(e) => {
+                tracing::warn!(
+                    "{}: {path}: on_deliver: cannot read the catalog: {e}",
+                    spec.name
+                );
+                continue;
+            }
+        };
+        let (local_path, fetched_at) = match &record.state {
+            haul_catalog::State::Fetched { local_path, at, .. } => (local_path.clone(), *at),
+            _ => (String::new(), 0),
+        };
+        let rel = Path::new(&local_path)
+            .strip_prefix(&spec.dest)
+            .map_or_else(|_| path.clone(), |r| r.display().to_string());
+        let facts = crate::delivery::FileFacts {
+            event: "delivered",
+            source: spec.name.clone(),
+            url: format!("{}/{}", spec.url.trim_end_matches('/'), path),
+            path: path.clone(),
+            local_path,
+            size: record.seen.size.unwrap_or(0),
+            remote_mtime: record.seen.mtime,
+            etag: record.seen.etag.clone(),
+            checksums_verified: record.seen.checksums.clone(),
+            blake3: blake3.clone(),
+            fetched_at,
+            worker: d.worker.clone(),
+            site: Some(site.name.clone()),
+            site_url: Some(format!(
+                "haul://{}/{}/{rel}",
+                site.url.addr,
+                site.url.path.trim_matches('/')
+            )),
+            delivered_at: Some(at),
+        };
+        let json = serde_json::to_value(&facts).unwrap_or_default();
+        let env = crate::delivery::file_env(&facts);
+        if let Err(e) = crate::delivery::run_hook(cmd, &env, &json, spec.hook_timeout).await {
+            tracing::warn!(
+                "{} → {}: {path}: on_deliver hook {e} (the file stays delivered)",
+                spec.name,
+                site.name
+            );
+        }
+    }
+}
+
+/// `keep_local = false`: removes the local copy of each of `paths` that
+/// every site of the source has confirmed (`locals`: catalog path → path
+/// under DEST), beneath the destination's held directories.
+async fn release_local(
+    d: &Distributor,
+    spec: &SourceSpec,
+    paths: Vec<String>,
+    locals: &HashMap<String, String>,
+) {
+    let sites: Vec<String> = spec.deliver.iter().map(|s| s.name.clone()).collect();
+    let source = spec.name.clone();
+    let asked = paths.clone();
+    let lacking: HashSet<String> =
+        match blocking(&d.catalog, move |c| c.unconfirmed(&source, &sites, &asked)).await {
+            Ok(l) => l.into_iter().collect(),
+            Err(e) => {
+                tracing::warn!(
+                    "{}: keep_local = false: cannot ask the catalog: {e}",
+                    spec.name
+                );
+                return;
+            }
+        };
+    let done: Vec<String> = paths
+        .into_iter()
+        .filter(|p| !lacking.contains(p))
+        .filter_map(|p| locals.get(&p).cloned())
+        .collect::<HashSet<_>>()
+        .into_iter()
+        .collect();
+    if done.is_empty() {
+        return;
+    }
+    let dest = spec.dest.clone();
+    let removed = tokio::task::spawn_blocking(move || remove_beneath(&dest, &done)).await;
+    match removed {
+        Ok((n, errors)) => {
+            if n > 0 {
+                tracing::info!(
+                    "{}: removed the local copy of {n} file(s) every site confirmed (keep_local = false)",
+                    spec.name
+                );
+            }
+            if let Some(e) = errors.first() {
+                tracing::warn!(
+                    "{}: keep_local = false: {} local copy(ies) not removed: {e}",
+                    spec.name,
+                    errors.len()
+                );
+            }
+        }
+        Err(e) => tracing::warn!("{}: keep_local = false: {e}", spec.name),
+    }
+}
+
+/// Unlinks each of `rels` beneath `dest`'s held directories (no symlink
+/// followed on the way); returns how many, and the errors.
+fn remove_beneath(dest: &Path, rels: &[String]) -> (usize, Vec<String>) {
+    let root = match haul_root::Root::open(dest) {
+        Ok(r) => r,
+        Err(e) => return (0, vec![format!("{}: {e}", dest.display())]),
+    };
+    let (mut n, mut errors) = (0, Vec::new());
+    for rel in rels {
+        let comps: Vec<&str> = rel.split('/').collect();
+        let Some((name, parents)) = comps.split_last() else {
+            continue;
+        };
+        let result = root
+            .open_dir(parents)
+            .map_err(|e| e.to_string())
+            .and_then(|dir| dir.unlink(name).map_err(|e| e.to_string()));
+        match result {
+            Ok(()) => n += 1,
+            Err(e) => errors.push(format!("{rel}: {e}")),
+        }
+    }
+    (n, errors)
+}
+
+/// Records `files` (path and error) as failed at `site`, due again after `wait`.
+async fn record_failed(
+    d: &Distributor,
+    spec: &SourceSpec,
+    site: &str,
+    files: Vec<(String, String)>,
+    wait: Duration,
+) {
+    if files.is_empty() {
+        return;
+    }
+    let next = unix(SystemTime::now() + wait);
+    let (source, name) = (spec.name.clone(), site.to_owned());
+    if let Err(e) = blocking(&d.catalog, move |c| {
+        c.delivery_failed(&source, &name, &files, next)
+    })
+    .await
+    {
+        tracing::error!(
+            "{}: cannot record failed deliveries to {site} in the catalog: {e}",
+            spec.name
+        );
+    }
+}

@@ -1,0 +1,339 @@
+//! `haul daemon` delivering to sites: real nginx as the archive, real
+//! `haul serve` nodes as the sites (each with its own token, its transfer
+//! log in JSON), the SQLite catalog. Every fetched file reaches every site
+//! through the fan-out, each site receives each file once (counted in its
+//! own log), a site that is down is named with its error and catches up
+//! with exactly what it lacks when it is back.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::Duration;
+
+use crate::daemon::{catalog, free_port, http_get, Daemon};
+use crate::harness::{b3, wait_for, write_file, Node, Scratch};
+
+/// A site: a node with its own token, logging each file it receives.
+struct Site {
+    node: Node,
+    name: &'static str,
+}
+
+fn start_site(s: &Scratch, name: &'static str, listen: &str) -> Site {
+    let token = s.path(&format!("{name}.token"));
+    std::fs::write(&token, format!("token-of-{name}\n")).unwrap();
+    let log = s.path(&format!("{name}.log"));
+    // Appended to across restarts: the count spans the node's whole life.
+    let node = Node::start_on(
+        &s.path(&format!("site-{name}")),
+        &s.path(&format!("config-{name}")),
+        listen,
+        &[
+            "--token-file",
+            &token.display().to_string(),
+            "--log-format",
+            "json",
+            "--log-file",
+            &log.display().to_string(),
+        ],
+    );
+    Site { node, name }
+}
+
+/// How many times each path was received by site `name` (its log).
+fn received(s: &Scratch, name: &str) -> HashMap<String, usize> {
+    let text = std::fs::read_to_string(s.path(&format!("{name}.log"))).unwrap_or_default();
+    let mut out = HashMap::new();
+    for line in text.lines() {
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        if v["event"] == "file_received" && v["sent"].as_u64().unwrap_or(0) > 0 {
+            *out.entry(v["path"].as_str().unwrap_or("").to_owned())
+                .or_default() += 1;
+        }
+    }
+    out
+}
+
+fn config(
+    s: &Scratch,
+    archive: &str,
+    sites: &[&Site],
+    status: u16,
+    extra: &str,
+) -> std::path::PathBuf {
+    let mut text = format!(
+        r#"catalog = "sqlite:{cat}"
+status = "127.0.0.1:{status}"
+down_retry = "1s"
+"#,
+        cat = s.path("catalog.db").display(),
+    );
+    for site in sites {
+        text.push_str(&format!(
+            r#"
+[[site]]
+name = "{name}"
+url = "{url}"
+token_file = "{token}"
+fingerprint = "{fp}"
+"#,
+            name = site.name,
+            url = site.node.url("sst"),
+            token = s.path(&format!("{}.token", site.name)).display(),
+            fp = site.node.fingerprint.as_deref().unwrap_or(""),
+        ));
+    }
+    let names: Vec<String> = sites.iter().map(|s| format!("\"{}\"", s.name)).collect();
+    text.push_str(&format!(
+        r#"
+[[source]]
+name = "sst"
+url = "{archive}"
+dest = "{dest}"
+schedule = "every 1s"
+include = ["*.nc"]
+deliver = [{names}]
+{extra}
+"#,
+        dest = s.path("acquired").display(),
+        names = names.join(", "),
+    ));
+    let path = s.path("haul.toml");
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+/// Every one of `files` at `site` as at the archive.
+fn holds(s: &Scratch, site: &str, archive: &Path, files: &[&str]) -> bool {
+    files.iter().all(|f| {
+        let there = s.path(&format!("site-{site}/sst/{f}"));
+        there.exists() && b3(&there) == b3(&archive.join(f))
+    })
+}
+
+#[test]
+fn every_new_file_reaches_every_site_once_and_a_site_down_catches_up() {
+    let s = Scratch::new();
+    let http = haul_http::testserver::TestServer::start().expect("nginx");
+    let archive = http.root().join("sst");
+    // A multi-chunk file, small ones, one in a directory of its own.
+    write_file(&archive.join("f0.nc"), 9 << 20, 1);
+    write_file(&archive.join("f1.nc"), 10_000, 2);
+    write_file(&archive.join("2026/f2.nc"), 70_000, 3);
+    write_file(&archive.join("skip.txt"), 100, 4);
+    let (a, b, c) = (
+        start_site(&s, "a", "127.0.0.1:0"),
+        start_site(&s, "b", "127.0.0.1:0"),
+        start_site(&s, "c", "127.0.0.1:0"),
+    );
+    let status = free_port();
+    let config = config(&s, &http.http_url("/sst/"), &[&a, &b, &c], status, "");
+    // --check shows the sites and the plan.
+    let mut check = crate::harness::haul(&s.path("cfg"));
+    check.args(["daemon", "--check", "--config"]).arg(&config);
+    let out = crate::harness::run(check, Duration::from_secs(30));
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(said.contains("site a: haul://"), "{said}");
+    assert!(
+        said.contains("deliver:  a, b, c (oldest first); one fan-out per batch, plan"),
+        "{said}"
+    );
+    let mut daemon = Daemon::start(&config, &s.path("daemon.log"));
+    let first = ["f0.nc", "f1.nc", "2026/f2.nc"];
+    wait_for(
+        Duration::from_secs(90),
+        "the first files at every site",
+        || {
+            ["a", "b", "c"]
+                .iter()
+                .all(|n| holds(&s, n, &archive, &first))
+        },
+    );
+    assert!(!s.path("site-a/sst/skip.txt").exists());
+    // A burst: three new files go out together.
+    for i in 3..6 {
+        write_file(&archive.join(format!("f{i}.nc")), 30_000 + i, 10 + i);
+    }
+    let burst = ["f3.nc", "f4.nc", "f5.nc"];
+    wait_for(Duration::from_secs(60), "the burst at every site", || {
+        ["a", "b", "c"]
+            .iter()
+            .all(|n| holds(&s, n, &archive, &burst))
+    });
+    wait_for(Duration::from_secs(30), "the burst confirmed by c", || {
+        catalog(&config, &["list", "--site", "c", "--state", "pending"]).is_empty()
+            && catalog(&config, &["list", "--site", "c", "--state", "claimed"]).is_empty()
+    });
+    // Site c goes down; a new file reaches a and b, c's share waits with
+    // c's error, and its lag shows.
+    let c_addr = c.node.addr.clone();
+    drop(c);
+    write_file(&archive.join("f6.nc"), 50_000, 16);
+    wait_for(Duration::from_secs(60), "f6 at a and b", || {
+        ["a", "b"]
+            .iter()
+            .all(|n| holds(&s, n, &archive, &["f6.nc"]))
+    });
+    wait_for(Duration::from_secs(30), "c's failure recorded", || {
+        catalog(&config, &["list", "--site", "c", "--state", "failed"])
+            .iter()
+            .any(|d| d["path"] == "f6.nc")
+    });
+    let failed = catalog(&config, &["list", "--site", "c", "--state", "failed"]);
+    let f6 = failed.iter().find(|d| d["path"] == "f6.nc").unwrap();
+    assert!(
+        f6["error"].as_str().unwrap_or("").contains(&c_addr),
+        "the error names the site's address: {f6}"
+    );
+    let (_, metrics) = http_get(status, "/metrics");
+    assert!(
+        metrics.contains("haul_site_files_pending{source=\"sst\",site=\"c\"} 1\n"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("haul_site_files_pending{source=\"sst\",site=\"a\"} 0\n"));
+    let (_, status_json) = http_get(status, "/status");
+    let v: serde_json::Value = serde_json::from_str(&status_json).unwrap();
+    let row = v["deliveries"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["site"] == "c")
+        .unwrap()
+        .clone();
+    assert_eq!(row["files_pending"], 1, "{row}");
+    assert!(row["last_error"].as_str().is_some(), "{row}");
+    // c comes back on its address: it gets f6, and only f6.
+    let c = start_site(&s, "c", &c_addr);
+    wait_for(Duration::from_secs(90), "c caught up", || {
+        holds(&s, "c", &archive, &["f6.nc"])
+    });
+    wait_for(Duration::from_secs(30), "c's delivery recorded", || {
+        catalog(&config, &["list", "--site", "c", "--state", "pending"]).is_empty()
+    });
+    assert_eq!(daemon.terminate().code(), Some(0), "{}", daemon.log());
+    if std::env::var_os("HAUL_TEST_SHOW_LOG").is_some() {
+        eprintln!("{}", daemon.log());
+    }
+    // Each site received each file once, whoever relayed it.
+    let all = [
+        "f0.nc",
+        "f1.nc",
+        "2026/f2.nc",
+        "f3.nc",
+        "f4.nc",
+        "f5.nc",
+        "f6.nc",
+    ];
+    for name in ["a", "b", "c"] {
+        let got = received(&s, name);
+        for f in all {
+            assert_eq!(
+                got.get(&format!("sst/{f}")).copied().unwrap_or(0),
+                1,
+                "site {name} received {f} other than once: {got:?}\n{}",
+                daemon.log()
+            );
+        }
+    }
+    // The catalog says so too, with the BLAKE3 each site confirmed.
+    let delivered = catalog(&config, &["list", "--site", "b", "--state", "delivered"]);
+    assert_eq!(delivered.len(), all.len(), "{delivered:?}");
+    for d in &delivered {
+        let path = d["path"].as_str().unwrap();
+        assert_eq!(d["blake3"].as_str().unwrap(), b3(&archive.join(path)));
+    }
+    drop((a, b, c));
+}
+
+#[test]
+fn a_buffer_only_daemon_keeps_what_a_site_lacks_and_hooks_each_delivery() {
+    let s = Scratch::new();
+    let http = haul_http::testserver::TestServer::start().expect("nginx");
+    let archive = http.root().join("sst");
+    for i in 0..3 {
+        write_file(&archive.join(format!("f{i}.nc")), 20_000 + i, 40 + i);
+    }
+    let a = start_site(&s, "a", "127.0.0.1:0");
+    // b is known (its address and key) but down from the start.
+    let b = start_site(&s, "b", "127.0.0.1:0");
+    let b_addr = b.node.addr.clone();
+    let status = free_port();
+    let hooks = s.path("hooks.txt");
+    let extra = format!(
+        "keep_local = false\non_deliver = 'echo \"$HAUL_EVENT $HAUL_SITE $HAUL_PATH $HAUL_BLAKE3 $HAUL_SITE_URL\" >> {}'\n",
+        hooks.display()
+    );
+    let config = config(&s, &http.http_url("/sst/"), &[&a, &b], status, &extra);
+    drop(b);
+    let mut daemon = Daemon::start(&config, &s.path("daemon.log"));
+    let files = ["f0.nc", "f1.nc", "f2.nc"];
+    wait_for(Duration::from_secs(60), "every file at a", || {
+        holds(&s, "a", &archive, &files)
+    });
+    wait_for(Duration::from_secs(30), "b's failures recorded", || {
+        catalog(&config, &["list", "--site", "b", "--state", "failed"]).len() == 3
+    });
+    // b lacks them all: every local copy stays, and the status says why.
+    std::thread::sleep(Duration::from_secs(2));
+    for f in files {
+        assert!(
+            s.path(&format!("acquired/{f}")).exists(),
+            "{f} removed while b lacks it"
+        );
+    }
+    let (_, body) = http_get(status, "/status");
+    let v: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let rows = v["deliveries"].as_array().unwrap();
+    let row = |site: &str| rows.iter().find(|r| r["site"] == site).unwrap().clone();
+    assert_eq!(row("b")["files_pending"], 3, "{body}");
+    assert_eq!(row("a")["files_pending"], 0, "{body}");
+    assert!(row("b")["lag_seconds"].as_i64().unwrap() >= 1, "{body}");
+    let mut st = crate::harness::haul(&s.path("cfg"));
+    st.args(["status", "--config"]).arg(&config);
+    let out = crate::harness::run(st, Duration::from_secs(30));
+    let table = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(out.status.success(), "{table}");
+    let b_line = table
+        .lines()
+        .find(|l| l.starts_with("sst") && l.contains(" b "))
+        .unwrap_or_else(|| panic!("no row for b:\n{table}"));
+    assert!(
+        b_line.contains(&b_addr),
+        "b's row names its error: {b_line}"
+    );
+    // b comes back: it catches up, and then nothing is kept here.
+    let b = start_site(&s, "b", &b_addr);
+    wait_for(Duration::from_secs(60), "b caught up", || {
+        holds(&s, "b", &archive, &files)
+    });
+    wait_for(Duration::from_secs(30), "the local copies released", || {
+        files
+            .iter()
+            .all(|f| !s.path(&format!("acquired/{f}")).exists())
+    });
+    assert_eq!(daemon.terminate().code(), Some(0), "{}", daemon.log());
+    // One hook run per (file, site), with the file's facts and the site's.
+    let text = std::fs::read_to_string(&hooks).unwrap();
+    let mut lines: Vec<&str> = text.lines().collect();
+    lines.sort_unstable();
+    assert_eq!(lines.len(), 6, "{text}");
+    for f in files {
+        for (site, node) in [("a", &a.node), ("b", &b.node)] {
+            let want = format!(
+                "delivered {site} {f} {} {}",
+                b3(&archive.join(f)),
+                node.url(&format!("sst/{f}"))
+            );
+            assert!(lines.contains(&want.as_str()), "no {want:?} in\n{text}");
+        }
+    }
+    // The files are still known to the catalog as fetched: a next run does
+    // not fetch them again.
+    assert_eq!(catalog(&config, &["list", "--state", "fetched"]).len(), 3);
+}
