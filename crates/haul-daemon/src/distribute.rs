@@ -21,7 +21,8 @@
 //! burst goes as one batch), or every [`POLL`] for retries. A site that
 //! failed waits out its own backoff before it is claimed for again; the
 //! others go on without it, and when it is back it catches up with what it
-//! lacks, oldest (or newest, `catch_up`) first, [`BATCH`] files a round.
+//! lacks, oldest (or newest, `catch_up`) first, [`BATCH`] files a round
+//! (`deliver_batch`).
 
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
@@ -47,7 +48,8 @@ pub const GATHER: Duration = Duration::from_secs(1);
 /// that came due, another worker's ended leases).
 pub const POLL: Duration = Duration::from_secs(10);
 
-/// Files one round claims per site at most.
+/// Files one round claims per site at most, unless the source says
+/// (`deliver_batch`).
 pub const BATCH: u32 = 1000;
 
 /// The longest a site that keeps failing waits between attempts.
@@ -175,9 +177,9 @@ async fn round(d: &Distributor, spec: &SourceSpec, turns: &mut HashMap<String, T
         }
         let (source, name, worker) = (spec.name.clone(), site.name.clone(), d.worker.clone());
         let (until, at) = (unix(SystemTime::now() + d.lease), unix(SystemTime::now()));
-        let order = spec.catch_up;
+        let (order, batch) = (spec.catch_up, spec.deliver_batch.max(1));
         match blocking(&d.catalog, move |c| {
-            c.claim_deliveries(&source, &name, &worker, until, at, order, BATCH)
+            c.claim_deliveries(&source, &name, &worker, until, at, order, batch)
         })
         .await
         {

@@ -100,6 +100,8 @@ pub struct SourceSpec {
     pub keep_local: bool,
     /// `sh -c` command after each file a site confirmed.
     pub on_deliver: Option<String>,
+    /// Files one delivery round claims per site.
+    pub deliver_batch: u32,
 }
 
 /// The daemon's settings.

@@ -209,16 +209,14 @@ fn daemon_options(config: &DaemonConfig) -> Result<DaemonOptions> {
         .sites
         .iter()
         .map(|s| {
-            let client = crate::config::client_options(&s.transfer)
-                .with_context(|| format!("site {:?}", s.name))?;
-            Ok(Arc::new(haul_daemon::SiteSpec {
+            Arc::new(haul_daemon::SiteSpec {
                 name: s.name.clone(),
                 url: s.url.clone(),
                 rate: s.rate,
-                client,
-            }))
+                client: s.client.clone(),
+            })
         })
-        .collect::<Result<Vec<_>>>()?;
+        .collect::<Vec<_>>();
     let sources = config
         .sources
         .iter()
@@ -289,6 +287,7 @@ fn source_spec(plan: &SourcePlan, hook_timeout: std::time::Duration) -> Result<S
         catch_up: plan.catch_up,
         keep_local: plan.keep_local,
         on_deliver: plan.on_deliver.clone(),
+        deliver_batch: plan.deliver_batch,
     })
 }
 

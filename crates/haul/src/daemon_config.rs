@@ -87,6 +87,9 @@ pub struct SiteConfig {
     pub plaintext: bool,
     /// Seconds of silence before a connection is dropped, as `--timeout`.
     pub timeout: Option<u64>,
+    /// Cap on what the daemon itself sends this site (`50mbit`, `10M`), as
+    /// `--max-rate`; relays between sites are not capped by it.
+    pub max_rate: Option<String>,
 }
 
 fn default_catalog() -> Spanned<String> {
@@ -199,6 +202,9 @@ pub struct SourceConfig {
     pub keep_local: bool,
     /// Run `sh -c COMMAND` after each file a site confirmed.
     pub on_deliver: Option<String>,
+    /// Files one delivery round claims per site at most (default 1000):
+    /// smaller shares a burst among workers on one PostgreSQL catalog.
+    pub deliver_batch: Option<u32>,
 }
 
 fn yes() -> bool {
@@ -256,6 +262,8 @@ pub struct SitePlan {
     pub rate: Option<f64>,
     /// `haul push`'s flags for it (token file, transport, security).
     pub transfer: TransferArgs,
+    /// Those flags as the client's options (the token read once).
+    pub client: haul_node::ClientOptions,
 }
 
 /// One source, validated: its flags as `haul pull` takes them.
@@ -299,6 +307,8 @@ pub struct SourcePlan {
     pub keep_local: bool,
     /// `on_deliver` hook.
     pub on_deliver: Option<String>,
+    /// Files a delivery round claims per site.
+    pub deliver_batch: u32,
 }
 
 /// 1-based line of byte `offset` in `text`.
@@ -482,6 +492,7 @@ fn site_plan(s: &SiteConfig, at: &dyn Fn(std::ops::Range<usize>) -> String) -> R
     transfer.known_hosts.clone_from(&s.known_hosts);
     transfer.plaintext = s.plaintext;
     transfer.timeout = s.timeout.unwrap_or(transfer.timeout);
+    transfer.max_rate.clone_from(&s.max_rate);
     if let Some(t) = &s.transport {
         match t.get_ref().as_str() {
             "tcp" | "quic" => t.get_ref().clone_into(&mut transfer.transport),
@@ -491,13 +502,14 @@ fn site_plan(s: &SiteConfig, at: &dyn Fn(std::ops::Range<usize>) -> String) -> R
             ),
         }
     }
-    // Checked now (the token file is read), not at the first delivery.
-    crate::config::client_options(&transfer)?;
+    // Read now (the token file too), not at the first delivery.
+    let client = crate::config::client_options(&transfer)?;
     Ok(SitePlan {
         name: s.name.clone(),
         url,
         rate,
         transfer,
+        client,
     })
 }
 
@@ -682,6 +694,11 @@ fn source_plan(
         },
         keep_local: s.keep_local,
         on_deliver: s.on_deliver.clone(),
+        deliver_batch: match s.deliver_batch {
+            None => haul_daemon::distribute::BATCH,
+            Some(0) => bail!("deliver_batch must be at least 1"),
+            Some(n) => n,
+        },
         catch_up: match &s.catch_up {
             None => haul_catalog::CatchUp::Oldest,
             Some(c) => c
@@ -725,6 +742,87 @@ include = ["*.nc"]
         assert_eq!(s.schedule.describe(), "every 10m");
         assert_eq!(s.refetch, Refetch::Never);
         assert_eq!(s.rules.len(), 1);
+    }
+
+    /// The issue's config with sites, token files in a scratch directory.
+    fn with_sites(dir: &Path) -> String {
+        for name in ["a", "b"] {
+            std::fs::write(dir.join(format!("{name}.token")), format!("t-{name}\n")).unwrap();
+        }
+        format!(
+            r#"catalog = "sqlite:/var/lib/haul/catalog.db"
+status = "127.0.0.1:9464"
+
+[[site]]
+name = "a"
+url = "haul://a.example:7878/sst"
+token_file = "{d}/a.token"
+
+[[site]]
+name = "b"
+url = "haul://b.example:7878/sst"
+token_file = "{d}/b.token"
+
+[[source]]
+name = "sst"
+url = "https://archive.example/pub/sst/"
+dest = "/data/sst"
+schedule = "every 10m"
+include = ["*.nc"]
+deliver = ["a", "b"]
+"#,
+            d = dir.display()
+        )
+    }
+
+    #[test]
+    fn the_issues_config_with_sites_parses() {
+        let dir = tempfile::tempdir().unwrap();
+        let c = parse(&with_sites(dir.path())).unwrap();
+        assert_eq!(c.sites.len(), 2);
+        assert_eq!(c.sites[0].url.addr, "a.example:7878");
+        assert_eq!(c.sites[0].url.path.trim_matches('/'), "sst");
+        assert_eq!(c.sites[1].client.token, "t-b");
+        let s = &c.sources[0];
+        assert_eq!(s.deliver, ["a", "b"]);
+        assert!(s.keep_local);
+        assert_eq!(s.catch_up, haul_catalog::CatchUp::Oldest);
+    }
+
+    #[test]
+    fn site_errors_say_what_to_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let base = with_sites(dir.path());
+        let e = error_of(&base.replace(r#"deliver = ["a", "b"]"#, r#"deliver = ["a", "c"]"#));
+        assert!(
+            e.contains(r#"deliver names "c""#) && e.contains("the sites are a, b"),
+            "{e}"
+        );
+        let e = error_of(&base.replace(r#"deliver = ["a", "b"]"#, "keep_local = false"));
+        assert!(
+            e.contains("keep_local = false") && e.contains("delivers to no site"),
+            "{e}"
+        );
+        let e = error_of(&base.replace(
+            r#"deliver = ["a", "b"]"#,
+            "deliver = [\"a\"]\ncatch_up = \"latest\"",
+        ));
+        assert!(e.contains(r#"use "oldest" or "newest""#), "{e}");
+        let e = error_of(&base.replace("haul://a.example:7878/sst", "ftp://a.example/sst"));
+        assert!(
+            e.contains("[[site]] \"a\"") && e.contains("haul://HOST:PORT/DIR"),
+            "{e}"
+        );
+        let e = error_of(&base.replace(
+            &format!("{}/b.token", dir.path().display()),
+            "/nonexistent/b.token",
+        ));
+        assert!(
+            e.contains("[[site]] \"b\"") && e.contains("/nonexistent/b.token"),
+            "{e}"
+        );
+        let e = error_of(&base.replace("name = \"b\"", "name = \"a\""));
+        assert!(e.contains("two sites are named \"a\""), "{e}");
     }
 
     #[test]

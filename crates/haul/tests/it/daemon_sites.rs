@@ -62,13 +62,25 @@ fn config(
     status: u16,
     extra: &str,
 ) -> std::path::PathBuf {
-    let mut text = format!(
-        r#"catalog = "sqlite:{cat}"
-status = "127.0.0.1:{status}"
-down_retry = "1s"
-"#,
-        cat = s.path("catalog.db").display(),
+    let head = format!(
+        "catalog = \"sqlite:{}\"\nstatus = \"127.0.0.1:{status}\"\n",
+        s.path("catalog.db").display()
     );
+    config_as(s, "haul.toml", &head, archive, sites, "", extra)
+}
+
+/// A config named `file`: `head` (catalog, status, worker…), the sites
+/// (each with `site_extra`), one source `sst` with `extra`.
+fn config_as(
+    s: &Scratch,
+    file: &str,
+    head: &str,
+    archive: &str,
+    sites: &[&Site],
+    site_extra: &str,
+    extra: &str,
+) -> std::path::PathBuf {
+    let mut text = format!("{head}down_retry = \"1s\"\n");
     for site in sites {
         text.push_str(&format!(
             r#"
@@ -77,6 +89,7 @@ name = "{name}"
 url = "{url}"
 token_file = "{token}"
 fingerprint = "{fp}"
+{site_extra}
 "#,
             name = site.name,
             url = site.node.url("sst"),
@@ -99,7 +112,7 @@ deliver = [{names}]
         dest = s.path("acquired").display(),
         names = names.join(", "),
     ));
-    let path = s.path("haul.toml");
+    let path = s.path(file);
     std::fs::write(&path, text).unwrap();
     path
 }
@@ -336,4 +349,85 @@ fn a_buffer_only_daemon_keeps_what_a_site_lacks_and_hooks_each_delivery() {
     // The files are still known to the catalog as fetched: a next run does
     // not fetch them again.
     assert_eq!(catalog(&config, &["list", "--state", "fetched"]).len(), 3);
+}
+
+#[test]
+fn two_workers_on_postgres_share_deliveries_and_take_over_a_killed_ones() {
+    let s = Scratch::new();
+    let pg = haul_catalog::testserver::TestServer::start().expect("PostgreSQL");
+    let url = pg.create_database("deliveries").unwrap();
+    let http = haul_http::testserver::TestServer::start().expect("nginx");
+    let archive = http.root().join("sst");
+    let n = 6;
+    for i in 0..n {
+        write_file(&archive.join(format!("f{i}.nc")), 4 << 20, 60 + i);
+    }
+    let (a, b) = (
+        start_site(&s, "a", "127.0.0.1:0"),
+        start_site(&s, "b", "127.0.0.1:0"),
+    );
+    // What a worker sends a site is capped (4 MB/s), so a round of two
+    // 4 MiB files takes about two seconds: long enough to kill it mid-way.
+    let configs: Vec<_> = (1..=2)
+        .map(|w| {
+            let head = format!(
+                "catalog = \"{url}\"\nstatus = \"off\"\nworker = \"w{w}\"\nlease = \"3s\"\n"
+            );
+            config_as(
+                &s,
+                &format!("w{w}.toml"),
+                &head,
+                &http.http_url("/sst/"),
+                &[&a, &b],
+                "max_rate = \"4M\"",
+                "deliver_batch = 2",
+            )
+        })
+        .collect();
+    let mut w1 = Daemon::start(&configs[0], &s.path("w1.log"));
+    let mut w2 = Daemon::start(&configs[1], &s.path("w2.log"));
+    wait_for(Duration::from_secs(60), "w1 delivering", || {
+        w1.log().contains("sst: delivering")
+    });
+    std::thread::sleep(Duration::from_millis(700));
+    w1.kill9();
+    let files: Vec<String> = (0..n).map(|i| format!("f{i}.nc")).collect();
+    let names: Vec<&str> = files.iter().map(String::as_str).collect();
+    wait_for(Duration::from_secs(120), "every file at both sites", || {
+        holds(&s, "a", &archive, &names) && holds(&s, "b", &archive, &names)
+    });
+    wait_for(Duration::from_secs(30), "every delivery recorded", || {
+        ["a", "b"].iter().all(|site| {
+            catalog(
+                &configs[1],
+                &["list", "--site", site, "--state", "delivered"],
+            )
+            .len()
+                == n as usize
+        })
+    });
+    assert_eq!(w2.terminate().code(), Some(0), "{}", w2.log());
+    if std::env::var_os("HAUL_TEST_SHOW_LOG").is_some() {
+        eprintln!("w1:\n{}\nw2:\n{}", w1.log(), w2.log());
+    }
+    assert!(
+        w2.log().contains("file(s) delivered"),
+        "w2 delivered nothing:\n{}",
+        w2.log()
+    );
+    // Each site received each file once: what w1 had confirmed was not
+    // sent again, and what it left half-way was finished, not restarted.
+    for site in ["a", "b"] {
+        let got = received(&s, site);
+        for f in &files {
+            assert_eq!(
+                got.get(&format!("sst/{f}")).copied().unwrap_or(0),
+                1,
+                "site {site} received {f} other than once: {got:?}\nw1:\n{}\nw2:\n{}",
+                w1.log(),
+                w2.log()
+            );
+        }
+    }
+    drop((a, b));
 }
