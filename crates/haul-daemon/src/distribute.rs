@@ -18,7 +18,10 @@
 //! never one a site still lacks.
 //!
 //! A round starts when a run recorded new files (plus [`GATHER`], so a
-//! burst goes as one batch), or every [`POLL`] for retries. A site that
+//! burst goes as one batch), or every [`POLL`] for retries; up to
+//! [`MAX_ROUNDS`] are in flight at once (a file fetched while a round is
+//! on its way does not wait for it), none carrying a (file, site) another
+//! carries. A site that
 //! failed waits out its own backoff before it is claimed for again; the
 //! others go on without it, and when it is back it catches up with what it
 //! lacks, oldest (or newest, `catch_up`) first, [`BATCH`] files a round
@@ -36,6 +39,7 @@ use haul_plan::Shape;
 use haul_run::backoff::Backoff;
 use haul_run::event::{Event, Observer};
 use tokio::sync::{watch, Notify};
+use tokio::task::JoinSet;
 
 use crate::run::blocking;
 use crate::{unix, SourceSpec};
@@ -121,36 +125,56 @@ struct Turn {
     not_before: Option<Instant>,
 }
 
+/// Rounds in flight per source at once: a file fetched while a round is
+/// on its way goes out in a round of its own instead of waiting for it.
+pub const MAX_ROUNDS: usize = 2;
+
+/// What the rounds of one distributor share.
+#[derive(Default)]
+struct Rounds {
+    /// Each site's turn.
+    turns: HashMap<String, Turn>,
+    /// (site, path) a round in flight carries: not claimed into another.
+    in_flight: HashSet<(String, String)>,
+}
+
+/// One round's claims: each site with what it lacks.
+type Batch = Vec<(Arc<SiteSpec>, Vec<Owed>)>;
+
 /// Runs the distributor of one source until `spec` has no sender left (the
-/// source was removed) or `stop` says so. The source's spec is read afresh
-/// each round (a reload changes its sites).
+/// source was removed) or `stop` says so (rounds in flight finish, within
+/// the daemon's grace). The source's spec is read afresh each round (a
+/// reload changes its sites).
 pub(crate) async fn distribute(
     d: Distributor,
     mut spec: watch::Receiver<Arc<SourceSpec>>,
     mut stop: watch::Receiver<bool>,
 ) {
-    let mut turns: HashMap<String, Turn> = HashMap::new();
+    let d = Arc::new(d);
+    let shared = Arc::new(Mutex::new(Rounds::default()));
+    let mut rounds: JoinSet<()> = JoinSet::new();
     loop {
         if *stop.borrow() {
-            return;
+            break;
         }
         let current = spec.borrow().clone();
-        let sent = if current.deliver.is_empty() {
-            false
-        } else {
-            round(&d, &current, &mut turns).await
-        };
-        if sent {
-            // Something moved: look again at once (more may be owed).
-            continue;
+        if !current.deliver.is_empty() && rounds.len() < MAX_ROUNDS {
+            if let Some(batch) = claim(&d, &current, &shared).await {
+                let (d, shared) = (d.clone(), shared.clone());
+                rounds.spawn(async move { send(&d, &current, batch, &shared).await });
+                // More may be owed (a batch's worth was claimed): look again.
+                continue;
+            }
         }
         tokio::select! {
             () = d.fetched.notified() => tokio::time::sleep(GATHER).await,
             () = tokio::time::sleep(POLL) => {}
-            changed = spec.changed() => if changed.is_err() { return },
-            _ = stop.changed() => return,
+            Some(_) = rounds.join_next(), if !rounds.is_empty() => {}
+            changed = spec.changed() => if changed.is_err() { break },
+            _ = stop.changed() => break,
         }
     }
+    while rounds.join_next().await.is_some() {}
 }
 
 /// The relative path under DEST a fetched file lies at (its `local_path`
@@ -161,18 +185,30 @@ fn rel_in(dest: &Path, owed: &Owed) -> Option<String> {
     (!rel.is_empty()).then_some(rel)
 }
 
-/// One round: claims what each site whose turn it is lacks, sends the
-/// union as one fan-out, records each site's part. Returns whether
-/// anything was sent.
-async fn round(d: &Distributor, spec: &SourceSpec, turns: &mut HashMap<String, Turn>) -> bool {
+/// Claims what each site whose turn it is lacks and no round in flight
+/// carries; `None` when nothing is owed.
+async fn claim(d: &Distributor, spec: &SourceSpec, shared: &Mutex<Rounds>) -> Option<Batch> {
     let now = Instant::now();
-    let mut claimed: Vec<(Arc<SiteSpec>, Vec<Owed>)> = Vec::new();
+    let mut claimed: Batch = Vec::new();
     for site in &spec.deliver {
-        let turn = turns.entry(site.name.clone()).or_insert_with(|| Turn {
-            backoff: Backoff::new(u32::MAX, d.site_retry, MAX_SITE_WAIT, Backoff::fresh_seed()),
-            not_before: None,
-        });
-        if turn.not_before.is_some_and(|t| t > now) {
+        let waiting = match shared.lock() {
+            Ok(mut r) => r
+                .turns
+                .entry(site.name.clone())
+                .or_insert_with(|| Turn {
+                    backoff: Backoff::new(
+                        u32::MAX,
+                        d.site_retry,
+                        MAX_SITE_WAIT,
+                        Backoff::fresh_seed(),
+                    ),
+                    not_before: None,
+                })
+                .not_before
+                .is_some_and(|t| t > now),
+            Err(_) => true,
+        };
+        if waiting {
             continue;
         }
         let (source, name, worker) = (spec.name.clone(), site.name.clone(), d.worker.clone());
@@ -183,8 +219,18 @@ async fn round(d: &Distributor, spec: &SourceSpec, turns: &mut HashMap<String, T
         })
         .await
         {
-            Ok(owed) if owed.is_empty() => {}
-            Ok(owed) => claimed.push((site.clone(), owed)),
+            Ok(owed) => {
+                let Ok(mut r) = shared.lock() else {
+                    continue;
+                };
+                let fresh: Vec<Owed> = owed
+                    .into_iter()
+                    .filter(|o| r.in_flight.insert((site.name.clone(), o.path.clone())))
+                    .collect();
+                if !fresh.is_empty() {
+                    claimed.push((site.clone(), fresh));
+                }
+            }
             Err(e) => {
                 tracing::error!(
                     "{}: cannot claim deliveries to {}: {e}",
@@ -194,13 +240,28 @@ async fn round(d: &Distributor, spec: &SourceSpec, turns: &mut HashMap<String, T
             }
         }
     }
-    if claimed.is_empty() {
-        return false;
+    (!claimed.is_empty()).then_some(claimed)
+}
+
+/// Sends `claimed` as one fan-out, records each site's part, and lets go
+/// of the round's (site, path) pairs.
+async fn send(d: &Distributor, spec: &SourceSpec, claimed: Batch, shared: &Mutex<Rounds>) {
+    deliver(d, spec, &claimed, shared).await;
+    if let Ok(mut r) = shared.lock() {
+        for (site, owed) in &claimed {
+            for o in owed {
+                r.in_flight.remove(&(site.name.clone(), o.path.clone()));
+            }
+        }
     }
+}
+
+/// The fan-out of one round and what each site's report says.
+async fn deliver(d: &Distributor, spec: &SourceSpec, claimed: &Batch, shared: &Mutex<Rounds>) {
     let t0 = Instant::now();
     let mut files: Vec<String> = Vec::new();
     let mut unplaced: Vec<(String, Vec<(String, String)>)> = Vec::new();
-    for (site, owed) in &claimed {
+    for (site, owed) in claimed {
         let mut bad = Vec::new();
         for o in owed {
             match rel_in(&spec.dest, o) {
@@ -268,7 +329,6 @@ async fn round(d: &Distributor, spec: &SourceSpec, turns: &mut HashMap<String, T
                 good.push((o.path.clone(), hash));
             }
         }
-        let turn = turns.get_mut(&site.name);
         if !good.is_empty() {
             let bytes: u64 = owed
                 .iter()
@@ -302,14 +362,24 @@ async fn round(d: &Distributor, spec: &SourceSpec, turns: &mut HashMap<String, T
                 ),
             }
         }
-        match (site_error, turn) {
-            (None, Some(turn)) => {
-                turn.backoff.progress_made();
-                turn.not_before = None;
-            }
-            (Some(e), Some(turn)) => {
-                let wait = turn.backoff.next_wait().unwrap_or(MAX_SITE_WAIT);
-                turn.not_before = Some(Instant::now() + wait);
+        let waits = shared.lock().ok().and_then(|mut r| {
+            let turn = r.turns.get_mut(&site.name)?;
+            Some(match &site_error {
+                None => {
+                    turn.backoff.progress_made();
+                    turn.not_before = None;
+                    Duration::ZERO
+                }
+                Some(_) => {
+                    let wait = turn.backoff.next_wait().unwrap_or(MAX_SITE_WAIT);
+                    turn.not_before = Some(Instant::now() + wait);
+                    wait
+                }
+            })
+        });
+        match (site_error, waits) {
+            (None, _) | (Some(_), None) => {}
+            (Some(e), Some(wait)) => {
                 tracing::warn!(
                     "{} → {}: {e}; {} file(s) wait, trying again in {:.0}s",
                     spec.name,
@@ -319,7 +389,6 @@ async fn round(d: &Distributor, spec: &SourceSpec, turns: &mut HashMap<String, T
                 );
                 record_failed(d, spec, &site.name, std::mem::take(&mut bad), wait).await;
             }
-            (Some(_), None) | (None, None) => {}
         }
         if !bad.is_empty() {
             // Files that could not be read here, the site itself fine.
@@ -337,7 +406,6 @@ async fn round(d: &Distributor, spec: &SourceSpec, turns: &mut HashMap<String, T
             .collect();
         release_local(d, spec, confirmed_paths, &locals).await;
     }
-    true
 }
 
 /// Runs `on_deliver` for each of `files` (path, BLAKE3) `site` confirmed

@@ -242,7 +242,7 @@ pub struct ConnectionLog {
 impl ConnectionLog {
     fn record(&self, event: LogEvent, path: String) -> LogRecord {
         LogRecord {
-            time: haul_time::strftime_utc(SystemTime::now(), "%Y-%m-%dT%H:%M:%SZ")
+            time: haul_time::strftime_utc(SystemTime::now(), "%Y-%m-%dT%H:%M:%S%.3fZ")
                 .unwrap_or_default(),
             event,
             peer: self.peer.clone(),

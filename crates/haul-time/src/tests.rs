@@ -151,3 +151,12 @@ fn durations_for_flags_and_the_daemon() {
         assert_eq!(parse_duration(&format_duration(d)), Some(d));
     }
 }
+
+#[test]
+fn strftime_with_milliseconds_for_logs() {
+    let t = std::time::UNIX_EPOCH + std::time::Duration::from_millis(1_500);
+    assert_eq!(
+        strftime_utc(t, "%Y-%m-%dT%H:%M:%S%.3fZ").unwrap(),
+        "1970-01-01T00:00:01.500Z"
+    );
+}

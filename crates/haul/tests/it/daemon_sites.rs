@@ -431,3 +431,91 @@ fn two_workers_on_postgres_share_deliveries_and_take_over_a_killed_ones() {
     }
     drop((a, b));
 }
+
+/// Bytes staged under a site's `.haul/partial` (its largest file).
+fn staged_at(s: &Scratch, site: &str) -> u64 {
+    std::fs::read_dir(s.path(&format!("site-{site}/.haul/partial")))
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| e.metadata().ok())
+                .map(|m| m.len())
+                .max()
+                .unwrap_or(0)
+        })
+        .unwrap_or(0)
+}
+
+#[test]
+fn a_relaying_site_killed_mid_delivery_is_routed_around_and_catches_up() {
+    let s = Scratch::new();
+    let http = haul_http::testserver::TestServer::start().expect("nginx");
+    let archive = http.root().join("sst");
+    for i in 0..3 {
+        write_file(&archive.join(format!("f{i}.nc")), 6 << 20, 80 + i);
+    }
+    let sites = [
+        start_site(&s, "a", "127.0.0.1:0"),
+        start_site(&s, "b", "127.0.0.1:0"),
+        start_site(&s, "c", "127.0.0.1:0"),
+    ];
+    let head = format!(
+        "catalog = \"sqlite:{}\"\nstatus = \"off\"\n",
+        s.path("catalog.db").display()
+    );
+    // The daemon sends the first site of the chain 4 MB/s (a relays to b,
+    // b to c, uncapped): 18 MiB take about 4.5 s, time to kill a mid-way.
+    let config = config_as(
+        &s,
+        "haul.toml",
+        &head,
+        &http.http_url("/sst/"),
+        &sites.iter().collect::<Vec<_>>(),
+        "max_rate = \"4M\"\ntimeout = 5",
+        "",
+    );
+    let [mut a, b, c] = sites;
+    let mut daemon = Daemon::start(&config, &s.path("daemon.log"));
+    wait_for(Duration::from_secs(60), "a relaying, 2 MiB staged", || {
+        staged_at(&s, "a") >= 2 << 20
+    });
+    let a_addr = a.node.addr.clone();
+    a.node.kill9();
+    let files = ["f0.nc", "f1.nc", "f2.nc"];
+    wait_for(
+        Duration::from_secs(90),
+        "b and c complete without a",
+        || holds(&s, "b", &archive, &files) && holds(&s, "c", &archive, &files),
+    );
+    wait_for(
+        Duration::from_secs(30),
+        "a's share recorded as failed",
+        || catalog(&config, &["list", "--site", "a", "--state", "failed"]).len() == 3,
+    );
+    assert!(
+        catalog(&config, &["list", "--site", "b", "--state", "delivered"]).len() == 3
+            && catalog(&config, &["list", "--site", "c", "--state", "delivered"]).len() == 3,
+        "{}",
+        daemon.log()
+    );
+    drop(a);
+    let a = start_site(&s, "a", &a_addr);
+    wait_for(Duration::from_secs(90), "a caught up", || {
+        holds(&s, "a", &archive, &files)
+    });
+    wait_for(Duration::from_secs(30), "a's deliveries recorded", || {
+        catalog(&config, &["list", "--site", "a", "--state", "delivered"]).len() == 3
+    });
+    assert_eq!(daemon.terminate().code(), Some(0), "{}", daemon.log());
+    for site in ["a", "b", "c"] {
+        let got = received(&s, site);
+        for f in files {
+            assert_eq!(
+                got.get(&format!("sst/{f}")).copied().unwrap_or(0),
+                1,
+                "site {site} received {f} other than once: {got:?}\n{}",
+                daemon.log()
+            );
+        }
+    }
+    drop((a, b, c));
+}
