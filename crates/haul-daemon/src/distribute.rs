@@ -18,10 +18,9 @@
 //! never one a site still lacks.
 //!
 //! A round starts when a run recorded new files (plus [`GATHER`], so a
-//! burst goes as one batch), or every [`POLL`] for retries; up to
-//! [`MAX_ROUNDS`] are in flight at once (a file fetched while a round is
-//! on its way does not wait for it), none carrying a (file, site) another
-//! carries. A site that
+//! burst goes as one batch), or every [`POLL`] for retries; at most
+//! [`MAX_ROUNDS`] are in flight at once, none carrying a (file, site)
+//! another carries. A site that
 //! failed waits out its own backoff before it is claimed for again; the
 //! others go on without it, and when it is back it catches up with what it
 //! lacks, oldest (or newest, `catch_up`) first, [`BATCH`] files a round
@@ -45,8 +44,9 @@ use crate::run::blocking;
 use crate::{unix, SourceSpec};
 
 /// How long after a run recorded new files the round starts, so a burst
-/// goes out as one fan-out.
-pub const GATHER: Duration = Duration::from_secs(1);
+/// goes out as one fan-out (files fetched while a round is on its way wait
+/// for it, and go out together anyway).
+pub const GATHER: Duration = Duration::from_millis(250);
 
 /// How often a distributor looks for what is owed with no news (retries
 /// that came due, another worker's ended leases).
@@ -125,9 +125,12 @@ struct Turn {
     not_before: Option<Instant>,
 }
 
-/// Rounds in flight per source at once: a file fetched while a round is
-/// on its way goes out in a round of its own instead of waiting for it.
-pub const MAX_ROUNDS: usize = 2;
+/// Rounds in flight per source at once. Two were measured
+/// (`bench/distribute.sh`, docs/BENCHMARKS.md): concurrent fan-outs through
+/// the same sites share their uplinks and this host's cores, and files
+/// reached the last site later (median 8.0–9.6 s instead of 6.0–6.7 s with
+/// 4 sites); files fetched during a round go out together in the next.
+pub const MAX_ROUNDS: usize = 1;
 
 /// What the rounds of one distributor share.
 #[derive(Default)]

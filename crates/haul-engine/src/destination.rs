@@ -207,13 +207,37 @@ impl Destination {
         }
         let base = base.unwrap_or_else(|| self.root.dir().clone());
         let mut levels = Vec::new();
-        let last = self.root.make_dirs_from(
+        let mut made = self.root.make_dirs_from(
             &base,
             &comps[..start],
             &comps[start..],
             0o755,
             &mut |i, dir, created| levels.push((start + i, dir.meta().ok(), created)),
-        )?;
+        );
+        // A file where the source has a directory (it names an entry
+        // beneath it): replaced, as the directory's own entry replaces it —
+        // which another connection may not have done yet. Once per
+        // component at most.
+        for _ in start..comps.len() {
+            if !matches!(
+                made,
+                Err(haul_root::ResolveError::NotDir(_) | haul_root::ResolveError::Symlink(_))
+            ) {
+                break;
+            }
+            if !replace_non_dir_on_the_way(&base, &comps[start..]) {
+                break;
+            }
+            levels.clear();
+            made = self.root.make_dirs_from(
+                &base,
+                &comps[..start],
+                &comps[start..],
+                0o755,
+                &mut |i, dir, created| levels.push((start + i, dir.meta().ok(), created)),
+            );
+        }
+        let last = made?;
         let last = Arc::new(last);
         let mut id = (0, 0);
         if let Ok(mut known) = self.known_dirs.lock() {
@@ -713,6 +737,29 @@ fn make_staging_at(root: &Root, at: &Path) -> Result<Arc<Dir>, ReceiveError> {
         });
     }
     Ok(Arc::new(dir))
+}
+
+/// Removes the first component of `comps` beneath `base` that is there and
+/// is a regular file (nothing is followed); whether one was removed. A
+/// directory that took its place meanwhile stays.
+fn replace_non_dir_on_the_way(base: &Dir, comps: &[&str]) -> bool {
+    let mut held: Option<Dir> = None;
+    for c in comps {
+        let dir = held.as_ref().unwrap_or(base);
+        match dir.stat(c) {
+            Ok(Some(m)) if m.is_dir() => match dir.subdir(c) {
+                Ok(next) => held = Some(next),
+                Err(_) => return false,
+            },
+            Ok(Some(m)) if m.is_file() => {
+                return dir.unlink(c).is_ok() || matches!(dir.stat(c), Ok(Some(m)) if m.is_dir());
+            }
+            // A symlink stays (it may be the operator's, to another disk)
+            // and the entry fails, naming it.
+            Ok(Some(_) | None) | Err(_) => return false,
+        }
+    }
+    false
 }
 
 /// Opens (making it if missing) `ROOT/.haul/partial` beneath the root.

@@ -602,3 +602,24 @@ fn a_directory_set_when_one_connection_ended_is_set_again_after_the_next() {
     dest.session_ended();
     assert_eq!(mtime("a/deeper"), want);
 }
+
+#[test]
+fn an_entry_beneath_a_file_replaces_it_with_a_directory_never_a_symlink() {
+    // The source has `f2/` holding `c`; DEST has a file `f2`. Another
+    // connection may not have made `f2/` yet when `f2/c` arrives: the file
+    // is replaced. A symlink (the operator's, to a directory elsewhere) is
+    // neither followed nor replaced: the entry fails.
+    let tmp = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(tmp.path().join("f2"), b"old").unwrap();
+    std::os::unix::fs::symlink(outside.path(), tmp.path().join("l")).unwrap();
+    let dest = Destination::open(tmp.path()).unwrap();
+    let place = dest.resolve("f2/c").unwrap();
+    assert_eq!(place.name, "c");
+    assert!(tmp.path().join("f2").is_dir());
+    assert!(dest.resolve("l/deeper/c").is_err());
+    assert!(std::fs::symlink_metadata(tmp.path().join("l"))
+        .unwrap()
+        .is_symlink());
+    assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0);
+}
