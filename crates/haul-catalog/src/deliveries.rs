@@ -211,11 +211,13 @@ pub(crate) fn totals_sql() -> String {
     )
 }
 
-/// 1 when site `?2` has not confirmed file `?3` of source `?1` at its
-/// current version, else 0.
-pub(crate) fn owed_one_sql() -> String {
-    format!("SELECT CAST(COUNT(*) AS BIGINT) {FROM} AND f.path = ?3 AND {OWED}")
-}
+/// 1 when site `?2` confirmed file `?3` of source `?1` at its current
+/// version and the file is not being fetched again, else 0 (a file being
+/// refetched, or one the catalog forgot, is confirmed nowhere).
+pub(crate) const CONFIRMED_ONE_SQL: &str = "SELECT CAST(COUNT(*) AS BIGINT)
+     FROM files f JOIN deliveries d ON d.source = f.source AND d.path = f.path AND d.site = ?2
+     WHERE f.source = ?1 AND f.path = ?3 AND f.state = 'fetched'
+       AND d.state = 'delivered' AND d.blake3 = f.blake3";
 
 /// The latest error of a file site `?2` still lacks, of source `?1`.
 pub(crate) const LAST_ERROR_SQL: &str = "SELECT last_error FROM deliveries

@@ -391,9 +391,10 @@ pub trait Catalog: Send + Sync {
     /// retry`); returns how many.
     fn retry_deliveries(&self, source: &str, site: &str) -> Result<u64>;
 
-    /// Those of `paths` (fetched files of `source`) that one of `sites` has
-    /// not confirmed at their current version: what a source that keeps no
-    /// local copy must still keep.
+    /// Those of `paths` (files of `source`) that one of `sites` has not
+    /// confirmed at their current version, or that are not fetched (being
+    /// fetched again, failed, forgotten): what a source that keeps no local
+    /// copy must still keep.
     fn unconfirmed(&self, source: &str, sites: &[String], paths: &[String]) -> Result<Vec<String>>;
 
     /// Forgets what `site` confirmed of `source` (all, or under `prefix`),

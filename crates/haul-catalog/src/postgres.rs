@@ -818,12 +818,12 @@ impl Catalog for PostgresCatalog {
 
     fn unconfirmed(&self, source: &str, sites: &[String], paths: &[String]) -> Result<Vec<String>> {
         self.with(|c| {
-            let stmt = c.prepare(&postgres_sql(&deliveries::owed_one_sql()))?;
+            let stmt = c.prepare(&postgres_sql(deliveries::CONFIRMED_ONE_SQL))?;
             let mut out = Vec::new();
             for path in paths {
                 for site in sites {
-                    let owed: i64 = c.query_one(&stmt, &[&source, site, path])?.try_get(0)?;
-                    if owed > 0 {
+                    let confirmed: i64 = c.query_one(&stmt, &[&source, site, path])?.try_get(0)?;
+                    if confirmed == 0 {
                         out.push(path.clone());
                         break;
                     }

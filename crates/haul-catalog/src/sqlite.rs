@@ -593,12 +593,12 @@ impl Catalog for SqliteCatalog {
 
     fn unconfirmed(&self, source: &str, sites: &[String], paths: &[String]) -> Result<Vec<String>> {
         let conn = self.conn()?;
-        let mut stmt = conn.prepare_cached(&deliveries::owed_one_sql())?;
+        let mut stmt = conn.prepare_cached(deliveries::CONFIRMED_ONE_SQL)?;
         let mut out = Vec::new();
         for path in paths {
             for site in sites {
-                let owed: i64 = stmt.query_row(params![source, site, path], |r| r.get(0))?;
-                if owed > 0 {
+                let confirmed: i64 = stmt.query_row(params![source, site, path], |r| r.get(0))?;
+                if confirmed == 0 {
                     out.push(path.clone());
                     break;
                 }

@@ -1218,6 +1218,21 @@ fn a_site_added_later_owes_all(b: &dyn Backend, name: &str) {
     c.delivered("s", "late", &ok(&refs[..4], "v"), 310).unwrap();
     assert_eq!(c.unconfirmed("s", &sites, &all).unwrap(), ["f4"]);
     assert!(c.unconfirmed("s", &sites[..1], &all).unwrap().is_empty());
+    // A file being fetched again (its size changed at the source) is kept
+    // whatever the sites confirmed of the old version, as is one the
+    // catalog does not know.
+    c.claim(
+        "s",
+        &[seen("f0", 99, 500)],
+        Refetch::IfChanged,
+        "fetcher",
+        560,
+        500,
+    )
+    .unwrap();
+    assert_eq!(c.unconfirmed("s", &sites[..1], &all[..1]).unwrap(), ["f0"]);
+    let unknown = ["nowhere".to_owned()];
+    assert_eq!(c.unconfirmed("s", &sites[..1], &unknown).unwrap(), unknown);
 }
 
 /// A catalog at schema version 2 (the last before deliveries) is brought

@@ -93,25 +93,51 @@ impl Reach for Sites {
     }
 }
 
-/// What the origin's own sends saw: the BLAKE3 each file went out with,
-/// and the files that could not be read here.
-#[derive(Default)]
+/// What the origin's own sends saw of each file (by its path under DEST):
+/// sent or found up to date there (with the BLAKE3 it went out with, when
+/// it was read), or failed here (why). A file with neither was never
+/// offered (it could not be read here): it is confirmed nowhere.
 struct Seen {
-    sent: Mutex<HashMap<String, String>>,
+    /// DEST, to name a failure by its path under it (errors reading a local
+    /// file name its full path).
+    dest: std::path::PathBuf,
+    done: Mutex<HashMap<String, String>>,
     failed: Mutex<HashMap<String, String>>,
+}
+
+impl Seen {
+    fn new(dest: &Path) -> Self {
+        Self {
+            dest: dest.to_path_buf(),
+            done: Mutex::default(),
+            failed: Mutex::default(),
+        }
+    }
+
+    /// `path` as a path under DEST.
+    fn rel(&self, path: &str) -> String {
+        Path::new(path)
+            .strip_prefix(&self.dest)
+            .ok()
+            .and_then(|r| r.to_str())
+            .map_or_else(|| path.to_owned(), str::to_owned)
+    }
 }
 
 impl Observer for Seen {
     fn event(&self, event: &Event) {
         match event {
-            Event::FileDone { path, blake3, .. } if !blake3.is_empty() => {
-                if let Ok(mut m) = self.sent.lock() {
-                    m.insert(path.clone(), blake3.clone());
+            Event::FileDone { path, blake3, .. } => {
+                if let Ok(mut m) = self.done.lock() {
+                    let known = m.entry(path.clone()).or_default();
+                    if !blake3.is_empty() {
+                        blake3.clone_into(known);
+                    }
                 }
             }
             Event::FileError { path, error } => {
                 if let Ok(mut m) = self.failed.lock() {
-                    m.insert(path.clone(), error.clone());
+                    m.insert(self.rel(path), error.clone());
                 }
             }
             _ => {}
@@ -279,8 +305,42 @@ async fn deliver(d: &Distributor, spec: &SourceSpec, claimed: &Batch, shared: &M
             unplaced.push((site.name.clone(), bad));
         }
     }
+    // Files that cannot be read here are failed now, never offered: a
+    // fan-out whose every entry fails to open does not end (noted for the
+    // fan-out), and a site must never be said to hold what was not sent.
+    let dest = spec.dest.clone();
+    let probe = files.clone();
+    let unreadable: HashMap<String, String> =
+        tokio::task::spawn_blocking(move || unreadable_beneath(&dest, &probe))
+            .await
+            .unwrap_or_default();
+    if !unreadable.is_empty() {
+        files.retain(|f| !unreadable.contains_key(f));
+        for (site, owed) in claimed {
+            let bad: Vec<(String, String)> = owed
+                .iter()
+                .filter_map(|o| {
+                    let rel = rel_in(&spec.dest, o)?;
+                    let e = unreadable.get(&rel)?;
+                    Some((o.path.clone(), format!("{rel} was not sent: {e}")))
+                })
+                .collect();
+            unplaced.push((site.name.clone(), bad));
+        }
+    }
     for (site, bad) in unplaced {
+        if let Some((p, e)) = bad.first() {
+            tracing::warn!(
+                "{} → {site}: {} file(s) not delivered, e.g. {p}: {e}; trying again in {:.0}s",
+                spec.name,
+                bad.len(),
+                d.site_retry.as_secs_f64()
+            );
+        }
         record_failed(d, spec, &site, bad, d.site_retry).await;
+    }
+    if files.is_empty() {
+        return;
     }
     let dataset = Arc::new(Chosen::new(spec.dest.clone(), files.clone()));
     let urls: Vec<NodeUrl> = claimed.iter().map(|(s, _)| s.url.clone()).collect();
@@ -296,7 +356,7 @@ async fn deliver(d: &Distributor, spec: &SourceSpec, claimed: &Batch, shared: &M
         reach,
     };
     let opts = claimed[0].0.client.clone();
-    let seen = Arc::new(Seen::default());
+    let seen = Arc::new(Seen::new(&spec.dest));
     let names: Vec<&str> = claimed.iter().map(|(s, _)| s.name.as_str()).collect();
     let unique: HashSet<&String> = files.iter().collect();
     tracing::info!(
@@ -307,7 +367,7 @@ async fn deliver(d: &Distributor, spec: &SourceSpec, claimed: &Batch, shared: &M
     );
     let result = haul_node::push_fanout(dataset, &urls, &opts, &fan, seen.clone()).await;
     let mut confirmed_paths: Vec<String> = Vec::new();
-    let sent = seen.sent.lock().map(|m| m.clone()).unwrap_or_default();
+    let done = seen.done.lock().map(|m| m.clone()).unwrap_or_default();
     let failed_here = seen.failed.lock().map(|m| m.clone()).unwrap_or_default();
     for (i, (site, owed)) in claimed.iter().enumerate() {
         let report = result.as_ref().map(|s| s.nodes.get(i));
@@ -327,9 +387,19 @@ async fn deliver(d: &Distributor, spec: &SourceSpec, claimed: &Batch, shared: &M
                 bad.push((o.path.clone(), e.clone()));
             } else if let Some(e) = &site_error {
                 bad.push((o.path.clone(), e.clone()));
+            } else if let Some(hash) = done.get(&rel) {
+                // Read and sent (its BLAKE3), or up to date there by size
+                // and mtime (the version the catalog holds).
+                let hash = if hash.is_empty() { &o.blake3 } else { hash };
+                good.push((o.path.clone(), hash.clone()));
             } else {
-                let hash = sent.get(&rel).cloned().unwrap_or_else(|| o.blake3.clone());
-                good.push((o.path.clone(), hash));
+                bad.push((
+                    o.path.clone(),
+                    format!(
+                        "{rel} was not sent: it could not be read under {}",
+                        spec.dest.display()
+                    ),
+                ));
             }
         }
         if !good.is_empty() {
@@ -393,19 +463,26 @@ async fn deliver(d: &Distributor, spec: &SourceSpec, claimed: &Batch, shared: &M
                 record_failed(d, spec, &site.name, std::mem::take(&mut bad), wait).await;
             }
         }
-        if !bad.is_empty() {
-            // Files that could not be read here, the site itself fine.
-            for (p, e) in &bad {
-                tracing::warn!("{} → {}: {p}: {e}", spec.name, site.name);
-            }
+        if let Some((p, e)) = bad.first() {
+            // Files that could not be read here, the site itself fine: one
+            // line for them all.
+            tracing::warn!(
+                "{} → {}: {} file(s) not delivered, e.g. {p}: {e}; trying again in {:.0}s",
+                spec.name,
+                site.name,
+                bad.len(),
+                d.site_retry.as_secs_f64()
+            );
             record_failed(d, spec, &site.name, bad, d.site_retry).await;
         }
     }
     if !spec.keep_local && !confirmed_paths.is_empty() {
-        let locals: HashMap<String, String> = claimed
+        let locals: HashMap<String, (String, String)> = claimed
             .iter()
             .flat_map(|(_, owed)| owed.iter())
-            .filter_map(|o| rel_in(&spec.dest, o).map(|rel| (o.path.clone(), rel)))
+            .filter_map(|o| {
+                rel_in(&spec.dest, o).map(|rel| (o.path.clone(), (rel, o.blake3.clone())))
+            })
             .collect();
         release_local(d, spec, confirmed_paths, &locals).await;
     }
@@ -476,12 +553,14 @@ async fn on_deliver(
 
 /// `keep_local = false`: removes the local copy of each of `paths` that
 /// every site of the source has confirmed (`locals`: catalog path → path
-/// under DEST), beneath the destination's held directories.
+/// under DEST and the BLAKE3 the sites confirmed), beneath the
+/// destination's held directories, and only while it still holds that
+/// content.
 async fn release_local(
     d: &Distributor,
     spec: &SourceSpec,
     paths: Vec<String>,
-    locals: &HashMap<String, String>,
+    locals: &HashMap<String, (String, String)>,
 ) {
     let sites: Vec<String> = spec.deliver.iter().map(|s| s.name.clone()).collect();
     let source = spec.name.clone();
@@ -497,7 +576,7 @@ async fn release_local(
                 return;
             }
         };
-    let done: Vec<String> = paths
+    let done: Vec<(String, String)> = paths
         .into_iter()
         .filter(|p| !lacking.contains(p))
         .filter_map(|p| locals.get(&p).cloned())
@@ -510,18 +589,18 @@ async fn release_local(
     let dest = spec.dest.clone();
     let removed = tokio::task::spawn_blocking(move || remove_beneath(&dest, &done)).await;
     match removed {
-        Ok((n, errors)) => {
+        Ok((n, kept)) => {
             if n > 0 {
                 tracing::info!(
                     "{}: removed the local copy of {n} file(s) every site confirmed (keep_local = false)",
                     spec.name
                 );
             }
-            if let Some(e) = errors.first() {
+            if let Some(e) = kept.first() {
                 tracing::warn!(
-                    "{}: keep_local = false: {} local copy(ies) not removed: {e}",
+                    "{}: keep_local = false: {} local copy(ies) kept, e.g. {e}",
                     spec.name,
-                    errors.len()
+                    kept.len()
                 );
             }
         }
@@ -529,15 +608,17 @@ async fn release_local(
     }
 }
 
-/// Unlinks each of `rels` beneath `dest`'s held directories (no symlink
-/// followed on the way); returns how many, and the errors.
-fn remove_beneath(dest: &Path, rels: &[String]) -> (usize, Vec<String>) {
+/// Unlinks each of `files` (path under `dest`, BLAKE3) beneath `dest`'s held
+/// directories (no symlink followed on the way) if it still holds that
+/// content and that name is still the file read (a new version fetched
+/// into its place since stays); returns how many, and why the others stayed.
+fn remove_beneath(dest: &Path, files: &[(String, String)]) -> (usize, Vec<String>) {
     let root = match haul_root::Root::open(dest) {
         Ok(r) => r,
         Err(e) => return (0, vec![format!("{}: {e}", dest.display())]),
     };
-    let (mut n, mut errors) = (0, Vec::new());
-    for rel in rels {
+    let (mut n, mut kept) = (0, Vec::new());
+    for (rel, blake3) in files {
         let comps: Vec<&str> = rel.split('/').collect();
         let Some((name, parents)) = comps.split_last() else {
             continue;
@@ -545,13 +626,62 @@ fn remove_beneath(dest: &Path, rels: &[String]) -> (usize, Vec<String>) {
         let result = root
             .open_dir(parents)
             .map_err(|e| e.to_string())
-            .and_then(|dir| dir.unlink(name).map_err(|e| e.to_string()));
+            .and_then(|dir| remove_if_same(&dir, name, blake3));
         match result {
             Ok(()) => n += 1,
-            Err(e) => errors.push(format!("{rel}: {e}")),
+            Err(e) => kept.push(format!("{rel}: {e}")),
         }
     }
-    (n, errors)
+    (n, kept)
+}
+
+/// Unlinks `name` in `dir` if its content hashes to `blake3` and the name
+/// still refers to the file hashed.
+fn remove_if_same(dir: &haul_root::Dir, name: &str, blake3: &str) -> Result<(), String> {
+    let (mut file, before) = dir.open_regular(name).map_err(|e| e.to_string())?;
+    let mut hasher = blake3::Hasher::new();
+    hasher
+        .update_reader(&mut file)
+        .map_err(|e| format!("cannot read it: {e}"))?;
+    if hasher.finalize().to_hex().as_str() != blake3 {
+        return Err("its content is no longer what the sites confirmed".into());
+    }
+    match dir.stat(name) {
+        Ok(Some(now)) if now.dev == before.dev && now.ino == before.ino => {
+            dir.unlink(name).map_err(|e| e.to_string())
+        }
+        _ => Err("another file took its name meanwhile".into()),
+    }
+}
+
+/// Those of `files` (paths under `dest`) that cannot be opened as regular
+/// files beneath `dest`'s held directories, with why.
+fn unreadable_beneath(dest: &Path, files: &[String]) -> HashMap<String, String> {
+    let root = match haul_root::Root::open(dest) {
+        Ok(r) => r,
+        Err(e) => {
+            let why = format!("cannot open {}: {e}", dest.display());
+            return files.iter().map(|f| (f.clone(), why.clone())).collect();
+        }
+    };
+    let mut out = HashMap::new();
+    for rel in files {
+        let comps: Vec<&str> = rel.split('/').collect();
+        let Some((name, parents)) = comps.split_last() else {
+            continue;
+        };
+        let opened = root
+            .open_dir(parents)
+            .map_err(|e| e.to_string())
+            .and_then(|dir| dir.open_regular(name).map_err(|e| e.to_string()));
+        if let Err(e) = opened {
+            out.insert(
+                rel.clone(),
+                format!("it cannot be read under {}: {e}", dest.display()),
+            );
+        }
+    }
+    out
 }
 
 /// Records `files` (path and error) as failed at `site`, due again after `wait`.

@@ -358,33 +358,35 @@ pub async fn run(
             },
         }
     }
+    // Runs and deliveries in progress share one grace period.
+    let _ = stop_tx.send(true);
+    distributors.by_source.clear();
     if !runs.is_empty() {
         tracing::info!(
             "stopping: {} run(s) in progress get {:.0}s to finish",
             runs.len(),
             grace.as_secs_f64()
         );
-        let finished =
-            tokio::time::timeout(grace, async { while runs.join_next().await.is_some() {} }).await;
-        if finished.is_err() {
-            tracing::info!(
-                "stopping now: partial downloads keep their verified chunks for the next start"
-            );
-            runs.shutdown().await;
-        }
     }
-    let _ = stop_tx.send(true);
-    distributors.by_source.clear();
-    if !distributors.tasks.is_empty() {
-        let tasks = &mut distributors.tasks;
-        let finished =
-            tokio::time::timeout(grace, async { while tasks.join_next().await.is_some() {} }).await;
-        if finished.is_err() {
-            tracing::info!(
-                "stopping now: deliveries in progress are given back for the next start"
-            );
-            distributors.tasks.shutdown().await;
-        }
+    let deadline = tokio::time::Instant::now() + grace;
+    let finished = tokio::time::timeout_at(deadline, async {
+        while runs.join_next().await.is_some() {}
+    })
+    .await;
+    if finished.is_err() {
+        tracing::info!(
+            "stopping now: partial downloads keep their verified chunks for the next start"
+        );
+        runs.shutdown().await;
+    }
+    let tasks = &mut distributors.tasks;
+    let finished = tokio::time::timeout_at(deadline, async {
+        while tasks.join_next().await.is_some() {}
+    })
+    .await;
+    if finished.is_err() {
+        tracing::info!("stopping now: deliveries in progress are given back for the next start");
+        distributors.tasks.shutdown().await;
     }
     renewer.abort();
     let w = worker.clone();

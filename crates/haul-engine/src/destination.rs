@@ -106,6 +106,9 @@ pub struct Destination {
     /// `--checksum`: the sender already compared contents, so whatever it
     /// offers is received, same size and mtime or not.
     no_quick_check: std::sync::atomic::AtomicBool,
+    /// A regular file where an entry's parent directory must be is
+    /// replaced (a haul sender's tree has a directory there).
+    replace_files_in_the_way: std::sync::atomic::AtomicBool,
 }
 
 /// The name (without extension) of the staging and resume-state files of `rel`.
@@ -153,6 +156,7 @@ impl Destination {
             client_side: std::sync::atomic::AtomicBool::new(false),
             keep_modes: std::sync::atomic::AtomicBool::new(false),
             no_quick_check: std::sync::atomic::AtomicBool::new(false),
+            replace_files_in_the_way: std::sync::atomic::AtomicBool::new(false),
         }))
     }
 
@@ -167,6 +171,16 @@ impl Destination {
     /// sender offers only files whose BLAKE3 differs).
     pub fn receive_everything_offered(&self) {
         self.no_quick_check
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// For entries from a haul sender (a tree walked at the source): a
+    /// regular file standing where an entry's parent directory must be is
+    /// replaced by the directory, as that directory's own entry replaces it
+    /// (which another connection may not have done yet). Not for remote
+    /// sources, whose listings may name both `foo` and `foo/bar`.
+    pub fn replace_files_in_the_way(&self) {
+        self.replace_files_in_the_way
             .store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
@@ -214,15 +228,15 @@ impl Destination {
             0o755,
             &mut |i, dir, created| levels.push((start + i, dir.meta().ok(), created)),
         );
-        // A file where the source has a directory (it names an entry
-        // beneath it): replaced, as the directory's own entry replaces it —
-        // which another connection may not have done yet. Once per
+        // A file where a haul sender's tree has a directory (it names an
+        // entry beneath it): replaced, as the directory's own entry replaces
+        // it — which another connection may not have done yet. Once per
         // component at most.
+        let replacing = self
+            .replace_files_in_the_way
+            .load(std::sync::atomic::Ordering::Relaxed);
         for _ in start..comps.len() {
-            if !matches!(
-                made,
-                Err(haul_root::ResolveError::NotDir(_) | haul_root::ResolveError::Symlink(_))
-            ) {
+            if !replacing || !matches!(made, Err(haul_root::ResolveError::NotDir(_))) {
                 break;
             }
             if !replace_non_dir_on_the_way(&base, &comps[start..]) {

@@ -59,6 +59,7 @@ pub async fn copy_local(
     let tally = Tally::new(observer);
     let seen = (opts.delete && named.is_none()).then(|| Arc::new(Mutex::new(HashSet::new())));
     let destination = Destination::open(dest)?;
+    destination.replace_files_in_the_way();
     let same = if opts.checksum {
         destination.receive_everything_offered();
         let root = Root::open(dest)

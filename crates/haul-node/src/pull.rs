@@ -71,6 +71,7 @@ pub async fn pull(
     };
     // Only now that the node lists the path: a refused pull leaves no DEST.
     let destination = Destination::open(dest)?;
+    destination.replace_files_in_the_way();
     if opts.checksum {
         // Files were compared by content while listed: none is skipped
         // for its size and mtime.

@@ -151,6 +151,7 @@ impl Server {
     /// (tests: other nodes in this process).
     pub fn reaching(opts: ServeOptions, reach: Arc<dyn Reach>) -> Result<Arc<Self>, NodeError> {
         let dest = Destination::open(&opts.root)?;
+        dest.replace_files_in_the_way();
         let buffers = ChunkBuffers::new(opts.chunk_memory);
         Ok(Arc::new(Self {
             opts,

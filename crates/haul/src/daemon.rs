@@ -501,7 +501,7 @@ fn catalog_command(
             if json {
                 crate::output::json_line(&serde_json::json!({"event": "retry", "source": source, "site": site, "files": n}));
             } else {
-                println!("{n} failed deliver(ies) of {source} to {site} are due now: a running daemon takes them within seconds");
+                println!("{n} failed deliver(ies) of {source} to {site} are due now: a running daemon sends them at its next attempt at {site} (after a run of failures that may be up to 10 minutes away; restart the daemon to try at once)");
             }
         }
         CatalogCommand::Forget {

@@ -383,6 +383,17 @@ pub fn parse(text: &str) -> Result<DaemonConfig> {
         let line = at(site.span());
         let plan = site_plan(site.get_ref(), &at)
             .with_context(|| format!("[[site]] {:?} ({line})", site.get_ref().name))?;
+        if let Some(other) = sites
+            .iter()
+            .find(|s: &&SitePlan| s.url.addr == plan.url.addr)
+        {
+            bail!(
+                "{line}: [[site]] {:?} is the node of [[site]] {:?} ({}): one site per node (a fan-out reaches each node once)",
+                plan.name,
+                other.name,
+                plan.url.addr
+            );
+        }
         if sites.iter().any(|s: &SitePlan| s.name == plan.name) {
             bail!(
                 "{line}: two sites are named {:?}: names must differ (they key the catalog)",
@@ -821,8 +832,8 @@ deliver = ["a", "b"]
             e.contains("[[site]] \"b\"") && e.contains("/nonexistent/b.token"),
             "{e}"
         );
-        let e = error_of(&base.replace("name = \"b\"", "name = \"a\""));
-        assert!(e.contains("two sites are named \"a\""), "{e}");
+        let e = error_of(&base.replace("haul://b.example", "haul://a.example"));
+        assert!(e.contains("one site per node"), "{e}");
     }
 
     #[test]

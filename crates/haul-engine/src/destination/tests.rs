@@ -614,6 +614,10 @@ fn an_entry_beneath_a_file_replaces_it_with_a_directory_never_a_symlink() {
     std::fs::write(tmp.path().join("f2"), b"old").unwrap();
     std::os::unix::fs::symlink(outside.path(), tmp.path().join("l")).unwrap();
     let dest = Destination::open(tmp.path()).unwrap();
+    // A remote source's destination does not (its listing may name both).
+    assert!(dest.resolve("f2/c").is_err());
+    assert!(tmp.path().join("f2").is_file());
+    dest.replace_files_in_the_way();
     let place = dest.resolve("f2/c").unwrap();
     assert_eq!(place.name, "c");
     assert!(tmp.path().join("f2").is_dir());

@@ -229,6 +229,29 @@ fn every_new_file_reaches_every_site_once_and_a_site_down_catches_up() {
     wait_for(Duration::from_secs(30), "c's delivery recorded", || {
         catalog(&config, &["list", "--site", "c", "--state", "pending"]).is_empty()
     });
+    // A file gone from here is never recorded as delivered: forgotten for
+    // a (so owed to it again), it fails there saying why.
+    std::fs::remove_file(s.path("acquired/f1.nc")).unwrap();
+    catalog(&config, &["forget", "sst", "f1.nc", "--site", "a"]);
+    let t0 = std::time::Instant::now();
+    while !catalog(&config, &["list", "--site", "a", "--state", "failed"])
+        .iter()
+        .any(|d| d["path"] == "f1.nc")
+    {
+        assert!(
+            t0.elapsed() < Duration::from_secs(30),
+            "f1.nc did not fail at a: {:?}\n{}",
+            catalog(&config, &["list", "--site", "a"]),
+            daemon.log()
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let failed = catalog(&config, &["list", "--site", "a", "--state", "failed"]);
+    let f1 = failed.iter().find(|d| d["path"] == "f1.nc").unwrap();
+    assert!(
+        f1["error"].as_str().unwrap_or("").contains("f1.nc"),
+        "the error names the file: {f1}"
+    );
     assert_eq!(daemon.terminate().code(), Some(0), "{}", daemon.log());
     if std::env::var_os("HAUL_TEST_SHOW_LOG").is_some() {
         eprintln!("{}", daemon.log());
