@@ -158,8 +158,15 @@ fn init_logging(cli: &Cli) {
     } else {
         ""
     };
+    // The daemon's deliveries are fan-outs every few seconds: each
+    // connection's and plan's line is heard from -v up; the daemon's own
+    // line per round and site, and every warning, always.
+    let quiet_rounds = match (cli.verbose, &cli.command) {
+        (0, Command::Daemon(_)) => ",haul_node=warn",
+        _ => "",
+    };
     let filter = tracing_subscriber::EnvFilter::try_from_env("HAUL_LOG").unwrap_or_else(|_| {
-        tracing_subscriber::EnvFilter::new(format!("{default}{quiet_libraries}"))
+        tracing_subscriber::EnvFilter::new(format!("{default}{quiet_libraries}{quiet_rounds}"))
     });
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
