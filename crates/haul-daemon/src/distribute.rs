@@ -619,20 +619,29 @@ fn remove_beneath(dest: &Path, files: &[(String, String)]) -> (usize, Vec<String
     };
     let (mut n, mut kept) = (0, Vec::new());
     for (rel, blake3) in files {
-        let comps: Vec<&str> = rel.split('/').collect();
-        let Some((name, parents)) = comps.split_last() else {
-            continue;
-        };
-        let result = root
-            .open_dir(parents)
-            .map_err(|e| e.to_string())
-            .and_then(|dir| remove_if_same(&dir, name, blake3));
+        let result =
+            parent_of(&root, rel).and_then(|(dir, name)| remove_if_same(&dir, name, blake3));
         match result {
             Ok(()) => n += 1,
             Err(e) => kept.push(format!("{rel}: {e}")),
         }
     }
     (n, kept)
+}
+
+/// The held directory of `rel` (a path under `root`, no symlink followed
+/// on the way) and its last component.
+fn parent_of<'a>(
+    root: &haul_root::Root,
+    rel: &'a str,
+) -> Result<(haul_root::Dir, &'a str), String> {
+    let comps: Vec<&str> = rel.split('/').collect();
+    let Some((name, parents)) = comps.split_last() else {
+        return Err("an empty path".into());
+    };
+    root.open_dir(parents)
+        .map(|dir| (dir, *name))
+        .map_err(|e| e.to_string())
 }
 
 /// Unlinks `name` in `dir` if its content hashes to `blake3` and the name
@@ -666,14 +675,8 @@ fn unreadable_beneath(dest: &Path, files: &[String]) -> HashMap<String, String> 
     };
     let mut out = HashMap::new();
     for rel in files {
-        let comps: Vec<&str> = rel.split('/').collect();
-        let Some((name, parents)) = comps.split_last() else {
-            continue;
-        };
-        let opened = root
-            .open_dir(parents)
-            .map_err(|e| e.to_string())
-            .and_then(|dir| dir.open_regular(name).map_err(|e| e.to_string()));
+        let opened = parent_of(&root, rel)
+            .and_then(|(dir, name)| dir.open_regular(name).map_err(|e| e.to_string()));
         if let Err(e) = opened {
             out.insert(
                 rel.clone(),
