@@ -36,8 +36,10 @@
 
 mod decide;
 mod deliveries;
+mod error;
 pub mod pgconnect;
 mod postgres;
+mod runs;
 mod sqlite;
 #[cfg(feature = "test-server")]
 pub mod testserver;
@@ -46,6 +48,7 @@ use std::collections::HashMap;
 
 pub use decide::{Action, Known};
 pub use deliveries::{CatchUp, DeliveryRecord, Owed, SiteTotals};
+pub use error::CatalogError;
 pub use postgres::PostgresCatalog;
 pub use sqlite::SqliteCatalog;
 
@@ -195,6 +198,28 @@ pub struct RunRecord {
     pub error: Option<String>,
     /// The `on_run` hook's failure after it, if it failed.
     pub hook_failure: Option<HookFailure>,
+    /// Closed by another worker (or its own next start) because its worker
+    /// stopped before ending it; its counts are what it recorded.
+    pub abandoned: bool,
+}
+
+/// What a run adds with one record of fetched files, in the same
+/// transaction (so a run whose worker dies still counts what it delivered).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RunProgress {
+    /// The run.
+    pub id: i64,
+    /// Files this record adds to the run's `fetched`.
+    pub fetched: u64,
+    /// Bytes it adds to the run's `bytes`.
+    pub bytes: u64,
+    /// Listed, claimed and failed as the worker counts them now (kept
+    /// when higher than the run's).
+    pub listed: u64,
+    /// See `listed`.
+    pub claimed: u64,
+    /// See `listed`.
+    pub failed: u64,
 }
 
 /// Per-source totals, for `/metrics` and `haul status`.
@@ -208,52 +233,6 @@ pub struct SourceTotals {
     pub bytes_fetched: u64,
     /// When the last file was fetched.
     pub last_fetched: Option<i64>,
-}
-
-/// Why the catalog failed.
-#[derive(Debug, thiserror::Error)]
-pub enum CatalogError {
-    /// The catalog URL is neither `sqlite:PATH` nor `postgres://…`.
-    #[error("catalog {0:?}: use sqlite:/path/to/catalog.db or postgres://user@host/db")]
-    Url(String),
-    /// SQLite refused.
-    #[error("SQLite catalog: {0}")]
-    Sqlite(#[from] rusqlite::Error),
-    /// PostgreSQL refused or is unreachable.
-    #[error("PostgreSQL catalog: {}", postgres_message(.0))]
-    Postgres(#[from] ::postgres::Error),
-    /// The PostgreSQL URL's settings are wrong (sslmode, root certificate…).
-    #[error("PostgreSQL catalog {0}")]
-    Connect(String),
-    /// The catalog was written by a newer haul.
-    #[error("the catalog's schema is version {found}, newer than this haul knows ({known}): upgrade haul")]
-    TooNew {
-        /// The schema version found.
-        found: i64,
-        /// The newest version this haul knows.
-        known: i64,
-    },
-    /// A lock of the driver was poisoned by a panic elsewhere.
-    #[error("the catalog connection is unusable after an earlier failure: restart haul")]
-    Poisoned,
-}
-
-/// A PostgreSQL error with what the server or the TLS layer said (the
-/// crate's own text is only "db error" or "error performing TLS handshake").
-fn postgres_message(e: &::postgres::Error) -> String {
-    if let Some(db) = e.as_db_error() {
-        return format!("{}: {}", db.severity(), db.message());
-    }
-    let mut text = e.to_string();
-    let mut cause = std::error::Error::source(e);
-    while let Some(c) = cause {
-        let more = c.to_string();
-        if !text.contains(&more) {
-            text = format!("{text}: {more}");
-        }
-        cause = c.source();
-    }
-    text
 }
 
 /// Result of a catalog call.
@@ -280,7 +259,8 @@ pub trait Catalog: Send + Sync {
         now: i64,
     ) -> Result<Vec<String>>;
 
-    /// Extends every claim `worker` holds to `until`; returns how many.
+    /// Extends every claim `worker` holds to `until`, and says its open
+    /// runs are alive until then; returns how many claims.
     fn renew(&self, worker: &str, until: i64) -> Result<u64>;
 
     /// Gives back every claim `worker` holds (a restart, or a shutdown
@@ -295,8 +275,14 @@ pub trait Catalog: Send + Sync {
 
     /// Records each of `files` (path and facts) as fetched, all in one
     /// transaction: what a run delivered while the previous record was
-    /// being written costs one commit, not one each.
-    fn fetched_batch(&self, source: &str, files: &[(String, Fetched)]) -> Result<()>;
+    /// being written costs one commit, not one each. `run`'s counts grow
+    /// in the same transaction.
+    fn fetched_batch(
+        &self,
+        source: &str,
+        files: &[(String, Fetched)],
+        run: Option<&RunProgress>,
+    ) -> Result<()>;
 
     /// Records a failed attempt; returns the attempts so far.
     fn failed(&self, source: &str, path: &str, error: &str, next_retry: i64) -> Result<u32>;
@@ -308,11 +294,17 @@ pub trait Catalog: Send + Sync {
     /// Records that the `on_run` hook failed after run `id`.
     fn run_hook_failed(&self, id: i64, failure: &HookFailure) -> Result<()>;
 
-    /// Starts a run; returns its id.
-    fn begin_run(&self, source: &str, worker: &str, started: i64) -> Result<i64>;
+    /// Starts a run whose worker is alive until `alive_until` (then
+    /// [`renew`](Catalog::renew)ed); returns its id.
+    fn begin_run(&self, source: &str, worker: &str, started: i64, alive_until: i64) -> Result<i64>;
 
     /// Ends run `id`.
     fn end_run(&self, id: i64, ended: i64, counts: &RunCounts, error: Option<&str>) -> Result<()>;
+
+    /// Closes, as abandoned at `now`, the open runs of `worker` (when given:
+    /// a worker starting again) and those whose worker was last alive
+    /// before `now`; returns how many.
+    fn abandon_runs(&self, worker: Option<&str>, now: i64) -> Result<u64>;
 
     /// The latest runs (of `source`, or all), newest first.
     fn runs(&self, source: Option<&str>, limit: u32) -> Result<Vec<RunRecord>>;

@@ -14,9 +14,10 @@ use postgres::{Client, Config, NoTls, Transaction};
 
 use crate::decide::{action, db_size, hook_failure, Row, FILE_COLUMNS};
 use crate::deliveries::{self, postgres_sql, CatchUp, DeliveryRecord, Owed, SiteTotals};
+use crate::runs;
 use crate::{
     join_checksums, Action, Catalog, CatalogError, Fetched, FileRecord, HookFailure, Known,
-    Refetch, Result, RunCounts, RunRecord, Seen, SourceTotals,
+    Refetch, Result, RunCounts, RunProgress, RunRecord, Seen, SourceTotals,
 };
 
 /// Schema versions, applied in order at connect (never edit one: add the next).
@@ -86,6 +87,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     );
     CREATE INDEX deliveries_claims ON deliveries (claimed_by) WHERE state = 'claimed';",
     ),
+    (4, runs::POSTGRES_SCHEMA),
 ];
 
 /// Any constant: the advisory lock that serializes migrations of workers
@@ -433,6 +435,7 @@ impl Catalog for PostgresCatalog {
                 &[&worker, &until],
             )?;
             let d = tx.execute(&postgres_sql(deliveries::RENEW_SQL), &[&worker, &until])?;
+            tx.execute(&postgres_sql(runs::RENEW_SQL), &[&worker, &until])?;
             tx.commit()?;
             Ok(n + d)
         })
@@ -464,11 +467,16 @@ impl Catalog for PostgresCatalog {
     }
 
     fn fetched(&self, source: &str, path: &str, f: &Fetched) -> Result<()> {
-        self.fetched_batch(source, &[(path.to_string(), f.clone())])
+        self.fetched_batch(source, &[(path.to_string(), f.clone())], None)
     }
 
-    fn fetched_batch(&self, source: &str, files: &[(String, Fetched)]) -> Result<()> {
-        if files.is_empty() {
+    fn fetched_batch(
+        &self,
+        source: &str,
+        files: &[(String, Fetched)],
+        run: Option<&RunProgress>,
+    ) -> Result<()> {
+        if files.is_empty() && run.is_none() {
             return Ok(());
         }
         let mut paths = Vec::with_capacity(files.len());
@@ -484,8 +492,8 @@ impl Catalog for PostgresCatalog {
             size.push(db_size(Some(f.size)));
         }
         self.with(|c| {
-            // One statement: one commit for the whole batch.
-            c.execute(
+            let mut tx = c.transaction()?;
+            tx.execute(
                 "UPDATE files f SET state = 'fetched', blake3 = t.b, local_path = t.l,
                      fetched_at = t.a, size = t.s, claimed_by = NULL, claim_until = NULL,
                      attempts = 0, last_error = NULL, next_retry = NULL, hook_error = NULL,
@@ -495,6 +503,20 @@ impl Catalog for PostgresCatalog {
                  WHERE f.source = $1 AND f.path = t.p",
                 &[&source, &paths, &blake3, &local, &at, &size],
             )?;
+            if let Some(r) = run {
+                tx.execute(
+                    &postgres_sql(runs::PROGRESS_SQL),
+                    &[
+                        &r.id,
+                        &count(r.fetched),
+                        &count(r.bytes),
+                        &count(r.listed),
+                        &count(r.claimed),
+                        &count(r.failed),
+                    ],
+                )?;
+            }
+            tx.commit()?;
             Ok(())
         })
     }
@@ -535,11 +557,12 @@ impl Catalog for PostgresCatalog {
         })
     }
 
-    fn begin_run(&self, source: &str, worker: &str, started: i64) -> Result<i64> {
+    fn begin_run(&self, source: &str, worker: &str, started: i64, alive: i64) -> Result<i64> {
         self.with(|c| {
             Ok(c.query_one(
-                "INSERT INTO runs (source, worker, started) VALUES ($1, $2, $3) RETURNING id",
-                &[&source, &worker, &started],
+                "INSERT INTO runs (source, worker, started, alive_until) VALUES ($1, $2, $3, $4)
+                 RETURNING id",
+                &[&source, &worker, &started, &alive],
             )?
             .try_get(0)?)
         })
@@ -548,8 +571,7 @@ impl Catalog for PostgresCatalog {
     fn end_run(&self, id: i64, ended: i64, n: &RunCounts, error: Option<&str>) -> Result<()> {
         self.with(|c| {
             c.execute(
-                "UPDATE runs SET ended = $2, listed = $3, claimed = $4, fetched = $5, failed = $6,
-                     bytes = $7, error = $8 WHERE id = $1",
+                &postgres_sql(runs::END_SQL),
                 &[
                     &id,
                     &ended,
@@ -565,12 +587,18 @@ impl Catalog for PostgresCatalog {
         })
     }
 
+    fn abandon_runs(&self, worker: Option<&str>, now: i64) -> Result<u64> {
+        self.with(|c| Ok(c.execute(&postgres_sql(runs::ABANDON_SQL), &[&worker, &now])?))
+    }
+
     fn runs(&self, source: Option<&str>, limit: u32) -> Result<Vec<RunRecord>> {
         self.with(|c| {
             let rows = c.query(
-                "SELECT id, source, worker, started, ended, listed, claimed, fetched, failed, bytes,
-                     error, hook_error, hook_failed_at
-                 FROM runs WHERE ($1::text IS NULL OR source = $1) ORDER BY id DESC LIMIT $2",
+                &format!(
+                    "SELECT {} FROM runs WHERE ($1::text IS NULL OR source = $1)
+                     ORDER BY id DESC LIMIT $2",
+                    runs::COLUMNS
+                ),
                 &[&source, &i64::from(limit)],
             )?;
             let mut out = Vec::with_capacity(rows.len());
@@ -593,6 +621,7 @@ impl Catalog for PostgresCatalog {
                     },
                     error: r.try_get(10)?,
                     hook_failure: hook_failure(r.try_get(11)?, r.try_get(12)?),
+                    abandoned: r.try_get::<_, i64>(13)? != 0,
                 });
             }
             Ok(out)

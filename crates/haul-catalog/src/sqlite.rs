@@ -11,9 +11,10 @@ use rusqlite::{params, Connection, OptionalExtension, TransactionBehavior};
 
 use crate::decide::{action, db_size, hook_failure, Row, FILE_COLUMNS};
 use crate::deliveries::{self, CatchUp, DeliveryRecord, Owed, SiteTotals};
+use crate::runs;
 use crate::{
     join_checksums, Action, Catalog, CatalogError, Fetched, FileRecord, HookFailure, Known,
-    Refetch, Result, RunCounts, RunRecord, Seen, SourceTotals,
+    Refetch, Result, RunCounts, RunProgress, RunRecord, Seen, SourceTotals,
 };
 
 /// Schema versions, applied in order at open (never edit one: add the next).
@@ -65,6 +66,7 @@ const MIGRATIONS: &[(i64, &str)] = &[
     ALTER TABLE runs ADD COLUMN hook_failed_at INTEGER;",
     ),
     (3, deliveries::SQLITE_SCHEMA),
+    (4, runs::SQLITE_SCHEMA),
 ];
 
 /// A catalog in one SQLite file.
@@ -79,19 +81,64 @@ impl SqliteCatalog {
             // A missing directory is made; a failure shows as SQLite's own.
             let _ = std::fs::create_dir_all(dir);
         }
-        let mut conn = Connection::open(path)?;
-        conn.busy_timeout(Duration::from_secs(30))?;
-        conn.pragma_update(None, "journal_mode", "WAL")?;
-        conn.pragma_update(None, "synchronous", "NORMAL")?;
-        migrate(&mut conn)?;
-        Ok(Self {
-            conn: Mutex::new(conn),
-        })
+        let opened = (|| {
+            let mut conn = Connection::open(path)?;
+            conn.busy_timeout(Duration::from_secs(30))?;
+            conn.pragma_update(None, "journal_mode", "WAL")?;
+            conn.pragma_update(None, "synchronous", "NORMAL")?;
+            migrate(&mut conn)?;
+            Ok(conn)
+        })();
+        match opened {
+            Ok(conn) => Ok(Self {
+                conn: Mutex::new(conn),
+            }),
+            Err(CatalogError::Sqlite(e)) => Err(why_not_opened(path).unwrap_or(e.into())),
+            Err(e) => Err(e),
+        }
     }
 
     fn conn(&self) -> Result<MutexGuard<'_, Connection>> {
         self.conn.lock().map_err(|_| CatalogError::Poisoned)
     }
+}
+
+/// Why `path` cannot be opened for writing, found out by trying (SQLite
+/// says only "unable to open database file" or "readonly database"): the
+/// file, then a file beside it (SQLite keeps its WAL there). `None`: both
+/// can be written, SQLite's own error says more.
+fn why_not_opened(path: &Path) -> Option<CatalogError> {
+    let probe = path.with_extension("haul-probe");
+    let tried = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .and_then(|_| {
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&probe)
+                .map(drop)
+        });
+    let _ = std::fs::remove_file(&probe);
+    let e = tried.err()?;
+    let what = match e.raw_os_error() {
+        Some(30) => {
+            "its filesystem is mounted read-only: remount it read-write, or point `catalog` at a writable path"
+        }
+        Some(13 | 1) => {
+            "the daemon's user may not write it or its directory: fix the owner or mode (chown, chmod; chattr -i if immutable)"
+        }
+        Some(28) => "its filesystem is full: free space there (df -h)",
+        Some(2 | 20) => "its directory does not exist and cannot be made: create it",
+        _ => "it cannot be written",
+    };
+    Some(CatalogError::Open {
+        path: path.display().to_string(),
+        why: format!("{what} ({e})"),
+    })
 }
 
 fn migrate(conn: &mut Connection) -> Result<()> {
@@ -264,6 +311,7 @@ impl Catalog for SqliteCatalog {
             params![worker, until],
         )?;
         let d = tx.execute(deliveries::RENEW_SQL, params![worker, until])?;
+        tx.execute(runs::RENEW_SQL, params![worker, until])?;
         tx.commit()?;
         Ok((n + d) as u64)
     }
@@ -295,11 +343,27 @@ impl Catalog for SqliteCatalog {
         record_fetched(&conn, source, path, facts)
     }
 
-    fn fetched_batch(&self, source: &str, files: &[(String, Fetched)]) -> Result<()> {
+    fn fetched_batch(
+        &self,
+        source: &str,
+        files: &[(String, Fetched)],
+        run: Option<&RunProgress>,
+    ) -> Result<()> {
         let mut conn = self.conn()?;
         let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
         for (path, facts) in files {
             record_fetched(&tx, source, path, facts)?;
+        }
+        if let Some(r) = run {
+            let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+            tx.prepare_cached(runs::PROGRESS_SQL)?.execute(params![
+                r.id,
+                n(r.fetched),
+                n(r.bytes),
+                n(r.listed),
+                n(r.claimed),
+                n(r.failed)
+            ])?;
         }
         tx.commit()?;
         Ok(())
@@ -335,11 +399,11 @@ impl Catalog for SqliteCatalog {
         Ok(())
     }
 
-    fn begin_run(&self, source: &str, worker: &str, started: i64) -> Result<i64> {
+    fn begin_run(&self, source: &str, worker: &str, started: i64, alive: i64) -> Result<i64> {
         let conn = self.conn()?;
         conn.execute(
-            "INSERT INTO runs (source, worker, started) VALUES (?1, ?2, ?3)",
-            params![source, worker, started],
+            "INSERT INTO runs (source, worker, started, alive_until) VALUES (?1, ?2, ?3, ?4)",
+            params![source, worker, started, alive],
         )?;
         Ok(conn.last_insert_rowid())
     }
@@ -347,8 +411,7 @@ impl Catalog for SqliteCatalog {
     fn end_run(&self, id: i64, ended: i64, c: &RunCounts, error: Option<&str>) -> Result<()> {
         let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
         self.conn()?.execute(
-            "UPDATE runs SET ended = ?2, listed = ?3, claimed = ?4, fetched = ?5, failed = ?6,
-                 bytes = ?7, error = ?8 WHERE id = ?1",
+            runs::END_SQL,
             params![
                 id,
                 ended,
@@ -363,13 +426,19 @@ impl Catalog for SqliteCatalog {
         Ok(())
     }
 
+    fn abandon_runs(&self, worker: Option<&str>, now: i64) -> Result<u64> {
+        let n = self
+            .conn()?
+            .execute(runs::ABANDON_SQL, params![worker, now])?;
+        Ok(n as u64)
+    }
+
     fn runs(&self, source: Option<&str>, limit: u32) -> Result<Vec<RunRecord>> {
         let conn = self.conn()?;
-        let mut stmt = conn.prepare(
-            "SELECT id, source, worker, started, ended, listed, claimed, fetched, failed, bytes, error,
-                 hook_error, hook_failed_at
-             FROM runs WHERE (?1 IS NULL OR source = ?1) ORDER BY id DESC LIMIT ?2",
-        )?;
+        let mut stmt = conn.prepare(&format!(
+            "SELECT {} FROM runs WHERE (?1 IS NULL OR source = ?1) ORDER BY id DESC LIMIT ?2",
+            runs::COLUMNS
+        ))?;
         let rows = stmt.query_map(params![source, limit], |r| {
             let n = |i: usize| r.get::<_, i64>(i).map(|v| u64::try_from(v).unwrap_or(0));
             Ok(RunRecord {
@@ -387,6 +456,7 @@ impl Catalog for SqliteCatalog {
                 },
                 error: r.get(10)?,
                 hook_failure: hook_failure(r.get(11)?, r.get(12)?),
+                abandoned: r.get::<_, i64>(13)? != 0,
             })
         })?;
         Ok(rows.collect::<rusqlite::Result<_>>()?)

@@ -253,6 +253,15 @@ impl TestServer {
         format!("postgres://haul@127.0.0.1:{}/{db}", self.port)
     }
 
+    /// Starts the server again after [`TestServer::stop`], on the same
+    /// port and data (a database restart as clients see it).
+    pub fn start_again(&mut self) -> io::Result<()> {
+        if self.child.is_some() {
+            return Ok(());
+        }
+        self.run()
+    }
+
     /// Stops the server (fast shutdown) and waits for it. Idempotent.
     pub fn stop(&mut self) {
         let Some(mut child) = self.child.take() else {

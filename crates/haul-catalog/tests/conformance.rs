@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use haul_catalog::{
     Catalog, CatchUp, DeliveryRecord, Fetched, HookFailure, Owed, PostgresCatalog, Refetch,
-    RunCounts, Seen, SiteTotals, SqliteCatalog, State,
+    RunCounts, RunProgress, Seen, SiteTotals, SqliteCatalog, State,
 };
 
 /// Opens catalogs by name: a fresh one, or the same one again.
@@ -96,6 +96,10 @@ const CASES: &[(&str, Case)] = &[
     ),
     ("release_gives_claims_back", release_gives_claims_back),
     ("runs_are_recorded", runs_are_recorded),
+    (
+        "runs_count_as_files_are_recorded",
+        runs_count_as_files_are_recorded,
+    ),
     ("forget_by_prefix", forget_by_prefix),
     ("survives_reopen", survives_reopen),
     ("many_files_decided_in_memory", many_files_decided_in_memory),
@@ -333,8 +337,8 @@ fn release_gives_claims_back(b: &dyn Backend, name: &str) {
 
 fn runs_are_recorded(b: &dyn Backend, name: &str) {
     let c = b.fresh(name);
-    let r1 = c.begin_run("s", "w1", 100).unwrap();
-    let r2 = c.begin_run("t", "w1", 105).unwrap();
+    let r1 = c.begin_run("s", "w1", 100, 100 + 30).unwrap();
+    let r2 = c.begin_run("t", "w1", 105, 105 + 30).unwrap();
     let counts = RunCounts {
         listed: 5,
         claimed: 3,
@@ -354,6 +358,66 @@ fn runs_are_recorded(b: &dyn Backend, name: &str) {
     assert_eq!(s[0].counts, counts);
     assert_eq!((s[0].started, s[0].ended), (100, Some(110)));
     assert_eq!(s[0].worker, "w1");
+}
+
+/// A run counts what it recorded in the transaction that recorded it, so a
+/// worker killed mid-run leaves a run with its real counts; the run is
+/// closed as abandoned by the first worker to see it unrenewed (or by its
+/// own worker's next start), and its worker can still end it properly.
+fn runs_count_as_files_are_recorded(b: &dyn Backend, name: &str) {
+    let c = b.fresh(name);
+    let f = [seen("a", 5, 1), seen("b", 7, 1), seen("c", 9, 1)];
+    c.claim("s", &f, Refetch::Never, "w1", 1000, 100).unwrap();
+    let r1 = c.begin_run("s", "w1", 100, 130).unwrap();
+    let r2 = c.begin_run("s", "w2", 100, 130).unwrap();
+    let progress = |fetched, bytes, failed| RunProgress {
+        id: r1,
+        fetched,
+        bytes,
+        listed: 3,
+        claimed: 3,
+        failed,
+    };
+    c.fetched_batch("s", &[("a".into(), done(5))], Some(&progress(1, 5, 0)))
+        .unwrap();
+    c.fetched_batch(
+        "s",
+        &[("b".into(), done(7)), ("c".into(), done(9))],
+        Some(&progress(2, 16, 1)),
+    )
+    .unwrap();
+    // A later record never lowers what an earlier one counted.
+    c.fetched_batch("s", &[], Some(&progress(0, 0, 0))).unwrap();
+    let run = |id| {
+        c.runs(None, 10)
+            .unwrap()
+            .into_iter()
+            .find(|r| r.id == id)
+            .unwrap()
+    };
+    let want = RunCounts {
+        listed: 3,
+        claimed: 3,
+        fetched: 3,
+        failed: 1,
+        bytes: 21,
+    };
+    assert_eq!((run(r1).counts, run(r1).ended), (want, None));
+    // w1 renews (its run is alive until 160); w2 does not: at 140 only
+    // w2's run is closed, with what it recorded.
+    c.renew("w1", 160).unwrap();
+    assert_eq!(c.abandon_runs(None, 140).unwrap(), 1);
+    assert!(run(r2).abandoned && run(r2).ended == Some(140));
+    assert!(run(r2).error.unwrap().contains("abandoned"));
+    assert!(!run(r1).abandoned && run(r1).ended.is_none());
+    // w1 starts again: its own open runs died with it, renewed or not.
+    assert_eq!(c.abandon_runs(Some("w1"), 150).unwrap(), 1);
+    assert_eq!((run(r1).counts, run(r1).ended), (want, Some(150)));
+    assert!(run(r1).abandoned);
+    assert_eq!(c.abandon_runs(Some("w1"), 155).unwrap(), 0);
+    // A worker cut off from the catalog that ends its run after all.
+    c.end_run(r2, 170, &RunCounts::default(), None).unwrap();
+    assert!(!run(r2).abandoned && run(r2).error.is_none());
 }
 
 fn forget_by_prefix(b: &dyn Backend, name: &str) {
@@ -493,7 +557,7 @@ fn one_batch_raced_by_workers(b: &dyn Backend, name: &str) {
             _ => {} // still claimed by "dead", lease over at 200
         }
     }
-    setup.fetched_batch("s", &fetched).unwrap();
+    setup.fetched_batch("s", &fetched, None).unwrap();
     drop(setup);
     // Due at 200: all but the fetched (80) and the failed not yet due (80).
     let expected: HashSet<String> = files
@@ -568,8 +632,8 @@ fn fetched_in_a_batch(b: &dyn Backend, name: &str) {
             )
         })
         .collect();
-    c.fetched_batch("s", &batch).unwrap();
-    c.fetched_batch("s", &[]).unwrap();
+    c.fetched_batch("s", &batch, None).unwrap();
+    c.fetched_batch("s", &[], None).unwrap();
     assert_eq!(
         c.files(Some("s"), Some("fetched"), 1000).unwrap().len(),
         500
@@ -624,10 +688,11 @@ fn hook_failures_are_kept(b: &dyn Backend, name: &str) {
         },
     )
     .unwrap();
-    c.fetched_batch("s", &[("a".into(), done(1))]).unwrap();
+    c.fetched_batch("s", &[("a".into(), done(1))], None)
+        .unwrap();
     assert_eq!(c.file("s", "a").unwrap().unwrap().hook_failure, None);
-    let r1 = c.begin_run("s", "w1", 100).unwrap();
-    let r2 = c.begin_run("s", "w1", 200).unwrap();
+    let r1 = c.begin_run("s", "w1", 100, 100 + 30).unwrap();
+    let r2 = c.begin_run("s", "w1", 200, 200 + 30).unwrap();
     c.end_run(r1, 110, &RunCounts::default(), None).unwrap();
     c.end_run(r2, 210, &RunCounts::default(), None).unwrap();
     let run_failure = HookFailure {
@@ -1296,7 +1361,7 @@ fn workers_never_share_a_delivery(b: &dyn Backend, name: &str) {
             (path, done(1))
         })
         .collect();
-    setup.fetched_batch("s", &files).unwrap();
+    setup.fetched_batch("s", &files, None).unwrap();
     drop(setup);
     let start = Arc::new(std::sync::Barrier::new(3));
     let workers: Vec<_> = (0..3)

@@ -81,6 +81,8 @@ pub(crate) struct Distributor {
     pub site_retry: Duration,
     /// Notified when a run of this source recorded fetched files.
     pub fetched: Arc<Notify>,
+    /// Whether the catalog takes writes (no round starts while it does not).
+    pub writes: Arc<crate::writes::CatalogWrites>,
 }
 
 /// Each site by its address, with its own options (token, transport).
@@ -187,7 +189,7 @@ pub(crate) async fn distribute(
             break;
         }
         let current = spec.borrow().clone();
-        if !current.deliver.is_empty() && rounds.len() < MAX_ROUNDS {
+        if !current.deliver.is_empty() && rounds.len() < MAX_ROUNDS && !d.writes.refusing() {
             if let Some(batch) = claim(&d, &current, &shared).await {
                 let (d, shared) = (d.clone(), shared.clone());
                 rounds.spawn(async move { send(&d, &current, batch, &shared).await });
@@ -261,11 +263,15 @@ async fn claim(d: &Distributor, spec: &SourceSpec, shared: &Mutex<Rounds>) -> Op
                 }
             }
             Err(e) => {
-                tracing::error!(
-                    "{}: cannot claim deliveries to {}: {e}",
-                    spec.name,
-                    site.name
-                );
+                if !d.writes.refusing() {
+                    tracing::debug!(
+                        "{}: cannot claim deliveries to {}: {e}",
+                        spec.name,
+                        site.name
+                    );
+                }
+                d.writes.refused(&e);
+                break;
             }
         }
     }

@@ -29,6 +29,7 @@ mod metrics;
 mod run;
 pub mod schedule;
 pub mod status;
+mod writes;
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -49,6 +50,7 @@ pub use schedule::Schedule;
 pub use status::{Board, SiteRow, Snapshot, SourceStatus};
 
 use crate::run::{blocking, run_once, RunContext};
+use crate::writes::CatalogWrites;
 
 /// Builds a run's fetch options (called at each run: relative dates such
 /// as `newer_than = "7d"` are relative to the run).
@@ -118,9 +120,16 @@ pub struct DaemonOptions {
     pub lease: Duration,
     /// How long runs may take to finish after `Stop`.
     pub grace: Duration,
-    /// First wait before a source that could not be listed is tried again
-    /// (doubling, at most until its next scheduled run).
+    /// First wait before a source that could not be listed (or stopped
+    /// answering mid-run) is tried again (doubling, at most `down_retry_max`
+    /// and at most until its next scheduled run).
     pub down_retry: Duration,
+    /// Longest wait between two tries of a source that is down.
+    pub down_retry_max: Duration,
+    /// First wait before a file that failed is tried again (doubling per
+    /// attempt, at most 6 h). A file that failed because the source did
+    /// not answer is due again as soon as the source is.
+    pub file_retry: Duration,
     /// The sources.
     pub sources: Vec<SourceSpec>,
     /// Partial downloads no run has written for this long are removed
@@ -197,15 +206,19 @@ struct Slot {
     down: Backoff,
 }
 
-/// The longest wait before a source that is down is tried again (its
-/// schedule's next run comes first when sooner).
-const MAX_DOWN_WAIT: Duration = Duration::from_secs(6 * 3600);
+/// The longest wait before a source that is down is tried again, unless
+/// the configuration says otherwise (its schedule's next run comes first
+/// when sooner): lftp's `net:reconnect-interval-max`.
+pub const DEFAULT_DOWN_RETRY_MAX: Duration = Duration::from_secs(600);
+
+/// First wait before a failed file is tried again, unless configured.
+pub const DEFAULT_FILE_RETRY: Duration = Duration::from_secs(10);
 
 fn slots(
     sources: Vec<SourceSpec>,
     old: &mut HashMap<String, Slot>,
     now: SystemTime,
-    down_retry: Duration,
+    (down_retry, down_retry_max): (Duration, Duration),
 ) -> HashMap<String, Slot> {
     sources
         .into_iter()
@@ -216,7 +229,10 @@ fn slots(
                 next: prev.as_ref().map_or(next, |p| p.next.min(next)),
                 running: prev.as_ref().is_some_and(|p| p.running),
                 down: prev.as_ref().map_or_else(
-                    || Backoff::new(u32::MAX, down_retry, MAX_DOWN_WAIT, Backoff::fresh_seed()),
+                    || {
+                        let most = down_retry_max.max(down_retry);
+                        Backoff::new(u32::MAX, down_retry, most, Backoff::fresh_seed())
+                    },
                     |p| p.down.clone(),
                 ),
                 spec: Arc::new(spec),
@@ -239,11 +255,23 @@ pub async fn run(
     if taken_back > 0 {
         tracing::info!("took back {taken_back} file(s) this worker had claimed before it stopped");
     }
-    let renewer = tokio::spawn(renew_leases(catalog.clone(), worker.clone(), opts.lease));
+    let (w, now) = (worker.clone(), unix(SystemTime::now()));
+    let closed = blocking(&catalog, move |c| c.abandon_runs(Some(&w), now)).await?;
+    if closed > 0 {
+        tracing::info!("closed {closed} run(s) this worker left open when it stopped");
+    }
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let writes = Arc::new(CatalogWrites::new(catalog.clone(), board.clone()));
+    let keeper = tokio::spawn(
+        writes
+            .clone()
+            .keep(worker.clone(), opts.lease, stop_rx.clone()),
+    );
     let global = Arc::new(Semaphore::new(opts.max_files.max(1)));
     let per_host = opts.max_files_per_host.max(1);
     let mut hosts: HashMap<String, Arc<Semaphore>> = HashMap::new();
-    let (lease, grace, down_retry) = (opts.lease, opts.grace, opts.down_retry);
+    let (lease, grace) = (opts.lease, opts.grace);
+    let down_retry = (opts.down_retry, opts.down_retry_max);
     let mut table = slots(
         opts.sources,
         &mut HashMap::new(),
@@ -252,12 +280,12 @@ pub async fn run(
     );
     publish_sources(&board, &table);
     let mut runs: JoinSet<(String, Result<(), DaemonError>, Duration)> = JoinSet::new();
-    let (stop_tx, stop_rx) = watch::channel(false);
     let mut distributors = Distributors {
         catalog: catalog.clone(),
         worker: worker.clone(),
         lease,
-        site_retry: down_retry,
+        site_retry: opts.down_retry,
+        writes: writes.clone(),
         stop: stop_rx,
         by_source: HashMap::new(),
         tasks: JoinSet::new(),
@@ -267,7 +295,13 @@ pub async fn run(
     let mut prune_at = tokio::time::Instant::now();
     loop {
         let now = SystemTime::now();
-        for slot in table.values_mut().filter(|s| !s.running && s.next <= now) {
+        // While the catalog refuses writes no run starts (it could claim
+        // nothing); due runs start when it takes writes again.
+        let refusing = writes.refusing();
+        for slot in table
+            .values_mut()
+            .filter(|s| !refusing && !s.running && s.next <= now)
+        {
             let spec = slot.spec.clone();
             slot.running = true;
             slot.next = spec.schedule.next(now) + schedule::jitter(spec.jitter);
@@ -285,6 +319,8 @@ pub async fn run(
                 host,
                 board: board.clone(),
                 fetched: distributors.notify(&spec.name),
+                writes: writes.clone(),
+                file_retry: opts.file_retry,
             });
             tracing::info!("{}: run started ({})", spec.name, spec.url);
             runs.spawn(async move {
@@ -309,9 +345,16 @@ pub async fn run(
             .map(|s| s.next)
             .min()
             .unwrap_or(now + Duration::from_secs(3600));
-        let wait = wake.duration_since(now).unwrap_or_default();
+        let wait = if refusing {
+            // Woken when the catalog takes writes again; looked at each
+            // second too, in case that came between the look and the wait.
+            Duration::from_secs(1)
+        } else {
+            wake.duration_since(now).unwrap_or_default()
+        };
         tokio::select! {
             () = tokio::time::sleep(wait) => {}
+            () = writes.changed() => {}
             () = tokio::time::sleep_until(prune_at), if partial_ttl.is_some() => {
                 prune_at = tokio::time::Instant::now() + PRUNE_EVERY;
                 if let Some(ttl) = partial_ttl {
@@ -328,14 +371,23 @@ pub async fn run(
                     }
                 };
                 let now = SystemTime::now();
+                let is_catalog = matches!(result, Err(DaemonError::Catalog(_)));
+                if let Err(e @ DaemonError::Catalog(_)) = &result {
+                    writes.refused(e);
+                }
                 let error = result.err().map(|e| e.to_string());
                 board.run_ended(&name, took.as_secs_f64(), unix(now), error.clone());
                 if let Some(slot) = table.get_mut(&name) {
                     slot.running = false;
                     match error {
                         None => slot.down.progress_made(),
+                        // The catalog, not the source: due again when the
+                        // catalog takes writes.
+                        Some(_) if is_catalog => {
+                            slot.next = slot.next.min(now);
+                        }
                         Some(e) => {
-                            let backoff = slot.down.next_wait().unwrap_or(MAX_DOWN_WAIT);
+                            let backoff = slot.down.next_wait().unwrap_or(opts.down_retry_max);
                             slot.next = slot.next.min(now + backoff);
                             board.next_run(&name, unix(slot.next));
                             tracing::warn!(
@@ -388,9 +440,21 @@ pub async fn run(
         tracing::info!("stopping now: deliveries in progress are given back for the next start");
         distributors.tasks.shutdown().await;
     }
-    renewer.abort();
+    keeper.abort();
+    let unrecorded = writes.unrecorded();
+    if unrecorded > 0 {
+        tracing::error!(
+            "stopping with {unrecorded} delivered file(s) not recorded (the catalog refuses writes): \
+             the next start finds them at their destination and records them without fetching them again"
+        );
+    }
     let w = worker.clone();
-    blocking(&catalog, move |c| c.release_worker(&w)).await?;
+    if let Err(e) = blocking(&catalog, move |c| c.release_worker(&w)).await {
+        tracing::error!(
+            "cannot give back this worker's claims: {e} (its next start takes them back; \
+             other workers take them when their leases end)"
+        );
+    }
     Ok(())
 }
 
@@ -400,6 +464,7 @@ struct Distributors {
     worker: String,
     lease: Duration,
     site_retry: Duration,
+    writes: Arc<CatalogWrites>,
     stop: watch::Receiver<bool>,
     by_source: HashMap<String, (watch::Sender<Arc<SourceSpec>>, Arc<Notify>)>,
     tasks: JoinSet<()>,
@@ -424,6 +489,7 @@ impl Distributors {
                 lease: self.lease,
                 site_retry: self.site_retry,
                 fetched: fetched.clone(),
+                writes: self.writes.clone(),
             };
             self.tasks
                 .spawn(distribute::distribute(d, rx, self.stop.clone()));
@@ -450,18 +516,5 @@ fn publish_sources(board: &Board, table: &HashMap<String, Slot>) {
     }));
     for s in table.values() {
         board.next_run(&s.spec.name, unix(s.next));
-    }
-}
-
-/// Extends this worker's claims every third of the lease.
-async fn renew_leases(catalog: Arc<dyn Catalog>, worker: String, lease: Duration) {
-    let every = (lease / 3).max(Duration::from_secs(1));
-    loop {
-        tokio::time::sleep(every).await;
-        let until = unix(SystemTime::now() + lease);
-        let w = worker.clone();
-        if let Err(e) = blocking(&catalog, move |c| c.renew(&w, until)).await {
-            tracing::warn!("cannot renew this worker's claims: {e}");
-        }
     }
 }

@@ -130,7 +130,14 @@ async fn respond(
         ));
     }
     Ok(match req.uri().path() {
-        "/healthz" => reply(StatusCode::OK, "text/plain", "ok\n".into()),
+        "/healthz" => match board.snapshot().catalog_error {
+            None => reply(StatusCode::OK, "text/plain", "ok\n".into()),
+            Some(e) => reply(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "text/plain",
+                format!("degraded: the catalog refuses writes: {e}\n"),
+            ),
+        },
         "/metrics" => {
             let totals = totals(&catalog).await;
             let snapshot = board.snapshot();

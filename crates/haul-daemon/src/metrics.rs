@@ -231,12 +231,29 @@ pub fn prometheus_text(
             |r| f(r.totals.failed_files),
         );
     }
-    let _ = writeln!(
-        out,
-        "# HELP haul_catalog_up 1 if the catalog answered this scrape."
-    );
-    let _ = writeln!(out, "# TYPE haul_catalog_up gauge");
-    let _ = writeln!(out, "haul_catalog_up {}", u8::from(totals.is_some()));
+    let gauges = [
+        (
+            "haul_catalog_up",
+            "1 if the catalog answered this scrape.",
+            u64::from(totals.is_some()),
+        ),
+        (
+            "haul_catalog_writable",
+            "0 while the catalog refuses writes (nothing new is claimed).",
+            u64::from(snap.catalog_error.is_none()),
+        ),
+        (
+            "haul_catalog_unrecorded_files",
+            "Delivered files whose record waits for the catalog.",
+            snap.unrecorded_files,
+        ),
+    ];
+    for (name, help, value) in gauges {
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}"
+        );
+    }
     out
 }
 

@@ -10,22 +10,32 @@
 //! as it goes: one large slow file at a time, hundreds of small ones), so
 //! workers sharing a catalog still divide a source's files between them.
 //! Delivered files are recorded by group commit ([`Recorder`]): what
-//! finished while one record was being written is written next, together.
-//! A file is still recorded before its download's slot is given back, so a
-//! crash loses no delivery.
+//! finished while one record was being written is written next, together,
+//! with what it adds to the run's counts in the same transaction. A file is
+//! recorded before its download's slot is given back, so a crash loses no
+//! delivery; while the catalog refuses writes the record is held
+//! (`writes.rs`) and no new file starts.
+//!
+//! A file the catalog knows but has not recorded fetched, found at the
+//! destination with the listed size and mtime, is *adopted*: hashed there
+//! and recorded, never fetched again (its record was lost with a catalog
+//! that refused it). A run whose files keep failing because the source
+//! stopped answering ends early as a source that is down: the daemon's
+//! backoff for a down source paces the retries, not each file's.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use haul_catalog::{Catalog, Fetched, HookFailure, Known, RunCounts, Seen};
+use haul_catalog::{Catalog, Fetched, HookFailure, Known, RunCounts, RunProgress, Seen};
 use haul_fetch::{FileGate, Gate, GateFile, GateOutcome};
 use haul_run::{Event, Observer};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::delivery::{file_env, run_env, run_hook, FileFacts, RunFacts};
 use crate::status::Board;
+use crate::writes::{CatalogWrites, Write};
 use crate::{unix, DaemonError, SourceSpec};
 
 /// Most files claimed in one catalog call (the crawl's queue of admitted
@@ -36,10 +46,12 @@ const CLAIM_BATCH: usize = 1000;
 /// it started in that long, lately.
 const CLAIM_AHEAD: Duration = Duration::from_secs(1);
 
-/// First wait before a failed file is tried again (doubling per attempt).
-const FILE_RETRY_BASE: Duration = Duration::from_secs(60);
 /// Longest wait before a failed file is tried again.
 const FILE_RETRY_MAX: Duration = Duration::from_secs(6 * 3600);
+
+/// Files in a row that could not reach the source (with no delivery in
+/// between) after which a run stops starting files: the source is down.
+const UNREACHABLE_IN_A_ROW: u32 = 3;
 
 /// What a run shares with the daemon.
 pub(crate) struct RunContext {
@@ -51,6 +63,11 @@ pub(crate) struct RunContext {
     pub board: Arc<Board>,
     /// Told when fetched files were recorded (the source's distributor).
     pub fetched: Arc<tokio::sync::Notify>,
+    /// Writes that must not be lost, held while the catalog refuses them.
+    pub writes: Arc<CatalogWrites>,
+    /// First wait before a failed file is tried again (doubling per
+    /// attempt, at most [`FILE_RETRY_MAX`]).
+    pub file_retry: Duration,
 }
 
 /// The catalog's say over one run's files.
@@ -65,6 +82,10 @@ struct RunGate {
     fetched: AtomicU64,
     failed: AtomicU64,
     bytes: AtomicU64,
+    /// The run's id in the catalog.
+    run: i64,
+    /// Files in a row that could not reach the source, and the last error.
+    unreachable: std::sync::Mutex<(u32, Option<String>)>,
 }
 
 /// Files between their admission and their download's start.
@@ -128,39 +149,47 @@ impl Claims {
 /// written go into the next one together.
 #[derive(Default)]
 struct Recorder {
-    queue: std::sync::Mutex<Vec<(String, Fetched)>>,
+    /// Files waiting for the writer: path, facts, and whether the run
+    /// counts it as fetched.
+    queue: std::sync::Mutex<Vec<(String, Fetched, bool)>>,
     writing: tokio::sync::Mutex<()>,
 }
 
 impl Recorder {
+    /// Records `path` (with the files queued meanwhile) and what they add
+    /// to the run; `false`: the catalog refuses writes, the record is held.
     async fn fetched(
         &self,
-        catalog: &Arc<dyn Catalog>,
+        writes: &CatalogWrites,
         source: &str,
-        path: String,
-        facts: Fetched,
-    ) -> Result<(), DaemonError> {
+        entry: (String, Fetched, bool),
+        run: RunProgress,
+    ) -> bool {
         self.queue
             .lock()
-            .map_err(|_| DaemonError::Task("the record queue is poisoned".into()))?
-            .push((path, facts));
+            .unwrap_or_else(|e| e.into_inner())
+            .push(entry);
         let _writer = self.writing.lock().await;
-        let batch = match self.queue.lock() {
-            Ok(mut q) => std::mem::take(&mut *q),
-            Err(_) => return Err(DaemonError::Task("the record queue is poisoned".into())),
-        };
-        // Empty: the writer before took this file and committed it before
-        // letting go of `writing`.
+        let batch = std::mem::take(&mut *self.queue.lock().unwrap_or_else(|e| e.into_inner()));
+        // Empty: the writer before took this file and wrote (or held) it
+        // before letting go of `writing`.
         if batch.is_empty() {
-            return Ok(());
+            return !writes.refusing();
         }
-        let source = source.to_string();
-        let n = batch.len();
-        blocking(catalog, move |c| c.fetched_batch(&source, &batch))
-            .await
-            .inspect_err(|e| {
-                tracing::error!("cannot record {n} fetched file(s) in the catalog: {e}");
+        let counted = batch.iter().filter(|f| f.2);
+        let run = RunProgress {
+            fetched: counted.clone().count() as u64,
+            bytes: counted.map(|f| f.1.size).sum(),
+            ..run
+        };
+        let files = batch.into_iter().map(|(p, f, _)| (p, f)).collect();
+        writes
+            .write(Write::Fetched {
+                source: source.to_string(),
+                files,
+                run: Some(run),
             })
+            .await
     }
 }
 
@@ -207,6 +236,36 @@ impl RunGate {
         }
     }
 
+    /// What the run's record says so far, for the next record.
+    fn progress(&self) -> RunProgress {
+        let c = self.counts();
+        RunProgress {
+            id: self.run,
+            fetched: 0,
+            bytes: 0,
+            listed: c.listed,
+            claimed: c.claimed,
+            failed: c.failed,
+        }
+    }
+
+    /// The source stopped answering: files in a row could not reach it
+    /// with no delivery between them. Its last error then.
+    fn source_lost(&self) -> Option<String> {
+        let u = self.unreachable.lock().unwrap_or_else(|e| e.into_inner());
+        (u.0 >= UNREACHABLE_IN_A_ROW).then(|| u.1.clone().unwrap_or_default())
+    }
+
+    /// Counts a file that could (`None`) or could not (`Some(error)`)
+    /// reach the source.
+    fn reached(&self, unreachable: Option<&str>) {
+        let mut u = self.unreachable.lock().unwrap_or_else(|e| e.into_inner());
+        match unreachable {
+            None => *u = (0, None),
+            Some(e) => *u = (u.0 + 1, Some(e.to_string())),
+        }
+    }
+
     /// Claims `first` with the next batch of pending files, in one call.
     async fn claim_batch(&self, claims: &mut Claims, first: &str) {
         claims.resize(Instant::now());
@@ -225,7 +284,12 @@ impl RunGate {
         .await
         {
             Ok(paths) => claims.ours.extend(paths),
-            Err(e) => tracing::error!("{}: cannot claim {n} file(s): {e}", self.source.name),
+            Err(e) => {
+                if !self.ctx.writes.refusing() {
+                    tracing::debug!("{}: cannot claim {n} file(s): {e}", self.source.name);
+                }
+                self.ctx.writes.refused(&e);
+            }
         }
     }
 
@@ -242,7 +306,11 @@ impl RunGate {
             left.iter().try_for_each(|p| c.release(&name, p, &worker))
         })
         .await;
-        if let Err(e) = released {
+        if let Err(e) = released.map_err(|e| (self.ctx.writes.refusing(), e)) {
+            if e.0 {
+                return; // said once by the catalog's writes
+            }
+            let e = e.1;
             tracing::warn!(
                 "{}: cannot give back {n} claim(s) of files not started: {e} (their leases end on their own)",
                 self.source.name
@@ -252,7 +320,8 @@ impl RunGate {
 
     fn retry_after(&self, rel: &str) -> Duration {
         let attempts = self.known.get(rel).map_or(0, |k| k.attempts);
-        FILE_RETRY_BASE
+        self.ctx
+            .file_retry
             .saturating_mul(1u32 << attempts.min(12))
             .min(FILE_RETRY_MAX)
     }
@@ -329,6 +398,12 @@ impl RunGate {
 
 #[async_trait::async_trait]
 impl FileGate for RunGate {
+    fn adopt_existing(&self, file: &GateFile) -> bool {
+        self.known
+            .get(&file.rel)
+            .is_some_and(|k| k.state != "fetched")
+    }
+
     async fn admit(&self, file: &GateFile) -> bool {
         self.listed.fetch_add(1, Ordering::Relaxed);
         let seen = seen_of(file);
@@ -354,6 +429,12 @@ impl FileGate for RunGate {
     async fn start(&self, file: &GateFile) -> Option<Box<dyn Send>> {
         let global = self.ctx.global.clone().acquire_owned().await.ok();
         let host = self.ctx.host.clone().acquire_owned().await.ok();
+        // Nothing new while the catalog cannot record it, or while the
+        // source does not answer (the run ends; the daemon's backoff for a
+        // down source decides when it is tried again).
+        if self.ctx.writes.refusing() || self.source_lost().is_some() {
+            return None;
+        }
         {
             let mut claims = self.claims.lock().await;
             if claims.pending_paths.contains(&file.rel) {
@@ -377,50 +458,75 @@ impl FileGate for RunGate {
     async fn settled(&self, file: &GateFile, outcome: GateOutcome) {
         let (name, rel) = (self.source.name.clone(), file.rel.clone());
         let now = unix(SystemTime::now());
+        let local_path = self.source.dest.join(&file.dest_rel).display().to_string();
         let result = match outcome {
             GateOutcome::Delivered {
                 blake3,
                 size,
                 fetched,
             } => {
+                self.reached(None);
                 self.fetched.fetch_add(1, Ordering::Relaxed);
                 self.bytes.fetch_add(size, Ordering::Relaxed);
                 self.ctx.board.delivered(&name, size, fetched, now);
                 let facts = Fetched {
-                    blake3,
-                    local_path: self.source.dest.join(&file.dest_rel).display().to_string(),
+                    blake3: blake3.clone(),
+                    local_path,
                     at: now,
                     size,
                 };
                 tracing::info!("{name}: fetched {rel} ({size} bytes)");
-                let (at, root) = (facts.at, facts.blake3.clone());
-                let recorded = self
-                    .recorder
-                    .fetched(&self.ctx.catalog, &name, rel, facts)
-                    .await;
-                if recorded.is_ok() {
-                    self.ctx.fetched.notify_one();
-                }
-                self.after_file(file, at, root).await;
-                recorded
+                self.record(rel, facts, true).await;
+                self.after_file(file, now, blake3).await;
+                Ok(())
             }
-            GateOutcome::UpToDate { size } => {
-                // Already at the destination (the catalog was lost, or the
-                // file was put there by hand): recorded, no digest known.
+            GateOutcome::UpToDate {
+                size,
+                blake3: Some(blake3),
+            } => {
+                // Delivered before, its record lost with a catalog that
+                // refused it: recorded now from the copy at the destination.
+                self.fetched.fetch_add(1, Ordering::Relaxed);
+                self.bytes.fetch_add(size, Ordering::Relaxed);
+                self.ctx.board.delivered(&name, size, 0, now);
+                tracing::info!(
+                    "{name}: {rel} was delivered before its record could be written: \
+                     recorded from the copy at its destination, not fetched again"
+                );
                 let facts = Fetched {
-                    blake3: String::new(),
-                    local_path: self.source.dest.join(&file.dest_rel).display().to_string(),
+                    blake3: blake3.clone(),
+                    local_path,
                     at: now,
                     size,
                 };
-                self.recorder
-                    .fetched(&self.ctx.catalog, &name, rel, facts)
-                    .await
+                self.record(rel, facts, true).await;
+                self.after_file(file, now, blake3).await;
+                Ok(())
             }
-            GateOutcome::Failed { error } => {
+            GateOutcome::UpToDate { size, blake3: None } => {
+                // Already at the destination (`skip_existing`), or an adopted
+                // copy that could not be read: recorded, no digest known.
+                let facts = Fetched {
+                    blake3: String::new(),
+                    local_path,
+                    at: now,
+                    size,
+                };
+                self.record(rel, facts, false).await;
+                Ok(())
+            }
+            GateOutcome::Failed { error, unreachable } => {
                 self.failed.fetch_add(1, Ordering::Relaxed);
                 self.ctx.board.failure(&name);
-                let next = now + secs(self.retry_after(&rel));
+                // A source that does not answer is the source's failure,
+                // paced by the daemon's backoff for a down source: the file
+                // is due again as soon as the source is.
+                self.reached(unreachable.then_some(error.as_str()));
+                let next = if unreachable {
+                    now
+                } else {
+                    now + secs(self.retry_after(&rel))
+                };
                 blocking(&self.ctx.catalog, move |c| {
                     c.failed(&name, &rel, &error, next).map(|_| ())
                 })
@@ -432,11 +538,32 @@ impl FileGate for RunGate {
             }
         };
         if let Err(e) = result {
-            tracing::error!(
-                "{}: {}: cannot record the outcome in the catalog: {e}",
-                self.source.name,
-                file.rel
-            );
+            if !self.ctx.writes.refusing() {
+                tracing::error!(
+                    "{}: {}: cannot record the outcome in the catalog: {e}",
+                    self.source.name,
+                    file.rel
+                );
+            }
+        }
+    }
+}
+
+impl RunGate {
+    /// Records a delivered file (held while the catalog refuses writes);
+    /// tells the distributor once it is in the catalog.
+    async fn record(&self, rel: String, facts: Fetched, counted: bool) {
+        let written = self
+            .recorder
+            .fetched(
+                &self.ctx.writes,
+                &self.source.name,
+                (rel, facts, counted),
+                self.progress(),
+            )
+            .await;
+        if written {
+            self.ctx.fetched.notify_one();
         }
     }
 }
@@ -483,7 +610,11 @@ pub(crate) async fn run_once(
 ) -> Result<RunCounts, DaemonError> {
     let started = unix(SystemTime::now());
     let (name, worker) = (source.name.clone(), ctx.worker.clone());
-    let id = blocking(&ctx.catalog, move |c| c.begin_run(&name, &worker, started)).await?;
+    let alive = started + secs(ctx.lease);
+    let id = blocking(&ctx.catalog, move |c| {
+        c.begin_run(&name, &worker, started, alive)
+    })
+    .await?;
     let name = source.name.clone();
     let known = blocking(&ctx.catalog, move |c| c.known(&name)).await?;
     let gate = Arc::new(RunGate {
@@ -497,6 +628,8 @@ pub(crate) async fn run_once(
         fetched: AtomicU64::new(0),
         failed: AtomicU64::new(0),
         bytes: AtomicU64::new(0),
+        run: id,
+        unreachable: std::sync::Mutex::new((0, None)),
     });
     let result = match (source.options)() {
         Err(why) => Err(DaemonError::Options(why)),
@@ -523,14 +656,25 @@ pub(crate) async fn run_once(
         }
     };
     gate.release_unstarted().await;
+    // Listed, but its files stopped reaching the source: a source that is
+    // down, tried again with the daemon's backoff.
+    let result = match (result, gate.source_lost()) {
+        (Ok(()), Some(e)) => Err(DaemonError::Fetch(format!(
+            "the source stopped answering mid-run ({UNREACHABLE_IN_A_ROW} files in a row could not reach it): {e}"
+        ))),
+        (r, _) => r,
+    };
     let counts = gate.counts();
     let error = result.as_ref().err().map(ToString::to_string);
     let ended = unix(SystemTime::now());
-    let e = error.clone();
-    blocking(&ctx.catalog, move |c| {
-        c.end_run(id, ended, &counts, e.as_deref())
-    })
-    .await?;
+    ctx.writes
+        .write(Write::EndRun {
+            id,
+            ended,
+            counts,
+            error: error.clone(),
+        })
+        .await;
     if let Some(cmd) = &source.on_run {
         let facts = RunFacts {
             event: "run",

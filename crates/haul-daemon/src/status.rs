@@ -94,6 +94,13 @@ pub struct Snapshot {
     pub started: i64,
     /// The sources by name.
     pub sources: BTreeMap<String, SourceStatus>,
+    /// Why the catalog refuses writes, while it does (the daemon claims
+    /// nothing new and holds what it delivered until it takes them again).
+    pub catalog_error: Option<String>,
+    /// Since when (Unix seconds).
+    pub catalog_error_since: Option<i64>,
+    /// Delivered files whose record waits for the catalog.
+    pub unrecorded_files: u64,
 }
 
 /// The live board every run writes to.
@@ -109,7 +116,7 @@ impl Board {
             inner: Mutex::new(Snapshot {
                 worker: worker.into(),
                 started,
-                sources: BTreeMap::new(),
+                ..Snapshot::default()
             }),
         }
     }
@@ -187,6 +194,15 @@ impl Board {
                 }
             }
         });
+    }
+
+    /// The catalog refuses writes since `since` because of `cause`
+    /// (`None`: it takes them again); `unrecorded` delivered files wait.
+    pub fn catalog_writes(&self, refused: Option<(String, i64)>, unrecorded: u64) {
+        let mut s = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        s.catalog_error_since = refused.as_ref().map(|r| r.1);
+        s.catalog_error = refused.map(|r| r.0);
+        s.unrecorded_files = unrecorded;
     }
 
     /// The next run of `name` is due at `at`.

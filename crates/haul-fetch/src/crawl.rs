@@ -33,6 +33,10 @@ pub(crate) struct FileJob {
     /// `--rename` needs one: the file is stated first, then filtered and
     /// named ([`Ctx::job_for`] again).
     pub needs_mtime: bool,
+    /// The gate adopts a copy already at the destination: the quick check
+    /// runs for this file even when the fetch's is off, and an up-to-date
+    /// copy is hashed there ([`FileGate::adopt_existing`](crate::FileGate::adopt_existing)).
+    pub adopt: bool,
 }
 
 impl FileJob {
@@ -79,6 +83,7 @@ impl Ctx {
                 no_ranges: false,
                 stated: false,
                 rel,
+                adopt: false,
                 needs_mtime,
             });
         }
@@ -128,6 +133,7 @@ impl Ctx {
             no_ranges: false,
             stated: false,
             rel,
+            adopt: false,
             needs_mtime: false,
         })
     }

@@ -41,6 +41,10 @@ pub(crate) async fn download(ctx: Arc<Ctx>, job: FileJob) {
     let Some(permit) = gate.0.start(&file).await else {
         return;
     };
+    let job = FileJob {
+        adopt: gate.0.adopt_existing(&file),
+        ..job
+    };
     let outcome = deliver(&ctx, job).await;
     drop(permit);
     gate.0.settled(&file, outcome).await;
@@ -59,7 +63,8 @@ async fn deliver(ctx: &Arc<Ctx>, mut job: FileJob) -> GateOutcome {
                     path: job.dest_rel.clone(),
                     error: error.clone(),
                 });
-                return GateOutcome::Failed { error };
+                let unreachable = unreachable(&e);
+                return GateOutcome::Failed { error, unreachable };
             }
         }
     }
@@ -71,22 +76,14 @@ async fn deliver(ctx: &Arc<Ctx>, mut job: FileJob) -> GateOutcome {
     let mut restat = job.entry.size.is_none()
         || (!job.stated && stated_before_reading(&**ctx.pool.remote(), &job.entry));
     if restat && known_up_to_date(ctx, &job) {
-        let size = job.entry.size.unwrap_or(0);
-        ctx.tally
-            .event(&Event::up_to_date(job.dest_rel.clone(), size));
-        return GateOutcome::UpToDate { size };
+        return up_to_date(ctx, &job).await;
     }
     // Bytes of this file verified chunk by chunk, over all attempts.
     let progress = Arc::new(AtomicU64::new(0));
     loop {
         let progress_before = progress.load(Ordering::Relaxed);
         match attempt(ctx, &mut job, restat, &progress).await {
-            Ok(Outcome::UpToDate) => {
-                let size = job.entry.size.unwrap_or(0);
-                ctx.tally
-                    .event(&Event::up_to_date(job.dest_rel.clone(), size));
-                return GateOutcome::UpToDate { size };
-            }
+            Ok(Outcome::UpToDate) => return up_to_date(ctx, &job).await,
             Ok(Outcome::Delivered { root, fetched }) => {
                 let size = job.entry.size.unwrap_or(0);
                 ctx.tally.event(&Event::FileDone {
@@ -117,7 +114,7 @@ async fn deliver(ctx: &Arc<Ctx>, mut job: FileJob) -> GateOutcome {
                 // A broken connection that still moved data does not use up
                 // the budget (a flaky link that makes progress is not given
                 // up on); a file that keeps failing its checks does.
-                let transport = matches!(e, RemoteError::Timeout(_) | RemoteError::Connection(_));
+                let transport = unreachable(&e);
                 if transport && progress.load(Ordering::Relaxed) > progress_before {
                     backoff.progress_made();
                 }
@@ -147,12 +144,40 @@ async fn deliver(ctx: &Arc<Ctx>, mut job: FileJob) -> GateOutcome {
                             path: job.dest_rel.clone(),
                             error: error.clone(),
                         });
-                        return GateOutcome::Failed { error };
+                        return GateOutcome::Failed {
+                            error,
+                            unreachable: transport,
+                        };
                     }
                 }
             }
         }
     }
+}
+
+/// Whether `e` says the source could not be reached (rather than that
+/// this file failed).
+fn unreachable(e: &RemoteError) -> bool {
+    matches!(e, RemoteError::Timeout(_) | RemoteError::Connection(_))
+}
+
+/// Reports `job` up to date at the destination; a copy the gate adopts is
+/// hashed there first (on a blocking thread, beneath the held root).
+async fn up_to_date(ctx: &Arc<Ctx>, job: &FileJob) -> GateOutcome {
+    let size = job.entry.size.unwrap_or(0);
+    ctx.tally
+        .event(&Event::up_to_date(job.dest_rel.clone(), size));
+    let blake3 = if job.adopt {
+        let (c, rel) = (ctx.clone(), job.dest_rel.clone());
+        tokio::task::spawn_blocking(move || c.dest.hash_existing(&rel))
+            .await
+            .ok()
+            .flatten()
+            .map(|h| h.to_hex().to_string())
+    } else {
+        None
+    };
+    GateOutcome::UpToDate { size, blake3 }
 }
 
 /// States a job whose listing gave no mtime (retrying what is worth it),
@@ -186,7 +211,11 @@ async fn stated_job(ctx: &Arc<Ctx>, job: &FileJob) -> Result<Option<FileJob>, Re
     }
     Ok(ctx
         .job_decided(job.remote_path.clone(), job.rel.clone(), entry)
-        .map(|j| FileJob { stated: true, ..j }))
+        .map(|j| FileJob {
+            stated: true,
+            adopt: job.adopt,
+            ..j
+        }))
 }
 
 /// What a stat made just now says of a listed file; what it does not tell
@@ -231,7 +260,8 @@ fn known_up_to_date(ctx: &Ctx, job: &FileJob) -> bool {
     if ctx.opts.skip_existing {
         return ctx.existing_size(&job.dest_rel).is_some();
     }
-    if !ctx.opts.quick_check || ctx.opts.checksum || !ctx.pool.remote().listing_is_exact() {
+    let quick_check = ctx.opts.quick_check || job.adopt;
+    if !quick_check || ctx.opts.checksum || !ctx.pool.remote().listing_is_exact() {
         return false;
     }
     let Some(Ok(since_epoch)) = job.entry.mtime.map(|t| t.duration_since(UNIX_EPOCH)) else {
@@ -362,7 +392,7 @@ async fn attempt(
     }
     let (entry, version) = proto_entry(ctx, job)?;
     let size = entry.size;
-    let mut quick_check = ctx.opts.quick_check;
+    let mut quick_check = ctx.opts.quick_check || job.adopt;
     if ctx.opts.checksum && !ctx.opts.skip_existing {
         match by_checksums(ctx, &entry.path, size, &job.entry.checksums).await {
             Verdict::Same => {

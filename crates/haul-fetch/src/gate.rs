@@ -35,11 +35,18 @@ pub enum GateOutcome {
     UpToDate {
         /// Its size.
         size: u64,
+        /// The BLAKE3 of the copy found there, when the gate adopted it
+        /// ([`FileGate::adopt_existing`]) and it could be read.
+        blake3: Option<String>,
     },
     /// Failed after the retries.
     Failed {
         /// Why, as reported.
         error: String,
+        /// The last attempt could not reach the source (a timeout or a
+        /// connection that failed): the source, not the file, is the
+        /// problem.
+        unreachable: bool,
     },
     /// Left out after all (a filter that needed a stat, a `--rename` clash).
     Dropped,
@@ -60,6 +67,14 @@ pub trait FileGate: Send + Sync {
     async fn start(&self, file: &GateFile) -> Option<Box<dyn Send>>;
     /// What became of `file`.
     async fn settled(&self, file: &GateFile, outcome: GateOutcome);
+    /// Whether a copy of `file` already at the destination with the listed
+    /// size and mtime (the quick check) counts as delivered even when the
+    /// fetch's quick check is off: the daemon's file that was delivered
+    /// before its record could be written. Such a copy settles as
+    /// [`GateOutcome::UpToDate`] with the BLAKE3 read from it.
+    fn adopt_existing(&self, _file: &GateFile) -> bool {
+        false
+    }
 }
 
 /// [`FetchOptions::gate`](crate::FetchOptions::gate): a [`FileGate`] that

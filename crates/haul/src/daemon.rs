@@ -238,6 +238,8 @@ fn daemon_options(config: &DaemonConfig) -> Result<DaemonOptions> {
         lease: config.lease,
         grace: config.grace,
         down_retry: config.down_retry,
+        down_retry_max: config.down_retry_max,
+        file_retry: config.file_retry,
         sources,
         partial_ttl: config.partial_ttl,
     })
@@ -597,16 +599,17 @@ fn catalog_command(
                         "started": unix_text(r.started), "ended": r.ended.map(unix_text),
                         "listed": r.counts.listed, "claimed": r.counts.claimed,
                         "fetched": r.counts.fetched, "failed": r.counts.failed,
-                        "bytes": r.counts.bytes, "error": r.error,
+                        "bytes": r.counts.bytes, "error": r.error, "abandoned": r.abandoned,
                         "hook_failure": r.hook_failure.as_ref().map(|h| h.error.clone()),
                     }));
                 } else {
                     println!(
-                        "#{} {} {} {}: {} listed, {} claimed, {} fetched ({} bytes), {} failed{}{}",
+                        "#{} {} {} {}{}: {} listed, {} claimed, {} fetched ({} bytes), {} failed{}{}",
                         r.id,
                         r.source,
                         r.worker,
                         unix_text(r.started),
+                        if r.ended.is_none() { " (running)" } else { "" },
                         r.counts.listed,
                         r.counts.claimed,
                         r.counts.fetched,
@@ -690,6 +693,13 @@ pub async fn status(args: &StatusArgs, json: bool) -> Result<u8> {
         status["worker"].as_str().unwrap_or("?"),
         text(&status["started"])
     );
+    if let Some(e) = status["catalog_error"].as_str() {
+        println!(
+            "DEGRADED since {}: the catalog refuses writes: {e} ({} delivered file(s) wait for their record; nothing new is claimed)",
+            text(&status["catalog_error_since"]),
+            status["unrecorded_files"].as_u64().unwrap_or(0)
+        );
+    }
     if let Some(sources) = status["sources"].as_object() {
         for (name, s) in sources {
             let state = if s["running"].as_bool() == Some(true) {

@@ -45,6 +45,10 @@ pub struct FileConfig {
     pub grace: Option<Spanned<String>>,
     /// First retry of a source that is down (`30s`).
     pub down_retry: Option<Spanned<String>>,
+    /// Longest wait between retries of a source that is down (`10m`).
+    pub down_retry_max: Option<Spanned<String>>,
+    /// First retry of a file that failed (`10s`, doubling per attempt).
+    pub file_retry: Option<Spanned<String>>,
     /// How long a hook may run before it is killed (`60s`).
     pub hook_timeout: Option<Spanned<String>>,
     /// Where partial downloads are staged (each source in a directory of
@@ -239,6 +243,10 @@ pub struct DaemonConfig {
     pub grace: Duration,
     /// First retry of a source that is down.
     pub down_retry: Duration,
+    /// Longest wait between retries of a source that is down.
+    pub down_retry_max: Duration,
+    /// First retry of a file that failed.
+    pub file_retry: Duration,
     /// Hook timeout.
     pub hook_timeout: Duration,
     /// The global staging directory, if set.
@@ -459,6 +467,16 @@ pub fn parse(text: &str) -> Result<DaemonConfig> {
         lease: duration(&file.lease, "lease", Duration::from_secs(300))?,
         grace: duration(&file.grace, "grace", Duration::from_secs(20))?,
         down_retry: duration(&file.down_retry, "down_retry", Duration::from_secs(30))?,
+        down_retry_max: duration(
+            &file.down_retry_max,
+            "down_retry_max",
+            haul_daemon::DEFAULT_DOWN_RETRY_MAX,
+        )?,
+        file_retry: duration(
+            &file.file_retry,
+            "file_retry",
+            haul_daemon::DEFAULT_FILE_RETRY,
+        )?,
         hook_timeout: duration(&file.hook_timeout, "hook_timeout", Duration::from_secs(60))?,
         staging: staging.map(|(dir, _)| dir),
         partial_ttl: match &file.partial_ttl {

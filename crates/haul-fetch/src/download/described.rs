@@ -95,7 +95,11 @@ impl DescribedSink for DescribedRead<'_> {
         let prepared = self
             .ctx
             .dest
-            .prepare_file_version(&proto, &version, self.ctx.opts.quick_check)
+            .prepare_file_version(
+                &proto,
+                &version,
+                self.ctx.opts.quick_check || self.job.adopt,
+            )
             .map_err(local)?;
         match prepared {
             Prepared::UpToDate => Ok(false),

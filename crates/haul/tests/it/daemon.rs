@@ -94,7 +94,7 @@ fn gets(log: &str, uri: &str) -> usize {
         .count()
 }
 
-fn nginx_log(srv: &haul_http::testserver::TestServer) -> String {
+pub(crate) fn nginx_log(srv: &haul_http::testserver::TestServer) -> String {
     std::fs::read_to_string(srv.access_log()).unwrap_or_default()
 }
 

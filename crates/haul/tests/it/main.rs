@@ -9,6 +9,7 @@ mod check;
 mod checksum;
 mod corruption;
 mod daemon;
+mod daemon_faults;
 mod daemon_sites;
 mod dry_run;
 mod fanout;
