@@ -15,6 +15,7 @@
 #
 #   bash bench/daemon.sh [COUNT=100000] [NEW=100]
 #   PARTS="b c" SOURCES=20 PER=1000 IDLE=60 REPEAT=3 bash bench/daemon.sh
+#   CATALOGS=postgres PARTS=a bash bench/daemon.sh   (part (a) on one catalog)
 #
 # Each part prints one line per measurement; with REPEAT > 1, (b) runs
 # REPEAT times per catalog and prints the median too.
@@ -27,6 +28,7 @@ SOURCES=${SOURCES:-20}
 PER=${PER:-1000}
 IDLE=${IDLE:-60}
 REPEAT=${REPEAT:-3}
+CATALOGS=${CATALOGS:-sqlite postgres}
 # HAUL_BIN=path: measure that haul binary (e.g. an older build, for a
 # baseline) instead of building this tree's.
 if [ -z "${HAUL_BIN:-}" ]; then
@@ -241,10 +243,14 @@ start_pg() {
 }
 
 if [[ " $PARTS " == *" a "* ]]; then
-  bench_catalog "sqlite:$W/catalog.db" sqlite
-  start_pg
-  "$PG_BIN/psql" -h 127.0.0.1 -p "$PG_PORT" -U haul -d postgres -qc 'CREATE DATABASE bench' >/dev/null
-  bench_catalog "postgres://haul@127.0.0.1:$PG_PORT/bench" postgres
+  if [[ " $CATALOGS " == *" sqlite "* ]]; then
+    bench_catalog "sqlite:$W/catalog.db" sqlite
+  fi
+  if [[ " $CATALOGS " == *" postgres "* ]]; then
+    start_pg
+    "$PG_BIN/psql" -h 127.0.0.1 -p "$PG_PORT" -U haul -d postgres -qc 'CREATE DATABASE bench' >/dev/null
+    bench_catalog "postgres://haul@127.0.0.1:$PG_PORT/bench" postgres
+  fi
 fi
 if [[ " $PARTS " == *" b "* ]] || [[ " $PARTS " == *" c "* ]]; then
   bench_many "" sqlite fresh_sqlite

@@ -491,22 +491,30 @@ impl Catalog for PostgresCatalog {
             at.push(f.at);
             size.push(db_size(Some(f.size)));
         }
+        const RECORD: &str = "UPDATE files f SET state = 'fetched', blake3 = t.b, local_path = t.l,
+                 fetched_at = t.a, size = t.s, claimed_by = NULL, claim_until = NULL,
+                 attempts = 0, last_error = NULL, next_retry = NULL, hook_error = NULL,
+                 hook_failed_at = NULL
+             FROM UNNEST($2::text[], $3::text[], $4::text[], $5::int8[], $6::int8[])
+                 AS t(p, b, l, a, s)
+             WHERE f.source = $1 AND f.path = t.p";
         self.with(|c| {
-            let mut tx = c.transaction()?;
-            tx.execute(
-                "UPDATE files f SET state = 'fetched', blake3 = t.b, local_path = t.l,
-                     fetched_at = t.a, size = t.s, claimed_by = NULL, claim_until = NULL,
-                     attempts = 0, last_error = NULL, next_retry = NULL, hook_error = NULL,
-                     hook_failed_at = NULL
-                 FROM UNNEST($2::text[], $3::text[], $4::text[], $5::int8[], $6::int8[])
-                     AS t(p, b, l, a, s)
-                 WHERE f.source = $1 AND f.path = t.p",
-                &[&source, &paths, &blake3, &local, &at, &size],
-            )?;
-            if let Some(r) = run {
-                tx.execute(
-                    &postgres_sql(runs::PROGRESS_SQL),
+            // One statement either way (one round trip, one commit): the
+            // run's progress rides on the files' update as a CTE.
+            match run {
+                None => c.execute(RECORD, &[&source, &paths, &blake3, &local, &at, &size])?,
+                Some(r) => c.execute(
+                    &format!(
+                        "WITH recorded AS ({RECORD} RETURNING 1) {}",
+                        postgres_sql(&runs::progress_sql(7))
+                    ),
                     &[
+                        &source,
+                        &paths,
+                        &blake3,
+                        &local,
+                        &at,
+                        &size,
                         &r.id,
                         &count(r.fetched),
                         &count(r.bytes),
@@ -514,9 +522,8 @@ impl Catalog for PostgresCatalog {
                         &count(r.claimed),
                         &count(r.failed),
                     ],
-                )?;
-            }
-            tx.commit()?;
+                )?,
+            };
             Ok(())
         })
     }

@@ -2,7 +2,7 @@
 //! PostgreSQL driver turns them into `$N`).
 //!
 //! A run's `fetched` and `bytes` grow in the transaction that records its
-//! files ([`PROGRESS_SQL`]), so a run whose worker died still counts what
+//! files ([`progress_sql`]), so a run whose worker died still counts what
 //! it delivered. While a run is open its worker renews `alive_until` with
 //! its claims; a run whose worker stopped renewing (or that its worker
 //! finds open when it starts again) is closed as `abandoned` by whoever
@@ -20,13 +20,21 @@ pub(crate) const POSTGRES_SCHEMA: &str = "ALTER TABLE runs ADD COLUMN alive_unti
     ALTER TABLE runs ADD COLUMN abandoned BIGINT NOT NULL DEFAULT 0;
     UPDATE runs SET alive_until = started WHERE ended IS NULL;";
 
-/// Adds `?2` files and `?3` bytes to run `?1`; listed `?4`, claimed `?5`
-/// and failed `?6` as its worker counts them now (never lowered).
-pub(crate) const PROGRESS_SQL: &str = "UPDATE runs SET fetched = fetched + ?2, bytes = bytes + ?3,
-         listed = CASE WHEN listed > ?4 THEN listed ELSE ?4 END,
-         claimed = CASE WHEN claimed > ?5 THEN claimed ELSE ?5 END,
-         failed = CASE WHEN failed > ?6 THEN failed ELSE ?6 END
-     WHERE id = ?1";
+/// Adds files and bytes to a run and raises its listed, claimed and
+/// failed to what its worker counts now (never lowers them); parameters
+/// numbered from `?{first}`: the run's id, then fetched, bytes, listed,
+/// claimed, failed. (Numbered from elsewhere than 1 so PostgreSQL can run
+/// it in the statement that records the files.)
+pub(crate) fn progress_sql(first: usize) -> String {
+    let [id, fetched, bytes, listed, claimed, failed] = std::array::from_fn(|i| first + i);
+    format!(
+        "UPDATE runs SET fetched = fetched + ?{fetched}, bytes = bytes + ?{bytes},
+             listed = CASE WHEN listed > ?{listed} THEN listed ELSE ?{listed} END,
+             claimed = CASE WHEN claimed > ?{claimed} THEN claimed ELSE ?{claimed} END,
+             failed = CASE WHEN failed > ?{failed} THEN failed ELSE ?{failed} END
+         WHERE id = ?{id}"
+    )
+}
 
 /// Ends run `?1` at `?2` with its counts and error; a run closed as
 /// abandoned meanwhile (its worker was cut off from the catalog) is

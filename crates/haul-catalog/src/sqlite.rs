@@ -356,7 +356,7 @@ impl Catalog for SqliteCatalog {
         }
         if let Some(r) = run {
             let n = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
-            tx.prepare_cached(runs::PROGRESS_SQL)?.execute(params![
+            tx.prepare_cached(&runs::progress_sql(1))?.execute(params![
                 r.id,
                 n(r.fetched),
                 n(r.bytes),

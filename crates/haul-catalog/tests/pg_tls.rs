@@ -121,6 +121,10 @@ fn sslmodes_and_password_files_against_a_real_server() {
         ))
         .unwrap_err();
         assert!(e.to_lowercase().contains("certificate"), "{mode}: {e}");
+        assert!(
+            e.contains("check the URL's sslmode and sslrootcert"),
+            "{mode}: {e}"
+        );
     }
     // A name the certificate does not hold: verify-full refuses, verify-ca
     // (chain only) accepts. 127.0.0.2 reaches the same server on loopback.
@@ -187,6 +191,7 @@ fn sslmodes_and_password_files_against_a_real_server() {
     private_file(&passfile, &format!("*:{port}:*:pw:Wr0ng-secret\n"), 0o600);
     let e = try_catalog(&with_file).unwrap_err();
     assert!(e.contains("password") && !e.contains("Wr0ng-secret"), "{e}");
+    assert!(e.contains("pg_hba.conf"), "what to check: {e}");
     // The password in the URL is not shown either.
     let e = try_catalog(&format!(
         "postgres://pw:Inl1ne-secret@127.0.0.1:{port}/cat?sslmode=require"

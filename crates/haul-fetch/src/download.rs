@@ -392,7 +392,8 @@ async fn attempt(
     }
     let (entry, version) = proto_entry(ctx, job)?;
     let size = entry.size;
-    let mut quick_check = ctx.opts.quick_check || job.adopt;
+    // An adopted copy is compared by size and mtime, never by size alone.
+    let mut quick_check = ctx.opts.quick_check || (job.adopt && job.entry.mtime.is_some());
     if ctx.opts.checksum && !ctx.opts.skip_existing {
         match by_checksums(ctx, &entry.path, size, &job.entry.checksums).await {
             Verdict::Same => {

@@ -68,7 +68,8 @@ pub trait FileGate: Send + Sync {
     /// What became of `file`.
     async fn settled(&self, file: &GateFile, outcome: GateOutcome);
     /// Whether a copy of `file` already at the destination with the listed
-    /// size and mtime (the quick check) counts as delivered even when the
+    /// size and mtime (the quick check; never by size alone, so not when the
+    /// source tells no mtime) counts as delivered even when the
     /// fetch's quick check is off: the daemon's file that was delivered
     /// before its record could be written. Such a copy settles as
     /// [`GateOutcome::UpToDate`] with the BLAKE3 read from it.

@@ -98,7 +98,7 @@ impl DescribedSink for DescribedRead<'_> {
             .prepare_file_version(
                 &proto,
                 &version,
-                self.ctx.opts.quick_check || self.job.adopt,
+                self.ctx.opts.quick_check || (self.job.adopt && entry.mtime.is_some()),
             )
             .map_err(local)?;
         match prepared {

@@ -275,6 +275,11 @@ schedule = "every 2s"
         "{err}"
     );
     drop(lock);
+    let mut cmd = haul(&s.path(""));
+    cmd.args(["catalog", "--config"]).arg(&config).arg("runs");
+    let out = run(cmd, Duration::from_secs(30));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "writable again: {err}");
 }
 
 #[test]
@@ -340,6 +345,7 @@ retries = 1
     // source's first probe comes within 2 s (down_retry_max), not after a
     // per-file wait.
     let took = back.elapsed();
+    eprintln!("the rest arrived {took:?} after the source came back");
     assert!(
         took < Duration::from_secs(12),
         "{took:?} after the source came back"
