@@ -22,6 +22,9 @@ pub struct Known {
     pub next_retry: Option<i64>,
     /// Failed attempts since it was last fetched.
     pub attempts: u32,
+    /// A version of it was recorded fetched once (its row has a BLAKE3):
+    /// what the destination holds may be that older version.
+    pub fetched_before: bool,
 }
 
 /// What to do with a listed file.
@@ -193,6 +196,7 @@ mod tests {
             claim_until: Some(50),
             next_retry: Some(50),
             attempts: 0,
+            fetched_before: false,
         }
     }
 

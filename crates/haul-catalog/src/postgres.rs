@@ -208,6 +208,7 @@ fn known_of(r: &postgres::Row) -> Result<Known> {
         claim_until: r.try_get("claim_until")?,
         next_retry: r.try_get("next_retry")?,
         attempts: u32::try_from(r.try_get::<_, i64>("attempts")?).unwrap_or(u32::MAX),
+        fetched_before: r.try_get("fetched_before")?,
     })
 }
 
@@ -278,7 +279,8 @@ fn claim_batch(
     let paths: Vec<&str> = files.iter().map(|f| f.path.as_str()).collect();
     let mut known = HashMap::new();
     for r in tx.query(
-        "SELECT path, size, mtime, etag, state, claimed_by, claim_until, next_retry, attempts
+        "SELECT path, size, mtime, etag, state, claimed_by, claim_until, next_retry, attempts,
+                     blake3 IS NOT NULL AS fetched_before
          FROM files WHERE source = $1 AND path = ANY($2) ORDER BY path FOR UPDATE SKIP LOCKED",
         &[&source, &paths],
     )? {
@@ -386,7 +388,8 @@ impl Catalog for PostgresCatalog {
         self.with(|c| {
             let mut out = HashMap::new();
             for r in c.query(
-                "SELECT path, size, mtime, etag, state, claimed_by, claim_until, next_retry, attempts
+                "SELECT path, size, mtime, etag, state, claimed_by, claim_until, next_retry, attempts,
+                     blake3 IS NOT NULL AS fetched_before
                  FROM files WHERE source = $1",
                 &[&source],
             )? {

@@ -200,6 +200,7 @@ fn read_known(r: &rusqlite::Row<'_>) -> rusqlite::Result<Known> {
         claim_until: r.get(5)?,
         next_retry: r.get(6)?,
         attempts: u32::try_from(r.get::<_, i64>(7)?).unwrap_or(u32::MAX),
+        fetched_before: r.get(8)?,
     })
 }
 
@@ -223,7 +224,8 @@ fn record_fetched(conn: &Connection, source: &str, path: &str, facts: &Fetched) 
 }
 
 const KNOWN_COLUMNS: &str =
-    "size, mtime, etag, state, claimed_by, claim_until, next_retry, attempts";
+    "size, mtime, etag, state, claimed_by, claim_until, next_retry, attempts,
+     blake3 IS NOT NULL";
 
 impl Catalog for SqliteCatalog {
     fn known(&self, source: &str) -> Result<HashMap<String, Known>> {
@@ -244,6 +246,7 @@ impl Catalog for SqliteCatalog {
                 claim_until: r.get(6)?,
                 next_retry: r.get(7)?,
                 attempts: u32::try_from(r.get::<_, i64>(8)?).unwrap_or(u32::MAX),
+                fetched_before: r.get(9)?,
             };
             Ok((path, known))
         })?;

@@ -381,10 +381,14 @@ pub async fn run(
                     slot.running = false;
                     match error {
                         None => slot.down.progress_made(),
-                        // The catalog, not the source: due again when the
-                        // catalog takes writes.
+                        // The catalog, not the source (said by the catalog's
+                        // writes): tried again with the same backoff, once
+                        // the catalog takes writes, so an error that
+                        // persists is not met every second.
                         Some(_) if is_catalog => {
-                            slot.next = slot.next.min(now);
+                            let backoff = slot.down.next_wait().unwrap_or(opts.down_retry_max);
+                            slot.next = slot.next.min(now + backoff);
+                            board.next_run(&name, unix(slot.next));
                         }
                         Some(e) => {
                             let backoff = slot.down.next_wait().unwrap_or(opts.down_retry_max);

@@ -398,10 +398,15 @@ impl RunGate {
 
 #[async_trait::async_trait]
 impl FileGate for RunGate {
+    /// Files seen and claimed but never recorded fetched: a copy at the
+    /// destination with the listed size and mtime is the one this daemon
+    /// delivered before its record was lost. Not a file fetched before in
+    /// another version (`refetch = "if-changed"`): its copy may be the old
+    /// version under the same size and mtime, so it is fetched.
     fn adopt_existing(&self, file: &GateFile) -> bool {
         self.known
             .get(&file.rel)
-            .is_some_and(|k| k.state != "fetched")
+            .is_some_and(|k| k.state != "fetched" && !k.fetched_before)
     }
 
     async fn admit(&self, file: &GateFile) -> bool {
@@ -499,8 +504,8 @@ impl FileGate for RunGate {
                     at: now,
                     size,
                 };
+                // Its sidecar and hook ran when it was delivered.
                 self.record(rel, facts, true).await;
-                self.after_file(file, now, blake3).await;
                 Ok(())
             }
             GateOutcome::UpToDate { size, blake3: None } => {
@@ -537,14 +542,11 @@ impl FileGate for RunGate {
                 blocking(&self.ctx.catalog, move |c| c.release(&name, &rel, &worker)).await
             }
         };
+        // A failure or a claim given back that the catalog did not take:
+        // said once as the catalog's refusal (the file's claim lapses; it is
+        // tried again when the catalog takes writes).
         if let Err(e) = result {
-            if !self.ctx.writes.refusing() {
-                tracing::error!(
-                    "{}: {}: cannot record the outcome in the catalog: {e}",
-                    self.source.name,
-                    file.rel
-                );
-            }
+            self.ctx.writes.refused(&e);
         }
     }
 }
@@ -616,7 +618,20 @@ pub(crate) async fn run_once(
     })
     .await?;
     let name = source.name.clone();
-    let known = blocking(&ctx.catalog, move |c| c.known(&name)).await?;
+    let known = match blocking(&ctx.catalog, move |c| c.known(&name)).await {
+        Ok(known) => known,
+        Err(e) => {
+            let ended = unix(SystemTime::now());
+            let end = Write::EndRun {
+                id,
+                ended,
+                counts: RunCounts::default(),
+                error: Some(e.to_string()),
+            };
+            ctx.writes.write(end).await;
+            return Err(e);
+        }
+    };
     let gate = Arc::new(RunGate {
         ctx: ctx.clone(),
         source: source.clone(),

@@ -97,8 +97,12 @@ pub(crate) struct CatalogWrites {
     catalog: Arc<dyn Catalog>,
     board: Arc<Board>,
     state: Mutex<State>,
-    /// Told when the catalog starts refusing writes or takes them again.
+    /// Told (all waiting) when the catalog starts refusing writes or takes
+    /// them again: the scheduler, which also looks each second.
     changed: Notify,
+    /// Told (keeping a permit) when the catalog starts refusing writes:
+    /// the keeper, so a refusal while it is busy is not missed.
+    to_keeper: Notify,
 }
 
 impl CatalogWrites {
@@ -108,11 +112,20 @@ impl CatalogWrites {
             board,
             state: Mutex::new(State::default()),
             changed: Notify::new(),
+            to_keeper: Notify::new(),
         }
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Shows `s` on the board (called with the state's lock held, so the
+    /// board never shows an older state after a newer one).
+    fn publish(&self, s: &State) {
+        let refused = s.refused.as_ref().map(|r| (r.0.clone(), r.1));
+        self.board
+            .catalog_writes(refused, s.held.iter().map(Write::files).sum());
     }
 
     /// Whether the catalog refuses writes (nothing new is to be claimed).
@@ -133,32 +146,32 @@ impl CatalogWrites {
     /// Writes `w` now, or holds it behind earlier held writes. `true`:
     /// written.
     pub(crate) async fn write(&self, w: Write) -> bool {
-        if self.refusing() {
-            self.hold(w);
-            return false;
+        {
+            // Looked at and held in one step: the keeper takes up writes
+            // again only with nothing held.
+            let mut s = self.state();
+            if s.refused.is_some() || !s.held.is_empty() {
+                s.held.push_back(w);
+                self.publish(&s);
+                return false;
+            }
         }
         let attempt = w.clone();
         match blocking(&self.catalog, move |c| attempt.apply(c)).await {
             Ok(()) => true,
             Err(e) => {
-                self.hold(w);
+                {
+                    let mut s = self.state();
+                    s.held.push_back(w);
+                    self.publish(&s);
+                }
                 self.refused(&e);
                 false
             }
         }
     }
 
-    fn hold(&self, w: Write) {
-        let n = {
-            let mut s = self.state();
-            s.held.push_back(w);
-            s.held.iter().map(Write::files).sum()
-        };
-        let refused = self.state().refused.as_ref().map(|r| (r.0.clone(), r.1));
-        self.board.catalog_writes(refused, n);
-    }
-
-    /// A catalog write failed with `e`: from now on writes are held and
+    /// A catalog call failed with `e`: from now on writes are held and
     /// nothing new is claimed. Said once, with the cause and what to do.
     pub(crate) fn refused(&self, e: &DaemonError) {
         let cause = e.to_string();
@@ -168,6 +181,7 @@ impl CatalogWrites {
                 return;
             }
             s.refused = Some((cause.clone(), unix(SystemTime::now()), Instant::now()));
+            self.publish(&s);
             s.held.iter().map(Write::files).sum::<u64>()
         };
         tracing::error!(
@@ -177,8 +191,7 @@ impl CatalogWrites {
             RETRY_FIRST.as_secs(),
             RETRY_MOST.as_secs()
         );
-        self.board
-            .catalog_writes(Some((cause, unix(SystemTime::now()))), n);
+        self.to_keeper.notify_one();
         self.changed.notify_waiters();
     }
 
@@ -192,14 +205,22 @@ impl CatalogWrites {
             let n = w.files();
             blocking(&self.catalog, move |c| w.apply(c)).await?;
             written += n;
-            let (refused, left) = {
-                let mut s = self.state();
-                s.held.pop_front();
-                let left = s.held.iter().map(Write::files).sum();
-                (s.refused.as_ref().map(|r| (r.0.clone(), r.1)), left)
-            };
-            self.board.catalog_writes(refused, left);
+            let mut s = self.state();
+            s.held.pop_front();
+            self.publish(&s);
         }
+    }
+
+    /// Takes up writes again if nothing is held (a write may have been
+    /// held since the flush); how long they were refused.
+    fn take_up(&self) -> Option<Duration> {
+        let mut s = self.state();
+        if !s.held.is_empty() {
+            return None;
+        }
+        let since = s.refused.take().map(|r| r.2.elapsed());
+        self.publish(&s);
+        Some(since.unwrap_or_default())
     }
 
     /// Renews `worker`'s leases every third of `lease` and closes the runs
@@ -213,6 +234,7 @@ impl CatalogWrites {
         mut stop: watch::Receiver<bool>,
     ) {
         let mut backoff = Backoff::new(u32::MAX, RETRY_FIRST, RETRY_MOST, Backoff::fresh_seed());
+        let mut recorded = 0;
         loop {
             let refusing = self.refusing();
             let wait = if refusing {
@@ -222,7 +244,7 @@ impl CatalogWrites {
             };
             tokio::select! {
                 () = tokio::time::sleep(wait) => {}
-                () = self.changed(), if !refusing => continue,
+                () = self.to_keeper.notified(), if !refusing => continue,
                 _ = stop.changed() => return,
             }
             let flushed = if refusing { self.flush().await } else { Ok(0) };
@@ -231,14 +253,17 @@ impl CatalogWrites {
                 Err(e) => Err(e),
             };
             match renewed {
-                Ok(recorded) if refusing => {
+                Ok(n) if refusing => {
+                    recorded += n;
                     backoff.progress_made();
-                    let since = self.state().refused.take().map(|r| r.2.elapsed());
-                    self.board.catalog_writes(None, 0);
+                    let Some(since) = self.take_up() else {
+                        continue; // more was held meanwhile: flushed next
+                    };
                     tracing::warn!(
                         "the catalog takes writes again after {:.0}s: {recorded} delivered file(s) recorded; claiming new files again",
-                        since.unwrap_or_default().as_secs_f64()
+                        since.as_secs_f64()
                     );
+                    recorded = 0;
                     self.changed.notify_waiters();
                 }
                 Ok(_) => {}

@@ -42,7 +42,8 @@ pub(crate) async fn download(ctx: Arc<Ctx>, job: FileJob) {
         return;
     };
     let job = FileJob {
-        adopt: gate.0.adopt_existing(&file),
+        // `--skip-existing` takes any file there: none of those is adopted.
+        adopt: !ctx.opts.skip_existing && gate.0.adopt_existing(&file),
         ..job
     };
     let outcome = deliver(&ctx, job).await;
@@ -76,14 +77,19 @@ async fn deliver(ctx: &Arc<Ctx>, mut job: FileJob) -> GateOutcome {
     let mut restat = job.entry.size.is_none()
         || (!job.stated && stated_before_reading(&**ctx.pool.remote(), &job.entry));
     if restat && known_up_to_date(ctx, &job) {
-        return up_to_date(ctx, &job).await;
+        if let Some(outcome) = up_to_date(ctx, &mut job).await {
+            return outcome;
+        }
     }
     // Bytes of this file verified chunk by chunk, over all attempts.
     let progress = Arc::new(AtomicU64::new(0));
     loop {
         let progress_before = progress.load(Ordering::Relaxed);
         match attempt(ctx, &mut job, restat, &progress).await {
-            Ok(Outcome::UpToDate) => return up_to_date(ctx, &job).await,
+            Ok(Outcome::UpToDate) => match up_to_date(ctx, &mut job).await {
+                Some(outcome) => return outcome,
+                None => continue, // fetched after all
+            },
             Ok(Outcome::Delivered { root, fetched }) => {
                 let size = job.entry.size.unwrap_or(0);
                 ctx.tally.event(&Event::FileDone {
@@ -163,21 +169,27 @@ fn unreachable(e: &RemoteError) -> bool {
 
 /// Reports `job` up to date at the destination; a copy the gate adopts is
 /// hashed there first (on a blocking thread, beneath the held root).
-async fn up_to_date(ctx: &Arc<Ctx>, job: &FileJob) -> GateOutcome {
+/// `None`: the adopted copy could not be read as one version, so it is not
+/// adopted (`job.adopt` turned off) and the file is fetched.
+async fn up_to_date(ctx: &Arc<Ctx>, job: &mut FileJob) -> Option<GateOutcome> {
     let size = job.entry.size.unwrap_or(0);
-    ctx.tally
-        .event(&Event::up_to_date(job.dest_rel.clone(), size));
     let blake3 = if job.adopt {
         let (c, rel) = (ctx.clone(), job.dest_rel.clone());
-        tokio::task::spawn_blocking(move || c.dest.hash_existing(&rel))
+        let hashed = tokio::task::spawn_blocking(move || c.dest.hash_existing(&rel))
             .await
             .ok()
-            .flatten()
-            .map(|h| h.to_hex().to_string())
+            .flatten();
+        let Some(hash) = hashed else {
+            job.adopt = false;
+            return None;
+        };
+        Some(hash.to_hex().to_string())
     } else {
         None
     };
-    GateOutcome::UpToDate { size, blake3 }
+    ctx.tally
+        .event(&Event::up_to_date(job.dest_rel.clone(), size));
+    Some(GateOutcome::UpToDate { size, blake3 })
 }
 
 /// States a job whose listing gave no mtime (retrying what is worth it),
