@@ -137,7 +137,7 @@ impl Observer for Seen {
                     }
                 }
             }
-            Event::FileError { path, error } => {
+            Event::FileError { path, error, .. } => {
                 if let Ok(mut m) = self.failed.lock() {
                     m.insert(self.rel(path), error.clone());
                 }

@@ -595,7 +595,7 @@ struct RunLog {
 impl Observer for RunLog {
     fn event(&self, event: &Event) {
         match event {
-            Event::FileError { path, error } => {
+            Event::FileError { path, error, .. } => {
                 tracing::warn!("{}: {path}: {error}", self.source);
             }
             Event::Warning { message } => tracing::warn!("{}: {message}", self.source),

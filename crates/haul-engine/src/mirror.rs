@@ -181,10 +181,10 @@ pub fn prune_reported(
 ) {
     let mut on = |p: Pruned| match p {
         Pruned::Deleted { path, size } => observer.event(&Event::Deleted { path, size }),
-        Pruned::Failed { path, error } => observer.event(&Event::FileError {
+        Pruned::Failed { path, error } => observer.event(&Event::file_error(
             path,
-            error: format!("--delete could not remove it: {error}"),
-        }),
+            format!("--delete could not remove it: {error}"),
+        )),
     };
     if let Err(e) = prune(dest, top, source, filter, &mut on) {
         observer.event(&nothing_deleted(&format!(

@@ -77,6 +77,18 @@ impl SourceError {
         !matches!(self, Self::Io { .. } | Self::Changed { .. })
     }
 
+    /// What kind of failure it is: a file gone since it was listed has
+    /// vanished (rsync's exit 24), one that changed under the read changed.
+    pub fn fail_kind(&self) -> haul_run::FailKind {
+        match self {
+            Self::Io { source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
+                haul_run::FailKind::Vanished
+            }
+            Self::Changed { .. } => haul_run::FailKind::Changed,
+            _ => haul_run::FailKind::Error,
+        }
+    }
+
     /// The path the error concerns, as shown in the message.
     pub fn path(&self) -> &str {
         match self {

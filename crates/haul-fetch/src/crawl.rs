@@ -115,12 +115,9 @@ impl Ctx {
                 // (never fetched, never deleted at the source), so neither
                 // is lost by being written over.
                 if let Some(first) = self.claim(&dest_rel, &remote_path) {
-                    self.tally.event(&Event::FileError {
-                        path: rel.clone(),
-                        error: format!(
+                    self.tally.event(&Event::file_error(rel.clone(), format!(
                             "--rename makes {remote_path} and {first} both {dest_rel}: not fetched (make the template tell them apart, e.g. with {{dir}} or {{path}})"
-                        ),
-                    });
+                        )));
                     return None;
                 }
                 dest_rel
@@ -188,14 +185,14 @@ pub(crate) async fn crawl(ctx: Arc<Ctx>, root: String, jobs: mpsc::Sender<FileJo
                         });
                         tokio::time::sleep(wait).await;
                     } else {
-                        ctx.tally.event(&Event::FileError {
-                            path: if rel.is_empty() {
+                        ctx.tally.event(&Event::file_error(
+                            if rel.is_empty() {
                                 dir.clone()
                             } else {
                                 rel.clone()
                             },
-                            error: format!("cannot list {dir}: {e}"),
-                        });
+                            format!("cannot list {dir}: {e}"),
+                        ));
                         break;
                     }
                 }

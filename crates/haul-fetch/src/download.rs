@@ -60,10 +60,11 @@ async fn deliver(ctx: &Arc<Ctx>, mut job: FileJob) -> GateOutcome {
             Ok(None) => return GateOutcome::Dropped,
             Err(e) => {
                 let error = format!("{e}{}", hint_for(&e));
-                ctx.tally.event(&Event::FileError {
-                    path: job.dest_rel.clone(),
-                    error: error.clone(),
-                });
+                ctx.tally.event(&Event::file_failed(
+                    job.dest_rel.clone(),
+                    error.clone(),
+                    fail_kind(&e),
+                ));
                 let unreachable = unreachable(&e);
                 return GateOutcome::Failed { error, unreachable };
             }
@@ -146,10 +147,11 @@ async fn deliver(ctx: &Arc<Ctx>, mut job: FileJob) -> GateOutcome {
                             job.remote_path,
                             ctx.pool.remote().display()
                         );
-                        ctx.tally.event(&Event::FileError {
-                            path: job.dest_rel.clone(),
-                            error: error.clone(),
-                        });
+                        ctx.tally.event(&Event::file_failed(
+                            job.dest_rel.clone(),
+                            error.clone(),
+                            fail_kind(&e),
+                        ));
                         return GateOutcome::Failed {
                             error,
                             unreachable: transport,
@@ -158,6 +160,18 @@ async fn deliver(ctx: &Arc<Ctx>, mut job: FileJob) -> GateOutcome {
                 }
             }
         }
+    }
+}
+
+/// What kind of failure `e` is for the file it stopped: a file the
+/// server no longer has vanished, one that kept changing changed.
+fn fail_kind(e: &RemoteError) -> haul_run::FailKind {
+    match e {
+        RemoteError::Timeout(_) => haul_run::FailKind::Timeout,
+        RemoteError::Connection(_) => haul_run::FailKind::Unreachable,
+        RemoteError::NotFound(_) => haul_run::FailKind::Vanished,
+        RemoteError::Changed(_) => haul_run::FailKind::Changed,
+        _ => haul_run::FailKind::Error,
     }
 }
 
@@ -356,13 +370,13 @@ async fn delete_source(ctx: &Arc<Ctx>, job: &FileJob) {
     if let Err(e) = result {
         // A move that left its source behind is a failure to report (exit
         // 1), though the copy is in place.
-        ctx.tally.event(&Event::FileError {
-            path: job.dest_rel.clone(),
-            error: format!(
+        ctx.tally.event(&Event::file_error(
+            job.dest_rel.clone(),
+            format!(
                 "delivered and verified, but --delete-source could not delete {}: {e}",
                 job.remote_path
             ),
-        });
+        ));
     }
 }
 

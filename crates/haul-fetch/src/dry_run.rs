@@ -36,10 +36,10 @@ pub async fn dry_run_fetch(
     let mut report = DryRunReport::default();
     for (dir, error) in &listing.errors {
         report.errors += 1;
-        observer.event(&Event::FileError {
-            path: dir.clone(),
-            error: format!("cannot list: {error}"),
-        });
+        observer.event(&Event::file_error(
+            dir.clone(),
+            format!("cannot list: {error}"),
+        ));
     }
     // `URL/` puts the contents into DEST, `URL` (a directory) DEST/NAME.
     let trimmed = path.trim_end_matches('/');
@@ -181,10 +181,7 @@ fn would_delete(
                     Err(e) if e.is_skip() => {}
                     Err(e) => {
                         report.errors += 1;
-                        observer.event(&Event::FileError {
-                            path: e.path().to_owned(),
-                            error: e.to_string(),
-                        });
+                        observer.event(&Event::file_error(e.path().to_owned(), e.to_string()));
                         return;
                     }
                 }
@@ -192,10 +189,7 @@ fn would_delete(
         }
         Err(error) => {
             report.errors += 1;
-            observer.event(&Event::FileError {
-                path: dest.display().to_string(),
-                error,
-            });
+            observer.event(&Event::file_error(dest.display().to_string(), error));
             return;
         }
     }

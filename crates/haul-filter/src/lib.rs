@@ -7,10 +7,11 @@
 //! [`Filter`] holds the rules and decides one path at a time;
 //! [`TreeFilter`] applies them to a tree streamed depth first (pruning
 //! excluded directories with everything under them); [`parse_filter_file`]
-//! reads a `--filter-from` file. Pure: no I/O, no clock.
+//! reads a `--filter-from` file, [`parse_pattern_file`] an `--exclude-from`
+//! or `--include-from` one. Pure: no I/O, no clock.
 
 mod rules;
 mod tree;
 
-pub use rules::{parse_filter_file, Captures, Filter, FilterError, RuleKind};
+pub use rules::{parse_filter_file, parse_pattern_file, Captures, Filter, FilterError, RuleKind};
 pub use tree::{Node, TreeFilter};

@@ -280,11 +280,7 @@ impl Filter {
 /// `;` are ignored. The rules keep their order.
 pub fn parse_filter_file(text: &str) -> Result<Vec<(RuleKind, String)>, FilterError> {
     let mut rules = Vec::new();
-    for (i, raw) in text.lines().enumerate() {
-        let line = raw.trim_start();
-        if line.trim().is_empty() || line.starts_with('#') || line.starts_with(';') {
-            continue;
-        }
+    for (i, raw, line) in rule_lines(text) {
         let rule = [
             ("+ ", RuleKind::Include),
             ("- ", RuleKind::Exclude),
@@ -304,6 +300,25 @@ pub fn parse_filter_file(text: &str) -> Result<Vec<(RuleKind, String)>, FilterEr
         }
     }
     Ok(rules)
+}
+
+/// Parses a file of patterns that are all of one `kind` (rsync's
+/// `--exclude-from` and `--include-from`): one glob a line, taken as
+/// written; blank lines and lines starting with `#` or `;` are ignored.
+pub fn parse_pattern_file(text: &str, kind: RuleKind) -> Vec<(RuleKind, String)> {
+    rule_lines(text)
+        .map(|(_, _, line)| (kind, line.trim_end().to_owned()))
+        .collect()
+}
+
+/// The lines of a rules file that hold a rule: (index, as written, without
+/// its leading blanks).
+fn rule_lines(text: &str) -> impl Iterator<Item = (usize, &str, &str)> {
+    text.lines().enumerate().filter_map(|(i, raw)| {
+        let line = raw.trim_start();
+        let skip = line.trim().is_empty() || line.starts_with('#') || line.starts_with(';');
+        (!skip).then_some((i, raw, line))
+    })
 }
 
 impl GlobRule {
@@ -423,6 +438,19 @@ mod tests {
         let err = parse_filter_file("+ a\n*.log\n").unwrap_err().to_string();
         assert!(err.contains("line 2"), "{err}");
         assert!(parse_filter_file("- \n").is_err());
+    }
+
+    #[test]
+    fn pattern_files_hold_globs_of_one_kind() {
+        let text = "# made by hand\n*.tmp\n\n  cache/ \r\n; old\n+ keep\n";
+        assert_eq!(
+            parse_pattern_file(text, RuleKind::Exclude),
+            [
+                (RuleKind::Exclude, "*.tmp".to_string()),
+                (RuleKind::Exclude, "cache/".to_string()),
+                (RuleKind::Exclude, "+ keep".to_string()),
+            ]
+        );
     }
 
     #[test]

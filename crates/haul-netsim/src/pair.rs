@@ -565,7 +565,8 @@ fn sender_io(
                 .as_ref()
                 .and_then(|p| src.get(p))
                 .map(|(e, _)| e.clone());
-            let reopened = entry.ok_or_else(|| "gone".to_string());
+            let reopened =
+                entry.ok_or_else(|| (haul_session::FailKind::Vanished, "gone".to_string()));
             if let (Some(id), Some(path)) = (s.reopened(now, file, reopened), path) {
                 paths.insert(id, path);
             }

@@ -152,7 +152,7 @@ fn a_link_that_corrupts_every_resend_fails_the_file_alone() {
     assert!(!sim.dest.files.contains_key("bad"));
     assert!(sim.dest.files.contains_key("good"));
     let failed = sim.client_events().into_iter().any(
-        |e| matches!(e, Event::FileError { path, error } if path == "bad" && error.contains("resends")),
+        |e| matches!(e, Event::FileError { path, error, .. } if path == "bad" && error.contains("resends")),
     );
     assert!(failed);
 }

@@ -111,15 +111,16 @@ pub(crate) fn fail_leftovers<J: crate::jobs::Job>(
     err: &Option<NodeError>,
     path_of: impl Fn(&J) -> String,
 ) {
-    let reason = err
-        .as_ref()
-        .map(|e| e.to_string())
-        .unwrap_or_else(|| "not transferred".into());
+    let (reason, kind) = err.as_ref().map_or_else(
+        || ("not transferred".into(), haul_run::FailKind::Error),
+        |e| (e.to_string(), e.fail_kind()),
+    );
     while let Some(job) = queue.try_take(&[]) {
-        tally.event(&Event::FileError {
-            path: path_of(&job),
-            error: format!("not transferred: {reason}"),
-        });
+        tally.event(&Event::file_failed(
+            path_of(&job),
+            format!("not transferred: {reason}"),
+            kind,
+        ));
     }
 }
 

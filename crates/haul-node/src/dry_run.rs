@@ -212,10 +212,7 @@ pub(crate) fn walk_local(
             }),
             Err(e) => {
                 side.errors += 1;
-                observer.event(&Event::FileError {
-                    path: e.path().to_owned(),
-                    error: e.to_string(),
-                });
+                observer.event(&Event::file_error(e.path().to_owned(), e.to_string()));
             }
         }
     }
@@ -233,10 +230,7 @@ pub(crate) fn walk_dest(dest: &Path, top: &str, sums: bool, observer: &dyn Obser
         Ok(None) => return side,
         Err(error) => {
             side.errors += 1;
-            observer.event(&Event::FileError {
-                path: dest.display().to_string(),
-                error,
-            });
+            observer.event(&Event::file_error(dest.display().to_string(), error));
             return side;
         }
     };
@@ -248,10 +242,7 @@ pub(crate) fn walk_dest(dest: &Path, top: &str, sums: bool, observer: &dyn Obser
             Err(e) if e.is_skip() => {}
             Err(e) => {
                 side.errors += 1;
-                observer.event(&Event::FileError {
-                    path: e.path().to_owned(),
-                    error: e.to_string(),
-                });
+                observer.event(&Event::file_error(e.path().to_owned(), e.to_string()));
             }
         }
     }
@@ -343,10 +334,10 @@ pub(crate) async fn list_node_with(
             } => {}
             Listed::Error { message, .. } => {
                 side.errors += 1;
-                observer.event(&Event::FileError {
-                    path: String::new(),
-                    error: format!("node: {message}"),
-                });
+                observer.event(&Event::file_error(
+                    String::new(),
+                    format!("node: {message}"),
+                ));
             }
         }
     }
@@ -377,10 +368,10 @@ fn compare(
     report.errors += source.errors + dest.errors;
     for (path, why) in source.unreadable.iter().chain(&dest.unreadable) {
         report.errors += 1;
-        observer.event(&Event::FileError {
-            path: path.clone(),
-            error: format!("--checksum cannot read it: {why}"),
-        });
+        observer.event(&Event::file_error(
+            path.clone(),
+            format!("--checksum cannot read it: {why}"),
+        ));
     }
     // rsync's quick check, or with `--checksum` size and BLAKE3.
     let same = |t: &Entry, e: &Entry| match checksum {

@@ -47,6 +47,20 @@ impl From<haul_session::SessionError> for NodeError {
 }
 
 impl NodeError {
+    /// What kind of failure it is for the entries it stopped: the node
+    /// stopped answering, or could not be reached at all.
+    pub fn fail_kind(&self) -> haul_run::FailKind {
+        match self {
+            Self::Transport(TransportError::Timeout { .. }) => haul_run::FailKind::Timeout,
+            Self::Transport(
+                TransportError::Connect { .. }
+                | TransportError::Resolve { .. }
+                | TransportError::Unanswered { .. },
+            ) => haul_run::FailKind::Unreachable,
+            _ => haul_run::FailKind::Error,
+        }
+    }
+
     /// True when retrying cannot help (wrong token, changed key, bad usage).
     pub fn is_permanent(&self) -> bool {
         matches!(

@@ -50,10 +50,10 @@ pub(crate) async fn prune_node(
             return;
         }
         Err(e) => {
-            tally.event(&Event::FileError {
-                path: under,
-                error: format!("--delete cannot list the destination: {e}"),
-            });
+            tally.event(&Event::file_error(
+                under,
+                format!("--delete cannot list the destination: {e}"),
+            ));
             return;
         }
     };
@@ -68,10 +68,7 @@ pub(crate) async fn prune_node(
     let (mut r, mut w) = match remote.dialer.open(request).await {
         Ok(conn) => conn,
         Err(e) => {
-            tally.event(&Event::FileError {
-                path: under,
-                error: format!("--delete: {e}"),
-            });
+            tally.event(&Event::file_error(under, format!("--delete: {e}")));
             return;
         }
     };
@@ -94,22 +91,22 @@ pub(crate) async fn prune_node(
                 path: entry.path.clone(),
                 size,
             }),
-            Ok(Message::Done { message, .. }) => tally.event(&Event::FileError {
-                path: entry.path.clone(),
-                error: format!("--delete: {message}"),
-            }),
+            Ok(Message::Done { message, .. }) => tally.event(&Event::file_error(
+                entry.path.clone(),
+                format!("--delete: {message}"),
+            )),
             Ok(other) => {
-                tally.event(&Event::FileError {
-                    path: entry.path.clone(),
-                    error: format!("--delete: the node answered {other:?}"),
-                });
+                tally.event(&Event::file_error(
+                    entry.path.clone(),
+                    format!("--delete: the node answered {other:?}"),
+                ));
                 return;
             }
             Err(e) => {
-                tally.event(&Event::FileError {
-                    path: entry.path.clone(),
-                    error: format!("--delete: {e}"),
-                });
+                tally.event(&Event::file_error(
+                    entry.path.clone(),
+                    format!("--delete: {e}"),
+                ));
                 return;
             }
         }

@@ -182,13 +182,14 @@ pub async fn pull(
     if let Some(e) = broke {
         // What the listing never reached was never queued: nothing else
         // counts it, so the pull must not end as if it were whole.
-        tally.event(&Event::FileError {
-            path: remote.path.clone(),
-            error: format!(
+        tally.event(&Event::file_failed(
+            remote.path.clone(),
+            format!(
                 "the node's listing broke off ({e}): what it listed before is here, verified; \
                  run the pull again for the rest"
             ),
-        });
+            e.fail_kind(),
+        ));
         err = Some(e);
     }
     fail_leftovers(&queue, &tally, &err, |j| j.entry.path.clone());
@@ -299,10 +300,10 @@ async fn read_listing(
                 continue;
             }
             Some(Listed::Error { message, .. }) => {
-                tally.event(&Event::FileError {
-                    path: String::new(),
-                    error: format!("node: {message}"),
-                });
+                tally.event(&Event::file_error(
+                    String::new(),
+                    format!("node: {message}"),
+                ));
                 continue;
             }
         };
@@ -406,9 +407,6 @@ fn take_listed(
         }
     };
     if let Err(e) = result {
-        tally.event(&Event::FileError {
-            path,
-            error: e.to_string(),
-        });
+        tally.event(&Event::file_error(path, e.to_string()));
     }
 }

@@ -113,10 +113,11 @@ pub(crate) fn send_queue(
             Vec::new()
         }
         Err(e) => {
-            observer.event(&Event::FileError {
-                path: e.path().to_owned(),
-                error: e.to_string(),
-            });
+            observer.event(&Event::file_failed(
+                e.path().to_owned(),
+                e.to_string(),
+                e.fail_kind(),
+            ));
             Vec::new()
         }
     });

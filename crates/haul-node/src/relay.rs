@@ -753,7 +753,7 @@ pub struct ForwardLog(pub String);
 
 impl Observer for ForwardLog {
     fn event(&self, event: &Event) {
-        if let Event::FileError { path, error } = event {
+        if let Event::FileError { path, error, .. } = event {
             tracing::warn!("forward to {}: {path}: {error}", self.0);
         }
     }

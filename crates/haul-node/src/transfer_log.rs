@@ -313,7 +313,7 @@ impl Observer for ConnectionLog {
                 r.secs = Some(secs);
                 self.log.write(&r);
             }
-            Event::FileError { path, error } => {
+            Event::FileError { path, error, .. } => {
                 let (rel, secs) = self.finish(path);
                 let mut r = self.record(LogEvent::FileFailed, rel);
                 r.secs = Some(secs);

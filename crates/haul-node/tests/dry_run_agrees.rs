@@ -46,7 +46,7 @@ fn real_run(heard: &Heard) -> Actions {
             }
             Event::FileDone { path, .. } => (path, DryRunAction::Make),
             Event::Deleted { path, .. } => (path, DryRunAction::Delete),
-            Event::FileError { path, error } => panic!("{path}: {error}"),
+            Event::FileError { path, error, .. } => panic!("{path}: {error}"),
             _ => continue,
         };
         out.insert(path.clone(), action);

@@ -282,6 +282,11 @@ pub enum ErrorCode {
     /// Fan-out: an entry or chunk without a valid seal of the transfer's
     /// origin (altered on the way, or by a relay).
     Unsealed,
+    /// The source file changed while it was read, every time it was
+    /// tried: no version held still long enough to be sent. (Added after
+    /// version 9 without a new version: a build that does not know it reads
+    /// [`ErrorCode::Other`], a failure like any other.)
+    Changed,
     /// A code this build does not know.
     Other(u16),
 }
@@ -299,6 +304,7 @@ impl ErrorCode {
             Self::ShuttingDown => 7,
             Self::Skipped => 8,
             Self::Unsealed => 9,
+            Self::Changed => 10,
             Self::Other(v) => v,
         }
     }
@@ -315,6 +321,7 @@ impl ErrorCode {
             7 => Self::ShuttingDown,
             8 => Self::Skipped,
             9 => Self::Unsealed,
+            10 => Self::Changed,
             v => Self::Other(v),
         }
     }

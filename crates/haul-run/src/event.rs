@@ -41,6 +41,8 @@ pub enum Event {
         path: String,
         /// What went wrong and what to do.
         error: String,
+        /// What kind of failure (the exit code follows it).
+        kind: FailKind,
     },
     /// Something worth knowing that is not a failure.
     Warning {
@@ -114,6 +116,27 @@ pub enum Event {
     },
 }
 
+/// What kind of failure stopped an entry: what a script branches on (the
+/// binary's exit code follows the kinds of a run's failures, with rsync's
+/// numbers where the meaning is the same).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FailKind {
+    /// Anything else: a read or write error, a refusal, a bad hash.
+    #[default]
+    Error,
+    /// The source file was gone when it was to be read (removed after
+    /// it was listed): rsync's "vanished".
+    Vanished,
+    /// The source file changed while it was read, every time it was
+    /// tried: no version of it held still long enough to be delivered.
+    Changed,
+    /// The peer stopped answering within the timeout.
+    Timeout,
+    /// The peer could not be reached (refused, no route, no such host).
+    Unreachable,
+}
+
 /// What a dry run found an entry would need.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
@@ -141,6 +164,20 @@ impl DryRunAction {
 }
 
 impl Event {
+    /// Entry `path` failed with `error` (of no particular kind).
+    pub fn file_error(path: impl Into<String>, error: impl Into<String>) -> Self {
+        Self::file_failed(path, error, FailKind::Error)
+    }
+
+    /// Entry `path` failed with `error`, of `kind`.
+    pub fn file_failed(path: impl Into<String>, error: impl Into<String>, kind: FailKind) -> Self {
+        Self::FileError {
+            path: path.into(),
+            error: error.into(),
+            kind,
+        }
+    }
+
     /// A directory or symlink was created.
     pub fn made(path: String) -> Self {
         Self::FileDone {

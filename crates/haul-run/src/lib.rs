@@ -32,4 +32,4 @@ pub mod rate;
 pub mod steer;
 pub mod summary;
 
-pub use event::{DryRunAction, Event, Observer};
+pub use event::{DryRunAction, Event, FailKind, Observer};

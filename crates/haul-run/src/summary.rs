@@ -25,6 +25,8 @@ pub struct Failure {
     pub path: String,
     /// Why.
     pub error: String,
+    /// What kind of failure.
+    pub kind: crate::FailKind,
 }
 
 /// What a transfer did.
@@ -214,7 +216,7 @@ impl Observer for Tally {
                     s.deleted += 1;
                 }
             }
-            Event::FileError { path, error } => {
+            Event::FileError { path, error, kind } => {
                 // A file counts once, however many of its ranges or
                 // attempts reported it.
                 let first = path.is_empty()
@@ -229,6 +231,7 @@ impl Observer for Tally {
                         s.failures.push(Failure {
                             path: path.clone(),
                             error: error.clone(),
+                            kind: *kind,
                         });
                     }
                 }
@@ -247,15 +250,9 @@ mod tests {
     fn a_file_fails_once_however_often_it_is_reported() {
         let tally = Tally::new(Arc::new(crate::event::Quiet));
         for error in ["range 0: gone", "range 1: gone", "range 1: gone"] {
-            tally.event(&Event::FileError {
-                path: "big.bin".into(),
-                error: error.into(),
-            });
+            tally.event(&Event::file_error("big.bin", error));
         }
-        tally.event(&Event::FileError {
-            path: "other".into(),
-            error: "x".into(),
-        });
+        tally.event(&Event::file_error("other", "x"));
         let s = tally.finish(Duration::from_secs(1), 1);
         assert_eq!(s.failed, 2);
         assert_eq!(s.failures.len(), 2);

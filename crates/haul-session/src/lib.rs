@@ -62,7 +62,7 @@ use std::time::Duration;
 
 pub use groups::{FetchGroup, FetchJob, Job, RangeGroup, SendJob};
 pub use haul_proto::{ChunkHeader, Digest, ErrorCode, Message};
-pub use haul_run::{DryRunAction, Event, Observer};
+pub use haul_run::{DryRunAction, Event, FailKind, Observer};
 pub use receiver::{ChunkAction, ChunkOutcome, Prepared, Receiver, ReceiverIo, Refusal};
 pub use seals::{OriginCheck, OriginPublic, Sealer};
 pub use sender::{Sender, SenderIo};

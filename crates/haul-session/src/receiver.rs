@@ -30,7 +30,7 @@ use crate::peer_text::without_root;
 use crate::seals::OriginCheck;
 use crate::sender::hex;
 use crate::{FileId, SessionConfig, SessionError, Transmit, MAX_OPEN};
-use haul_run::Event;
+use haul_run::{Event, FailKind};
 
 mod seal;
 
@@ -442,13 +442,19 @@ impl Receiver {
                 }
                 Ok(())
             }
-            Message::FileError { id, message, .. } => {
+            Message::FileError { id, code, message } => {
                 self.drop_version(id);
                 if let Some(f) = self.settle(id) {
-                    self.core.event(Event::FileError {
-                        path: f.entry.path,
-                        error: format!("sender: {message}"),
-                    });
+                    let kind = match code {
+                        ErrorCode::NotFound => FailKind::Vanished,
+                        ErrorCode::Changed => FailKind::Changed,
+                        _ => FailKind::Error,
+                    };
+                    self.core.event(Event::file_failed(
+                        f.entry.path,
+                        format!("sender: {message}"),
+                        kind,
+                    ));
                 }
                 Ok(())
             }
@@ -595,10 +601,7 @@ impl Receiver {
             message: shown,
         });
         self.settle(id);
-        self.core.event(Event::FileError {
-            path: path.to_owned(),
-            error: message,
-        });
+        self.core.event(Event::file_error(path.to_owned(), message));
     }
 
     /// The driver made a directory or symlink.
@@ -919,7 +922,7 @@ impl Receiver {
                     message,
                 });
                 self.settle(file);
-                self.core.event(Event::FileError { path, error: e });
+                self.core.event(Event::file_error(path, e));
             }
         }
         self.maybe_bye();

@@ -56,7 +56,7 @@ use crate::groups::SendJob;
 use crate::peer_text::without_root;
 use crate::seals::{Sealer, NO_SEAL};
 use crate::{FileId, SessionConfig, SessionError, Transmit};
-use haul_run::Event;
+use haul_run::{Event, FailKind};
 
 mod confirm;
 mod seal;
@@ -440,10 +440,10 @@ impl<S> Sender<S> {
             }
             Message::FileError { id, message, .. } => {
                 if let Some(job) = self.forget(id) {
-                    self.core.event(Event::FileError {
-                        path: job.entry.path,
-                        error: format!("receiver: {message}"),
-                    });
+                    self.core.event(Event::file_error(
+                        job.entry.path,
+                        format!("receiver: {message}"),
+                    ));
                 }
                 Ok(())
             }
@@ -967,10 +967,7 @@ impl<S> Sender<S> {
         };
         let e = &job.entry;
         if !ok {
-            self.core.event(Event::FileError {
-                path: e.path.clone(),
-                error: message,
-            });
+            self.core.event(Event::file_error(e.path.clone(), message));
             return;
         }
         let is_file = e.kind == EntryKind::File;
@@ -996,19 +993,27 @@ impl<S> Sender<S> {
 
     /// A file failed here (a read, a check): the receiver hears of it too.
     fn fail_local(&mut self, id: FileId, error: String) {
+        self.fail_local_as(id, error, FailKind::Error);
+    }
+
+    /// A file failed here with a failure of `kind`; the receiver hears of
+    /// it under the code that says as much.
+    fn fail_local_as(&mut self, id: FileId, error: String, kind: FailKind) {
         let Some(job) = self.forget(id) else {
             return;
         };
-        self.core.event(Event::FileError {
-            path: job.entry.path.clone(),
-            error: error.clone(),
-        });
+        self.core.event(Event::file_failed(
+            job.entry.path.clone(),
+            error.clone(),
+            kind,
+        ));
         let message = self.peer_text(error);
-        self.core.send(Message::FileError {
-            id,
-            code: ErrorCode::Io,
-            message,
-        });
+        let code = match kind {
+            FailKind::Changed => ErrorCode::Changed,
+            FailKind::Vanished => ErrorCode::NotFound,
+            _ => ErrorCode::Io,
+        };
+        self.core.send(Message::FileError { id, code, message });
     }
 
     /// Drops file `id` from this connection; its job, if it had one.

@@ -16,7 +16,7 @@ pub fn flag_defaults<T: Args + clap::FromArgMatches>() -> Result<T, clap::Error>
 /// haul moves large datasets between sites: verified with BLAKE3, resumable,
 /// concurrent, over TLS 1.3 with pinned server keys.
 #[derive(Debug, Parser)]
-#[command(name = "haul", version, propagate_version = true, after_help = EXAMPLES)]
+#[command(name = "haul", version, propagate_version = true)]
 pub struct Cli {
     /// Print one JSON event per line on stdout instead of progress bars.
     #[arg(long, global = true)]
@@ -32,15 +32,20 @@ pub struct Cli {
     pub command: Command,
 }
 
+/// The command line haul parses: [`Cli`] with its examples and the exit
+/// codes ([`crate::exit::TABLE`]) after the help.
+pub fn command() -> clap::Command {
+    use clap::CommandFactory;
+    Cli::command().after_help(format!("{EXAMPLES}\n\n{}", crate::exit::help_text()))
+}
+
 const EXAMPLES: &str = "\
 Examples:
   haul demo                                   # see it all work on loopback
   haul serve --root /data --token-file ~/.haul-token
   haul push ./run42 haul://archive:7878/incoming --token-file ~/.haul-token
   haul pull haul://archive:7878/incoming/run42 ./local -j auto --streams 4
-  haul pull /mnt/src/ /mnt/dst                 # local copy, same verification
-
-Exit codes: 0 all verified, 1 some files failed, 2 usage or configuration error.";
+  haul pull /mnt/src/ /mnt/dst                 # local copy, same verification";
 
 /// The subcommands.
 #[derive(Debug, Subcommand)]
@@ -310,6 +315,9 @@ pub struct PushArgs {
     /// Which files are sent.
     #[command(flatten)]
     pub filter: FilterArgs,
+    /// rsync's flags for what haul does anyway.
+    #[command(flatten)]
+    pub rsync: RsyncArgs,
 }
 
 /// `haul pull`.
@@ -333,6 +341,9 @@ pub struct PullArgs {
     /// Settings for FTP, SFTP, HTTP and S3 sources.
     #[command(flatten)]
     pub remote: RemoteArgs,
+    /// rsync's flags for what haul does anyway.
+    #[command(flatten)]
+    pub rsync: RsyncArgs,
 }
 
 const PULL_EXAMPLES: &str = "\
@@ -353,6 +364,48 @@ an existing directory or DEST/ gets DEST/NAME. Passwords: in the URL, --password
 or HAUL_PASSWORD; S3 keys from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or
 ~/.aws/credentials. Secrets are never printed.";
 
+/// rsync's flags whose meaning haul has without them, accepted so that
+/// `haul push -avP` does what `rsync -avP` users expect. Owners, groups,
+/// hard links, holes, xattrs and ACLs are not kept yet: `-o`, `-g`, `-H`,
+/// `-S`, `-X` and `-A` are refused with that said (`rsync_flags`).
+#[derive(Debug, Args, Clone, Default)]
+#[command(next_help_heading = "rsync's flags (what haul does anyway)")]
+pub struct RsyncArgs {
+    /// rsync's -rlptD: haul recurses and keeps symlinks, permissions and
+    /// mtimes by default. Not yet kept: owners, groups (-o, -g), hard links.
+    #[arg(short = 'a', long)]
+    pub archive: bool,
+    /// Recurse into directories (always).
+    #[arg(short = 'r', long)]
+    pub recursive: bool,
+    /// Keep mtimes (always).
+    #[arg(short = 't', long)]
+    pub times: bool,
+    /// Keep permission bits (always).
+    #[arg(short = 'p', long)]
+    pub perms: bool,
+    /// Send symlinks as symlinks (always).
+    #[arg(short = 'l', long)]
+    pub links: bool,
+    /// rsync's --devices --specials: haul skips device and special files
+    /// with a warning, whatever the flags.
+    #[arg(short = 'D')]
+    pub devices: bool,
+    /// --progress and --partial.
+    #[arg(short = 'P')]
+    pub progress_partial: bool,
+    /// Progress bars on a terminal (always; --json for scripts).
+    #[arg(long)]
+    pub progress: bool,
+    /// Keep partial files to resume (always: under .haul/ beneath the
+    /// destination, renamed into place only once verified).
+    #[arg(long)]
+    pub partial: bool,
+    /// Totals at the end (always printed; --json for a summary object).
+    #[arg(long)]
+    pub stats: bool,
+}
+
 /// Which files a transfer takes: the same rules for push, pull from a
 /// node, local copies and FTP/SFTP/HTTP/S3 pulls (`haul-filter`).
 #[derive(Debug, Args, Clone, Default)]
@@ -367,6 +420,14 @@ pub struct FilterArgs {
     /// excludes, `#` comments (in order with --include/--exclude).
     #[arg(long, value_name = "FILE")]
     pub filter_from: Vec<PathBuf>,
+    /// Skip files matching any glob in FILE, one a line (rsync's
+    /// --exclude-from; `#` and `;` comments).
+    #[arg(long, value_name = "FILE")]
+    pub exclude_from: Vec<PathBuf>,
+    /// Take files matching any glob in FILE, one a line (rsync's
+    /// --include-from).
+    #[arg(long, value_name = "FILE")]
+    pub include_from: Vec<PathBuf>,
     /// Only files at least this large (e.g. 10M).
     #[arg(long, value_name = "SIZE")]
     pub min_size: Option<String>,
@@ -379,8 +440,8 @@ pub struct FilterArgs {
     /// Descend at most this many directory levels.
     #[arg(long, value_name = "N")]
     pub max_depth: Option<usize>,
-    /// `--include`, `--exclude` and `--filter-from` in command-line order
-    /// (filled in by main).
+    /// `--include`, `--exclude`, `--filter-from`, `--exclude-from` and
+    /// `--include-from` in command-line order (filled in by main).
     #[arg(skip)]
     pub rules: Vec<FilterRule>,
 }
@@ -392,6 +453,8 @@ pub enum FilterRule {
     Glob(haul_fetch::RuleKind, String),
     /// `--filter-from FILE`.
     File(PathBuf),
+    /// `--exclude-from FILE` or `--include-from FILE`: globs of one kind.
+    Patterns(haul_fetch::RuleKind, PathBuf),
 }
 
 /// Flags for remote (FTP, SFTP, HTTP, S3) sources.

@@ -216,15 +216,25 @@ pub fn filter(f: &FilterArgs) -> Result<haul_fetch::Filter> {
     for rule in &f.rules {
         match rule {
             FilterRule::Glob(kind, glob) => filter.add_glob(*kind, glob)?,
-            FilterRule::File(path) => {
+            FilterRule::File(path) | FilterRule::Patterns(_, path) => {
+                let flag = match rule {
+                    FilterRule::Patterns(haul_fetch::RuleKind::Include, _) => "--include-from",
+                    FilterRule::Patterns(haul_fetch::RuleKind::Exclude, _) => "--exclude-from",
+                    _ => "--filter-from",
+                };
                 let text = std::fs::read_to_string(path)
-                    .with_context(|| format!("cannot read --filter-from {}", path.display()))?;
-                let rules = haul_fetch::filter::parse_filter_file(&text)
-                    .with_context(|| format!("in --filter-from {}", path.display()))?;
+                    .with_context(|| format!("cannot read {flag} {}", path.display()))?;
+                let rules = match rule {
+                    FilterRule::Patterns(kind, _) => {
+                        haul_fetch::filter::parse_pattern_file(&text, *kind)
+                    }
+                    _ => haul_fetch::filter::parse_filter_file(&text)
+                        .with_context(|| format!("in {flag} {}", path.display()))?,
+                };
                 for (kind, glob) in rules {
                     filter
                         .add_glob(kind, &glob)
-                        .with_context(|| format!("in --filter-from {}", path.display()))?;
+                        .with_context(|| format!("in {flag} {}", path.display()))?;
                 }
             }
         }

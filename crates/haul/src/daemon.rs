@@ -14,7 +14,7 @@ use tokio::sync::mpsc;
 
 use crate::cli::{CatalogArgs, CatalogCommand, DaemonArgs, StatusArgs};
 use crate::daemon_config::{self, DaemonConfig, SitePlan, SourcePlan};
-use crate::{fetch, usage, EXIT_OK};
+use crate::{exit, fetch, usage};
 
 /// `haul daemon --check`: validates and prints each source's plan and next runs.
 pub fn check(args: &DaemonArgs, json: bool) -> Result<u8> {
@@ -56,7 +56,7 @@ pub fn check(args: &DaemonArgs, json: bool) -> Result<u8> {
             })).collect::<Vec<_>>(),
             "sources": sources,
         }));
-        return Ok(EXIT_OK);
+        return Ok(exit::OK);
     }
     println!(
         "config {} is valid: {} source(s); catalog {}; status {}; worker {:?}; at most {} files at once ({} per host)",
@@ -123,7 +123,7 @@ pub fn check(args: &DaemonArgs, json: bool) -> Result<u8> {
             }
         }
     }
-    Ok(EXIT_OK)
+    Ok(exit::OK)
 }
 
 fn catch_up_name(c: haul_catalog::CatchUp) -> &'static str {
@@ -334,7 +334,7 @@ pub async fn run(args: &DaemonArgs) -> Result<u8> {
     signals.abort();
     result?;
     tracing::info!("haul daemon: stopped");
-    Ok(EXIT_OK)
+    Ok(exit::OK)
 }
 
 /// SIGTERM/SIGINT → stop; SIGHUP → reload `path` (a config that does not
@@ -479,7 +479,7 @@ fn list_deliveries(
     if !json && shown == 0 {
         eprintln!("no deliveries");
     }
-    Ok(EXIT_OK)
+    Ok(exit::OK)
 }
 
 fn catalog_command(
@@ -624,7 +624,7 @@ fn catalog_command(
             }
         }
     }
-    Ok(EXIT_OK)
+    Ok(exit::OK)
 }
 
 fn file_json(f: &haul_catalog::FileRecord) -> serde_json::Value {
@@ -685,7 +685,7 @@ pub async fn status(args: &StatusArgs, json: bool) -> Result<u8> {
         .map_err(anyhow::Error::msg)?;
     if json {
         crate::output::json_line(&status);
-        return Ok(EXIT_OK);
+        return Ok(exit::OK);
     }
     let text = |v: &serde_json::Value| v.as_i64().map_or_else(|| "-".to_string(), unix_text);
     println!(
@@ -735,7 +735,7 @@ pub async fn status(args: &StatusArgs, json: bool) -> Result<u8> {
     if let Some(rows) = status["deliveries"].as_array().filter(|r| !r.is_empty()) {
         print_deliveries(rows);
     }
-    Ok(EXIT_OK)
+    Ok(exit::OK)
 }
 
 /// The source × site table of `haul status`.

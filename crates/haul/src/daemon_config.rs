@@ -688,6 +688,8 @@ fn source_plan(
         include: s.include.clone(),
         exclude: s.exclude.clone(),
         filter_from: Vec::new(),
+        exclude_from: Vec::new(),
+        include_from: Vec::new(),
         min_size: s.min_size.clone(),
         max_size: s.max_size.clone(),
         newer_than: s.newer_than.clone(),

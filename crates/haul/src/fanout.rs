@@ -11,7 +11,7 @@ use haul_plan::Shape;
 
 use crate::cli::PushArgs;
 use crate::output::{self, human_bytes, Display, Mode};
-use crate::{config, usage, UsageError, EXIT_FAILED, EXIT_OK};
+use crate::{config, exit, usage, UsageError};
 
 /// The destinations of a `--to-file`: one per line (`haul://` URLs and
 /// `[user@]host:path` locations); blank lines and `#` comments skipped.
@@ -110,7 +110,7 @@ pub async fn push(
     if args.transfer.dry_run {
         // Each destination compared with the source on its own: what the
         // fan-out would deliver to it (nothing is relayed or admitted).
-        let mut code = EXIT_OK;
+        let mut code = exit::OK;
         for (at, shown) in ats.iter().zip(&dests) {
             match mode {
                 Mode::Json => {
@@ -125,7 +125,7 @@ pub async fn push(
             display.finish();
             output::print_dry_run_report(mode, &report);
             if report.errors > 0 {
-                code = EXIT_FAILED;
+                code = exit::PARTIAL;
             }
         }
         return Ok(code);
@@ -157,10 +157,12 @@ pub async fn push(
     let mut summary = summary?;
     names.rename(&mut summary);
     print(mode, &summary);
+    // A node that lacks something, or was never started: a partial
+    // transfer (each node's own error is in the summary).
     Ok(if summary.all_ok() && unstarted == 0 {
-        EXIT_OK
+        exit::OK
     } else {
-        EXIT_FAILED
+        exit::PARTIAL
     })
 }
 

@@ -10,7 +10,7 @@ use anyhow::Result;
 use crate::cli::{CheckArgs, LsArgs};
 use crate::location::Location;
 use crate::output::{json_line, Display, Mode};
-use crate::{config, fetch, usage, UsageError, EXIT_FAILED, EXIT_OK};
+use crate::{config, exit, fetch, usage, UsageError};
 
 /// One line of the listing.
 struct Line {
@@ -74,7 +74,7 @@ pub async fn run(args: LsArgs, mode: Mode) -> Result<u8> {
     };
     display.finish();
     print(mode, &lines);
-    Ok(if errors == 0 { EXIT_OK } else { EXIT_FAILED })
+    Ok(if errors == 0 { exit::OK } else { exit::PARTIAL })
 }
 
 /// Runs `haul check SRC DST`: local trees and `haul://` paths by BLAKE3
@@ -110,7 +110,7 @@ pub async fn check(args: CheckArgs, mode: Mode) -> Result<u8> {
     display.finish();
     let r = r?;
     print_check(mode, &r)?;
-    Ok(if r.matches() { EXIT_OK } else { EXIT_FAILED })
+    Ok(if r.matches() { exit::OK } else { exit::FAILED })
 }
 
 /// `haul check URL DIR`: by the checksums the server offers.
@@ -125,7 +125,7 @@ async fn check_remote(args: CheckArgs, mode: Mode) -> Result<u8> {
             .await
             .map_err(|e| anyhow::anyhow!("cannot check {url}: {e}"))?;
     print_check(mode, &r)?;
-    Ok(if r.matches() { EXIT_OK } else { EXIT_FAILED })
+    Ok(if r.matches() { exit::OK } else { exit::FAILED })
 }
 
 /// `haul check`'s report, however it compared: each finding on a line of

@@ -7,6 +7,7 @@ mod config;
 mod daemon;
 mod daemon_config;
 mod demo;
+mod exit;
 mod fanout;
 mod fetch;
 mod location;
@@ -15,6 +16,7 @@ mod man;
 mod output;
 mod pull;
 mod push;
+mod rsync_flags;
 mod serve;
 mod serve_ssh;
 
@@ -22,25 +24,17 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::Result;
-use clap::{CommandFactory, FromArgMatches};
+use clap::FromArgMatches;
 use haul_node::{NodeError, Summary};
-use haul_proto::ErrorCode;
-use haul_transport::TransportError;
 
 use cli::{Cli, Command};
 use output::{Display, Mode};
 
-/// Exit code: every file verified.
-const EXIT_OK: u8 = 0;
-/// Exit code: some files failed (or the transfer could not run).
-const EXIT_FAILED: u8 = 1;
-/// Exit code: usage or configuration error.
-const EXIT_USAGE: u8 = 2;
-/// Exit code: interrupted (SIGINT, Ctrl-C), as shells and rsync report it.
-const EXIT_INTERRUPTED: u8 = 130;
-
 fn main() -> ExitCode {
-    let matches = Cli::command().get_matches();
+    let matches = match cli::command().try_get_matches() {
+        Ok(m) => m,
+        Err(e) => rsync_flags::explain(e).exit(),
+    };
     let mut cli = match Cli::from_arg_matches(&matches) {
         Ok(cli) => cli,
         Err(e) => e.exit(),
@@ -60,6 +54,7 @@ fn main() -> ExitCode {
         Mode::Human
     };
     init_logging(&cli);
+    output::set_verbosity(cli.verbose);
     // The lab manages namespaces and its own daemon process: no async runtime.
     if let Command::Lab(mut args) = cli.command {
         args.output = haul_lab::cli::Output {
@@ -67,10 +62,10 @@ fn main() -> ExitCode {
             quiet: cli.quiet,
         };
         return match haul_lab::cli::run(args) {
-            Ok(()) => ExitCode::from(EXIT_OK),
+            Ok(()) => ExitCode::from(exit::OK),
             Err(e) => {
                 eprintln!("error: {e}");
-                ExitCode::from(EXIT_FAILED)
+                ExitCode::from(exit::FAILED)
             }
         };
     }
@@ -81,7 +76,7 @@ fn main() -> ExitCode {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");
-            return ExitCode::from(EXIT_FAILED);
+            return ExitCode::from(exit::FAILED);
         }
     };
     let result = runtime.block_on(run(cli, mode));
@@ -115,8 +110,8 @@ fn shown_source(source: &str) -> String {
     }
 }
 
-/// `--include`, `--exclude` and `--filter-from` as given, interleaved in
-/// command-line order (the first matching rule wins).
+/// `--include`, `--exclude`, `--filter-from`, `--exclude-from` and
+/// `--include-from` as given, interleaved in command-line order (the first matching rule wins).
 fn filter_rules_in_order(m: &clap::ArgMatches) -> Vec<cli::FilterRule> {
     let mut rules = Vec::new();
     for (id, kind) in [
@@ -135,6 +130,18 @@ fn filter_rules_in_order(m: &clap::ArgMatches) -> Vec<cli::FilterRule> {
     ) {
         for (file, index) in files.zip(indices) {
             rules.push((index, cli::FilterRule::File(file.clone())));
+        }
+    }
+    for (id, kind) in [
+        ("include_from", haul_fetch::RuleKind::Include),
+        ("exclude_from", haul_fetch::RuleKind::Exclude),
+    ] {
+        if let (Some(files), Some(indices)) =
+            (m.get_many::<std::path::PathBuf>(id), m.indices_of(id))
+        {
+            for (file, index) in files.zip(indices) {
+                rules.push((index, cli::FilterRule::Patterns(kind, file.clone())));
+            }
         }
     }
     rules.sort_by_key(|r| r.0);
@@ -176,31 +183,18 @@ fn init_logging(cli: &Cli) {
         .try_init();
 }
 
-/// Usage and configuration problems exit 2, an interrupt 130; everything
-/// else 1.
+/// The exit code for an error that ended the command.
 fn exit_code_for(err: &anyhow::Error) -> u8 {
     if err.downcast_ref::<Interrupted>().is_some() {
-        return EXIT_INTERRUPTED;
+        return exit::INTERRUPTED;
     }
-    if let Some(e) = err.downcast_ref::<NodeError>() {
-        return match e {
-            NodeError::Usage(_) => EXIT_USAGE,
-            NodeError::Refused {
-                code:
-                    ErrorCode::Unauthorized
-                    | ErrorCode::BadPath
-                    | ErrorCode::NotFound
-                    | ErrorCode::Version,
-                ..
-            } => EXIT_USAGE,
-            NodeError::Transport(TransportError::KeyChanged { .. }) => EXIT_USAGE,
-            _ => EXIT_FAILED,
-        };
+    if let Some(e) = err.chain().find_map(|c| c.downcast_ref::<NodeError>()) {
+        return exit::for_node_error(e);
     }
     if err.downcast_ref::<UsageError>().is_some() {
-        return EXIT_USAGE;
+        return exit::USAGE;
     }
-    EXIT_FAILED
+    exit::FAILED
 }
 
 /// An error in how haul was invoked.
@@ -272,7 +266,7 @@ async fn run(cli: Cli, mode: Mode) -> Result<u8> {
         Command::Push(args) => push::run(*args, mode).await,
         Command::Pull(args) => pull::run(*args, mode).await,
         Command::Demo(args) => demo::run(args, mode).await,
-        Command::Lab(_) => Ok(EXIT_USAGE),
+        Command::Lab(_) => Ok(exit::USAGE),
         Command::Ls(args) => ls::run(*args, mode).await,
         Command::Check(args) => ls::check(*args, mode).await,
         Command::Man => {
@@ -286,11 +280,11 @@ async fn run(cli: Cli, mode: Mode) -> Result<u8> {
         Command::Status(args) => daemon::status(&args, mode == Mode::Json).await,
         Command::SelfCheck { blake3 } => {
             haul_node::ssh::install::self_check(&blake3).map_err(anyhow::Error::msg)?;
-            Ok(EXIT_OK)
+            Ok(exit::OK)
         }
         Command::Completions { shell } => {
             let mut script = Vec::new();
-            clap_complete::generate(shell, &mut Cli::command(), "haul", &mut script);
+            clap_complete::generate(shell, &mut cli::command(), "haul", &mut script);
             print_all(&script)
         }
     }
@@ -303,27 +297,23 @@ fn print_all(bytes: &[u8]) -> Result<u8> {
     let mut out = std::io::stdout().lock();
     match out.write_all(bytes).and_then(|()| out.flush()) {
         Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(e.into()),
-        _ => Ok(EXIT_OK),
+        _ => Ok(exit::OK),
     }
 }
 
 fn report(mode: Mode, display: &Display, summary: &Summary) -> u8 {
     display.finish();
     output::print_summary(mode, summary);
-    if summary.failed == 0 {
-        EXIT_OK
-    } else {
-        EXIT_FAILED
-    }
+    exit::for_failures(&summary.failures)
 }
 
-/// Prints a dry run's totals; exit 1 when something could not be read.
+/// Prints a dry run's totals; exit 23 when something could not be read.
 fn dry_run_done(mode: Mode, display: &Display, report: &haul_node::DryRunReport) -> u8 {
     display.finish();
     output::print_dry_run_report(mode, report);
     if report.errors == 0 {
-        EXIT_OK
+        exit::OK
     } else {
-        EXIT_FAILED
+        exit::PARTIAL
     }
 }

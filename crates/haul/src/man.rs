@@ -5,26 +5,6 @@
 use std::io::Write;
 
 use anyhow::Result;
-use clap::CommandFactory;
-
-use crate::cli::Cli;
-
-/// Exit codes, as `main.rs` returns them.
-const EXIT_STATUS: &[(&str, &str)] = &[
-    ("0", "Every file verified (or, for check, the trees match)."),
-    (
-        "1",
-        "Some files failed, or the transfer could not run (the summary and errors say which).",
-    ),
-    (
-        "2",
-        "Usage or configuration error: a bad flag, a refused token or key, a path the node does not have.",
-    ),
-    (
-        "130",
-        "Interrupted (SIGINT, Ctrl-C) during push, pull, a local copy or a fan-out: one line says how many files were verified; what verified stays, and the same command resumes.",
-    ),
-];
 
 /// Environment variables haul reads.
 const ENVIRONMENT: &[(&str, &str)] = &[
@@ -58,7 +38,7 @@ const ENVIRONMENT: &[(&str, &str)] = &[
 
 /// Writes the page to `out`.
 pub fn render(out: &mut dyn Write) -> Result<()> {
-    let cmd = Cli::command();
+    let cmd = crate::cli::command();
     let man = clap_mangen::Man::new(cmd.clone());
     man.render_title(out)?;
     man.render_name_section(out)?;
@@ -82,7 +62,7 @@ pub fn render(out: &mut dyn Write) -> Result<()> {
         out.write_all(part.as_bytes())?;
     }
     writeln!(out, ".SH \"EXIT STATUS\"")?;
-    for (code, meaning) in EXIT_STATUS {
+    for (code, meaning) in crate::exit::TABLE {
         writeln!(out, ".TP\n.B {code}\n{}", roff_text(meaning))?;
     }
     writeln!(out, ".SH ENVIRONMENT")?;

@@ -24,6 +24,20 @@ pub enum Mode {
     Quiet,
 }
 
+/// `-v` given this many times (set once by main): from 1, each file sent
+/// is named on stdout (rsync's `-v`); from 2, a dry run lists up-to-date
+/// entries too.
+static VERBOSITY: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(0);
+
+/// Sets how many `-v` were given.
+pub fn set_verbosity(v: u8) {
+    VERBOSITY.store(v, std::sync::atomic::Ordering::Relaxed);
+}
+
+fn verbosity() -> u8 {
+    VERBOSITY.load(std::sync::atomic::Ordering::Relaxed)
+}
+
 /// Prints one JSON line.
 pub fn json_line(value: &serde_json::Value) {
     let mut out = std::io::stdout().lock();
@@ -47,6 +61,9 @@ pub struct Display {
     /// Failures so far by cause: only the first of each is shown as it
     /// happens (the summary counts the rest).
     causes: Mutex<Causes>,
+    /// `-v`: files named so far (a striped fan-out ends a file once per
+    /// stripe; it is named once).
+    named: Option<Mutex<std::collections::HashSet<String>>>,
 }
 
 /// `--json` progress: one `progress` line at most every [`JSON_PROGRESS_EVERY`].
@@ -109,6 +126,7 @@ impl Display {
             totals,
             open: RwLock::new(true),
             causes: Mutex::new(Causes::default()),
+            named: (mode == Mode::Human && verbosity() >= 1).then(Mutex::default),
         }
     }
 
@@ -236,7 +254,7 @@ impl Observer for Display {
                 }
             },
             Mode::Quiet => {
-                if let Event::FileError { path, error } = event {
+                if let Event::FileError { path, error, .. } = event {
                     if let Some(line) = self.error_line(path, error) {
                         eprintln!("{line}");
                     }
@@ -248,12 +266,41 @@ impl Observer for Display {
 }
 
 impl Display {
+    /// `-v`: the line naming a file just sent and verified, the first time
+    /// it ends (rsync's `-v` names each file it transferred).
+    fn sent_line(&self, event: &Event) -> Option<String> {
+        let named = self.named.as_ref()?;
+        let Event::FileDone {
+            path,
+            blake3,
+            skipped: false,
+            ..
+        } = event
+        else {
+            return None;
+        };
+        if blake3.is_empty() {
+            return None; // a directory or symlink
+        }
+        let first = named
+            .lock()
+            .map(|mut n| n.insert(path.clone()))
+            .unwrap_or(true);
+        first.then(|| path.clone())
+    }
+
     fn human(&self, event: &Event) {
+        if let Some(line) = self.sent_line(event) {
+            match &self.bars {
+                Some(b) => b.multi.suspend(|| println!("{line}")),
+                None => println!("{line}"),
+            }
+        }
         let Some(b) = &self.bars else {
             match event {
                 Event::DryRun { .. } => print_dry_run(event),
                 Event::Deleted { path, .. } => eprintln!("deleted: {path}"),
-                Event::FileError { path, error } => {
+                Event::FileError { path, error, .. } => {
                     if let Some(line) = self.error_line(path, error) {
                         eprintln!("{line}");
                     }
@@ -356,6 +403,11 @@ impl Display {
 /// Prints one `--dry-run` line on stdout: what, where, how large.
 fn print_dry_run(event: &Event) {
     if let Event::DryRun { path, size, action } = event {
+        // What would change; what is already up to date only with -vv
+        // (rsync's and rclone's dry runs list changes only).
+        if *action == haul_run::DryRunAction::UpToDate && verbosity() < 2 {
+            return;
+        }
         let size = match action {
             haul_run::DryRunAction::Make => String::new(),
             _ => format!("  {}", human_bytes(*size)),
@@ -854,13 +906,7 @@ mod tests {
         // Up to date before it started (a pull's quick check), and failed.
         done(&mut t, "same", 100, true);
         start(&mut t, "bad", 100);
-        t.apply(
-            &Event::FileError {
-                path: "bad".into(),
-                error: "x".into(),
-            },
-            now,
-        );
+        t.apply(&Event::file_error("bad", "x"), now);
         assert_eq!(t.position(), 400);
         assert_eq!(t.length(), Some(400));
         assert_eq!((t.verified(), t.known_files()), (3, 4));

@@ -12,7 +12,7 @@ use haul_transport::{Listener, ServerIdentity, Timeouts};
 
 use crate::cli::ServeArgs;
 use crate::output::{self, Mode};
-use crate::{config, usage, UsageError, EXIT_OK};
+use crate::{config, exit, usage, UsageError};
 
 /// Runs `haul serve` (or `--prune-partials` alone).
 pub async fn run(args: ServeArgs, mode: Mode) -> Result<u8> {
@@ -126,7 +126,7 @@ pub async fn run(args: ServeArgs, mode: Mode) -> Result<u8> {
     };
     server.serve(listener, quic, nth(1), nth(2)).await;
     tracing::info!("stopped");
-    Ok(EXIT_OK)
+    Ok(exit::OK)
 }
 
 /// What the node is, whichever way it serves.
@@ -198,7 +198,7 @@ fn prune_partials(root: &Path, ttl: Option<Duration>, mode: Mode) -> Result<u8> 
             }
         }
     }
-    Ok(EXIT_OK)
+    Ok(exit::OK)
 }
 
 pub(crate) async fn shutdown_signal() {

@@ -18,7 +18,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::cli::ServeArgs;
 use crate::serve::{serve_options, shutdown_signal};
-use crate::{UsageError, EXIT_OK};
+use crate::{exit, UsageError};
 
 /// What this far side serves, and how.
 struct FarRequest {
@@ -78,7 +78,7 @@ pub async fn run(args: &ServeArgs, partial_ttl: Option<Duration>) -> Result<u8> 
             .serve_connection(conn, ssh_peer(), Transport::Tcp)
             .await
             .map_err(|e| anyhow::anyhow!("{e}"))?;
-        return Ok(EXIT_OK);
+        return Ok(exit::OK);
     };
     let at = SocketAddr::new(arrived_at(), 0);
     let listener = Listener::bind(at, Some(&identity), None)
@@ -110,7 +110,7 @@ pub async fn run(args: &ServeArgs, partial_ttl: Option<Duration>) -> Result<u8> 
     server
         .serve(listener, quic, done, std::future::pending())
         .await;
-    Ok(EXIT_OK)
+    Ok(exit::OK)
 }
 
 /// What to serve: the flags as given, or under `--restrict` what the ssh

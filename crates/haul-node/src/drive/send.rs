@@ -326,10 +326,7 @@ impl Driver {
                 Source::Lazy(open) => match open.clone().open(&job.entry) {
                     Ok(src) => Some(src),
                     Err(e) => {
-                        observer.event(&Event::FileError {
-                            path: job.entry.path.clone(),
-                            error: e.to_string(),
-                        });
+                        observer.event(&Event::file_error(job.entry.path.clone(), e.to_string()));
                         return;
                     }
                 },
@@ -359,10 +356,11 @@ impl Driver {
                             }
                         }
                         Err(e) => {
-                            observer.event(&Event::FileError {
-                                path: job.entry.path.clone(),
-                                error: e.to_string(),
-                            });
+                            observer.event(&Event::file_failed(
+                                job.entry.path.clone(),
+                                e.to_string(),
+                                e.fail_kind(),
+                            ));
                             return;
                         }
                     }
@@ -524,14 +522,18 @@ impl Driver {
     /// own tree can be: an open source has no other version to go to.
     fn reopen(&mut self, file: FileId) {
         let Some(job) = self.session.job(file) else {
-            self.session
-                .reopened(self.now, file, Err("it is gone".into()));
+            self.session.reopened(
+                self.now,
+                file,
+                Err((haul_run::FailKind::Error, "it is gone".into())),
+            );
             return;
         };
         let mut entry = job.entry.clone();
         let Source::Path(path, data) = &job.source else {
             let e = "its source cannot be opened again".to_string();
-            self.session.reopened(self.now, file, Err(e));
+            self.session
+                .reopened(self.now, file, Err((haul_run::FailKind::Error, e)));
             return;
         };
         let shown = path.clone();
@@ -547,7 +549,8 @@ impl Driver {
                 }
             }
             Err(e) => {
-                self.session.reopened(self.now, file, Err(e.to_string()));
+                self.session
+                    .reopened(self.now, file, Err((e.fail_kind(), e.to_string())));
             }
         }
     }

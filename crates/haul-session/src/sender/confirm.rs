@@ -100,7 +100,7 @@ impl<S> Sender<S> {
             };
             let message =
                 format!("changed while it was being sent ({change}); it was not delivered{tries}");
-            return self.fail_local(id, message);
+            return self.fail_local_as(id, message, FailKind::Changed);
         }
         f.changes += 1;
         let wait = settle * f.changes;
@@ -139,12 +139,13 @@ impl<S> Sender<S> {
 
     /// The driver opened the source of `file` again ([`SenderIo::Reopen`]):
     /// the entry as it is now, offered from scratch under the id returned
-    /// (the driver's source for it goes there); or why it cannot be.
+    /// (the driver's source for it goes there); or why it cannot be, and
+    /// whether that is because the file is gone ([`FailKind::Vanished`]).
     pub fn reopened(
         &mut self,
         now: Instant,
         file: FileId,
-        result: Result<Entry, String>,
+        result: Result<Entry, (FailKind, String)>,
     ) -> Option<FileId> {
         self.core.io_done(now);
         if !self
@@ -156,14 +157,20 @@ impl<S> Sender<S> {
         }
         let entry = match result {
             Ok(entry) => entry,
-            Err(e) => {
+            Err((kind, e)) => {
                 // Gone or unreadable now: it fails here, and the receiver
-                // already dropped it.
+                // already dropped it. Gone is gone (vanished), however it
+                // went; otherwise it is the change that stopped it.
+                let kind = match kind {
+                    FailKind::Vanished => FailKind::Vanished,
+                    _ => FailKind::Changed,
+                };
                 if let Some(job) = self.forget(file) {
-                    self.core.event(Event::FileError {
-                        path: job.entry.path,
-                        error: format!("changed while it was being sent, then: {e}"),
-                    });
+                    self.core.event(Event::file_failed(
+                        job.entry.path,
+                        format!("changed while it was being sent, then: {e}"),
+                        kind,
+                    ));
                 }
                 self.maybe_bye();
                 return None;

@@ -64,7 +64,7 @@ fn a_push_into_a_directory_the_node_cannot_write_says_so_once() {
     let entries = FILES + 2; // the files, big.bin and tree itself
 
     let out = push(&s, &node, &[]);
-    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(23), "{}", stderr(&out));
     let shown = lines(&out);
     assert!(shown.len() <= 4, "{} lines:\n{}", shown.len(), stderr(&out));
     let expect =
@@ -85,7 +85,7 @@ fn a_push_into_a_directory_the_node_cannot_write_says_so_once() {
 
     // Quiet: the first entry, then how many more.
     let out = push(&s, &node, &["-q"]);
-    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(23), "{}", stderr(&out));
     let shown = lines(&out);
     assert!(shown.len() <= 3, "{} lines:\n{}", shown.len(), stderr(&out));
     let more = format!(
@@ -100,7 +100,7 @@ fn a_push_into_a_directory_the_node_cannot_write_says_so_once() {
 
     // --json: an event per entry for scripts, and the causes grouped.
     let out = push(&s, &node, &["--json"]);
-    assert_eq!(out.status.code(), Some(1), "{}", said(&out));
+    assert_eq!(out.status.code(), Some(23), "{}", said(&out));
     let errors = String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter_map(|l| serde_json::from_str::<Value>(l).ok())
@@ -131,7 +131,7 @@ fn a_local_copy_into_a_directory_it_cannot_write_names_that_directory_once() {
     let mut c = haul(&s.path("config"));
     c.arg("pull").arg(s.path("src/tree")).arg(s.path("dst/"));
     let out = run(c, T);
-    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(23), "{}", stderr(&out));
     let shown = lines(&out);
     // A warning or two about tree's own mode and times may come too.
     assert!(shown.len() <= 6, "{} lines:\n{}", shown.len(), stderr(&out));

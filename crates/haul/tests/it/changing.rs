@@ -248,7 +248,7 @@ fn a_file_that_keeps_changing_fails_and_is_not_delivered() {
     );
     stop.store(true, std::sync::atomic::Ordering::Relaxed);
     writer.join().expect("writer");
-    assert_eq!(out.status.code(), Some(1), "{}", said(&out));
+    assert_eq!(out.status.code(), Some(41), "{}", said(&out));
     assert_eq!(file.delivered(&s.path("node/in/log.bin"), &out), None);
     assert_eq!(
         b3(&s.path("node/in/quiet.txt")),
@@ -291,7 +291,7 @@ fn a_file_changed_while_a_node_serves_it_is_not_delivered_torn() {
         // Read whole before the change, or after it.
         Some(_) => assert_eq!(out.status.code(), Some(0), "{}", said(&out)),
         None => {
-            assert_eq!(out.status.code(), Some(1), "{}", said(&out));
+            assert_eq!(out.status.code(), Some(41), "{}", said(&out));
             assert!(said(&out).contains("changed while it was being sent"));
         }
     }
@@ -587,7 +587,7 @@ pub(crate) fn check_first(
     match got {
         Some(_) => assert_eq!(out.status.code(), Some(0), "{case}: {}", said(out)),
         None => {
-            assert_eq!(out.status.code(), Some(1), "{case}: {}", said(out));
+            assert_eq!(out.status.code(), Some(41), "{case}: {}", said(out));
             let text = said(out);
             assert!(
                 text.contains("changed") && text.contains("not delivered"),

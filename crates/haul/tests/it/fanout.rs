@@ -211,7 +211,7 @@ fn a_striped_relay_killed_mid_transfer_is_routed_around_in_every_stripe() {
     let dead = nodes[2].addr.clone();
     nodes[2].kill9();
     let out = pushing.join().unwrap();
-    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(23), "{}", stderr(&out));
     let f = fanout(&out);
     let reports = f["nodes"].as_array().unwrap();
     assert_eq!(reports[2]["ok"], false, "{f}");
@@ -321,7 +321,7 @@ fn a_relay_killed_mid_transfer_is_routed_around_and_named() {
     });
     nodes[1].kill9();
     let out = pushing.join().unwrap();
-    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(23), "{}", stderr(&out));
     let f = fanout(&out);
     let reports = f["nodes"].as_array().unwrap();
     assert_eq!(reports[1]["ok"], false, "{f}");
@@ -488,7 +488,7 @@ fn a_node_whose_key_changed_is_refused_and_the_others_complete() {
     let _b2 = Node::start_on(&s.path("b"), &s.path("cfg_b2"), &addr, &["--open"]);
     write_file(&s.path("src/g"), 7000, 2);
     let out = push(&s.path("client"), &s.path("src"), &urls, &[]);
-    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(23), "{}", stderr(&out));
     let f = fanout(&out);
     let reports = f["nodes"].as_array().unwrap();
     assert_eq!(reports[1]["ok"], false);
@@ -567,7 +567,7 @@ fn a_relay_whose_copy_differs_from_the_origin_relays_none_of_it_and_the_client_f
         &urls,
         &["--plan", "chain"],
     );
-    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(23), "{}", stderr(&out));
     let f = fanout(&out);
     let reports = f["nodes"].as_array().unwrap();
     // The bad bytes went nowhere: both nodes behind it hold the origin's file,

@@ -104,7 +104,7 @@ fn lab_fan_out_survives_a_killed_node_and_a_pulled_link() {
     });
     nodes[1].kill9();
     let out = pushing.join().expect("push thread");
-    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(23), "{}", stderr(&out));
     let f = fanout(&out);
     let reports = f["nodes"].as_array().unwrap();
     for (i, r) in reports.iter().enumerate() {

@@ -169,7 +169,7 @@ fn lab_fan_out_over_ssh_survives_a_killed_node_and_names_a_host_without_sshd() {
     });
     let out = run(push((0..5).map(dest).collect()), LIMIT);
     assert!(killer.join().unwrap(), "the node in h3 was never killed");
-    assert_eq!(out.status.code(), Some(1), "{}", said(&out));
+    assert_eq!(out.status.code(), Some(23), "{}", said(&out));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         stdout.contains("node_not_started") && stdout.contains(&hosts[4].addr().to_string()),

@@ -30,6 +30,7 @@ mod rate;
 mod raw;
 mod remote;
 mod resume;
+mod rsync_habits;
 mod security;
 mod ssh;
 mod terminal;

@@ -197,7 +197,7 @@ fn a_quic_node_that_is_not_there_fails_fast() {
     c.arg(s.path("src/f")).arg(closed.url("x/"));
     let out = run(c, T);
     let took = started.elapsed();
-    assert_eq!(out.status.code(), Some(1), "{}", said(&out));
+    assert_eq!(out.status.code(), Some(10), "{}", said(&out));
     assert!(took < Duration::from_secs(3), "closed port: {took:?}");
     let err = said(&out);
     assert!(err.contains("UDP port is closed"), "{err}");
@@ -213,7 +213,7 @@ fn a_quic_node_that_is_not_there_fails_fast() {
     c.arg(s.path("src/f")).arg(format!("haul://{addr}/x"));
     let out = run(c, T);
     let took = started.elapsed();
-    assert_eq!(out.status.code(), Some(1), "{}", said(&out));
+    assert_eq!(out.status.code(), Some(10), "{}", said(&out));
     assert!(
         took >= Duration::from_secs(2) && took < Duration::from_secs(5),
         "nothing answers: {took:?}"

@@ -341,7 +341,7 @@ fn wrong_or_missing_token_is_refused() {
             c.args(["--token", t]);
         }
         let out = run(c, T);
-        assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+        assert_eq!(out.status.code(), Some(5), "{}", stderr(&out));
         assert!(stderr(&out).contains("token"), "{}", stderr(&out));
     }
     assert!(!s.path("node/f").exists());
@@ -377,7 +377,7 @@ fn a_changed_server_key_is_refused() {
     .arg(s.path("src/f"))
     .arg(node.url(""));
     let out = run(c, T);
-    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(40), "{}", stderr(&out));
     assert!(stderr(&out).contains("presented key"), "{}", stderr(&out));
     // The pin came from the command line: no known-hosts advice.
     assert!(
@@ -405,7 +405,7 @@ fn a_changed_server_key_is_refused() {
         .arg(s.path("src/f"))
         .arg(node.url("tofu2"));
     let out = run(c, T);
-    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(40), "{}", stderr(&out));
     assert!(stderr(&out).contains("remove its line"), "{}", stderr(&out));
     assert!(!s.path("node/tofu2").exists());
 }
@@ -431,7 +431,7 @@ fn a_peer_that_stops_answering_is_timed_out() {
     .arg(s.path("src/f"))
     .arg(format!("haul://{addr}/"));
     let out = run(c, T);
-    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(30), "{}", stderr(&out));
     assert!(stderr(&out).contains("timed out"), "{}", stderr(&out));
     assert!(started.elapsed() < Duration::from_secs(15));
 
@@ -468,7 +468,7 @@ fn a_peer_that_stops_answering_is_timed_out() {
     stall.store(true, std::sync::atomic::Ordering::Relaxed);
     let started = Instant::now();
     let out = child.wait_with_output().expect("wait");
-    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert_eq!(out.status.code(), Some(30), "{}", stderr(&out));
     assert!(stderr(&out).contains("timed out"), "{}", stderr(&out));
     assert!(started.elapsed() < Duration::from_secs(30));
 }

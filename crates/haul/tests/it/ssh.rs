@@ -576,7 +576,7 @@ fn a_fan_out_over_ssh_starts_every_node_and_names_a_host_it_cannot_reach() {
         ],
     );
     // One host missing: exit 1, named; the other three complete.
-    assert_eq!(out.status.code(), Some(1), "{}", said(&out));
+    assert_eq!(out.status.code(), Some(23), "{}", said(&out));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         stdout.contains("node_not_started") && stdout.contains("127.0.0.1:1/nowhere"),

@@ -1,0 +1,164 @@
+//! rsync's flags as its users type them. The ones whose meaning haul
+//! already has are accepted ([`crate::cli::RsyncArgs`]); for the others, an
+//! unknown-flag error says what haul does instead or that it does not do
+//! it yet — never clap's generic tip, which reads `-a` as a value to quote.
+
+use clap::builder::StyledStr;
+use clap::error::{ContextKind, ContextValue, ErrorKind};
+
+/// rsync flags haul does not take, each with what to do instead.
+const TIPS: &[(&[&str], &str)] = &[
+    (
+        &["-z", "--compress", "--compress-level", "--compress-choice", "--zc", "--zl"],
+        "haul does not compress yet: data is sent as it is (already-compressed data loses nothing)",
+    ),
+    (
+        &["-H", "--hard-links"],
+        "haul does not keep hard links yet: each name arrives as a file of its own",
+    ),
+    (
+        &["-S", "--sparse"],
+        "haul does not keep holes yet: a sparse file arrives with its holes written as zeros",
+    ),
+    (
+        &["-X", "--xattrs", "-A", "--acls"],
+        "haul does not keep extended attributes or ACLs yet",
+    ),
+    (
+        &["-o", "--owner", "-g", "--group", "--numeric-ids", "--chown", "--usermap", "--groupmap"],
+        "haul does not keep owners or groups yet: files belong to the user who receives them",
+    ),
+    (
+        &["--chmod", "-E", "--executability"],
+        "haul keeps the source's permission bits as they are",
+    ),
+    (
+        &["-u", "--update", "--size-only", "--ignore-times", "-I"],
+        "haul skips a file whose size and mtime match and sends the others; -c compares content instead",
+    ),
+    (
+        &["--ignore-existing", "--existing"],
+        "a pull from FTP, SFTP, HTTP or S3 has --skip-existing; pushes and node pulls have no such flag yet",
+    ),
+    (
+        &["--del", "--delete-before", "--delete-during", "--delete-delay", "--delete-after"],
+        "use --delete: haul deletes only after every file verified (rsync's --delete-after)",
+    ),
+    (
+        &["--delete-excluded", "--max-delete"],
+        "not offered yet; --delete keeps what the filters leave out, and --dry-run --delete shows what would go",
+    ),
+    (
+        &["--remove-source-files"],
+        "a pull from FTP, SFTP, HTTP or S3 has --delete-source",
+    ),
+    (
+        &["--files-from", "-0", "--from0"],
+        "not offered yet; --include-from FILE (one glob a line) with --exclude '*' is the nearest",
+    ),
+    (
+        &["-f", "--filter", "-F"],
+        "use --include and --exclude, or --filter-from FILE (`+ GLOB` / `- GLOB` lines)",
+    ),
+    (
+        &["--partial-dir", "-T", "--temp-dir", "--delay-updates"],
+        "haul stages every file under .haul/ beneath the destination, resumes it there and renames it into place only once verified",
+    ),
+    (
+        &["--inplace", "--append", "--append-verify", "-W", "--whole-file", "--no-whole-file"],
+        "haul never writes a file in place: it sends whole changed files, stages them, and resumes partial ones itself",
+    ),
+    (
+        &["-i", "--itemize-changes", "--out-format", "--info", "--debug"],
+        "-v names each file sent; --json prints every event as a JSON line",
+    ),
+    (
+        &["--log-file"],
+        "use --json > FILE for a client's record; a node keeps its own with `haul serve --log-file FILE`",
+    ),
+    (
+        &["--max-age"],
+        "use --newer-than AGE (7d, 12h) or a date",
+    ),
+    (
+        &["--min-age", "--max-transfer", "-x", "--one-file-system", "-R", "--relative", "-b", "--backup", "--backup-dir", "--suffix", "-m", "--prune-empty-dirs"],
+        "not offered by haul yet",
+    ),
+    (
+        &["-L", "--copy-links", "-k", "--copy-dirlinks", "-K", "--keep-dirlinks", "--safe-links", "--copy-unsafe-links"],
+        "haul sends symlinks as symlinks and never follows one out of the tree",
+    ),
+    (
+        &["--port"],
+        "give the port in the URL: haul://HOST:PORT/PATH",
+    ),
+    (
+        &["--list-only"],
+        "use `haul ls URL` (-R for the whole tree)",
+    ),
+    (
+        &["--contimeout"],
+        "use --connect-timeout SECONDS",
+    ),
+    (
+        &["--rsync-path"],
+        "use --remote-haul PATH (haul on the far side of host:path)",
+    ),
+    (
+        &["--password-file"],
+        "a haul node takes --token-file FILE",
+    ),
+];
+
+/// What to say instead of clap's generic tip when `flag` (as typed,
+/// `--flag=value` or a bundled `-x`) is one of rsync's.
+pub fn tip(flag: &str) -> Option<&'static str> {
+    let name = flag.split('=').next().unwrap_or(flag);
+    TIPS.iter()
+        .find(|(names, _)| names.contains(&name))
+        .map(|(_, tip)| *tip)
+}
+
+/// `e` with the rsync tip in place of clap's suggestions, when the flag it
+/// did not know is one of rsync's.
+pub fn explain(mut e: clap::Error) -> clap::Error {
+    if e.kind() != ErrorKind::UnknownArgument {
+        return e;
+    }
+    let Some(ContextValue::String(flag)) = e.get(ContextKind::InvalidArg) else {
+        return e;
+    };
+    let Some(tip) = tip(flag) else {
+        return e;
+    };
+    let tip = format!(
+        "{} is rsync's; {tip}",
+        flag.split('=').next().unwrap_or(flag)
+    );
+    e.remove(ContextKind::SuggestedArg);
+    e.insert(
+        ContextKind::Suggested,
+        ContextValue::StyledStrs(vec![StyledStr::from(tip)]),
+    );
+    e
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rsyncs_flags_get_their_tip_and_others_none() {
+        assert!(tip("-z").is_some_and(|t| t.contains("compress")));
+        assert!(tip("--compress-level=9").is_some());
+        assert!(tip("--files-from=list").is_some_and(|t| t.contains("--include-from")));
+        assert_eq!(tip("--frobnicate"), None);
+        // Every flag is in one entry only.
+        let mut seen = std::collections::HashSet::new();
+        for (names, _) in TIPS {
+            for n in *names {
+                assert!(seen.insert(*n), "{n} twice");
+            }
+        }
+    }
+}

@@ -1,0 +1,273 @@
+//! What rsync's users type and what their scripts read: `-avP` and its
+//! friends accepted, `--exclude-from`, `-v` naming each file sent, dry
+//! runs that list only changes, a tip for rsync's flags haul lacks, and
+//! exit codes by cause (real `haul serve` nodes on 127.0.0.1).
+
+use std::path::Path;
+use std::time::Duration;
+
+use crate::harness::*;
+
+const T: Duration = Duration::from_secs(120);
+
+fn stdout_lines(out: &std::process::Output) -> Vec<String> {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+fn local_copy(config: &Path, flags: &[&str], src: &Path, dst: &Path) -> std::process::Output {
+    let mut c = haul(config);
+    c.arg("pull").args(flags);
+    c.arg(format!("{}/", src.display())).arg(dst);
+    run(c, T)
+}
+
+#[test]
+fn avp_and_exclude_from_are_taken_and_v_names_each_file_sent() {
+    let s = Scratch::new();
+    let src = s.path("src");
+    write_file(&src.join("a.nc"), 5000, 1);
+    write_file(&src.join("sub/b.nc"), 100, 2);
+    write_file(&src.join("sub/c.nc"), 0, 3);
+    write_file(&src.join("scratch.tmp"), 100, 4);
+    write_file(&src.join("cache/d.nc"), 100, 5);
+    let rules = s.path("excludes");
+    std::fs::write(
+        &rules,
+        "# rsync's format: one pattern a line\n*.tmp\n\ncache/\n",
+    )
+    .unwrap();
+    let dst = s.path("dst");
+    let flags = [
+        "-avP",
+        "--stats",
+        "-rtlpD",
+        "--exclude-from",
+        rules.to_str().unwrap(),
+    ];
+
+    let out = local_copy(&s.path("config"), &flags, &src, &dst);
+    ok(&out);
+    let mut named = stdout_lines(&out);
+    named.sort();
+    assert_eq!(named, ["a.nc", "sub/b.nc", "sub/c.nc"], "{}", said(&out));
+    assert!(!dst.join("scratch.tmp").exists() && !dst.join("cache").exists());
+    assert_eq!(b3(&dst.join("a.nc")), b3(&src.join("a.nc")));
+
+    // Again: nothing moves, nothing is named.
+    let out = local_copy(&s.path("config"), &flags, &src, &dst);
+    ok(&out);
+    assert_eq!(stdout_lines(&out), Vec::<String>::new(), "{}", said(&out));
+
+    // One file changed: it alone is named.
+    write_file(&src.join("sub/b.nc"), 200, 9);
+    let out = local_copy(&s.path("config"), &flags, &src, &dst);
+    ok(&out);
+    assert_eq!(stdout_lines(&out), ["sub/b.nc"], "{}", said(&out));
+    assert_eq!(b3(&dst.join("sub/b.nc")), b3(&src.join("sub/b.nc")));
+}
+
+#[test]
+fn a_dry_run_lists_what_would_change_and_vv_everything() {
+    let s = Scratch::new();
+    let src = s.path("src");
+    for i in 0..5 {
+        write_file(&src.join(format!("f{i}")), 100, i);
+    }
+    let dst = s.path("dst");
+    ok(&local_copy(&s.path("config"), &[], &src, &dst));
+    write_file(&src.join("f3"), 300, 33);
+
+    let out = local_copy(&s.path("config"), &["-n"], &src, &dst);
+    ok(&out);
+    let lines = stdout_lines(&out);
+    let entries: Vec<_> = lines
+        .iter()
+        .filter(|l| !l.starts_with("dry run:"))
+        .collect();
+    assert_eq!(entries.len(), 1, "{lines:?}");
+    assert!(
+        entries[0].starts_with("send") && entries[0].contains("f3"),
+        "{lines:?}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.contains("1 file") && l.contains("4 up to date")),
+        "the totals still count what is up to date: {lines:?}"
+    );
+
+    let out = local_copy(&s.path("config"), &["-n", "-vv"], &src, &dst);
+    ok(&out);
+    let up = stdout_lines(&out)
+        .iter()
+        .filter(|l| l.starts_with("up to date"))
+        .count();
+    assert_eq!(up, 4, "{}", said(&out));
+}
+
+#[test]
+fn rsyncs_other_flags_say_what_haul_does_instead() {
+    let s = Scratch::new();
+    write_file(&s.path("src/a"), 10, 1);
+    for (flags, words) in [
+        (&["-avz"][..], "-z is rsync's; haul does not compress yet"),
+        (
+            &["-aH"][..],
+            "-H is rsync's; haul does not keep hard links yet",
+        ),
+        (&["--files-from=list"][..], "--include-from"),
+        (&["--delete-after"][..], "use --delete"),
+        (&["--inplace"][..], "never writes a file in place"),
+    ] {
+        let mut c = haul(&s.path("config"));
+        c.arg("push")
+            .args(flags)
+            .arg(s.path("src"))
+            .arg("haul://127.0.0.1:9/in");
+        let out = run(c, T);
+        let err = stderr(&out);
+        assert_eq!(out.status.code(), Some(2), "{flags:?}: {err}");
+        assert!(err.contains(words), "{flags:?}: {err}");
+        assert!(!err.contains("as a value"), "{flags:?}: {err}");
+    }
+    // A flag rsync does not have either: clap's own words.
+    let mut c = haul(&s.path("config"));
+    c.args(["push", "--frobnicate"])
+        .arg(s.path("src"))
+        .arg("haul://127.0.0.1:9/in");
+    let out = run(c, T);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(stderr(&out).contains("--frobnicate"), "{}", stderr(&out));
+}
+
+/// A port on 127.0.0.1 that nothing listens on (bound, then let go).
+fn closed_port() -> u16 {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    l.local_addr().expect("addr").port()
+}
+
+#[test]
+fn exit_codes_say_unreachable_refused_and_timed_out() {
+    let s = Scratch::new();
+    write_file(&s.path("src/a"), 10, 1);
+    let push = |url: String, extra: &[&str]| {
+        let mut c = haul(&s.path("config"));
+        c.args(["push", "--retries", "0", "--timeout", "2"])
+            .args(extra)
+            .arg(s.path("src"))
+            .arg(url);
+        run(c, T)
+    };
+
+    let out = push(
+        format!("haul://127.0.0.1:{}/in", closed_port()),
+        &["--token", "t"],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(10),
+        "nothing listens: {}",
+        said(&out)
+    );
+
+    let node = Node::start(&s.path("node"), &s.path("config"), &["--token", "right"]);
+    let out = push(node.url("in"), &["--token", "wrong"]);
+    assert_eq!(out.status.code(), Some(5), "a wrong token: {}", said(&out));
+
+    // A listener that never answers: the handshake times out.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+    let url = format!("haul://{}/in", silent.local_addr().expect("addr"));
+    let out = push(url, &["--plaintext", "--token", "t"]);
+    assert_eq!(out.status.code(), Some(30), "a silent node: {}", said(&out));
+    drop(silent);
+
+    let help = run(
+        {
+            let mut c = haul(&s.path("config"));
+            c.arg("--help");
+            c
+        },
+        T,
+    );
+    let text = String::from_utf8_lossy(&help.stdout);
+    for code in ["23", "24", "30", "10", "41"] {
+        assert!(
+            text.contains(&format!("  {code}  ")),
+            "--help lists {code}: {text}"
+        );
+    }
+}
+
+/// A file removed after it was listed and before it was read: the others
+/// arrive, and the run exits 24 as rsync's does.
+#[test]
+fn a_source_file_that_vanishes_mid_push_exits_24() {
+    let s = Scratch::new();
+    // `z-gone` comes last in the walk, while about 5 s of data at 2 MB/s
+    // is still to go: whether its turn has come (its read then sees it
+    // unlinked and its reopen finds nothing) or not (its open finds
+    // nothing), it has vanished.
+    for i in 0..150 {
+        write_file(&s.path(&format!("src/m{i:03}")), 64 << 10, i);
+    }
+    write_file(&s.path("src/z-gone"), 1000, 999);
+    let node = Node::start(&s.path("node"), &s.path("config"), &["--token", "t"]);
+    let mut c = haul(&s.path("config"));
+    c.args([
+        "push",
+        "--json",
+        "-j",
+        "1",
+        "--max-rate",
+        "2M",
+        "--token",
+        "t",
+    ])
+    .arg(format!("{}/", s.path("src").display()))
+    .arg(node.url("in"));
+    with_test_transport(&mut c);
+    c.stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = c.spawn().expect("spawn");
+    // Removed once the walk listed it (a file gone before it is listed is
+    // simply not there, as for rsync).
+    let stdout = child.stdout.take().expect("stdout");
+    let (listed_tx, listed) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        use std::io::BufRead;
+        let mut lines = Vec::new();
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if line.contains("\"listing_done\"") {
+                let _ = listed_tx.send(());
+            }
+            lines.push(line);
+        }
+        lines
+    });
+    listed.recv_timeout(T).expect("the walk ended");
+    std::fs::remove_file(s.path("src/z-gone")).expect("rm");
+    let status = child.wait().expect("wait");
+    let mut stderr = String::new();
+    if let Some(mut e) = child.stderr.take() {
+        let _ = std::io::Read::read_to_string(&mut e, &mut stderr);
+    }
+    let stdout = reader.join().expect("reader").join("\n");
+    let out = std::process::Output {
+        status,
+        stdout: stdout.into_bytes(),
+        stderr: stderr.into_bytes(),
+    };
+    let sum = summary(&out);
+    assert_eq!(out.status.code(), Some(24), "{}", sum["failures"]);
+    assert_eq!(sum["failed"], 1, "{sum}");
+    assert_eq!(sum["failures"][0]["path"], "z-gone", "{sum}");
+    assert_eq!(sum["failures"][0]["kind"], "vanished", "{sum}");
+    assert_eq!(b3(&s.path("node/in/m149")), b3(&s.path("src/m149")));
+    assert!(!s.path("node/in/z-gone").exists());
+}
