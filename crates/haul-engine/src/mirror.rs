@@ -82,6 +82,36 @@ pub fn deletions<'a>(dest: &'a [Entry], source: &HashSet<&str>) -> Vec<&'a Entry
     gone
 }
 
+/// `--max-delete MAX`: the failure to report when `count` deletions are
+/// more than allowed (then none is made: which of them would go first is
+/// no better a choice than the others; rsync deletes up to the limit).
+pub fn over_delete_limit(count: usize, max: Option<u64>, under: &str) -> Option<Event> {
+    let max = max?;
+    if u64::try_from(count).unwrap_or(u64::MAX) <= max {
+        return None;
+    }
+    Some(Event::file_failed(
+        under,
+        format!(
+            "--delete would remove {count} entries, more than --max-delete {max}: nothing was \
+             deleted (see them with --dry-run; raise --max-delete if that is meant)"
+        ),
+        haul_run::FailKind::DeleteLimit,
+    ))
+}
+
+/// A dry run's word on `--max-delete MAX` when `count` deletions would be
+/// more than allowed: the run would make none of those listed.
+pub fn delete_limit_warning(count: usize, max: Option<u64>) -> Option<Event> {
+    let max = max?;
+    (u64::try_from(count).unwrap_or(u64::MAX) > max).then(|| Event::Warning {
+        message: format!(
+            "--max-delete {max}: the {count} deletions listed would all be held back; the run \
+             would delete nothing and exit 25"
+        ),
+    })
+}
+
 /// Removes `path` (a file, link or empty directory) beneath `root`, naming
 /// only its last component relative to its held parent.
 pub fn remove_beneath(root: &Root, path: &str) -> Result<(), String> {
@@ -118,14 +148,16 @@ pub enum Pruned {
 
 /// Removes what DEST holds under `top` that is not in `source` (wire
 /// paths) and that `filter` takes, telling `on` each outcome. `Err` (and
-/// nothing removed) when DEST could not be read in full.
+/// nothing removed) when DEST could not be read in full; `Ok(Some(event))`
+/// (and nothing removed) when more would go than `max_delete` allows.
 pub fn prune(
     dest: &Path,
     top: &str,
     source: &HashSet<String>,
     filter: Option<&Arc<Filter>>,
+    max_delete: Option<u64>,
     on: &mut dyn FnMut(Pruned),
-) -> Result<(), String> {
+) -> Result<Option<Event>, String> {
     let mut entries = Vec::new();
     if let Some(walk) = walk_dest(dest, top)? {
         for item in walk {
@@ -140,7 +172,11 @@ pub fn prune(
     let entries = filtered(entries, filter, top);
     let root = Root::open(dest).map_err(|e| format!("cannot open the destination: {e}"))?;
     let source: HashSet<&str> = source.iter().map(String::as_str).collect();
-    for entry in deletions(&entries, &source) {
+    let gone = deletions(&entries, &source);
+    if let Some(refused) = over_delete_limit(gone.len(), max_delete, top) {
+        return Ok(Some(refused));
+    }
+    for entry in gone {
         let size = if entry.kind == EntryKind::File {
             entry.size
         } else {
@@ -157,7 +193,7 @@ pub fn prune(
             },
         });
     }
-    Ok(())
+    Ok(None)
 }
 
 /// The one warning of a `--delete` that deleted nothing, with why (a
@@ -177,6 +213,7 @@ pub fn prune_reported(
     top: &str,
     source: &HashSet<String>,
     filter: Option<&Arc<Filter>>,
+    max_delete: Option<u64>,
     observer: &dyn Observer,
 ) {
     let mut on = |p: Pruned| match p {
@@ -186,10 +223,12 @@ pub fn prune_reported(
             format!("--delete could not remove it: {error}"),
         )),
     };
-    if let Err(e) = prune(dest, top, source, filter, &mut on) {
-        observer.event(&nothing_deleted(&format!(
+    match prune(dest, top, source, filter, max_delete, &mut on) {
+        Ok(None) => {}
+        Ok(Some(refused)) => observer.event(&refused),
+        Err(e) => observer.event(&nothing_deleted(&format!(
             "the destination could not be read in full ({e})"
-        )));
+        ))),
     }
 }
 
@@ -208,7 +247,7 @@ mod tests {
         }
         let source: HashSet<String> = ["top", "top/keep"].map(String::from).into();
         let heard = Recording::default();
-        prune_reported(dest.path(), "top", &source, None, &heard);
+        prune_reported(dest.path(), "top", &source, None, None, &heard);
         let mut deleted: Vec<String> = heard
             .events()
             .into_iter()

@@ -72,6 +72,7 @@ impl Ctx {
     ) -> Option<FileJob> {
         let needs_mtime = entry.mtime.is_none()
             && (self.opts.filter.newer_than.is_some()
+                || self.opts.filter.older_than.is_some()
                 || self.opts.rename.as_ref().is_some_and(|t| t.uses_mtime()));
         if needs_mtime {
             // Only the filter's other rules now; the rest once stated.
@@ -185,13 +186,14 @@ pub(crate) async fn crawl(ctx: Arc<Ctx>, root: String, jobs: mpsc::Sender<FileJo
                         });
                         tokio::time::sleep(wait).await;
                     } else {
-                        ctx.tally.event(&Event::file_error(
+                        ctx.tally.event(&Event::file_failed(
                             if rel.is_empty() {
                                 dir.clone()
                             } else {
                                 rel.clone()
                             },
                             format!("cannot list {dir}: {e}"),
+                            crate::download::fail_kind(&e),
                         ));
                         break;
                     }

@@ -126,7 +126,7 @@ async fn deliver(ctx: &Arc<Ctx>, mut job: FileJob) -> GateOutcome {
                     backoff.progress_made();
                 }
                 // A file that changed is stated afresh before the next attempt.
-                restat = restat || matches!(e, RemoteError::Changed(_));
+                restat = restat || matches!(e, RemoteError::Changed(_) | RemoteError::Mismatch(_));
                 match backoff.next(&e) {
                     Some(wait) => {
                         ctx.tally.event(&Event::Warning {
@@ -165,7 +165,7 @@ async fn deliver(ctx: &Arc<Ctx>, mut job: FileJob) -> GateOutcome {
 
 /// What kind of failure `e` is for the file it stopped: a file the
 /// server no longer has vanished, one that kept changing changed.
-fn fail_kind(e: &RemoteError) -> haul_run::FailKind {
+pub(crate) fn fail_kind(e: &RemoteError) -> haul_run::FailKind {
     match e {
         RemoteError::Timeout(_) => haul_run::FailKind::Timeout,
         RemoteError::Connection(_) => haul_run::FailKind::Unreachable,
@@ -349,7 +349,7 @@ fn hint_for(e: &RemoteError) -> &'static str {
         RemoteError::NotFound(_) => "; check the path",
         RemoteError::PermissionDenied(_) => "; the server refuses to let this user read it",
         RemoteError::Auth(_) => "; check the user name and password or key",
-        RemoteError::Changed(_) => {
+        RemoteError::Changed(_) | RemoteError::Mismatch(_) => {
             "; it failed on every attempt: the server's copy or its checksum may be wrong"
         }
         RemoteError::Timeout(_) | RemoteError::Connection(_) => {
@@ -465,7 +465,7 @@ async fn attempt(
             )));
         }
         Err(e) => {
-            if matches!(e, RemoteError::Changed(_)) {
+            if matches!(e, RemoteError::Changed(_) | RemoteError::Mismatch(_)) {
                 part.discard();
             }
             return Err(e);
@@ -556,7 +556,7 @@ async fn finish(
                 .map_err(local)?;
         if let Some(m) = mismatches.first() {
             part.discard();
-            return Err(RemoteError::Changed(format!(
+            return Err(RemoteError::Mismatch(format!(
                 "{}: {m} (corrupted in transit, or changed on the server)",
                 job.remote_path
             )));

@@ -196,7 +196,11 @@ fn would_delete(
     let filter = Arc::new(opts.filter.clone());
     let entries = haul_engine::mirror::filtered(entries, Some(&filter), top);
     let source: HashSet<&str> = listed.iter().map(String::as_str).collect();
-    for e in haul_engine::mirror::deletions(&entries, &source) {
+    let gone = haul_engine::mirror::deletions(&entries, &source);
+    if let Some(w) = haul_engine::mirror::delete_limit_warning(gone.len(), opts.max_delete) {
+        observer.event(&w);
+    }
+    for e in gone {
         let size = if e.kind == haul_proto::EntryKind::File {
             e.size
         } else {

@@ -97,6 +97,9 @@ pub struct FetchOptions {
     /// failed, the source is listed again and what the destination holds
     /// under it that the source does not have is removed.
     pub delete: bool,
+    /// `--max-delete N`: with `--delete`, delete nothing when more than N
+    /// entries would go.
+    pub max_delete: Option<u64>,
     /// What the crawl takes.
     pub filter: Filter,
     /// Destination paths from a template.
@@ -132,6 +135,7 @@ impl Default for FetchOptions {
             skip_existing: false,
             checksum: false,
             delete: false,
+            max_delete: None,
             filter: Filter::default(),
             rename: None,
             verify_sidecar: false,
@@ -161,6 +165,15 @@ pub enum FetchError {
 }
 
 impl FetchError {
+    /// What kind of failure it is: a server that stopped answering, or
+    /// could not be reached.
+    pub fn fail_kind(&self) -> haul_run::FailKind {
+        match self {
+            FetchError::Remote { source, .. } => download::fail_kind(source),
+            FetchError::Destination(_) => haul_run::FailKind::Error,
+        }
+    }
+
     /// True when the cause is how haul was invoked or configured (a wrong
     /// password, an unknown host key): exit code 2 territory.
     pub fn is_usage(&self) -> bool {
@@ -345,7 +358,14 @@ async fn mirror(ctx: &Ctx, dir: &str, dest: &Path, crawled: bool) {
         source.insert(top.clone());
     }
     let filter = Arc::new(ctx.opts.filter.clone());
-    haul_engine::mirror::prune_reported(dest, &top, &source, Some(&filter), ctx.tally.as_ref());
+    haul_engine::mirror::prune_reported(
+        dest,
+        &top,
+        &source,
+        Some(&filter),
+        ctx.opts.max_delete,
+        ctx.tally.as_ref(),
+    );
 }
 
 fn ctx(

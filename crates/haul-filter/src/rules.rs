@@ -92,6 +92,8 @@ pub struct Filter {
     pub max_size: Option<u64>,
     /// Only files modified after this.
     pub newer_than: Option<SystemTime>,
+    /// Only files modified before this.
+    pub older_than: Option<SystemTime>,
     /// Deepest directory level entered below the source.
     pub max_depth: Option<usize>,
 }
@@ -206,6 +208,7 @@ impl Filter {
             || self.min_size.is_some()
             || self.max_size.is_some()
             || self.newer_than.is_some()
+            || self.older_than.is_some()
     }
 
     /// Whether nothing is filtered (every entry taken).
@@ -216,6 +219,7 @@ impl Filter {
             && self.min_size.is_none()
             && self.max_size.is_none()
             && self.newer_than.is_none()
+            && self.older_than.is_none()
             && self.max_depth.is_none()
     }
 
@@ -270,6 +274,11 @@ impl Filter {
                 return None;
             }
         }
+        if let (Some(limit), Some(mtime)) = (self.older_than, mtime) {
+            if mtime >= limit {
+                return None;
+            }
+        }
         Some(caps)
     }
 }
@@ -302,12 +311,21 @@ pub fn parse_filter_file(text: &str) -> Result<Vec<(RuleKind, String)>, FilterEr
     Ok(rules)
 }
 
-/// Parses a file of patterns that are all of one `kind` (rsync's
-/// `--exclude-from` and `--include-from`): one glob a line, taken as
-/// written; blank lines and lines starting with `#` or `;` are ignored.
+/// Parses a file of patterns of one `kind` (rsync's `--exclude-from` and
+/// `--include-from`): one glob a line; a line starting `+ ` or `- ` is an
+/// include or exclude whatever the flag, as rsync reads it; blank lines
+/// and lines starting with `#` or `;` are ignored.
 pub fn parse_pattern_file(text: &str, kind: RuleKind) -> Vec<(RuleKind, String)> {
     rule_lines(text)
-        .map(|(_, _, line)| (kind, line.trim_end().to_owned()))
+        .map(|(_, _, line)| {
+            let line = line.trim_end();
+            match (line.strip_prefix("+ "), line.strip_prefix("- ")) {
+                (Some(glob), _) => (RuleKind::Include, glob.to_owned()),
+                (_, Some(glob)) => (RuleKind::Exclude, glob.to_owned()),
+                _ => (kind, line.to_owned()),
+            }
+        })
+        .filter(|(_, glob)| !glob.trim().is_empty())
         .collect()
 }
 
@@ -422,6 +440,10 @@ mod tests {
             f.take_file("run1.dat", Some(50), None).is_some(),
             "an unknown mtime passes"
         );
+        f.older_than = at(200);
+        assert!(f.take_file("run1.dat", Some(50), at(150)).is_some());
+        assert!(f.take_file("run1.dat", Some(50), at(200)).is_none());
+        assert!(f.take_file("run1.dat", Some(50), at(250)).is_none());
     }
 
     #[test]
@@ -448,7 +470,7 @@ mod tests {
             [
                 (RuleKind::Exclude, "*.tmp".to_string()),
                 (RuleKind::Exclude, "cache/".to_string()),
-                (RuleKind::Exclude, "+ keep".to_string()),
+                (RuleKind::Include, "keep".to_string()),
             ]
         );
     }

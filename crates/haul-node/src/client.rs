@@ -60,6 +60,9 @@ pub struct ClientOptions {
     /// what DEST holds under the source's top that the source does not
     /// have ([`crate::mirror`]).
     pub delete: bool,
+    /// `--max-delete N`: with `--delete`, delete nothing when more than N
+    /// entries would go (and say so; exit 25).
+    pub max_delete: Option<u64>,
     /// `--checksum` (local copies): a file is up to date when its BLAKE3
     /// equals that of the file at DEST, whatever the sizes and mtimes say.
     pub checksum: bool,
@@ -97,6 +100,7 @@ impl Default for ClientOptions {
             chunk_work: ChunkWork::for_this_machine(),
             filter: None,
             delete: false,
+            max_delete: None,
             checksum: false,
             force: false,
             ssh: crate::ssh::SshOptions::default(),

@@ -90,7 +90,7 @@ pub async fn dry_run_push(
         compare(
             source,
             theirs,
-            delete,
+            delete.then_some(opts.max_delete),
             opts.checksum,
             observer.as_ref(),
             &mut report,
@@ -145,7 +145,7 @@ pub async fn dry_run_pull(
     compare(
         source,
         ours,
-        delete,
+        delete.then_some(opts.max_delete),
         opts.checksum,
         observer.as_ref(),
         &mut report,
@@ -176,7 +176,7 @@ pub fn dry_run_local(
         compare(
             source,
             ours,
-            delete,
+            delete.then_some(opts.max_delete),
             opts.checksum,
             observer.as_ref(),
             &mut report,
@@ -357,10 +357,11 @@ pub(crate) fn filtered(side: Side, opts: &ClientOptions, top: &str) -> Side {
 
 /// Compares the source with the destination, reporting each entry that
 /// would be sent, skipped, made or (with `delete`) deleted.
+/// `delete`: with `--delete`, and its `--max-delete`.
 fn compare(
     source: Side,
     dest: Side,
-    delete: bool,
+    delete: Option<Option<u64>>,
     checksum: bool,
     observer: &dyn Observer,
     report: &mut DryRunReport,
@@ -412,10 +413,15 @@ fn compare(
         };
         say(e, action);
     }
-    if delete {
+    if let Some(max_delete) = delete {
         let ours: HashSet<&str> = source.entries.iter().map(|e| e.path.as_str()).collect();
-        for e in haul_engine::mirror::deletions(&dest.entries, &ours) {
+        let gone = haul_engine::mirror::deletions(&dest.entries, &ours);
+        let held_back = haul_engine::mirror::delete_limit_warning(gone.len(), max_delete);
+        for e in gone {
             say(e, DryRunAction::Delete);
+        }
+        if let Some(w) = held_back {
+            observer.event(&w);
         }
     }
 }

@@ -12,7 +12,7 @@
 use std::collections::HashSet;
 use std::path::Path;
 
-use haul_engine::mirror::{deletions, nothing_deleted, prune_reported};
+use haul_engine::mirror::{deletions, nothing_deleted, over_delete_limit, prune_reported};
 use haul_engine::LocalTree;
 use haul_proto::{EntryKind, Message, Request};
 use haul_run::summary::Tally;
@@ -60,6 +60,10 @@ pub(crate) async fn prune_node(
     let side = filtered(side, opts, &top);
     let gone = deletions(&side.entries, &sent.iter().map(String::as_str).collect());
     if gone.is_empty() {
+        return;
+    }
+    if let Some(refused) = over_delete_limit(gone.len(), opts.max_delete, &under) {
+        tally.event(&refused);
         return;
     }
     let request = Request::Prune {
@@ -164,5 +168,12 @@ pub(crate) fn delete_extraneous(
     if !nothing_failed(tally, stopped) {
         return;
     }
-    prune_reported(dest, top, source, opts.filter.as_ref(), tally);
+    prune_reported(
+        dest,
+        top,
+        source,
+        opts.filter.as_ref(),
+        opts.max_delete,
+        tally,
+    );
 }

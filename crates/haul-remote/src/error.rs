@@ -19,6 +19,11 @@ pub enum RemoteError {
     /// The remote file changed since it was listed: start the file over.
     #[error("changed on the server: {0}")]
     Changed(String),
+    /// What arrived does not match the checksum the server gave for it
+    /// (corrupted in transit, or the server's copy or checksum is wrong):
+    /// fetched again, as a changed file is.
+    #[error("checksum mismatch: {0}")]
+    Mismatch(String),
     /// An operation got no answer in time.
     #[error("timed out: {0}")]
     Timeout(String),
@@ -49,6 +54,7 @@ impl RemoteError {
         matches!(
             self,
             RemoteError::Changed(_)
+                | RemoteError::Mismatch(_)
                 | RemoteError::Timeout(_)
                 | RemoteError::Connection(_)
                 | RemoteError::Protocol(_)

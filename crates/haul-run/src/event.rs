@@ -135,6 +135,9 @@ pub enum FailKind {
     Timeout,
     /// The peer could not be reached (refused, no route, no such host).
     Unreachable,
+    /// `--max-delete`: more would have been deleted than allowed, so
+    /// nothing was.
+    DeleteLimit,
 }
 
 /// What a dry run found an entry would need.

@@ -261,6 +261,11 @@ pub struct TransferArgs {
     /// anything failed; files the filters leave out are kept.
     #[arg(long)]
     pub delete: bool,
+    /// With --delete: when more than N entries would be deleted, delete
+    /// none and say so (exit 25) — a guard against a source that came up
+    /// empty. rsync deletes up to N; haul picks none of them.
+    #[arg(long, value_name = "N", requires = "delete")]
+    pub max_delete: Option<u64>,
     /// Replace a non-empty directory at DEST where the source has a file or
     /// symlink (rsync's --force; --delete implies it). An empty directory,
     /// a file where the source has a directory and any other type change
@@ -284,6 +289,7 @@ pub struct TransferArgs {
 /// `haul push`.
 #[derive(Debug, Args)]
 #[command(
+    disable_help_flag = true,
     after_help = "Example:\n  haul push ./data haul://node:7878/incoming   # creates incoming/data/...\n  haul push ./data/ haul://node:7878/incoming  # the contents of data go into incoming/\n  haul push ./data haul://a:7878/in haul://b:7878/in haul://c:7878/in   # fan-out: a relays to b, b to c\n  haul push ./data --to-file nodes.txt --plan stripes:2 -v             # hundreds of nodes\n  haul push ./data alice@host:/srv/in/                                  # over ssh: nothing set up there but haul\n  haul push ./data n1:/srv/in/ n2:/srv/in/ n3:/srv/in/                  # a fan-out over ssh"
 )]
 pub struct PushArgs {
@@ -322,9 +328,7 @@ pub struct PushArgs {
 
 /// `haul pull`.
 #[derive(Debug, Args)]
-#[command(
-    after_help = PULL_EXAMPLES
-)]
+#[command(disable_help_flag = true, after_help = PULL_EXAMPLES)]
 pub struct PullArgs {
     /// haul://HOST:PORT/PATH, ftp://, ftps://, ftps-implicit://, sftp://,
     /// http://, https://, s3://BUCKET/PREFIX, or a local path.
@@ -404,6 +408,13 @@ pub struct RsyncArgs {
     /// Totals at the end (always printed; --json for a summary object).
     #[arg(long)]
     pub stats: bool,
+    /// Sizes for people (always). As in rsync, `-h` is this, not help:
+    /// `haul push -avh` copies; --help prints help.
+    #[arg(short = 'h', long)]
+    pub human_readable: bool,
+    /// Print help.
+    #[arg(long, action = clap::ArgAction::Help)]
+    pub help: Option<bool>,
 }
 
 /// Which files a transfer takes: the same rules for push, pull from a
@@ -435,8 +446,13 @@ pub struct FilterArgs {
     #[arg(long, value_name = "SIZE")]
     pub max_size: Option<String>,
     /// Only files modified after this: 2024-03-01, 2024-03-01T12:00:00Z, or an age like 7d, 12h, 30m.
-    #[arg(long, value_name = "WHEN")]
+    /// Also spelled --max-age (rclone's name).
+    #[arg(long, value_name = "WHEN", visible_alias = "max-age")]
     pub newer_than: Option<String>,
+    /// Only files modified before this: a date, or an age like 7d (files
+    /// at least that old). Also spelled --min-age (rclone's name).
+    #[arg(long, value_name = "WHEN", visible_alias = "min-age")]
+    pub older_than: Option<String>,
     /// Descend at most this many directory levels.
     #[arg(long, value_name = "N")]
     pub max_depth: Option<usize>,

@@ -179,6 +179,7 @@ pub fn client_options(t: &TransferArgs) -> Result<ClientOptions> {
             first_wait: Duration::from_millis(t.retry_base_ms.max(1)),
         },
         delete: t.delete,
+        max_delete: t.max_delete,
         force: t.force,
         checksum: t.checksum,
         chunk_memory: chunk_memory(&t.chunk_memory)?,
@@ -245,6 +246,11 @@ pub fn filter(f: &FilterArgs) -> Result<haul_fetch::Filter> {
         .newer_than
         .as_deref()
         .map(crate::fetch::parse_when)
+        .transpose()?;
+    filter.older_than = f
+        .older_than
+        .as_deref()
+        .map(|s| crate::fetch::parse_when_for("--older-than", s))
         .transpose()?;
     filter.max_depth = f.max_depth;
     Ok(filter)

@@ -693,6 +693,7 @@ fn source_plan(
         min_size: s.min_size.clone(),
         max_size: s.max_size.clone(),
         newer_than: s.newer_than.clone(),
+        older_than: None,
         max_depth: s.max_depth,
         rules: rules
             .iter()

@@ -24,6 +24,8 @@ pub const UNREACHABLE: u8 = 10;
 pub const PARTIAL: u8 = 23;
 /// The only failures: source files gone since they were listed.
 pub const VANISHED: u8 = 24;
+/// `--max-delete` stopped the deletions (and nothing else failed).
+pub const DELETE_LIMIT: u8 = 25;
 /// A node stopped answering within --timeout.
 pub const TIMEOUT: u8 = 30;
 /// The node's key is not the one pinned for it (haul's own).
@@ -39,10 +41,11 @@ pub const TABLE: &[(u8, &str)] = &[
     (OK, "every file verified (for check: the trees match)"),
     (FAILED, "another failure (for check: the trees differ)"),
     (USAGE, "usage or configuration error: a bad flag, a path the node does not have"),
-    (REFUSED, "the node refused the token (or this version of haul)"),
+    (REFUSED, "the node refused the token, this version of haul, or a push (--read-only)"),
     (UNREACHABLE, "the node could not be reached: refused, no route, no such host"),
     (PARTIAL, "some files failed; the others verified (rsync's partial transfer)"),
     (VANISHED, "the only failures are source files that vanished after they were listed"),
+    (DELETE_LIMIT, "--max-delete stopped the deletions: nothing was deleted"),
     (TIMEOUT, "a node stopped answering within --timeout"),
     (KEY_CHANGED, "the node's key is not the one pinned for it (known_hosts, --fingerprint)"),
     (CHANGED, "the only failures are source files that changed every time they were read (and vanished ones)"),
@@ -63,6 +66,8 @@ pub fn for_failures(failures: &[Failure]) -> u8 {
         UNREACHABLE
     } else if any(FailKind::Error) {
         PARTIAL
+    } else if any(FailKind::DeleteLimit) {
+        DELETE_LIMIT
     } else if any(FailKind::Changed) {
         CHANGED
     } else {
@@ -122,6 +127,7 @@ mod tests {
         assert_eq!(for_failures(&failed(&[Vanished, Vanished])), VANISHED);
         assert_eq!(for_failures(&failed(&[Vanished, Changed])), CHANGED);
         assert_eq!(for_failures(&failed(&[Changed, Error, Vanished])), PARTIAL);
+        assert_eq!(for_failures(&failed(&[DeleteLimit])), DELETE_LIMIT);
         assert_eq!(for_failures(&failed(&[Error, Unreachable])), UNREACHABLE);
         assert_eq!(for_failures(&failed(&[Unreachable, Timeout])), TIMEOUT);
     }

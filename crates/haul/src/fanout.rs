@@ -102,6 +102,12 @@ pub async fn push(
             .into());
         }
     }
+    if args.transfer.max_delete.is_some() {
+        return Err(UsageError(
+            "--max-delete is not offered for a fan-out yet (each node would be held back on its own, and the nodes must be pruned alike): push to one node, or leave it out".into(),
+        )
+        .into());
+    }
     let opts = usage(config::filtered_client_options(
         &args.transfer,
         &args.filter,

@@ -87,6 +87,7 @@ pub fn fetch_options(t: &TransferArgs, r: &RemoteArgs, mut filter: Filter) -> Re
         skip_existing: r.skip_existing,
         checksum: t.checksum,
         delete: t.delete,
+        max_delete: t.max_delete,
         filter,
         rename: r.rename.as_deref().map(RenameTemplate::parse).transpose()?,
         verify_sidecar: r.verify_sidecar,
@@ -102,7 +103,12 @@ pub fn fetch_options(t: &TransferArgs, r: &RemoteArgs, mut filter: Filter) -> Re
 /// an offset (`+02:00`) or neither (UTC), or an age `N` + `s`/`m`/`h`/`d`/`w`
 /// before now. Dates that do not exist (`2024-02-31`) are refused.
 pub fn parse_when(s: &str) -> Result<SystemTime> {
-    haul_time::parse_when(s, SystemTime::now()).map_err(|e| anyhow!("--newer-than: {e}"))
+    parse_when_for("--newer-than", s)
+}
+
+/// [`parse_when`] for `flag`, named in its error.
+pub fn parse_when_for(flag: &str, s: &str) -> Result<SystemTime> {
+    haul_time::parse_when(s, SystemTime::now()).map_err(|e| anyhow!("{flag}: {e}"))
 }
 
 #[cfg(test)]

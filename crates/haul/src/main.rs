@@ -191,6 +191,16 @@ fn exit_code_for(err: &anyhow::Error) -> u8 {
     if let Some(e) = err.chain().find_map(|c| c.downcast_ref::<NodeError>()) {
         return exit::for_node_error(e);
     }
+    if let Some(e) = err
+        .chain()
+        .find_map(|c| c.downcast_ref::<haul_fetch::FetchError>())
+    {
+        match e.fail_kind() {
+            haul_run::FailKind::Timeout => return exit::TIMEOUT,
+            haul_run::FailKind::Unreachable => return exit::UNREACHABLE,
+            _ => {}
+        }
+    }
     if err.downcast_ref::<UsageError>().is_some() {
         return exit::USAGE;
     }

@@ -61,9 +61,8 @@ pub struct Display {
     /// Failures so far by cause: only the first of each is shown as it
     /// happens (the summary counts the rest).
     causes: Mutex<Causes>,
-    /// `-v`: files named so far (a striped fan-out ends a file once per
-    /// stripe; it is named once).
-    named: Option<Mutex<std::collections::HashSet<String>>>,
+    /// `-v`: each file is named on stdout when it verified.
+    name_files: bool,
 }
 
 /// `--json` progress: one `progress` line at most every [`JSON_PROGRESS_EVERY`].
@@ -126,7 +125,7 @@ impl Display {
             totals,
             open: RwLock::new(true),
             causes: Mutex::new(Causes::default()),
-            named: (mode == Mode::Human && verbosity() >= 1).then(Mutex::default),
+            name_files: mode == Mode::Human && verbosity() >= 1,
         }
     }
 
@@ -237,9 +236,15 @@ impl Observer for Display {
         if !open.as_deref().is_ok_and(|open| *open) {
             return;
         }
-        let redraw = match self.totals.lock() {
-            Ok(mut t) => t.apply(event, Instant::now()),
-            Err(_) => false,
+        // Whether this event verified a file the totals had not counted
+        // (a striped fan-out ends one file once per stripe).
+        let (redraw, newly_verified) = match self.totals.lock() {
+            Ok(mut t) => {
+                let before = t.verified;
+                let redraw = t.apply(event, Instant::now());
+                (redraw, t.verified > before)
+            }
+            Err(_) => (false, false),
         };
         if redraw {
             self.show_total();
@@ -260,42 +265,39 @@ impl Observer for Display {
                     }
                 }
             }
-            Mode::Human => self.human(event),
+            Mode::Human => {
+                if newly_verified {
+                    self.name_sent(event);
+                }
+                self.human(event);
+            }
         }
     }
 }
 
 impl Display {
-    /// `-v`: the line naming a file just sent and verified, the first time
-    /// it ends (rsync's `-v` names each file it transferred).
-    fn sent_line(&self, event: &Event) -> Option<String> {
-        let named = self.named.as_ref()?;
+    /// `-v`: names on stdout the file `event` just sent and verified
+    /// (rsync's `-v` names each file it transferred; one skipped as up to
+    /// date is not named).
+    fn name_sent(&self, event: &Event) {
         let Event::FileDone {
             path,
-            blake3,
             skipped: false,
             ..
         } = event
         else {
-            return None;
+            return;
         };
-        if blake3.is_empty() {
-            return None; // a directory or symlink
+        if !self.name_files {
+            return;
         }
-        let first = named
-            .lock()
-            .map(|mut n| n.insert(path.clone()))
-            .unwrap_or(true);
-        first.then(|| path.clone())
+        match &self.bars {
+            Some(b) => b.multi.suspend(|| println!("{path}")),
+            None => println!("{path}"),
+        }
     }
 
     fn human(&self, event: &Event) {
-        if let Some(line) = self.sent_line(event) {
-            match &self.bars {
-                Some(b) => b.multi.suspend(|| println!("{line}")),
-                None => println!("{line}"),
-            }
-        }
         let Some(b) = &self.bars else {
             match event {
                 Event::DryRun { .. } => print_dry_run(event),

@@ -45,8 +45,8 @@ const TIPS: &[(&[&str], &str)] = &[
         "use --delete: haul deletes only after every file verified (rsync's --delete-after)",
     ),
     (
-        &["--delete-excluded", "--max-delete"],
-        "not offered yet; --delete keeps what the filters leave out, and --dry-run --delete shows what would go",
+        &["--delete-excluded"],
+        "not offered yet: --delete keeps what the filters leave out (--dry-run --delete shows what would go)",
     ),
     (
         &["--remove-source-files"],
@@ -77,16 +77,16 @@ const TIPS: &[(&[&str], &str)] = &[
         "use --json > FILE for a client's record; a node keeps its own with `haul serve --log-file FILE`",
     ),
     (
-        &["--max-age"],
-        "use --newer-than AGE (7d, 12h) or a date",
-    ),
-    (
-        &["--min-age", "--max-transfer", "-x", "--one-file-system", "-R", "--relative", "-b", "--backup", "--backup-dir", "--suffix", "-m", "--prune-empty-dirs"],
+        &["--max-transfer", "-x", "--one-file-system", "-R", "--relative", "-b", "--backup", "--backup-dir", "--suffix"],
         "not offered by haul yet",
     ),
     (
         &["-L", "--copy-links", "-k", "--copy-dirlinks", "-K", "--keep-dirlinks", "--safe-links", "--copy-unsafe-links"],
         "haul sends symlinks as symlinks and never follows one out of the tree",
+    ),
+    (
+        &["-m", "--prune-empty-dirs"],
+        "haul does that already when the rules pick files (an --include, a size or age rule): a directory in which nothing was taken is not made",
     ),
     (
         &["--port"],

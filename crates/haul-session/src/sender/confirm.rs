@@ -160,10 +160,10 @@ impl<S> Sender<S> {
             Err((kind, e)) => {
                 // Gone or unreadable now: it fails here, and the receiver
                 // already dropped it. Gone is gone (vanished), however it
-                // went; otherwise it is the change that stopped it.
+                // went; a reopen that failed otherwise is that failure's.
                 let kind = match kind {
                     FailKind::Vanished => FailKind::Vanished,
-                    _ => FailKind::Changed,
+                    _ => FailKind::Error,
                 };
                 if let Some(job) = self.forget(file) {
                     self.core.event(Event::file_failed(

@@ -36,12 +36,14 @@ fn avp_and_exclude_from_are_taken_and_v_names_each_file_sent() {
     let rules = s.path("excludes");
     std::fs::write(
         &rules,
-        "# rsync's format: one pattern a line\n*.tmp\n\ncache/\n",
+        "# rsync's format: one pattern a line\n+ keep.tmp\n*.tmp\n\ncache/\n",
     )
     .unwrap();
+    write_file(&src.join("keep.tmp"), 10, 6);
     let dst = s.path("dst");
+    // `-h` is rsync's --human-readable, never help: `-avh` copies.
     let flags = [
-        "-avP",
+        "-avhP",
         "--stats",
         "-rtlpD",
         "--exclude-from",
@@ -52,7 +54,12 @@ fn avp_and_exclude_from_are_taken_and_v_names_each_file_sent() {
     ok(&out);
     let mut named = stdout_lines(&out);
     named.sort();
-    assert_eq!(named, ["a.nc", "sub/b.nc", "sub/c.nc"], "{}", said(&out));
+    assert_eq!(
+        named,
+        ["a.nc", "keep.tmp", "sub/b.nc", "sub/c.nc"],
+        "{}",
+        said(&out)
+    );
     assert!(!dst.join("scratch.tmp").exists() && !dst.join("cache").exists());
     assert_eq!(b3(&dst.join("a.nc")), b3(&src.join("a.nc")));
 
@@ -133,6 +140,12 @@ fn rsyncs_other_flags_say_what_haul_does_instead() {
         assert!(err.contains(words), "{flags:?}: {err}");
         assert!(!err.contains("as a value"), "{flags:?}: {err}");
     }
+    // --help is still help.
+    let mut c = haul(&s.path("config"));
+    c.args(["push", "--help"]);
+    let out = run(c, T);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("--exclude-from"));
     // A flag rsync does not have either: clap's own words.
     let mut c = haul(&s.path("config"));
     c.args(["push", "--frobnicate"])
@@ -270,4 +283,89 @@ fn a_source_file_that_vanishes_mid_push_exits_24() {
     assert_eq!(sum["failures"][0]["kind"], "vanished", "{sum}");
     assert_eq!(b3(&s.path("node/in/m149")), b3(&s.path("src/m149")));
     assert!(!s.path("node/in/z-gone").exists());
+}
+
+/// `--max-delete N` with `--delete`: more than N to go, none goes (exit
+/// 25), for a local copy and a push to a node alike; N enough, they go.
+#[test]
+fn max_delete_keeps_everything_when_more_would_go() {
+    let s = Scratch::new();
+    write_file(&s.path("src/keep"), 100, 1);
+    let node = Node::start(&s.path("node"), &s.path("config"), &["--token", "t"]);
+    let dst = s.path("dst");
+    for i in 0..3 {
+        write_file(&dst.join(format!("stale{i}")), 10, i);
+        write_file(&s.path(&format!("node/in/stale{i}")), 10, i);
+    }
+    let src = format!("{}/", s.path("src").display());
+    let push = |flags: &[&str]| {
+        let mut c = haul(&s.path("config"));
+        c.args(["push", "--json", "--token", "t", "--delete"])
+            .args(flags)
+            .arg(&src)
+            .arg(node.url("in"));
+        run(c, T)
+    };
+
+    let out = local_copy(
+        &s.path("config"),
+        &["--delete", "--max-delete", "2"],
+        &s.path("src"),
+        &dst,
+    );
+    assert_eq!(out.status.code(), Some(25), "{}", said(&out));
+    assert!(
+        stderr(&out).contains("more than --max-delete 2"),
+        "{}",
+        stderr(&out)
+    );
+    assert!((0..3).all(|i| dst.join(format!("stale{i}")).exists()));
+    assert_eq!(b3(&dst.join("keep")), b3(&s.path("src/keep")));
+    let out = push(&["--max-delete", "2"]);
+    assert_eq!(out.status.code(), Some(25), "{}", said(&out));
+    assert_eq!(summary(&out)["failures"][0]["kind"], "delete_limit");
+    assert!((0..3).all(|i| s.path(&format!("node/in/stale{i}")).exists()));
+
+    let out = local_copy(
+        &s.path("config"),
+        &["--delete", "--max-delete", "3"],
+        &s.path("src"),
+        &dst,
+    );
+    ok(&out);
+    assert!((0..3).all(|i| !dst.join(format!("stale{i}")).exists()));
+    ok(&push(&["--max-delete", "3"]));
+    assert!((0..3).all(|i| !s.path(&format!("node/in/stale{i}")).exists()));
+
+    // Without --delete it means nothing: refused as a mistake.
+    let out = local_copy(
+        &s.path("config"),
+        &["--max-delete", "3"],
+        &s.path("src"),
+        &dst,
+    );
+    assert_eq!(out.status.code(), Some(2), "{}", said(&out));
+}
+
+/// rclone's `--max-age` and `--min-age`: files younger, and older, than an
+/// age.
+#[test]
+fn max_age_and_min_age_pick_files_by_age() {
+    let s = Scratch::new();
+    let src = s.path("src");
+    write_file(&src.join("new"), 10, 1);
+    write_file(&src.join("old"), 10, 2);
+    let f = std::fs::File::options()
+        .write(true)
+        .open(src.join("old"))
+        .unwrap();
+    f.set_modified(std::time::SystemTime::now() - Duration::from_secs(10 * 86400))
+        .unwrap();
+    drop(f);
+    let out = local_copy(&s.path("config"), &["--min-age", "2d"], &src, &s.path("a"));
+    ok(&out);
+    assert!(s.path("a/old").exists() && !s.path("a/new").exists());
+    let out = local_copy(&s.path("config"), &["--max-age", "2d"], &src, &s.path("b"));
+    ok(&out);
+    assert!(!s.path("b/old").exists() && s.path("b/new").exists());
 }

@@ -92,7 +92,7 @@ fn check(flags: &[&str], to_node: bool) {
     let replaces = !flags.is_empty();
     for attempt in 1..=2 {
         let out = run_once();
-        let code = if replaces { 0 } else { 1 };
+        let code = if replaces { 0 } else { 23 };
         assert_eq!(
             out.status.code(),
             Some(code),

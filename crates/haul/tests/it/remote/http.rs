@@ -216,7 +216,7 @@ fn http_errors_are_per_file_and_never_show_the_password() {
             "1",
         ],
     );
-    assert_eq!(out.status.code(), Some(1), "{}", all_output(&out));
+    assert_eq!(out.status.code(), Some(23), "{}", all_output(&out));
     let sum = summary(&out);
     assert_eq!(sum["files_ok"], 2, "{sum}");
     let err = sum["failures"][0]["error"].as_str().unwrap();
@@ -314,7 +314,7 @@ fn http_filters_rename_and_sidecars() {
             "50",
         ],
     );
-    assert_eq!(out.status.code(), Some(1), "{}", all_output(&out));
+    assert_eq!(out.status.code(), Some(23), "{}", all_output(&out));
     assert!(dst.join("2024-03/sst.nc").is_file(), "{}", all_output(&out));
     assert!(
         !dst.join("2024-03/wrong.nc").exists(),
@@ -344,7 +344,7 @@ fn http_checksum_headers_are_verified() {
             "50",
         ],
     );
-    assert_eq!(out.status.code(), Some(1), "{}", all_output(&out));
+    assert_eq!(out.status.code(), Some(23), "{}", all_output(&out));
     // Content-MD5, Digest and Repr-Digest all match: delivered.
     assert_eq!(std::fs::read(dst.join("hello.txt")).unwrap(), b"hello\n");
     // A body that does not match its Content-MD5 is never delivered.
@@ -536,7 +536,7 @@ fn http_mtime_filters_collisions_and_unusable_checksums() {
             "{name}",
         ],
     );
-    assert_eq!(out.status.code(), Some(1), "{}", all_output(&out));
+    assert_eq!(out.status.code(), Some(23), "{}", all_output(&out));
     assert!(
         all_output(&out).contains("both data.nc"),
         "{}",
@@ -557,7 +557,7 @@ fn http_mtime_filters_collisions_and_unusable_checksums() {
             "--verify-sidecar",
         ],
     );
-    assert_eq!(out.status.code(), Some(1), "{}", all_output(&out));
+    assert_eq!(out.status.code(), Some(23), "{}", all_output(&out));
     assert!(!s.path("side/checked.dat").exists());
     assert!(
         all_output(&out).contains("gives no sha256 checksum"),

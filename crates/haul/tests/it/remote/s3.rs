@@ -129,7 +129,7 @@ fn s3_cut_listing_fails_the_pull_and_deletes_nothing() {
         .args(["--delete-source", "--retries", "2", "--retry-base-ms", "10"]);
     let out = run(cmd, Duration::from_secs(60));
     let text = all_output(&out);
-    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert_eq!(out.status.code(), Some(23), "{text}");
     assert!(text.contains("cannot list"), "{text}");
     assert!(text.contains("cut short"), "{text}");
     assert!(
@@ -364,7 +364,7 @@ fn s3_checksum_refetches_only_a_changed_copy_and_delete_mirrors() {
     std::fs::remove_file(dst.join("a.txt")).unwrap();
     crate::harness::write_file(&dst.join("a.txt/inside"), 1, 3);
     let out = pull_bucket(&srv, &s, &["-c", "--delete"]);
-    assert_eq!(out.status.code(), Some(1), "{}", all_output(&out));
+    assert_eq!(out.status.code(), Some(23), "{}", all_output(&out));
     assert!(
         !text(&out).contains(r#""event":"deleted""#),
         "{}",
