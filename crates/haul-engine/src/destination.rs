@@ -26,7 +26,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, SystemTime};
 
 use haul_proto::{
-    validate_entry_path, validate_rel_path, validate_symlink_target, Entry, STATE_DIR,
+    validate_entry_path, validate_rel_path, validate_symlink_target, Entry, SkipRule, STATE_DIR,
 };
 use haul_root::{Dir, Meta, Root};
 
@@ -382,14 +382,15 @@ impl Destination {
     }
 
     /// True when the final file already exists with this size and mtime
-    /// (rsync's quick check): nothing needs sending. Its permission bits are
-    /// brought in line with the entry's when only they differ.
-    pub fn quick_check(&self, entry: &Entry) -> bool {
+    /// (rsync's quick check), or is kept by `rule`: nothing needs sending.
+    /// Its permission bits are brought in line with the entry's when only
+    /// they differ.
+    pub fn quick_check(&self, entry: &Entry, rule: SkipRule) -> bool {
         let Ok(place) = self.resolve(&entry.path) else {
             return false;
         };
         let found = self.look_up(&place);
-        up_to_date(found.as_ref(), &place, entry, self.sync_modes())
+        up_to_date(found.as_ref(), &place, entry, self.sync_modes(), rule)
     }
 
     /// True when nothing is at `rel` yet — no file (nor anything else) under
@@ -453,16 +454,22 @@ impl Destination {
     /// Opens the partial file for `entry` (shared with other connections that
     /// carry other ranges of it), reloading and re-verifying resume state.
     pub fn begin_file(&self, entry: &Entry) -> Result<Arc<PartialFile>, ReceiveError> {
-        match self.prepare_file(entry, false)? {
+        match self.prepare_file(entry, None)? {
             Prepared::Receive(part) => Ok(part),
             Prepared::UpToDate => Err(ReceiveError::BadOffer("unreachable quick check".into())),
         }
     }
 
     /// Resolves and checks `entry`'s final path once: with `quick_check`, a
-    /// file already there with the same size and mtime is [`Prepared::UpToDate`];
-    /// otherwise its partial file is opened.
-    pub fn prepare_file(&self, entry: &Entry, quick_check: bool) -> Result<Prepared, ReceiveError> {
+    /// file already there that its rule keeps (by default: the same size
+    /// and mtime) is [`Prepared::UpToDate`]; otherwise (and with `None`,
+    /// `--checksum`'s "receive whatever is offered") its partial file is
+    /// opened.
+    pub fn prepare_file(
+        &self,
+        entry: &Entry,
+        quick_check: Option<SkipRule>,
+    ) -> Result<Prepared, ReceiveError> {
         self.prepare_file_version(entry, "", quick_check)
     }
 
@@ -473,7 +480,7 @@ impl Destination {
         &self,
         entry: &Entry,
         version: &str,
-        quick_check: bool,
+        quick_check: Option<SkipRule>,
     ) -> Result<Prepared, ReceiveError> {
         let place = self.resolve(&entry.path)?;
         let found = self.look_up(&place);
@@ -482,12 +489,15 @@ impl Destination {
                 clear_empty_dir(&place, &entry.path)?;
                 return self.prepare_file_version(entry, version, quick_check);
             }
-            let quick_check = quick_check
-                && !self
+            let quick_check = quick_check.filter(|_| {
+                !self
                     .no_quick_check
-                    .load(std::sync::atomic::Ordering::Relaxed);
-            if quick_check && up_to_date(found.as_ref(), &place, entry, self.sync_modes()) {
-                return Ok(Prepared::UpToDate);
+                    .load(std::sync::atomic::Ordering::Relaxed)
+            });
+            if let Some(rule) = quick_check {
+                if up_to_date(found.as_ref(), &place, entry, self.sync_modes(), rule) {
+                    return Ok(Prepared::UpToDate);
+                }
             }
         }
         if entry.chunk_count() <= 1 {
@@ -813,7 +823,13 @@ static LINK_SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::ne
 /// mtime), with the entry's permission bits applied (with `sync_mode`) when only they differ
 /// (as `rsync -a`: a mode tightened at the source must not stay loose here);
 /// a file whose mode cannot be set is not up to date (it is sent again).
-fn up_to_date(found: Option<&Meta>, place: &Place, entry: &Entry, sync_mode: bool) -> bool {
+fn up_to_date(
+    found: Option<&Meta>,
+    place: &Place,
+    entry: &Entry,
+    sync_mode: bool,
+    rule: SkipRule,
+) -> bool {
     match found {
         Some(st) if same_file(st, entry) => {
             // As for a received file: never setuid or setgid (a peer's bits).
@@ -827,6 +843,12 @@ fn up_to_date(found: Option<&Meta>, place: &Place, entry: &Entry, sync_mode: boo
                     .dir
                     .chmod_file_if(&place.name, mode, |m| m.nlink == 1 && same_file(m, entry))
                     .unwrap_or(false)
+        }
+        // Another version, kept by the client's rule (`--ignore-existing`,
+        // `--size-only`, `-u`): left exactly as it is.
+        Some(st) => {
+            st.is_file()
+                && crate::quick_check::kept(crate::quick_check::Held::stat(st), entry, rule)
         }
         _ => false,
     }

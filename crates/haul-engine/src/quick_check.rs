@@ -1,12 +1,14 @@
 //! rsync's quick check, once: a file held at the destination is the
 //! source's version when its size and modification time (to the
-//! nanosecond) are the entry's. The receiver's skip decision and every dry
-//! run's "up to date" come from here, so the two never disagree.
+//! nanosecond) are the entry's — or, by the client's [`SkipRule`], when it
+//! merely exists (`--ignore-existing`), has the same size (`--size-only`)
+//! or is newer there (`-u`). The receiver's skip decision and every dry
+//! run's "up to date" come from [`kept`], so the two never disagree.
 //!
 //! A peer's nanoseconds are clamped to a valid value (a hostile or broken
 //! peer may send more than 999 999 999; the filesystem never holds that).
 
-use haul_proto::Entry;
+use haul_proto::{Entry, SkipRule};
 
 /// The size and modification time of the file held at the destination.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -37,6 +39,21 @@ impl Held {
             mtime_nsec: meta.mtime_nsec,
         }
     }
+}
+
+/// Whether the file `held` at the destination is left as it is when
+/// `offered` arrives, by `rule` (rsync's `--ignore-existing`, `-u`,
+/// `--size-only`, else its quick check).
+pub fn kept(held: Held, offered: &Entry, rule: SkipRule) -> bool {
+    let newer_here = (held.mtime_sec, held.mtime_nsec)
+        > (offered.mtime_sec, offered.mtime_nsec.min(999_999_999));
+    rule.ignore_existing
+        || (rule.update && newer_here)
+        || if rule.size_only {
+            held.size == offered.size
+        } else {
+            same_version(held, offered)
+        }
 }
 
 /// Whether `held` is `offered`'s version by size and mtime.
@@ -70,6 +87,26 @@ mod tests {
         assert!(!same_version(held, &entry(11, 100, 5)));
         assert!(!same_version(held, &entry(10, 101, 5)));
         assert!(!same_version(held, &entry(10, 100, 6)));
+    }
+
+    #[test]
+    fn rsyncs_skip_rules_keep_what_they_say() {
+        let held = Held::listed(&entry(10, 100, 0));
+        let quick = SkipRule::default();
+        let rule = |ignore_existing, size_only, update| SkipRule {
+            ignore_existing,
+            size_only,
+            update,
+        };
+        assert!(kept(held, &entry(10, 100, 0), quick));
+        assert!(!kept(held, &entry(11, 50, 0), quick));
+        assert!(kept(held, &entry(11, 200, 0), rule(true, false, false)));
+        assert!(kept(held, &entry(10, 200, 0), rule(false, true, false)));
+        assert!(!kept(held, &entry(11, 100, 0), rule(false, true, false)));
+        // -u: newer here is kept; older here is the quick check's.
+        assert!(kept(held, &entry(11, 50, 0), rule(false, false, true)));
+        assert!(!kept(held, &entry(11, 200, 0), rule(false, false, true)));
+        assert!(kept(held, &entry(10, 100, 0), rule(false, false, true)));
     }
 
     #[test]

@@ -8,7 +8,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use haul_engine::hash::chunk_size_for;
 use haul_engine::{PartialFile, Prepared, ReceiveError};
-use haul_proto::{Entry, EntryKind as ProtoKind};
+use haul_proto::{Entry, EntryKind as ProtoKind, SkipRule};
 use haul_remote::{Checksum, Remote, RemoteEntry, RemoteError};
 use haul_run::{Event, Observer};
 
@@ -301,7 +301,7 @@ fn known_up_to_date(ctx: &Ctx, job: &FileJob) -> bool {
         ..job.clone()
     };
     match proto_entry(ctx, &listed) {
-        Ok((entry, _)) => ctx.dest.quick_check(&entry),
+        Ok((entry, _)) => ctx.dest.quick_check(&entry, SkipRule::default()),
         Err(_) => false,
     }
 }
@@ -443,7 +443,7 @@ async fn attempt(
     }
     let prepared = ctx
         .dest
-        .prepare_file_version(&entry, &version, quick_check)
+        .prepare_file_version(&entry, &version, quick_check.then_some(SkipRule::default()))
         .map_err(local)?;
     let part = match prepared {
         Prepared::UpToDate => {

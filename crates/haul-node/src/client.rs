@@ -63,6 +63,9 @@ pub struct ClientOptions {
     /// `--max-delete N`: with `--delete`, delete nothing when more than N
     /// entries would go (and say so; exit 25).
     pub max_delete: Option<u64>,
+    /// Which files already at the destination are kept (rsync's
+    /// `--ignore-existing`, `--size-only`, `-u`; default: the quick check).
+    pub skip: haul_proto::SkipRule,
     /// `--checksum` (local copies): a file is up to date when its BLAKE3
     /// equals that of the file at DEST, whatever the sizes and mtimes say.
     pub checksum: bool,
@@ -101,6 +104,7 @@ impl Default for ClientOptions {
             filter: None,
             delete: false,
             max_delete: None,
+            skip: haul_proto::SkipRule::default(),
             checksum: false,
             force: false,
             ssh: crate::ssh::SshOptions::default(),

@@ -9,7 +9,7 @@ use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::Arc;
 
-use haul_engine::quick_check::{same_version, Held};
+use haul_engine::quick_check::{kept, Held};
 use haul_engine::source::hash_local;
 use haul_engine::{LocalTree, OneFile, Source as _, SourceEntry};
 use haul_proto::{Digest, Entry, EntryKind, ErrorCode, Message, Request};
@@ -92,6 +92,7 @@ pub async fn dry_run_push(
             theirs,
             delete.then_some(opts.max_delete),
             opts.checksum,
+            opts.skip,
             observer.as_ref(),
             &mut report,
         );
@@ -147,6 +148,7 @@ pub async fn dry_run_pull(
         ours,
         delete.then_some(opts.max_delete),
         opts.checksum,
+        opts.skip,
         observer.as_ref(),
         &mut report,
     );
@@ -178,6 +180,7 @@ pub fn dry_run_local(
             ours,
             delete.then_some(opts.max_delete),
             opts.checksum,
+            opts.skip,
             observer.as_ref(),
             &mut report,
         );
@@ -363,6 +366,7 @@ fn compare(
     dest: Side,
     delete: Option<Option<u64>>,
     checksum: bool,
+    skip: haul_proto::SkipRule,
     observer: &dyn Observer,
     report: &mut DryRunReport,
 ) {
@@ -376,7 +380,7 @@ fn compare(
     }
     // rsync's quick check, or with `--checksum` size and BLAKE3.
     let same = |t: &Entry, e: &Entry| match checksum {
-        false => same_version(Held::listed(t), e),
+        false => kept(Held::listed(t), e, skip),
         true => {
             t.size == e.size
                 && matches!((dest.sums.get(&t.path), source.sums.get(&e.path)), (Some(a), Some(b)) if a == b)

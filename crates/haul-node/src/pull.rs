@@ -376,7 +376,7 @@ fn take_listed(
         EntryKind::File => {
             if let Err(e) = haul_proto::validate_entry_path(&entry.path) {
                 Err(e.into())
-            } else if !opts.checksum && dest.quick_check(&entry) {
+            } else if !opts.checksum && dest.quick_check(&entry, opts.skip) {
                 tally.event(&Event::up_to_date(path.clone(), entry.size));
                 Ok(())
             } else {

@@ -169,6 +169,7 @@ pub async fn push(
         dest,
         checksum: opts.checksum,
         replace_dirs: opts.replaces_dirs(),
+        skip: opts.skip,
     };
     let first = open_first(&remote.dialer, opts, request.clone(), tally.as_ref()).await?;
     let ctx = SenderCtx::for_client(opts, &tally, ChunkBuffers::new(opts.chunk_memory));

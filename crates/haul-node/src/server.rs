@@ -355,6 +355,7 @@ impl Server {
                 dest,
                 checksum,
                 replace_dirs,
+                skip,
             } => {
                 if let Err(e) = haul_proto::validate_rel_path(&dest) {
                     return refuse(&mut writer, ErrorCode::BadPath, e.to_string()).await;
@@ -373,7 +374,7 @@ impl Server {
                     chunk_work: ChunkWork::for_this_machine(),
                     buffers: self.buffers.clone(),
                     relay: None,
-                    quick_check: !checksum,
+                    quick_check: (!checksum).then_some(skip),
                     replace_dirs,
                 };
                 run_receiver(reader, writer, None, ctx)
@@ -623,7 +624,7 @@ impl Server {
             chunk_work: ChunkWork::for_this_machine(),
             buffers: self.buffers.clone(),
             relay: Some(transfer.clone()),
-            quick_check: !transfer.checksum,
+            quick_check: (!transfer.checksum).then_some(haul_proto::SkipRule::default()),
             // A fan-out does not replace directories (yet): one in the way
             // fails its file, named in the summary.
             replace_dirs: false,

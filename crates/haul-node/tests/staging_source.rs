@@ -107,7 +107,7 @@ async fn a_file_still_being_received_is_sent_on_as_its_chunks_verify() {
         chunk_work: ChunkWork::for_this_machine(),
         buffers: ChunkBuffers::new(64 << 20),
         relay: None,
-        quick_check: true,
+        quick_check: Some(Default::default()),
         replace_dirs: false,
     };
     let receiving = tokio::spawn(run_receiver(rr, rw, None, rctx));

@@ -90,10 +90,11 @@ pub fn encode(msg: &Message, out: &mut Vec<u8>) {
                     dest,
                     checksum,
                     replace_dirs,
+                    skip,
                 } => {
                     w.u8(1);
                     w.str(dest);
-                    w.u8(u8::from(*checksum) | (u8::from(*replace_dirs) << 1));
+                    w.u8(u8::from(*checksum) | (u8::from(*replace_dirs) << 1) | skip.bits());
                 }
                 Request::List { path, sums } => {
                     w.u8(2);
@@ -352,13 +353,14 @@ fn decode_body(body: &[u8]) -> Result<Message, DecodeError> {
                 1 => {
                     let dest = r.str()?;
                     let flags = r.u8()?;
-                    if flags > 3 {
+                    if flags > 31 {
                         return Err(DecodeError::Malformed(name));
                     }
                     Request::Push {
                         dest,
                         checksum: flags & 1 != 0,
                         replace_dirs: flags & 2 != 0,
+                        skip: crate::SkipRule::from_bits(flags),
                     }
                 }
                 2 => Request::List {

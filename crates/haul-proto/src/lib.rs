@@ -51,6 +51,9 @@
 //! push --checksum (v6): the client first lists DEST with sums, offers only
 //!       files whose BLAKE3 differs, in Hello{.., Push{dest, checksum: true}}:
 //!       the receiver then skips nothing for its size and mtime.
+//! push --ignore-existing / --size-only / -u (v10): Push{.., skip} carries the
+//!       client's SkipRule; the receiver keeps what the rule keeps (the
+//!       quick check otherwise), as the client's own dry run decides.
 //! push --delete, after a push that failed nowhere (v5):
 //!       Hello{.., Prune{dest}} -> then, one at a time,
 //!       Remove{path} ->  <- Done{ok, message}   (path under dest; never .haul)
@@ -164,7 +167,7 @@ pub mod seal;
 pub use frame::{decode_frame, encode, DecodeError, Decoded, MAX_FRAME_LEN};
 pub use message::{
     ChunkHeader, ChunkSeal, Digest, Entry, EntryKind, ErrorCode, Message, OriginKey, RelayTarget,
-    Request, Seal, Stripe, Ticket, MAX_SEALS, MAX_STRIPES, PROTOCOL_VERSION,
+    Request, Seal, SkipRule, Stripe, Ticket, MAX_SEALS, MAX_STRIPES, PROTOCOL_VERSION,
 };
 pub use path::{
     check_entry_path, is_state_dir, symlink_target_refused_anywhere, validate_entry_path,

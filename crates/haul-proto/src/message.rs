@@ -24,7 +24,42 @@
 /// root (its whole-file BLAKE3) once it confirmed the file held still while
 /// read, and a receiver commits a relayed file only under a root so sealed
 /// (a torn read at the origin is never committed downstream).
-pub const PROTOCOL_VERSION: u16 = 9;
+/// Version 10: `Push{skip}`: bits 2–4 of `Push`'s flags byte carry the
+/// client's [`SkipRule`] (`--ignore-existing`, `--size-only`, `-u`), so the
+/// node skips what the client's rule skips; a version 9 node would have
+/// ignored them and overwritten, hence the new version.
+pub const PROTOCOL_VERSION: u16 = 10;
+
+/// Which files already at the destination are left as they are, as
+/// rsync's flags say; the default is the quick check (same size and
+/// mtime). A receiver applies it to every file offered (version 10).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SkipRule {
+    /// `--ignore-existing`: any regular file already there is kept.
+    pub ignore_existing: bool,
+    /// `--size-only`: a file of the same size is kept, whatever its mtime.
+    pub size_only: bool,
+    /// `-u`/`--update`: a file newer there than the source's is kept.
+    pub update: bool,
+}
+
+impl SkipRule {
+    /// The flag bits on the wire (bits 2, 3 and 4 of `Push`'s byte).
+    pub fn bits(self) -> u8 {
+        (u8::from(self.ignore_existing) << 2)
+            | (u8::from(self.size_only) << 3)
+            | (u8::from(self.update) << 4)
+    }
+
+    /// From the flag byte.
+    pub fn from_bits(b: u8) -> Self {
+        Self {
+            ignore_existing: b & 4 != 0,
+            size_only: b & 8 != 0,
+            update: b & 16 != 0,
+        }
+    }
+}
 
 /// A credential one node issues for one fan-out transfer: whoever presents
 /// it may push into that transfer's destination, while the client that
@@ -69,6 +104,8 @@ pub enum Request {
         /// `--force`/`--delete`: a non-empty directory where the client
         /// has a file or symlink is removed to make room (version 8).
         replace_dirs: bool,
+        /// Which files already there are kept (version 10).
+        skip: SkipRule,
     },
     /// The client wants the listing of `path` (relative to the server root):
     /// the server answers with [`Message::Listing`]s, then [`Message::Bye`].

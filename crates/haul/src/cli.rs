@@ -278,6 +278,19 @@ pub struct TransferArgs {
     /// (size and mtime where it offers none). Only files that differ move.
     #[arg(short = 'c', long)]
     pub checksum: bool,
+    /// Keep every regular file DEST already has, whatever its size and
+    /// mtime: send only what is missing (rsync's --ignore-existing; FTP,
+    /// SFTP, HTTP and S3 pulls: as --skip-existing).
+    #[arg(long)]
+    pub ignore_existing: bool,
+    /// Keep a file DEST has with the source's size, whatever its mtime
+    /// (rsync's --size-only).
+    #[arg(long, conflicts_with = "checksum")]
+    pub size_only: bool,
+    /// Keep a file that is newer at DEST than at the source (rsync's
+    /// -u/--update); the others by the usual size and mtime check.
+    #[arg(short = 'u', long, conflicts_with = "checksum")]
+    pub update: bool,
     /// Write payloads from memory instead of sendfile(2) (plaintext only).
     #[arg(long, hide = true)]
     pub no_zero_copy: bool,

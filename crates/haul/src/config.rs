@@ -180,6 +180,11 @@ pub fn client_options(t: &TransferArgs) -> Result<ClientOptions> {
         },
         delete: t.delete,
         max_delete: t.max_delete,
+        skip: haul_proto::SkipRule {
+            ignore_existing: t.ignore_existing,
+            size_only: t.size_only,
+            update: t.update,
+        },
         force: t.force,
         checksum: t.checksum,
         chunk_memory: chunk_memory(&t.chunk_memory)?,

@@ -102,6 +102,12 @@ pub async fn push(
             .into());
         }
     }
+    if args.transfer.ignore_existing || args.transfer.size_only || args.transfer.update {
+        return Err(UsageError(
+            "--ignore-existing, --size-only and -u are not offered for a fan-out yet (the nodes relay one set of files to each other): push to one node, or leave them out".into(),
+        )
+        .into());
+    }
     if args.transfer.max_delete.is_some() {
         return Err(UsageError(
             "--max-delete is not offered for a fan-out yet (each node would be held back on its own, and the nodes must be pruned alike): push to one node, or leave it out".into(),

@@ -74,6 +74,9 @@ pub fn fetch_options(t: &TransferArgs, r: &RemoteArgs, mut filter: Filter) -> Re
     if t.delete && r.delete_source {
         bail!("--delete mirrors the source into DEST and --delete-source empties the source: together they would delete the copies too; use one");
     }
+    if t.size_only || t.update {
+        bail!("--size-only and -u/--update are for haul nodes and local copies; an FTP, SFTP, HTTP or S3 pull decides by size and mtime (or -c, or --ignore-existing)");
+    }
     if t.delete && r.rename.is_some() {
         bail!("--delete compares DEST with the source's own names: it does not take --rename");
     }
@@ -84,7 +87,7 @@ pub fn fetch_options(t: &TransferArgs, r: &RemoteArgs, mut filter: Filter) -> Re
         max_conn_per_host: r.max_conn_per_host,
         retry: client.retry,
         quick_check: true,
-        skip_existing: r.skip_existing,
+        skip_existing: r.skip_existing || t.ignore_existing,
         checksum: t.checksum,
         delete: t.delete,
         max_delete: t.max_delete,

@@ -33,12 +33,12 @@ const TIPS: &[(&[&str], &str)] = &[
         "haul keeps the source's permission bits as they are",
     ),
     (
-        &["-u", "--update", "--size-only", "--ignore-times", "-I"],
+        &["--ignore-times", "-I"],
         "haul skips a file whose size and mtime match and sends the others; -c compares content instead",
     ),
     (
-        &["--ignore-existing", "--existing"],
-        "a pull from FTP, SFTP, HTTP or S3 has --skip-existing; pushes and node pulls have no such flag yet",
+        &["--existing"],
+        "not offered yet (haul has --ignore-existing, its opposite)",
     ),
     (
         &["--del", "--delete-before", "--delete-during", "--delete-delay", "--delete-after"],

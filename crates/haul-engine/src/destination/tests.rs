@@ -78,7 +78,7 @@ fn receive_verify_commit_and_resume() {
         std::fs::read(tmp.path().join("dir/sub/f.bin")).unwrap(),
         data
     );
-    assert!(dest.quick_check(&entry));
+    assert!(dest.quick_check(&entry, SkipRule::default()));
 }
 
 #[test]
@@ -158,7 +158,7 @@ fn refuses_escapes_and_symlinked_dirs() {
 
 /// Receives `data` as the one-chunk file `entry` (quick check on).
 fn receive_small(dest: &Destination, entry: &Entry, data: &[u8]) -> bool {
-    match dest.prepare_file(entry, true).unwrap() {
+    match dest.prepare_file(entry, Some(SkipRule::default())).unwrap() {
         Prepared::UpToDate => false,
         Prepared::Receive(part) => {
             let d = chunk_digest(data, 0, entry.chunk_size, entry.size);
@@ -219,7 +219,7 @@ fn an_up_to_date_file_takes_the_source_mode() {
         path: "l".into(),
         ..tightened
     };
-    assert!(!dest.quick_check(&l));
+    assert!(!dest.quick_check(&l, SkipRule::default()));
     assert_eq!(mode("t"), 0o644);
     // A file with another hard link keeps its mode: it is not up to date
     // (sent again and renamed over), the other link untouched.
@@ -228,7 +228,7 @@ fn an_up_to_date_file_takes_the_source_mode() {
         mode: 0o666,
         ..a.clone()
     };
-    assert!(!dest.quick_check(&loose));
+    assert!(!dest.quick_check(&loose, SkipRule::default()));
     assert_eq!(mode("other"), 0o600);
     std::fs::remove_file(tmp.path().join("other")).unwrap();
     // A peer's setuid and setgid bits are never applied.
@@ -236,11 +236,11 @@ fn an_up_to_date_file_takes_the_source_mode() {
         mode: 0o6755,
         ..a.clone()
     };
-    assert!(dest.quick_check(&setuid));
+    assert!(dest.quick_check(&setuid, SkipRule::default()));
     assert_eq!(mode("a"), 0o755);
     // A source whose modes are made up (a remote pull) leaves local ones.
     dest.keep_modes();
-    assert!(dest.quick_check(&a));
+    assert!(dest.quick_check(&a, SkipRule::default()));
     assert_eq!(mode("a"), 0o755);
 }
 
@@ -332,17 +332,20 @@ fn one_process_at_a_time_per_staging_file() {
     let first = Destination::open(tmp.path()).unwrap();
     let second = Destination::open(tmp.path()).unwrap();
     let entry = file_entry("big.bin", 4096, 1024);
-    let held = match first.prepare_file(&entry, true).unwrap() {
+    let held = match first
+        .prepare_file(&entry, Some(SkipRule::default()))
+        .unwrap()
+    {
         Prepared::Receive(p) => p,
         Prepared::UpToDate => panic!("nothing is there yet"),
     };
     assert!(matches!(
-        second.prepare_file(&entry, true),
+        second.prepare_file(&entry, Some(SkipRule::default())),
         Err(ReceiveError::Locked(_))
     ));
     drop(held);
     assert!(matches!(
-        second.prepare_file(&entry, true),
+        second.prepare_file(&entry, Some(SkipRule::default())),
         Ok(Prepared::Receive(_))
     ));
 }
@@ -379,7 +382,7 @@ fn a_removed_state_directory_is_made_again() {
     std::fs::remove_dir_all(tmp.path().join(".haul")).unwrap();
     let entry = file_entry("big.bin", 4096, 1024);
     assert!(matches!(
-        dest.prepare_file(&entry, true),
+        dest.prepare_file(&entry, Some(SkipRule::default())),
         Ok(Prepared::Receive(_))
     ));
 }
@@ -397,7 +400,9 @@ fn the_root_itself_is_never_an_entry() {
         dest.make_dir(&dir),
         Err(ReceiveError::BadPath(haul_proto::PathError::Root))
     ));
-    assert!(dest.prepare_file(&file_entry("", 5, 1024), true).is_err());
+    assert!(dest
+        .prepare_file(&file_entry("", 5, 1024), Some(SkipRule::default()))
+        .is_err());
     assert!(dest.ensure_dir("").is_err());
     dest.apply_dir_metadata();
     let mode = std::fs::metadata(tmp.path()).unwrap().permissions().mode();
@@ -495,7 +500,7 @@ fn a_planted_staging_file_is_never_written_through() {
     let id = blake3::hash(b"big.bin").to_hex()[..32].to_string();
     std::fs::hard_link(&victim, tmp.path().join(format!(".haul/partial/{id}.part"))).unwrap();
     assert!(matches!(
-        dest.prepare_file(&entry, true),
+        dest.prepare_file(&entry, Some(SkipRule::default())),
         Err(ReceiveError::ForeignState(_))
     ));
     assert_eq!(std::fs::read(&victim).unwrap(), b"precious");

@@ -98,7 +98,8 @@ impl DescribedSink for DescribedRead<'_> {
             .prepare_file_version(
                 &proto,
                 &version,
-                self.ctx.opts.quick_check || (self.job.adopt && entry.mtime.is_some()),
+                (self.ctx.opts.quick_check || (self.job.adopt && entry.mtime.is_some()))
+                    .then_some(haul_proto::SkipRule::default()),
             )
             .map_err(local)?;
         match prepared {

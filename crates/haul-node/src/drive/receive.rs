@@ -47,10 +47,11 @@ pub struct ReceiverCtx {
     /// The fan-out transfer this push belongs to: every entry staged here
     /// is relayed downstream ([`crate::relay`]).
     pub relay: Option<Arc<dyn RelayHook>>,
-    /// rsync's quick check: a file in place with the offered size and
-    /// mtime is up to date. Off for `push --checksum` (the client compared
-    /// contents already and offers only files that differ).
-    pub quick_check: bool,
+    /// rsync's quick check, with the client's rule (`--ignore-existing`,
+    /// `--size-only`, `-u`): a file in place that it keeps is up to date.
+    /// `None` for `push --checksum` (the client compared contents already
+    /// and offers only files that differ).
+    pub quick_check: Option<haul_proto::SkipRule>,
     /// `--force` or `--delete`: a non-empty directory where the source has
     /// a file or symlink is removed to make room (an empty one always is).
     pub replace_dirs: bool,
@@ -73,7 +74,7 @@ impl ReceiverCtx {
             chunk_work: opts.chunk_work,
             buffers: ChunkBuffers::new(opts.chunk_memory),
             relay: None,
-            quick_check: true,
+            quick_check: Some(opts.skip),
             replace_dirs: opts.replaces_dirs(),
         }
     }

@@ -1,4 +1,5 @@
 use super::*;
+use crate::SkipRule;
 use proptest::prelude::*;
 
 fn roundtrip(msg: &Message) {
@@ -39,6 +40,7 @@ fn hex_snapshots() {
                 dest: "d".into(),
                 checksum: false,
                 replace_dirs: false,
+                skip: SkipRule::default(),
             }
         }),
         "0000000f010001000000017401000000016400"
@@ -51,9 +53,28 @@ fn hex_snapshots() {
                 dest: String::new(),
                 checksum: true,
                 replace_dirs: true,
+                skip: SkipRule::default(),
             }
         }),
         "0000000d01000800000000010000000003"
+    );
+    // Version 10: the skip rule in bits 2-4 (`--ignore-existing`, `-u`).
+    assert_eq!(
+        hex_of(&Message::Hello {
+            version: 10,
+            token: String::new(),
+            request: Request::Push {
+                dest: String::new(),
+                checksum: false,
+                replace_dirs: false,
+                skip: SkipRule {
+                    ignore_existing: true,
+                    size_only: false,
+                    update: true,
+                },
+            }
+        }),
+        "0000000d01000a00000000010000000014"
     );
     assert_eq!(
         hex_of(&Message::Hashed { root: [7; 32] }).len(),
@@ -159,19 +180,21 @@ fn arb_message() -> impl Strategy<Value = Message> {
             arb_string(),
             arb_string(),
             any::<bool>(),
-            any::<bool>()
+            any::<bool>(),
+            0u8..8,
         )
-            .prop_map(
-                |(version, token, dest, checksum, replace_dirs)| Message::Hello {
+            .prop_map(|(version, token, dest, checksum, replace_dirs, skip)| {
+                Message::Hello {
                     version,
                     token,
                     request: Request::Push {
                         dest,
                         checksum,
-                        replace_dirs
+                        replace_dirs,
+                        skip: SkipRule::from_bits(skip << 2),
                     },
                 }
-            ),
+            }),
         (arb_string(), any::<bool>()).prop_map(|(path, sums)| Message::Hello {
             version: 1,
             token: String::new(),

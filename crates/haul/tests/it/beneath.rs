@@ -75,6 +75,7 @@ fn push_session(node: &Node) -> Raw {
             dest: String::new(),
             checksum: false,
             replace_dirs: false,
+            skip: Default::default(),
         }),
         Message::Welcome { .. }
     ));

@@ -50,6 +50,7 @@ fn fifty_connections_announcing_maximal_chunks_stay_within_the_budget() {
                         dest: String::new(),
                         checksum: false,
                         replace_dirs: false,
+                        skip: Default::default(),
                     }),
                     Message::Welcome { .. }
                 ) {

@@ -369,3 +369,78 @@ fn max_age_and_min_age_pick_files_by_age() {
     ok(&out);
     assert!(!s.path("b/old").exists() && s.path("b/new").exists());
 }
+
+/// rsync's `--ignore-existing`, `--size-only` and `-u`: what DEST already
+/// has is kept by each rule, for a local copy and a push to a node alike
+/// (`-v` names what was sent).
+#[test]
+fn ignore_existing_size_only_and_update_keep_what_they_say() {
+    let s = Scratch::new();
+    let node = Node::start(&s.path("node"), &s.path("config"), &["--token", "t"]);
+    let now = std::time::SystemTime::now();
+    let age = |p: &Path, secs: u64| {
+        let f = std::fs::File::options().write(true).open(p).unwrap();
+        f.set_modified(now - Duration::from_secs(secs)).unwrap();
+    };
+    let src = s.path("src");
+    for (name, seed) in [("a", 1), ("b", 2), ("c", 3), ("d", 4)] {
+        write_file(&src.join(name), 100, seed);
+        age(&src.join(name), 1000);
+    }
+    // DEST: `a` older and of another size, `b` older and of the same
+    // size, `c` newer and of another size; no `d`.
+    let fill = |dst: &Path| {
+        write_file(&dst.join("a"), 200, 9);
+        age(&dst.join("a"), 2000);
+        write_file(&dst.join("b"), 100, 8);
+        age(&dst.join("b"), 2000);
+        write_file(&dst.join("c"), 150, 7);
+        age(&dst.join("c"), 10);
+    };
+    for (flag, sent) in [
+        ("--ignore-existing", &["d"][..]),
+        ("--size-only", &["a", "c", "d"][..]),
+        ("-u", &["a", "b", "d"][..]),
+        ("-v", &["a", "b", "c", "d"][..]),
+    ] {
+        let dst = s.path(&format!("copy{flag}"));
+        fill(&dst);
+        // The dry run says the same.
+        let out = local_copy(&s.path("config"), &["-n", flag], &src, &dst);
+        ok(&out);
+        let mut would: Vec<String> = stdout_lines(&out)
+            .iter()
+            .filter_map(|l| l.strip_prefix("send"))
+            .filter_map(|l| l.split_whitespace().next().map(str::to_owned))
+            .collect();
+        would.sort();
+        assert_eq!(would, sent, "dry run {flag}: {}", said(&out));
+        let out = local_copy(&s.path("config"), &["-v", flag], &src, &dst);
+        ok(&out);
+        let mut named = stdout_lines(&out);
+        named.sort();
+        assert_eq!(named, sent, "local copy {flag}: {}", said(&out));
+        for name in ["a", "b", "c"] {
+            // Every kept file differs from the source's by construction.
+            let same = b3(&dst.join(name)) == b3(&src.join(name));
+            assert_eq!(same, sent.contains(&name), "local copy {flag} {name}");
+        }
+
+        let at = format!("in{flag}");
+        let held = s.path(&format!("node/{at}"));
+        fill(&held);
+        let mut c = haul(&s.path("config"));
+        c.args(["push", "-v", flag, "--token", "t"])
+            .arg(format!("{}/", src.display()))
+            .arg(node.url(&at));
+        let out = run(c, T);
+        ok(&out);
+        let mut named = stdout_lines(&out);
+        named.sort();
+        assert_eq!(named, sent, "push {flag}: {}", said(&out));
+        for name in ["a", "b", "c", "d"] {
+            let same = b3(&held.join(name)) == b3(&src.join(name));
+            assert_eq!(same, sent.contains(&name), "push {flag} {name}");
+        }
+    }
+}

@@ -31,6 +31,7 @@ fn a_malicious_pusher_cannot_write_outside_the_root() {
             dest: String::new(),
             checksum: false,
             replace_dirs: false,
+            skip: Default::default(),
         }),
         Message::Welcome { .. }
     ));
@@ -192,6 +193,7 @@ fn a_malicious_pusher_cannot_write_outside_the_root() {
             dest: "../up".into(),
             checksum: false,
             replace_dirs: false,
+            skip: Default::default(),
         }),
         Message::Refused {
             code: ErrorCode::BadPath,
@@ -291,6 +293,7 @@ fn malformed_frames_close_only_that_connection() {
             dest: String::new(),
             checksum: false,
             replace_dirs: false,
+            skip: Default::default(),
         }),
         Message::Welcome { .. }
     ));
