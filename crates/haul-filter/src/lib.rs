@@ -8,10 +8,13 @@
 //! [`TreeFilter`] applies them to a tree streamed depth first (pruning
 //! excluded directories with everything under them); [`parse_filter_file`]
 //! reads a `--filter-from` file, [`parse_pattern_file`] an `--exclude-from`
-//! or `--include-from` one. Pure: no I/O, no clock.
+//! or `--include-from` one, [`NamedPaths`] a `--files-from` list. Pure:
+//! no I/O, no clock.
 
+mod named;
 mod rules;
 mod tree;
 
+pub use named::{ClimbsOut, NamedPaths};
 pub use rules::{parse_filter_file, parse_pattern_file, Captures, Filter, FilterError, RuleKind};
 pub use tree::{Node, TreeFilter};

@@ -96,6 +96,9 @@ pub struct Filter {
     pub older_than: Option<SystemTime>,
     /// Deepest directory level entered below the source.
     pub max_depth: Option<usize>,
+    /// `--files-from`: the only paths taken (the other rules still apply
+    /// to them).
+    pub only: Option<std::sync::Arc<crate::NamedPaths>>,
 }
 
 /// Capture groups gathered for `--rename` (`{1}`, `{2}`..., `{cap:NAME}`).
@@ -176,6 +179,9 @@ impl Filter {
         if self.max_depth.is_some_and(|max| depth > max) {
             return false;
         }
+        if self.only.as_ref().is_some_and(|o| !o.enters(rel)) {
+            return false;
+        }
         if !self.dir_struct.is_empty() {
             let Some(re) = self.dir_struct.get(depth - 1) else {
                 return false;
@@ -209,6 +215,7 @@ impl Filter {
             || self.max_size.is_some()
             || self.newer_than.is_some()
             || self.older_than.is_some()
+            || self.only.is_some()
     }
 
     /// Whether nothing is filtered (every entry taken).
@@ -221,6 +228,7 @@ impl Filter {
             && self.newer_than.is_none()
             && self.older_than.is_none()
             && self.max_depth.is_none()
+            && self.only.is_none()
     }
 
     /// Whether file `rel` (relative to the source) is taken, with the
@@ -234,6 +242,9 @@ impl Filter {
     ) -> Option<Captures> {
         let depth = rel.split('/').count() - 1;
         if self.max_depth.is_some_and(|max| depth > max) {
+            return None;
+        }
+        if self.only.as_ref().is_some_and(|o| !o.takes(rel)) {
             return None;
         }
         let mut caps = Captures::default();

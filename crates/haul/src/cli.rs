@@ -466,6 +466,15 @@ pub struct FilterArgs {
     /// at least that old). Also spelled --min-age (rclone's name).
     #[arg(long, value_name = "WHEN", visible_alias = "min-age")]
     pub older_than: Option<String>,
+    /// Take only the paths FILE lists, one a line, relative to the source's
+    /// top (rsync's --files-from; a directory listed takes all beneath
+    /// it; `-` reads standard input). The other rules still apply.
+    #[arg(long, value_name = "FILE")]
+    pub files_from: Option<PathBuf>,
+    /// --files-from's names are separated by NUL bytes, not lines (as
+    /// `find -print0` writes them).
+    #[arg(short = '0', long, requires = "files_from")]
+    pub from0: bool,
     /// Descend at most this many directory levels.
     #[arg(long, value_name = "N")]
     pub max_depth: Option<usize>,

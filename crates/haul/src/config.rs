@@ -258,6 +258,22 @@ pub fn filter(f: &FilterArgs) -> Result<haul_fetch::Filter> {
         .map(|s| crate::fetch::parse_when_for("--older-than", s))
         .transpose()?;
     filter.max_depth = f.max_depth;
+    if let Some(list) = &f.files_from {
+        let text = if list.as_os_str() == "-" {
+            std::io::read_to_string(std::io::stdin()).context("cannot read --files-from -")?
+        } else {
+            std::fs::read_to_string(list)
+                .with_context(|| format!("cannot read --files-from {}", list.display()))?
+        };
+        let named = haul_fetch::filter::NamedPaths::parse(&text, f.from0)?;
+        if named.is_empty() {
+            bail!(
+                "--files-from {} names no path: nothing would be sent",
+                list.display()
+            );
+        }
+        filter.only = Some(std::sync::Arc::new(named));
+    }
     Ok(filter)
 }
 

@@ -694,6 +694,8 @@ fn source_plan(
         max_size: s.max_size.clone(),
         newer_than: s.newer_than.clone(),
         older_than: None,
+        files_from: None,
+        from0: false,
         max_depth: s.max_depth,
         rules: rules
             .iter()

@@ -53,10 +53,6 @@ const TIPS: &[(&[&str], &str)] = &[
         "a pull from FTP, SFTP, HTTP or S3 has --delete-source",
     ),
     (
-        &["--files-from", "-0", "--from0"],
-        "not offered yet; --include-from FILE (one glob a line) with --exclude '*' is the nearest",
-    ),
-    (
         &["-f", "--filter", "-F"],
         "use --include and --exclude, or --filter-from FILE (`+ GLOB` / `- GLOB` lines)",
     ),

@@ -125,7 +125,7 @@ fn rsyncs_other_flags_say_what_haul_does_instead() {
             &["-aH"][..],
             "-H is rsync's; haul does not keep hard links yet",
         ),
-        (&["--files-from=list"][..], "--include-from"),
+        (&["-L"][..], "sends symlinks as symlinks"),
         (&["--delete-after"][..], "use --delete"),
         (&["--inplace"][..], "never writes a file in place"),
     ] {
@@ -443,4 +443,54 @@ fn ignore_existing_size_only_and_update_keep_what_they_say() {
             assert_eq!(same, sent.contains(&name), "push {flag} {name}");
         }
     }
+}
+
+/// rsync's `--files-from` (and `-0`): only the paths listed, relative to
+/// the source's top, a directory with all beneath it; the same for a local
+/// copy and a push to a node.
+#[test]
+fn files_from_takes_only_the_paths_listed() {
+    let s = Scratch::new();
+    let src = s.path("src");
+    for p in ["a/x.nc", "a/y.nc", "b/deep/z", "c", "d e", "skip/me"] {
+        write_file(&src.join(p), 10, p.len() as u64);
+    }
+    let list = s.path("list");
+    std::fs::write(&list, "a/x.nc\n./b/\n# a comment\nd e\nnot/there\n").unwrap();
+    let taken = ["a/x.nc", "b/deep/z", "d e"];
+    let check = |root: &Path| {
+        for p in ["a/x.nc", "a/y.nc", "b/deep/z", "c", "d e", "skip/me"] {
+            assert_eq!(
+                root.join(p).exists(),
+                taken.contains(&p),
+                "{}: {p}",
+                root.display()
+            );
+        }
+        assert!(!root.join("skip").exists(), "no directory made for nothing");
+    };
+    let flags = ["--files-from", list.to_str().unwrap()];
+    ok(&local_copy(
+        &s.path("config"),
+        &flags,
+        &src,
+        &s.path("copy"),
+    ));
+    check(&s.path("copy"));
+
+    let node = Node::start(&s.path("node"), &s.path("config"), &["--token", "t"]);
+    let nul = s.path("list0");
+    std::fs::write(&nul, "a/x.nc\0b\0d e\0").unwrap();
+    let mut c = haul(&s.path("config"));
+    c.args(["push", "-0", "--token", "t", "--files-from"])
+        .arg(&nul)
+        .arg(format!("{}/", src.display()))
+        .arg(node.url("in"));
+    ok(&run(c, T));
+    check(&s.path("node/in"));
+
+    std::fs::write(&list, "../etc/passwd\n").unwrap();
+    let out = local_copy(&s.path("config"), &flags, &src, &s.path("other"));
+    assert_eq!(out.status.code(), Some(2), "{}", said(&out));
+    assert!(stderr(&out).contains("climbs out"), "{}", stderr(&out));
 }
