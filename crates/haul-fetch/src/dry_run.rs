@@ -194,7 +194,10 @@ fn would_delete(
         }
     }
     let filter = Arc::new(opts.filter.clone());
-    let entries = haul_engine::mirror::filtered(entries, Some(&filter), top);
+    let entries = match opts.delete_excluded {
+        true => entries,
+        false => haul_engine::mirror::filtered(entries, Some(&filter), top),
+    };
     let source: HashSet<&str> = listed.iter().map(String::as_str).collect();
     let gone = haul_engine::mirror::deletions(&entries, &source);
     if let Some(w) = haul_engine::mirror::delete_limit_warning(gone.len(), opts.max_delete) {

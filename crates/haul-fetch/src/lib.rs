@@ -100,6 +100,9 @@ pub struct FetchOptions {
     /// `--max-delete N`: with `--delete`, delete nothing when more than N
     /// entries would go.
     pub max_delete: Option<u64>,
+    /// `--delete-excluded`: `--delete` also removes what the filters leave
+    /// out at the destination.
+    pub delete_excluded: bool,
     /// What the crawl takes.
     pub filter: Filter,
     /// Destination paths from a template.
@@ -136,6 +139,7 @@ impl Default for FetchOptions {
             checksum: false,
             delete: false,
             max_delete: None,
+            delete_excluded: false,
             filter: Filter::default(),
             rename: None,
             verify_sidecar: false,
@@ -362,7 +366,7 @@ async fn mirror(ctx: &Ctx, dir: &str, dest: &Path, crawled: bool) {
         dest,
         &top,
         &source,
-        Some(&filter),
+        Some(&filter).filter(|_| !ctx.opts.delete_excluded),
         ctx.opts.max_delete,
         ctx.tally.as_ref(),
     );

@@ -63,6 +63,9 @@ pub struct ClientOptions {
     /// `--max-delete N`: with `--delete`, delete nothing when more than N
     /// entries would go (and say so; exit 25).
     pub max_delete: Option<u64>,
+    /// `--delete-excluded`: `--delete` also removes what the filters leave
+    /// out at the destination (rsync's).
+    pub delete_excluded: bool,
     /// Which files already at the destination are kept (rsync's
     /// `--ignore-existing`, `--size-only`, `-u`; default: the quick check).
     pub skip: haul_proto::SkipRule,
@@ -104,6 +107,7 @@ impl Default for ClientOptions {
             filter: None,
             delete: false,
             max_delete: None,
+            delete_excluded: false,
             skip: haul_proto::SkipRule::default(),
             checksum: false,
             force: false,

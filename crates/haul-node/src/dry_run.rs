@@ -86,7 +86,7 @@ pub async fn dry_run_push(
         let under = crate::mirror::under_dest(&dest, &top);
         let theirs =
             list_node_with(&remote.dialer, &under, opts.checksum, observer.as_ref()).await?;
-        let theirs = filtered(theirs, opts, &top);
+        let theirs = dest_filtered(theirs, opts, &top);
         compare(
             source,
             theirs,
@@ -141,7 +141,7 @@ pub async fn dry_run_pull(
         None => (source, dest, top),
     };
     let ours = walk_dest(dest, &top, opts.checksum, observer.as_ref());
-    let ours = filtered(ours, opts, &top);
+    let ours = dest_filtered(ours, opts, &top);
     let mut report = DryRunReport::default();
     compare(
         source,
@@ -174,7 +174,7 @@ pub fn dry_run_local(
     for s in sources {
         let (source, top) = walk_local(s, named, opts, opts.checksum, observer.as_ref())?;
         let ours = walk_dest(dest, &top, opts.checksum, observer.as_ref());
-        let ours = filtered(ours, opts, &top);
+        let ours = dest_filtered(ours, opts, &top);
         compare(
             source,
             ours,
@@ -355,6 +355,16 @@ pub(crate) fn filtered(side: Side, opts: &ClientOptions, top: &str) -> Side {
     Side {
         entries: haul_engine::mirror::filtered(side.entries, opts.filter.as_ref(), top),
         ..side
+    }
+}
+
+/// The destination's `side` as `--delete` sees it: filtered like the
+/// source, so what the rules leave out is kept — unless
+/// `--delete-excluded`, which deletes that too (rsync's).
+pub(crate) fn dest_filtered(side: Side, opts: &ClientOptions, top: &str) -> Side {
+    match opts.delete_excluded {
+        true => side,
+        false => filtered(side, opts, top),
     }
 }
 

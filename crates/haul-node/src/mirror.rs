@@ -20,7 +20,7 @@ use haul_session::{Event, Observer};
 
 use crate::client::ClientOptions;
 use crate::dial::NodePath;
-use crate::dry_run::{filtered, list_node};
+use crate::dry_run::{dest_filtered, list_node};
 use crate::NodeError;
 
 /// `haul push --delete`: once the push failed nowhere, what the node holds
@@ -57,7 +57,7 @@ pub(crate) async fn prune_node(
             return;
         }
     };
-    let side = filtered(side, opts, &top);
+    let side = dest_filtered(side, opts, &top);
     let gone = deletions(&side.entries, &sent.iter().map(String::as_str).collect());
     if gone.is_empty() {
         return;
@@ -172,7 +172,7 @@ pub(crate) fn delete_extraneous(
         dest,
         top,
         source,
-        opts.filter.as_ref(),
+        opts.filter.as_ref().filter(|_| !opts.delete_excluded),
         opts.max_delete,
         tally,
     );

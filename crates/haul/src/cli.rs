@@ -264,8 +264,12 @@ pub struct TransferArgs {
     /// With --delete: when more than N entries would be deleted, delete
     /// none and say so (exit 25) — a guard against a source that came up
     /// empty. rsync deletes up to N; haul picks none of them.
-    #[arg(long, value_name = "N", requires = "delete")]
+    #[arg(long, value_name = "N")]
     pub max_delete: Option<u64>,
+    /// --delete, and also delete at DEST what the filters leave out
+    /// (rsync's --delete-excluded; without it excluded files are kept).
+    #[arg(long)]
+    pub delete_excluded: bool,
     /// Replace a non-empty directory at DEST where the source has a file or
     /// symlink (rsync's --force; --delete implies it). An empty directory,
     /// a file where the source has a directory and any other type change

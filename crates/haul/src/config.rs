@@ -99,6 +99,11 @@ pub fn token(token: &Option<String>, file: &Option<std::path::PathBuf>) -> Resul
 
 /// Builds client options from the shared transfer flags.
 pub fn client_options(t: &TransferArgs) -> Result<ClientOptions> {
+    if t.max_delete.is_some() && !(t.delete || t.delete_excluded) {
+        bail!(
+            "--max-delete limits what --delete removes: give --delete (or --delete-excluded) too"
+        );
+    }
     let jobs = match t.jobs.as_str() {
         "auto" => Concurrency::Auto { max: 16 },
         n => {
@@ -178,8 +183,9 @@ pub fn client_options(t: &TransferArgs) -> Result<ClientOptions> {
             retries: t.retries,
             first_wait: Duration::from_millis(t.retry_base_ms.max(1)),
         },
-        delete: t.delete,
+        delete: t.delete || t.delete_excluded,
         max_delete: t.max_delete,
+        delete_excluded: t.delete_excluded,
         skip: haul_proto::SkipRule {
             ignore_existing: t.ignore_existing,
             size_only: t.size_only,

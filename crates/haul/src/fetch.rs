@@ -71,13 +71,13 @@ pub fn fetch_options(t: &TransferArgs, r: &RemoteArgs, mut filter: Filter) -> Re
     if r.max_conn_per_host == 0 {
         bail!("--max-conn-per-host must be at least 1");
     }
-    if t.delete && r.delete_source {
+    if (t.delete || t.delete_excluded) && r.delete_source {
         bail!("--delete mirrors the source into DEST and --delete-source empties the source: together they would delete the copies too; use one");
     }
     if t.size_only || t.update {
         bail!("--size-only and -u/--update are for haul nodes and local copies; an FTP, SFTP, HTTP or S3 pull decides by size and mtime (or -c, or --ignore-existing)");
     }
-    if t.delete && r.rename.is_some() {
+    if (t.delete || t.delete_excluded) && r.rename.is_some() {
         bail!("--delete compares DEST with the source's own names: it does not take --rename");
     }
     Ok(FetchOptions {
@@ -89,8 +89,9 @@ pub fn fetch_options(t: &TransferArgs, r: &RemoteArgs, mut filter: Filter) -> Re
         quick_check: true,
         skip_existing: r.skip_existing || t.ignore_existing,
         checksum: t.checksum,
-        delete: t.delete,
+        delete: t.delete || t.delete_excluded,
         max_delete: t.max_delete,
+        delete_excluded: t.delete_excluded,
         filter,
         rename: r.rename.as_deref().map(RenameTemplate::parse).transpose()?,
         verify_sidecar: r.verify_sidecar,

@@ -43,7 +43,7 @@ async fn pull_from(
             Ok(haul_node::pull(&remote, &args.dest, opts, display.clone()).await?)
         }
         Location::Remote(url) => {
-            if args.transfer.delete {
+            if args.transfer.delete || args.transfer.delete_excluded {
                 usage(haul_engine::mirror::check_dest(&args.dest).map_err(anyhow::Error::msg))?;
             }
             let (ropts, fopts) = remote_pull_options(args)?;

@@ -45,10 +45,6 @@ const TIPS: &[(&[&str], &str)] = &[
         "use --delete: haul deletes only after every file verified (rsync's --delete-after)",
     ),
     (
-        &["--delete-excluded"],
-        "not offered yet: --delete keeps what the filters leave out (--dry-run --delete shows what would go)",
-    ),
-    (
         &["--remove-source-files"],
         "a pull from FTP, SFTP, HTTP or S3 has --delete-source",
     ),
@@ -147,7 +143,7 @@ mod tests {
     fn rsyncs_flags_get_their_tip_and_others_none() {
         assert!(tip("-z").is_some_and(|t| t.contains("compress")));
         assert!(tip("--compress-level=9").is_some());
-        assert!(tip("--files-from=list").is_some_and(|t| t.contains("--include-from")));
+        assert!(tip("--append-verify").is_some_and(|t| t.contains("in place")));
         assert_eq!(tip("--frobnicate"), None);
         // Every flag is in one entry only.
         let mut seen = std::collections::HashSet::new();

@@ -494,3 +494,43 @@ fn files_from_takes_only_the_paths_listed() {
     assert_eq!(out.status.code(), Some(2), "{}", said(&out));
     assert!(stderr(&out).contains("climbs out"), "{}", stderr(&out));
 }
+
+/// rsync's `--delete-excluded`: `--delete` keeps what the filters leave
+/// out; with it, that goes too — for a local copy and a push alike.
+#[test]
+fn delete_excluded_removes_what_the_rules_leave_out() {
+    let s = Scratch::new();
+    write_file(&s.path("src/keep.nc"), 10, 1);
+    write_file(&s.path("src/new.log"), 10, 2);
+    let node = Node::start(&s.path("node"), &s.path("config"), &["--token", "t"]);
+    let dst = s.path("dst");
+    let stale = |root: &Path| {
+        write_file(&root.join("old.log"), 10, 3);
+        write_file(&root.join("gone.nc"), 10, 4);
+    };
+    stale(&dst);
+    stale(&s.path("node/in"));
+    let src = s.path("src");
+    let flags = |extra: &'static str| vec!["--exclude", "*.log", extra];
+
+    let out = local_copy(&s.path("config"), &flags("--delete"), &src, &dst);
+    ok(&out);
+    assert!(dst.join("old.log").exists() && !dst.join("gone.nc").exists());
+    assert!(!dst.join("new.log").exists());
+    let out = local_copy(&s.path("config"), &flags("--delete-excluded"), &src, &dst);
+    ok(&out);
+    assert!(!dst.join("old.log").exists() && dst.join("keep.nc").exists());
+
+    let push = |extra: &'static str| {
+        let mut c = haul(&s.path("config"));
+        c.args(["push", "--token", "t"])
+            .args(flags(extra))
+            .arg(format!("{}/", src.display()))
+            .arg(node.url("in"));
+        run(c, T)
+    };
+    ok(&push("--delete"));
+    assert!(s.path("node/in/old.log").exists() && !s.path("node/in/gone.nc").exists());
+    ok(&push("--delete-excluded"));
+    assert!(!s.path("node/in/old.log").exists() && s.path("node/in/keep.nc").exists());
+}
