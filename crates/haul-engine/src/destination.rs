@@ -831,6 +831,9 @@ fn up_to_date(
     rule: SkipRule,
 ) -> bool {
     match found {
+        // `--ignore-existing`: whatever is there is left exactly as it is
+        // (not even its mode is touched), as the dry run says.
+        Some(st) if rule.ignore_existing && st.is_file() => true,
         Some(st) if same_file(st, entry) => {
             // As for a received file: never setuid or setgid (a peer's bits).
             let mode = entry.mode & 0o1777;

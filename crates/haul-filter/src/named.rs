@@ -70,6 +70,11 @@ impl NamedPaths {
         Ok(paths)
     }
 
+    /// The paths named, as normalised.
+    pub fn paths(&self) -> impl Iterator<Item = &str> {
+        self.named.iter().map(String::as_str)
+    }
+
     /// How many paths are named.
     pub fn len(&self) -> usize {
         self.named.len()

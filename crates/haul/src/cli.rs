@@ -285,7 +285,7 @@ pub struct TransferArgs {
     /// Keep every regular file DEST already has, whatever its size and
     /// mtime: send only what is missing (rsync's --ignore-existing; FTP,
     /// SFTP, HTTP and S3 pulls: as --skip-existing).
-    #[arg(long)]
+    #[arg(long, conflicts_with = "checksum")]
     pub ignore_existing: bool,
     /// Keep a file DEST has with the source's size, whatever its mtime
     /// (rsync's --size-only).

@@ -266,7 +266,16 @@ pub fn filter(f: &FilterArgs) -> Result<haul_fetch::Filter> {
     filter.max_depth = f.max_depth;
     if let Some(list) = &f.files_from {
         let text = if list.as_os_str() == "-" {
-            std::io::read_to_string(std::io::stdin()).context("cannot read --files-from -")?
+            // Read once: a remote pull builds its filter twice.
+            static STDIN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+            match STDIN.get() {
+                Some(text) => text.clone(),
+                None => {
+                    let text = std::io::read_to_string(std::io::stdin())
+                        .context("cannot read --files-from -")?;
+                    STDIN.get_or_init(|| text).clone()
+                }
+            }
         } else {
             std::fs::read_to_string(list)
                 .with_context(|| format!("cannot read --files-from {}", list.display()))?
@@ -293,6 +302,38 @@ pub fn chunk_memory(s: &str) -> Result<usize> {
         );
     }
     Ok(usize::try_from(bytes).unwrap_or(usize::MAX))
+}
+
+/// `--files-from` with local `sources`: every path listed must be beneath
+/// one of them (relative to its top), else nothing is sent and the mistake
+/// is named — a list written relative to another directory would otherwise
+/// take nothing, and with `--delete-excluded` empty DEST.
+pub fn check_files_from(filter: &haul_fetch::Filter, sources: &[String]) -> Result<()> {
+    let Some(named) = &filter.only else {
+        return Ok(());
+    };
+    let tops: Vec<&Path> = sources
+        .iter()
+        .map(|s| Path::new(s.as_str()))
+        .filter(|p| p.is_dir())
+        .collect();
+    if tops.is_empty() {
+        bail!(
+            "--files-from lists paths beneath a source directory: give a directory as the source"
+        );
+    }
+    let missing: Vec<&str> = named
+        .paths()
+        .filter(|p| !tops.iter().any(|t| t.join(p).symlink_metadata().is_ok()))
+        .collect();
+    if let Some(first) = missing.first() {
+        bail!(
+            "--files-from names {} path(s) the source does not have, first {first:?} (paths are relative to the source's top: {}); nothing was sent",
+            missing.len(),
+            tops[0].display()
+        );
+    }
+    Ok(())
 }
 
 /// Checks a local source exists, with a helpful error.

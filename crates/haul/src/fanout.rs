@@ -118,6 +118,9 @@ pub async fn push(
         &args.transfer,
         &args.filter,
     ))?;
+    if let Some(filter) = &opts.filter {
+        usage(config::check_files_from(filter, &paths))?;
+    }
     let display = Arc::new(Display::new(mode));
     if args.transfer.dry_run {
         // Each destination compared with the source on its own: what the

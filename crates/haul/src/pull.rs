@@ -64,6 +64,12 @@ async fn pull_from(
         }
         Location::Local(source) => {
             usage(config::check_local_source(&source))?;
+            if let Some(filter) = &opts.filter {
+                usage(config::check_files_from(
+                    filter,
+                    std::slice::from_ref(&source),
+                ))?;
+            }
             Ok(haul_node::copy_local(
                 std::slice::from_ref(&source),
                 &args.dest,
@@ -119,6 +125,12 @@ async fn dry_run_pull(
         }
         Location::Local(source) => {
             usage(config::check_local_source(&source))?;
+            if let Some(filter) = &opts.filter {
+                usage(config::check_files_from(
+                    filter,
+                    std::slice::from_ref(&source),
+                ))?;
+            }
             haul_node::dry_run_local(
                 std::slice::from_ref(&source),
                 &args.dest,

@@ -37,6 +37,9 @@ pub async fn run(args: PushArgs, mode: Mode) -> Result<u8> {
         &args.transfer,
         &args.filter,
     ))?;
+    if let Some(filter) = &opts.filter {
+        usage(config::check_files_from(filter, &paths))?;
+    }
     let remote = at.node_path(&opts);
     let display = Arc::new(Display::new(mode));
     if args.transfer.dry_run {

@@ -140,6 +140,14 @@ fn rsyncs_other_flags_say_what_haul_does_instead() {
         assert!(err.contains(words), "{flags:?}: {err}");
         assert!(!err.contains("as a value"), "{flags:?}: {err}");
     }
+    // -c compares content: with --ignore-existing it would replace what
+    // that keeps, so the two are refused together.
+    let mut c = haul(&s.path("config"));
+    c.args(["push", "-c", "--ignore-existing"])
+        .arg(s.path("src"))
+        .arg("haul://127.0.0.1:9/in");
+    let out = run(c, T);
+    assert_eq!(out.status.code(), Some(2), "{}", stderr(&out));
     // --help is still help.
     let mut c = haul(&s.path("config"));
     c.args(["push", "--help"]);
@@ -456,7 +464,7 @@ fn files_from_takes_only_the_paths_listed() {
         write_file(&src.join(p), 10, p.len() as u64);
     }
     let list = s.path("list");
-    std::fs::write(&list, "a/x.nc\n./b/\n# a comment\nd e\nnot/there\n").unwrap();
+    std::fs::write(&list, "a/x.nc\n./b/\n# a comment\nd e\n").unwrap();
     let taken = ["a/x.nc", "b/deep/z", "d e"];
     let check = |root: &Path| {
         for p in ["a/x.nc", "a/y.nc", "b/deep/z", "c", "d e", "skip/me"] {
@@ -488,6 +496,13 @@ fn files_from_takes_only_the_paths_listed() {
         .arg(node.url("in"));
     ok(&run(c, T));
     check(&s.path("node/in"));
+
+    // A list written relative to another directory: refused, nothing sent.
+    std::fs::write(&list, "a/x.nc\nsrc/c\n").unwrap();
+    let out = local_copy(&s.path("config"), &flags, &src, &s.path("wrong"));
+    assert_eq!(out.status.code(), Some(2), "{}", said(&out));
+    assert!(stderr(&out).contains("\"src/c\""), "{}", stderr(&out));
+    assert!(!s.path("wrong/a/x.nc").exists());
 
     std::fs::write(&list, "../etc/passwd\n").unwrap();
     let out = local_copy(&s.path("config"), &flags, &src, &s.path("other"));
