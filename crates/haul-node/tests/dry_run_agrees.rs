@@ -1,7 +1,8 @@
 //! A dry run and the real run agree on every entry — one table of cases,
 //! three locations: a push to a node, a pull from a node (both in process,
 //! `Dialer::in_process`) and a local copy. What the dry run says would be
-//! sent, skipped as up to date, made or deleted is what the run then does.
+//! sent, skipped as up to date, made or deleted is what the run then does,
+//! with the quick check and with each of rsync's skip rules.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -13,6 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use haul_node::ClientOptions;
+use haul_proto::SkipRule;
 use haul_session::{DryRunAction, Event};
 use test_node::{options, Heard, TestNode};
 
@@ -85,8 +87,33 @@ fn lay_out(src: &Path, dest: &Path) {
     write(&dest.join("set/stale.txt"), b"stale", t);
 }
 
-fn expected() -> Actions {
+/// rsync's rules besides the quick check (`SkipRule::default()`).
+fn skip_rules() -> [SkipRule; 3] {
+    let none = SkipRule::default();
+    [
+        SkipRule {
+            ignore_existing: true,
+            ..none
+        },
+        SkipRule {
+            size_only: true,
+            ..none
+        },
+        SkipRule {
+            update: true,
+            ..none
+        },
+    ]
+}
+
+fn expected(rule: SkipRule) -> Actions {
     use DryRunAction::*;
+    // `--ignore-existing` keeps every file DEST has; `--size-only` the
+    // one of the same size; `-u` none here (DEST is never newer).
+    let kept = |p: &str| {
+        (rule.ignore_existing && matches!(p, "set/grown.txt" | "set/touched.txt"))
+            || (rule.size_only && p == "set/touched.txt")
+    };
     [
         ("set/new.txt", Send),
         ("set/same.txt", UpToDate),
@@ -98,33 +125,40 @@ fn expected() -> Actions {
         ("set/stale.txt", Delete),
     ]
     .into_iter()
-    .map(|(p, a)| (p.to_owned(), a))
+    .map(|(p, a)| (p.to_owned(), if kept(p) { UpToDate } else { a }))
     .collect()
 }
 
 /// The dry run's actions match the table, and the real run's match those
 /// (a real run also names `set` itself, which already exists: left out).
-fn assert_agree(dry: &Heard, real: &Heard) {
+fn assert_agree(dry: &Heard, real: &Heard, rule: SkipRule) {
     let said = dry_run(dry);
-    assert_eq!(said, expected(), "the dry run");
+    assert_eq!(said, expected(rule), "the dry run, {rule:?}");
     let mut done = real_run(real);
     done.remove("set");
     assert_eq!(done, said, "the real run did what the dry run said");
 }
 
-fn with_delete(node: &TestNode) -> ClientOptions {
+fn with_delete(node: &TestNode, skip: SkipRule) -> ClientOptions {
     ClientOptions {
         delete: true,
+        skip,
         ..options(node, 1)
     }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn push_to_a_node() {
+    for rule in [SkipRule::default()].into_iter().chain(skip_rules()) {
+        push_case(rule).await;
+    }
+}
+
+async fn push_case(rule: SkipRule) {
     let (src, node) = (tempfile::tempdir().unwrap(), TestNode::start());
     lay_out(src.path(), &node.file("in"));
     let remote = node.at("in", []);
-    let opts = with_delete(&node);
+    let opts = with_delete(&node, rule);
     let sources = [src.path().join("set").display().to_string()];
     let (dry, real) = (Arc::new(Heard::default()), Arc::new(Heard::default()));
     haul_node::dry_run_push(&sources, &remote, &opts, true, dry.clone())
@@ -133,15 +167,21 @@ async fn push_to_a_node() {
     haul_node::push(&sources, &remote, &opts, real.clone())
         .await
         .unwrap();
-    assert_agree(&dry, &real);
+    assert_agree(&dry, &real, rule);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pull_from_a_node() {
+    for rule in [SkipRule::default()].into_iter().chain(skip_rules()) {
+        pull_case(rule).await;
+    }
+}
+
+async fn pull_case(rule: SkipRule) {
     let (node, dest) = (TestNode::start(), tempfile::tempdir().unwrap());
     lay_out(&node.root, dest.path());
     let remote = node.at("set", []);
-    let opts = with_delete(&node);
+    let opts = with_delete(&node, rule);
     let (dry, real) = (Arc::new(Heard::default()), Arc::new(Heard::default()));
     haul_node::dry_run_pull(&remote, dest.path(), &opts, true, dry.clone())
         .await
@@ -149,19 +189,25 @@ async fn pull_from_a_node() {
     haul_node::pull(&remote, dest.path(), &opts, real.clone())
         .await
         .unwrap();
-    assert_agree(&dry, &real);
+    assert_agree(&dry, &real, rule);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn local_copy() {
+    for rule in [SkipRule::default()].into_iter().chain(skip_rules()) {
+        local_case(rule).await;
+    }
+}
+
+async fn local_case(rule: SkipRule) {
     let (src, dest) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     lay_out(src.path(), dest.path());
-    let opts = with_delete(&TestNode::start());
+    let opts = with_delete(&TestNode::start(), rule);
     let sources = [src.path().join("set").display().to_string()];
     let (dry, real) = (Arc::new(Heard::default()), Arc::new(Heard::default()));
     haul_node::dry_run_local(&sources, dest.path(), &opts, true, dry.clone()).unwrap();
     haul_node::copy_local(&sources, dest.path(), &opts, real.clone())
         .await
         .unwrap();
-    assert_agree(&dry, &real);
+    assert_agree(&dry, &real, rule);
 }
