@@ -86,10 +86,7 @@ pub fn deletions<'a>(dest: &'a [Entry], source: &HashSet<&str>) -> Vec<&'a Entry
 /// more than allowed (then none is made: which of them would go first is
 /// no better a choice than the others; rsync deletes up to the limit).
 pub fn over_delete_limit(count: usize, max: Option<u64>, under: &str) -> Option<Event> {
-    let max = max?;
-    if u64::try_from(count).unwrap_or(u64::MAX) <= max {
-        return None;
-    }
+    let max = exceeded(count, max)?;
     Some(Event::file_failed(
         under,
         format!(
@@ -103,13 +100,19 @@ pub fn over_delete_limit(count: usize, max: Option<u64>, under: &str) -> Option<
 /// A dry run's word on `--max-delete MAX` when `count` deletions would be
 /// more than allowed: the run would make none of those listed.
 pub fn delete_limit_warning(count: usize, max: Option<u64>) -> Option<Event> {
-    let max = max?;
-    (u64::try_from(count).unwrap_or(u64::MAX) > max).then(|| Event::Warning {
+    let max = exceeded(count, max)?;
+    Some(Event::Warning {
         message: format!(
             "--max-delete {max}: the {count} deletions listed would all be held back; the run \
              would delete nothing and exit 25"
         ),
     })
+}
+
+/// The `--max-delete` limit that `count` deletions go beyond, if any: the
+/// one test a run and its dry run share.
+fn exceeded(count: usize, max: Option<u64>) -> Option<u64> {
+    max.filter(|max| u64::try_from(count).unwrap_or(u64::MAX) > *max)
 }
 
 /// Removes `path` (a file, link or empty directory) beneath `root`, naming
