@@ -12,11 +12,13 @@ need=()
 # to check `haul man` (man -l), script(1) to run haul under a pty, and
 # promtool to check the daemon's /metrics, and rsync, whose results on the
 # same trees are the reference for type changes, and chattr, which makes a
-# removal fail even for root.
+# removal fail even for root, and getfattr/setfacl, which make and read
+# back the xattrs and ACLs that -X and -A keep.
 for pair in ip:iproute2 nft:nftables \
   /usr/sbin/vsftpd:vsftpd /usr/sbin/sshd:openssh-server /usr/sbin/nginx:nginx-light \
   ssh-keygen:openssh-client openssl:openssl python3:python3 \
-  man:man-db script:bsdutils promtool:prometheus rsync:rsync chattr:e2fsprogs; do
+  man:man-db script:bsdutils promtool:prometheus rsync:rsync chattr:e2fsprogs \
+  getfattr:attr setfacl:acl; do
   cmd=${pair%%:*} pkg=${pair#*:}
   command -v "$cmd" >/dev/null 2>&1 || [ -x "$cmd" ] || need+=("$pkg")
 done

@@ -256,6 +256,7 @@ mod tests {
 
     fn entry(size: u64) -> Entry {
         Entry {
+            attrs: None,
             path: "f".into(),
             kind: EntryKind::File,
             size,

@@ -30,6 +30,7 @@ use haul_proto::{
 };
 use haul_root::{Dir, Meta, Root};
 
+use crate::attrs::{AttrPolicy, AttrWriter, Target};
 use crate::dir_cache::{DirCache, HeldDir};
 use crate::partial::{DirtyDirs, PartialFile, Place, Staging};
 use known_dirs::KnownDirs;
@@ -109,6 +110,9 @@ pub struct Destination {
     /// A regular file where an entry's parent directory must be is
     /// replaced (a haul sender's tree has a directory there).
     replace_files_in_the_way: std::sync::atomic::AtomicBool,
+    /// Applies entries' owners, groups and xattrs (`-o -g -X -A`) under
+    /// this receiver's policy ([`Destination::set_attr_policy`]).
+    attrs: Mutex<Arc<AttrWriter>>,
 }
 
 /// The name (without extension) of the staging and resume-state files of `rel`.
@@ -157,7 +161,25 @@ impl Destination {
             keep_modes: std::sync::atomic::AtomicBool::new(false),
             no_quick_check: std::sync::atomic::AtomicBool::new(false),
             replace_files_in_the_way: std::sync::atomic::AtomicBool::new(false),
+            attrs: Mutex::new(Arc::new(AttrWriter::new(AttrPolicy::node(false)))),
         }))
+    }
+
+    /// What this receiver takes of the owners, groups and extended
+    /// attributes entries carry (a node's default: no owners, see
+    /// [`AttrPolicy::node`]; a local copy or a client's pull:
+    /// [`AttrPolicy::here`]).
+    pub fn set_attr_policy(&self, policy: AttrPolicy) {
+        if let Ok(mut w) = self.attrs.lock() {
+            *w = Arc::new(AttrWriter::new(policy));
+        }
+    }
+
+    fn attr_writer(&self) -> Arc<AttrWriter> {
+        match self.attrs.lock() {
+            Ok(w) => w.clone(),
+            Err(_) => Arc::new(AttrWriter::new(AttrPolicy::node(false))),
+        }
     }
 
     /// For sources whose entries carry no real mode (FTP, HTTP, S3...): a
@@ -315,6 +337,9 @@ impl Destination {
             }
         }
         let held = self.dir(&comps)?;
+        self.attr_writer()
+            .apply(entry.attrs.as_deref(), Target::Dir(&held.dir))
+            .map_err(|e| ReceiveError::io("set owner or attributes of", &place.shown(), e))?;
         if let Ok(mut meta) = self.pending_dirs.lock() {
             meta.pending.push(PendingDir {
                 rel: entry.path.clone(),
@@ -353,6 +378,13 @@ impl Destination {
         let _ = place
             .dir
             .set_times_nofollow(&tmp, entry.mtime_sec, entry.mtime_nsec);
+        if let Err(e) = self
+            .attr_writer()
+            .apply(entry.attrs.as_deref(), Target::Link(&place.dir, &tmp))
+        {
+            let _ = place.dir.unlink(&tmp);
+            return Err(io("set owner of", e));
+        }
         if let Err(e) = place.dir.rename(&tmp, &place.dir, &place.name) {
             let _ = place.dir.unlink(&tmp);
             return Err(io("rename", e));
@@ -390,7 +422,26 @@ impl Destination {
             return false;
         };
         let found = self.look_up(&place);
-        up_to_date(found.as_ref(), &place, entry, self.sync_modes(), rule)
+        self.up_to_date(found.as_ref(), &place, entry, rule)
+    }
+
+    /// [`up_to_date`], and a file found the same gets the entry's owner and
+    /// group (`-o -g`, as rsync fixes them) where this receiver takes owners.
+    fn up_to_date(
+        &self,
+        found: Option<&Meta>,
+        place: &Place,
+        entry: &Entry,
+        rule: SkipRule,
+    ) -> bool {
+        up_to_date(found, place, entry, self.sync_modes(), rule)
+            && found.is_none_or(|st| {
+                rule.ignore_existing
+                    || !same_file(st, entry)
+                    || self
+                        .attr_writer()
+                        .fix_owner(&place.dir, place.name.as_ref(), st, entry)
+            })
     }
 
     /// True when nothing is at `rel` yet — no file (nor anything else) under
@@ -495,7 +546,7 @@ impl Destination {
                     .load(std::sync::atomic::Ordering::Relaxed)
             });
             if let Some(rule) = quick_check {
-                if up_to_date(found.as_ref(), &place, entry, self.sync_modes(), rule) {
+                if self.up_to_date(found.as_ref(), &place, entry, rule) {
                     return Ok(Prepared::UpToDate);
                 }
             }
@@ -503,7 +554,12 @@ impl Destination {
         if entry.chunk_count() <= 1 {
             // One chunk: nothing to share between connections or to resume;
             // stage in the final directory, so the link or rename stays there.
-            let part = PartialFile::open_small(entry.clone(), place, self.dirty_dirs.clone())?;
+            let part = PartialFile::open_small(
+                entry.clone(),
+                place,
+                self.dirty_dirs.clone(),
+                self.attr_writer(),
+            )?;
             return Ok(Prepared::Receive(Arc::new(part)));
         }
         let mut open = self
@@ -536,6 +592,7 @@ impl Destination {
                 place.clone(),
                 staging,
                 self.dirty_dirs.clone(),
+                self.attr_writer(),
             )
         };
         let part = match open_part(self.staging_dir()) {

@@ -82,6 +82,7 @@ mod tests {
 
     fn entry(path: &str, kind: EntryKind, size: u64) -> Entry {
         Entry {
+            attrs: None,
             path: path.into(),
             kind,
             size,

@@ -1,6 +1,7 @@
 //! haul's transfer engine: the parts of moving a file that do not depend on
 //! the network.
 //!
+//! - [`attrs`]: owners, groups, xattrs and ACLs (`-o -g -X -A`), read and applied.
 //! - [`hash`]: chunk digests and whole-file BLAKE3 on the BLAKE3 tree.
 //! - [`source`]: the [`source::Source`] abstraction and local trees.
 //! - [`destination`]: the receiving root — path safety, staging, atomic commit.
@@ -12,6 +13,7 @@
 //! - [`chunks`]: chunk sources (local files, bytes, files still being
 //!   received) and sinks, which take only verified chunks.
 
+pub mod attrs;
 pub mod chunks;
 pub mod content;
 pub mod destination;

@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex};
 use haul_proto::{Digest, Entry};
 use haul_root::Dir;
 
+use crate::attrs::{AttrWriter, Target};
 use crate::chunks::{read_file_chunk, ChunkSink, ChunkSource, VerifiedChunk};
 use crate::dir_cache::DirId;
 use crate::hash::{chunk_digest, root_from_digests, valid_chunk_size, MAX_CHUNKS};
@@ -91,6 +92,8 @@ pub struct PartialFile {
     state: Mutex<State>,
     resumed_bytes: u64,
     dirty: DirtyDirs,
+    /// Applies the entry's owner, group and xattrs at commit.
+    attrs: Arc<AttrWriter>,
     /// Renamed into place: a later offer of the same path starts afresh.
     published: AtomicBool,
     /// The rename (or link) into place succeeded.
@@ -147,6 +150,7 @@ impl PartialFile {
         entry: Entry,
         place: Place,
         dirty: DirtyDirs,
+        attrs: Arc<AttrWriter>,
     ) -> Result<Self, ReceiveError> {
         if !valid_chunk_size(entry.chunk_size) || entry.chunk_count() > 1 {
             return Err(ReceiveError::BadOffer(format!(
@@ -164,7 +168,7 @@ impl PartialFile {
             .get_or_init(|| Path::new("/proc/self/fd").is_dir())
             .then(|| place.dir.tmpfile(mode));
         if let Some(Ok(part)) = anonymous {
-            return Ok(Self::small(entry, place, part, dirty, None));
+            return Ok(Self::small(entry, place, part, dirty, attrs, None));
         }
         let (part, name) = loop {
             let candidate = unique_sibling(&place.name);
@@ -175,7 +179,14 @@ impl PartialFile {
             }
         };
         let dir = place.dir.clone();
-        Ok(Self::small(entry, place, part, dirty, Some((dir, name))))
+        Ok(Self::small(
+            entry,
+            place,
+            part,
+            dirty,
+            attrs,
+            Some((dir, name)),
+        ))
     }
 
     fn small(
@@ -183,6 +194,7 @@ impl PartialFile {
         place: Place,
         part: File,
         dirty: DirtyDirs,
+        attrs: Arc<AttrWriter>,
         staged_as: Option<(Arc<Dir>, OsString)>,
     ) -> Self {
         let count = entry.chunk_count() as usize;
@@ -198,6 +210,7 @@ impl PartialFile {
             }),
             resumed_bytes: 0,
             dirty,
+            attrs,
             published: AtomicBool::new(false),
             in_place: AtomicBool::new(false),
             publishing: Mutex::new(()),
@@ -213,6 +226,7 @@ impl PartialFile {
         place: Place,
         staging: Staging,
         dirty: DirtyDirs,
+        attrs: Arc<AttrWriter>,
     ) -> Result<Self, ReceiveError> {
         if !valid_chunk_size(entry.chunk_size) {
             return Err(ReceiveError::BadOffer(format!(
@@ -267,6 +281,7 @@ impl PartialFile {
             state: Mutex::new(State { log, digests }),
             resumed_bytes,
             dirty,
+            attrs,
             published: AtomicBool::new(false),
             in_place: AtomicBool::new(false),
             publishing: Mutex::new(()),
@@ -537,9 +552,16 @@ impl PartialFile {
             use std::os::unix::fs::MetadataExt;
             self.device.store(meta.dev(), Ordering::Relaxed);
         }
+        // Owner and group first: chown clears set-id bits, which the chmod
+        // below then sets — only when the owner is the sender's too (never
+        // a peer's set-id bits on a file owned by whoever runs this).
+        let owned = self
+            .attrs
+            .apply(self.entry.attrs.as_deref(), Target::File(&self.part))
+            .map_err(|e| ReceiveError::io("set owner or attributes of", &p(), e))?;
         // Small files are created with their mode already (see `open_small`).
-        let mode = self.entry.mode & 0o1777;
-        if meta.permissions().mode() & 0o7777 != mode {
+        let mode = self.entry.mode & if owned { 0o7777 } else { 0o1777 };
+        if owned || meta.permissions().mode() & 0o7777 != mode {
             self.part
                 .set_permissions(fs::Permissions::from_mode(mode))
                 .map_err(|e| ReceiveError::io("chmod", &p(), e))?;

@@ -70,6 +70,7 @@ mod tests {
 
     fn entry(size: u64, sec: i64, nsec: u32) -> Entry {
         Entry {
+            attrs: None,
             path: "f".into(),
             kind: EntryKind::File,
             size,

@@ -23,6 +23,7 @@ use haul_proto::{Entry, EntryKind};
 use haul_root::walk::Walk;
 use haul_root::{Dir, FileIdentity, Meta, ResolveError, Root};
 
+use crate::attrs::AttrReader;
 use crate::chunks::LocalFile;
 use crate::content::ContentError;
 use crate::filtered::EntryFilter;
@@ -188,6 +189,8 @@ struct Naming {
     prefix: String,
     /// Errors name paths relative to this (a node never shows its root).
     shown_from: Option<PathBuf>,
+    /// Owners, groups, xattrs and ACLs kept (`-o -g -X -A`), if any.
+    attrs: Option<Arc<AttrReader>>,
 }
 
 fn io_error(path: &Path, source: std::io::Error) -> SourceError {
@@ -292,6 +295,7 @@ impl LocalTree {
                 path: pb,
                 prefix,
                 shown_from: None,
+                attrs: None,
             },
             top: Top::Path { contents },
             skip_state_dir: false,
@@ -319,6 +323,7 @@ impl LocalTree {
                     path,
                     prefix: String::new(),
                     shown_from: Some(root.path().to_path_buf()),
+                    attrs: None,
                 },
                 top: Top::Dir {
                     dir,
@@ -360,6 +365,7 @@ impl LocalTree {
                     (*last).to_owned()
                 },
                 shown_from: Some(root.path().to_path_buf()),
+                attrs: None,
             },
             top,
             skip_state_dir: false,
@@ -386,10 +392,13 @@ impl LocalTree {
             path: path.clone(),
             prefix: rel.to_owned(),
             shown_from: Some(root.path().to_path_buf()),
+            attrs: None,
         };
         match open_top(parent, std::ffi::OsStr::new(last), &path, false)? {
-            Top::Dir { meta, .. } => naming.make(Path::new(""), &meta, None, None),
-            Top::One { meta, link, data } => naming.make(Path::new(""), &meta, link, Some(data)),
+            Top::Dir { meta, dir, .. } => naming.make(Path::new(""), &meta, None, None, Some(&dir)),
+            Top::One { meta, link, data } => {
+                naming.make(Path::new(""), &meta, link, Some(data), None)
+            }
             Top::Path { .. } => Err(SourceError::BadName(rel.to_owned())),
         }
     }
@@ -417,6 +426,13 @@ impl LocalTree {
         self
     }
 
+    /// Puts in each entry what `keep` keeps beyond mode and mtime (owner,
+    /// group, xattrs, ACLs: rsync's `-o -g -X -A`).
+    pub fn keeping(mut self, keep: haul_proto::Keep) -> Self {
+        self.naming.attrs = keep.any().then(|| Arc::new(AttrReader::new(keep)));
+        self
+    }
+
     /// Names paths in errors relative to `base` (`.` for `base` itself).
     pub fn showing_paths_from(mut self, base: PathBuf) -> Self {
         self.naming.shown_from = Some(base);
@@ -440,11 +456,22 @@ impl Naming {
         meta: &Meta,
         link: Option<OsString>,
         data: Option<LocalData>,
+        top: Option<&Dir>,
     ) -> Result<SourceEntry, SourceError> {
         let local = if rel.as_os_str().is_empty() {
             self.path.clone()
         } else {
             self.path.join(rel)
+        };
+        let attrs = match &self.attrs {
+            None => None,
+            Some(reader) => reader
+                .read(meta, || match (top, &data) {
+                    (Some(dir), _) => dir.own_xattrs(),
+                    (None, Some(d)) => d.parent.xattrs_of(&d.name),
+                    (None, None) => Ok(Vec::new()),
+                })
+                .map_err(|e| io_error(&local, e))?,
         };
         let rel_str = rel
             .to_str()
@@ -476,6 +503,7 @@ impl Naming {
         let size = if is_file { meta.size } else { 0 };
         Ok(SourceEntry {
             entry: Entry {
+                attrs,
                 path,
                 kind,
                 size,
@@ -522,7 +550,7 @@ impl Source for LocalTree {
         match top {
             Top::Path { .. } => Box::new(std::iter::empty()),
             Top::One { meta, link, data } => Box::new(
-                std::iter::once(naming.make(Path::new(""), &meta, link, Some(data)))
+                std::iter::once(naming.make(Path::new(""), &meta, link, Some(data), None))
                     .flat_map(choose),
             ),
             Top::Dir {
@@ -530,7 +558,8 @@ impl Source for LocalTree {
                 meta,
                 contents,
             } => {
-                let first = (!contents).then(|| naming.make(Path::new(""), &meta, None, None));
+                let first =
+                    (!contents).then(|| naming.make(Path::new(""), &meta, None, None, Some(&dir)));
                 let mut walk = Walk::new(dir);
                 if skip_state_dir || filter.is_some() {
                     walk = walk.pruning(Box::new(move |rel| {
@@ -548,7 +577,7 @@ impl Source for LocalTree {
                             name: e.name,
                             listed: FileIdentity::from(&e.meta),
                         };
-                        naming.make(&e.rel, &e.meta, e.link, Some(data))
+                        naming.make(&e.rel, &e.meta, e.link, Some(data), None)
                     }
                     Err(e) => Err(SourceError::Io {
                         path: naming.shown(&naming.path.join(&e.rel)),

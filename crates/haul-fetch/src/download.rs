@@ -493,6 +493,7 @@ fn proto_entry(ctx: &Ctx, job: &FileJob) -> Result<(Entry, String), RemoteError>
 /// dry run quick-checks, so the two decide alike.
 pub(crate) fn engine_entry(rel: String, size: u64, mtime: SystemTime) -> Entry {
     let entry = Entry {
+        attrs: None,
         path: rel,
         kind: ProtoKind::File,
         size,

@@ -40,6 +40,7 @@ impl MemTree {
     /// `chunk_size` says otherwise).
     pub fn file(&mut self, path: &str, data: Vec<u8>, chunk_size: Option<u32>) -> &mut Self {
         let entry = Entry {
+            attrs: None,
             path: path.into(),
             kind: EntryKind::File,
             size: data.len() as u64,
@@ -55,6 +56,7 @@ impl MemTree {
     /// Adds a directory.
     pub fn dir(&mut self, path: &str) -> &mut Self {
         let entry = Entry {
+            attrs: None,
             path: path.into(),
             kind: EntryKind::Dir,
             size: 0,

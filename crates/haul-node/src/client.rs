@@ -69,6 +69,9 @@ pub struct ClientOptions {
     /// Which files already at the destination are kept (rsync's
     /// `--ignore-existing`, `--size-only`, `-u`; default: the quick check).
     pub skip: haul_proto::SkipRule,
+    /// What is kept beyond mode, mtime and symlinks: owners, groups, xattrs,
+    /// ACLs (rsync's `-o -g -X -A`, `--numeric-ids`; `-a` adds `-o -g`).
+    pub keep: haul_proto::Keep,
     /// `--checksum` (local copies): a file is up to date when its BLAKE3
     /// equals that of the file at DEST, whatever the sizes and mtimes say.
     pub checksum: bool,
@@ -109,6 +112,7 @@ impl Default for ClientOptions {
             max_delete: None,
             delete_excluded: false,
             skip: haul_proto::SkipRule::default(),
+            keep: haul_proto::Keep::default(),
             checksum: false,
             force: false,
             ssh: crate::ssh::SshOptions::default(),

@@ -42,6 +42,7 @@ pub struct Walk {
     sources: Vec<String>,
     named: Option<String>,
     filter: Option<Arc<Filter>>,
+    keep: haul_proto::Keep,
 }
 
 impl Walk {
@@ -51,7 +52,15 @@ impl Walk {
             sources: sources.to_vec(),
             named: None,
             filter,
+            keep: haul_proto::Keep::default(),
         }
+    }
+
+    /// The same, each entry carrying what `keep` keeps (owner, group,
+    /// xattrs, ACLs).
+    pub fn keeping(mut self, keep: haul_proto::Keep) -> Self {
+        self.keep = keep;
+        self
     }
 
     /// The same, with the top entry of each source named `name`.
@@ -71,7 +80,7 @@ impl Walk {
                 if let Some(filter) = &self.filter {
                     tree = tree.with_filter(filter.clone());
                 }
-                Ok(tree)
+                Ok(tree.keeping(self.keep))
             })
             .collect()
     }

@@ -274,6 +274,7 @@ pub(crate) async fn node_entry(
     let request = Request::List {
         path: path.into(),
         sums: false,
+        keep: haul_proto::Keep::default(),
     };
     // As a transfer's first connection: a silent node is tried again.
     let (mut r, mut w) = match crate::pool::open_first(dialer, opts, request, observer).await {
@@ -307,6 +308,7 @@ pub(crate) async fn list_node_with(
     let request = Request::List {
         path: path.into(),
         sums,
+        keep: haul_proto::Keep::default(),
     };
     let (mut r, mut w) = match dialer.open(request).await {
         Ok(conn) => conn,

@@ -60,6 +60,7 @@ pub async fn copy_local(
     let seen = (opts.delete && named.is_none()).then(|| Arc::new(Mutex::new(HashSet::new())));
     let destination = Destination::open(dest)?;
     destination.replace_files_in_the_way();
+    destination.set_attr_policy(haul_engine::attrs::AttrPolicy::here());
     let same = if opts.checksum {
         destination.receive_everything_offered();
         let root = Root::open(dest)
@@ -68,7 +69,9 @@ pub async fn copy_local(
     } else {
         None
     };
-    let walk = Walk::new(sources, opts.filter.clone()).named(named);
+    let walk = Walk::new(sources, opts.filter.clone())
+        .named(named)
+        .keeping(opts.keep);
     let queue = send_queue(&walk, opts, &tally, None, seen.clone(), same)?;
     destination.apply_dir_metadata_at_end();
     let sctx = SenderCtx::for_client(opts, &tally, ChunkBuffers::new(opts.chunk_memory));

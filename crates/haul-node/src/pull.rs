@@ -44,6 +44,7 @@ pub async fn pull(
     let list_request = Request::List {
         path: remote.path.clone(),
         sums: opts.checksum,
+        keep: opts.keep,
     };
     let (mut lr, mut lw) =
         open_first(&remote.dialer, opts, list_request.clone(), tally.as_ref()).await?;
@@ -72,6 +73,7 @@ pub async fn pull(
     // Only now that the node lists the path: a refused pull leaves no DEST.
     let destination = Destination::open(dest)?;
     destination.replace_files_in_the_way();
+    destination.set_attr_policy(haul_engine::attrs::AttrPolicy::here());
     if opts.checksum {
         // Files were compared by content while listed: none is skipped
         // for its size and mtime.
@@ -157,7 +159,7 @@ pub async fn pull(
                         return Ok(());
                     }
                     let (r, w) = dialer
-                        .open(Request::Fetch)
+                        .open(Request::Fetch { keep: opts.keep })
                         .await
                         .map_err(|e| (e, Vec::new()))?;
                     let _counted = tally.connection();

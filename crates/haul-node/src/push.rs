@@ -156,7 +156,9 @@ pub async fn push(
     let dest = named.as_ref().map_or(dest, |(dir, _)| dir.clone());
     let named = named.map(|(_, name)| name);
     let seen = (opts.delete && named.is_none()).then(|| Arc::new(Mutex::new(HashSet::new())));
-    let walk = Walk::new(sources, opts.filter.clone()).named(named.as_deref());
+    let walk = Walk::new(sources, opts.filter.clone())
+        .named(named.as_deref())
+        .keeping(opts.keep);
     let same = match opts.checksum {
         true => Some(Arc::new(
             SameContent::listed(remote, &dest, &walk, &tally).await?,

@@ -328,6 +328,7 @@ pub(crate) mod tests {
     /// A file of four 1 KiB chunks.
     pub(crate) fn four_chunks() -> Entry {
         Entry {
+            attrs: None,
             path: "f".into(),
             kind: EntryKind::File,
             size: 4096,

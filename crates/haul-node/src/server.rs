@@ -61,6 +61,10 @@ pub struct ServeOptions {
     /// Serve pulls, listings and checks only: pushes, fan-out admissions,
     /// relayed pushes and prunes are refused (`--read-only`).
     pub read_only: bool,
+    /// `--keep-owners`: owners, groups and `trusted.*`/`security.*`
+    /// attributes that clients send are applied (only when the node runs
+    /// as root); otherwise they are ignored and the node says so once.
+    pub keep_owners: bool,
 }
 
 /// How often a serving node looks for abandoned staging files.
@@ -129,7 +133,7 @@ fn request_of(request: &Request) -> (&'static str, &str) {
         Request::Relayed { .. } => ("relay", ""),
         Request::List { path, .. } => ("list", path),
         Request::Prune { dest } => ("prune", dest),
-        Request::Fetch => ("fetch", ""),
+        Request::Fetch { .. } => ("fetch", ""),
     }
 }
 
@@ -152,6 +156,7 @@ impl Server {
     pub fn reaching(opts: ServeOptions, reach: Arc<dyn Reach>) -> Result<Arc<Self>, NodeError> {
         let dest = Destination::open(&opts.root)?;
         dest.replace_files_in_the_way();
+        dest.set_attr_policy(haul_engine::attrs::AttrPolicy::node(opts.keep_owners));
         let buffers = ChunkBuffers::new(opts.chunk_memory);
         Ok(Arc::new(Self {
             opts,
@@ -400,7 +405,9 @@ impl Server {
             Request::Relayed { ticket, stripe } => {
                 self.relayed(reader, writer, &ticket, stripe).await
             }
-            Request::List { path, sums } => self.list(reader, writer, &path, sums).await,
+            Request::List { path, sums, keep } => {
+                self.list(reader, writer, &path, sums, keep).await
+            }
             Request::Prune { dest } => {
                 if let Err(e) = haul_proto::validate_rel_path(&dest) {
                     return refuse(&mut writer, ErrorCode::BadPath, e.to_string()).await;
@@ -412,7 +419,7 @@ impl Server {
                     .await?;
                 self.prune(reader, writer, &dest).await
             }
-            Request::Fetch => {
+            Request::Fetch { keep } => {
                 writer
                     .send(&Message::Welcome {
                         version: PROTOCOL_VERSION,
@@ -433,6 +440,7 @@ impl Server {
                 };
                 let feed = JobFeed::Wants {
                     root: self.dest.held_root().clone(),
+                    attrs: haul_engine::attrs::AttrReader::new(keep),
                 };
                 run_sender(reader, writer, feed, ctx)
                     .await
@@ -700,6 +708,7 @@ impl Server {
         mut writer: Box<dyn MessageWriter>,
         path: &str,
         sums: bool,
+        keep: haul_proto::Keep,
     ) -> Result<(), NodeError> {
         let trimmed = path.trim_end_matches('/');
         if let Err(e) = haul_proto::validate_rel_path(trimmed) {
@@ -707,7 +716,7 @@ impl Server {
         }
         let contents = path.ends_with('/') || trimmed.is_empty();
         let tree = match LocalTree::beneath(self.dest.held_root(), trimmed, contents) {
-            Ok(t) => t,
+            Ok(t) => t.keeping(keep),
             Err(e) => {
                 let (code, msg) = match e {
                     ResolveError::NotFound(_) => (

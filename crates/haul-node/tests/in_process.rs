@@ -195,7 +195,9 @@ async fn a_node_that_never_answers_the_hello_times_out() {
     let started = std::time::Instant::now();
     let err = remote
         .dialer
-        .open(Request::Fetch)
+        .open(Request::Fetch {
+            keep: Default::default(),
+        })
         .await
         .err()
         .expect("a silent node cannot be reached");

@@ -41,6 +41,7 @@ async fn a_file_still_being_received_is_sent_on_as_its_chunks_verify() {
         .map(|i| (i.wrapping_mul(2_654_435_761) >> 11) as u8)
         .collect();
     let entry = Entry {
+        attrs: None,
         path: "relayed.bin".into(),
         kind: EntryKind::File,
         size: data.len() as u64,

@@ -4,8 +4,9 @@
 //! rejects any length above its limit before looking further.
 
 use crate::message::{
-    ChunkHeader, ChunkSeal, Digest, Entry, EntryKind, ErrorCode, Message, RelayTarget, Request,
-    Seal, Stripe, MAX_SEALS, MAX_STRIPES,
+    Attrs, ChunkHeader, ChunkSeal, Digest, Entry, EntryKind, ErrorCode, Keep, Message, Principal,
+    RelayTarget, Request, Seal, Stripe, Xattr, MAX_SEALS, MAX_STRIPES, MAX_XATTRS, MAX_XATTR_NAME,
+    MAX_XATTR_VALUE,
 };
 
 /// Largest frame body accepted (kind byte included).
@@ -96,12 +97,15 @@ pub fn encode(msg: &Message, out: &mut Vec<u8>) {
                     w.str(dest);
                     w.u8(u8::from(*checksum) | (u8::from(*replace_dirs) << 1) | skip.bits());
                 }
-                Request::List { path, sums } => {
+                Request::List { path, sums, keep } => {
                     w.u8(2);
                     w.str(path);
-                    w.u8(u8::from(*sums));
+                    w.u8(u8::from(*sums) | (keep.bits() << 1));
                 }
-                Request::Fetch => w.u8(3),
+                Request::Fetch { keep } => {
+                    w.u8(3);
+                    w.u8(keep.bits());
+                }
                 Request::Admit {
                     dest,
                     origin,
@@ -363,11 +367,18 @@ fn decode_body(body: &[u8]) -> Result<Message, DecodeError> {
                         skip: crate::SkipRule::from_bits(flags),
                     }
                 }
-                2 => Request::List {
-                    path: r.str()?,
-                    sums: r.bool()?,
+                2 => {
+                    let path = r.str()?;
+                    let flags = r.u8()?;
+                    Request::List {
+                        path,
+                        sums: flags & 1 != 0,
+                        keep: Keep::from_bits(flags >> 1).ok_or(DecodeError::Malformed(name))?,
+                    }
+                }
+                3 => Request::Fetch {
+                    keep: Keep::from_bits(r.u8()?).ok_or(DecodeError::Malformed(name))?,
                 },
-                3 => Request::Fetch,
                 4 => Request::Admit {
                     dest: r.str()?,
                     origin: r.digest()?,
@@ -599,6 +610,32 @@ impl Writer<'_> {
         self.u64(e.mtime_sec as u64);
         self.u32(e.mtime_nsec);
         self.u32(e.chunk_size);
+        self.attrs(e.attrs.as_deref());
+    }
+    /// Version 11: a flag byte (bit 0 owner, 1 group, 2 xattrs), then each
+    /// part present: a principal is `u32 id | str name`; xattrs are
+    /// `u16 count | (str name | u32 len | value)*`.
+    fn attrs(&mut self, a: Option<&Attrs>) {
+        let Some(a) = a else {
+            self.u8(0);
+            return;
+        };
+        let flags = u8::from(a.owner.is_some())
+            | (u8::from(a.group.is_some()) << 1)
+            | (u8::from(a.xattrs.is_some()) << 2);
+        self.u8(flags);
+        for p in [&a.owner, &a.group].into_iter().flatten() {
+            self.u32(p.id);
+            self.str(&p.name);
+        }
+        if let Some(xattrs) = &a.xattrs {
+            self.u16(xattrs.len() as u16);
+            for x in xattrs {
+                self.str(&x.name);
+                self.u32(x.value.len() as u32);
+                self.0.extend_from_slice(&x.value);
+            }
+        }
     }
     /// An optional seal: a flag byte, then 64 bytes when present.
     fn seal(&mut self, s: Option<&Seal>) {
@@ -708,7 +745,63 @@ impl<'a> Reader<'a> {
             mtime_sec: self.u64()? as i64,
             mtime_nsec: self.u32()?,
             chunk_size: self.u32()?,
+            attrs: self.attrs()?,
         })
+    }
+    fn principal(&mut self) -> Result<Principal, DecodeError> {
+        let id = self.u32()?;
+        let name = self.str()?;
+        if name.len() > MAX_XATTR_NAME || name.contains(['\0', '/', ':']) {
+            return Err(DecodeError::BadString(self.name));
+        }
+        Ok(Principal { id, name })
+    }
+    fn attrs(&mut self) -> Result<Option<Box<Attrs>>, DecodeError> {
+        let flags = self.u8()?;
+        if flags == 0 {
+            return Ok(None);
+        }
+        if flags > 7 {
+            return Err(DecodeError::Malformed(self.name));
+        }
+        let owner = if flags & 1 != 0 {
+            Some(self.principal()?)
+        } else {
+            None
+        };
+        let group = if flags & 2 != 0 {
+            Some(self.principal()?)
+        } else {
+            None
+        };
+        let xattrs = if flags & 4 != 0 {
+            let n = usize::from(self.u16()?);
+            // Each takes at least its two length prefixes.
+            if n > MAX_XATTRS || n.saturating_mul(8) > self.buf.len() {
+                return Err(DecodeError::Malformed(self.name));
+            }
+            let mut xattrs = Vec::with_capacity(n);
+            for _ in 0..n {
+                let name = self.str()?;
+                if name.is_empty() || name.len() > MAX_XATTR_NAME || name.contains('\0') {
+                    return Err(DecodeError::BadString(self.name));
+                }
+                let len = self.u32()? as usize;
+                if len > MAX_XATTR_VALUE {
+                    return Err(DecodeError::Malformed(self.name));
+                }
+                let value = self.take(len)?.to_vec();
+                xattrs.push(Xattr { name, value });
+            }
+            Some(xattrs)
+        } else {
+            None
+        };
+        Ok(Some(Box::new(Attrs {
+            owner,
+            group,
+            xattrs,
+        })))
     }
 }
 

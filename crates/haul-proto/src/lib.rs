@@ -45,7 +45,9 @@
 //! pull: Hello{.., List{path, sums}} -> Listing{entry}... Bye   (one connection lists;
 //!       with sums (v6, `--checksum`, `haul check`) each file's Listing is
 //!       followed by Hashed{root}, its BLAKE3, or by FileError{Io})
-//!       Hello{.., Fetch} on each worker connection; the server is the sender:
+//!       Hello{.., Fetch{keep}} on each worker connection (v11: `keep` says
+//!       which of owner, group, xattrs and ACLs its offers carry); the server
+//!       is the sender:
 //!       Want{id, path, dest, a..b} ->      (a window of wants ahead)
 //!                                   <- Offer{id, ...} and the flow below
 //! push --checksum (v6): the client first lists DEST with sums, offers only
@@ -60,7 +62,8 @@
 //!       ... Bye
 //!
 //! sender                                   receiver
-//!   Offer{id, entry, chunks a..b}   ->                 (up to a window of offers ahead)
+//!   Offer{id, entry, chunks a..b}   ->                 (up to a window of offers ahead;
+//!                                                      v11: entry.attrs, see below)
 //!                                   <- Need{id, have[(index, digest)], skip}
 //!   Chunk{id, i, len, digest}+bytes ->                 (each chunk not held, any order)
 //!   RangeEnd{id, chunks}            ->                 (how many chunks this round sent)
@@ -85,6 +88,23 @@
 //! receiver, answered by a `Commit` computed by reading the whole file; a
 //! pushing sender sends `Commit` itself once all its ranges are clean) and
 //! sends `Release{id}` for the other ranges, so the peer can forget them.
+//!
+//! ## Owners, groups, xattrs and ACLs (v11)
+//! An `Entry` ends with a flag byte: 0 when it carries nothing beyond mode
+//! and mtime, else bit 0 an owner and bit 1 a group (`u32 id | str name`,
+//! the name empty under `--numeric-ids`), bit 2 extended attributes
+//! (`u16 count | (str name | u32 len | value)*`, at most 1024 of them, names
+//! of 1–255 bytes, values of at most 64 KiB: Linux's own limits). POSIX ACLs
+//! travel as their `system.posix_acl_access`/`_default` attributes. A pushing
+//! client puts in what its flags keep; a fetching one asks in `Fetch{keep}`.
+//! The receiver applies them to the staged file before it gets its name
+//! (`chown` before `chmod`, so set-id bits survive), and only as far as its
+//! own policy allows: owners and groups when it runs as root (a node also
+//! only with `--keep-owners`), `user.*` and ACLs always, `trusted.*` and
+//! `security.*` only where owners are allowed. What it left out is said
+//! once in the `Done` of the first entry it touched (`ok` with a message).
+//! In a fan-out the entry's seal covers all of it, so no relay can change an
+//! owner on the way.
 //!
 //! ## Fan-out
 //! ```text
@@ -166,8 +186,9 @@ pub mod seal;
 
 pub use frame::{decode_frame, encode, DecodeError, Decoded, MAX_FRAME_LEN};
 pub use message::{
-    ChunkHeader, ChunkSeal, Digest, Entry, EntryKind, ErrorCode, Message, OriginKey, RelayTarget,
-    Request, Seal, SkipRule, Stripe, Ticket, MAX_SEALS, MAX_STRIPES, PROTOCOL_VERSION,
+    Attrs, ChunkHeader, ChunkSeal, Digest, Entry, EntryKind, ErrorCode, Keep, Message, OriginKey,
+    Principal, RelayTarget, Request, Seal, SkipRule, Stripe, Ticket, Xattr, MAX_SEALS, MAX_STRIPES,
+    MAX_XATTRS, MAX_XATTR_NAME, MAX_XATTR_VALUE, PROTOCOL_VERSION,
 };
 pub use path::{
     check_entry_path, is_state_dir, symlink_target_refused_anywhere, validate_entry_path,

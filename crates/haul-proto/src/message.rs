@@ -28,7 +28,100 @@
 /// client's [`SkipRule`] (`--ignore-existing`, `--size-only`, `-u`), so the
 /// node skips what the client's rule skips; a version 9 node would have
 /// ignored them and overwritten, hence the new version.
-pub const PROTOCOL_VERSION: u16 = 10;
+/// Version 11: an [`Entry`] may carry [`Attrs`] (owner, group, extended
+/// attributes and POSIX ACLs: rsync's `-o`, `-g`, `-X`, `-A`) after its
+/// chunk size, and `List` and `Fetch` say which of them the client keeps
+/// ([`Keep`]; `List`'s flag byte carries it in bits 1–5).
+pub const PROTOCOL_VERSION: u16 = 11;
+
+/// Which metadata beyond mode, mtime and symlinks a transfer keeps:
+/// rsync's `-o`, `-g`, `-X` and `-A` (and `--numeric-ids`). A sender puts
+/// only these in each [`Entry`]'s [`Attrs`]; a receiver applies what an
+/// entry carries as far as its own policy allows (version 11).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Keep {
+    /// `-o`/`--owner`: the owner, by name (and id).
+    pub owner: bool,
+    /// `-g`/`--group`: the group, by name (and id).
+    pub group: bool,
+    /// `-X`/`--xattrs`: extended attributes (other than ACLs).
+    pub xattrs: bool,
+    /// `-A`/`--acls`: POSIX ACLs, as their `system.posix_acl_*` attributes.
+    pub acls: bool,
+    /// `--numeric-ids`: owners and groups by number only (no names sent).
+    pub numeric_ids: bool,
+}
+
+impl Keep {
+    /// Whether anything beyond haul's defaults is kept.
+    pub fn any(self) -> bool {
+        self.owner || self.group || self.xattrs || self.acls
+    }
+
+    /// The flag bits on the wire.
+    pub fn bits(self) -> u8 {
+        u8::from(self.owner)
+            | (u8::from(self.group) << 1)
+            | (u8::from(self.xattrs) << 2)
+            | (u8::from(self.acls) << 3)
+            | (u8::from(self.numeric_ids) << 4)
+    }
+
+    /// From the flag byte (`None` when a bit this version does not know is set).
+    pub fn from_bits(b: u8) -> Option<Self> {
+        (b < 32).then_some(Self {
+            owner: b & 1 != 0,
+            group: b & 2 != 0,
+            xattrs: b & 4 != 0,
+            acls: b & 8 != 0,
+            numeric_ids: b & 16 != 0,
+        })
+    }
+}
+
+/// An owner or a group as a sender names it: its number, and its name
+/// when it has one and names are sent (a receiver maps the name to its own
+/// number, as rsync does without `--numeric-ids`; an unknown name falls
+/// back to the number).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Principal {
+    /// The sender's uid or gid.
+    pub id: u32,
+    /// Its name on the sender (empty: none, or `--numeric-ids`).
+    pub name: String,
+}
+
+/// One extended attribute: its full name (`user.x`, `system.posix_acl_access`…)
+/// and its value, both bounded on the wire ([`MAX_XATTR_NAME`], [`MAX_XATTR_VALUE`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Xattr {
+    /// The name with its namespace.
+    pub name: String,
+    /// The raw value.
+    pub value: Vec<u8>,
+}
+
+/// Longest extended attribute name accepted (Linux's `XATTR_NAME_MAX`).
+pub const MAX_XATTR_NAME: usize = 255;
+/// Largest extended attribute value accepted (Linux's `XATTR_SIZE_MAX`).
+pub const MAX_XATTR_VALUE: usize = 64 << 10;
+/// Most extended attributes one entry may carry.
+pub const MAX_XATTRS: usize = 1024;
+
+/// What an entry carries beyond mode and mtime when its transfer keeps it
+/// ([`Keep`]). Everything here comes from a peer: a receiver bounds it
+/// (the decoder does), and applies an owner or a privileged namespace only
+/// when its own policy says so.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Attrs {
+    /// The owner (`-o`).
+    pub owner: Option<Principal>,
+    /// The group (`-g`).
+    pub group: Option<Principal>,
+    /// Extended attributes and ACLs (`-X`, `-A`); `None` when not kept (a
+    /// kept but empty set is `Some` and empty).
+    pub xattrs: Option<Vec<Xattr>>,
+}
 
 /// Which files already at the destination are left as they are, as
 /// rsync's flags say; the default is the quick check (same size and
@@ -116,9 +209,15 @@ pub enum Request {
         /// lists and follows its `Listing` with [`Message::Hashed`] (or
         /// with `FileError{Io}` when the file cannot be read).
         sums: bool,
+        /// What each listed entry carries beyond mode and mtime (version
+        /// 11): a pull makes directories and symlinks from the listing.
+        keep: Keep,
     },
     /// The client will ask for files with [`Message::Want`]; the server is the sender.
-    Fetch,
+    Fetch {
+        /// What each offered entry carries beyond mode and mtime (version 11).
+        keep: Keep,
+    },
     /// Fan-out control: the client admits this node to a transfer into
     /// `dest`. The node answers `Welcome`, then [`Message::Ticket`]; the
     /// client may then send [`Message::Forward`]s; the node sends
@@ -244,6 +343,9 @@ pub struct Entry {
     pub mtime_nsec: u32,
     /// Chunk size used for this file (power of two, >= 1 KiB).
     pub chunk_size: u32,
+    /// Owner, group and extended attributes, when the transfer keeps them
+    /// (version 11; `None` otherwise).
+    pub attrs: Option<Box<Attrs>>,
 }
 
 impl Entry {

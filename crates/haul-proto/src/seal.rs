@@ -149,6 +149,7 @@ mod tests {
 
     fn entry(path: &str) -> Entry {
         Entry {
+            attrs: None,
             path: path.into(),
             kind: EntryKind::File,
             size: 3 << 20,

@@ -29,6 +29,8 @@ pub struct Meta {
     pub ino: u64,
     /// Owner.
     pub uid: u32,
+    /// Group.
+    pub gid: u32,
     /// Status-change time (`st_ctime`), seconds since the epoch: any write,
     /// truncation, `chmod` or `utimensat` moves it, and no caller can set it.
     pub ctime: i64,
@@ -49,6 +51,7 @@ impl Meta {
             dev: st.st_dev as u64,
             ino: st.st_ino as u64,
             uid: st.st_uid as u32,
+            gid: st.st_gid as u32,
             ctime: st.st_ctime as i64,
             ctime_nsec: (st.st_ctime_nsec as u64).min(999_999_999) as u32,
         }
@@ -96,7 +99,7 @@ pub(crate) fn plain(name: &[u8]) -> bool {
     !name.is_empty() && name != b"." && name != b".." && !name.iter().any(|&b| b == b'/' || b == 0)
 }
 
-fn name_of(name: &OsStr) -> io::Result<&OsStr> {
+pub(crate) fn name_of(name: &OsStr) -> io::Result<&OsStr> {
     if plain(name.as_bytes()) {
         Ok(name)
     } else {
@@ -107,7 +110,7 @@ fn name_of(name: &OsStr) -> io::Result<&OsStr> {
     }
 }
 
-fn errno(e: rustix::io::Errno) -> io::Error {
+pub(crate) fn errno(e: rustix::io::Errno) -> io::Error {
     io::Error::from_raw_os_error(e.raw_os_error())
 }
 
@@ -115,8 +118,21 @@ fn errno(e: rustix::io::Errno) -> io::Error {
 /// `CAP_DAC_READ_SEARCH` on older kernels): use `/proc/self/fd` from then on.
 static EMPTY_PATH_REFUSED: AtomicBool = AtomicBool::new(false);
 
-fn proc_fd(fd: BorrowedFd<'_>) -> String {
+pub(crate) fn proc_fd(fd: BorrowedFd<'_>) -> String {
     format!("/proc/self/fd/{}", fd.as_raw_fd())
+}
+
+/// An `O_PATH` descriptor held open with its `/proc/self/fd` link, which
+/// names that very inode for calls that take no descriptor.
+pub(crate) struct ProcLink {
+    _fd: OwnedFd,
+    link: String,
+}
+
+impl ProcLink {
+    pub(crate) fn as_str(&self) -> &str {
+        &self.link
+    }
 }
 
 const DIR_PATH: OFlags = OFlags::PATH
@@ -392,25 +408,40 @@ impl Dir {
         mode: u32,
         allow: impl FnOnce(&Meta) -> bool,
     ) -> io::Result<bool> {
-        let name = name_of(name.as_ref())?;
+        let Some(file) = self.regular_file_if(name.as_ref(), allow)? else {
+            return Ok(false);
+        };
+        // An O_PATH descriptor takes no fchmod: its /proc link names the
+        // file itself (a magic link to the inode, not a path).
+        rustix::fs::chmodat(
+            CWD,
+            file.as_str(),
+            Mode::from_raw_mode(mode),
+            AtFlags::empty(),
+        )
+        .map_err(errno)?;
+        Ok(true)
+    }
+
+    /// The `/proc` link of the regular file `name` here — opened with
+    /// `O_PATH | O_NOFOLLOW`, so never a symlink's target — when `allow`
+    /// accepts what it is; the descriptor stays open with the link.
+    pub(crate) fn regular_file_if(
+        &self,
+        name: &OsStr,
+        allow: impl FnOnce(&Meta) -> bool,
+    ) -> io::Result<Option<ProcLink>> {
+        let name = name_of(name)?;
         let flags = OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC;
         let fd = rustix::fs::openat(&self.fd, name, flags, Mode::empty()).map_err(errno)?;
         let meta = rustix::fs::fstat(&fd)
             .map(|st| Meta::from_stat(&st))
             .map_err(errno)?;
         if !meta.is_file() || !allow(&meta) {
-            return Ok(false);
+            return Ok(None);
         }
-        // An O_PATH descriptor takes no fchmod: its /proc link names the
-        // file itself (a magic link to the inode, not a path).
-        rustix::fs::chmodat(
-            CWD,
-            proc_fd(fd.as_fd()).as_str(),
-            Mode::from_raw_mode(mode),
-            AtFlags::empty(),
-        )
-        .map_err(errno)?;
-        Ok(true)
+        let link = proc_fd(fd.as_fd());
+        Ok(Some(ProcLink { _fd: fd, link }))
     }
 
     /// Sets this directory's own permission bits.

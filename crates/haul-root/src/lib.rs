@@ -40,6 +40,7 @@
 //! [`walk`] walks a tree the same way (each directory opened relative to its
 //! parent's descriptor), for serving a root and for reading local trees.
 
+mod attrs;
 mod dir;
 pub mod identity;
 pub mod walk;
@@ -49,6 +50,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+pub use attrs::{file_set_owner, file_set_xattr, file_xattrs, Xattrs};
 pub use dir::{Dir, Meta};
 pub use identity::FileIdentity;
 use rustix::fs::{Mode, OFlags, ResolveFlags};

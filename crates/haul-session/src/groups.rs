@@ -206,6 +206,7 @@ mod tests {
     fn a_retried_range_counts_once_and_commits_again() {
         let data: Vec<u8> = (0..3000u32).map(|i| (i % 251) as u8).collect();
         let entry = Entry {
+            attrs: None,
             path: "f".into(),
             kind: EntryKind::File,
             size: data.len() as u64,

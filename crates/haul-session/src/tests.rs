@@ -36,6 +36,7 @@ fn entry() -> impl Strategy<Value = Entry> {
         prop_oneof![Just(1024u32), Just(4096), Just(3000), Just(0)],
     )
         .prop_map(|(path, kind, size, chunk_size)| Entry {
+            attrs: None,
             path,
             kind: match kind {
                 0 => EntryKind::File,
@@ -213,6 +214,7 @@ proptest! {
                     SenderIo::Resolve { file, path, dest, first, end } => {
                         prop_assert!(safe(&path) && safe(&dest), "{path:?} {dest:?}");
                         let entry = Entry {
+                            attrs: None,
                             path: dest,
                             kind: EntryKind::File,
                             size: 5000,
@@ -253,6 +255,7 @@ fn a_receiver_waits_for_every_counted_chunk_in_any_order() {
     let t0 = Instant::now();
     let mut r = Receiver::for_push(SessionConfig::default(), String::new(), t0);
     let entry = Entry {
+        attrs: None,
         path: "f".into(),
         kind: EntryKind::File,
         size: 3000,
@@ -328,6 +331,7 @@ fn a_busy_session_keeps_the_peer_informed_and_a_silent_peer_times_out() {
     };
     let mut r = Receiver::for_push(cfg, String::new(), t0);
     let entry = Entry {
+        attrs: None,
         path: "big".into(),
         kind: EntryKind::File,
         size: 1 << 20,
@@ -373,6 +377,7 @@ fn a_busy_session_keeps_the_peer_informed_and_a_silent_peer_times_out() {
 
 fn one_file(size: u64) -> Entry {
     Entry {
+        attrs: None,
         path: "f".into(),
         kind: EntryKind::File,
         size,

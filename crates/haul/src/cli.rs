@@ -176,6 +176,12 @@ pub struct ServeArgs {
     /// are refused.
     #[arg(long)]
     pub read_only: bool,
+    /// Apply the owners and groups clients send (`push -a`, `-o`, `-g`) and
+    /// their trusted.* and security.* attributes; needs root. Without it
+    /// they are ignored (the node logs so once); user.* attributes and ACLs
+    /// are always kept.
+    #[arg(long)]
+    pub keep_owners: bool,
 }
 
 /// Flags shared by push and pull.
@@ -385,17 +391,35 @@ an existing directory or DEST/ gets DEST/NAME. Passwords: in the URL, --password
 or HAUL_PASSWORD; S3 keys from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or
 ~/.aws/credentials. Secrets are never printed.";
 
-/// rsync's flags whose meaning haul has without them, accepted so that
-/// `haul push -avP` does what `rsync -avP` users expect. Owners, groups,
-/// hard links, holes, xattrs and ACLs are not kept yet: `-o`, `-g`, `-H`,
-/// `-S`, `-X` and `-A` are refused with that said (`rsync_flags`).
+/// rsync's flags, accepted so that `haul push -avP` does what `rsync -avP`
+/// users expect: those whose meaning haul has without them, and what
+/// `-a -o -g -X -A` keep beyond mode and mtime. Hard links and holes are not
+/// kept yet: `-H` and `-S` are refused with that said (`rsync_flags`).
 #[derive(Debug, Args, Clone, Default)]
-#[command(next_help_heading = "rsync's flags (what haul does anyway)")]
+#[command(next_help_heading = "rsync's flags")]
 pub struct RsyncArgs {
-    /// rsync's -rlptD: haul recurses and keeps symlinks, permissions and
-    /// mtimes by default. Not yet kept: owners, groups (-o, -g), hard links.
+    /// rsync's -rlptgoD: haul recurses and keeps symlinks, permissions and
+    /// mtimes by default; -a adds owners and groups (-o -g), applied where
+    /// the receiver runs as root. Not yet kept: hard links (-H), holes (-S).
     #[arg(short = 'a', long)]
     pub archive: bool,
+    /// Keep owners (by name; applied where the receiver runs as root, on a
+    /// node only with `haul serve --keep-owners`).
+    #[arg(short = 'o', long)]
+    pub owner: bool,
+    /// Keep groups (by name; applied as -o is).
+    #[arg(short = 'g', long)]
+    pub group: bool,
+    /// Owners and groups by number, not by name.
+    #[arg(long)]
+    pub numeric_ids: bool,
+    /// Keep extended attributes: user.* always; trusted.* and security.*
+    /// where owners are applied (SELinux labels are not sent).
+    #[arg(short = 'X', long)]
+    pub xattrs: bool,
+    /// Keep POSIX ACLs (as their system.posix_acl_* attributes).
+    #[arg(short = 'A', long)]
+    pub acls: bool,
     /// Recurse into directories (always).
     #[arg(short = 'r', long)]
     pub recursive: bool,
@@ -432,6 +456,19 @@ pub struct RsyncArgs {
     /// Print help.
     #[arg(long, action = clap::ArgAction::Help)]
     pub help: Option<bool>,
+}
+
+impl RsyncArgs {
+    /// What these flags keep beyond mode, mtime and symlinks.
+    pub fn keep(&self) -> haul_proto::Keep {
+        haul_proto::Keep {
+            owner: self.owner || self.archive,
+            group: self.group || self.archive,
+            xattrs: self.xattrs,
+            acls: self.acls,
+            numeric_ids: self.numeric_ids,
+        }
+    }
 }
 
 /// Which files a transfer takes: the same rules for push, pull from a

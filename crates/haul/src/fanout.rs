@@ -114,10 +114,11 @@ pub async fn push(
         )
         .into());
     }
-    let opts = usage(config::filtered_client_options(
+    let mut opts = usage(config::filtered_client_options(
         &args.transfer,
         &args.filter,
     ))?;
+    opts.keep = args.rsync.keep();
     if let Some(filter) = &opts.filter {
         usage(config::check_files_from(filter, &paths))?;
     }
@@ -162,7 +163,8 @@ pub async fn push(
         rates,
         reach,
     };
-    let dataset = Arc::new(haul_node::dataset::Walk::new(&paths, opts.filter.clone()));
+    let dataset =
+        Arc::new(haul_node::dataset::Walk::new(&paths, opts.filter.clone()).keeping(opts.keep));
     let summary = crate::interruptible(
         &display,
         haul_node::push_fanout(dataset, &urls, &opts, &fan, display.clone()),

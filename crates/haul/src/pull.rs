@@ -13,10 +13,11 @@ use crate::{config, dry_run_done, fetch, interruptible, report, shown_source, us
 
 /// Runs `haul pull`.
 pub async fn run(args: PullArgs, mode: Mode) -> Result<u8> {
-    let opts = usage(config::filtered_client_options(
+    let mut opts = usage(config::filtered_client_options(
         &args.transfer,
         &args.filter,
     ))?;
+    opts.keep = args.rsync.keep();
     let display = Arc::new(Display::new(mode));
     if args.transfer.dry_run {
         return dry_run_pull(&args, &opts, mode, display).await;

@@ -33,10 +33,11 @@ pub async fn run(args: PushArgs, mode: Mode) -> Result<u8> {
     for p in &paths {
         usage(config::check_local_source(p))?;
     }
-    let opts = usage(config::filtered_client_options(
+    let mut opts = usage(config::filtered_client_options(
         &args.transfer,
         &args.filter,
     ))?;
+    opts.keep = args.rsync.keep();
     if let Some(filter) = &opts.filter {
         usage(config::check_files_from(filter, &paths))?;
     }

@@ -21,12 +21,12 @@ const TIPS: &[(&[&str], &str)] = &[
         "haul does not keep holes yet: a sparse file arrives with its holes written as zeros",
     ),
     (
-        &["-X", "--xattrs", "-A", "--acls"],
-        "haul does not keep extended attributes or ACLs yet",
+        &["--chown", "--usermap", "--groupmap"],
+        "haul keeps owners and groups as they are (-o, -g; by name, or --numeric-ids) and maps nothing",
     ),
     (
-        &["-o", "--owner", "-g", "--group", "--numeric-ids", "--chown", "--usermap", "--groupmap"],
-        "haul does not keep owners or groups yet: files belong to the user who receives them",
+        &["--fake-super", "--super", "--no-super"],
+        "a haul node applies owners when it runs as root with `haul serve --keep-owners`",
     ),
     (
         &["--chmod", "-E", "--executability"],

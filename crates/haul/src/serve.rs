@@ -151,6 +151,7 @@ pub(crate) fn serve_options(
         log: Arc::new(transfer_log(args)?),
         partial_ttl,
         read_only: args.read_only,
+        keep_owners: args.keep_owners,
     })
 }
 

@@ -54,6 +54,10 @@ pub async fn run(args: &ServeArgs, partial_ttl: Option<Duration>) -> Result<u8> 
     };
     let mut opts = serve_options(args, &far.root, tokens, idle, partial_ttl)?;
     opts.read_only = far.read_only;
+    // Started over ssh by the user it runs as, it keeps owners as that
+    // user's own local copy would (rsync's far side); a forced command
+    // (`--restrict`) only when its operator said `--keep-owners`.
+    opts.keep_owners = args.keep_owners || far.confined.is_none();
     let timeouts = opts.timeouts;
     let server = Server::new(opts)
         .with_context(|| format!("cannot use {} as the node's root", far.root.display()))?;

@@ -8,6 +8,7 @@ use std::time::UNIX_EPOCH;
 
 fn file_entry(path: &str, size: u64, chunk_size: u32) -> Entry {
     Entry {
+        attrs: None,
         path: path.into(),
         kind: EntryKind::File,
         size,

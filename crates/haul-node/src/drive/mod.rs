@@ -59,6 +59,7 @@ pub(crate) fn take_jobs<S: haul_session::Windowed, J: crate::jobs::Job>(
 /// from the opened file itself.
 pub(crate) fn read_want(
     root: &Root,
+    attrs: &haul_engine::attrs::AttrReader,
     path: &str,
     dest: &str,
     first: u32,
@@ -81,11 +82,22 @@ pub(crate) fn read_want(
         }
         _ => (ErrorCode::Io, format!("cannot read {path}: {e}")),
     })?;
+    // Owner, group and xattrs as the client keeps them, of the very file
+    // opened (its own descriptor, never its name again).
+    let kept = attrs
+        .read(&meta, || haul_engine::haul_root::file_xattrs(&file))
+        .map_err(|e| {
+            (
+                ErrorCode::Io,
+                format!("cannot read the attributes of {path}: {e}"),
+            )
+        })?;
     // Described by the version it sends (see `LocalFile::open`).
     let file =
         LocalFile::open(file).map_err(|e| (ErrorCode::Io, format!("cannot read {path}: {e}")))?;
     let now = *file.identity();
     let entry = haul_proto::Entry {
+        attrs: kept,
         path: dest.to_owned(),
         kind: EntryKind::File,
         size: now.size,

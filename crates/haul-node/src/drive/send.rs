@@ -9,6 +9,7 @@ use rustc_hash::FxHashMap as HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use haul_engine::attrs::AttrReader;
 use haul_engine::haul_root::Root;
 use haul_engine::source::open_to_send;
 use haul_engine::{ChunkSource, Confirmation};
@@ -33,6 +34,9 @@ pub enum JobFeed {
     Wants {
         /// The served root, held.
         root: Root,
+        /// What each offered entry carries beyond mode and mtime (the
+        /// peer's `Fetch{keep}`).
+        attrs: AttrReader,
     },
 }
 
@@ -146,7 +150,7 @@ pub async fn run_sender(
 ) -> Result<(), Interrupted<SendJob>> {
     let now = Instant::now();
     let root = match &feed {
-        JobFeed::Wants { root } => Some(root.path().display().to_string()),
+        JobFeed::Wants { root, .. } => Some(root.path().display().to_string()),
         JobFeed::Queue(_) => None,
     };
     let cfg = SessionConfig {
@@ -249,7 +253,7 @@ impl Driver {
             JobFeed::Wants { .. } => None,
         };
         let root = match feed {
-            JobFeed::Wants { root } => Some(root),
+            JobFeed::Wants { root, attrs } => Some((root, attrs)),
             JobFeed::Queue(_) => None,
         };
         loop {
@@ -387,7 +391,7 @@ impl Driver {
 
     /// Does what the session asks: sends its transmits, performs its I/O,
     /// until it asks nothing more right now.
-    async fn pump(&mut self, root: Option<&Root>) -> Result<(), NodeError> {
+    async fn pump(&mut self, root: Option<(&Root, &AttrReader)>) -> Result<(), NodeError> {
         loop {
             let now = self.now;
             if let Some(t) = self.session.poll_transmit(now) {
@@ -460,7 +464,7 @@ impl Driver {
         Ok(())
     }
 
-    async fn perform(&mut self, io: SenderIo, root: Option<&Root>) {
+    async fn perform(&mut self, io: SenderIo, root: Option<(&Root, &AttrReader)>) {
         let now = self.now;
         match io {
             SenderIo::Resolve {
@@ -470,7 +474,7 @@ impl Driver {
                 first,
                 end,
             } => {
-                let Some(root) = root else {
+                let Some((root, attrs)) = root else {
                     self.session.resolved(
                         now,
                         file,
@@ -478,7 +482,7 @@ impl Driver {
                     );
                     return;
                 };
-                match read_want(root, &path, &dest, first, end) {
+                match read_want(root, attrs, &path, &dest, first, end) {
                     Ok((job, source)) => {
                         self.ctx.observer.event(&Event::Resolved {
                             path: job.entry.path.clone(),

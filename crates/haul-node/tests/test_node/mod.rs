@@ -85,6 +85,7 @@ impl TestNode {
                 log: Arc::new(TransferLog::default()),
                 partial_ttl: None,
                 read_only: false,
+                keep_owners: false,
             },
             reach,
         )

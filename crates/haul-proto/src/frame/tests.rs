@@ -132,6 +132,91 @@ fn rejects_huge_counts() {
     assert_eq!(decode_frame(&buf), Err(DecodeError::Malformed("Need")));
 }
 
+/// A listing of one file carrying `attrs`, encoded.
+fn listing_with(attrs: crate::Attrs) -> Vec<u8> {
+    let entry = Entry {
+        path: "f".into(),
+        kind: EntryKind::File,
+        size: 1,
+        mode: 0o644,
+        mtime_sec: 0,
+        mtime_nsec: 0,
+        chunk_size: 1024,
+        attrs: Some(Box::new(attrs)),
+    };
+    let mut buf = Vec::new();
+    encode(&Message::Listing { entry }, &mut buf);
+    buf
+}
+
+#[test]
+fn attributes_from_a_peer_are_bounded_before_anything_is_kept() {
+    let xattr = |name: &str, len: usize| crate::Xattr {
+        name: name.into(),
+        value: vec![7; len],
+    };
+    let attrs = |xattrs| crate::Attrs {
+        owner: None,
+        group: None,
+        xattrs: Some(xattrs),
+    };
+    // The largest value Linux takes goes through; one byte more is refused.
+    let ok = listing_with(attrs(vec![xattr("user.a", crate::MAX_XATTR_VALUE)]));
+    assert!(matches!(decode_frame(&ok), Ok(Decoded::Message(..))));
+    let big = listing_with(attrs(vec![xattr("user.a", crate::MAX_XATTR_VALUE + 1)]));
+    assert_eq!(decode_frame(&big), Err(DecodeError::Malformed("Listing")));
+    // A name too long, empty, or with a NUL in it.
+    for name in ["x".repeat(256), String::new(), "user.a\0b".into()] {
+        let bad = listing_with(attrs(vec![xattr(&name, 1)]));
+        assert_eq!(decode_frame(&bad), Err(DecodeError::BadString("Listing")));
+    }
+    // More attributes than one entry may carry.
+    let many = listing_with(attrs(vec![xattr("user.a", 0); crate::MAX_XATTRS + 1]));
+    assert_eq!(decode_frame(&many), Err(DecodeError::Malformed("Listing")));
+    // An owner's name that could not be a name.
+    let owner = |name: &str| crate::Attrs {
+        owner: Some(crate::Principal {
+            id: 0,
+            name: name.into(),
+        }),
+        group: None,
+        xattrs: None,
+    };
+    for name in ["a/b", "a:b", "a\0"] {
+        let bad = listing_with(owner(name));
+        assert_eq!(decode_frame(&bad), Err(DecodeError::BadString("Listing")));
+    }
+    // A flag bit this version does not know.
+    let mut unknown = listing_with(owner("root"));
+    let at = unknown.len() - (4 + 4 + 4) - 1;
+    assert_eq!(unknown[at], 1);
+    unknown[at] = 9;
+    assert_eq!(
+        decode_frame(&unknown),
+        Err(DecodeError::Malformed("Listing"))
+    );
+}
+
+#[test]
+fn fetch_says_what_it_keeps_in_one_byte() {
+    let keep = crate::Keep {
+        owner: true,
+        group: true,
+        xattrs: false,
+        acls: true,
+        numeric_ids: false,
+    };
+    assert_eq!(
+        hex_of(&Message::Hello {
+            version: 11,
+            token: String::new(),
+            request: Request::Fetch { keep }
+        }),
+        "0000000901000b00000000030b"
+    );
+    assert_eq!(crate::Keep::from_bits(32), None);
+}
+
 fn arb_seal() -> impl Strategy<Value = Option<Seal>> {
     proptest::option::of((any::<[u8; 32]>(), any::<[u8; 32]>()).prop_map(|(a, b)| {
         let mut s = [0u8; 64];
@@ -158,9 +243,11 @@ fn arb_entry() -> impl Strategy<Value = Entry> {
         any::<i64>(),
         any::<u32>(),
         any::<u32>(),
+        arb_attrs(),
     )
         .prop_map(
-            |(path, kind, size, mode, mtime_sec, mtime_nsec, chunk_size)| Entry {
+            |(path, kind, size, mode, mtime_sec, mtime_nsec, chunk_size, attrs)| Entry {
+                attrs,
                 path,
                 kind,
                 size,
@@ -170,6 +257,33 @@ fn arb_entry() -> impl Strategy<Value = Entry> {
                 chunk_size,
             },
         )
+}
+
+/// Attributes as a sender puts them: `None`, or at least one part.
+fn arb_attrs() -> impl Strategy<Value = Option<Box<crate::Attrs>>> {
+    let principal = (any::<u32>(), "[a-z_][a-z0-9_-]{0,12}")
+        .prop_map(|(id, name)| crate::Principal { id, name });
+    let xattr = (
+        "(user|trusted|security)\\.[a-z.]{1,20}",
+        proptest::collection::vec(any::<u8>(), 0..64),
+    )
+        .prop_map(|(name, value)| crate::Xattr { name, value });
+    prop_oneof![
+        Just(None),
+        (
+            proptest::option::of(principal.clone()),
+            proptest::option::of(principal),
+            proptest::option::of(proptest::collection::vec(xattr, 0..4)),
+        )
+            .prop_filter("not empty", |(o, g, x)| o.is_some()
+                || g.is_some()
+                || x.is_some())
+            .prop_map(|(owner, group, xattrs)| Some(Box::new(crate::Attrs {
+                owner,
+                group,
+                xattrs
+            }))),
+    ]
 }
 
 fn arb_message() -> impl Strategy<Value = Message> {
@@ -195,16 +309,22 @@ fn arb_message() -> impl Strategy<Value = Message> {
                     },
                 }
             }),
-        (arb_string(), any::<bool>()).prop_map(|(path, sums)| Message::Hello {
+        (arb_string(), any::<bool>(), 0u8..32).prop_map(|(path, sums, keep)| Message::Hello {
             version: 1,
             token: String::new(),
-            request: Request::List { path, sums }
+            request: Request::List {
+                path,
+                sums,
+                keep: crate::Keep::from_bits(keep).unwrap_or_default()
+            }
         }),
         digest.prop_map(|root| Message::Hashed { root }),
-        Just(Message::Hello {
+        (0u8..32).prop_map(|bits| Message::Hello {
             version: 1,
             token: "x".into(),
-            request: Request::Fetch
+            request: Request::Fetch {
+                keep: crate::Keep::from_bits(bits).unwrap_or_default()
+            }
         }),
         (arb_string(), digest, any::<bool>()).prop_map(|(dest, origin, checksum)| {
             Message::Hello {
@@ -398,6 +518,7 @@ proptest! {
 #[test]
 fn stripes_cut_every_entry_once() {
     let file = |size: u64, path: &str| Entry {
+        attrs: None,
         path: path.into(),
         kind: EntryKind::File,
         size,

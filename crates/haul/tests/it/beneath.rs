@@ -249,7 +249,7 @@ fn fake_node(listener: TcpListener, mut before_first_commit: impl FnMut() + Send
                 raw.send(&Message::Bye);
                 let _ = raw.recv_skipping_keepalives();
             }
-            Request::Fetch => {
+            Request::Fetch { .. } => {
                 let mut offered: Vec<(u32, Entry, &[u8])> = Vec::new();
                 while let Some(msg) = raw.recv_skipping_keepalives() {
                     match msg {

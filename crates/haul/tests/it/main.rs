@@ -16,6 +16,7 @@ mod fanout;
 mod filters;
 mod harness;
 mod interrupt;
+mod keep_attrs;
 mod lab_fanout;
 mod lab_quic;
 mod lab_ssh;

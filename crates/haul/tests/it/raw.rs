@@ -50,6 +50,7 @@ impl Raw {
 
 pub fn file(path: &str, size: u64) -> Entry {
     Entry {
+        attrs: None,
         path: path.into(),
         kind: EntryKind::File,
         size,

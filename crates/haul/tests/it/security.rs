@@ -226,6 +226,7 @@ fn a_malicious_puller_cannot_read_outside_the_root() {
         raw.hello(Request::List {
             path: "out".into(),
             sums: false,
+            keep: Default::default(),
         }),
         Message::Refused { .. }
     ));
@@ -234,12 +235,18 @@ fn a_malicious_puller_cannot_read_outside_the_root() {
         raw.hello(Request::List {
             path: "../".into(),
             sums: false,
+            keep: Default::default(),
         }),
         Message::Refused { .. }
     ));
 
     let mut raw = Raw::connect(&node.addr);
-    assert!(matches!(raw.hello(Request::Fetch), Message::Welcome { .. }));
+    assert!(matches!(
+        raw.hello(Request::Fetch {
+            keep: Default::default()
+        }),
+        Message::Welcome { .. }
+    ));
     for (id, path) in [
         (1, "out/secret"),
         (2, "../outside/secret"),

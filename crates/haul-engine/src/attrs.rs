@@ -1,0 +1,337 @@
+//! What rsync's `-o`, `-g`, `-X` and `-A` keep: an entry's [`Attrs`] read
+//! at the source ([`AttrReader`]) and applied at the receiver as far as its
+//! policy allows ([`AttrWriter`]).
+//!
+//! Owners and groups travel by name and number; the receiver maps a name to
+//! its own number (rsync's default), or uses the number when the name is
+//! unknown there or the sender sent none (`--numeric-ids`). Names are looked
+//! up once each (NSS can be slow) and cached for the transfer.
+//!
+//! Everything an entry carries came from a peer. [`AttrPolicy`] says what a
+//! receiver takes: owners and groups only when it runs as root (a node also
+//! only when its operator passed `--keep-owners`), `user.*` attributes and
+//! POSIX ACLs always, `trusted.*` and `security.*` only where owners are
+//! taken. What it leaves out is said once per cause, never per file.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
+
+use haul_proto::{Attrs, Keep, Principal, Xattr, MAX_XATTRS};
+use haul_root::{Dir, Meta, Xattrs};
+
+/// The attributes ACLs are stored as.
+const ACLS: [&str; 2] = ["system.posix_acl_access", "system.posix_acl_default"];
+
+/// Whether `-X` (`xattrs`) or `-A` (`acls`) keeps the attribute `name`.
+/// SELinux labels are left out: they belong to the receiving system's policy.
+fn kept(name: &str, keep: Keep) -> bool {
+    if ACLS.contains(&name) {
+        return keep.acls;
+    }
+    keep.xattrs
+        && (name.starts_with("user.")
+            || name.starts_with("trusted.")
+            || (name.starts_with("security.") && name != "security.selinux"))
+}
+
+/// Reads what a transfer keeps of each entry at the source.
+#[derive(Debug, Default)]
+pub struct AttrReader {
+    keep: Keep,
+    users: Mutex<HashMap<u32, String>>,
+    groups: Mutex<HashMap<u32, String>>,
+}
+
+impl AttrReader {
+    /// A reader for the flags `keep`.
+    pub fn new(keep: Keep) -> Self {
+        Self {
+            keep,
+            ..Self::default()
+        }
+    }
+
+    /// What this reader keeps.
+    pub fn keep(&self) -> Keep {
+        self.keep
+    }
+
+    /// The name of uid or gid `id` (empty when it has none, or under
+    /// `--numeric-ids`).
+    fn name(&self, id: u32, group: bool) -> String {
+        if self.keep.numeric_ids {
+            return String::new();
+        }
+        let cache = if group { &self.groups } else { &self.users };
+        let Ok(mut cache) = cache.lock() else {
+            return String::new();
+        };
+        cache
+            .entry(id)
+            .or_insert_with(|| {
+                let name = if group {
+                    nix::unistd::Group::from_gid(id.into()).map(|g| g.map(|g| g.name))
+                } else {
+                    nix::unistd::User::from_uid(id.into()).map(|u| u.map(|u| u.name))
+                };
+                name.ok().flatten().unwrap_or_default()
+            })
+            .clone()
+    }
+
+    /// The [`Attrs`] of an entry with `meta`, its attributes read by
+    /// `xattrs` only when `-X` or `-A` asks; `None` when nothing is kept.
+    /// An attribute whose name is not UTF-8 is left out.
+    pub fn read(
+        &self,
+        meta: &Meta,
+        xattrs: impl FnOnce() -> io::Result<Xattrs>,
+    ) -> io::Result<Option<Box<Attrs>>> {
+        if !self.keep.any() {
+            return Ok(None);
+        }
+        let principal = |id, group| Principal {
+            id,
+            name: self.name(id, group),
+        };
+        let xattrs = if self.keep.xattrs || self.keep.acls {
+            let mut list = Vec::new();
+            for (name, value) in xattrs()? {
+                let Ok(name) = String::from_utf8(name) else {
+                    continue;
+                };
+                if kept(&name, self.keep) && list.len() < MAX_XATTRS {
+                    list.push(Xattr { name, value });
+                }
+            }
+            Some(list)
+        } else {
+            None
+        };
+        Ok(Some(Box::new(Attrs {
+            owner: self.keep.owner.then(|| principal(meta.uid, false)),
+            group: self.keep.group.then(|| principal(meta.gid, true)),
+            xattrs,
+        })))
+    }
+}
+
+/// What a receiver takes of what entries carry.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct AttrPolicy {
+    /// Owners and groups (and with them `trusted.*`, `security.*`).
+    pub owners: bool,
+    /// Why owners are not taken, for the one line that says so (empty:
+    /// nothing is said).
+    pub why_not: &'static str,
+}
+
+impl AttrPolicy {
+    /// A local copy's or a client's pull: owners when running as root;
+    /// otherwise they are left out without a word, as rsync `-a` leaves
+    /// them for a user who could not set them anyway.
+    pub fn here() -> Self {
+        Self {
+            owners: haul_root::my_uid() == 0,
+            why_not: "",
+        }
+    }
+
+    /// A node: owners only as root and when its operator allowed them.
+    pub fn node(keep_owners: bool) -> Self {
+        let root = haul_root::my_uid() == 0;
+        Self {
+            owners: root && keep_owners,
+            why_not: if root {
+                "the node runs without --keep-owners"
+            } else {
+                "the node is not running as root"
+            },
+        }
+    }
+}
+
+/// What an entry's attributes are applied to.
+pub enum Target<'a> {
+    /// A file being received, through its open descriptor.
+    File(&'a File),
+    /// A directory, held.
+    Dir(&'a Dir),
+    /// A symlink `name` in a held directory: its owner only.
+    Link(&'a Dir, &'a str),
+}
+
+/// Applies entries' [`Attrs`] under one [`AttrPolicy`], mapping names to
+/// this system's ids and saying once what it left out.
+#[derive(Debug, Default)]
+pub struct AttrWriter {
+    policy: AttrPolicy,
+    users: Mutex<HashMap<String, Option<u32>>>,
+    groups: Mutex<HashMap<String, Option<u32>>>,
+    said_owners: AtomicBool,
+    said_privileged: AtomicBool,
+}
+
+impl AttrWriter {
+    /// A writer under `policy`.
+    pub fn new(policy: AttrPolicy) -> Self {
+        Self {
+            policy,
+            ..Self::default()
+        }
+    }
+
+    /// Whether owners are applied (set-id bits are kept only then).
+    pub fn takes_owners(&self) -> bool {
+        self.policy.owners
+    }
+
+    /// This system's id for `p`: its name's, else its number.
+    fn local_id(&self, p: &Principal, group: bool) -> u32 {
+        if p.name.is_empty() {
+            return p.id;
+        }
+        let cache = if group { &self.groups } else { &self.users };
+        let Ok(mut cache) = cache.lock() else {
+            return p.id;
+        };
+        cache
+            .entry(p.name.clone())
+            .or_insert_with(|| {
+                if group {
+                    nix::unistd::Group::from_name(&p.name)
+                        .ok()
+                        .flatten()
+                        .map(|g| g.gid.as_raw())
+                } else {
+                    nix::unistd::User::from_name(&p.name)
+                        .ok()
+                        .flatten()
+                        .map(|u| u.uid.as_raw())
+                }
+            })
+            .unwrap_or(p.id)
+    }
+
+    fn say_once(&self, flag: &AtomicBool, what: &str) {
+        if !self.policy.why_not.is_empty() && !flag.swap(true, Ordering::Relaxed) {
+            tracing::warn!("{what} not kept: {}", self.policy.why_not);
+        }
+    }
+
+    /// For a file already up to date at `name` in `dir` (found as `st`):
+    /// brings its owner and group in line with the entry's, as rsync does,
+    /// through a descriptor of that very file and only while it is still
+    /// the file checked with no other links (they may be outside the root).
+    /// False when they differ and could not be set (the file is then sent
+    /// again and renamed over).
+    pub fn fix_owner(
+        &self,
+        dir: &Dir,
+        name: &std::ffi::OsStr,
+        st: &Meta,
+        entry: &haul_proto::Entry,
+    ) -> bool {
+        let Some(attrs) = entry.attrs.as_deref() else {
+            return true;
+        };
+        if !self.policy.owners || (attrs.owner.is_none() && attrs.group.is_none()) {
+            return true;
+        }
+        let uid = attrs.owner.as_ref().map(|p| self.local_id(p, false));
+        let gid = attrs.group.as_ref().map(|p| self.local_id(p, true));
+        if uid.is_none_or(|u| u == st.uid) && gid.is_none_or(|g| g == st.gid) {
+            return true;
+        }
+        dir.chown_file_if(name, uid, gid, |m| {
+            m.nlink == 1 && (m.dev, m.ino, m.size) == (st.dev, st.ino, st.size)
+        })
+        .unwrap_or(false)
+    }
+
+    /// Applies `attrs` to `target`: the owner and group first (so a later
+    /// `chmod` sets set-id bits after `chown` cleared them), then the
+    /// extended attributes this policy takes. Returns whether an owner or group was set (set-id bits are then
+    /// the sender's too).
+    pub fn apply(&self, attrs: Option<&Attrs>, target: Target<'_>) -> io::Result<bool> {
+        let Some(attrs) = attrs else {
+            return Ok(false);
+        };
+        let mut owned = false;
+        if attrs.owner.is_some() || attrs.group.is_some() {
+            if self.policy.owners {
+                owned = true;
+                let uid = attrs.owner.as_ref().map(|p| self.local_id(p, false));
+                let gid = attrs.group.as_ref().map(|p| self.local_id(p, true));
+                match target {
+                    Target::File(f) => haul_root::file_set_owner(f, uid, gid)?,
+                    Target::Dir(d) => d.set_owner(uid, gid)?,
+                    Target::Link(d, name) => d.chown_nofollow(name, uid, gid)?,
+                }
+            } else {
+                self.say_once(&self.said_owners, "owners and groups");
+            }
+        }
+        let Some(xattrs) = &attrs.xattrs else {
+            return Ok(owned);
+        };
+        for x in xattrs {
+            let privileged = !(x.name.starts_with("user.") || ACLS.contains(&x.name.as_str()));
+            if privileged && !self.policy.owners {
+                self.say_once(&self.said_privileged, "trusted.* and security.* attributes");
+                continue;
+            }
+            match target {
+                Target::File(f) => haul_root::file_set_xattr(f, x.name.as_bytes(), &x.value)?,
+                Target::Dir(d) => d.set_own_xattr(x.name.as_bytes(), &x.value)?,
+                // A symlink's attributes are not set (see haul_root).
+                Target::Link(..) => {}
+            }
+        }
+        Ok(owned)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn x_and_a_keep_their_own_namespaces() {
+        let x = Keep {
+            xattrs: true,
+            ..Keep::default()
+        };
+        let a = Keep {
+            acls: true,
+            ..Keep::default()
+        };
+        assert!(kept("user.a", x) && kept("trusted.b", x) && kept("security.ima", x));
+        assert!(!kept("security.selinux", x) && !kept("system.posix_acl_access", x));
+        assert!(kept("system.posix_acl_access", a) && kept("system.posix_acl_default", a));
+        assert!(!kept("user.a", a) && !kept("system.nfs4_acl", a));
+    }
+
+    #[test]
+    fn names_map_to_local_ids_and_unknown_names_keep_their_number() {
+        let w = AttrWriter::new(AttrPolicy::default());
+        let root = Principal {
+            id: 4242,
+            name: "root".into(),
+        };
+        assert_eq!(w.local_id(&root, false), 0);
+        let unknown = Principal {
+            id: 4242,
+            name: "no-such-user-here".into(),
+        };
+        assert_eq!(w.local_id(&unknown, false), 4242);
+        let numeric = Principal {
+            id: 7,
+            name: String::new(),
+        };
+        assert_eq!(w.local_id(&numeric, true), 7);
+    }
+}

@@ -1,0 +1,266 @@
+//! rsync's `-a -X -A`: owners and groups (by name), set-id bits, extended
+//! attributes and POSIX ACLs kept for a local copy, a push to a node, a
+//! pull from it and a fan-out — compared with what `rsync -aXA` makes of
+//! the same tree. A node without `--keep-owners` keeps none of a client's
+//! owners or privileged attributes and says so once. Needs root (chown,
+//! `trusted.*`), real `haul serve` nodes on 127.0.0.1.
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use crate::harness::*;
+
+const T: Duration = Duration::from_secs(120);
+
+fn sh(cmd: &str) {
+    let st = Command::new("sh").args(["-ec", cmd]).status().unwrap();
+    assert!(st.success(), "{cmd}");
+}
+
+/// A tree with something of each kind: owners by name and by number only,
+/// a setuid file, a multi-chunk file (staged apart from its directory), a
+/// symlink with an owner of its own, user and trusted attributes on files
+/// and directories, an access ACL and a default ACL.
+fn tree(src: &Path) {
+    write_file(&src.join("d/named"), 100, 1);
+    write_file(&src.join("d/numbered"), 5 << 20, 2);
+    write_file(&src.join("acl.txt"), 10, 3);
+    write_file(&src.join("plain"), 10, 4);
+    std::fs::create_dir_all(src.join("shared")).unwrap();
+    let s = src.display();
+    sh(&format!(
+        "cd {s}
+         chown daemon:daemon d/named
+         chmod 0640 d/named
+         chown 4321:5432 d/numbered
+         chmod 4755 d/numbered
+         chown 4321:daemon d
+         ln -s d/named link
+         chown -h 4321:5432 link
+         setfattr -n user.sst.granule -v 20261205 d/named
+         setfattr -n trusted.haul.test -v secret d/named
+         setfattr -n user.dir.note -v kept d
+         setfacl -m u:4321:rw-,g:daemon:r-- acl.txt
+         setfacl -d -m u:4321:rwx shared"
+    ));
+}
+
+/// Every entry beneath `root` (not `root` itself): its type, owner, group
+/// and mode, and every attribute `getfattr` reads (ACLs included).
+fn snapshot(root: &Path) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let p = e.unwrap().path();
+            let rel = p.strip_prefix(root).unwrap().display().to_string();
+            if rel == ".haul" {
+                continue;
+            }
+            let m = std::fs::symlink_metadata(&p).unwrap();
+            let kind = if m.is_dir() {
+                stack.push(p.clone());
+                "d"
+            } else if m.file_type().is_symlink() {
+                "l"
+            } else {
+                "f"
+            };
+            let mode = if kind == "l" {
+                0
+            } else {
+                m.permissions().mode() & 0o7777
+            };
+            out.push(format!("{rel} {kind} {}:{} {mode:o}", m.uid(), m.gid()));
+            let attrs = Command::new("getfattr")
+                .args(["-h", "-d", "-m", "-", "-e", "hex", "--absolute-names"])
+                .arg(&p)
+                .output()
+                .unwrap();
+            for line in String::from_utf8_lossy(&attrs.stdout).lines() {
+                if !line.is_empty() && !line.starts_with("# file:") {
+                    out.push(format!("{rel} {line}"));
+                }
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+fn rsync_reference(s: &Scratch, src: &Path) -> Vec<String> {
+    let reference = s.path("rsync");
+    let out = Command::new("rsync")
+        .arg("-aXA")
+        .arg(format!("{}/", src.display()))
+        .arg(&reference)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let want = snapshot(&reference);
+    // What the comparison must cover, so that it can fail.
+    for must in [
+        "d/numbered f 4321:5432 4755",
+        "link l 4321:5432 0",
+        "trusted.haul.test",
+    ] {
+        assert!(want.iter().any(|l| l.contains(must)), "{must}: {want:#?}");
+    }
+    assert!(want
+        .iter()
+        .any(|l| l.starts_with("acl.txt system.posix_acl_access")));
+    assert!(want
+        .iter()
+        .any(|l| l.starts_with("shared system.posix_acl_default")));
+    want
+}
+
+fn client(s: &Scratch, args: &[&str]) -> std::process::Output {
+    let mut c = haul(&s.path("config"));
+    c.args(args);
+    run(c, T)
+}
+
+#[test]
+#[cfg_attr(
+    not(feature = "root-tests"),
+    ignore = "needs root: run as root with --features root-tests (scripts/test.sh does)"
+)]
+fn a_x_a_keep_what_rsync_keeps_for_copies_pushes_pulls_and_fan_out() {
+    assert_root("keeping owners");
+    let s = Scratch::new();
+    let src = s.path("src");
+    tree(&src);
+    let want = rsync_reference(&s, &src);
+    let from = format!("{}/", src.display());
+
+    // A local copy.
+    let local = s.path("local");
+    ok(&client(
+        &s,
+        &["pull", "-aXA", &from, local.to_str().unwrap()],
+    ));
+    assert_eq!(snapshot(&local), want, "local copy");
+
+    // A push to a node that keeps owners, and a pull back from it.
+    let keeper = Node::start(
+        &s.path("keeper"),
+        &s.path("config"),
+        &["--token", "t", "--keep-owners"],
+    );
+    ok(&client(
+        &s,
+        &["push", "-aXA", "--token", "t", &from, &keeper.url("in")],
+    ));
+    assert_eq!(snapshot(&s.path("keeper/in")), want, "push");
+    let back = s.path("back");
+    let url = format!("{}/", keeper.url("in"));
+    ok(&client(
+        &s,
+        &["pull", "-aXA", "--token", "t", &url, back.to_str().unwrap()],
+    ));
+    assert_eq!(snapshot(&back), want, "pull");
+
+    // A fan-out: every node, through relays (the entry's seal covers them).
+    let second = Node::start(
+        &s.path("second"),
+        &s.path("config"),
+        &["--token", "t", "--keep-owners"],
+    );
+    ok(&client(
+        &s,
+        &[
+            "push",
+            "-aXA",
+            "--token",
+            "t",
+            &from,
+            &keeper.url("fan"),
+            &second.url("fan"),
+        ],
+    ));
+    assert_eq!(snapshot(&s.path("keeper/fan")), want, "fan-out, first node");
+    assert_eq!(
+        snapshot(&s.path("second/fan")),
+        want,
+        "fan-out, second node"
+    );
+
+    // Files already there with the right data get their owners fixed, as
+    // rsync fixes them: a push without -a first, then with it.
+    ok(&client(
+        &s,
+        &["push", "-r", "--token", "t", &from, &keeper.url("again")],
+    ));
+    let plain = snapshot(&s.path("keeper/again"));
+    assert!(
+        plain.iter().any(|l| l.starts_with("d/named f 0:0 ")),
+        "{plain:#?}"
+    );
+    ok(&client(
+        &s,
+        &["push", "-a", "--token", "t", &from, &keeper.url("again")],
+    ));
+    let fixed = snapshot(&s.path("keeper/again"));
+    assert!(
+        fixed.iter().any(|l| l.starts_with("d/named f 1:1 640")),
+        "{fixed:#?}"
+    );
+}
+
+#[test]
+#[cfg_attr(
+    not(feature = "root-tests"),
+    ignore = "needs root: run as root with --features root-tests (scripts/test.sh does)"
+)]
+fn a_node_without_keep_owners_keeps_user_attributes_only_and_says_so_once() {
+    assert_root("keeping owners");
+    let s = Scratch::new();
+    let src = s.path("src");
+    tree(&src);
+    let log = s.path("node.log");
+    let node = Node::start_logged(&s.path("node"), &s.path("config"), &["--token", "t"], &log);
+    let from = format!("{}/", src.display());
+    let out = client(
+        &s,
+        &["push", "-aXA", "--token", "t", &from, &node.url("in")],
+    );
+    ok(&out);
+    let got = snapshot(&s.path("node/in"));
+    // Everything belongs to the node's user; no set-id bit from a peer.
+    assert!(got.iter().any(|l| l == "d/numbered f 0:0 755"), "{got:#?}");
+    assert!(got.iter().any(|l| l == "d/named f 0:0 640"), "{got:#?}");
+    assert!(!got.iter().any(|l| l.contains("trusted.")), "{got:#?}");
+    // user.* attributes and ACLs are the user's own to keep.
+    assert!(
+        got.iter()
+            .any(|l| l.starts_with("d/named user.sst.granule=")),
+        "{got:#?}"
+    );
+    assert!(
+        got.iter().any(|l| l.starts_with("d user.dir.note=")),
+        "{got:#?}"
+    );
+    assert!(got
+        .iter()
+        .any(|l| l.starts_with("acl.txt system.posix_acl_access")));
+    drop(node);
+    let said = std::fs::read_to_string(&log).unwrap();
+    let lines = |what: &str| said.lines().filter(|l| l.contains(what)).count();
+    assert_eq!(
+        lines("owners and groups not kept: the node runs without --keep-owners"),
+        1,
+        "{said}"
+    );
+    assert_eq!(
+        lines("trusted.* and security.* attributes not kept"),
+        1,
+        "{said}"
+    );
+}
