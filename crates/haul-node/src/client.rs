@@ -72,6 +72,9 @@ pub struct ClientOptions {
     /// What is kept beyond mode, mtime and symlinks: owners, groups, xattrs,
     /// ACLs (rsync's `-o -g -X -A`, `--numeric-ids`; `-a` adds `-o -g`).
     pub keep: haul_proto::Keep,
+    /// `-z`: the zstd level chunks are compressed at on the wire (pushes:
+    /// this side; pulls: the node, asked in `Fetch`); `None`: not.
+    pub compress: Option<i32>,
     /// `--checksum` (local copies): a file is up to date when its BLAKE3
     /// equals that of the file at DEST, whatever the sizes and mtimes say.
     pub checksum: bool,
@@ -113,6 +116,7 @@ impl Default for ClientOptions {
             delete_excluded: false,
             skip: haul_proto::SkipRule::default(),
             keep: haul_proto::Keep::default(),
+            compress: None,
             checksum: false,
             force: false,
             ssh: crate::ssh::SshOptions::default(),

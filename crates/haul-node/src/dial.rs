@@ -52,7 +52,8 @@ impl NodePath {
         let (root, path) = at.root_and_path();
         let way = SshDial::new(at, root, opts);
         Self {
-            dialer: Dialer::new(Arc::new(way), String::new(), opts.timeouts),
+            dialer: Dialer::new(Arc::new(way), String::new(), opts.timeouts)
+                .compressing(opts.compress),
             path,
         }
     }
@@ -96,6 +97,8 @@ pub struct Dialer {
     way: Arc<dyn Dial>,
     token: String,
     timeouts: Timeouts,
+    /// `-z`: the zstd level chunks this side sends are compressed at.
+    compress: Option<i32>,
 }
 
 impl std::fmt::Debug for Dialer {
@@ -114,7 +117,15 @@ impl Dialer {
             way,
             token,
             timeouts,
+            compress: None,
         }
+    }
+
+    /// The same, compressing the chunks it sends at zstd `level` (`-z`);
+    /// a pull asks the node for it in its `Fetch`.
+    pub fn compressing(mut self, level: Option<i32>) -> Self {
+        self.compress = level;
+        self
     }
 
     /// The node at `addr` (`host:port`) over the network, as `opts` say:
@@ -127,7 +138,7 @@ impl Dialer {
             timeouts: opts.timeouts,
             tuning: opts.tuning.clone(),
         };
-        Self::new(Arc::new(way), opts.token.clone(), opts.timeouts)
+        Self::new(Arc::new(way), opts.token.clone(), opts.timeouts).compressing(opts.compress)
     }
 
     /// `server`, in this process, over the in-memory transport: local
@@ -168,6 +179,12 @@ impl Dialer {
         request: Request,
     ) -> Result<(Connection, Option<String>), NodeError> {
         let name = self.way.name();
+        // A sender's chunks go compressed with -z; whatever comes back
+        // compressed (a node's answer to `Fetch{compress}`) is unpacked.
+        let packs = match request {
+            Request::Push { .. } | Request::Relayed { .. } => self.compress,
+            _ => None,
+        };
         let Reached {
             conn: (mut r, mut w),
             key,
@@ -210,7 +227,15 @@ impl Dialer {
             }
         }
         match answer {
-            Message::Welcome { .. } => Ok(((r, w), key.map(|k| k.fingerprint))),
+            Message::Welcome { .. } => {
+                let r: Box<dyn haul_transport::MessageReader> =
+                    Box::new(haul_transport::Unpacking::new(r));
+                let w: Box<dyn haul_transport::MessageWriter> = match packs {
+                    Some(level) => Box::new(haul_transport::Packing::new(w, level)?),
+                    None => w,
+                };
+                Ok(((r, w), key.map(|k| k.fingerprint)))
+            }
             Message::Refused { code, message } => Err(NodeError::Refused { code, message }),
             other => Err(NodeError::Protocol(format!(
                 "expected Welcome, got {other:?}"

@@ -159,7 +159,10 @@ pub async fn pull(
                         return Ok(());
                     }
                     let (r, w) = dialer
-                        .open(Request::Fetch { keep: opts.keep })
+                        .open(Request::Fetch {
+                            keep: opts.keep,
+                            compress: opts.compress.map_or(0, |l| l.clamp(1, 22) as u8),
+                        })
                         .await
                         .map_err(|e| (e, Vec::new()))?;
                     let _counted = tally.connection();

@@ -327,6 +327,17 @@ impl Server {
         }
         // A relayed push presents the transfer's ticket instead of a token.
         let relayed = matches!(request, Request::Relayed { .. });
+        // Chunks a client compressed (`-z`) are unpacked whatever it asks;
+        // a `Fetch` that asks for it gets them compressed.
+        let reader: Box<dyn haul_transport::MessageReader> =
+            Box::new(haul_transport::Unpacking::new(reader));
+        let mut writer = match request {
+            Request::Fetch { compress, .. } if compress > 0 => {
+                Box::new(haul_transport::Packing::new(writer, i32::from(compress))?)
+                    as Box<dyn haul_transport::MessageWriter>
+            }
+            _ => writer,
+        };
         let auth = if relayed {
             "ticket".to_owned()
         } else if self.opts.tokens.is_empty() {
@@ -419,7 +430,7 @@ impl Server {
                     .await?;
                 self.prune(reader, writer, &dest).await
             }
-            Request::Fetch { keep } => {
+            Request::Fetch { keep, .. } => {
                 writer
                     .send(&Message::Welcome {
                         version: PROTOCOL_VERSION,

@@ -197,6 +197,7 @@ async fn a_node_that_never_answers_the_hello_times_out() {
         .dialer
         .open(Request::Fetch {
             keep: Default::default(),
+            compress: 0,
         })
         .await
         .err()

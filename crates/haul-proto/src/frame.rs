@@ -102,9 +102,10 @@ pub fn encode(msg: &Message, out: &mut Vec<u8>) {
                     w.str(path);
                     w.u8(u8::from(*sums) | (keep.bits() << 1));
                 }
-                Request::Fetch { keep } => {
+                Request::Fetch { keep, compress } => {
                     w.u8(3);
                     w.u8(keep.bits());
+                    w.u8(*compress);
                 }
                 Request::Admit {
                     dest,
@@ -187,7 +188,18 @@ pub fn encode(msg: &Message, out: &mut Vec<u8>) {
             w.u32(h.index);
             w.u32(h.len);
             w.0.extend_from_slice(&h.digest);
-            w.seal(h.seal.as_ref());
+            // The seal's flag byte also says (bit 1) that a raw length follows.
+            let mut flags = u8::from(h.seal.is_some());
+            if h.packed.is_some() {
+                flags |= 2;
+            }
+            w.u8(flags);
+            if let Some(s) = &h.seal {
+                w.0.extend_from_slice(s);
+            }
+            if let Some(raw) = h.packed {
+                w.u32(raw);
+            }
         }
         Message::RangeEnd { id, chunks } => {
             w.u8(kind::RANGE_END);
@@ -376,9 +388,14 @@ fn decode_body(body: &[u8]) -> Result<Message, DecodeError> {
                         keep: Keep::from_bits(flags >> 1).ok_or(DecodeError::Malformed(name))?,
                     }
                 }
-                3 => Request::Fetch {
-                    keep: Keep::from_bits(r.u8()?).ok_or(DecodeError::Malformed(name))?,
-                },
+                3 => {
+                    let keep = Keep::from_bits(r.u8()?).ok_or(DecodeError::Malformed(name))?;
+                    let compress = r.u8()?;
+                    if compress > 22 {
+                        return Err(DecodeError::Malformed(name));
+                    }
+                    Request::Fetch { keep, compress }
+                }
                 4 => Request::Admit {
                     dest: r.str()?,
                     origin: r.digest()?,
@@ -439,13 +456,32 @@ fn decode_body(body: &[u8]) -> Result<Message, DecodeError> {
             }
             Message::Need { id, skip, have }
         }
-        kind::CHUNK => Message::Chunk(ChunkHeader {
-            id: r.u32()?,
-            index: r.u32()?,
-            len: r.u32()?,
-            digest: r.digest()?,
-            seal: r.seal()?,
-        }),
+        kind::CHUNK => {
+            let (id, index, len, digest) = (r.u32()?, r.u32()?, r.u32()?, r.digest()?);
+            let flags = r.u8()?;
+            if flags > 3 {
+                return Err(DecodeError::Malformed(name));
+            }
+            let seal = if flags & 1 != 0 { Some(r.arr()?) } else { None };
+            let packed = if flags & 2 != 0 {
+                let raw = r.u32()?;
+                // A chunk is at most `MAX_CHUNK_LEN`, never empty.
+                if raw == 0 || raw > crate::MAX_CHUNK_LEN {
+                    return Err(DecodeError::Malformed(name));
+                }
+                Some(raw)
+            } else {
+                None
+            };
+            Message::Chunk(ChunkHeader {
+                id,
+                index,
+                len,
+                digest,
+                seal,
+                packed,
+            })
+        }
         kind::RANGE_END => Message::RangeEnd {
             id: r.u32()?,
             chunks: r.u32()?,

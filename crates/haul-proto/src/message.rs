@@ -28,7 +28,9 @@
 /// client's [`SkipRule`] (`--ignore-existing`, `--size-only`, `-u`), so the
 /// node skips what the client's rule skips; a version 9 node would have
 /// ignored them and overwritten, hence the new version.
-/// Version 11: an [`Entry`] may carry [`Attrs`] (owner, group, extended
+/// Version 11: `-z`: a chunk's payload may be zstd-compressed
+/// ([`ChunkHeader::packed`], bit 1 of its seal byte), and `Fetch` asks the
+/// node to compress what it sends. An [`Entry`] may carry [`Attrs`] (owner, group, extended
 /// attributes and POSIX ACLs: rsync's `-o`, `-g`, `-X`, `-A`) after its
 /// chunk size, and `List` and `Fetch` say which of them the client keeps
 /// ([`Keep`]; `List`'s flag byte carries it in bits 1–5).
@@ -217,6 +219,9 @@ pub enum Request {
     Fetch {
         /// What each offered entry carries beyond mode and mtime (version 11).
         keep: Keep,
+        /// `-z` (version 11): the zstd level the node compresses chunks at
+        /// (1–22; 0: not compressed).
+        compress: u8,
     },
     /// Fan-out control: the client admits this node to a transfer into
     /// `dest`. The node answers `Welcome`, then [`Message::Ticket`]; the
@@ -395,6 +400,12 @@ pub struct ChunkHeader {
     pub digest: Digest,
     /// The origin's seal of `digest` (fan-out only).
     pub seal: Option<Seal>,
+    /// `-z` (version 11): the payload is one zstd frame of `len` bytes that
+    /// decompresses to exactly this many, the chunk's own length. Only a
+    /// connection's compression layer sets or reads it (haul-transport's
+    /// `packing`); transports carry `len` bytes whatever it says, and
+    /// sessions see chunks as they are.
+    pub packed: Option<u32>,
 }
 
 /// Why a peer refused a request or a file.

@@ -811,6 +811,7 @@ impl<S> Sender<S> {
         }
         let path = job.entry.path.clone();
         self.core.transmits.push_back(Transmit::Chunk(ChunkHeader {
+            packed: None,
             id: file,
             index,
             len,

@@ -69,6 +69,7 @@ fn to_receiver() -> impl Strategy<Value = Message> {
         (id.clone(), 0u32..6, 0u32..5000, any::<[u8; 32]>()).prop_map(
             |(id, index, len, digest)| {
                 Message::Chunk(ChunkHeader {
+                    packed: None,
                     id,
                     index,
                     len,
@@ -285,6 +286,7 @@ fn a_receiver_waits_for_every_counted_chunk_in_any_order() {
     ));
     // The RangeEnd overtakes two of the three chunks (streams per chunk).
     let h = |index, len| ChunkHeader {
+        packed: None,
         id: 1,
         index,
         len,
@@ -482,6 +484,7 @@ fn chunks_of_files_never_offered_are_refused_not_dropped() {
     )
     .unwrap();
     let h = ChunkHeader {
+        packed: None,
         id: 7,
         index: 0,
         len: 1024,
@@ -518,6 +521,7 @@ fn stripe_arrives(
     for index in first..end {
         let digest = [index as u8; 32];
         let h = ChunkHeader {
+            packed: None,
             id,
             index,
             len: entry.chunk_len(index),

@@ -14,6 +14,7 @@ pub mod identity;
 pub mod known_hosts;
 pub mod message;
 pub mod pace;
+pub mod packing;
 pub mod quic;
 pub mod socket;
 pub mod tls;
@@ -27,6 +28,7 @@ pub use identity::{fingerprint_of, ServerIdentity};
 pub use known_hosts::{KnownHosts, TrustDecision};
 pub use message::{Connection, MessageReader, MessageWriter, Payload};
 pub use pace::RateLimit;
+pub use packing::{Packing, Unpacking};
 pub use quic::{connect_quic, QuicAccepted, QuicListener};
 pub use socket::{connect, Accepted, Listener, PeerKey, Security, Transport, Tuning};
 

@@ -256,6 +256,16 @@ pub struct TransferArgs {
     /// Also spelled --bwlimit (rsync's name); FTP, SFTP, HTTP and S3 pulls too.
     #[arg(long, visible_alias = "bwlimit", value_name = "RATE")]
     pub max_rate: Option<String>,
+    /// Compress chunks on the wire with zstd (rsync's -z): each chunk on its
+    /// own, sent compressed only when that saves at least 1/32 of it, so
+    /// data that does not shrink costs almost nothing. Pushes compress here,
+    /// pulls from a node there; digests are of the data itself. Rates and
+    /// --bwlimit count the bytes on the wire.
+    #[arg(short = 'z', long)]
+    pub compress: bool,
+    /// zstd level for -z, 1 (fastest) to 19 (smallest); 0 turns -z off.
+    #[arg(long, value_name = "N", default_value_t = 3, value_parser = clap::value_parser!(i32).range(0..=19))]
+    pub compress_level: i32,
     /// Show what would be sent, skipped as up to date, made and deleted,
     /// with sizes and totals; nothing is written, created, deleted or
     /// locked on either side.

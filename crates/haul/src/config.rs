@@ -192,6 +192,7 @@ pub fn client_options(t: &TransferArgs) -> Result<ClientOptions> {
             update: t.update,
         },
         force: t.force,
+        compress: (t.compress && t.compress_level > 0).then_some(t.compress_level),
         checksum: t.checksum,
         chunk_memory: chunk_memory(&t.chunk_memory)?,
         ssh: ssh_options(t)?,

@@ -9,8 +9,8 @@ use clap::error::{ContextKind, ContextValue, ErrorKind};
 /// rsync flags haul does not take, each with what to do instead.
 const TIPS: &[(&[&str], &str)] = &[
     (
-        &["-z", "--compress", "--compress-level", "--compress-choice", "--zc", "--zl"],
-        "haul does not compress yet: data is sent as it is (already-compressed data loses nothing)",
+        &["--compress-choice", "--zc", "--zl", "--skip-compress"],
+        "haul compresses with zstd only (-z, --compress-level N), and skips by itself every chunk that does not shrink",
     ),
     (
         &["-H", "--hard-links"],

@@ -90,6 +90,7 @@ fn hex_snapshots() {
     let digest = [0xab; 32];
     assert_eq!(
         hex_of(&Message::Chunk(ChunkHeader {
+            packed: None,
             id: 1,
             index: 2,
             len: 3,
@@ -210,9 +211,9 @@ fn fetch_says_what_it_keeps_in_one_byte() {
         hex_of(&Message::Hello {
             version: 11,
             token: String::new(),
-            request: Request::Fetch { keep }
+            request: Request::Fetch { keep, compress: 3 }
         }),
-        "0000000901000b00000000030b"
+        "0000000a01000b00000000030b03"
     );
     assert_eq!(crate::Keep::from_bits(32), None);
 }
@@ -323,7 +324,8 @@ fn arb_message() -> impl Strategy<Value = Message> {
             version: 1,
             token: "x".into(),
             request: Request::Fetch {
-                keep: crate::Keep::from_bits(bits).unwrap_or_default()
+                keep: crate::Keep::from_bits(bits).unwrap_or_default(),
+                compress: bits % 23,
             }
         }),
         (arb_string(), digest, any::<bool>()).prop_map(|(dest, origin, checksum)| {
@@ -461,6 +463,7 @@ fn arb_message() -> impl Strategy<Value = Message> {
         (any::<u32>(), any::<u32>(), any::<u32>(), digest, arb_seal()).prop_map(
             |(id, index, len, digest, seal)| {
                 Message::Chunk(ChunkHeader {
+                    packed: None,
                     id,
                     index,
                     len,

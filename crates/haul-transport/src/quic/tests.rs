@@ -52,6 +52,7 @@ fn want(id: u32) -> Message {
 
 fn header(id: u32, len: usize) -> ChunkHeader {
     ChunkHeader {
+        packed: None,
         id,
         index: 0,
         len: len as u32,

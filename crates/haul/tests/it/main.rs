@@ -7,6 +7,7 @@ mod causes;
 mod changing;
 mod check;
 mod checksum;
+mod compress;
 mod corruption;
 mod daemon;
 mod daemon_faults;

@@ -71,6 +71,7 @@ fn fifty_connections_announcing_maximal_chunks_stay_within_the_budget() {
                     return raw;
                 }
                 raw.send(&Message::Chunk(ChunkHeader {
+                    packed: None,
                     id: 1,
                     index: 0,
                     len: MAX_CHUNK_LEN,

@@ -27,6 +27,7 @@ pub struct Proxy {
     pub addr: String,
     stop: Arc<AtomicBool>,
     pub up_bytes: Arc<AtomicU64>,
+    pub down_bytes: Arc<AtomicU64>,
 }
 
 impl Proxy {
@@ -36,9 +37,11 @@ impl Proxy {
         let addr = listener.local_addr().expect("addr").to_string();
         let stop = Arc::new(AtomicBool::new(false));
         let up_bytes = Arc::new(AtomicU64::new(0));
+        let down_bytes = Arc::new(AtomicU64::new(0));
         let flipped_up = Arc::new(AtomicBool::new(false));
         let flipped_down = Arc::new(AtomicBool::new(false));
         let (target, stop2, up2) = (target.to_owned(), stop.clone(), up_bytes.clone());
+        let down2 = down_bytes.clone();
         std::thread::spawn(move || {
             let mut accepted = 0u64;
             while !stop2.load(Ordering::Relaxed) {
@@ -64,7 +67,7 @@ impl Proxy {
                                 client.try_clone(),
                                 faults.flip_down_at,
                                 flipped_down.clone(),
-                                None,
+                                Some(down2.clone()),
                                 cut,
                             ),
                         ];
@@ -92,6 +95,7 @@ impl Proxy {
             addr,
             stop,
             up_bytes,
+            down_bytes,
         }
     }
 

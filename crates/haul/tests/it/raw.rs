@@ -108,6 +108,7 @@ impl Raw {
             sent += 1;
             let digest = haul_engine::hash::chunk_digest(c, i as u32, entry.chunk_size, entry.size);
             self.send(&Message::Chunk(haul_proto::ChunkHeader {
+                packed: None,
                 id,
                 index: i as u32,
                 len: c.len() as u32,

@@ -120,7 +120,10 @@ fn rsyncs_other_flags_say_what_haul_does_instead() {
     let s = Scratch::new();
     write_file(&s.path("src/a"), 10, 1);
     for (flags, words) in [
-        (&["-avz"][..], "-z is rsync's; haul does not compress yet"),
+        (
+            &["-avz", "--zc=lz4"][..],
+            "--zc is rsync's; haul compresses with zstd only",
+        ),
         (
             &["-aH"][..],
             "-H is rsync's; haul does not keep hard links yet",

@@ -170,6 +170,7 @@ fn a_malicious_pusher_cannot_write_outside_the_root() {
     });
     assert!(matches!(raw.recv(), Some(Message::Need { .. })));
     raw.send(&Message::Chunk(ChunkHeader {
+        packed: None,
         id,
         index: 0,
         len: 5,
@@ -243,7 +244,8 @@ fn a_malicious_puller_cannot_read_outside_the_root() {
     let mut raw = Raw::connect(&node.addr);
     assert!(matches!(
         raw.hello(Request::Fetch {
-            keep: Default::default()
+            keep: Default::default(),
+            compress: 0,
         }),
         Message::Welcome { .. }
     ));
@@ -313,6 +315,7 @@ fn malformed_frames_close_only_that_connection() {
     });
     assert!(matches!(raw.recv(), Some(Message::Need { .. })));
     raw.send(&Message::Chunk(ChunkHeader {
+        packed: None,
         id: 1,
         index: 0,
         len: 1 << 30,

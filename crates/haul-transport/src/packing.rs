@@ -1,0 +1,299 @@
+//! `-z`: chunk payloads compressed with zstd on the wire, as a layer over
+//! any connection ([`Packing`] over a writer, [`Unpacking`] over a reader).
+//!
+//! A chunk is compressed on its own (one zstd frame) and sent compressed
+//! only when that saves at least 1/32 of it, so data that does not shrink
+//! (already compressed, random) costs one failed attempt and goes as it is.
+//! The header says so ([`ChunkHeader::packed`]: the chunk's own length);
+//! transports carry the `len` compressed bytes like any payload, so TCP,
+//! TLS and QUIC need nothing of their own, and every pace and rate limit
+//! below this layer counts wire bytes. Digests are over the chunk as it is
+//! (decompressed): sessions above never see a packed chunk.
+//!
+//! What a peer sends is bounded: a packed chunk must decompress to exactly
+//! the length its header names (at most `MAX_CHUNK_LEN`, checked by the
+//! decoder), into a buffer of that size and no more.
+//!
+//! The `zstd` crate (libzstd) does the compression; this module only frames
+//! it.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use haul_proto::{ChunkHeader, Message};
+
+use crate::message::{MessageReader, MessageWriter, Payload};
+use crate::TransportError;
+
+/// Chunks smaller than this go as they are (a zstd frame's overhead is
+/// most of what they could save).
+const SMALLEST: usize = 512;
+
+/// The default `--compress-level` (zstd's own default).
+pub const DEFAULT_LEVEL: i32 = 3;
+
+fn bad(what: String) -> TransportError {
+    TransportError::Io(std::io::Error::new(std::io::ErrorKind::InvalidData, what))
+}
+
+/// Compresses the chunks written through it.
+pub struct Packing {
+    inner: Box<dyn MessageWriter>,
+    zstd: zstd::bulk::Compressor<'static>,
+    /// The chunk as read (a file range is read here: it must pass through
+    /// memory to be compressed).
+    raw: Vec<u8>,
+    packed: Vec<u8>,
+}
+
+impl Packing {
+    /// `inner`, its chunks compressed at zstd `level` (1–19; negative
+    /// levels are faster still).
+    pub fn new(inner: Box<dyn MessageWriter>, level: i32) -> Result<Self, TransportError> {
+        let zstd = zstd::bulk::Compressor::new(level)?;
+        Ok(Self {
+            inner,
+            zstd,
+            raw: Vec::new(),
+            packed: Vec::new(),
+        })
+    }
+
+    /// Compresses `data` into `self.packed`; false when that would not
+    /// save at least 1/32 of it (then it goes as it is).
+    fn pack(&mut self, data: &[u8]) -> bool {
+        if data.len() < SMALLEST {
+            return false;
+        }
+        let room = data.len() - data.len() / 32;
+        self.packed.clear();
+        self.packed.reserve(room);
+        // zstd writes into the spare capacity and fails when it runs out.
+        self.zstd.compress_to_buffer(data, &mut self.packed).is_ok() && self.packed.len() <= room
+    }
+}
+
+fn packed_header(header: &ChunkHeader, wire_len: usize) -> ChunkHeader {
+    ChunkHeader {
+        len: wire_len as u32,
+        packed: Some(header.len),
+        ..*header
+    }
+}
+
+#[async_trait::async_trait]
+impl MessageWriter for Packing {
+    fn push(&mut self, msg: &Message) {
+        self.inner.push(msg);
+    }
+
+    fn batch_full(&self) -> bool {
+        self.inner.batch_full()
+    }
+
+    async fn send_chunk(
+        &mut self,
+        header: &ChunkHeader,
+        payload: Payload<'_>,
+    ) -> Result<(), TransportError> {
+        let packed = match payload {
+            Payload::Bytes(b) => self.pack(b),
+            Payload::File { file, offset, len } => {
+                let mut raw = std::mem::take(&mut self.raw);
+                raw.resize(len, 0);
+                std::os::unix::fs::FileExt::read_exact_at(file, &mut raw, offset)?;
+                let packed = self.pack(&raw);
+                self.raw = raw;
+                if !packed {
+                    let raw = std::mem::take(&mut self.raw);
+                    let sent = self.inner.send_chunk(header, Payload::Bytes(&raw)).await;
+                    self.raw = raw;
+                    return sent;
+                }
+                true
+            }
+        };
+        if !packed {
+            return self.inner.send_chunk(header, payload).await;
+        }
+        let packed = std::mem::take(&mut self.packed);
+        let sent = self
+            .inner
+            .send_chunk(
+                &packed_header(header, packed.len()),
+                Payload::Bytes(&packed),
+            )
+            .await;
+        self.packed = packed;
+        sent
+    }
+
+    fn push_chunk(&mut self, header: &ChunkHeader, bytes: &[u8]) -> bool {
+        if self.pack(bytes) {
+            let packed = std::mem::take(&mut self.packed);
+            let queued = self
+                .inner
+                .push_chunk(&packed_header(header, packed.len()), &packed);
+            self.packed = packed;
+            // Too large to queue even packed: the caller sends it (and it
+            // is packed again there).
+            return queued;
+        }
+        self.inner.push_chunk(header, bytes)
+    }
+
+    async fn flush(&mut self) -> Result<(), TransportError> {
+        self.inner.flush().await
+    }
+
+    async fn close(&mut self) -> Result<(), TransportError> {
+        self.inner.close().await
+    }
+
+    fn sends_file_ranges(&self, _len: usize) -> bool {
+        // Every chunk passes through memory to be compressed.
+        false
+    }
+}
+
+/// Decompresses the packed chunks read through it; others pass as they are.
+pub struct Unpacking {
+    inner: Box<dyn MessageReader>,
+    zstd: Option<zstd::bulk::Decompressor<'static>>,
+    /// Packed chunks handed up and not yet read, by (file id, index): the
+    /// header as it came (what the transport knows it by).
+    pending: HashMap<(u32, u32), ChunkHeader>,
+    wire: Vec<u8>,
+}
+
+impl Unpacking {
+    /// `inner`, with packed chunks decompressed.
+    pub fn new(inner: Box<dyn MessageReader>) -> Self {
+        Self {
+            inner,
+            zstd: None,
+            pending: HashMap::new(),
+            wire: Vec::new(),
+        }
+    }
+
+    /// A packed chunk's header as sessions see it: its own length.
+    fn unpacked(&mut self, msg: Message) -> Message {
+        match msg {
+            Message::Chunk(h) if h.packed.is_some() => {
+                let raw = h.packed.unwrap_or(h.len);
+                self.pending.insert((h.id, h.index), h);
+                Message::Chunk(ChunkHeader {
+                    len: raw,
+                    packed: None,
+                    ..h
+                })
+            }
+            m => m,
+        }
+    }
+
+    fn take(&mut self, header: &ChunkHeader) -> Option<ChunkHeader> {
+        self.pending.remove(&(header.id, header.index))
+    }
+
+    /// Decompresses `self.wire` into `out`: exactly `header.len` bytes.
+    fn inflate(&mut self, header: &ChunkHeader, out: &mut Vec<u8>) -> Result<(), TransportError> {
+        let zstd = match &mut self.zstd {
+            Some(z) => z,
+            None => self.zstd.insert(zstd::bulk::Decompressor::new()?),
+        };
+        let want = header.len as usize;
+        out.clear();
+        out.reserve_exact(want);
+        let got = zstd
+            .decompress_to_buffer(&self.wire[..], out)
+            .map_err(|e| {
+                bad(format!(
+                    "compressed chunk {} of file {} does not decompress: {e}",
+                    header.index, header.id
+                ))
+            })?;
+        if got != want || out.len() != want {
+            return Err(bad(format!(
+                "compressed chunk {} of file {} holds {got} bytes, not {want}",
+                header.index, header.id
+            )));
+        }
+        Ok(())
+    }
+}
+
+#[async_trait::async_trait]
+impl MessageReader for Unpacking {
+    async fn recv(&mut self) -> Result<Message, TransportError> {
+        let m = self.inner.recv().await?;
+        Ok(self.unpacked(m))
+    }
+
+    fn try_recv(&mut self) -> Result<Option<Message>, TransportError> {
+        Ok(self.inner.try_recv()?.map(|m| self.unpacked(m)))
+    }
+
+    async fn read_payload(
+        &mut self,
+        header: &ChunkHeader,
+        out: &mut Vec<u8>,
+    ) -> Result<(), TransportError> {
+        let Some(wire) = self.take(header) else {
+            return self.inner.read_payload(header, out).await;
+        };
+        let mut buf = std::mem::take(&mut self.wire);
+        let read = self.inner.read_payload(&wire, &mut buf).await;
+        self.wire = buf;
+        read?;
+        self.inflate(header, out)
+    }
+
+    async fn skip_payload(&mut self, header: &ChunkHeader) -> Result<(), TransportError> {
+        match self.take(header) {
+            Some(wire) => self.inner.skip_payload(&wire).await,
+            None => self.inner.skip_payload(header).await,
+        }
+    }
+
+    fn try_read_payload(&mut self, header: &ChunkHeader, out: &mut Vec<u8>) -> bool {
+        let Some(wire) = self.pending.get(&(header.id, header.index)).copied() else {
+            return self.inner.try_read_payload(header, out);
+        };
+        let mut buf = std::mem::take(&mut self.wire);
+        let here = self.inner.try_read_payload(&wire, &mut buf);
+        self.wire = buf;
+        if !here {
+            return false;
+        }
+        self.pending.remove(&(header.id, header.index));
+        // A chunk that does not decompress is handed up empty: its digest
+        // fails and it is asked for again, as a corrupted one would be.
+        if self.inflate(header, out).is_err() {
+            out.clear();
+        }
+        true
+    }
+
+    async fn recv_many(
+        &mut self,
+        out: &mut Vec<Message>,
+        max: usize,
+    ) -> Result<(), TransportError> {
+        let from = out.len();
+        self.inner.recv_many(out, max).await?;
+        for m in &mut out[from..] {
+            let taken = std::mem::replace(m, Message::Bye);
+            *m = self.unpacked(taken);
+        }
+        Ok(())
+    }
+
+    fn set_idle(&mut self, idle: Duration) {
+        self.inner.set_idle(idle);
+    }
+}
+
+#[cfg(test)]
+mod tests;
