@@ -22,6 +22,10 @@ use std::sync::Mutex;
 use haul_proto::{Attrs, Keep, Principal, Xattr, MAX_XATTRS};
 use haul_root::{Dir, Meta, Xattrs};
 
+/// Most bytes of extended attributes (names and values) one entry carries:
+/// an entry travels in one frame of at most 4 MiB.
+const MAX_XATTR_BYTES: usize = 1 << 20;
+
 /// The attributes ACLs are stored as.
 const ACLS: [&str; 2] = ["system.posix_acl_access", "system.posix_acl_default"];
 
@@ -99,13 +103,22 @@ impl AttrReader {
         };
         let xattrs = if self.keep.xattrs || self.keep.acls {
             let mut list = Vec::new();
+            let mut bytes = 0;
             for (name, value) in xattrs()? {
                 let Ok(name) = String::from_utf8(name) else {
                     continue;
                 };
                 if kept(&name, self.keep) && list.len() < MAX_XATTRS {
+                    bytes += name.len() + value.len();
                     list.push(Xattr { name, value });
                 }
+            }
+            // An entry travels in one frame (at most 4 MiB).
+            if bytes > MAX_XATTR_BYTES {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("its extended attributes hold {bytes} bytes, more than the {MAX_XATTR_BYTES} one entry may carry"),
+                ));
             }
             Some(list)
         } else {
@@ -124,6 +137,10 @@ impl AttrReader {
 pub struct AttrPolicy {
     /// Owners and groups (and with them `trusted.*`, `security.*`).
     pub owners: bool,
+    /// What this receiver asked for (a client's pull or local copy): a
+    /// peer's owner, group or attribute it did not ask for is dropped.
+    /// `None` (a node): the client that sends decides what it sends.
+    pub asked: Option<Keep>,
     /// Why owners are not taken, for the one line that says so (empty:
     /// nothing is said).
     pub why_not: &'static str,
@@ -133,9 +150,10 @@ impl AttrPolicy {
     /// A local copy's or a client's pull: owners when running as root;
     /// otherwise they are left out without a word, as rsync `-a` leaves
     /// them for a user who could not set them anyway.
-    pub fn here() -> Self {
+    pub fn here(asked: Keep) -> Self {
         Self {
             owners: haul_root::my_uid() == 0,
+            asked: Some(asked),
             why_not: "",
         }
     }
@@ -145,6 +163,7 @@ impl AttrPolicy {
         let root = haul_root::my_uid() == 0;
         Self {
             owners: root && keep_owners,
+            asked: None,
             why_not: if root {
                 "the node runs without --keep-owners"
             } else {
@@ -184,11 +203,6 @@ impl AttrWriter {
         }
     }
 
-    /// Whether owners are applied (set-id bits are kept only then).
-    pub fn takes_owners(&self) -> bool {
-        self.policy.owners
-    }
-
     /// This system's id for `p`: its name's, else its number.
     fn local_id(&self, p: &Principal, group: bool) -> u32 {
         if p.name.is_empty() {
@@ -222,12 +236,49 @@ impl AttrWriter {
         }
     }
 
+    /// The owner and group of `attrs` this receiver applies: what the peer
+    /// sent, less what this receiver did not ask for; `None` each when
+    /// owners are not taken here.
+    fn owners_of(&self, attrs: &Attrs) -> (Option<u32>, Option<u32>) {
+        if !self.policy.owners {
+            return (None, None);
+        }
+        let asked = self.policy.asked;
+        let uid = attrs
+            .owner
+            .as_ref()
+            .filter(|_| asked.is_none_or(|k| k.owner))
+            .map(|p| self.local_id(p, false));
+        let gid = attrs
+            .group
+            .as_ref()
+            .filter(|_| asked.is_none_or(|k| k.group))
+            .map(|p| self.local_id(p, true));
+        (uid, gid)
+    }
+
+    /// The permission bits of `entry` a file here gets: the set-user-id
+    /// bit only when the entry's owner is applied, set-group-id only when
+    /// its group is (never a peer's set-id bits on a file owned by whoever
+    /// runs this).
+    pub fn mode_of(&self, entry: &haul_proto::Entry) -> u32 {
+        let (uid, gid) = entry
+            .attrs
+            .as_deref()
+            .map_or((None, None), |a| self.owners_of(a));
+        let mask = 0o1777
+            | if uid.is_some() { 0o4000 } else { 0 }
+            | if gid.is_some() { 0o2000 } else { 0 };
+        entry.mode & mask
+    }
+
     /// For a file already up to date at `name` in `dir` (found as `st`):
     /// brings its owner and group in line with the entry's, as rsync does,
     /// through a descriptor of that very file and only while it is still
-    /// the file checked with no other links (they may be outside the root).
-    /// False when they differ and could not be set (the file is then sent
-    /// again and renamed over).
+    /// the file checked with no other links (they may be outside the root);
+    /// the set-id bits `chown` clears are set again. False when they
+    /// differ and could not be set (the file is then sent again and
+    /// renamed over).
     pub fn fix_owner(
         &self,
         dir: &Dir,
@@ -238,47 +289,45 @@ impl AttrWriter {
         let Some(attrs) = entry.attrs.as_deref() else {
             return true;
         };
-        if !self.policy.owners || (attrs.owner.is_none() && attrs.group.is_none()) {
-            return true;
-        }
-        let uid = attrs.owner.as_ref().map(|p| self.local_id(p, false));
-        let gid = attrs.group.as_ref().map(|p| self.local_id(p, true));
+        let (uid, gid) = self.owners_of(attrs);
         if uid.is_none_or(|u| u == st.uid) && gid.is_none_or(|g| g == st.gid) {
             return true;
         }
-        dir.chown_file_if(name, uid, gid, |m| {
-            m.nlink == 1 && (m.dev, m.ino, m.size) == (st.dev, st.ino, st.size)
-        })
-        .unwrap_or(false)
+        let same = |m: &Meta| m.nlink == 1 && (m.dev, m.ino, m.size) == (st.dev, st.ino, st.size);
+        if !dir.chown_file_if(name, uid, gid, same).unwrap_or(false) {
+            return false;
+        }
+        let mode = self.mode_of(entry);
+        mode & 0o6000 == 0 || dir.chmod_file_if(name, mode, same).unwrap_or(false)
     }
 
-    /// Applies `attrs` to `target`: the owner and group first (so a later
-    /// `chmod` sets set-id bits after `chown` cleared them), then the
-    /// extended attributes this policy takes. Returns whether an owner or group was set (set-id bits are then
-    /// the sender's too).
-    pub fn apply(&self, attrs: Option<&Attrs>, target: Target<'_>) -> io::Result<bool> {
+    /// Applies `attrs` to `target`: the owner and group first (a `chmod`
+    /// after it sets the set-id bits `chown` cleared: see
+    /// [`AttrWriter::mode_of`]), then the extended attributes this policy
+    /// takes and this receiver asked for.
+    pub fn apply(&self, attrs: Option<&Attrs>, target: Target<'_>) -> io::Result<()> {
         let Some(attrs) = attrs else {
-            return Ok(false);
+            return Ok(());
         };
-        let mut owned = false;
         if attrs.owner.is_some() || attrs.group.is_some() {
-            if self.policy.owners {
-                owned = true;
-                let uid = attrs.owner.as_ref().map(|p| self.local_id(p, false));
-                let gid = attrs.group.as_ref().map(|p| self.local_id(p, true));
+            let (uid, gid) = self.owners_of(attrs);
+            if uid.is_some() || gid.is_some() {
                 match target {
                     Target::File(f) => haul_root::file_set_owner(f, uid, gid)?,
                     Target::Dir(d) => d.set_owner(uid, gid)?,
                     Target::Link(d, name) => d.chown_nofollow(name, uid, gid)?,
                 }
-            } else {
+            } else if !self.policy.owners {
                 self.say_once(&self.said_owners, "owners and groups");
             }
         }
         let Some(xattrs) = &attrs.xattrs else {
-            return Ok(owned);
+            return Ok(());
         };
         for x in xattrs {
+            if self.policy.asked.is_some_and(|k| !kept(&x.name, k)) {
+                continue;
+            }
             let privileged = !(x.name.starts_with("user.") || ACLS.contains(&x.name.as_str()));
             if privileged && !self.policy.owners {
                 self.say_once(&self.said_privileged, "trusted.* and security.* attributes");
@@ -291,7 +340,7 @@ impl AttrWriter {
                 Target::Link(..) => {}
             }
         }
-        Ok(owned)
+        Ok(())
     }
 }
 
@@ -313,6 +362,74 @@ mod tests {
         assert!(!kept("security.selinux", x) && !kept("system.posix_acl_access", x));
         assert!(kept("system.posix_acl_access", a) && kept("system.posix_acl_default", a));
         assert!(!kept("user.a", a) && !kept("system.nfs4_acl", a));
+    }
+
+    fn entry(mode: u32) -> haul_proto::Entry {
+        let p = |id| Principal {
+            id,
+            name: String::new(),
+        };
+        haul_proto::Entry {
+            path: "f".into(),
+            kind: haul_proto::EntryKind::File,
+            size: 0,
+            mode,
+            mtime_sec: 0,
+            mtime_nsec: 0,
+            chunk_size: 1024,
+            attrs: Some(Box::new(Attrs {
+                owner: Some(p(4321)),
+                group: Some(p(5432)),
+                xattrs: Some(vec![Xattr {
+                    name: "user.unasked".into(),
+                    value: b"v".to_vec(),
+                }]),
+            })),
+        }
+    }
+
+    #[test]
+    fn a_receiver_takes_only_what_it_asked_for_and_set_id_bits_only_with_their_owner() {
+        let asked = |keep| {
+            AttrWriter::new(AttrPolicy {
+                owners: true,
+                asked: Some(keep),
+                why_not: "",
+            })
+        };
+        let e = entry(0o6755);
+        // Asked for nothing (a root pull without -o -g -X): no set-id bit.
+        assert_eq!(asked(Keep::default()).mode_of(&e), 0o755);
+        // -o: set-user-id goes with the owner, set-group-id does not.
+        let owner = Keep {
+            owner: true,
+            ..Keep::default()
+        };
+        assert_eq!(asked(owner).mode_of(&e), 0o4755);
+        let group = Keep {
+            group: true,
+            ..Keep::default()
+        };
+        assert_eq!(asked(group).mode_of(&e), 0o2755);
+        // A node (asked: None) without --keep-owners: none either.
+        assert_eq!(AttrWriter::new(AttrPolicy::node(false)).mode_of(&e), 0o755);
+        // Nothing unasked is applied: the file keeps its owner and has no
+        // attribute it was sent.
+        let t = tempfile::tempdir().unwrap();
+        let path = t.path().join("f");
+        let file = std::fs::File::create(&path).unwrap();
+        let before = std::fs::metadata(&path).unwrap();
+        asked(Keep::default())
+            .apply(e.attrs.as_deref(), Target::File(&file))
+            .unwrap();
+        use std::os::unix::fs::MetadataExt;
+        let after = std::fs::metadata(&path).unwrap();
+        assert_eq!((after.uid(), after.gid()), (before.uid(), before.gid()));
+        let xattrs = haul_root::file_xattrs(&file).unwrap();
+        assert!(
+            !xattrs.iter().any(|(n, _)| n == b"user.unasked"),
+            "{xattrs:?}"
+        );
     }
 
     #[test]

@@ -425,8 +425,9 @@ impl Destination {
         self.up_to_date(found.as_ref(), &place, entry, rule)
     }
 
-    /// [`up_to_date`], and a file found the same gets the entry's owner and
-    /// group (`-o -g`, as rsync fixes them) where this receiver takes owners.
+    /// [`up_to_date`], and a file found the same first gets the entry's
+    /// owner and group (`-o -g`, as rsync fixes them) where this receiver
+    /// takes owners, then its mode (set-id bits only with them).
     fn up_to_date(
         &self,
         found: Option<&Meta>,
@@ -434,14 +435,14 @@ impl Destination {
         entry: &Entry,
         rule: SkipRule,
     ) -> bool {
-        up_to_date(found, place, entry, self.sync_modes(), rule)
-            && found.is_none_or(|st| {
-                rule.ignore_existing
-                    || !same_file(st, entry)
-                    || self
-                        .attr_writer()
-                        .fix_owner(&place.dir, place.name.as_ref(), st, entry)
-            })
+        let writer = self.attr_writer();
+        let owned = found.is_none_or(|st| {
+            rule.ignore_existing
+                || !same_file(st, entry)
+                || writer.fix_owner(&place.dir, place.name.as_ref(), st, entry)
+        });
+        let mode = writer.mode_of(entry);
+        owned && up_to_date(found, place, entry, self.sync_modes(), rule, mode)
     }
 
     /// True when nothing is at `rel` yet — no file (nor anything else) under
@@ -877,7 +878,7 @@ fn make_staging(root: &Root) -> Result<Arc<Dir>, ReceiveError> {
 static LINK_SEQ: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// The quick check of what `found` holds at `place`: the same file (size and
-/// mtime), with the entry's permission bits applied (with `sync_mode`) when only they differ
+/// mtime), with the entry's permission bits `mode` applied (with `sync_mode`) when only they differ
 /// (as `rsync -a`: a mode tightened at the source must not stay loose here);
 /// a file whose mode cannot be set is not up to date (it is sent again).
 fn up_to_date(
@@ -886,14 +887,15 @@ fn up_to_date(
     entry: &Entry,
     sync_mode: bool,
     rule: SkipRule,
+    mode: u32,
 ) -> bool {
     match found {
         // `--ignore-existing`: whatever is there is left exactly as it is
         // (not even its mode is touched), as the dry run says.
         Some(st) if rule.ignore_existing && st.is_file() => true,
         Some(st) if same_file(st, entry) => {
-            // As for a received file: never setuid or setgid (a peer's bits).
-            let mode = entry.mode & 0o1777;
+            // As for a received file: set-id bits only with the owner or
+            // group they go with (`AttrWriter::mode_of`).
             // A file with other hard links is not changed in place (they
             // may be outside the root): it is sent again and renamed over.
             // The mode is set on the very file that was checked again.

@@ -555,13 +555,12 @@ impl PartialFile {
         // Owner and group first: chown clears set-id bits, which the chmod
         // below then sets — only when the owner is the sender's too (never
         // a peer's set-id bits on a file owned by whoever runs this).
-        let owned = self
-            .attrs
+        self.attrs
             .apply(self.entry.attrs.as_deref(), Target::File(&self.part))
             .map_err(|e| ReceiveError::io("set owner or attributes of", &p(), e))?;
         // Small files are created with their mode already (see `open_small`).
-        let mode = self.entry.mode & if owned { 0o7777 } else { 0o1777 };
-        if owned || meta.permissions().mode() & 0o7777 != mode {
+        let mode = self.attrs.mode_of(&self.entry);
+        if mode & 0o6000 != 0 || meta.permissions().mode() & 0o7777 != mode {
             self.part
                 .set_permissions(fs::Permissions::from_mode(mode))
                 .map_err(|e| ReceiveError::io("chmod", &p(), e))?;

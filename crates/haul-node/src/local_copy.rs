@@ -60,7 +60,7 @@ pub async fn copy_local(
     let seen = (opts.delete && named.is_none()).then(|| Arc::new(Mutex::new(HashSet::new())));
     let destination = Destination::open(dest)?;
     destination.replace_files_in_the_way();
-    destination.set_attr_policy(haul_engine::attrs::AttrPolicy::here());
+    destination.set_attr_policy(haul_engine::attrs::AttrPolicy::here(opts.keep));
     let same = if opts.checksum {
         destination.receive_everything_offered();
         let root = Root::open(dest)

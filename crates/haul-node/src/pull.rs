@@ -73,7 +73,7 @@ pub async fn pull(
     // Only now that the node lists the path: a refused pull leaves no DEST.
     let destination = Destination::open(dest)?;
     destination.replace_files_in_the_way();
-    destination.set_attr_policy(haul_engine::attrs::AttrPolicy::here());
+    destination.set_attr_policy(haul_engine::attrs::AttrPolicy::here(opts.keep));
     if opts.checksum {
         // Files were compared by content while listed: none is skipped
         // for its size and mtime.

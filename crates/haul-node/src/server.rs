@@ -333,8 +333,12 @@ impl Server {
             Box::new(haul_transport::Unpacking::new(reader));
         let mut writer = match request {
             Request::Fetch { compress, .. } if compress > 0 => {
-                Box::new(haul_transport::Packing::new(writer, i32::from(compress))?)
-                    as Box<dyn haul_transport::MessageWriter>
+                // A client's level is capped at 19: zstd's 20-22 take
+                // hundreds of MB per connection and crawl.
+                Box::new(haul_transport::Packing::new(
+                    writer,
+                    i32::from(compress.min(19)),
+                )?) as Box<dyn haul_transport::MessageWriter>
             }
             _ => writer,
         };

@@ -466,7 +466,8 @@ fn decode_body(body: &[u8]) -> Result<Message, DecodeError> {
             let packed = if flags & 2 != 0 {
                 let raw = r.u32()?;
                 // A chunk is at most `MAX_CHUNK_LEN`, never empty.
-                if raw == 0 || raw > crate::MAX_CHUNK_LEN {
+                // Packed only when it shrinks: the wire length is smaller.
+                if raw == 0 || raw > crate::MAX_CHUNK_LEN || len >= raw {
                     return Err(DecodeError::Malformed(name));
                 }
                 Some(raw)

@@ -106,6 +106,16 @@
 //! In a fan-out the entry's seal covers all of it, so no relay can change an
 //! owner on the way.
 //!
+//! ## Compressed chunks (v11, `-z`)
+//! A `Chunk` header's flag byte (after the digest) has bit 0 for a seal and
+//! bit 1 for a packed payload: then a `u32` follows, the chunk's own length,
+//! and the `len` payload bytes (fewer than that) are one zstd frame that
+//! decompresses to exactly that many (at most `MAX_CHUNK_LEN`). Digests and seals are of
+//! the chunk itself. Only the connection's compression layer
+//! (`haul_transport::packing`) reads the bit: a pushing client packs when
+//! asked, a node packs what it sends for `Fetch{compress}` (the level,
+//! 1–22; 0 for none), and every reader unpacks whatever comes packed.
+//!
 //! ## Fan-out
 //! ```text
 //! client → every node (control, token-authenticated):

@@ -197,6 +197,14 @@ impl Unpacking {
         self.pending.remove(&(header.id, header.index))
     }
 
+    /// Lets go of a large compressed buffer once used: the driver's memory
+    /// budget counts the chunk itself, not this copy of it on the wire.
+    fn keep_small(&mut self) {
+        if self.wire.capacity() > 1 << 20 {
+            self.wire = Vec::new();
+        }
+    }
+
     /// Decompresses `self.wire` into `out`: exactly `header.len` bytes.
     fn inflate(&mut self, header: &ChunkHeader, out: &mut Vec<u8>) -> Result<(), TransportError> {
         let zstd = match &mut self.zstd {
@@ -247,7 +255,9 @@ impl MessageReader for Unpacking {
         let read = self.inner.read_payload(&wire, &mut buf).await;
         self.wire = buf;
         read?;
-        self.inflate(header, out)
+        let inflated = self.inflate(header, out);
+        self.keep_small();
+        inflated
     }
 
     async fn skip_payload(&mut self, header: &ChunkHeader) -> Result<(), TransportError> {
@@ -273,6 +283,7 @@ impl MessageReader for Unpacking {
         if self.inflate(header, out).is_err() {
             out.clear();
         }
+        self.keep_small();
         true
     }
 

@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# -z on a slow link (issue 36): haul with and without -z, and rsync with
+# and without -z, over ssh across a lab link, on three kinds of data:
+#   csv     CSV-like text (timestamps, station names, readings)
+#   float   a NetCDF-like array: a smooth float32 field, as raw bytes
+#   random  bytes that do not compress
+# A real OpenSSH sshd runs in lab host h2; every client runs in h1. haul
+# reaches h2 over ssh (`haul push SRC root@h2:DST/`: ssh starts the node,
+# the data goes direct over TCP+TLS); rsync runs `rsync -a[z] -e ssh`.
+# Each tool copies each set into an empty directory RUNS times; medians,
+# each file checked by size and BLAKE3 (b3sum-free: haul check).
+#
+#   sudo bash bench/compress.sh                     # about 10 minutes
+# Environment: MIB (per set, 64), RUNS (3), LINK ('rate 50mbit delay 20ms'),
+#   SETS ("csv float random"), LEVEL (haul's --compress-level, 3).
+# Prints, per set: seconds per tool, haul -z against haul (speed-up), and
+# haul -z against rsync -z.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+MIB=${MIB:-64}
+RUNS=${RUNS:-3}
+LINK=${LINK:-rate 50mbit delay 20ms}
+SETS=${SETS:-csv float random}
+LEVEL=${LEVEL:-3}
+[ "$(id -u)" = 0 ] || { echo "bench/compress.sh needs root (the lab)" >&2; exit 2; }
+
+need=()
+for pair in /usr/sbin/sshd:openssh-server ssh:openssh-client rsync:rsync; do
+  command -v "${pair%%:*}" >/dev/null 2>&1 || [ -x "${pair%%:*}" ] || need+=("${pair#*:}")
+done
+if [ ${#need[@]} -gt 0 ]; then
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+cargo build --release -q -p haul
+HAUL=$PWD/target/release/haul
+
+W=$(mktemp -d /dev/shm/haul-zbench.XXXXXX)
+export HAUL_LAB=zbench
+"$HAUL" lab down >/dev/null 2>&1 || true
+"$HAUL" lab up --hosts 2 --link "$LINK" >/dev/null
+ADDR=198.18.0.2
+SRV=("$HAUL" lab exec h2 --)
+CLI=("$HAUL" lab exec h1 --)
+cleanup() {
+  [ -f "$W/sshd.pid" ] && kill "$(cat "$W/sshd.pid")" 2>/dev/null
+  [ -n "${SSHD:-}" ] && { kill "$SSHD" 2>/dev/null; wait "$SSHD" 2>/dev/null; }
+  "$HAUL" lab down >/dev/null 2>&1
+  rm -rf "$W"
+}
+trap cleanup EXIT
+echo "lab link: $LINK (sshd in h2, clients in h1); $MIB MiB per set, $RUNS runs"
+
+mkdir -p /run/sshd
+ssh-keygen -q -t ed25519 -N '' -f "$W/host" && ssh-keygen -q -t ed25519 -N '' -f "$W/client"
+cp "$W/client.pub" "$W/authorized_keys"
+PORT=2222
+cat >"$W/sshd_config" <<EOF
+ListenAddress $ADDR
+Port $PORT
+HostKey $W/host
+PidFile $W/sshd.pid
+AuthorizedKeysFile $W/authorized_keys
+StrictModes no
+UsePAM no
+PermitRootLogin yes
+PasswordAuthentication no
+UseDNS no
+EOF
+echo "[$ADDR]:$PORT $(cut -d' ' -f1,2 "$W/host.pub")" >"$W/known_hosts"
+"${SRV[@]}" /usr/sbin/sshd -D -e -f "$W/sshd_config" 2>"$W/sshd.log" &
+SSHD=$!
+RSH="ssh -i $W/client -o IdentitiesOnly=yes -o UserKnownHostsFile=$W/known_hosts -o StrictHostKeyChecking=yes -o BatchMode=yes -p $PORT"
+for _ in $(seq 100); do
+  "${CLI[@]}" $RSH root@$ADDR true 2>/dev/null && break
+  sleep 0.1
+done
+
+python3 - "$W/src" "$MIB" <<'EOF'
+import math, os, random, struct, sys
+root, mib = sys.argv[1], int(sys.argv[2])
+size = mib << 20
+rng = random.Random(36)
+os.makedirs(f"{root}/csv", exist_ok=True)
+with open(f"{root}/csv/stations.csv", "w") as f:
+    f.write("time,station,temperature,pressure,humidity,flag\n")
+    n = 0
+    while f.tell() < size:
+        t = n * 60
+        f.write(f"2026-{1 + t // 2592000 % 12:02d}-{1 + t // 86400 % 28:02d}T{t // 3600 % 24:02d}:{t // 60 % 60:02d}:00Z,"
+                f"ST{rng.randint(1, 400):04d},{rng.gauss(12, 6):.2f},{rng.gauss(1013, 8):.1f},{rng.randint(20, 100)},"
+                f"{'ok' if rng.random() > 0.01 else 'suspect'}\n")
+        n += 1
+os.makedirs(f"{root}/float", exist_ok=True)
+with open(f"{root}/float/sst.raw", "wb") as f:
+    # A smooth field (sea-surface temperature-like) on a lat x lon grid,
+    # float32, with sensor noise in the last bits.
+    nlon = 1440
+    row = 0
+    while f.tell() < size:
+        lat = -90 + (row % 720) * 0.25
+        vals = [20 * math.cos(math.radians(lat)) + 2 * math.sin(i / 90) + rng.gauss(0, 0.01) for i in range(nlon)]
+        f.write(struct.pack(f"<{nlon}f", *vals))
+        row += 1
+os.makedirs(f"{root}/random", exist_ok=True)
+with open(f"{root}/random/random.bin", "wb") as f:
+    f.write(os.urandom(size))
+EOF
+
+copy() { # tool set
+  local tool=$1 set=$2 dst=$W/dst
+  case $tool in
+    haul) "${CLI[@]}" "$HAUL" -q push "$W/src/$set" "root@$ADDR:$dst/" -e "$RSH" --remote-haul "$HAUL" ;;
+    haul-z) "${CLI[@]}" "$HAUL" -q push -z --compress-level "$LEVEL" "$W/src/$set" "root@$ADDR:$dst/" -e "$RSH" --remote-haul "$HAUL" ;;
+    rsync) "${CLI[@]}" rsync -a -e "$RSH" "$W/src/$set" "root@$ADDR:$dst/" ;;
+    rsync-z) "${CLI[@]}" rsync -az -e "$RSH" "$W/src/$set" "root@$ADDR:$dst/" ;;
+  esac
+}
+
+declare -A MED
+TOOLS="haul haul-z rsync rsync-z"
+for set in $SETS; do
+  for tool in $TOOLS; do
+    times=()
+    for _ in $(seq "$RUNS"); do
+      rm -rf "$W/dst" && mkdir -p "$W/dst"
+      t0=$(date +%s.%N)
+      copy "$tool" "$set"
+      t1=$(date +%s.%N)
+      "$HAUL" -q check "$W/src/$set" "$W/dst/$set" >/dev/null || { echo "$tool $set: copy differs" >&2; exit 1; }
+      times+=("$(echo "$t1 - $t0" | bc -l)")
+    done
+    med=$(printf '%s\n' "${times[@]}" | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
+    MED[$set/$tool]=$med
+    printf '%-7s %-8s median %7.2f s  (runs: %s)\n' "$set" "$tool" "$med" "$(printf '%.2f ' "${times[@]}")"
+  done
+  printf '%-7s haul -z speed-up over haul: %.2fx; haul -z vs rsync -z (speed): %.2fx\n' "$set" \
+    "$(echo "${MED[$set/haul]} / ${MED[$set/haul-z]}" | bc -l)" \
+    "$(echo "${MED[$set/rsync-z]} / ${MED[$set/haul-z]}" | bc -l)"
+done
