@@ -128,6 +128,7 @@ impl AttrReader {
             owner: self.keep.owner.then(|| principal(meta.uid, false)),
             group: self.keep.group.then(|| principal(meta.gid, true)),
             xattrs,
+            sparse: self.keep.sparse && meta.is_file(),
         })))
     }
 }
@@ -384,6 +385,7 @@ mod tests {
                     name: "user.unasked".into(),
                     value: b"v".to_vec(),
                 }]),
+                sparse: false,
             })),
         }
     }

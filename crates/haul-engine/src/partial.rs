@@ -168,6 +168,7 @@ impl PartialFile {
             .get_or_init(|| Path::new("/proc/self/fd").is_dir())
             .then(|| place.dir.tmpfile(mode));
         if let Some(Ok(part)) = anonymous {
+            sized(&part, &entry, &place.shown())?;
             return Ok(Self::small(entry, place, part, dirty, attrs, None));
         }
         let (part, name) = loop {
@@ -178,6 +179,7 @@ impl PartialFile {
                 Err(e) => return Err(ReceiveError::io("create", &place.shown(), e)),
             }
         };
+        sized(&part, &entry, &place.shown())?;
         let dir = place.dir.clone();
         Ok(Self::small(
             entry,
@@ -269,6 +271,7 @@ impl PartialFile {
             }
             Some(log)
         };
+        sized(&part, &entry, &part_path)?;
         let log_at = log
             .is_some()
             .then(|| (staging.dir.clone(), staging.state.clone()));
@@ -461,9 +464,12 @@ impl PartialFile {
 
     fn store_chunk(&self, index: u32, data: &[u8], actual: Digest) -> Result<(), ReceiveError> {
         let offset = u64::from(index) * u64::from(self.entry.chunk_size);
-        self.part
-            .write_all_at(data, offset)
-            .map_err(|e| ReceiveError::io("write", &self.shown_path(), e))?;
+        if sparse(&self.entry) {
+            haul_root::write_sparse_at(&self.part, data, offset)
+        } else {
+            self.part.write_all_at(data, offset)
+        }
+        .map_err(|e| ReceiveError::io("write", &self.shown_path(), e))?;
         self.log_chunk(index, actual)
     }
 
@@ -628,6 +634,29 @@ impl PartialFile {
             }
         }
     }
+}
+
+/// Whether `entry` is written with holes (`-S`, [`haul_proto::Attrs::sparse`]).
+fn sparse(entry: &Entry) -> bool {
+    entry.attrs.as_ref().is_some_and(|a| a.sparse)
+}
+
+/// A sparse file's staging file made its full length up front (holes), so
+/// chunks of zeros need no write at all and the length is right whatever
+/// the last chunk holds.
+fn sized(part: &File, entry: &Entry, shown: &Path) -> Result<(), ReceiveError> {
+    if !sparse(entry) {
+        return Ok(());
+    }
+    let len = part
+        .metadata()
+        .map_err(|e| ReceiveError::io("stat", shown, e))?
+        .len();
+    if len < entry.size {
+        part.set_len(entry.size)
+            .map_err(|e| ReceiveError::io("extend", shown, e))?;
+    }
+    Ok(())
 }
 
 /// `flock(LOCK_EX | LOCK_NB)`: `WouldBlock` while another holder has it.

@@ -87,6 +87,12 @@ pub struct ClientOptions {
 }
 
 impl ClientOptions {
+    /// How a sender's chunks are packed on the wire: zstd at `-z`'s level,
+    /// or (`-S` alone) level 0, only chunks of zeros left out.
+    pub fn packing(&self) -> Option<i32> {
+        self.compress.or(self.keep.sparse.then_some(0))
+    }
+
     /// Whether a non-empty directory in the way of a file or symlink is
     /// replaced (`--force`, or `--delete`, as rsync).
     pub fn replaces_dirs(&self) -> bool {

@@ -53,7 +53,7 @@ impl NodePath {
         let way = SshDial::new(at, root, opts);
         Self {
             dialer: Dialer::new(Arc::new(way), String::new(), opts.timeouts)
-                .compressing(opts.compress),
+                .compressing(opts.packing()),
             path,
         }
     }
@@ -138,7 +138,7 @@ impl Dialer {
             timeouts: opts.timeouts,
             tuning: opts.tuning.clone(),
         };
-        Self::new(Arc::new(way), opts.token.clone(), opts.timeouts).compressing(opts.compress)
+        Self::new(Arc::new(way), opts.token.clone(), opts.timeouts).compressing(opts.packing())
     }
 
     /// `server`, in this process, over the in-memory transport: local

@@ -332,7 +332,7 @@ impl Server {
         let reader: Box<dyn haul_transport::MessageReader> =
             Box::new(haul_transport::Unpacking::new(reader));
         let mut writer = match request {
-            Request::Fetch { compress, .. } if compress > 0 => {
+            Request::Fetch { compress, keep } if compress > 0 || keep.sparse => {
                 // A client's level is capped at 19: zstd's 20-22 take
                 // hundreds of MB per connection and crawl.
                 Box::new(haul_transport::Packing::new(

@@ -649,7 +649,7 @@ impl Writer<'_> {
         self.u32(e.chunk_size);
         self.attrs(e.attrs.as_deref());
     }
-    /// Version 11: a flag byte (bit 0 owner, 1 group, 2 xattrs), then each
+    /// Version 11: a flag byte (bit 0 owner, 1 group, 2 xattrs, 3 sparse), then each
     /// part present: a principal is `u32 id | str name`; xattrs are
     /// `u16 count | (str name | u32 len | value)*`.
     fn attrs(&mut self, a: Option<&Attrs>) {
@@ -659,7 +659,8 @@ impl Writer<'_> {
         };
         let flags = u8::from(a.owner.is_some())
             | (u8::from(a.group.is_some()) << 1)
-            | (u8::from(a.xattrs.is_some()) << 2);
+            | (u8::from(a.xattrs.is_some()) << 2)
+            | (u8::from(a.sparse) << 3);
         self.u8(flags);
         for p in [&a.owner, &a.group].into_iter().flatten() {
             self.u32(p.id);
@@ -798,7 +799,7 @@ impl<'a> Reader<'a> {
         if flags == 0 {
             return Ok(None);
         }
-        if flags > 7 {
+        if flags > 15 {
             return Err(DecodeError::Malformed(self.name));
         }
         let owner = if flags & 1 != 0 {
@@ -838,6 +839,7 @@ impl<'a> Reader<'a> {
             owner,
             group,
             xattrs,
+            sparse: flags & 8 != 0,
         })))
     }
 }

@@ -52,12 +52,15 @@ pub struct Keep {
     pub acls: bool,
     /// `--numeric-ids`: owners and groups by number only (no names sent).
     pub numeric_ids: bool,
+    /// `-S`/`--sparse`: chunks of zeros are not sent ([`ChunkHeader::packed`]
+    /// with no payload) and files are written with holes ([`Attrs::sparse`]).
+    pub sparse: bool,
 }
 
 impl Keep {
     /// Whether anything beyond haul's defaults is kept.
     pub fn any(self) -> bool {
-        self.owner || self.group || self.xattrs || self.acls
+        self.owner || self.group || self.xattrs || self.acls || self.sparse
     }
 
     /// The flag bits on the wire.
@@ -67,16 +70,18 @@ impl Keep {
             | (u8::from(self.xattrs) << 2)
             | (u8::from(self.acls) << 3)
             | (u8::from(self.numeric_ids) << 4)
+            | (u8::from(self.sparse) << 5)
     }
 
     /// From the flag byte (`None` when a bit this version does not know is set).
     pub fn from_bits(b: u8) -> Option<Self> {
-        (b < 32).then_some(Self {
+        (b < 64).then_some(Self {
             owner: b & 1 != 0,
             group: b & 2 != 0,
             xattrs: b & 4 != 0,
             acls: b & 8 != 0,
             numeric_ids: b & 16 != 0,
+            sparse: b & 32 != 0,
         })
     }
 }
@@ -123,6 +128,8 @@ pub struct Attrs {
     /// Extended attributes and ACLs (`-X`, `-A`); `None` when not kept (a
     /// kept but empty set is `Some` and empty).
     pub xattrs: Option<Vec<Xattr>>,
+    /// `-S`: the receiver writes this file's runs of zeros as holes.
+    pub sparse: bool,
 }
 
 /// Which files already at the destination are left as they are, as
@@ -401,7 +408,8 @@ pub struct ChunkHeader {
     /// The origin's seal of `digest` (fan-out only).
     pub seal: Option<Seal>,
     /// `-z` (version 11): the payload is one zstd frame of `len` bytes that
-    /// decompresses to exactly this many, the chunk's own length. Only a
+    /// decompresses to exactly this many, the chunk's own length; with no
+    /// payload at all (`len` 0), the chunk is that many zeros (`-S`). Only a
     /// connection's compression layer sets or reads it (haul-transport's
     /// `packing`); transports carry `len` bytes whatever it says, and
     /// sessions see chunks as they are.

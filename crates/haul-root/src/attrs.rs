@@ -71,6 +71,38 @@ pub fn file_set_xattr(file: &File, name: &[u8], value: &[u8]) -> io::Result<()> 
     rustix::fs::fsetxattr(file, name, value, XattrFlags::empty()).map_err(errno)
 }
 
+/// Writes `data` at `offset` of `file` with its runs of zeros (4 KiB at a
+/// time) as holes (`-S`): punched, not skipped, so whatever the file held
+/// there before reads as zeros after; a filesystem that cannot punch holes
+/// gets the zeros written.
+pub fn write_sparse_at(file: &File, data: &[u8], offset: u64) -> io::Result<()> {
+    use std::os::unix::fs::FileExt;
+    const BLOCK: usize = 4096;
+    let zero = |b: &[u8]| b.iter().fold(0u8, |a, x| a | x) == 0;
+    let mut at = 0;
+    while at < data.len() {
+        let hole = zero(&data[at..(at + BLOCK).min(data.len())]);
+        let mut end = at;
+        while end < data.len() && zero(&data[end..(end + BLOCK).min(data.len())]) == hole {
+            end = (end + BLOCK).min(data.len());
+        }
+        let (run, pos) = (&data[at..end], offset + at as u64);
+        let punched = hole
+            && rustix::fs::fallocate(
+                file,
+                rustix::fs::FallocateFlags::PUNCH_HOLE | rustix::fs::FallocateFlags::KEEP_SIZE,
+                pos,
+                run.len() as u64,
+            )
+            .is_ok();
+        if !punched {
+            file.write_all_at(run, pos)?;
+        }
+        at = end;
+    }
+    Ok(())
+}
+
 /// Sets the owner and group of an open file (`None` leaves one as it is).
 pub fn file_set_owner(file: &File, uid: Option<u32>, gid: Option<u32>) -> io::Result<()> {
     rustix::fs::fchown(file, uid.map(Uid::from_raw), gid.map(Gid::from_raw)).map_err(errno)

@@ -4,6 +4,8 @@
 //! A chunk is compressed on its own (one zstd frame) and sent compressed
 //! only when that saves at least 1/32 of it, so data that does not shrink
 //! (already compressed, random) costs one failed attempt and goes as it is.
+//! A chunk of zeros (a sparse file's hole, `-S`) goes as a header with no
+//! payload at all, whether or not it is compressed (level 0: only that).
 //! The header says so ([`ChunkHeader::packed`]: the chunk's own length);
 //! transports carry the `len` compressed bytes like any payload, so TCP,
 //! TLS and QUIC need nothing of their own, and every pace and rate limit
@@ -39,6 +41,8 @@ fn bad(what: String) -> TransportError {
 /// Compresses the chunks written through it.
 pub struct Packing {
     inner: Box<dyn MessageWriter>,
+    /// The zstd level; 0: chunks of zeros only.
+    level: i32,
     zstd: zstd::bulk::Compressor<'static>,
     /// The chunk as read (a file range is read here: it must pass through
     /// memory to be compressed).
@@ -48,21 +52,27 @@ pub struct Packing {
 
 impl Packing {
     /// `inner`, its chunks compressed at zstd `level` (1–19; negative
-    /// levels are faster still).
+    /// levels are faster still; 0: none, only chunks of zeros elided).
     pub fn new(inner: Box<dyn MessageWriter>, level: i32) -> Result<Self, TransportError> {
         let zstd = zstd::bulk::Compressor::new(level)?;
         Ok(Self {
             inner,
+            level,
             zstd,
             raw: Vec::new(),
             packed: Vec::new(),
         })
     }
 
-    /// Compresses `data` into `self.packed`; false when that would not
-    /// save at least 1/32 of it (then it goes as it is).
+    /// Compresses `data` into `self.packed` (nothing for a chunk of
+    /// zeros); false when that would not save at least 1/32 of it (then it
+    /// goes as it is).
     fn pack(&mut self, data: &[u8]) -> bool {
-        if data.len() < SMALLEST {
+        if !data.is_empty() && zeros(data) {
+            self.packed.clear();
+            return true;
+        }
+        if data.len() < SMALLEST || self.level == 0 {
             return false;
         }
         let room = data.len() - data.len() / 32;
@@ -71,6 +81,13 @@ impl Packing {
         // zstd writes into the spare capacity and fails when it runs out.
         self.zstd.compress_to_buffer(data, &mut self.packed).is_ok() && self.packed.len() <= room
     }
+}
+
+/// Whether `data` is all zeros (64 bytes at a time, which compilers turn
+/// into wide loads).
+fn zeros(data: &[u8]) -> bool {
+    data.chunks(64)
+        .all(|c| c.iter().fold(0u8, |a, b| a | b) == 0)
 }
 
 fn packed_header(header: &ChunkHeader, wire_len: usize) -> ChunkHeader {
@@ -205,8 +222,14 @@ impl Unpacking {
         }
     }
 
-    /// Decompresses `self.wire` into `out`: exactly `header.len` bytes.
+    /// Decompresses `self.wire` into `out`: exactly `header.len` bytes (all
+    /// zeros when nothing came).
     fn inflate(&mut self, header: &ChunkHeader, out: &mut Vec<u8>) -> Result<(), TransportError> {
+        if self.wire.is_empty() {
+            out.clear();
+            out.resize(header.len as usize, 0);
+            return Ok(());
+        }
         let zstd = match &mut self.zstd {
             Some(z) => z,
             None => self.zstd.insert(zstd::bulk::Decompressor::new()?),

@@ -403,14 +403,14 @@ or HAUL_PASSWORD; S3 keys from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or
 
 /// rsync's flags, accepted so that `haul push -avP` does what `rsync -avP`
 /// users expect: those whose meaning haul has without them, and what
-/// `-a -o -g -X -A` keep beyond mode and mtime. Hard links and holes are not
-/// kept yet: `-H` and `-S` are refused with that said (`rsync_flags`).
+/// `-a -o -g -X -A -S` keep beyond mode and mtime. Hard links are not kept
+/// yet: `-H` is refused with that said (`rsync_flags`).
 #[derive(Debug, Args, Clone, Default)]
 #[command(next_help_heading = "rsync's flags")]
 pub struct RsyncArgs {
     /// rsync's -rlptgoD: haul recurses and keeps symlinks, permissions and
     /// mtimes by default; -a adds owners and groups (-o -g), applied where
-    /// the receiver runs as root. Not yet kept: hard links (-H), holes (-S).
+    /// the receiver runs as root. Not yet kept: hard links (-H).
     #[arg(short = 'a', long)]
     pub archive: bool,
     /// Keep owners (by name; applied where the receiver runs as root, on a
@@ -430,6 +430,11 @@ pub struct RsyncArgs {
     /// Keep POSIX ACLs (as their system.posix_acl_* attributes).
     #[arg(short = 'A', long)]
     pub acls: bool,
+    /// Sparse files: chunks of zeros are not sent, and runs of zeros are
+    /// written as holes (rsync's -S; the file's BLAKE3 is of its bytes,
+    /// zeros included).
+    #[arg(short = 'S', long)]
+    pub sparse: bool,
     /// Recurse into directories (always).
     #[arg(short = 'r', long)]
     pub recursive: bool,
@@ -475,6 +480,7 @@ impl RsyncArgs {
             owner: self.owner || self.archive,
             group: self.group || self.archive,
             xattrs: self.xattrs,
+            sparse: self.sparse,
             acls: self.acls,
             numeric_ids: self.numeric_ids,
         }

@@ -17,10 +17,6 @@ const TIPS: &[(&[&str], &str)] = &[
         "haul does not keep hard links yet: each name arrives as a file of its own",
     ),
     (
-        &["-S", "--sparse"],
-        "haul does not keep holes yet: a sparse file arrives with its holes written as zeros",
-    ),
-    (
         &["--chown", "--usermap", "--groupmap"],
         "haul keeps owners and groups as they are (-o, -g; by name, or --numeric-ids) and maps nothing",
     ),

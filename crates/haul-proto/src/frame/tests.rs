@@ -160,6 +160,7 @@ fn attributes_from_a_peer_are_bounded_before_anything_is_kept() {
         owner: None,
         group: None,
         xattrs: Some(xattrs),
+        sparse: false,
     };
     // The largest value Linux takes goes through; one byte more is refused.
     let ok = listing_with(attrs(vec![xattr("user.a", crate::MAX_XATTR_VALUE)]));
@@ -182,6 +183,7 @@ fn attributes_from_a_peer_are_bounded_before_anything_is_kept() {
         }),
         group: None,
         xattrs: None,
+        sparse: false,
     };
     for name in ["a/b", "a:b", "a\0"] {
         let bad = listing_with(owner(name));
@@ -191,7 +193,7 @@ fn attributes_from_a_peer_are_bounded_before_anything_is_kept() {
     let mut unknown = listing_with(owner("root"));
     let at = unknown.len() - (4 + 4 + 4) - 1;
     assert_eq!(unknown[at], 1);
-    unknown[at] = 9;
+    unknown[at] = 17;
     assert_eq!(
         decode_frame(&unknown),
         Err(DecodeError::Malformed("Listing"))
@@ -206,6 +208,7 @@ fn fetch_says_what_it_keeps_in_one_byte() {
         xattrs: false,
         acls: true,
         numeric_ids: false,
+        sparse: false,
     };
     assert_eq!(
         hex_of(&Message::Hello {
@@ -215,7 +218,7 @@ fn fetch_says_what_it_keeps_in_one_byte() {
         }),
         "0000000a01000b00000000030b03"
     );
-    assert_eq!(crate::Keep::from_bits(32), None);
+    assert_eq!(crate::Keep::from_bits(64), None);
 }
 
 fn arb_seal() -> impl Strategy<Value = Option<Seal>> {
@@ -275,15 +278,20 @@ fn arb_attrs() -> impl Strategy<Value = Option<Box<crate::Attrs>>> {
             proptest::option::of(principal.clone()),
             proptest::option::of(principal),
             proptest::option::of(proptest::collection::vec(xattr, 0..4)),
+            any::<bool>(),
         )
-            .prop_filter("not empty", |(o, g, x)| o.is_some()
+            .prop_filter("not empty", |(o, g, x, s)| o.is_some()
                 || g.is_some()
-                || x.is_some())
-            .prop_map(|(owner, group, xattrs)| Some(Box::new(crate::Attrs {
-                owner,
-                group,
-                xattrs
-            }))),
+                || x.is_some()
+                || *s)
+            .prop_map(
+                |(owner, group, xattrs, sparse)| Some(Box::new(crate::Attrs {
+                    owner,
+                    group,
+                    xattrs,
+                    sparse
+                }))
+            ),
     ]
 }
 

@@ -105,3 +105,30 @@ async fn a_packed_chunk_that_lies_about_its_length_is_refused() {
     let mut out = Vec::new();
     assert!(r.read_payload(&seen, &mut out).await.is_err());
 }
+
+#[tokio::test]
+async fn a_chunk_of_zeros_crosses_as_a_header_alone_even_without_compression() {
+    let ((_, w), (r, _)) = memory_pair(Timeouts::default());
+    let mut w = Packing::new(w, 0).unwrap();
+    let mut r = Unpacking::new(r);
+    let zero = vec![0u8; 4 << 20];
+    let mut almost = zero.clone();
+    almost[3 << 20] = 1;
+    for (i, c) in [&zero, &almost, &text(8192)].into_iter().enumerate() {
+        w.send_chunk(&header(i as u32, c.len()), Payload::Bytes(c))
+            .await
+            .unwrap();
+    }
+    w.flush().await.unwrap();
+    for (i, c) in [&zero, &almost, &text(8192)].into_iter().enumerate() {
+        let Message::Chunk(h) = r.recv().await.unwrap() else {
+            panic!("not a chunk")
+        };
+        let mut out = Vec::new();
+        r.read_payload(&h, &mut out).await.unwrap();
+        assert!(out == *c, "chunk {i} differs");
+    }
+    // Level 0: zeros elided, nothing compressed.
+    assert!(w.pack(&zero) && w.packed.is_empty());
+    assert!(!w.pack(&almost) && !w.pack(&text(8192)));
+}

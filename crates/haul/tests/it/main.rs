@@ -34,6 +34,7 @@ mod remote;
 mod resume;
 mod rsync_habits;
 mod security;
+mod sparse;
 mod ssh;
 mod terminal;
 mod transfer;

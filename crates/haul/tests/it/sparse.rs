@@ -1,0 +1,141 @@
+//! rsync's `-S`: a sparse file's holes are not sent (a chunk of zeros
+//! crosses as a header alone) and stay holes where it lands — for a push,
+//! a pull from a node and a local copy — with the file's BLAKE3 over every
+//! byte, zeros included. An in-test TCP proxy counts the bytes on the wire;
+//! `st_blocks` says what is allocated, compared with what `rsync -S` makes
+//! of the same file (real `haul serve` nodes on 127.0.0.1).
+
+use std::os::unix::fs::{FileExt, MetadataExt};
+use std::path::Path;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use crate::harness::*;
+use crate::proxy::{plaintext_node_behind, Faults};
+
+const T: Duration = Duration::from_secs(120);
+const SIZE: u64 = 64 << 20;
+
+/// 64 MiB with 3 MiB of data: at the start, in the middle (not on a chunk
+/// boundary) and at the very end; the rest holes.
+fn sparse_file(path: &Path) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    let f = std::fs::File::create(path).unwrap();
+    f.set_len(SIZE).unwrap();
+    let data: Vec<u8> = (0..1u32 << 20).map(|i| (i % 251 + 1) as u8).collect();
+    for at in [0, (21 << 20) + 12345, SIZE - (1 << 20)] {
+        f.write_all_at(&data, at).unwrap();
+    }
+}
+
+fn allocated(path: &Path) -> u64 {
+    std::fs::metadata(path).unwrap().blocks() * 512
+}
+
+#[test]
+fn s_leaves_holes_unsent_and_unwritten() {
+    let s = Scratch::new();
+    let src = s.path("src/disk.img");
+    sparse_file(&src);
+    assert!(allocated(&src) < 8 << 20, "the filesystem keeps holes");
+    let want = b3(&src);
+    let (_node, proxy) = plaintext_node_behind(&s, Faults::default());
+    let from = format!("{}/", s.path("src").display());
+
+    // rsync -S on the same file: the reference for what lands.
+    let out = std::process::Command::new("rsync")
+        .args(["-aS", &from])
+        .arg(s.path("rsync"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rsync = allocated(&s.path("rsync/disk.img"));
+
+    // A push: about the data crosses, and the node keeps the holes.
+    let mut c = haul(&s.path("config"));
+    c.args(["push", "--plaintext", "-S", &from])
+        .arg(proxy.url("in"));
+    ok(&run(c, T));
+    let landed = s.path("node/in/disk.img");
+    assert_eq!(b3(&landed), want);
+    assert_eq!(std::fs::metadata(&landed).unwrap().len(), SIZE);
+    // The three 4 MiB chunks that hold data cross; the 13 of zeros do not.
+    let up = proxy.up_bytes.load(Ordering::Relaxed);
+    assert!(up < 14 << 20, "{up} bytes on the wire for 3 chunks of data");
+    assert!(
+        allocated(&landed) <= rsync + (4 << 20),
+        "{} vs rsync's {rsync}",
+        allocated(&landed)
+    );
+
+    // A pull back from the node, and a local copy: holes again.
+    let down = proxy.down_bytes.load(Ordering::Relaxed);
+    let mut c = haul(&s.path("config"));
+    c.args(["pull", "--plaintext", "-S"])
+        .arg(proxy.url("in/"))
+        .arg(s.path("back"));
+    ok(&run(c, T));
+    let back = s.path("back/disk.img");
+    assert_eq!(b3(&back), want);
+    let down = proxy.down_bytes.load(Ordering::Relaxed) - down;
+    assert!(
+        down < 14 << 20,
+        "{down} bytes on the wire for 3 chunks of data"
+    );
+    assert!(allocated(&back) < 8 << 20, "{}", allocated(&back));
+    let mut c = haul(&s.path("config"));
+    c.args(["pull", "-S", &from]).arg(s.path("local"));
+    ok(&run(c, T));
+    assert_eq!(b3(&s.path("local/disk.img")), want);
+    assert!(allocated(&s.path("local/disk.img")) < 8 << 20);
+
+    // With -z too, the zeros inside those chunks shrink to almost nothing.
+    let before = proxy.up_bytes.load(Ordering::Relaxed);
+    let mut c = haul(&s.path("config"));
+    c.args(["push", "--plaintext", "-Sz", &from])
+        .arg(proxy.url("sz"));
+    ok(&run(c, T));
+    let sz = proxy.up_bytes.load(Ordering::Relaxed) - before;
+    assert!(sz < 4 << 20, "{sz} bytes on the wire for 3 MiB of data");
+    assert_eq!(b3(&s.path("node/sz/disk.img")), want);
+
+    // Without -S every zero is sent and written: the checks above can fail.
+    let before = proxy.up_bytes.load(Ordering::Relaxed);
+    let mut c = haul(&s.path("config"));
+    c.args(["push", "--plaintext", &from])
+        .arg(proxy.url("dense"));
+    ok(&run(c, T));
+    assert!(proxy.up_bytes.load(Ordering::Relaxed) - before > SIZE);
+    assert!(allocated(&s.path("node/dense/disk.img")) > SIZE / 2);
+}
+
+#[test]
+fn a_file_zeroed_since_arrives_with_holes_byte_for_byte() {
+    // Written whole first, then mostly overwritten with zeros at the
+    // source: pushed again with -S, the new version lands with holes.
+    let s = Scratch::new();
+    let src = s.path("src/f");
+    std::fs::create_dir_all(s.path("src")).unwrap();
+    std::fs::write(&src, vec![7u8; 12 << 20]).unwrap();
+    let node = Node::start(&s.path("node"), &s.path("config"), &["--token", "t"]);
+    let from = format!("{}/", s.path("src").display());
+    let mut c = haul(&s.path("config"));
+    c.args(["push", "-S", "--token", "t", &from])
+        .arg(node.url("in"));
+    ok(&run(c, T));
+    // Now mostly zeros, same size; pushed again with -S.
+    let f = std::fs::OpenOptions::new().write(true).open(&src).unwrap();
+    f.write_all_at(&vec![0u8; 10 << 20], 1 << 20).unwrap();
+    f.set_modified(std::time::SystemTime::now() + Duration::from_secs(5))
+        .unwrap();
+    let mut c = haul(&s.path("config"));
+    c.args(["push", "-S", "--token", "t", &from])
+        .arg(node.url("in"));
+    ok(&run(c, T));
+    assert_eq!(b3(&s.path("node/in/f")), b3(&src));
+    assert!(allocated(&s.path("node/in/f")) < 4 << 20);
+}
