@@ -279,25 +279,32 @@ fn a_remote_dry_run_and_the_real_pull_agree_on_every_entry() {
     // HTTP's pull states each file before reading it (nginx's index tells
     // minutes at best); its dry run must state it too, or a touch within
     // the minute goes unseen by the dry run alone.
-    for (root, url) in [
-        (ftp.root(), ftp.url("/g/")),
-        (http.root(), http.http_url("/g/")),
+    // FTP's LIST tells the minute, so a same-size touch within it is up to
+    // date there; HTTP states each file (seconds) and sends it.
+    for (root, url, touched) in [
+        (ftp.root(), ftp.url("/g/"), "up_to_date"),
+        (http.root(), http.http_url("/g/"), "send"),
     ] {
         let s_ = Scratch::new();
-        // FTP's LIST tells minutes: the files are written and touched within
-        // one (a touch that crosses into the next is another case, noted in
-        // issue 29's closing note).
-        let second = SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .unwrap()
-            .as_secs()
-            % 60;
-        if second >= 50 {
-            std::thread::sleep(Duration::from_secs(61 - second));
-        }
         write_file(&root.join("g/same.bin"), 3 << 20, 1);
         write_file(&root.join("g/grown.txt"), 100, 2);
         write_file(&root.join("g/touched.txt"), 100, 3);
+        // Times in the past, 10 s into a minute: vsftpd lists a future
+        // mtime by its date alone (read as midnight), which would make the
+        // answer depend on the clock's second.
+        let set = |t: SystemTime| {
+            let f = std::fs::File::options()
+                .write(true)
+                .open(root.join("g/touched.txt"))
+                .unwrap();
+            f.set_modified(t).unwrap();
+        };
+        let now = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        let was = SystemTime::UNIX_EPOCH + Duration::from_secs(now - now % 60 - 120 + 10);
+        set(was);
         let dst = s_.path("dst");
         let mut c = haul(&s_.path("config"));
         c.args(["-q", "pull", &url]).arg(&dst);
@@ -305,12 +312,7 @@ fn a_remote_dry_run_and_the_real_pull_agree_on_every_entry() {
         // Since then: a file grew, one was touched (same size, its mtime a
         // second later), one is new at the server; one is only in DEST.
         write_file(&root.join("g/grown.txt"), 150, 22);
-        let touched = std::fs::File::options()
-            .write(true)
-            .open(root.join("g/touched.txt"))
-            .unwrap();
-        let was = touched.metadata().unwrap().modified().unwrap();
-        touched.set_modified(was + Duration::from_secs(1)).unwrap();
+        set(was + Duration::from_secs(1));
         write_file(&root.join("g/sub/new.txt"), 7, 4);
         write_file(&dst.join("stale.txt"), 5, 5);
         let mut c = haul(&s_.path("config"));
@@ -326,7 +328,7 @@ fn a_remote_dry_run_and_the_real_pull_agree_on_every_entry() {
             ("delete", "stale.txt"),
             ("send", "grown.txt"),
             ("send", "sub/new.txt"),
-            ("send", "touched.txt"),
+            (touched, "touched.txt"),
             ("up_to_date", "same.bin"),
         ]
         .iter()
