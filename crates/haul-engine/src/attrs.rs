@@ -237,6 +237,12 @@ impl AttrWriter {
         }
     }
 
+    /// Whether `entry` is written with holes (`-S`): the peer asked for it,
+    /// and this receiver (a client) asked for it too.
+    pub fn sparse(&self, entry: &haul_proto::Entry) -> bool {
+        entry.attrs.as_ref().is_some_and(|a| a.sparse) && self.policy.asked.is_none_or(|k| k.sparse)
+    }
+
     /// The owner and group of `attrs` this receiver applies: what the peer
     /// sent, less what this receiver did not ask for; `None` each when
     /// owners are not taken here.

@@ -168,7 +168,7 @@ impl PartialFile {
             .get_or_init(|| Path::new("/proc/self/fd").is_dir())
             .then(|| place.dir.tmpfile(mode));
         if let Some(Ok(part)) = anonymous {
-            sized(&part, &entry, &place.shown())?;
+            sized(&part, &entry, &attrs, &place.shown())?;
             return Ok(Self::small(entry, place, part, dirty, attrs, None));
         }
         let (part, name) = loop {
@@ -179,7 +179,7 @@ impl PartialFile {
                 Err(e) => return Err(ReceiveError::io("create", &place.shown(), e)),
             }
         };
-        sized(&part, &entry, &place.shown())?;
+        sized(&part, &entry, &attrs, &place.shown())?;
         let dir = place.dir.clone();
         Ok(Self::small(
             entry,
@@ -271,7 +271,7 @@ impl PartialFile {
             }
             Some(log)
         };
-        sized(&part, &entry, &part_path)?;
+        sized(&part, &entry, &attrs, &part_path)?;
         let log_at = log
             .is_some()
             .then(|| (staging.dir.clone(), staging.state.clone()));
@@ -464,8 +464,12 @@ impl PartialFile {
 
     fn store_chunk(&self, index: u32, data: &[u8], actual: Digest) -> Result<(), ReceiveError> {
         let offset = u64::from(index) * u64::from(self.entry.chunk_size);
-        if sparse(&self.entry) {
-            haul_root::write_sparse_at(&self.part, data, offset)
+        if self.attrs.sparse(&self.entry) {
+            // A staging file not resumed holds nothing where no chunk was
+            // written yet: its zeros need no write; a resumed one may hold
+            // an earlier try's bytes, so they are punched.
+            let punch = self.resumed_bytes > 0;
+            haul_root::write_sparse_at(&self.part, data, offset, punch)
         } else {
             self.part.write_all_at(data, offset)
         }
@@ -636,16 +640,11 @@ impl PartialFile {
     }
 }
 
-/// Whether `entry` is written with holes (`-S`, [`haul_proto::Attrs::sparse`]).
-fn sparse(entry: &Entry) -> bool {
-    entry.attrs.as_ref().is_some_and(|a| a.sparse)
-}
-
 /// A sparse file's staging file made its full length up front (holes), so
 /// chunks of zeros need no write at all and the length is right whatever
 /// the last chunk holds.
-fn sized(part: &File, entry: &Entry, shown: &Path) -> Result<(), ReceiveError> {
-    if !sparse(entry) {
+fn sized(part: &File, entry: &Entry, attrs: &AttrWriter, shown: &Path) -> Result<(), ReceiveError> {
+    if !attrs.sparse(entry) {
         return Ok(());
     }
     let len = part

@@ -110,10 +110,11 @@
 //! A `Chunk` header's flag byte (after the digest) has bit 0 for a seal and
 //! bit 1 for a packed payload: then a `u32` follows, the chunk's own length,
 //! and the `len` payload bytes (fewer than that) are one zstd frame that
-//! decompresses to exactly that many (at most `MAX_CHUNK_LEN`); no payload
-//! at all (`len` 0) is a chunk of that many zeros (`-S`, or any chunk of
-//! zeros from a packing sender). An entry's attribute byte has bit 3 for
-//! `-S`: the receiver writes its zeros as holes. Digests and seals are of
+//! decompresses to exactly that many (at most `MAX_CHUNK_LEN`). Version 12:
+//! no payload at all (`len` 0) is a chunk of that many zeros (`-S`, any
+//! chunk of zeros from a packing sender, and every relay's); an entry's
+//! attribute byte has bit 3 for `-S`: the receiver writes its zeros as
+//! holes where it asked for them too. Digests and seals are of
 //! the chunk itself. Only the connection's compression layer
 //! (`haul_transport::packing`) reads the bit: a pushing client packs when
 //! asked, a node packs what it sends for `Fetch{compress}` (the level,

@@ -28,13 +28,16 @@
 /// client's [`SkipRule`] (`--ignore-existing`, `--size-only`, `-u`), so the
 /// node skips what the client's rule skips; a version 9 node would have
 /// ignored them and overwritten, hence the new version.
+/// Version 12: `-S`: a packed chunk with no payload is a chunk of zeros,
+/// `Keep` bit 5 and an entry's attribute bit 3 ask for holes (a version 11
+/// build of this same stop would read a chunk of zeros as a bad zstd frame).
 /// Version 11: `-z`: a chunk's payload may be zstd-compressed
 /// ([`ChunkHeader::packed`], bit 1 of its seal byte), and `Fetch` asks the
 /// node to compress what it sends. An [`Entry`] may carry [`Attrs`] (owner, group, extended
 /// attributes and POSIX ACLs: rsync's `-o`, `-g`, `-X`, `-A`) after its
 /// chunk size, and `List` and `Fetch` say which of them the client keeps
 /// ([`Keep`]; `List`'s flag byte carries it in bits 1–5).
-pub const PROTOCOL_VERSION: u16 = 11;
+pub const PROTOCOL_VERSION: u16 = 12;
 
 /// Which metadata beyond mode, mtime and symlinks a transfer keeps:
 /// rsync's `-o`, `-g`, `-X` and `-A` (and `--numeric-ids`). A sender puts
