@@ -1,4 +1,5 @@
-//! A node's transfer log, as rsyncd keeps one: a line per connection (who,
+//! A node's transfer log, as rsyncd keeps one (and a client's, with
+//! `push`/`pull --log-file`, as rsync's `--log-file`): a line per connection (who,
 //! how authenticated, what it asked for) and a line per file received or
 //! sent (its path beneath the root, bytes, BLAKE3, time taken), as text or
 //! one JSON object per line, at the info level and optionally appended to a
@@ -145,6 +146,9 @@ pub struct TransferLog {
     file: Option<Mutex<File>>,
     /// A write to the file failed once (said once, not per line).
     file_failed: AtomicBool,
+    /// Lines go to the file only (a client, whose own display already
+    /// says every failure once).
+    file_only: bool,
 }
 
 impl TransferLog {
@@ -166,6 +170,16 @@ impl TransferLog {
             format,
             file,
             file_failed: AtomicBool::new(false),
+            file_only: false,
+        })
+    }
+
+    /// A client's log (`--log-file`): the same lines, appended to `file`
+    /// only.
+    pub fn file_only(format: LogFormat, file: &Path) -> std::io::Result<Self> {
+        Ok(Self {
+            file_only: true,
+            ..Self::new(format, Some(file))?
         })
     }
 
@@ -176,6 +190,7 @@ impl TransferLog {
             LogFormat::Json => record.json(),
         };
         match record.event {
+            _ if self.file_only => {}
             LogEvent::FileFailed => tracing::warn!("{line}"),
             _ => tracing::info!("{line}"),
         }
@@ -210,10 +225,34 @@ impl TransferLog {
             peer: peer.to_string(),
             auth,
             request,
+            sends: request == "fetch",
             opened: Instant::now(),
             files: Mutex::new(HashMap::new()),
         };
         self.write(&conn.record(LogEvent::Connection, path.to_owned()));
+        Arc::new(conn)
+    }
+
+    /// Logs a client's transfer (`push`, `pull`, `copy`) between `source`
+    /// and `dest` and returns the observer that logs its files: `file_sent`
+    /// lines for what this side sent, `file_received` for what it received.
+    pub fn client(
+        self: &Arc<Self>,
+        request: &'static str,
+        sends: bool,
+        source: &str,
+        dest: &str,
+    ) -> Arc<ConnectionLog> {
+        let conn = ConnectionLog {
+            log: self.clone(),
+            peer: dest.to_owned(),
+            auth: "client".to_owned(),
+            request,
+            sends,
+            opened: Instant::now(),
+            files: Mutex::new(HashMap::new()),
+        };
+        self.write(&conn.record(LogEvent::Connection, source.to_owned()));
         Arc::new(conn)
     }
 }
@@ -235,6 +274,8 @@ pub struct ConnectionLog {
     peer: String,
     auth: String,
     request: &'static str,
+    /// This side sends the files (a node serving a fetch, a pushing client).
+    sends: bool,
     opened: Instant,
     files: Mutex<HashMap<String, InFlight>>,
 }
@@ -301,7 +342,7 @@ impl Observer for ConnectionLog {
                     return;
                 }
                 let (rel, secs) = self.finish(path);
-                let event = if self.request == "fetch" {
+                let event = if self.sends {
                     LogEvent::FileSent
                 } else {
                     LogEvent::FileReceived

@@ -256,6 +256,13 @@ pub struct TransferArgs {
     /// Also spelled --bwlimit (rsync's name); FTP, SFTP, HTTP and S3 pulls too.
     #[arg(long, visible_alias = "bwlimit", value_name = "RATE")]
     pub max_rate: Option<String>,
+    /// Append a line per file sent, received or failed (and one for the
+    /// transfer) to FILE, as a node's transfer log (rsync's --log-file).
+    #[arg(long, value_name = "FILE")]
+    pub log_file: Option<PathBuf>,
+    /// --log-file lines as `text` or `json` (one object per line).
+    #[arg(long, default_value = "text", value_parser = ["text", "json"])]
+    pub log_format: String,
     /// Compress chunks on the wire with zstd (rsync's -z): each chunk on its
     /// own, sent compressed only when that saves at least 1/32 of it, so
     /// data that does not shrink costs almost nothing. Pushes compress here,

@@ -356,6 +356,26 @@ pub fn partial_ttl(s: &str) -> Result<Option<Duration>> {
         .ok_or_else(|| anyhow::anyhow!("{s:?}: use an age like 12h or 7d, or off"))
 }
 
+/// `--log-file`: the transfer log a client's run appends to (a line for the
+/// run, then one per file sent, received or failed), if asked.
+pub fn client_log(
+    t: &TransferArgs,
+    request: &'static str,
+    sends: bool,
+    source: &str,
+    dest: &str,
+) -> Result<Option<std::sync::Arc<dyn haul_run::Observer>>> {
+    let Some(path) = &t.log_file else {
+        return Ok(None);
+    };
+    let format = t.log_format.parse().map_err(anyhow::Error::msg)?;
+    let log = haul_node::TransferLog::file_only(format, path)
+        .with_context(|| format!("cannot open --log-file {}", path.display()))?;
+    Ok(Some(
+        std::sync::Arc::new(log).client(request, sends, source, dest),
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -122,7 +122,14 @@ pub async fn push(
     if let Some(filter) = &opts.filter {
         usage(config::check_files_from(filter, &paths))?;
     }
-    let display = Arc::new(Display::new(mode));
+    let log = usage(config::client_log(
+        &args.transfer,
+        "push",
+        true,
+        &paths.join(" "),
+        &dests.join(" "),
+    ))?;
+    let display = Arc::new(Display::new(mode).logging_to(log));
     if args.transfer.dry_run {
         // Each destination compared with the source on its own: what the
         // fan-out would deliver to it (nothing is relayed or admitted).

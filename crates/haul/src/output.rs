@@ -63,6 +63,8 @@ pub struct Display {
     causes: Mutex<Causes>,
     /// `-v`: each file is named on stdout when it verified.
     name_files: bool,
+    /// `--log-file`: every event also goes to the transfer log.
+    log: Option<Arc<dyn Observer>>,
 }
 
 /// `--json` progress: one `progress` line at most every [`JSON_PROGRESS_EVERY`].
@@ -126,7 +128,14 @@ impl Display {
             open: RwLock::new(true),
             causes: Mutex::new(Causes::default()),
             name_files: mode == Mode::Human && verbosity() >= 1,
+            log: None,
         }
+    }
+
+    /// The same, every event also given to `log` (`--log-file`).
+    pub fn logging_to(mut self, log: Option<Arc<dyn Observer>>) -> Self {
+        self.log = log;
+        self
     }
 
     /// The line for entry `path` failed with `error`, if it is the first
@@ -232,6 +241,9 @@ impl Display {
 
 impl Observer for Display {
     fn event(&self, event: &Event) {
+        if let Some(log) = &self.log {
+            log.event(event);
+        }
         let open = self.open.read();
         if !open.as_deref().is_ok_and(|open| *open) {
             return;

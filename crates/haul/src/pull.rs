@@ -18,7 +18,14 @@ pub async fn run(args: PullArgs, mode: Mode) -> Result<u8> {
         &args.filter,
     ))?;
     opts.keep = args.rsync.keep();
-    let display = Arc::new(Display::new(mode));
+    let log = usage(config::client_log(
+        &args.transfer,
+        "pull",
+        false,
+        &args.source,
+        &args.dest.display().to_string(),
+    ))?;
+    let display = Arc::new(Display::new(mode).logging_to(log));
     if args.transfer.dry_run {
         return dry_run_pull(&args, &opts, mode, display).await;
     }

@@ -42,7 +42,14 @@ pub async fn run(args: PushArgs, mode: Mode) -> Result<u8> {
         usage(config::check_files_from(filter, &paths))?;
     }
     let remote = at.node_path(&opts);
-    let display = Arc::new(Display::new(mode));
+    let log = usage(config::client_log(
+        &args.transfer,
+        "push",
+        true,
+        &paths.join(" "),
+        &target,
+    ))?;
+    let display = Arc::new(Display::new(mode).logging_to(log));
     if args.transfer.dry_run {
         let report =
             haul_node::dry_run_push(&paths, &remote, &opts, opts.delete, display.clone()).await?;

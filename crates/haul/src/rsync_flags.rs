@@ -61,8 +61,8 @@ const TIPS: &[(&[&str], &str)] = &[
         "-v names each file sent; --json prints every event as a JSON line",
     ),
     (
-        &["--log-file"],
-        "use --json > FILE for a client's record; a node keeps its own with `haul serve --log-file FILE`",
+        &["--log-file-format"],
+        "haul's --log-file lines have a fixed form: --log-format text or json",
     ),
     (
         &["--max-transfer", "-x", "--one-file-system", "-R", "--relative", "-b", "--backup", "--backup-dir", "--suffix"],

@@ -552,3 +552,55 @@ fn delete_excluded_removes_what_the_rules_leave_out() {
     ok(&push("--delete-excluded"));
     assert!(!s.path("node/in/old.log").exists() && s.path("node/in/keep.nc").exists());
 }
+
+#[test]
+fn log_file_appends_a_line_per_file_sent_received_or_failed() {
+    let s = Scratch::new();
+    write_file(&s.path("src/a.bin"), 5000, 1);
+    write_file(&s.path("src/sub/b.bin"), 10, 2);
+    let node = Node::start(&s.path("node"), &s.path("config"), &["--token", "t"]);
+    let log = s.path("haul.log");
+    let from = format!("{}/", s.path("src").display());
+    let mut c = haul(&s.path("config"));
+    c.args(["push", "--token", "t", "--log-file"])
+        .arg(&log)
+        .arg(&from)
+        .arg(node.url("in"));
+    ok(&run(c, T));
+    let text = std::fs::read_to_string(&log).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 3, "{text}");
+    assert!(
+        lines[0].contains(" connection ") && lines[0].contains("request=push"),
+        "{text}"
+    );
+    for f in ["a.bin", "sub/b.bin"] {
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.contains("file_sent") && l.contains(&format!("path=\"{f}\""))),
+            "{f}: {text}"
+        );
+    }
+    // A pull appends JSON lines: the run, then each file received.
+    let mut c = haul(&s.path("config"));
+    c.args(["pull", "--token", "t", "--log-format", "json", "--log-file"])
+        .arg(&log)
+        .arg(format!("{}/", node.url("in")))
+        .arg(s.path("back"));
+    ok(&run(c, T));
+    let text = std::fs::read_to_string(&log).unwrap();
+    let json: Vec<serde_json::Value> = text
+        .lines()
+        .skip(3)
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(json[0]["event"], "connection", "{text}");
+    let received: Vec<&str> = json
+        .iter()
+        .filter(|v| v["event"] == "file_received")
+        .map(|v| v["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(received.len(), 2, "{text}");
+    assert!(json.iter().all(|v| v["event"] != "file_failed"), "{text}");
+}
