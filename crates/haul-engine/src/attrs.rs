@@ -129,6 +129,7 @@ impl AttrReader {
             group: self.keep.group.then(|| principal(meta.gid, true)),
             xattrs,
             sparse: self.keep.sparse && meta.is_file(),
+            linked: false,
         })))
     }
 }
@@ -392,6 +393,7 @@ mod tests {
                     value: b"v".to_vec(),
                 }]),
                 sparse: false,
+                linked: false,
             })),
         }
     }

@@ -31,6 +31,7 @@ use haul_proto::{
 use haul_root::{Dir, Meta, Root};
 
 use crate::attrs::{AttrPolicy, AttrWriter, Target};
+use crate::backup::Backups;
 use crate::dir_cache::{DirCache, HeldDir};
 use crate::partial::{DirtyDirs, PartialFile, Place, Staging};
 use known_dirs::KnownDirs;
@@ -352,7 +353,12 @@ impl Destination {
     }
 
     /// Creates symlink `entry.path -> target` if the target stays inside the root.
-    pub fn make_symlink(&self, entry: &Entry, target: &str) -> Result<(), ReceiveError> {
+    pub fn make_symlink(
+        &self,
+        entry: &Entry,
+        target: &str,
+        backups: Option<&Backups>,
+    ) -> Result<(), ReceiveError> {
         validate_entry_path(&entry.path)?;
         validate_symlink_target(&entry.path, target)?;
         let place = self.resolve(&entry.path)?;
@@ -385,6 +391,18 @@ impl Destination {
             let _ = place.dir.unlink(&tmp);
             return Err(io("set owner of", e));
         }
+        // A backup of what it replaces, unless that is this very link.
+        let same_link = place
+            .dir
+            .read_link(&place.name)
+            .is_ok_and(|t| t == std::ffi::OsStr::new(target));
+        if let (Some(b), false) = (backups, same_link) {
+            let name = place.name.to_str().unwrap_or_default();
+            if let Err(e) = b.keep_replaced(&place.dir, name, &entry.path) {
+                let _ = place.dir.unlink(&tmp);
+                return Err(io("back up", io::Error::other(e)));
+            }
+        }
         if let Err(e) = place.dir.rename(&tmp, &place.dir, &place.name) {
             let _ = place.dir.unlink(&tmp);
             return Err(io("rename", e));
@@ -404,12 +422,21 @@ impl Destination {
             .map_err(|e| ReceiveError::io("remove", &place.shown(), e))
     }
 
-    /// Creates a directory or symlink entry; `None` for files (which need a transfer).
-    pub fn make_dir_or_link(&self, entry: &Entry) -> Option<Result<(), ReceiveError>> {
+    /// Creates a directory or symlink entry; `None` for files (which need a
+    /// transfer) and hard links (made once their file verified:
+    /// [`crate::hard_links::link_beneath`]).
+    /// With `backups`, a file or another symlink the symlink replaces is kept.
+    pub fn make_dir_or_link(
+        &self,
+        entry: &Entry,
+        backups: Option<&Backups>,
+    ) -> Option<Result<(), ReceiveError>> {
         match &entry.kind {
             haul_proto::EntryKind::Dir => Some(self.make_dir(entry)),
-            haul_proto::EntryKind::Symlink { target } => Some(self.make_symlink(entry, target)),
-            haul_proto::EntryKind::File => None,
+            haul_proto::EntryKind::Symlink { target } => {
+                Some(self.make_symlink(entry, target, backups))
+            }
+            haul_proto::EntryKind::File | haul_proto::EntryKind::HardLink { .. } => None,
         }
     }
 

@@ -57,7 +57,7 @@ impl<T> EntryFilter<T> {
 pub fn node_of(entry: &Entry) -> Node {
     match entry.kind {
         EntryKind::Dir => Node::Dir,
-        EntryKind::File => Node::File {
+        EntryKind::File | EntryKind::HardLink { .. } => Node::File {
             size: Some(entry.size),
             mtime: Some(mtime_of(entry)),
         },

@@ -8,17 +8,21 @@
 //! - [`partial`]: a file being received, with its resume log.
 //! - [`prune`]: staging files of abandoned transfers, removed after a TTL.
 //! - [`mirror`]: `--delete` at a local destination, beneath a held root.
+//! - [`backup`]: `--backup`, what a transfer replaces or deletes kept aside.
+//! - [`hard_links`]: `-H`, further names of a file found and linked again.
 //! - [`one_file`]: scp's and rsync's rule for a `DEST` that names one file.
 //! - [`content`]: whole-file BLAKE3 of one version that existed, the one seam.
 //! - [`chunks`]: chunk sources (local files, bytes, files still being
 //!   received) and sinks, which take only verified chunks.
 
 pub mod attrs;
+pub mod backup;
 pub mod chunks;
 pub mod content;
 pub mod destination;
 mod dir_cache;
 pub mod filtered;
+pub mod hard_links;
 pub mod mirror;
 pub mod one_file;
 /// Chunk digests and whole-file hashes: the protocol's, in [`haul_proto::digest`].

@@ -21,6 +21,7 @@ use haul_proto::{Entry, EntryKind};
 use haul_root::{ResolveError, Root};
 use haul_run::{Event, Observer};
 
+use crate::backup::Backups;
 use crate::{EntryFilter, EntryIter, LocalTree, Source as _};
 
 /// Refuses a DEST `--delete` must not work in: a symlink (the deletions
@@ -44,15 +45,22 @@ pub fn check_dest(dest: &Path) -> Result<(), String> {
 /// What a local DEST holds where a source's top goes (`top` empty: DEST's
 /// own contents, without haul's state directory), walked beneath a held
 /// root: `Ok(None)` when DEST or the top does not exist (it holds nothing;
-/// nothing is created), `Err` when DEST cannot be opened.
-pub fn walk_dest(dest: &Path, top: &str) -> Result<Option<EntryIter>, String> {
+/// nothing is created), `Err` when DEST cannot be opened. With
+/// `hard_links`, later names of a linked file are listed as links (`-H`).
+pub fn walk_dest(dest: &Path, top: &str, hard_links: bool) -> Result<Option<EntryIter>, String> {
     let root = match Root::open(dest) {
         Ok(root) => root,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(format!("cannot read the destination: {e}")),
     };
     match LocalTree::beneath(&root, top, top.is_empty()) {
-        Ok(tree) => Ok(Some(Box::new(tree).entries())),
+        Ok(tree) => {
+            let keep = haul_proto::Keep {
+                hard_links,
+                ..Default::default()
+            };
+            Ok(Some(Box::new(tree.keeping(keep)).entries()))
+        }
         Err(ResolveError::NotFound(_)) => Ok(None),
         Err(e) => Err(format!("cannot read the destination: {e}")),
     }
@@ -117,12 +125,17 @@ fn exceeded(count: usize, max: Option<u64>) -> Option<u64> {
 
 /// Removes `path` (a file, link or empty directory) beneath `root`, naming
 /// only its last component relative to its held parent.
-pub fn remove_beneath(root: &Root, path: &str) -> Result<(), String> {
+pub fn remove_beneath(root: &Root, path: &str, backups: Option<&Backups>) -> Result<(), String> {
     let comps = haul_proto::validate_entry_path(path).map_err(|e| e.to_string())?;
     let Some((last, parents)) = comps.split_last() else {
         return Err("the destination itself is never deleted".into());
     };
     let dir = root.open_dir(parents).map_err(|e| e.to_string())?;
+    if let Some(b) = backups {
+        if b.keep_deleted(&dir, last, path)? {
+            return Ok(());
+        }
+    }
     match dir.stat(last).map_err(|e| e.to_string())? {
         None => Ok(()),
         Some(m) if m.is_dir() => dir.remove_dir(last).map_err(|e| e.to_string()),
@@ -152,17 +165,19 @@ pub enum Pruned {
 /// Removes what DEST holds under `top` that is not in `source` (wire
 /// paths) and that `filter` takes, telling `on` each outcome. `Err` (and
 /// nothing removed) when DEST could not be read in full; `Ok(Some(event))`
-/// (and nothing removed) when more would go than `max_delete` allows.
+/// (and nothing removed) when more would go than `max_delete` allows. With
+/// `backup`, what goes is moved to its backup, and backups are left alone.
 pub fn prune(
     dest: &Path,
     top: &str,
     source: &HashSet<String>,
     filter: Option<&Arc<Filter>>,
     max_delete: Option<u64>,
+    backup: Option<&haul_proto::Backup>,
     on: &mut dyn FnMut(Pruned),
 ) -> Result<Option<Event>, String> {
     let mut entries = Vec::new();
-    if let Some(walk) = walk_dest(dest, top)? {
+    if let Some(walk) = walk_dest(dest, top, false)? {
         for item in walk {
             match item {
                 Ok(src) => entries.push(src.entry),
@@ -172,8 +187,11 @@ pub fn prune(
             }
         }
     }
-    let entries = filtered(entries, filter, top);
     let root = Root::open(dest).map_err(|e| format!("cannot open the destination: {e}"))?;
+    let backups = backup
+        .map(|b| Backups::new(b.clone(), &root, ""))
+        .transpose()?;
+    let entries = Backups::unprotected(backup, filtered(entries, filter, top));
     let source: HashSet<&str> = source.iter().map(String::as_str).collect();
     let gone = deletions(&entries, &source);
     if let Some(refused) = over_delete_limit(gone.len(), max_delete, top) {
@@ -185,7 +203,7 @@ pub fn prune(
         } else {
             0
         };
-        on(match remove_beneath(&root, &entry.path) {
+        on(match remove_beneath(&root, &entry.path, backups.as_ref()) {
             Ok(()) => Pruned::Deleted {
                 path: entry.path.clone(),
                 size,
@@ -217,6 +235,7 @@ pub fn prune_reported(
     source: &HashSet<String>,
     filter: Option<&Arc<Filter>>,
     max_delete: Option<u64>,
+    backup: Option<&haul_proto::Backup>,
     observer: &dyn Observer,
 ) {
     let mut on = |p: Pruned| match p {
@@ -226,7 +245,7 @@ pub fn prune_reported(
             format!("--delete could not remove it: {error}"),
         )),
     };
-    match prune(dest, top, source, filter, max_delete, &mut on) {
+    match prune(dest, top, source, filter, max_delete, backup, &mut on) {
         Ok(None) => {}
         Ok(Some(refused)) => observer.event(&refused),
         Err(e) => observer.event(&nothing_deleted(&format!(
@@ -250,7 +269,7 @@ mod tests {
         }
         let source: HashSet<String> = ["top", "top/keep"].map(String::from).into();
         let heard = Recording::default();
-        prune_reported(dest.path(), "top", &source, None, None, &heard);
+        prune_reported(dest.path(), "top", &source, None, None, None, &heard);
         let mut deleted: Vec<String> = heard
             .events()
             .into_iter()

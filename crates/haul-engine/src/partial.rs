@@ -108,6 +108,8 @@ pub struct PartialFile {
     /// Its session let it go unfinished (the sender failed it): readers
     /// waiting for chunks that will not come get an error instead.
     abandoned: AtomicBool,
+    /// `--backup`: what it replaces is kept ([`PartialFile::keep_backups`]).
+    backups: Mutex<Option<Arc<crate::backup::Backups>>>,
 }
 
 /// Callbacks for readers waiting on chunks still to verify.
@@ -216,6 +218,7 @@ impl PartialFile {
             published: AtomicBool::new(false),
             in_place: AtomicBool::new(false),
             publishing: Mutex::new(()),
+            backups: Mutex::new(None),
             device: AtomicU64::new(u64::MAX),
             wakers: Wakers::default(),
             abandoned: AtomicBool::new(false),
@@ -288,6 +291,7 @@ impl PartialFile {
             published: AtomicBool::new(false),
             in_place: AtomicBool::new(false),
             publishing: Mutex::new(()),
+            backups: Mutex::new(None),
             device: AtomicU64::new(u64::MAX),
             wakers: Wakers::default(),
             abandoned: AtomicBool::new(false),
@@ -581,8 +585,16 @@ impl PartialFile {
         Ok(root)
     }
 
+    /// `--backup`: the file this one replaces when it is published is kept
+    /// as `backups` says (the session receiving it decides; the last says).
+    pub fn keep_backups(&self, backups: Arc<crate::backup::Backups>) {
+        if let Ok(mut b) = self.backups.lock() {
+            *b = Some(backups);
+        }
+    }
+
     /// Second half of a commit, once the data is durable: the atomic rename
-    /// to the final name.
+    /// to the final name (with `--backup`, what it replaces kept first).
     /// Once in place, publishing again is a no-op (see `seal`).
     pub fn publish(&self) -> Result<(), ReceiveError> {
         let _one_at_a_time = self.publishing.lock();
@@ -591,6 +603,17 @@ impl PartialFile {
                 return Ok(());
             }
             return Err(ReceiveError::Incomplete(self.entry.path.clone()));
+        }
+        let backups = self.backups.lock().ok().and_then(|b| b.clone());
+        if let Some(b) = backups {
+            let name = self.place.name.to_str().unwrap_or_default();
+            if let Err(e) = b.keep_replaced(&self.place.dir, name, &self.entry.path) {
+                return Err(ReceiveError::io(
+                    "back up",
+                    &self.place.shown(),
+                    std::io::Error::other(e),
+                ));
+            }
         }
         // Renamed or linked into the directory held since the offer: one
         // swapped for a symlink meanwhile is not followed.

@@ -120,6 +120,8 @@ pub struct LocalData {
     name: OsString,
     /// What the walk saw.
     listed: FileIdentity,
+    /// Its hard links as the walk saw them.
+    links: u64,
 }
 
 impl LocalData {
@@ -132,6 +134,11 @@ impl LocalData {
     /// The file's identity when the walk listed it.
     pub fn listed(&self) -> &FileIdentity {
         &self.listed
+    }
+
+    /// How many names the file had when the walk listed it.
+    pub fn links(&self) -> u64 {
+        self.links
     }
 }
 
@@ -178,6 +185,9 @@ pub struct LocalTree {
     /// What the walk takes (`--include`, `--exclude`...): excluded
     /// directories are not even entered.
     filter: Option<Arc<Filter>>,
+    /// `-H`: later names of a multiply linked file are listed as links to
+    /// its first ([`crate::hard_links::FirstNames`]).
+    hard_links: bool,
 }
 
 /// How a tree's entries are named: on the wire, locally, and in errors.
@@ -259,6 +269,7 @@ fn open_top(
         parent: Arc::new(parent),
         name: name.to_owned(),
         listed: FileIdentity::from(&meta),
+        links: meta.nlink,
     };
     Ok(Top::One { meta, link, data })
 }
@@ -300,6 +311,7 @@ impl LocalTree {
             top: Top::Path { contents },
             skip_state_dir: false,
             filter: None,
+            hard_links: false,
         })
     }
 
@@ -332,6 +344,7 @@ impl LocalTree {
                 },
                 skip_state_dir: true,
                 filter: None,
+                hard_links: false,
             });
         };
         let parent = root.open_dir(parents)?;
@@ -370,6 +383,7 @@ impl LocalTree {
             top,
             skip_state_dir: false,
             filter: None,
+            hard_links: false,
         })
     }
 
@@ -427,9 +441,11 @@ impl LocalTree {
     }
 
     /// Puts in each entry what `keep` keeps beyond mode and mtime (owner,
-    /// group, xattrs, ACLs: rsync's `-o -g -X -A`).
+    /// group, xattrs, ACLs: rsync's `-o -g -X -A`), and lists later names of
+    /// linked files as links (`-H`).
     pub fn keeping(mut self, keep: haul_proto::Keep) -> Self {
         self.naming.attrs = keep.any().then(|| Arc::new(AttrReader::new(keep)));
+        self.hard_links = keep.hard_links;
         self
     }
 
@@ -529,7 +545,25 @@ impl Source for LocalTree {
             top,
             skip_state_dir,
             filter,
+            hard_links,
         } = *self;
+        let walked = Self::walk(naming, top, skip_state_dir, filter);
+        if !hard_links {
+            return walked;
+        }
+        let mut names = crate::hard_links::FirstNames::default();
+        Box::new(walked.map(move |item| item.map(|src| names.name(src))))
+    }
+}
+
+impl LocalTree {
+    /// The entries of a tree's parts, chosen by `filter`.
+    fn walk(
+        naming: Naming,
+        top: Top,
+        skip_state_dir: bool,
+        filter: Option<Arc<Filter>>,
+    ) -> EntryIter {
         let top = match top {
             Top::Path { contents } => match open_path_top(&naming.path, contents) {
                 Ok(top) => top,
@@ -576,6 +610,7 @@ impl Source for LocalTree {
                             parent: e.parent,
                             name: e.name,
                             listed: FileIdentity::from(&e.meta),
+                            links: e.meta.nlink,
                         };
                         naming.make(&e.rel, &e.meta, e.link, Some(data), None)
                     }

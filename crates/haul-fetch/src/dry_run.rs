@@ -172,7 +172,7 @@ fn would_delete(
     report: &mut DryRunReport,
 ) {
     let mut entries = Vec::new();
-    match haul_engine::mirror::walk_dest(dest, top) {
+    match haul_engine::mirror::walk_dest(dest, top, false) {
         Ok(None) => return,
         Ok(Some(walk)) => {
             for item in walk {

@@ -368,6 +368,7 @@ async fn mirror(ctx: &Ctx, dir: &str, dest: &Path, crawled: bool) {
         &source,
         Some(&filter).filter(|_| !ctx.opts.delete_excluded),
         ctx.opts.max_delete,
+        None,
         ctx.tally.as_ref(),
     );
 }

@@ -102,7 +102,14 @@ async fn side(
         CheckSide::Node(url) => {
             let path = url.path.trim_end_matches('/');
             let top = list_top(path);
-            let listed = list_node_with(&url.dialer, path, true, observer).await?;
+            let listed = list_node_with(
+                &url.dialer,
+                path,
+                true,
+                haul_proto::Keep::default(),
+                observer,
+            )
+            .await?;
             if listed.entries.is_empty() && listed.errors == 0 {
                 return Err(NodeError::Refused {
                     code: ErrorCode::NotFound,
@@ -172,7 +179,7 @@ fn compare(
         }
         match &a.entry.kind {
             // Same kind, and for links the same target.
-            EntryKind::Dir | EntryKind::Symlink { .. } => {}
+            EntryKind::Dir | EntryKind::Symlink { .. } | EntryKind::HardLink { .. } => {}
             EntryKind::File => {
                 if a.entry.size != b.entry.size {
                     report.differ.push(path.clone());

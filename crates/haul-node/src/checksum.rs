@@ -50,7 +50,14 @@ impl SameContent {
         let mut sums = HashMap::new();
         for top in dataset.tops()? {
             let under = crate::mirror::under_dest(dest, &top);
-            let side = crate::dry_run::list_node_with(&remote.dialer, &under, true, tally).await?;
+            let side = crate::dry_run::list_node_with(
+                &remote.dialer,
+                &under,
+                true,
+                haul_proto::Keep::default(),
+                tally,
+            )
+            .await?;
             for (path, why) in side.unreadable {
                 tally.event(&Event::Warning {
                     message: format!("--checksum: {path} is sent again: {why}"),

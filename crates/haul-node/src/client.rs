@@ -66,6 +66,9 @@ pub struct ClientOptions {
     /// `--delete-excluded`: `--delete` also removes what the filters leave
     /// out at the destination (rsync's).
     pub delete_excluded: bool,
+    /// `--backup`: what the transfer replaces or deletes at the destination
+    /// is kept as this says ([`haul_engine::backup`]).
+    pub backup: Option<haul_proto::Backup>,
     /// Which files already at the destination are kept (rsync's
     /// `--ignore-existing`, `--size-only`, `-u`; default: the quick check).
     pub skip: haul_proto::SkipRule,
@@ -91,6 +94,18 @@ impl ClientOptions {
     /// or (`-S` alone) level 0, only chunks of zeros left out.
     pub fn packing(&self) -> Option<i32> {
         self.compress.or(self.keep.sparse.then_some(0))
+    }
+
+    /// `--backup` at a local destination held at `root`.
+    pub fn backups_at(
+        &self,
+        root: &haul_engine::haul_root::Root,
+    ) -> Result<Option<Arc<haul_engine::backup::Backups>>, NodeError> {
+        self.backup
+            .clone()
+            .map(|b| haul_engine::backup::Backups::new(b, root, "").map(Arc::new))
+            .transpose()
+            .map_err(NodeError::Usage)
     }
 
     /// Whether a non-empty directory in the way of a file or symlink is
@@ -120,6 +135,7 @@ impl Default for ClientOptions {
             delete: false,
             max_delete: None,
             delete_excluded: false,
+            backup: None,
             skip: haul_proto::SkipRule::default(),
             keep: haul_proto::Keep::default(),
             compress: None,

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use haul_engine::quick_check::{kept, Held};
 use haul_engine::source::hash_local;
 use haul_engine::{LocalTree, OneFile, Source as _, SourceEntry};
-use haul_proto::{Digest, Entry, EntryKind, ErrorCode, Message, Request};
+use haul_proto::{Digest, Entry, EntryKind, ErrorCode, Keep, Message, Request};
 use haul_run::summary::DryRunReport;
 use haul_session::{DryRunAction, Event, Observer};
 
@@ -84,18 +84,17 @@ pub async fn dry_run_push(
         let (source, top) =
             walk_local(s, named.as_deref(), opts, opts.checksum, observer.as_ref())?;
         let under = crate::mirror::under_dest(&dest, &top);
-        let theirs =
-            list_node_with(&remote.dialer, &under, opts.checksum, observer.as_ref()).await?;
-        let theirs = dest_filtered(theirs, opts, &top);
-        compare(
-            source,
-            theirs,
-            delete.then_some(opts.max_delete),
+        let keep = links_only(opts.keep);
+        let theirs = list_node_with(
+            &remote.dialer,
+            &under,
             opts.checksum,
-            opts.skip,
+            keep,
             observer.as_ref(),
-            &mut report,
-        );
+        )
+        .await?;
+        let theirs = dest_filtered(theirs, opts, &top);
+        compare(source, theirs, delete, opts, observer.as_ref(), &mut report);
     }
     Ok(report)
 }
@@ -113,6 +112,7 @@ pub async fn dry_run_pull(
         &remote.dialer,
         &remote.path,
         opts.checksum,
+        links_only(opts.keep),
         observer.as_ref(),
     )
     .await?;
@@ -140,18 +140,16 @@ pub async fn dry_run_pull(
         ),
         None => (source, dest, top),
     };
-    let ours = walk_dest(dest, &top, opts.checksum, observer.as_ref());
+    let ours = walk_dest(
+        dest,
+        &top,
+        opts.checksum,
+        opts.keep.hard_links,
+        observer.as_ref(),
+    );
     let ours = dest_filtered(ours, opts, &top);
     let mut report = DryRunReport::default();
-    compare(
-        source,
-        ours,
-        delete.then_some(opts.max_delete),
-        opts.checksum,
-        opts.skip,
-        observer.as_ref(),
-        &mut report,
-    );
+    compare(source, ours, delete, opts, observer.as_ref(), &mut report);
     Ok(report)
 }
 
@@ -173,19 +171,26 @@ pub fn dry_run_local(
     let mut report = DryRunReport::default();
     for s in sources {
         let (source, top) = walk_local(s, named, opts, opts.checksum, observer.as_ref())?;
-        let ours = walk_dest(dest, &top, opts.checksum, observer.as_ref());
-        let ours = dest_filtered(ours, opts, &top);
-        compare(
-            source,
-            ours,
-            delete.then_some(opts.max_delete),
+        let ours = walk_dest(
+            dest,
+            &top,
             opts.checksum,
-            opts.skip,
+            opts.keep.hard_links,
             observer.as_ref(),
-            &mut report,
         );
+        let ours = dest_filtered(ours, opts, &top);
+        compare(source, ours, delete, opts, observer.as_ref(), &mut report);
     }
     Ok(report)
+}
+
+/// What a dry run's listings keep: hard links alone (what it compares
+/// beyond size, mtime and symlink targets).
+fn links_only(keep: Keep) -> Keep {
+    Keep {
+        hard_links: keep.hard_links,
+        ..Keep::default()
+    }
 }
 
 /// A local source walked with the transfer's filter (its top `named` so,
@@ -206,6 +211,7 @@ pub(crate) fn walk_local(
     if let Some(f) = &opts.filter {
         tree = tree.with_filter(f.clone());
     }
+    let tree = tree.keeping(links_only(opts.keep));
     let mut side = Side::default();
     for item in Box::new(tree).entries() {
         match item {
@@ -226,9 +232,15 @@ pub(crate) fn walk_local(
 /// DEST's own contents, without haul's state directory). A DEST that does
 /// not exist holds nothing; nothing is created. With `sums`, each file is
 /// hashed ([`Side::sums`]).
-pub(crate) fn walk_dest(dest: &Path, top: &str, sums: bool, observer: &dyn Observer) -> Side {
+pub(crate) fn walk_dest(
+    dest: &Path,
+    top: &str,
+    sums: bool,
+    hard_links: bool,
+    observer: &dyn Observer,
+) -> Side {
     let mut side = Side::default();
-    let walk = match haul_engine::mirror::walk_dest(dest, top) {
+    let walk = match haul_engine::mirror::walk_dest(dest, top, hard_links) {
         Ok(Some(walk)) => walk,
         Ok(None) => return side,
         Err(error) => {
@@ -259,7 +271,7 @@ pub(crate) async fn list_node(
     path: &str,
     observer: &dyn Observer,
 ) -> Result<Side, NodeError> {
-    list_node_with(dialer, path, false, observer).await
+    list_node_with(dialer, path, false, Keep::default(), observer).await
 }
 
 /// What the node has at `path` itself (a node's `stat`): the first entry
@@ -303,12 +315,13 @@ pub(crate) async fn list_node_with(
     dialer: &Dialer,
     path: &str,
     sums: bool,
+    keep: Keep,
     observer: &dyn Observer,
 ) -> Result<Side, NodeError> {
     let request = Request::List {
         path: path.into(),
         sums,
-        keep: haul_proto::Keep::default(),
+        keep,
     };
     let (mut r, mut w) = match dialer.open(request).await {
         Ok(conn) => conn,
@@ -376,12 +389,12 @@ pub(crate) fn dest_filtered(side: Side, opts: &ClientOptions, top: &str) -> Side
 fn compare(
     source: Side,
     dest: Side,
-    delete: Option<Option<u64>>,
-    checksum: bool,
-    skip: haul_proto::SkipRule,
+    delete: bool,
+    opts: &ClientOptions,
     observer: &dyn Observer,
     report: &mut DryRunReport,
 ) {
+    let (checksum, skip) = (opts.checksum, opts.skip);
     report.errors += source.errors + dest.errors;
     for (path, why) in source.unreadable.iter().chain(&dest.unreadable) {
         report.errors += 1;
@@ -421,6 +434,7 @@ fn compare(
             (EntryKind::File, _) => DryRunAction::Send,
             (EntryKind::Dir, Some(EntryKind::Dir)) => continue,
             (EntryKind::Symlink { target }, Some(EntryKind::Symlink { target: t }))
+            | (EntryKind::HardLink { target }, Some(EntryKind::HardLink { target: t }))
                 if t == target =>
             {
                 continue
@@ -429,10 +443,18 @@ fn compare(
         };
         say(e, action);
     }
-    if let Some(max_delete) = delete {
+    if delete {
         let ours: HashSet<&str> = source.entries.iter().map(|e| e.path.as_str()).collect();
-        let gone = haul_engine::mirror::deletions(&dest.entries, &ours);
-        let held_back = haul_engine::mirror::delete_limit_warning(gone.len(), max_delete);
+        // Backups are never deleted (`--backup`).
+        let backup = opts.backup.as_ref();
+        let theirs: Vec<Entry> = dest
+            .entries
+            .iter()
+            .filter(|e| !backup.is_some_and(|b| b.protects(&e.path)))
+            .cloned()
+            .collect();
+        let gone = haul_engine::mirror::deletions(&theirs, &ours);
+        let held_back = haul_engine::mirror::delete_limit_warning(gone.len(), opts.max_delete);
         for e in gone {
             say(e, DryRunAction::Delete);
         }

@@ -725,6 +725,7 @@ impl Run {
             }),
             None,
             self.same.clone(),
+            None,
         )?;
         Ok((queue, opts))
     }

@@ -28,6 +28,7 @@ pub mod drive;
 pub mod dry_run;
 pub mod error;
 pub mod fanout;
+mod hard_links;
 pub mod jobs;
 mod listing;
 mod listing_resume;

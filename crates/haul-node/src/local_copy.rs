@@ -19,6 +19,7 @@ use crate::client::{check_dest_dir, fail_leftovers, finish, ClientOptions};
 use crate::dataset::Walk;
 use crate::drive::receive::{run_receiver, ReceiverCtx};
 use crate::drive::send::{run_sender, JobFeed, SenderCtx};
+use crate::hard_links::{link_here, Links};
 use crate::pool::run_pool;
 use crate::push::send_queue;
 use crate::NodeError;
@@ -59,6 +60,7 @@ pub async fn copy_local(
     let tally = Tally::new(observer);
     let seen = (opts.delete && named.is_none()).then(|| Arc::new(Mutex::new(HashSet::new())));
     let destination = Destination::open(dest)?;
+    let backups = opts.backups_at(destination.held_root())?;
     destination.replace_files_in_the_way();
     destination.set_attr_policy(haul_engine::attrs::AttrPolicy::here(opts.keep));
     let same = if opts.checksum {
@@ -72,13 +74,23 @@ pub async fn copy_local(
     let walk = Walk::new(sources, opts.filter.clone())
         .named(named)
         .keeping(opts.keep);
-    let queue = send_queue(&walk, opts, &tally, None, seen.clone(), same)?;
+    let links = Arc::new(Links::default());
+    let queue = send_queue(
+        &walk,
+        opts,
+        &tally,
+        None,
+        seen.clone(),
+        same,
+        Some(links.clone()),
+    )?;
     destination.apply_dir_metadata_at_end();
     let sctx = SenderCtx::for_client(opts, &tally, ChunkBuffers::new(opts.chunk_memory));
     // Its own chunk buffers: a sender holding buffers while it waits for
     // this receiver must never leave it without one.
     let quiet = Arc::new(haul_run::event::Quiet);
-    let rctx = ReceiverCtx::for_client(opts, quiet, destination.clone());
+    let rctx =
+        ReceiverCtx::for_client(opts, quiet, destination.clone()).keeping_backups(backups.clone());
     let timeouts: Timeouts = opts.timeouts;
     let retire = || queue.retire_one();
     let (workers, err) = run_pool(opts.jobs, &tally, &retire, || {
@@ -104,6 +116,8 @@ pub async fn copy_local(
     })
     .await;
     fail_leftovers(&queue, &tally, &err, |j| j.entry.path.clone());
+    let root = destination.held_root();
+    link_here(root, backups.as_deref(), &links, opts, &tally, err.as_ref());
     if let (Some(seen), Some(source)) = (seen, sources.first()) {
         let top = LocalTree::new(source)
             .map(|t| t.top_name().to_owned())

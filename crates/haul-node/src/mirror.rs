@@ -12,6 +12,7 @@
 use std::collections::HashSet;
 use std::path::Path;
 
+use haul_engine::backup::Backups;
 use haul_engine::mirror::{deletions, nothing_deleted, over_delete_limit, prune_reported};
 use haul_engine::LocalTree;
 use haul_proto::{EntryKind, Message, Request};
@@ -58,7 +59,8 @@ pub(crate) async fn prune_node(
         }
     };
     let side = dest_filtered(side, opts, &top);
-    let gone = deletions(&side.entries, &sent.iter().map(String::as_str).collect());
+    let entries = Backups::unprotected(opts.backup.as_ref(), side.entries);
+    let gone = deletions(&entries, &sent.iter().map(String::as_str).collect());
     if gone.is_empty() {
         return;
     }
@@ -68,6 +70,7 @@ pub(crate) async fn prune_node(
     }
     let request = Request::Prune {
         dest: dest.to_owned(),
+        backup: opts.backup.clone(),
     };
     let (mut r, mut w) = match remote.dialer.open(request).await {
         Ok(conn) => conn,
@@ -174,6 +177,7 @@ pub(crate) fn delete_extraneous(
         source,
         opts.filter.as_ref().filter(|_| !opts.delete_excluded),
         opts.max_delete,
+        opts.backup.as_ref(),
         tally,
     );
 }

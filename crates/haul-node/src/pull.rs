@@ -7,6 +7,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
+use haul_engine::backup::Backups;
 use haul_engine::one_file::OneFile;
 use haul_engine::{split_ranges, Destination, EntryFilter};
 use haul_proto::{Digest, Entry, EntryKind, ErrorCode, Message, Request};
@@ -16,6 +17,7 @@ use haul_session::{Event, Observer};
 use crate::client::{check_dest_dir, fail_leftovers, finish, ClientOptions};
 use crate::dial::NodePath;
 use crate::drive::receive::{run_receiver, ReceiverCtx};
+use crate::hard_links::{link_here, Firsts, Links};
 use crate::jobs::{FetchGroup, FetchJob, WorkQueue};
 use crate::listing::list_top;
 use crate::listing::{self, Listed};
@@ -72,6 +74,7 @@ pub async fn pull(
     };
     // Only now that the node lists the path: a refused pull leaves no DEST.
     let destination = Destination::open(dest)?;
+    let backups = opts.backups_at(destination.held_root())?;
     destination.replace_files_in_the_way();
     destination.set_attr_policy(haul_engine::attrs::AttrPolicy::here(opts.keep));
     if opts.checksum {
@@ -81,12 +84,15 @@ pub async fn pull(
     }
     destination.apply_dir_metadata_at_end();
     let queue: Arc<WorkQueue<FetchJob>> = WorkQueue::open();
+    let links = Arc::new(Links::default());
     let lister = {
-        let (queue, tally, destination, opts) = (
+        let (queue, tally, destination, opts, links, backups) = (
             queue.clone(),
             tally.clone(),
             destination.clone(),
             opts.clone(),
+            links.clone(),
+            backups.clone(),
         );
         let (top, dialer) = (top.clone(), remote.dialer.clone());
         tokio::spawn(async move {
@@ -101,6 +107,7 @@ pub async fn pull(
                 listed: HashSet::new(),
                 count: WalkCount::start(tally.clone()),
                 pending,
+                firsts: Firsts::default(),
             };
             let mut backoff = connection_backoff(&opts);
             let r = loop {
@@ -111,6 +118,8 @@ pub async fn pull(
                     base: &base,
                     opts: &opts,
                     renamed: renamed.as_ref(),
+                    links: &links,
+                    backups: backups.as_deref(),
                 };
                 let r = read_listing(&mut lr, &got, &mut state).await;
                 let _ = lw.send(&Message::Bye).await;
@@ -139,7 +148,8 @@ pub async fn pull(
             r
         })
     };
-    let ctx = ReceiverCtx::for_client(opts, tally.clone(), destination.clone());
+    let ctx = ReceiverCtx::for_client(opts, tally.clone(), destination.clone())
+        .keeping_backups(backups.clone());
     let retire = || queue.retire_one();
     let (workers, mut err) = run_pool(opts.jobs, &tally, &retire, || {
         let (queue, tally, opts, ctx, dialer) = (
@@ -198,6 +208,8 @@ pub async fn pull(
         err = Some(e);
     }
     fail_leftovers(&queue, &tally, &err, |j| j.entry.path.clone());
+    let root = destination.held_root();
+    link_here(root, backups.as_deref(), &links, opts, &tally, err.as_ref());
     if delete {
         crate::mirror::delete_extraneous(dest, &top, &listed, opts, &tally, err.as_ref());
     }
@@ -227,6 +239,10 @@ struct ListingSink<'a> {
     /// One file whose DEST names it: its listed name and the name it
     /// takes at DEST ([`OneFile`]).
     renamed: Option<&'a (String, String)>,
+    /// `-H`: the further names listed, linked once the pull ended.
+    links: &'a Links,
+    /// `--backup`: what a symlink made replaces is kept.
+    backups: Option<&'a Backups>,
 }
 
 impl ListingSink<'_> {
@@ -260,6 +276,8 @@ struct ListingState {
     /// What was read before the listing was handed on (its first item,
     /// which says whether the source is one file; `Some(None)`: its end).
     pending: Option<Option<Listed>>,
+    /// `-H`: which first names this pull takes.
+    firsts: Firsts,
 }
 
 /// Reads one listing to its end, handing on what `state.resume` has not
@@ -275,6 +293,7 @@ async fn read_listing(
         listed,
         count,
         pending,
+        firsts,
     } = state;
     let ListingSink {
         queue,
@@ -330,6 +349,18 @@ async fn read_listing(
             if opts.delete {
                 listed.insert(entry.path.clone());
             }
+            let entry = match entry.kind {
+                EntryKind::HardLink { .. } => match firsts.further(entry, sink.links) {
+                    Some(entry) => entry,
+                    None => continue,
+                },
+                EntryKind::File if opts.keep.hard_links => {
+                    firsts.file(&entry);
+                    entry
+                }
+                _ => entry,
+            };
+
             if entry.kind == EntryKind::File {
                 count.found(entry.size);
             }
@@ -340,7 +371,7 @@ async fn read_listing(
                 tally.event(&Event::up_to_date(entry.path.clone(), entry.size));
                 continue;
             }
-            take_listed(entry, served, queue, tally, dest, opts);
+            take_listed(entry, served, queue, tally, dest, sink.backups, opts);
         }
     }
 }
@@ -370,14 +401,17 @@ fn take_listed(
     queue: &WorkQueue<FetchJob>,
     tally: &Tally,
     dest: &Destination,
+    backups: Option<&Backups>,
     opts: &ClientOptions,
 ) {
     let path = entry.path.clone();
     let result = match &entry.kind {
-        EntryKind::Dir | EntryKind::Symlink { .. } => match dest.make_dir_or_link(&entry) {
-            Some(made) => made.map(|()| tally.event(&Event::made(path.clone()))),
-            None => Ok(()),
-        },
+        EntryKind::Dir | EntryKind::Symlink { .. } | EntryKind::HardLink { .. } => {
+            match dest.make_dir_or_link(&entry, backups) {
+                Some(made) => made.map(|()| tally.event(&Event::made(path.clone()))),
+                None => Ok(()),
+            }
+        }
         EntryKind::File => {
             if let Err(e) = haul_proto::validate_entry_path(&entry.path) {
                 Err(e.into())

@@ -18,6 +18,7 @@ use crate::client::{fail_leftovers, finish, ClientOptions};
 use crate::dataset::{Dataset, Walk};
 use crate::dial::NodePath;
 use crate::drive::send::SenderCtx;
+use crate::hard_links::{link_on_node, Links};
 use crate::jobs::{RangeGroup, SendJob, Source, WorkQueue};
 use crate::pool::open_first;
 use crate::pool::send_all;
@@ -55,6 +56,7 @@ pub(crate) fn send_queue(
     fanout: Option<FanoutJobs>,
     seen: Option<Arc<Mutex<HashSet<String>>>>,
     same: Option<Arc<SameContent>>,
+    links: Option<Arc<Links>>,
 ) -> Result<Arc<WorkQueue<SendJob>>, NodeError> {
     let walk = dataset.entries()?;
     let observer = tally.clone();
@@ -80,6 +82,17 @@ pub(crate) fn send_queue(
                 if let Ok(mut seen) = seen.lock() {
                     seen.insert(src.entry.path.clone());
                 }
+            }
+            if let EntryKind::HardLink { target } = &src.entry.kind {
+                // Linked once every file verified (-H); no data is sent.
+                match &links {
+                    Some(links) => links.add(src.entry.path.clone(), target.clone()),
+                    None => observer.event(&Event::file_error(
+                        src.entry.path.clone(),
+                        "a hard link cannot be sent this way (-H is for push, pull and local copies)",
+                    )),
+                }
+                return Vec::new();
             }
             if let Some(same) = &same {
                 if src.entry.kind == EntryKind::File && same.holds(&src) {
@@ -165,13 +178,24 @@ pub async fn push(
         )),
         false => None,
     };
-    let queue = send_queue(&walk, opts, &tally, None, seen.clone(), same)?;
+    let links = Arc::new(Links::default());
+    let queue = send_queue(
+        &walk,
+        opts,
+        &tally,
+        None,
+        seen.clone(),
+        same,
+        Some(links.clone()),
+    )?;
     // Fail fast on a wrong address, token or key before spawning workers.
+    let dest_dir = dest.clone();
     let request = Request::Push {
         dest,
         checksum: opts.checksum,
         replace_dirs: opts.replaces_dirs(),
         skip: opts.skip,
+        backup: opts.backup.clone(),
     };
     let first = open_first(&remote.dialer, opts, request.clone(), tally.as_ref()).await?;
     let ctx = SenderCtx::for_client(opts, &tally, ChunkBuffers::new(opts.chunk_memory));
@@ -186,6 +210,7 @@ pub async fn push(
     )
     .await;
     fail_leftovers(&queue, &tally, &err, |j| j.entry.path.clone());
+    link_on_node(remote, &dest_dir, &links, opts, &tally, err.as_ref()).await;
     if let (Some(seen), Some(source)) = (seen, sources.first()) {
         let sent = seen.lock().map(|s| s.clone()).unwrap_or_default();
         let dest = remote.path.trim_matches('/');

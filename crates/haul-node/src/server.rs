@@ -132,7 +132,8 @@ fn request_of(request: &Request) -> (&'static str, &str) {
         Request::Admit { dest, .. } => ("relay", dest),
         Request::Relayed { .. } => ("relay", ""),
         Request::List { path, .. } => ("list", path),
-        Request::Prune { dest } => ("prune", dest),
+        Request::Prune { dest, .. } => ("prune", dest),
+        Request::Link { dest, .. } => ("link", dest),
         Request::Fetch { .. } => ("fetch", ""),
     }
 }
@@ -364,6 +365,7 @@ impl Server {
                 | Request::Admit { .. }
                 | Request::Relayed { .. }
                 | Request::Prune { .. }
+                | Request::Link { .. }
         );
         if writes && self.opts.read_only {
             tracing::warn!("refused a {asked} to {path:?}: this node is read-only");
@@ -376,15 +378,9 @@ impl Server {
                 checksum,
                 replace_dirs,
                 skip,
+                backup,
             } => {
-                if let Err(e) = haul_proto::validate_rel_path(&dest) {
-                    return refuse(&mut writer, ErrorCode::BadPath, e.to_string()).await;
-                }
-                writer
-                    .send(&Message::Welcome {
-                        version: PROTOCOL_VERSION,
-                    })
-                    .await?;
+                let backups = self.welcome_into(&mut writer, &dest, backup).await?;
                 let ctx = ReceiverCtx {
                     observer: log.clone(),
                     dest: self.dest.clone(),
@@ -396,6 +392,7 @@ impl Server {
                     relay: None,
                     quick_check: (!checksum).then_some(skip),
                     replace_dirs,
+                    backups,
                 };
                 run_receiver(reader, writer, None, ctx)
                     .await
@@ -423,16 +420,29 @@ impl Server {
             Request::List { path, sums, keep } => {
                 self.list(reader, writer, &path, sums, keep).await
             }
-            Request::Prune { dest } => {
-                if let Err(e) = haul_proto::validate_rel_path(&dest) {
-                    return refuse(&mut writer, ErrorCode::BadPath, e.to_string()).await;
-                }
-                writer
-                    .send(&Message::Welcome {
-                        version: PROTOCOL_VERSION,
-                    })
-                    .await?;
-                self.prune(reader, writer, &dest).await
+            Request::Prune { dest, backup } => {
+                let backups = self.welcome_into(&mut writer, &dest, backup).await?;
+                self.prune(reader, writer, &dest, backups.as_deref()).await
+            }
+            Request::Link { dest, backup, skip } => {
+                let backups = self.welcome_into(&mut writer, &dest, backup).await?;
+                // As a push's session: directories' mtimes the links change
+                // are set again once the node is idle.
+                self.dest.session_started();
+                let rules = haul_engine::hard_links::LinkRules {
+                    skip,
+                    backups: backups.as_deref(),
+                };
+                let linked = crate::hard_links::serve_links(
+                    self.dest.held_root(),
+                    reader,
+                    writer,
+                    &dest,
+                    &rules,
+                )
+                .await;
+                self.dest.session_ended();
+                linked
             }
             Request::Fetch { keep, .. } => {
                 writer
@@ -655,6 +665,7 @@ impl Server {
             // A fan-out does not replace directories (yet): one in the way
             // fails its file, named in the summary.
             replace_dirs: false,
+            backups: None,
         };
         if !transfer.upstream_started(stripe) {
             let msg = "a stripe of another plan than this transfer's".into();
@@ -670,11 +681,47 @@ impl Server {
     /// `dest`, beneath the held root (never the state directory: entry
     /// paths naming it are refused), answering each with `Done`. Texts sent
     /// back name only the client's own path; details go to the node's log.
+    /// Welcomes a request that writes into `dest` (a path under the root)
+    /// with its `--backup` rule, checked; refuses it (`Err`) when either is
+    /// bad. The backups to keep, if any.
+    async fn welcome_into(
+        &self,
+        writer: &mut Box<dyn MessageWriter>,
+        dest: &str,
+        backup: Option<haul_proto::Backup>,
+    ) -> Result<Option<Arc<haul_engine::backup::Backups>>, NodeError> {
+        if let Err(e) = haul_proto::validate_rel_path(dest) {
+            return Err(refuse(writer, ErrorCode::BadPath, e.to_string())
+                .await
+                .err()
+                .unwrap_or(NodeError::Protocol(e.to_string())));
+        }
+        let backups = backup
+            .map(|b| haul_engine::backup::Backups::new(b, self.dest.held_root(), dest))
+            .transpose();
+        let backups = match backups {
+            Ok(b) => b.map(Arc::new),
+            Err(e) => {
+                return Err(refuse(writer, ErrorCode::BadPath, e.clone())
+                    .await
+                    .err()
+                    .unwrap_or(NodeError::Protocol(e)))
+            }
+        };
+        writer
+            .send(&Message::Welcome {
+                version: PROTOCOL_VERSION,
+            })
+            .await?;
+        Ok(backups)
+    }
+
     async fn prune(
         &self,
         mut reader: Box<dyn MessageReader>,
         mut writer: Box<dyn MessageWriter>,
         dest: &str,
+        backups: Option<&haul_engine::backup::Backups>,
     ) -> Result<(), NodeError> {
         loop {
             let path = match reader.recv().await? {
@@ -695,7 +742,7 @@ impl Server {
                     } else {
                         format!("{dest}/{path}")
                     };
-                    haul_engine::mirror::remove_beneath(self.dest.held_root(), &full)
+                    haul_engine::mirror::remove_beneath(self.dest.held_root(), &full, backups)
                 });
             let message = match &result {
                 Ok(()) => {

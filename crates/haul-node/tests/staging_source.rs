@@ -110,6 +110,7 @@ async fn a_file_still_being_received_is_sent_on_as_its_chunks_verify() {
         relay: None,
         quick_check: Some(Default::default()),
         replace_dirs: false,
+        backups: None,
     };
     let receiving = tokio::spawn(run_receiver(rr, rw, None, rctx));
     let sent = run_sender(sr, sw, JobFeed::Queue(queue), sctx).await;

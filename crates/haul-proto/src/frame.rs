@@ -4,9 +4,9 @@
 //! rejects any length above its limit before looking further.
 
 use crate::message::{
-    Attrs, ChunkHeader, ChunkSeal, Digest, Entry, EntryKind, ErrorCode, Keep, Message, Principal,
-    RelayTarget, Request, Seal, Stripe, Xattr, MAX_SEALS, MAX_STRIPES, MAX_XATTRS, MAX_XATTR_NAME,
-    MAX_XATTR_VALUE,
+    Attrs, Backup, ChunkHeader, ChunkSeal, Digest, Entry, EntryKind, ErrorCode, Keep, Message,
+    Principal, RelayTarget, Request, Seal, Stripe, Xattr, MAX_SEALS, MAX_STRIPES, MAX_XATTRS,
+    MAX_XATTR_NAME, MAX_XATTR_VALUE,
 };
 
 /// Largest frame body accepted (kind byte included).
@@ -67,6 +67,7 @@ mod kind {
     pub const HASHED: u8 = 24;
     pub const FORWARD_STRIPES: u8 = 25;
     pub const VOUCHED: u8 = 26;
+    pub const LINK: u8 = 27;
 }
 
 /// Fewest bytes one encoded [`RelayTarget`] takes (two empty strings and a ticket).
@@ -92,10 +93,17 @@ pub fn encode(msg: &Message, out: &mut Vec<u8>) {
                     checksum,
                     replace_dirs,
                     skip,
+                    backup,
                 } => {
                     w.u8(1);
                     w.str(dest);
-                    w.u8(u8::from(*checksum) | (u8::from(*replace_dirs) << 1) | skip.bits());
+                    w.u8(u8::from(*checksum)
+                        | (u8::from(*replace_dirs) << 1)
+                        | skip.bits()
+                        | (u8::from(backup.is_some()) << 5));
+                    if let Some(b) = backup {
+                        w.backup_parts(b);
+                    }
                 }
                 Request::List { path, sums, keep } => {
                     w.u8(2);
@@ -133,9 +141,16 @@ pub fn encode(msg: &Message, out: &mut Vec<u8>) {
                     w.u32(stripe.index);
                     w.u32(stripe.count);
                 }
-                Request::Prune { dest } => {
+                Request::Prune { dest, backup } => {
                     w.u8(6);
                     w.str(dest);
+                    w.backup(backup.as_ref());
+                }
+                Request::Link { dest, backup, skip } => {
+                    w.u8(8);
+                    w.str(dest);
+                    w.backup(backup.as_ref());
+                    w.u8(skip.bits());
                 }
             }
         }
@@ -321,6 +336,11 @@ pub fn encode(msg: &Message, out: &mut Vec<u8>) {
             w.u8(kind::REMOVE);
             w.str(path);
         }
+        Message::Link { path, target } => {
+            w.u8(kind::LINK);
+            w.str(path);
+            w.str(target);
+        }
         Message::Want {
             id,
             path,
@@ -369,14 +389,19 @@ fn decode_body(body: &[u8]) -> Result<Message, DecodeError> {
                 1 => {
                     let dest = r.str()?;
                     let flags = r.u8()?;
-                    if flags > 31 {
+                    if flags > 63 {
                         return Err(DecodeError::Malformed(name));
                     }
+                    let backup = match flags & 32 != 0 {
+                        true => Some(r.backup_parts()?),
+                        false => None,
+                    };
                     Request::Push {
                         dest,
                         checksum: flags & 1 != 0,
                         replace_dirs: flags & 2 != 0,
                         skip: crate::SkipRule::from_bits(flags),
+                        backup,
                     }
                 }
                 2 => {
@@ -409,7 +434,18 @@ fn decode_body(body: &[u8]) -> Result<Message, DecodeError> {
                     ticket: r.digest()?,
                     stripe: Some(r.stripe()?),
                 },
-                6 => Request::Prune { dest: r.str()? },
+                6 => Request::Prune {
+                    dest: r.str()?,
+                    backup: r.backup()?,
+                },
+                8 => {
+                    let (dest, backup, bits) = (r.str()?, r.backup()?, r.u8()?);
+                    let skip = crate::SkipRule::from_bits(bits);
+                    if skip.bits() != bits {
+                        return Err(DecodeError::Malformed(name));
+                    }
+                    Request::Link { dest, backup, skip }
+                }
                 _ => return Err(DecodeError::Malformed(name)),
             };
             Message::Hello {
@@ -566,6 +602,10 @@ fn decode_body(body: &[u8]) -> Result<Message, DecodeError> {
         kind::LISTING => Message::Listing { entry: r.entry()? },
         kind::HASHED => Message::Hashed { root: r.digest()? },
         kind::REMOVE => Message::Remove { path: r.str()? },
+        kind::LINK => Message::Link {
+            path: r.str()?,
+            target: r.str()?,
+        },
         kind::WANT => Message::Want {
             id: r.u32()?,
             path: r.str()?,
@@ -599,6 +639,7 @@ fn kind_name(k: u8) -> Result<&'static str, DecodeError> {
         kind::LISTING => "Listing",
         kind::HASHED => "Hashed",
         kind::REMOVE => "Remove",
+        kind::LINK => "Link",
         kind::WANT => "Want",
         kind::RELEASE => "Release",
         kind::KEEPALIVE => "KeepAlive",
@@ -641,6 +682,10 @@ impl Writer<'_> {
                 self.u8(3);
                 self.str(target);
             }
+            EntryKind::HardLink { target } => {
+                self.u8(4);
+                self.str(target);
+            }
         }
         self.u64(e.size);
         self.u32(e.mode);
@@ -649,7 +694,8 @@ impl Writer<'_> {
         self.u32(e.chunk_size);
         self.attrs(e.attrs.as_deref());
     }
-    /// Version 11: a flag byte (bit 0 owner, 1 group, 2 xattrs, 3 sparse), then each
+    /// Version 11: a flag byte (bit 0 owner, 1 group, 2 xattrs, 3 sparse, 4
+    /// linked), then each
     /// part present: a principal is `u32 id | str name`; xattrs are
     /// `u16 count | (str name | u32 len | value)*`.
     fn attrs(&mut self, a: Option<&Attrs>) {
@@ -660,7 +706,8 @@ impl Writer<'_> {
         let flags = u8::from(a.owner.is_some())
             | (u8::from(a.group.is_some()) << 1)
             | (u8::from(a.xattrs.is_some()) << 2)
-            | (u8::from(a.sparse) << 3);
+            | (u8::from(a.sparse) << 3)
+            | (u8::from(a.linked) << 4);
         self.u8(flags);
         for p in [&a.owner, &a.group].into_iter().flatten() {
             self.u32(p.id);
@@ -674,6 +721,17 @@ impl Writer<'_> {
                 self.0.extend_from_slice(&x.value);
             }
         }
+    }
+    /// An optional [`Backup`]: a flag byte, then its parts when present.
+    fn backup(&mut self, b: Option<&Backup>) {
+        self.u8(u8::from(b.is_some()));
+        if let Some(b) = b {
+            self.backup_parts(b);
+        }
+    }
+    fn backup_parts(&mut self, b: &Backup) {
+        self.str(&b.dir);
+        self.str(&b.suffix);
     }
     /// An optional seal: a flag byte, then 64 bytes when present.
     fn seal(&mut self, s: Option<&Seal>) {
@@ -742,6 +800,21 @@ impl<'a> Reader<'a> {
     fn digest(&mut self) -> Result<Digest, DecodeError> {
         self.arr()
     }
+    fn backup(&mut self) -> Result<Option<Backup>, DecodeError> {
+        match self.bool()? {
+            false => Ok(None),
+            true => self.backup_parts().map(Some),
+        }
+    }
+    /// A [`Backup`]'s parts, checked ([`Backup::check`]).
+    fn backup_parts(&mut self) -> Result<Backup, DecodeError> {
+        let b = Backup {
+            dir: self.str()?,
+            suffix: self.str()?,
+        };
+        b.check().map_err(|_| DecodeError::Malformed(self.name))?;
+        Ok(b)
+    }
     fn seal(&mut self) -> Result<Option<Seal>, DecodeError> {
         match self.u8()? {
             0 => Ok(None),
@@ -773,6 +846,9 @@ impl<'a> Reader<'a> {
             3 => EntryKind::Symlink {
                 target: self.str()?,
             },
+            4 => EntryKind::HardLink {
+                target: self.str()?,
+            },
             _ => return Err(DecodeError::Malformed(self.name)),
         };
         Ok(Entry {
@@ -799,7 +875,7 @@ impl<'a> Reader<'a> {
         if flags == 0 {
             return Ok(None);
         }
-        if flags > 15 {
+        if flags > 31 {
             return Err(DecodeError::Malformed(self.name));
         }
         let owner = if flags & 1 != 0 {
@@ -840,6 +916,7 @@ impl<'a> Reader<'a> {
             group,
             xattrs,
             sparse: flags & 8 != 0,
+            linked: flags & 16 != 0,
         })))
     }
 }

@@ -56,10 +56,19 @@
 //! push --ignore-existing / --size-only / -u (v10): Push{.., skip} carries the
 //!       client's SkipRule; the receiver keeps what the rule keeps (the
 //!       quick check otherwise), as the client's own dry run decides.
+//! push --backup (v13): Push{.., backup} (bit 5 of its flags byte, then the
+//!       backup directory and suffix), Prune{dest, backup} and
+//!       Link{dest, backup, skip}: what the node replaces or removes under
+//!       dest is kept as rsync's -b, --backup-dir and --suffix say.
 //! push --delete, after a push that failed nowhere (v5):
 //!       Hello{.., Prune{dest}} -> then, one at a time,
 //!       Remove{path} ->  <- Done{ok, message}   (path under dest; never .haul)
 //!       ... Bye
+//! push -H, after the push (v13), for the further names its walk listed as
+//!       HardLink entries (no data sent) whose file verified:
+//!       Hello{.., Link{dest}} -> then, a window ahead, answered in order,
+//!       Link{path, target} ->  <- Done{ok, root[0] = 1 if already linked, message}
+//!       ... Bye             (both under dest; target a regular file, beneath the root)
 //!
 //! sender                                   receiver
 //!   Offer{id, entry, chunks a..b}   ->                 (up to a window of offers ahead;
@@ -200,9 +209,9 @@ pub mod seal;
 
 pub use frame::{decode_frame, encode, DecodeError, Decoded, MAX_FRAME_LEN};
 pub use message::{
-    Attrs, ChunkHeader, ChunkSeal, Digest, Entry, EntryKind, ErrorCode, Keep, Message, OriginKey,
-    Principal, RelayTarget, Request, Seal, SkipRule, Stripe, Ticket, Xattr, MAX_SEALS, MAX_STRIPES,
-    MAX_XATTRS, MAX_XATTR_NAME, MAX_XATTR_VALUE, PROTOCOL_VERSION,
+    Attrs, Backup, ChunkHeader, ChunkSeal, Digest, Entry, EntryKind, ErrorCode, Keep, Message,
+    OriginKey, Principal, RelayTarget, Request, Seal, SkipRule, Stripe, Ticket, Xattr, MAX_SEALS,
+    MAX_STRIPES, MAX_XATTRS, MAX_XATTR_NAME, MAX_XATTR_VALUE, PROTOCOL_VERSION,
 };
 pub use path::{
     check_entry_path, is_state_dir, symlink_target_refused_anywhere, validate_entry_path,

@@ -36,8 +36,11 @@
 /// node to compress what it sends. An [`Entry`] may carry [`Attrs`] (owner, group, extended
 /// attributes and POSIX ACLs: rsync's `-o`, `-g`, `-X`, `-A`) after its
 /// chunk size, and `List` and `Fetch` say which of them the client keeps
-/// ([`Keep`]; `List`'s flag byte carries it in bits 1–5).
-pub const PROTOCOL_VERSION: u16 = 12;
+/// ([`Keep`]; `List`'s flag byte carries it in bits 1–7, which it fills).
+/// Version 13: `-H`: [`EntryKind::HardLink`] in listings (asked for by
+/// `Keep` bit 6), and [`Request::Link`] with [`Message::Link`]: the links
+/// a push makes once every file verified.
+pub const PROTOCOL_VERSION: u16 = 13;
 
 /// Which metadata beyond mode, mtime and symlinks a transfer keeps:
 /// rsync's `-o`, `-g`, `-X` and `-A` (and `--numeric-ids`). A sender puts
@@ -58,6 +61,9 @@ pub struct Keep {
     /// `-S`/`--sparse`: chunks of zeros are not sent ([`ChunkHeader::packed`]
     /// with no payload) and files are written with holes ([`Attrs::sparse`]).
     pub sparse: bool,
+    /// `-H`/`--hard-links`: a listing names a file's further names as
+    /// [`EntryKind::HardLink`] (version 13).
+    pub hard_links: bool,
 }
 
 impl Keep {
@@ -74,17 +80,19 @@ impl Keep {
             | (u8::from(self.acls) << 3)
             | (u8::from(self.numeric_ids) << 4)
             | (u8::from(self.sparse) << 5)
+            | (u8::from(self.hard_links) << 6)
     }
 
     /// From the flag byte (`None` when a bit this version does not know is set).
     pub fn from_bits(b: u8) -> Option<Self> {
-        (b < 64).then_some(Self {
+        (b < 128).then_some(Self {
             owner: b & 1 != 0,
             group: b & 2 != 0,
             xattrs: b & 4 != 0,
             acls: b & 8 != 0,
             numeric_ids: b & 16 != 0,
             sparse: b & 32 != 0,
+            hard_links: b & 64 != 0,
         })
     }
 }
@@ -133,6 +141,9 @@ pub struct Attrs {
     pub xattrs: Option<Vec<Xattr>>,
     /// `-S`: the receiver writes this file's runs of zeros as holes.
     pub sparse: bool,
+    /// `-H` (version 13): the listing names this file again later, as
+    /// [`EntryKind::HardLink`]s to this entry's path (a first name).
+    pub linked: bool,
 }
 
 /// Which files already at the destination are left as they are, as
@@ -163,6 +174,60 @@ impl SkipRule {
             size_only: b & 8 != 0,
             update: b & 16 != 0,
         }
+    }
+}
+
+/// rsync's `--backup`, `--backup-dir` and `--suffix` (version 13): a file
+/// (or symlink) a transfer replaces or `--delete` removes is kept under
+/// another name instead — its name with `suffix` beside it, or under `dir`
+/// (relative to the transfer's destination) at the same relative path.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Backup {
+    /// `--backup-dir`, relative to the destination (empty: beside the file).
+    pub dir: String,
+    /// `--suffix` (rsync's `~` without a directory, nothing with one).
+    pub suffix: String,
+}
+
+impl Backup {
+    /// The name a file `name` is kept under.
+    pub fn name_for(&self, name: &str) -> String {
+        format!("{name}{}", self.suffix)
+    }
+
+    /// True for a destination entry `--delete` leaves alone because it is
+    /// a backup: beneath the backup directory, or (without one) named with
+    /// the suffix (rsync's protect rule `P *~`). `path` is relative to the
+    /// transfer's destination.
+    pub fn protects(&self, path: &str) -> bool {
+        if self.dir.is_empty() {
+            return path
+                .rsplit('/')
+                .next()
+                .is_some_and(|name| name.ends_with(self.suffix.as_str()));
+        }
+        path == self.dir
+            || path
+                .strip_prefix(self.dir.as_str())
+                .is_some_and(|rest| rest.starts_with('/'))
+    }
+
+    /// Checks what a peer sent (and what a user gave): a suffix that is a
+    /// part of one name (no `/`, NUL, at most 64 bytes), not empty without a
+    /// directory, and a directory path as [`crate::validate_rel_path`] allows.
+    pub fn check(&self) -> Result<(), String> {
+        if self.suffix.len() > 64 || self.suffix.contains(['/', '\0']) {
+            return Err(format!(
+                "--suffix {:?}: give at most 64 bytes without / (a part of a name)",
+                self.suffix
+            ));
+        }
+        if self.dir.is_empty() && self.suffix.is_empty() {
+            return Err("--suffix cannot be empty without --backup-dir (the backup would be the file itself)".into());
+        }
+        crate::validate_rel_path(&self.dir)
+            .map(|_| ())
+            .map_err(|e| format!("--backup-dir {:?}: {e}", self.dir))
     }
 }
 
@@ -211,6 +276,8 @@ pub enum Request {
         replace_dirs: bool,
         /// Which files already there are kept (version 10).
         skip: SkipRule,
+        /// `--backup`: what a file replaced is kept as (version 13).
+        backup: Option<Backup>,
     },
     /// The client wants the listing of `path` (relative to the server root):
     /// the server answers with [`Message::Listing`]s, then [`Message::Bye`].
@@ -266,6 +333,22 @@ pub enum Request {
     Prune {
         /// Destination directory under the server root.
         dest: String,
+        /// `--backup`: what is deleted is kept as this says (version 13).
+        backup: Option<Backup>,
+    },
+    /// `haul push -H`, once every file verified: the client names, with
+    /// [`Message::Link`], each further name of a file the push delivered;
+    /// the node makes each a hard link to that file (both beneath `dest`,
+    /// resolved beneath its root, the target a regular file) and answers
+    /// each with [`Message::Done`] (`ok`, or why not), until [`Message::Bye`].
+    Link {
+        /// Destination directory under the server root.
+        dest: String,
+        /// `--backup`: what a link replaces is kept as this says.
+        backup: Option<Backup>,
+        /// `--ignore-existing`, `--size-only`, `-u`: a file already at a
+        /// name that the rule keeps is left as it is.
+        skip: SkipRule,
     },
 }
 
@@ -337,6 +420,14 @@ pub enum EntryKind {
     /// A symbolic link with its target, recreated as a link.
     Symlink {
         /// The link target, as stored in the link.
+        target: String,
+    },
+    /// `-H` (version 13): a further name of a regular file listed earlier
+    /// in the same listing (the first of its names in walk order). No data
+    /// is sent for it: once that file is delivered, the receiver makes this
+    /// name a hard link to it. Only listings carry it; it is never offered.
+    HardLink {
+        /// The first name's path, in the same namespace as this entry's.
         target: String,
     },
 }
@@ -511,6 +602,14 @@ pub enum Message {
         code: ErrorCode,
         /// Human-readable reason.
         message: String,
+    },
+    /// Makes `path` a hard link to the regular file at `target`, both under
+    /// a [`Request::Link`]'s destination (what was at `path` is replaced).
+    Link {
+        /// The new name, under the destination.
+        path: String,
+        /// The file it names, under the destination.
+        target: String,
     },
     /// Removes the file, link or empty directory at `path` under a
     /// [`Request::Prune`]'s destination.

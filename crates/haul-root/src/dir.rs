@@ -246,18 +246,8 @@ impl Dir {
     /// looked at through an `O_PATH` descriptor first, so a device or FIFO
     /// there is never opened (and no open waits on one).
     pub fn open_regular(&self, name: impl AsRef<OsStr>) -> io::Result<(File, Meta)> {
+        let (path, meta) = self.open_inode(name.as_ref())?;
         let name = name_of(name.as_ref())?;
-        let flags = OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-        let path = rustix::fs::openat(&self.fd, name, flags, Mode::empty()).map_err(errno)?;
-        let meta = rustix::fs::fstat(&path)
-            .map(|st| Meta::from_stat(&st))
-            .map_err(errno)?;
-        if !meta.is_file() {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                "not a regular file",
-            ));
-        }
         // Reopened for reading through its own descriptor (the /proc link
         // names the inode looked at, not a path); without /proc, by name
         // again and checked to be the same file.
@@ -274,6 +264,25 @@ impl Dir {
             return Err(io::Error::other("the file changed while it was opened"));
         }
         Ok((file, now))
+    }
+
+    /// The regular file `name` as an `O_PATH` descriptor (it need not be
+    /// readable), with what it is: a symlink or anything but a regular file
+    /// there fails. What [`Dir::link_file`] gives another name (`-H`).
+    pub fn open_inode(&self, name: impl AsRef<OsStr>) -> io::Result<(File, Meta)> {
+        let name = name_of(name.as_ref())?;
+        let flags = OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+        let fd = rustix::fs::openat(&self.fd, name, flags, Mode::empty()).map_err(errno)?;
+        let meta = rustix::fs::fstat(&fd)
+            .map(|st| Meta::from_stat(&st))
+            .map_err(errno)?;
+        if !meta.is_file() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "not a regular file",
+            ));
+        }
+        Ok((File::from(fd), meta))
     }
 
     /// Opens file `name` for reading and writing, creating it (with `mode`)
@@ -323,6 +332,18 @@ impl Dir {
             AtFlags::SYMLINK_FOLLOW,
         )
         .map_err(errno)
+    }
+
+    /// Gives what is at `name` here (a file, or a symlink itself: never
+    /// followed) the further name `to` in `to_dir` (`AlreadyExists` if taken).
+    pub fn link_name(
+        &self,
+        name: impl AsRef<OsStr>,
+        to_dir: &Dir,
+        to: impl AsRef<OsStr>,
+    ) -> io::Result<()> {
+        let (name, to) = (name_of(name.as_ref())?, name_of(to.as_ref())?);
+        rustix::fs::linkat(&self.fd, name, &to_dir.fd, to, AtFlags::empty()).map_err(errno)
     }
 
     /// Renames `from` here to `to` in `to_dir` (atomic; replaces a file there).

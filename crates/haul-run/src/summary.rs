@@ -163,6 +163,13 @@ impl Tally {
         self.summary.lock().map(|s| s.failed).unwrap_or(u64::MAX)
     }
 
+    /// Whether `path` was reported failed.
+    pub fn has_failed(&self, path: &str) -> bool {
+        self.failed_paths
+            .lock()
+            .map_or(true, |failed| failed.contains(path))
+    }
+
     /// Entries delivered (or found identical) so far.
     pub fn entries_ok(&self) -> u64 {
         self.summary.lock().map(|s| s.entries_ok).unwrap_or(0)

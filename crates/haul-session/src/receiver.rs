@@ -569,6 +569,14 @@ impl Receiver {
             return Ok(());
         }
         match entry.kind {
+            EntryKind::HardLink { .. } => {
+                // Listings carry further names; a sender links them after
+                // the transfer (`Request::Link`, or the receiver's own).
+                let path = entry.path.clone();
+                self.files.insert(id, file(Phase::Making, entry));
+                let why = "a hard link is made once its file verified, never offered";
+                self.refuse(id, &path, ErrorCode::Protocol, why.into());
+            }
             EntryKind::Dir | EntryKind::Symlink { .. } => {
                 self.files.insert(id, file(Phase::Making, entry.clone()));
                 self.core.request(ReceiverIo::Make { file: id, entry });

@@ -293,6 +293,20 @@ pub struct TransferArgs {
     /// (rsync's --delete-excluded; without it excluded files are kept).
     #[arg(long)]
     pub delete_excluded: bool,
+    /// Keep what the transfer replaces or --delete removes at DEST: renamed
+    /// with --suffix (default `~`) beside it, or moved under --backup-dir
+    /// (push, pull from a node, local copy; rsync's -b). Backups are never
+    /// deleted by --delete.
+    #[arg(short = 'b', long)]
+    pub backup: bool,
+    /// With -b: keep backups under DIR (relative to DEST, made if missing)
+    /// at their path relative to DEST; implies -b.
+    #[arg(long, value_name = "DIR")]
+    pub backup_dir: Option<String>,
+    /// With -b: the suffix backups get (default `~`, or none with
+    /// --backup-dir).
+    #[arg(long, value_name = "SUFFIX")]
+    pub suffix: Option<String>,
     /// Replace a non-empty directory at DEST where the source has a file or
     /// symlink (rsync's --force; --delete implies it). An empty directory,
     /// a file where the source has a directory and any other type change
@@ -410,14 +424,13 @@ or HAUL_PASSWORD; S3 keys from AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or
 
 /// rsync's flags, accepted so that `haul push -avP` does what `rsync -avP`
 /// users expect: those whose meaning haul has without them, and what
-/// `-a -o -g -X -A -S` keep beyond mode and mtime. Hard links are not kept
-/// yet: `-H` is refused with that said (`rsync_flags`).
+/// `-a -o -g -X -A -S -H` keep beyond mode and mtime.
 #[derive(Debug, Args, Clone, Default)]
 #[command(next_help_heading = "rsync's flags")]
 pub struct RsyncArgs {
     /// rsync's -rlptgoD: haul recurses and keeps symlinks, permissions and
     /// mtimes by default; -a adds owners and groups (-o -g), applied where
-    /// the receiver runs as root. Not yet kept: hard links (-H).
+    /// the receiver runs as root. As in rsync, -a does not imply -H.
     #[arg(short = 'a', long)]
     pub archive: bool,
     /// Keep owners (by name; applied where the receiver runs as root, on a
@@ -437,6 +450,11 @@ pub struct RsyncArgs {
     /// Keep POSIX ACLs (as their system.posix_acl_* attributes).
     #[arg(short = 'A', long)]
     pub acls: bool,
+    /// Hard links: a file's further names within the transfer are made
+    /// links to its first again, its data sent once (push, pull, local
+    /// copy; not a fan-out yet).
+    #[arg(short = 'H', long)]
+    pub hard_links: bool,
     /// Sparse files: chunks of zeros are not sent, and runs of zeros are
     /// written as holes (rsync's -S; the file's BLAKE3 is of its bytes,
     /// zeros included).
@@ -490,6 +508,7 @@ impl RsyncArgs {
             sparse: self.sparse,
             acls: self.acls,
             numeric_ids: self.numeric_ids,
+            hard_links: self.hard_links,
         }
     }
 }

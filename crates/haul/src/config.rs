@@ -97,6 +97,33 @@ pub fn token(token: &Option<String>, file: &Option<std::path::PathBuf>) -> Resul
     Ok(token.clone().filter(|t| !t.is_empty()))
 }
 
+/// rsync's `-b`, `--backup-dir` and `--suffix` as one rule (`None`: no
+/// backups), checked as a node checks it.
+fn backup(t: &TransferArgs) -> Result<Option<haul_proto::Backup>> {
+    if !t.backup && t.backup_dir.is_none() {
+        if t.suffix.is_some() {
+            bail!("--suffix names backups: give -b/--backup (or --backup-dir) too");
+        }
+        return Ok(None);
+    }
+    let dir = t
+        .backup_dir
+        .as_deref()
+        .unwrap_or_default()
+        .trim_end_matches('/')
+        .to_owned();
+    let suffix = match (&t.suffix, dir.is_empty()) {
+        (Some(s), _) => s.clone(),
+        (None, true) => "~".to_owned(),
+        (None, false) => String::new(),
+    };
+    let b = haul_proto::Backup { dir, suffix };
+    if let Err(e) = b.check() {
+        bail!("{e} (--backup-dir is relative to DEST and stays beneath it)");
+    }
+    Ok(Some(b))
+}
+
 /// Builds client options from the shared transfer flags.
 pub fn client_options(t: &TransferArgs) -> Result<ClientOptions> {
     if t.max_delete.is_some() && !(t.delete || t.delete_excluded) {
@@ -186,6 +213,7 @@ pub fn client_options(t: &TransferArgs) -> Result<ClientOptions> {
         delete: t.delete || t.delete_excluded,
         max_delete: t.max_delete,
         delete_excluded: t.delete_excluded,
+        backup: backup(t)?,
         skip: haul_proto::SkipRule {
             ignore_existing: t.ignore_existing,
             size_only: t.size_only,

@@ -228,6 +228,7 @@ fn from_entry(e: haul_proto::Entry) -> Line {
         haul_proto::EntryKind::File => ("file", None),
         haul_proto::EntryKind::Dir => ("dir", None),
         haul_proto::EntryKind::Symlink { target } => ("symlink", Some(target)),
+        haul_proto::EntryKind::HardLink { target } => ("hardlink", Some(target)),
     };
     Line {
         path: e.path,

@@ -13,10 +13,6 @@ const TIPS: &[(&[&str], &str)] = &[
         "haul compresses with zstd only (-z, --compress-level N), and skips by itself every chunk that does not shrink",
     ),
     (
-        &["-H", "--hard-links"],
-        "haul does not keep hard links yet: each name arrives as a file of its own",
-    ),
-    (
         &["--chown", "--usermap", "--groupmap"],
         "haul keeps owners and groups as they are (-o, -g; by name, or --numeric-ids) and maps nothing",
     ),
@@ -65,7 +61,7 @@ const TIPS: &[(&[&str], &str)] = &[
         "haul's --log-file lines have a fixed form: --log-format text or json",
     ),
     (
-        &["--max-transfer", "-x", "--one-file-system", "-R", "--relative", "-b", "--backup", "--backup-dir", "--suffix"],
+        &["--max-transfer", "-x", "--one-file-system", "-R", "--relative"],
         "not offered by haul yet",
     ),
     (

@@ -144,12 +144,12 @@ fn refuses_escapes_and_symlinked_dirs() {
         },
         ..file_entry("l", 0, 1024)
     };
-    assert!(dest.make_symlink(&link, "../../etc").is_err());
+    assert!(dest.make_symlink(&link, "../../etc", None).is_err());
     let ok = Entry {
         kind: EntryKind::Symlink { target: "x".into() },
         ..file_entry("d/l", 0, 1024)
     };
-    dest.make_symlink(&ok, "x").unwrap();
+    dest.make_symlink(&ok, "x", None).unwrap();
     assert_eq!(
         std::fs::read_link(root.join("d/l")).unwrap(),
         std::path::Path::new("x")

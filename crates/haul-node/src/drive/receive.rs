@@ -8,6 +8,7 @@ use rustc_hash::FxHashMap as HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use haul_engine::backup::Backups;
 use haul_engine::{
     ChunkSink, Destination, PartialFile, Prepared as Staged, ReceiveError, VerifiedChunk,
 };
@@ -55,6 +56,8 @@ pub struct ReceiverCtx {
     /// `--force` or `--delete`: a non-empty directory where the source has
     /// a file or symlink is removed to make room (an empty one always is).
     pub replace_dirs: bool,
+    /// `--backup`: what a file or symlink received replaces is kept.
+    pub backups: Option<Arc<Backups>>,
 }
 
 impl ReceiverCtx {
@@ -76,7 +79,14 @@ impl ReceiverCtx {
             relay: None,
             quick_check: Some(opts.skip),
             replace_dirs: opts.replaces_dirs(),
+            backups: None,
         }
+    }
+
+    /// With `--backup`: what it replaces is kept as `backups` says.
+    pub fn keeping_backups(mut self, backups: Option<Arc<Backups>>) -> Self {
+        self.backups = backups;
+        self
     }
 }
 
@@ -277,7 +287,8 @@ impl Driver {
                         message: format!("{} is not a directory or symlink", entry.path),
                     }),
                     _ => replacing(dest, self.ctx.replace_dirs, &entry.path, || {
-                        dest.make_dir_or_link(&entry).unwrap_or(Ok(()))
+                        dest.make_dir_or_link(&entry, self.ctx.backups.as_deref())
+                            .unwrap_or(Ok(()))
                     })
                     .map_err(refusal),
                 };
@@ -376,6 +387,9 @@ impl Driver {
                 relay.offered(entry, part.as_ref());
             }
             if let Some(part) = part {
+                if let Some(b) = &self.ctx.backups {
+                    part.keep_backups(b.clone());
+                }
                 self.parts.insert(file, part);
             }
         }

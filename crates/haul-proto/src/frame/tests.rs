@@ -41,6 +41,7 @@ fn hex_snapshots() {
                 checksum: false,
                 replace_dirs: false,
                 skip: SkipRule::default(),
+                backup: None,
             }
         }),
         "0000000f010001000000017401000000016400"
@@ -54,6 +55,7 @@ fn hex_snapshots() {
                 checksum: true,
                 replace_dirs: true,
                 skip: SkipRule::default(),
+                backup: None,
             }
         }),
         "0000000d01000800000000010000000003"
@@ -72,6 +74,7 @@ fn hex_snapshots() {
                     size_only: false,
                     update: true,
                 },
+                backup: None,
             }
         }),
         "0000000d01000a00000000010000000014"
@@ -161,6 +164,7 @@ fn attributes_from_a_peer_are_bounded_before_anything_is_kept() {
         group: None,
         xattrs: Some(xattrs),
         sparse: false,
+        linked: false,
     };
     // The largest value Linux takes goes through; one byte more is refused.
     let ok = listing_with(attrs(vec![xattr("user.a", crate::MAX_XATTR_VALUE)]));
@@ -184,6 +188,7 @@ fn attributes_from_a_peer_are_bounded_before_anything_is_kept() {
         group: None,
         xattrs: None,
         sparse: false,
+        linked: false,
     };
     for name in ["a/b", "a:b", "a\0"] {
         let bad = listing_with(owner(name));
@@ -193,7 +198,7 @@ fn attributes_from_a_peer_are_bounded_before_anything_is_kept() {
     let mut unknown = listing_with(owner("root"));
     let at = unknown.len() - (4 + 4 + 4) - 1;
     assert_eq!(unknown[at], 1);
-    unknown[at] = 17;
+    unknown[at] = 33;
     assert_eq!(
         decode_frame(&unknown),
         Err(DecodeError::Malformed("Listing"))
@@ -209,6 +214,7 @@ fn fetch_says_what_it_keeps_in_one_byte() {
         acls: true,
         numeric_ids: false,
         sparse: false,
+        hard_links: false,
     };
     assert_eq!(
         hex_of(&Message::Hello {
@@ -218,7 +224,52 @@ fn fetch_says_what_it_keeps_in_one_byte() {
         }),
         "0000000a01000b00000000030b03"
     );
-    assert_eq!(crate::Keep::from_bits(64), None);
+    assert_eq!(crate::Keep::from_bits(128), None);
+    let links = crate::Keep::from_bits(64).map(|k| k.hard_links);
+    assert_eq!(links, Some(true));
+}
+
+/// Backups a peer may send (each passes `Backup::check`).
+fn arb_backup() -> impl Strategy<Value = Option<crate::Backup>> {
+    let backup = |dir: &str, suffix: &str| crate::Backup {
+        dir: dir.into(),
+        suffix: suffix.into(),
+    };
+    prop_oneof![
+        Just(None),
+        Just(Some(backup("", "~"))),
+        Just(Some(backup("bak/old", ""))),
+        Just(Some(backup("b", ".1"))),
+    ]
+}
+
+#[test]
+fn a_backup_that_names_no_other_file_or_climbs_out_is_refused() {
+    for (dir, suffix) in [
+        ("", ""),
+        ("../x", "~"),
+        ("/abs", "~"),
+        ("", "a/b"),
+        (".haul", "~"),
+    ] {
+        let request = Request::Prune {
+            dest: String::new(),
+            backup: Some(crate::Backup {
+                dir: dir.into(),
+                suffix: suffix.into(),
+            }),
+        };
+        let mut buf = Vec::new();
+        encode(
+            &Message::Hello {
+                version: 13,
+                token: String::new(),
+                request,
+            },
+            &mut buf,
+        );
+        assert!(decode_frame(&buf).is_err(), "{dir:?} {suffix:?}");
+    }
 }
 
 fn arb_seal() -> impl Strategy<Value = Option<Seal>> {
@@ -240,7 +291,8 @@ fn arb_entry() -> impl Strategy<Value = Entry> {
         prop_oneof![
             Just(EntryKind::File),
             Just(EntryKind::Dir),
-            arb_string().prop_map(|target| EntryKind::Symlink { target })
+            arb_string().prop_map(|target| EntryKind::Symlink { target }),
+            arb_string().prop_map(|target| EntryKind::HardLink { target })
         ],
         any::<u64>(),
         any::<u32>(),
@@ -279,17 +331,20 @@ fn arb_attrs() -> impl Strategy<Value = Option<Box<crate::Attrs>>> {
             proptest::option::of(principal),
             proptest::option::of(proptest::collection::vec(xattr, 0..4)),
             any::<bool>(),
+            any::<bool>(),
         )
-            .prop_filter("not empty", |(o, g, x, s)| o.is_some()
+            .prop_filter("not empty", |(o, g, x, s, l)| o.is_some()
                 || g.is_some()
                 || x.is_some()
-                || *s)
+                || *s
+                || *l)
             .prop_map(
-                |(owner, group, xattrs, sparse)| Some(Box::new(crate::Attrs {
+                |(owner, group, xattrs, sparse, linked)| Some(Box::new(crate::Attrs {
                     owner,
                     group,
                     xattrs,
-                    sparse
+                    sparse,
+                    linked
                 }))
             ),
     ]
@@ -305,19 +360,23 @@ fn arb_message() -> impl Strategy<Value = Message> {
             any::<bool>(),
             any::<bool>(),
             0u8..8,
+            arb_backup(),
         )
-            .prop_map(|(version, token, dest, checksum, replace_dirs, skip)| {
-                Message::Hello {
-                    version,
-                    token,
-                    request: Request::Push {
-                        dest,
-                        checksum,
-                        replace_dirs,
-                        skip: SkipRule::from_bits(skip << 2),
-                    },
+            .prop_map(
+                |(version, token, dest, checksum, replace_dirs, skip, backup)| {
+                    Message::Hello {
+                        version,
+                        token,
+                        request: Request::Push {
+                            dest,
+                            checksum,
+                            replace_dirs,
+                            skip: SkipRule::from_bits(skip << 2),
+                            backup,
+                        },
+                    }
                 }
-            }),
+            ),
         (arb_string(), any::<bool>(), 0u8..32).prop_map(|(path, sums, keep)| Message::Hello {
             version: 1,
             token: String::new(),
@@ -424,10 +483,20 @@ fn arb_message() -> impl Strategy<Value = Message> {
             ),
         arb_entry().prop_map(|entry| Message::Listing { entry }),
         arb_string().prop_map(|path| Message::Remove { path }),
-        arb_string().prop_map(|dest| Message::Hello {
+        (arb_string(), arb_string()).prop_map(|(path, target)| Message::Link { path, target }),
+        (arb_string(), arb_backup()).prop_map(|(dest, backup)| Message::Hello {
             version: 5,
             token: "t".into(),
-            request: Request::Prune { dest }
+            request: Request::Prune { dest, backup }
+        }),
+        (arb_string(), arb_backup(), 0u8..8).prop_map(|(dest, backup, skip)| Message::Hello {
+            version: 13,
+            token: "t".into(),
+            request: Request::Link {
+                dest,
+                backup,
+                skip: SkipRule::from_bits(skip << 2)
+            }
         }),
         (
             any::<u32>(),

@@ -76,6 +76,7 @@ fn push_session(node: &Node) -> Raw {
             checksum: false,
             replace_dirs: false,
             skip: Default::default(),
+            backup: None,
         }),
         Message::Welcome { .. }
     ));
@@ -297,7 +298,8 @@ fn fake_node(listener: TcpListener, mut before_first_commit: impl FnMut() + Send
             Request::Push { .. }
             | Request::Admit { .. }
             | Request::Relayed { .. }
-            | Request::Prune { .. } => {
+            | Request::Prune { .. }
+            | Request::Link { .. } => {
                 panic!("the client does not push")
             }
         }

@@ -2,6 +2,7 @@
 //! ephemeral ports, real clients, an in-test TCP proxy for faults.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod backup;
 mod beneath;
 mod causes;
 mod changing;
@@ -15,6 +16,7 @@ mod daemon_sites;
 mod dry_run;
 mod fanout;
 mod filters;
+mod hard_links;
 mod harness;
 mod interrupt;
 mod keep_attrs;

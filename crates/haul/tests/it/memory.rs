@@ -51,6 +51,7 @@ fn fifty_connections_announcing_maximal_chunks_stay_within_the_budget() {
                         checksum: false,
                         replace_dirs: false,
                         skip: Default::default(),
+                        backup: None,
                     }),
                     Message::Welcome { .. }
                 ) {

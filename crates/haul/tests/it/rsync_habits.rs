@@ -124,10 +124,6 @@ fn rsyncs_other_flags_say_what_haul_does_instead() {
             &["-avz", "--zc=lz4"][..],
             "--zc is rsync's; haul compresses with zstd only",
         ),
-        (
-            &["-aH"][..],
-            "-H is rsync's; haul does not keep hard links yet",
-        ),
         (&["-L"][..], "sends symlinks as symlinks"),
         (&["--delete-after"][..], "use --delete"),
         (&["--inplace"][..], "never writes a file in place"),

@@ -32,6 +32,7 @@ fn a_malicious_pusher_cannot_write_outside_the_root() {
             checksum: false,
             replace_dirs: false,
             skip: Default::default(),
+            backup: None,
         }),
         Message::Welcome { .. }
     ));
@@ -195,6 +196,7 @@ fn a_malicious_pusher_cannot_write_outside_the_root() {
             checksum: false,
             replace_dirs: false,
             skip: Default::default(),
+            backup: None,
         }),
         Message::Refused {
             code: ErrorCode::BadPath,
@@ -303,6 +305,7 @@ fn malformed_frames_close_only_that_connection() {
             checksum: false,
             replace_dirs: false,
             skip: Default::default(),
+            backup: None,
         }),
         Message::Welcome { .. }
     ));
@@ -612,14 +615,16 @@ fn a_malicious_pruner_removes_nothing_outside_dest_or_in_the_state_dir() {
     let mut raw = Raw::connect(&node.addr);
     assert!(matches!(
         raw.hello(Request::Prune {
-            dest: "../x".into()
+            dest: "../x".into(),
+            backup: None,
         }),
         Message::Refused { .. }
     ));
     let mut raw = Raw::connect(&node.addr);
     assert!(matches!(
         raw.hello(Request::Prune {
-            dest: String::new()
+            dest: String::new(),
+            backup: None,
         }),
         Message::Welcome { .. }
     ));
