@@ -25,6 +25,18 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use haul_proto::{Backup, Entry};
 use haul_root::{Dir, Root};
 
+/// How [`Backups::keep_replaced`] kept a file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kept {
+    /// Nothing was there to keep (no such name, or a directory).
+    Nothing,
+    /// A second name for it: the file is still under its own name too.
+    Linked,
+    /// Moved to its backup (no links here): if what was to replace it
+    /// cannot, [`Backups::restore`] puts it back.
+    Moved,
+}
+
 /// A destination's backup rule, and where its transfer's paths start.
 #[derive(Debug, Clone)]
 pub struct Backups {
@@ -74,12 +86,24 @@ impl Backups {
     /// `name`) is kept under; that directory made beneath the root if missing.
     fn place(&self, name: &str, rel: &str) -> Result<(Option<Dir>, String), String> {
         let kept = self.spec.name_for(name);
-        haul_root::check_name(&kept).map_err(|e| format!("backup name {kept:?}: {e}"))?;
+        let relative = self.relative(rel).unwrap_or(rel);
+        let parent = relative.rsplit_once('/').map_or("", |(p, _)| p);
+        // The whole path the backup takes, checked as a peer's path is: a
+        // suffix can never make a name haul refuses (`.haul`, say).
+        let full = match (self.spec.dir.is_empty(), rel.rsplit_once('/')) {
+            (true, Some((p, _))) => format!("{p}/{kept}"),
+            (true, None) => kept.clone(),
+            (false, _) => [self.base.as_str(), self.spec.dir.as_str(), parent, &kept]
+                .into_iter()
+                .filter(|p| !p.is_empty())
+                .collect::<Vec<_>>()
+                .join("/"),
+        };
+        haul_proto::validate_entry_path(&full)
+            .map_err(|e| format!("its backup {full:?} cannot be made: {e}"))?;
         if self.spec.dir.is_empty() {
             return Ok((None, kept));
         }
-        let relative = self.relative(rel).unwrap_or(rel);
-        let parent = relative.rsplit_once('/').map_or("", |(p, _)| p);
         let comps: Vec<&str> = [self.base.as_str(), self.spec.dir.as_str(), parent]
             .into_iter()
             .filter(|p| !p.is_empty())
@@ -93,12 +117,11 @@ impl Backups {
     }
 
     /// Keeps the file or symlink at `name` in `dir` (the entry at `rel`
-    /// under the root) before something is renamed over it: `Ok(false)`
-    /// when there was nothing to keep (no such name, or a directory).
-    pub fn keep_replaced(&self, dir: &Dir, name: &str, rel: &str) -> Result<bool, String> {
+    /// under the root) before something is renamed over it.
+    pub fn keep_replaced(&self, dir: &Dir, name: &str, rel: &str) -> Result<Kept, String> {
         match dir.stat(name).map_err(|e| e.to_string())? {
-            None => return Ok(false),
-            Some(m) if m.is_dir() => return Ok(false),
+            None => return Ok(Kept::Nothing),
+            Some(m) if m.is_dir() => return Ok(Kept::Nothing),
             Some(_) => {}
         }
         let (target, kept) = self.place(name, rel)?;
@@ -106,19 +129,41 @@ impl Backups {
         let temp = temp_name();
         match dir.link_name(name, target, &temp) {
             Ok(()) => {
+                let linked = target.stat(&temp).ok().flatten().map(|m| (m.dev, m.ino));
                 let renamed = target.rename(&temp, target, &kept);
                 // A rename between two names of one file does nothing (the
                 // backup was already this very file): the temporary goes.
-                let _ = target.unlink(&temp);
+                if let Ok(Some(m)) = target.stat(&temp) {
+                    if Some((m.dev, m.ino)) == linked {
+                        let _ = target.unlink(&temp);
+                    }
+                }
                 renamed.map_err(|e| format!("cannot keep a backup of it: {e}"))?;
+                Ok(Kept::Linked)
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(Kept::Nothing),
             // No links here (or across): moved away instead.
-            Err(_) => dir
-                .rename(name, target, &kept)
-                .map_err(|e| format!("cannot keep a backup of it: {e}"))?,
+            Err(_) => {
+                dir.rename(name, target, &kept)
+                    .map_err(|e| format!("cannot keep a backup of it: {e}"))?;
+                Ok(Kept::Moved)
+            }
         }
-        Ok(true)
+    }
+
+    /// Puts back under `name` what [`Backups::keep_replaced`] moved away
+    /// (`Kept::Moved`) when what was to replace it could not: the name is
+    /// not left missing. Nothing is done if something is at `name` again.
+    pub fn restore(&self, dir: &Dir, name: &str, rel: &str) {
+        let Ok((target, kept)) = self.place(name, rel) else {
+            return;
+        };
+        let target = target.as_ref().unwrap_or(dir);
+        if matches!(dir.stat(name), Ok(None)) {
+            if let Err(e) = target.rename(&kept, dir, name) {
+                tracing::warn!("{rel}: its backup could not be put back: {e}");
+            }
+        }
     }
 
     /// Moves the file or symlink `--delete` removes at `name` in `dir` (the
@@ -172,15 +217,18 @@ mod tests {
         let root = Root::open(d.path()).unwrap();
         let dir = root.open_dir(&["in", "sub"]).unwrap();
         let beside = Backups::new(spec("", "~"), &root, "in").unwrap();
-        assert_eq!(beside.keep_replaced(&dir, "f", "in/sub/f"), Ok(true));
+        assert_eq!(
+            beside.keep_replaced(&dir, "f", "in/sub/f"),
+            Ok(Kept::Linked)
+        );
         assert_eq!(std::fs::read(d.path().join("in/sub/f~")).unwrap(), b"v1");
         assert_eq!(std::fs::read(d.path().join("in/sub/f")).unwrap(), b"v1");
         let under = Backups::new(spec("bak", ""), &root, "in").unwrap();
-        assert_eq!(under.keep_replaced(&dir, "f", "in/sub/f"), Ok(true));
+        assert_eq!(under.keep_replaced(&dir, "f", "in/sub/f"), Ok(Kept::Linked));
         assert_eq!(std::fs::read(d.path().join("in/bak/sub/f")).unwrap(), b"v1");
         assert_eq!(
             under.keep_replaced(&dir, "nothing", "in/sub/nothing"),
-            Ok(false)
+            Ok(Kept::Nothing)
         );
         assert_eq!(under.keep_deleted(&dir, "f", "in/sub/f"), Ok(true));
         assert!(!d.path().join("in/sub/f").exists());
@@ -211,6 +259,12 @@ mod tests {
                 "{dir:?} {suffix:?}"
             );
         }
+        // A suffix never makes a name haul refuses (its state directory).
+        std::fs::write(d.path().join(".ha"), b"x").unwrap();
+        let state = Backups::new(spec("", "ul"), &root, "").unwrap();
+        assert!(state.keep_deleted(root.dir(), ".ha", ".ha").is_err());
+        assert!(state.keep_replaced(root.dir(), ".ha", ".ha").is_err());
+        assert!(!d.path().join(".haul").exists());
         // A symlink on the way to the backup directory is not followed.
         let outside = tempfile::tempdir().unwrap();
         std::fs::write(d.path().join("f"), b"v1").unwrap();

@@ -31,7 +31,7 @@ use haul_proto::{
 use haul_root::{Dir, Meta, Root};
 
 use crate::attrs::{AttrPolicy, AttrWriter, Target};
-use crate::backup::Backups;
+use crate::backup::{Backups, Kept};
 use crate::dir_cache::{DirCache, HeldDir};
 use crate::partial::{DirtyDirs, PartialFile, Place, Staging};
 use known_dirs::KnownDirs;
@@ -396,15 +396,22 @@ impl Destination {
             .dir
             .read_link(&place.name)
             .is_ok_and(|t| t == std::ffi::OsStr::new(target));
-        if let (Some(b), false) = (backups, same_link) {
-            let name = place.name.to_str().unwrap_or_default();
-            if let Err(e) = b.keep_replaced(&place.dir, name, &entry.path) {
-                let _ = place.dir.unlink(&tmp);
-                return Err(io("back up", io::Error::other(e)));
-            }
-        }
+        let name = place.name.to_str().unwrap_or_default();
+        let kept = match (backups, same_link) {
+            (Some(b), false) => match b.keep_replaced(&place.dir, name, &entry.path) {
+                Ok(kept) => kept,
+                Err(e) => {
+                    let _ = place.dir.unlink(&tmp);
+                    return Err(io("back up", io::Error::other(e)));
+                }
+            },
+            _ => Kept::Nothing,
+        };
         if let Err(e) = place.dir.rename(&tmp, &place.dir, &place.name) {
             let _ = place.dir.unlink(&tmp);
+            if let (Kept::Moved, Some(b)) = (kept, backups) {
+                b.restore(&place.dir, name, &entry.path);
+            }
             return Err(io("rename", e));
         }
         Ok(())
@@ -438,6 +445,13 @@ impl Destination {
             }
             haul_proto::EntryKind::File | haul_proto::EntryKind::HardLink { .. } => None,
         }
+    }
+
+    /// What is at `rel` now, without following a symlink (`None`: nothing,
+    /// or a path that cannot be resolved).
+    pub fn existing(&self, rel: &str) -> Option<Meta> {
+        let place = self.resolve(rel).ok()?;
+        place.dir.stat(&place.name).ok().flatten()
     }
 
     /// True when the final file already exists with this size and mtime
@@ -588,6 +602,7 @@ impl Destination {
                 self.dirty_dirs.clone(),
                 self.attr_writer(),
             )?;
+            part.note_replaced(found);
             return Ok(Prepared::Receive(Arc::new(part)));
         }
         let mut open = self
@@ -635,6 +650,7 @@ impl Destination {
             }
             other => other?,
         };
+        part.note_replaced(found);
         let part = Arc::new(part);
         open.insert(entry.path.clone(), Arc::downgrade(&part));
         Ok(Prepared::Receive(part))

@@ -29,7 +29,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use haul_proto::{EntryKind, SkipRule};
 use haul_root::Root;
 
-use crate::backup::Backups;
+use crate::backup::{Backups, Kept};
 use crate::SourceEntry;
 
 /// Names each multiply linked file's later names as links to its first,
@@ -143,19 +143,30 @@ pub fn link_beneath(
         }
         _ => {}
     }
-    if let Some(b) = rules.backups {
-        b.keep_replaced(&dir, name, path)?;
-    }
+    let kept = match rules.backups {
+        Some(b) => b.keep_replaced(&dir, name, path)?,
+        None => Kept::Nothing,
+    };
+    // What was moved to its backup goes back if the link cannot be made.
+    let restore = || {
+        if let (Kept::Moved, Some(b)) = (kept, rules.backups) {
+            b.restore(&dir, name, path);
+        }
+    };
     // A fresh name beside it, then one rename over what is there.
     let temp = temp_name();
-    dir.link_file(&file, &temp).map_err(|e| match e.kind() {
-        std::io::ErrorKind::CrossesDevices => {
-            format!("{target} is on another file system than {path}: a hard link cannot cross")
-        }
-        _ => format!("cannot link it to {target}: {e}"),
-    })?;
+    if let Err(e) = dir.link_file(&file, &temp) {
+        restore();
+        return Err(match e.kind() {
+            std::io::ErrorKind::CrossesDevices => {
+                format!("{target} is on another file system than {path}: a hard link cannot cross")
+            }
+            _ => format!("cannot link it to {target}: {e}"),
+        });
+    }
     if let Err(e) = dir.rename(&temp, &dir, name) {
         let _ = dir.unlink(&temp);
+        restore();
         return Err(format!("cannot put the link to {target} in place: {e}"));
     }
     Ok(Linked::Made)

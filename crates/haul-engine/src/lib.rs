@@ -9,6 +9,7 @@
 //! - [`prune`]: staging files of abandoned transfers, removed after a TTL.
 //! - [`mirror`]: `--delete` at a local destination, beneath a held root.
 //! - [`backup`]: `--backup`, what a transfer replaces or deletes kept aside.
+//! - [`itemize`]: `-i`, rsync's change strings, for receivers and dry runs.
 //! - [`hard_links`]: `-H`, further names of a file found and linked again.
 //! - [`one_file`]: scp's and rsync's rule for a `DEST` that names one file.
 //! - [`content`]: whole-file BLAKE3 of one version that existed, the one seam.
@@ -23,6 +24,7 @@ pub mod destination;
 mod dir_cache;
 pub mod filtered;
 pub mod hard_links;
+pub mod itemize;
 pub mod mirror;
 pub mod one_file;
 /// Chunk digests and whole-file hashes: the protocol's, in [`haul_proto::digest`].

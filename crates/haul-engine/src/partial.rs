@@ -10,9 +10,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use haul_proto::{Digest, Entry};
-use haul_root::Dir;
+use haul_root::{Dir, Meta};
 
 use crate::attrs::{AttrWriter, Target};
+use crate::backup::{Backups, Kept};
 use crate::chunks::{read_file_chunk, ChunkSink, ChunkSource, VerifiedChunk};
 use crate::dir_cache::DirId;
 use crate::hash::{chunk_digest, root_from_digests, valid_chunk_size, MAX_CHUNKS};
@@ -108,8 +109,8 @@ pub struct PartialFile {
     /// Its session let it go unfinished (the sender failed it): readers
     /// waiting for chunks that will not come get an error instead.
     abandoned: AtomicBool,
-    /// `--backup`: what it replaces is kept ([`PartialFile::keep_backups`]).
-    backups: Mutex<Option<Arc<crate::backup::Backups>>>,
+    /// What was at its final name when it was prepared (`-i`).
+    replaced: std::sync::OnceLock<Meta>,
 }
 
 /// Callbacks for readers waiting on chunks still to verify.
@@ -218,7 +219,7 @@ impl PartialFile {
             published: AtomicBool::new(false),
             in_place: AtomicBool::new(false),
             publishing: Mutex::new(()),
-            backups: Mutex::new(None),
+            replaced: std::sync::OnceLock::new(),
             device: AtomicU64::new(u64::MAX),
             wakers: Wakers::default(),
             abandoned: AtomicBool::new(false),
@@ -291,7 +292,7 @@ impl PartialFile {
             published: AtomicBool::new(false),
             in_place: AtomicBool::new(false),
             publishing: Mutex::new(()),
-            backups: Mutex::new(None),
+            replaced: std::sync::OnceLock::new(),
             device: AtomicU64::new(u64::MAX),
             wakers: Wakers::default(),
             abandoned: AtomicBool::new(false),
@@ -505,11 +506,20 @@ impl PartialFile {
     /// Checks the whole-file hash against `sender_root`, then sets mode and
     /// mtime, fsyncs, and renames into place. Returns the file's BLAKE3.
     pub fn commit(&self, sender_root: &Digest) -> Result<Digest, ReceiveError> {
+        self.commit_keeping(sender_root, None)
+    }
+
+    /// [`PartialFile::commit`], keeping what it replaces as `backups` say.
+    pub fn commit_keeping(
+        &self,
+        sender_root: &Digest,
+        backups: Option<&Backups>,
+    ) -> Result<Digest, ReceiveError> {
         let root = self.seal(sender_root)?;
         self.part
             .sync_all()
             .map_err(|e| ReceiveError::io("fsync", &self.shown_path(), e))?;
-        self.publish()?;
+        self.publish_keeping(backups)?;
         Ok(root)
     }
 
@@ -585,18 +595,30 @@ impl PartialFile {
         Ok(root)
     }
 
-    /// `--backup`: the file this one replaces when it is published is kept
-    /// as `backups` says (the session receiving it decides; the last says).
-    pub fn keep_backups(&self, backups: Arc<crate::backup::Backups>) {
-        if let Ok(mut b) = self.backups.lock() {
-            *b = Some(backups);
+    /// Notes what was at its final name when it was prepared.
+    pub(crate) fn note_replaced(&self, found: Option<Meta>) {
+        if let Some(m) = found {
+            let _ = self.replaced.set(m);
         }
     }
 
+    /// What was at its final name when it was prepared (`None`: nothing):
+    /// what `-i` compares it with.
+    pub fn replaced(&self) -> Option<&Meta> {
+        self.replaced.get()
+    }
+
     /// Second half of a commit, once the data is durable: the atomic rename
-    /// to the final name (with `--backup`, what it replaces kept first).
+    /// to the final name.
     /// Once in place, publishing again is a no-op (see `seal`).
     pub fn publish(&self) -> Result<(), ReceiveError> {
+        self.publish_keeping(None)
+    }
+
+    /// [`PartialFile::publish`], keeping what it replaces as `backups` say
+    /// (`--backup`: the committing session's own rule, since sessions may
+    /// share one staging file).
+    pub fn publish_keeping(&self, backups: Option<&Backups>) -> Result<(), ReceiveError> {
         let _one_at_a_time = self.publishing.lock();
         if self.published.swap(true, Ordering::AcqRel) {
             if self.in_place.load(Ordering::Acquire) {
@@ -604,25 +626,28 @@ impl PartialFile {
             }
             return Err(ReceiveError::Incomplete(self.entry.path.clone()));
         }
-        let backups = self.backups.lock().ok().and_then(|b| b.clone());
-        if let Some(b) = backups {
-            let name = self.place.name.to_str().unwrap_or_default();
-            if let Err(e) = b.keep_replaced(&self.place.dir, name, &self.entry.path) {
-                return Err(ReceiveError::io(
-                    "back up",
-                    &self.place.shown(),
-                    std::io::Error::other(e),
-                ));
-            }
-        }
+        let name = self.place.name.to_str().unwrap_or_default();
+        let kept = match backups {
+            None => Kept::Nothing,
+            Some(b) => b
+                .keep_replaced(&self.place.dir, name, &self.entry.path)
+                .map_err(|e| {
+                    ReceiveError::io("back up", &self.place.shown(), std::io::Error::other(e))
+                })?,
+        };
         // Renamed or linked into the directory held since the offer: one
         // swapped for a symlink meanwhile is not followed.
-        match &self.staged_as {
-            None => self.link_into_place()?,
+        let placed = match &self.staged_as {
+            None => self.link_into_place(),
             Some((dir, name)) => dir
                 .rename(name, &self.place.dir, &self.place.name)
-                .map_err(|e| ReceiveError::io("rename", &self.place.shown(), e))?,
+                .map_err(|e| ReceiveError::io("rename", &self.place.shown(), e)),
+        };
+        if let (Err(_), Kept::Moved, Some(b)) = (&placed, kept, backups) {
+            // The old file was moved to its backup: back under its name.
+            b.restore(&self.place.dir, name, &self.entry.path);
         }
+        placed?;
         self.in_place.store(true, Ordering::Release);
         // The new name becomes durable with the next directory sync. A crash
         // before it loses the name, never integrity: the file is sent again.

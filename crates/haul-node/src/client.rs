@@ -69,6 +69,9 @@ pub struct ClientOptions {
     /// `--backup`: what the transfer replaces or deletes at the destination
     /// is kept as this says ([`haul_engine::backup`]).
     pub backup: Option<haul_proto::Backup>,
+    /// `--max-transfer`: once this many bytes moved, no further file is
+    /// started (rclone's soft cutoff; the run then exits 8).
+    pub max_transfer: Option<u64>,
     /// Which files already at the destination are kept (rsync's
     /// `--ignore-existing`, `--size-only`, `-u`; default: the quick check).
     pub skip: haul_proto::SkipRule,
@@ -94,6 +97,14 @@ impl ClientOptions {
     /// or (`-S` alone) level 0, only chunks of zeros left out.
     pub fn packing(&self) -> Option<i32> {
         self.compress.or(self.keep.sparse.then_some(0))
+    }
+
+    /// `--max-transfer` on `queue`: cut off once `tally` moved the limit.
+    pub(crate) fn limit<J: crate::jobs::Job>(&self, queue: &WorkQueue<J>, tally: &Arc<Tally>) {
+        if let Some(max) = self.max_transfer {
+            let tally = tally.clone();
+            queue.stop_starting_when(Arc::new(move || tally.moved() >= max));
+        }
     }
 
     /// `--backup` at a local destination held at `root`.
@@ -136,6 +147,7 @@ impl Default for ClientOptions {
             max_delete: None,
             delete_excluded: false,
             backup: None,
+            max_transfer: None,
             skip: haul_proto::SkipRule::default(),
             keep: haul_proto::Keep::default(),
             compress: None,
@@ -153,6 +165,25 @@ pub(crate) fn fail_leftovers<J: crate::jobs::Job>(
     err: &Option<NodeError>,
     path_of: impl Fn(&J) -> String,
 ) {
+    if queue.was_cut() {
+        // One line for what --max-transfer left, not one per file.
+        let left: std::collections::HashSet<String> =
+            queue.take_left().iter().map(&path_of).collect();
+        tally.event(&Event::file_failed(
+            String::new(),
+            format!(
+                "--max-transfer reached ({} bytes moved): no file was started after it, and {} \
+                 queued (and any the walk had not reached) are left; run again to send the rest",
+                tally.moved(),
+                match left.len() {
+                    1 => "1 file".to_owned(),
+                    n => format!("{n} files"),
+                }
+            ),
+            haul_run::FailKind::TransferLimit,
+        ));
+        return;
+    }
     let (reason, kind) = err.as_ref().map_or_else(
         || ("not transferred".into(), haul_run::FailKind::Error),
         |e| (e.to_string(), e.fail_kind()),

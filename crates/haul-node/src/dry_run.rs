@@ -441,6 +441,20 @@ fn compare(
             }
             _ => DryRunAction::Make,
         };
+        if action != DryRunAction::UpToDate {
+            // -i: what would change, as the run's receiver would say it.
+            let there = there.copied();
+            let content = checksum && there.is_some_and(|t| t.size == e.size);
+            let mut code = haul_engine::itemize::listed(e, there, content);
+            let path = match &e.kind {
+                EntryKind::HardLink { target } => format!("{} => {target}", e.path),
+                _ => e.path.clone(),
+            };
+            if code.starts_with('h') {
+                code.replace_range(2.., "+++++++++");
+            }
+            observer.event(&Event::Itemized { path, code });
+        }
         say(e, action);
     }
     if delete {

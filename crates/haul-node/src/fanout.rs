@@ -329,6 +329,9 @@ pub async fn push_fanout(
             .collect();
         nodes[run.index[i]].from = from.join(", ");
     }
+    if opts.keep.hard_links {
+        run.link(dests, &mut nodes).await?;
+    }
     if opts.delete {
         run.prune(dests, &mut nodes).await?;
     }
@@ -563,6 +566,35 @@ impl Run {
         if let Some(old) = self.sending.insert((child, stripe), handle) {
             old.abort();
         }
+    }
+
+    /// `-H`, once every send ended: each node that received everything
+    /// makes the dataset's further names links to their first names
+    /// (`Request::Link`, as `haul push -H`); a node that lacks something
+    /// makes none (one warning says so). No relay ever carries a further
+    /// name: the sends leave them out, and this walk of the dataset finds
+    /// them again.
+    async fn link(&self, dests: &[NodeUrl], nodes: &mut [NodeReport]) -> Result<(), NodeError> {
+        let links = crate::hard_links::Links::default();
+        for src in self.dataset.entries()?.flatten() {
+            if let haul_proto::EntryKind::HardLink { target } = src.entry.kind {
+                links.add(src.entry.path, target);
+            }
+        }
+        for (i, dialer) in self.dialers.iter().enumerate() {
+            let node = &mut nodes[self.index[i]];
+            let url = NodePath::new(dialer.clone(), dests[self.index[i]].path.clone());
+            let here = Tally::new(self.tally.clone());
+            let complete = node.ok && node.failed == 0;
+            let dest = url.path.trim_matches('/');
+            crate::hard_links::link_on_node(&url, dest, &links, &self.opts, &here, complete).await;
+            let failed = here.failed();
+            if failed > 0 {
+                node.failed += failed;
+                node.ok = false;
+            }
+        }
+        Ok(())
     }
 
     /// `--delete`, once every node holds everything: each removes what it

@@ -41,20 +41,18 @@ impl Links {
     }
 
     /// The links that may be made now. Those whose file failed fail too;
-    /// when the transfer stopped, none may (one warning says so).
-    fn ready(&self, tally: &Tally, stopped: Option<&NodeError>) -> Vec<(String, String)> {
-        let links = self
-            .0
-            .lock()
-            .map(|mut l| std::mem::take(&mut *l))
-            .unwrap_or_default();
+    /// when the transfer did not go through every file (`complete` false:
+    /// it stopped, or `--max-transfer` cut it off), none may (one warning
+    /// says so).
+    fn ready(&self, tally: &Tally, complete: bool) -> Vec<(String, String)> {
+        let links = self.0.lock().map(|l| l.clone()).unwrap_or_default();
         if links.is_empty() {
             return links;
         }
-        if stopped.is_some() {
+        if !complete {
             tally.event(&Event::Warning {
                 message: format!(
-                    "{} hard links not made: the transfer stopped before every file verified",
+                    "{} hard links not made: the transfer ended before every file verified",
                     links.len()
                 ),
             });
@@ -119,8 +117,14 @@ impl Firsts {
     }
 }
 
-/// Says what linking `path` came to.
-fn report(tally: &Tally, path: String, result: Result<Linked, String>) {
+/// Says what linking `path` to `target` came to (`-i`: rsync's `hf` line).
+fn report(tally: &Tally, path: String, target: &str, result: Result<Linked, String>) {
+    if matches!(result, Ok(Linked::Made)) {
+        tally.event(&Event::Itemized {
+            path: format!("{path} => {target}"),
+            code: "hf+++++++++".into(),
+        });
+    }
     tally.event(&match result {
         Ok(Linked::Made) => Event::made(path),
         Ok(Linked::AlreadyLinked | Linked::Kept) => Event::up_to_date(path, 0),
@@ -136,15 +140,15 @@ pub(crate) fn link_here(
     links: &Links,
     opts: &ClientOptions,
     tally: &Tally,
-    stopped: Option<&NodeError>,
+    complete: bool,
 ) {
     let rules = LinkRules {
         skip: opts.skip,
         backups,
     };
-    for (path, target) in links.ready(tally, stopped) {
+    for (path, target) in links.ready(tally, complete) {
         let result = link_beneath(root, &path, &target, &rules);
-        report(tally, path, result);
+        report(tally, path, &target, result);
     }
 }
 
@@ -156,9 +160,9 @@ pub(crate) async fn link_on_node(
     links: &Links,
     opts: &ClientOptions,
     tally: &Tally,
-    stopped: Option<&NodeError>,
+    complete: bool,
 ) {
-    let mut todo: VecDeque<(String, String)> = links.ready(tally, stopped).into();
+    let mut todo: VecDeque<(String, String)> = links.ready(tally, complete).into();
     if todo.is_empty() {
         return;
     }
@@ -176,7 +180,7 @@ pub(crate) async fn link_on_node(
             return;
         }
     };
-    let mut asked: VecDeque<String> = VecDeque::new();
+    let mut asked: VecDeque<(String, String)> = VecDeque::new();
     while !todo.is_empty() || !asked.is_empty() {
         let answer = async {
             while asked.len() < LINK_WINDOW {
@@ -185,13 +189,13 @@ pub(crate) async fn link_on_node(
                 };
                 // Counted as asked before it is sent: a send that fails
                 // reports it with the rest.
-                asked.push_back(path.clone());
+                asked.push_back((path.clone(), target.clone()));
                 w.send(&Message::Link { path, target }).await?;
             }
             r.recv().await
         }
         .await;
-        let Some(path) = asked.pop_front() else {
+        let Some((path, target)) = asked.pop_front() else {
             break;
         };
         match answer {
@@ -201,19 +205,19 @@ pub(crate) async fn link_on_node(
                     [2, ..] => Linked::Kept,
                     _ => Linked::Made,
                 };
-                report(tally, path, Ok(linked));
+                report(tally, path, &target, Ok(linked));
             }
-            Ok(Message::Done { message, .. }) => report(tally, path, Err(message)),
+            Ok(Message::Done { message, .. }) => report(tally, path, &target, Err(message)),
             other => {
                 let why = match other {
                     Ok(m) => format!("the node answered {m:?}"),
                     Err(e) => e.to_string(),
                 };
-                let left = std::iter::once(path)
+                let left = std::iter::once((path, target))
                     .chain(asked.drain(..))
-                    .chain(todo.drain(..).map(|(p, _)| p));
-                for path in left {
-                    report(tally, path, Err(why.clone()));
+                    .chain(todo.drain(..));
+                for (path, target) in left {
+                    report(tally, path, &target, Err(why.clone()));
                 }
                 return;
             }

@@ -5,10 +5,12 @@
 //! whole. A job that failed with its connection is given back and retried on
 //! the next connection; a large file split by `--streams` becomes one job per
 //! range, and a connection never holds two ranges of the same file.
+//! `--max-transfer` cuts a queue off: once its limit is reached, no job is
+//! handed out, and what is left is counted, not failed one by one.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use haul_engine::ChunkSource;
 pub use haul_session::{FetchGroup, FetchJob, Job, RangeGroup};
@@ -42,12 +44,19 @@ struct Inner<J> {
     closed: bool,
 }
 
+/// Says when a queue stops handing out jobs (`--max-transfer`).
+pub type Cutoff = Arc<dyn Fn() -> bool + Send + Sync>;
+
 /// A queue of jobs shared by connections.
 pub struct WorkQueue<J> {
     inner: Mutex<Inner<J>>,
     notify: tokio::sync::Notify,
     /// Connections asked to stop taking work (the `auto` controller backing off).
     retire: AtomicU32,
+    /// `--max-transfer`: asked before each job is handed out.
+    cutoff: OnceLock<Cutoff>,
+    /// The cutoff said stop: nothing is handed out any more.
+    cut: AtomicBool,
 }
 
 impl<J: Job> WorkQueue<J> {
@@ -61,6 +70,8 @@ impl<J: Job> WorkQueue<J> {
             }),
             notify: tokio::sync::Notify::new(),
             retire: AtomicU32::new(0),
+            cutoff: OnceLock::new(),
+            cut: AtomicBool::new(false),
         })
     }
 
@@ -74,7 +85,46 @@ impl<J: Job> WorkQueue<J> {
             }),
             notify: tokio::sync::Notify::new(),
             retire: AtomicU32::new(0),
+            cutoff: OnceLock::new(),
+            cut: AtomicBool::new(false),
         })
+    }
+
+    /// From now on, a job is handed out only while `reached` says no; once
+    /// it says yes, none is again (those in flight finish).
+    pub fn stop_starting_when(&self, reached: Cutoff) {
+        let _ = self.cutoff.set(reached);
+    }
+
+    /// True once the cutoff stopped the queue.
+    pub fn was_cut(&self) -> bool {
+        self.cut.load(Ordering::Acquire)
+    }
+
+    /// Whether the cutoff says stop (and remembers it, waking waiters).
+    fn cut_now(&self) -> bool {
+        if self.cut.load(Ordering::Acquire) {
+            return true;
+        }
+        if self.cutoff.get().is_some_and(|reached| reached()) {
+            self.cut.store(true, Ordering::Release);
+            self.notify.notify_waiters();
+            return true;
+        }
+        false
+    }
+
+    /// What is left once the queue was cut off or its transfer stopped:
+    /// the jobs queued, whatever the cutoff says (the rest of a feed is
+    /// not walked).
+    pub fn take_left(&self) -> Vec<J> {
+        self.inner
+            .lock()
+            .map(|mut inner| {
+                inner.feed = None;
+                inner.deferred.drain(..).collect()
+            })
+            .unwrap_or_default()
     }
 
     /// Asks one connection to finish what it holds and close.
@@ -115,6 +165,9 @@ impl<J: Job> WorkQueue<J> {
 
     /// The next job whose group is not in `busy`, without waiting.
     pub fn try_take(&self, busy: &[usize]) -> Option<J> {
+        if self.cut_now() {
+            return None;
+        }
         let mut inner = self.inner.lock().ok()?;
         let ok = |j: &J| j.group_key().is_none_or(|k| !busy.contains(&k));
         if let Some(pos) = inner.deferred.iter().position(ok) {
@@ -137,6 +190,9 @@ impl<J: Job> WorkQueue<J> {
     /// True when a job is waiting to be taken now: one given back or pushed,
     /// or the next one the feed yields (kept for whoever takes next).
     pub fn has_waiting(&self) -> bool {
+        if self.cut_now() {
+            return false;
+        }
         let Ok(mut inner) = self.inner.lock() else {
             return false;
         };
@@ -157,10 +213,12 @@ impl<J: Job> WorkQueue<J> {
 
     /// True when no job is left and none can come, except ones given back later.
     pub fn is_drained(&self) -> bool {
-        self.inner
-            .lock()
-            .map(|i| i.closed && i.feed.is_none() && i.deferred.is_empty())
-            .unwrap_or(true)
+        self.cut_now()
+            || self
+                .inner
+                .lock()
+                .map(|i| i.closed && i.feed.is_none() && i.deferred.is_empty())
+                .unwrap_or(true)
     }
 
     /// Waits until a job may be available or the queue is drained.
@@ -168,11 +226,12 @@ impl<J: Job> WorkQueue<J> {
         let notified = self.notify.notified();
         tokio::pin!(notified);
         notified.as_mut().enable();
-        let ready = self
-            .inner
-            .lock()
-            .map(|i| !i.deferred.is_empty() || i.feed.is_some() || i.closed)
-            .unwrap_or(true);
+        let ready = self.cut_now()
+            || self
+                .inner
+                .lock()
+                .map(|i| !i.deferred.is_empty() || i.feed.is_some() || i.closed)
+                .unwrap_or(true);
         if !ready {
             notified.await;
         }

@@ -84,6 +84,7 @@ pub async fn copy_local(
         same,
         Some(links.clone()),
     )?;
+    opts.limit(&queue, &tally);
     destination.apply_dir_metadata_at_end();
     let sctx = SenderCtx::for_client(opts, &tally, ChunkBuffers::new(opts.chunk_memory));
     // Its own chunk buffers: a sender holding buffers while it waits for
@@ -117,7 +118,8 @@ pub async fn copy_local(
     .await;
     fail_leftovers(&queue, &tally, &err, |j| j.entry.path.clone());
     let root = destination.held_root();
-    link_here(root, backups.as_deref(), &links, opts, &tally, err.as_ref());
+    let complete = err.is_none() && !queue.was_cut();
+    link_here(root, backups.as_deref(), &links, opts, &tally, complete);
     if let (Some(seen), Some(source)) = (seen, sources.first()) {
         let top = LocalTree::new(source)
             .map(|t| t.top_name().to_owned())

@@ -84,6 +84,7 @@ pub async fn pull(
     }
     destination.apply_dir_metadata_at_end();
     let queue: Arc<WorkQueue<FetchJob>> = WorkQueue::open();
+    opts.limit(&queue, &tally);
     let links = Arc::new(Links::default());
     let lister = {
         let (queue, tally, destination, opts, links, backups) = (
@@ -186,11 +187,16 @@ pub async fn pull(
     })
     .await;
     let mut listed = HashSet::new();
+    if queue.was_cut() {
+        // --max-transfer: the rest of the listing would only be left.
+        lister.abort();
+    }
     let broke = match lister.await {
         Ok(Ok(paths)) => {
             listed = paths;
             None
         }
+        Err(e) if e.is_cancelled() => None,
         Ok(Err(e)) => Some(e),
         Err(e) => Some(NodeError::Internal(format!("lister stopped: {e}"))),
     };
@@ -209,7 +215,8 @@ pub async fn pull(
     }
     fail_leftovers(&queue, &tally, &err, |j| j.entry.path.clone());
     let root = destination.held_root();
-    link_here(root, backups.as_deref(), &links, opts, &tally, err.as_ref());
+    let complete = err.is_none() && !queue.was_cut();
+    link_here(root, backups.as_deref(), &links, opts, &tally, complete);
     if delete {
         crate::mirror::delete_extraneous(dest, &top, &listed, opts, &tally, err.as_ref());
     }

@@ -85,9 +85,11 @@ pub(crate) fn send_queue(
             }
             if let EntryKind::HardLink { target } = &src.entry.kind {
                 // Linked once every file verified (-H); no data is sent.
-                match &links {
-                    Some(links) => links.add(src.entry.path.clone(), target.clone()),
-                    None => observer.event(&Event::file_error(
+                match (&links, fanout) {
+                    (Some(links), _) => links.add(src.entry.path.clone(), target.clone()),
+                    // A fan-out's coordinator links them on every node.
+                    (None, Some(_)) => {}
+                    (None, None) => observer.event(&Event::file_error(
                         src.entry.path.clone(),
                         "a hard link cannot be sent this way (-H is for push, pull and local copies)",
                     )),
@@ -188,6 +190,7 @@ pub async fn push(
         same,
         Some(links.clone()),
     )?;
+    opts.limit(&queue, &tally);
     // Fail fast on a wrong address, token or key before spawning workers.
     let dest_dir = dest.clone();
     let request = Request::Push {
@@ -210,7 +213,8 @@ pub async fn push(
     )
     .await;
     fail_leftovers(&queue, &tally, &err, |j| j.entry.path.clone());
-    link_on_node(remote, &dest_dir, &links, opts, &tally, err.as_ref()).await;
+    let complete = err.is_none() && !queue.was_cut();
+    link_on_node(remote, &dest_dir, &links, opts, &tally, complete).await;
     if let (Some(seen), Some(source)) = (seen, sources.first()) {
         let sent = seen.lock().map(|s| s.clone()).unwrap_or_default();
         let dest = remote.path.trim_matches('/');

@@ -216,7 +216,7 @@ impl Backup {
     /// part of one name (no `/`, NUL, at most 64 bytes), not empty without a
     /// directory, and a directory path as [`crate::validate_rel_path`] allows.
     pub fn check(&self) -> Result<(), String> {
-        if self.suffix.len() > 64 || self.suffix.contains(['/', '\0']) {
+        if self.suffix.len() > 64 || self.suffix.contains(['/', '\\', '\0']) {
             return Err(format!(
                 "--suffix {:?}: give at most 64 bytes without / (a part of a name)",
                 self.suffix

@@ -58,6 +58,15 @@ pub enum Event {
         /// What would be done.
         action: DryRunAction,
     },
+    /// What changed about an entry the receiver is taking (rsync's `-i`
+    /// string, `haul_engine::itemize`, from the receiver's side: `>` for
+    /// a file received), told before the entry's `FileDone`.
+    Itemized {
+        /// Path relative to the destination.
+        path: String,
+        /// rsync's change string, such as `>f.st......` or `cd+++++++++`.
+        code: String,
+    },
     /// `--delete`: an entry the source does not have was removed from the
     /// destination.
     Deleted {
@@ -138,6 +147,9 @@ pub enum FailKind {
     /// `--max-delete`: more would have been deleted than allowed, so
     /// nothing was.
     DeleteLimit,
+    /// `--max-transfer`: the bytes allowed were moved, so no further file
+    /// was started (rclone's "transfer limit reached").
+    TransferLimit,
 }
 
 /// What a dry run found an entry would need.

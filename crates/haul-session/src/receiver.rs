@@ -197,6 +197,8 @@ struct File {
     /// Fan-out: the root the origin vouched for (`Vouched`): the only one
     /// a `Commit` of the whole file may name.
     vouched: Option<Digest>,
+    /// What changes here when it lands (`-i`: [`Receiver::itemized`]).
+    changes: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -310,6 +312,7 @@ impl Receiver {
                 job: Some(job),
                 sealed: None,
                 vouched: None,
+                changes: None,
             },
         );
         id
@@ -548,6 +551,7 @@ impl Receiver {
             job,
             sealed: sealed.map(|(_, s)| s),
             vouched: None,
+            changes: None,
         };
         if unsealed {
             let path = entry.path.clone();
@@ -612,6 +616,32 @@ impl Receiver {
         self.core.event(Event::file_error(path.to_owned(), message));
     }
 
+    /// What will change here when `file` lands (rsync's `-i` string, from
+    /// the driver's look at what is at its name): told to the observer
+    /// before its `FileDone`, and to the sender in its `Done` (version 13).
+    /// Call before [`Receiver::made`] or [`Receiver::prepared`].
+    pub fn itemized(&mut self, file: FileId, code: String) {
+        if let Some(f) = self.files.get_mut(&file) {
+            f.changes = Some(code);
+        }
+    }
+
+    /// The changes of `file` as its `Done` carries them, told here too.
+    fn changes_of(&mut self, file: FileId, path: &str) -> String {
+        let code = self
+            .files
+            .get_mut(&file)
+            .and_then(|f| f.changes.take())
+            .unwrap_or_default();
+        if !code.is_empty() {
+            self.core.event(Event::Itemized {
+                path: path.to_owned(),
+                code: code.clone(),
+            });
+        }
+        code
+    }
+
     /// The driver made a directory or symlink.
     pub fn made(&mut self, now: Instant, file: FileId, result: Result<(), Refusal>) {
         self.core.io_done(now);
@@ -625,11 +655,12 @@ impl Receiver {
         };
         match result {
             Ok(()) => {
+                let message = self.changes_of(file, &path);
                 self.core.send(Message::Done {
                     id: file,
                     ok: true,
                     root: [0; 32],
-                    message: String::new(),
+                    message,
                 });
                 self.settle(file);
                 self.core.event(Event::made(path));
@@ -905,11 +936,12 @@ impl Receiver {
         let (path, size, received) = (f.entry.path.clone(), f.entry.size, f.received);
         match result {
             Ok(root) => {
+                let message = self.changes_of(file, &path);
                 self.core.send(Message::Done {
                     id: file,
                     ok: true,
                     root,
-                    message: String::new(),
+                    message,
                 });
                 tracing::debug!("received {path} ({size} bytes, blake3 {})", hex(&root));
                 self.settle(file);

@@ -979,6 +979,13 @@ impl<S> Sender<S> {
         if skipped && group.is_some_and(|g| !g.range_skipped(job.first)) {
             return;
         }
+        // Version 13: what changed at the receiver (`-i`), when it says.
+        if !message.is_empty() && message.len() <= 16 && message.is_ascii() {
+            self.core.event(Event::Itemized {
+                path: e.path.clone(),
+                code: message,
+            });
+        }
         self.core.event(Event::FileDone {
             path: e.path.clone(),
             size: e.size,

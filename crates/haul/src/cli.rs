@@ -307,6 +307,19 @@ pub struct TransferArgs {
     /// --backup-dir).
     #[arg(long, value_name = "SUFFIX")]
     pub suffix: Option<String>,
+    /// Print rsync's change string for each entry that changes, on stdout:
+    /// `>f+++++++++` a new file received (`<` sent by a push), `>f.st......`
+    /// its size and mtime changed, `cd+++++++++` a directory made,
+    /// `hf+++++++++` a hard link, `*deleting` (--json: `itemized` events).
+    /// With -n, what would change.
+    #[arg(short = 'i', long)]
+    pub itemize_changes: bool,
+    /// Once SIZE bytes moved (K/M/G suffixes), start no further file: those
+    /// in flight finish (each connection holds at most two files ahead under
+    /// this flag), the rest is left for the next run; exit 8 (rclone's
+    /// --max-transfer with its soft cutoff). Push, pull from a node, local copy.
+    #[arg(long, value_name = "SIZE")]
+    pub max_transfer: Option<String>,
     /// Replace a non-empty directory at DEST where the source has a file or
     /// symlink (rsync's --force; --delete implies it). An empty directory,
     /// a file where the source has a directory and any other type change
@@ -452,7 +465,7 @@ pub struct RsyncArgs {
     pub acls: bool,
     /// Hard links: a file's further names within the transfer are made
     /// links to its first again, its data sent once (push, pull, local
-    /// copy; not a fan-out yet).
+    /// copy, fan-out).
     #[arg(short = 'H', long)]
     pub hard_links: bool,
     /// Sparse files: chunks of zeros are not sent, and runs of zeros are

@@ -112,6 +112,9 @@ fn backup(t: &TransferArgs) -> Result<Option<haul_proto::Backup>> {
         .unwrap_or_default()
         .trim_end_matches('/')
         .to_owned();
+    if t.backup_dir.is_some() && dir.is_empty() {
+        bail!("--backup-dir needs a directory beneath DEST (say --backup-dir old); for backups beside the files give -b alone");
+    }
     let suffix = match (&t.suffix, dir.is_empty()) {
         (Some(s), _) => s.clone(),
         (None, true) => "~".to_owned(),
@@ -214,6 +217,13 @@ pub fn client_options(t: &TransferArgs) -> Result<ClientOptions> {
         max_delete: t.max_delete,
         delete_excluded: t.delete_excluded,
         backup: backup(t)?,
+        max_transfer: t.max_transfer.as_deref().map(parse_size).transpose()?,
+        // With --max-transfer, a connection holds at most two files ahead:
+        // what is started after the limit is reached stays small.
+        window: match t.max_transfer {
+            Some(_) => 2,
+            None => haul_node::client::DEFAULT_WINDOW,
+        },
         skip: haul_proto::SkipRule {
             ignore_existing: t.ignore_existing,
             size_only: t.size_only,

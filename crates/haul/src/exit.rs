@@ -26,6 +26,9 @@ pub const PARTIAL: u8 = 23;
 pub const VANISHED: u8 = 24;
 /// `--max-delete` stopped the deletions (and nothing else failed).
 pub const DELETE_LIMIT: u8 = 25;
+/// `--max-transfer` was reached: files were left for the next run
+/// (rclone's code for it).
+pub const TRANSFER_LIMIT: u8 = 8;
 /// A node stopped answering within --timeout.
 pub const TIMEOUT: u8 = 30;
 /// The node's key is not the one pinned for it (haul's own).
@@ -45,6 +48,7 @@ pub const TABLE: &[(u8, &str)] = &[
     (UNREACHABLE, "the node could not be reached: refused, no route, no such host"),
     (PARTIAL, "some files failed; the others verified (rsync's partial transfer)"),
     (VANISHED, "the only failures are source files that vanished after they were listed"),
+    (TRANSFER_LIMIT, "--max-transfer was reached: no file was started after it; run again for the rest"),
     (DELETE_LIMIT, "--max-delete stopped the deletions: nothing was deleted"),
     (TIMEOUT, "a node stopped answering within --timeout"),
     (KEY_CHANGED, "the node's key is not the one pinned for it (known_hosts, --fingerprint)"),
@@ -68,6 +72,8 @@ pub fn for_failures(failures: &[Failure]) -> u8 {
         PARTIAL
     } else if any(FailKind::DeleteLimit) {
         DELETE_LIMIT
+    } else if any(FailKind::TransferLimit) {
+        TRANSFER_LIMIT
     } else if any(FailKind::Changed) {
         CHANGED
     } else {
@@ -128,6 +134,8 @@ mod tests {
         assert_eq!(for_failures(&failed(&[Vanished, Changed])), CHANGED);
         assert_eq!(for_failures(&failed(&[Changed, Error, Vanished])), PARTIAL);
         assert_eq!(for_failures(&failed(&[DeleteLimit])), DELETE_LIMIT);
+        assert_eq!(for_failures(&failed(&[TransferLimit])), TRANSFER_LIMIT);
+        assert_eq!(for_failures(&failed(&[TransferLimit, Error])), PARTIAL);
         assert_eq!(for_failures(&failed(&[Error, Unreachable])), UNREACHABLE);
         assert_eq!(for_failures(&failed(&[Unreachable, Timeout])), TIMEOUT);
     }

@@ -108,15 +108,15 @@ pub async fn push(
         )
         .into());
     }
-    if args.transfer.backup || args.transfer.backup_dir.is_some() {
+    if args.transfer.max_transfer.is_some() {
         return Err(UsageError(
-            "-b/--backup is not offered for a fan-out yet (relays replace files as they receive them): push to each node on its own with -b, or leave it out".into(),
+            "--max-transfer is not offered for a fan-out yet (each node would stop at its own point): push to each node on its own, or leave it out".into(),
         )
         .into());
     }
-    if args.rsync.hard_links {
+    if args.transfer.backup || args.transfer.backup_dir.is_some() {
         return Err(UsageError(
-            "-H is not offered for a fan-out yet (each node would have to link what relays deliver to it): push to each node on its own with -H, or leave it out".into(),
+            "-b/--backup is not offered for a fan-out yet (relays replace files as they receive them): push to each node on its own with -b, or leave it out".into(),
         )
         .into());
     }
@@ -141,7 +141,11 @@ pub async fn push(
         &paths.join(" "),
         &dests.join(" "),
     ))?;
-    let display = Arc::new(Display::new(mode).logging_to(log));
+    let display = Arc::new(
+        Display::new(mode)
+            .itemizing(args.transfer.itemize_changes, true)
+            .logging_to(log),
+    );
     if args.transfer.dry_run {
         // Each destination compared with the source on its own: what the
         // fan-out would deliver to it (nothing is relayed or admitted).

@@ -74,6 +74,9 @@ pub fn fetch_options(t: &TransferArgs, r: &RemoteArgs, mut filter: Filter) -> Re
     if (t.delete || t.delete_excluded) && r.delete_source {
         bail!("--delete mirrors the source into DEST and --delete-source empties the source: together they would delete the copies too; use one");
     }
+    if client.max_transfer.is_some() {
+        bail!("--max-transfer is for haul nodes and local copies; an FTP, SFTP, HTTP or S3 pull does not take it yet");
+    }
     if client.backup.is_some() {
         bail!("-b/--backup is for haul nodes and local copies; an FTP, SFTP, HTTP or S3 pull does not keep backups yet");
     }

@@ -63,6 +63,11 @@ pub struct Display {
     causes: Mutex<Causes>,
     /// `-v`: each file is named on stdout when it verified.
     name_files: bool,
+    /// `-i`: rsync's change string for each entry that changes, on stdout
+    /// (`--json`: `itemized` events, otherwise left out); `Some(true)`
+    /// for a push, whose strings say `<` (sent) where the receiver's say
+    /// `>`.
+    itemize: Option<bool>,
     /// `--log-file`: every event also goes to the transfer log.
     log: Option<Arc<dyn Observer>>,
 }
@@ -128,8 +133,15 @@ impl Display {
             open: RwLock::new(true),
             causes: Mutex::new(Causes::default()),
             name_files: mode == Mode::Human && verbosity() >= 1,
+            itemize: None,
             log: None,
         }
+    }
+
+    /// The same, with `-i` (`sent`: a push, whose strings say `<`).
+    pub fn itemizing(mut self, on: bool, sent: bool) -> Self {
+        self.itemize = on.then_some(sent);
+        self
     }
 
     /// The same, every event also given to `log` (`--log-file`).
@@ -264,6 +276,7 @@ impl Observer for Display {
         match self.mode {
             Mode::Json => match event {
                 Event::Progress { bytes, .. } => self.json_progress(*bytes),
+                Event::Itemized { .. } if self.itemize.is_none() => {}
                 _ => {
                     if let Ok(v) = serde_json::to_value(event) {
                         json_line(&v);
@@ -278,7 +291,16 @@ impl Observer for Display {
                 }
             }
             Mode::Human => {
-                if newly_verified {
+                if let Some(line) = self.itemized_line(event) {
+                    if let Some(line) = line {
+                        match &self.bars {
+                            Some(b) => b.multi.suspend(|| println!("{line}")),
+                            None => println!("{line}"),
+                        }
+                    }
+                    return;
+                }
+                if newly_verified && self.itemize.is_none() {
                     self.name_sent(event);
                 }
                 self.human(event);
@@ -288,6 +310,35 @@ impl Observer for Display {
 }
 
 impl Display {
+    /// `-i`: the line `event` shows (`Some(None)`: none, in place of what
+    /// it would show otherwise); `None` when `-i` has nothing to say of it.
+    fn itemized_line(&self, event: &Event) -> Option<Option<String>> {
+        let sent = self.itemize?;
+        match event {
+            Event::Itemized { path, code } => {
+                let code = match (sent, code.strip_prefix('>')) {
+                    (true, Some(rest)) => format!("<{rest}"),
+                    _ => code.clone(),
+                };
+                // rsync shows a directory with its trailing slash.
+                let slash = if code.get(1..2) == Some("d") { "/" } else { "" };
+                Some(Some(format!("{code} {path}{slash}")))
+            }
+            Event::Deleted { path, .. }
+            | Event::DryRun {
+                path,
+                action: haul_run::DryRunAction::Delete,
+                ..
+            } => Some(Some(haul_engine::itemize::deleting(path))),
+            // What would be sent or made is itemized by its own event.
+            Event::DryRun {
+                action: haul_run::DryRunAction::Send | haul_run::DryRunAction::Make,
+                ..
+            } => Some(None),
+            _ => None,
+        }
+    }
+
     /// `-v`: names on stdout the file `event` just sent and verified
     /// (rsync's `-v` names each file it transferred; one skipped as up to
     /// date is not named).
@@ -399,7 +450,10 @@ impl Display {
                 bar.set_length((*total).max(*bytes));
                 bar.set_position(*bytes);
             }
-            Event::Resolved { .. } | Event::ListingProgress { .. } | Event::ListingDone { .. } => {}
+            Event::Resolved { .. }
+            | Event::ListingProgress { .. }
+            | Event::ListingDone { .. }
+            | Event::Itemized { .. } => {}
             Event::NodeDone { node, ok, error } => {
                 if let Ok(mut nodes) = b.nodes.lock() {
                     if let Some(bar) = nodes.remove(node) {

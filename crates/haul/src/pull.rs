@@ -25,7 +25,11 @@ pub async fn run(args: PullArgs, mode: Mode) -> Result<u8> {
         &args.source,
         &args.dest.display().to_string(),
     ))?;
-    let display = Arc::new(Display::new(mode).logging_to(log));
+    let display = Arc::new(
+        Display::new(mode)
+            .itemizing(args.transfer.itemize_changes, false)
+            .logging_to(log),
+    );
     if args.transfer.dry_run {
         return dry_run_pull(&args, &opts, mode, display).await;
     }

@@ -49,7 +49,11 @@ pub async fn run(args: PushArgs, mode: Mode) -> Result<u8> {
         &paths.join(" "),
         &target,
     ))?;
-    let display = Arc::new(Display::new(mode).logging_to(log));
+    let display = Arc::new(
+        Display::new(mode)
+            .itemizing(args.transfer.itemize_changes, true)
+            .logging_to(log),
+    );
     if args.transfer.dry_run {
         let report =
             haul_node::dry_run_push(&paths, &remote, &opts, opts.delete, display.clone()).await?;

@@ -53,7 +53,7 @@ const TIPS: &[(&[&str], &str)] = &[
         "haul never writes a file in place: it sends whole changed files, stages them, and resumes partial ones itself",
     ),
     (
-        &["-i", "--itemize-changes", "--out-format", "--info", "--debug"],
+        &["--out-format", "--info", "--debug"],
         "-v names each file sent; --json prints every event as a JSON line",
     ),
     (
@@ -61,7 +61,7 @@ const TIPS: &[(&[&str], &str)] = &[
         "haul's --log-file lines have a fixed form: --log-format text or json",
     ),
     (
-        &["--max-transfer", "-x", "--one-file-system", "-R", "--relative"],
+        &["-x", "--one-file-system", "-R", "--relative"],
         "not offered by haul yet",
     ),
     (

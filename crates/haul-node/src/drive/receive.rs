@@ -83,6 +83,13 @@ impl ReceiverCtx {
         }
     }
 
+    /// Whether a non-empty directory in the way is removed: with `--force`
+    /// or `--delete`, but not with `--backup`, which would lose what it
+    /// holds (its file fails instead, saying a directory is in the way).
+    fn replaces_dirs(&self) -> bool {
+        self.replace_dirs && self.backups.is_none()
+    }
+
     /// With `--backup`: what it replaces is kept as `backups` says.
     pub fn keeping_backups(mut self, backups: Option<Arc<Backups>>) -> Self {
         self.backups = backups;
@@ -281,12 +288,14 @@ impl Driver {
         match io {
             ReceiverIo::Make { file, entry } => {
                 let dest = &self.ctx.dest;
+                // -i: a directory or symlink that was not there is new.
+                let new = dest.existing(&entry.path).is_none();
                 let made = match entry.kind {
                     EntryKind::File => Err(Refusal {
                         code: ErrorCode::Protocol,
                         message: format!("{} is not a directory or symlink", entry.path),
                     }),
-                    _ => replacing(dest, self.ctx.replace_dirs, &entry.path, || {
+                    _ => replacing(dest, self.ctx.replaces_dirs(), &entry.path, || {
                         dest.make_dir_or_link(&entry, self.ctx.backups.as_deref())
                             .unwrap_or(Ok(()))
                     })
@@ -294,6 +303,10 @@ impl Driver {
                 };
                 if let (Some(relay), Ok(())) = (&self.ctx.relay, &made) {
                     relay.offered(&entry, None);
+                }
+                if new && made.is_ok() {
+                    self.session
+                        .itemized(file, haul_engine::itemize::received(&entry, None));
                 }
                 self.session.made(now, file, made);
             }
@@ -306,7 +319,7 @@ impl Driver {
                 // The quick check applies to a range too: a split file already
                 // in place is skipped range by range (the sender reports it once).
                 let dest = self.ctx.dest.clone();
-                let (quick_check, replace) = (self.ctx.quick_check, self.ctx.replace_dirs);
+                let (quick_check, replace) = (self.ctx.quick_check, self.ctx.replaces_dirs());
                 let prepare = move |dest: &Destination, entry: &Entry| {
                     replacing(dest, replace, &entry.path, || {
                         dest.prepare_file(entry, quick_check)
@@ -375,6 +388,8 @@ impl Driver {
         let (answer, part) = match staged {
             Ok(Staged::UpToDate) => (Ok(Prepared::UpToDate), None),
             Ok(Staged::Receive(part)) => {
+                let code = haul_engine::itemize::received(entry, part.replaced());
+                self.session.itemized(file, code);
                 let have = part.have(first, end);
                 (Ok(Prepared::Receive { have }), Some(part))
             }
@@ -387,9 +402,6 @@ impl Driver {
                 relay.offered(entry, part.as_ref());
             }
             if let Some(part) = part {
-                if let Some(b) = &self.ctx.backups {
-                    part.keep_backups(b.clone());
-                }
                 self.parts.insert(file, part);
             }
         }
@@ -506,10 +518,11 @@ impl Driver {
         }
         let batch = std::mem::take(&mut self.commits);
         let dest = self.ctx.dest.clone();
+        let backups = self.ctx.backups.clone();
         let tx = self.done_tx.clone();
         self.committing = true;
         tokio::task::spawn_blocking(move || {
-            let results = commit_all(&dest, &batch);
+            let results = commit_all(&dest, &batch, backups.as_deref());
             let _ = tx.send(Done::Commits(batch, results));
         });
     }
@@ -531,7 +544,10 @@ impl Driver {
         }
         if !self.commits.is_empty() {
             let (dest, batch) = (self.ctx.dest.clone(), std::mem::take(&mut self.commits));
-            let _ = tokio::task::spawn_blocking(move || commit_all(&dest, &batch)).await;
+            let backups = self.ctx.backups.clone();
+            let _ =
+                tokio::task::spawn_blocking(move || commit_all(&dest, &batch, backups.as_deref()))
+                    .await;
         }
     }
 }

@@ -211,6 +211,21 @@ fn a_backup_dir_that_leads_out_of_the_root_keeps_and_replaces_nothing() {
     );
     assert_eq!(std::fs::read_dir(&outside).unwrap().count(), 0);
 
+    // With -b, a directory in the way of a file is never emptied to make
+    // room (what it holds would be lost): the file fails, saying so.
+    write(&s.path("src2/d"), "d is a file here", 10);
+    write(&s.path("dst2/d/inner"), "kept", 1000);
+    let mut c = haul(&s.path("config"));
+    c.args(["pull", "-b", "--delete"])
+        .arg(format!("{}/", s.path("src2").display()))
+        .arg(s.path("dst2"));
+    let out = run(c, T);
+    assert_eq!(out.status.code(), Some(23), "{}", said(&out));
+    assert_eq!(
+        std::fs::read_to_string(s.path("dst2/d/inner")).unwrap(),
+        "kept"
+    );
+
     // A peer naming a backup directory above the root is refused.
     for dir in ["../x", "/tmp", ".haul"] {
         let mut raw = Raw::connect(&node.addr);

@@ -292,3 +292,34 @@ fn a_node_links_nothing_outside_its_root_nor_to_what_is_not_a_file() {
 fn stderr_text(out: &std::process::Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
+
+#[test]
+fn a_fan_out_makes_the_links_on_every_node() {
+    let s = Scratch::new();
+    let src = s.path("src");
+    linked_tree(&src);
+    let one = Node::start(
+        &s.path("one"),
+        &s.path("config"),
+        &["--open", "--plaintext"],
+    );
+    let two = Node::start(
+        &s.path("two"),
+        &s.path("config"),
+        &["--open", "--plaintext"],
+    );
+    let mut c = haul(&s.path("config"));
+    c.args(["push", "--plaintext", "-H"])
+        .arg(format!("{}/", src.display()))
+        .arg(one.url("in"))
+        .arg(two.url("in"));
+    ok(&run(c, T));
+    let want = vec![
+        vec!["a".to_owned(), "b".into(), "sub/c".into()],
+        vec!["solo".into()],
+        vec!["x".into(), "y".into()],
+    ];
+    assert_eq!(groups(&s.path("one/in")), want);
+    assert_eq!(groups(&s.path("two/in")), want);
+    assert_eq!(b3(&s.path("two/in/sub/c")), b3(&src.join("a")));
+}

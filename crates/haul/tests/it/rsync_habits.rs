@@ -600,3 +600,145 @@ fn log_file_appends_a_line_per_file_sent_received_or_failed() {
     assert_eq!(received.len(), 2, "{text}");
     assert!(json.iter().all(|v| v["event"] != "file_failed"), "{text}");
 }
+
+#[test]
+fn max_transfer_starts_no_file_after_its_limit_and_exits_8() {
+    // Twelve 1 MiB files, a 3 MiB limit, one connection: a few files land
+    // (those started before the limit was reached), the rest are left, the
+    // run says so once and exits 8; the next run sends the rest. A push to
+    // a node stops the same way.
+    let s = Scratch::new();
+    let src = s.path("src");
+    for i in 0..12 {
+        write_file(&src.join(format!("f{i:02}")), 1 << 20, i);
+    }
+    let dst = s.path("dst");
+    let out = local_copy(
+        &s.path("config"),
+        &["--max-transfer", "3M", "-j", "1", "--json"],
+        &src,
+        &dst,
+    );
+    assert_eq!(out.status.code(), Some(8), "{}", said(&out));
+    let landed = std::fs::read_dir(&dst).unwrap().count();
+    assert!((3..=6).contains(&landed), "{landed} files landed");
+    let first = summary(&out);
+    let failures = first["failures"].as_array().unwrap();
+    assert_eq!(failures.len(), 1, "one line for what is left: {failures:?}");
+    assert_eq!(failures[0]["kind"], "transfer_limit");
+    assert!(failures[0]["error"]
+        .as_str()
+        .unwrap()
+        .contains("--max-transfer reached"));
+    let out = local_copy(&s.path("config"), &["--json"], &src, &dst);
+    ok(&out);
+    assert_eq!(summary(&out)["files_skipped"], landed);
+    assert_eq!(std::fs::read_dir(&dst).unwrap().count(), 12);
+    assert_eq!(b3(&dst.join("f11")), b3(&src.join("f11")));
+
+    let node = Node::start(
+        &s.path("node"),
+        &s.path("config"),
+        &["--open", "--plaintext"],
+    );
+    let mut c = haul(&s.path("config"));
+    c.args(["push", "--plaintext", "--max-transfer", "3M", "-j", "1"])
+        .arg(format!("{}/", src.display()))
+        .arg(node.url("in"));
+    let out = run(c, T);
+    assert_eq!(out.status.code(), Some(8), "{}", said(&out));
+    let landed = std::fs::read_dir(s.path("node/in")).unwrap().count();
+    assert!((3..=6).contains(&landed), "{landed} files landed");
+}
+
+#[test]
+fn i_itemizes_what_changes_as_rsync_does() {
+    // The same trees for rsync and haul: a new file, one whose size and
+    // mtime changed, one up to date, a new directory with a file, one
+    // DEST has and SRC not (--delete), two names of one file (-H).
+    let s = Scratch::new();
+    let src = s.path("src");
+    write_file(&src.join("new"), 100, 1);
+    write_file(&src.join("changed"), 200, 2);
+    write_file(&src.join("same"), 50, 3);
+    write_file(&src.join("dir/inner"), 10, 4);
+    std::fs::hard_link(src.join("same"), src.join("same2")).unwrap();
+    let past = std::time::SystemTime::now() - Duration::from_secs(3600);
+    for f in ["changed", "same", "dir/inner", "new"] {
+        let file = std::fs::File::options()
+            .write(true)
+            .open(src.join(f))
+            .unwrap();
+        file.set_modified(past).unwrap();
+    }
+    let (ours, theirs) = (s.path("haul"), s.path("rsync"));
+    for d in [&ours, &theirs] {
+        write_file(&d.join("changed"), 150, 5);
+        write_file(&d.join("gone"), 10, 6);
+        let out = std::process::Command::new("cp")
+            .args(["-p"])
+            .arg(src.join("same"))
+            .arg(d.join("same"))
+            .output()
+            .unwrap();
+        assert!(out.status.success());
+    }
+    let out = std::process::Command::new("rsync")
+        .args(["-aHi", "--delete"])
+        .arg(format!("{}/", src.display()))
+        .arg(&theirs)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let rsync: Vec<String> = stdout_lines(&out)
+        .into_iter()
+        .filter(|l| !l.starts_with(".d"))
+        .collect();
+    for (flags, dest) in [
+        (&["-Hi", "-n", "--delete"][..], &ours),
+        (&["-Hi", "--delete"][..], &ours),
+    ] {
+        let out = local_copy(&s.path("config"), flags, &src, dest);
+        ok(&out);
+        let mut ours: Vec<String> = stdout_lines(&out)
+            .into_iter()
+            .filter(|l| !l.starts_with("dry run:") && !l.starts_with("ok:"))
+            .collect();
+        let mut want = rsync.clone();
+        ours.sort();
+        want.sort();
+        assert_eq!(ours, want, "{flags:?}");
+    }
+    // Nothing left to change: nothing itemized.
+    let out = local_copy(&s.path("config"), &["-Hi", "--delete"], &src, &ours);
+    ok(&out);
+    assert_eq!(stdout_lines(&out), Vec::<String>::new());
+
+    // A push says what the node changed, as sent (`<`), as `rsync -i` to a
+    // remote does.
+    let node = Node::start(
+        &s.path("node"),
+        &s.path("config"),
+        &["--open", "--plaintext"],
+    );
+    write_file(&s.path("node/in/changed"), 150, 5);
+    let mut c = haul(&s.path("config"));
+    c.args(["push", "--plaintext", "-i"])
+        .arg(format!("{}/", src.display()))
+        .arg(node.url("in"));
+    let out = run(c, T);
+    ok(&out);
+    let mut lines = stdout_lines(&out);
+    lines.sort();
+    assert_eq!(
+        lines,
+        [
+            "<f+++++++++ dir/inner",
+            "<f+++++++++ new",
+            "<f+++++++++ same",
+            "<f+++++++++ same2",
+            "<f.st...... changed",
+            "cd+++++++++ dir/",
+        ]
+    );
+}
