@@ -53,7 +53,13 @@ fn string(y: char, x: char, new: bool, d: Differs) -> String {
 /// entry carries them (`-o`, `-g`).
 pub fn received(entry: &Entry, there: Option<&Meta>) -> String {
     let (y, x) = letters(entry);
-    let Some(m) = there else {
+    // Another kind there (a symlink where a file goes): new, as rsync says.
+    let same_kind = |m: &&Meta| match entry.kind {
+        EntryKind::File | EntryKind::HardLink { .. } => m.is_file(),
+        EntryKind::Dir => m.is_dir(),
+        EntryKind::Symlink { .. } => m.is_symlink(),
+    };
+    let Some(m) = there.filter(same_kind) else {
         return string(y, x, true, Differs::default());
     };
     let attrs = entry.attrs.as_deref();

@@ -166,9 +166,17 @@ pub(crate) fn fail_leftovers<J: crate::jobs::Job>(
     path_of: impl Fn(&J) -> String,
 ) {
     if queue.was_cut() {
+        let left = queue.take_left();
+        if let Some(e) = err {
+            // The transfer stopped too: what is left failed with it.
+            for job in &left {
+                let why = format!("not transferred: {e}");
+                tally.event(&Event::file_failed(path_of(job), why, e.fail_kind()));
+            }
+            return;
+        }
         // One line for what --max-transfer left, not one per file.
-        let left: std::collections::HashSet<String> =
-            queue.take_left().iter().map(&path_of).collect();
+        let left: std::collections::HashSet<String> = left.iter().map(&path_of).collect();
         tally.event(&Event::file_failed(
             String::new(),
             format!(

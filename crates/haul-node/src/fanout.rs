@@ -576,10 +576,44 @@ impl Run {
     /// them again.
     async fn link(&self, dests: &[NodeUrl], nodes: &mut [NodeReport]) -> Result<(), NodeError> {
         let links = crate::hard_links::Links::default();
-        for src in self.dataset.entries()?.flatten() {
-            if let haul_proto::EntryKind::HardLink { target } = src.entry.kind {
-                links.add(src.entry.path, target);
+        let walk = match self.dataset.entries() {
+            Ok(walk) => walk,
+            Err(e) => {
+                self.tally.event(&Event::Warning {
+                    message: format!(
+                        "-H: no hard links made: the source could not be walked again ({e})"
+                    ),
+                });
+                return Ok(());
             }
+        };
+        let mut unread = 0;
+        for item in walk {
+            match item {
+                Ok(src) => {
+                    let haul_proto::EntryKind::HardLink { target } = src.entry.kind else {
+                        continue;
+                    };
+                    // A name whose file failed at the source fails here,
+                    // once, and is linked on no node.
+                    if self.tally.has_failed(&target) {
+                        self.tally.event(&Event::file_error(
+                            src.entry.path,
+                            format!("not linked: its file {target} failed"),
+                        ));
+                    } else {
+                        links.add(src.entry.path, target);
+                    }
+                }
+                Err(_) => unread += 1,
+            }
+        }
+        if unread > 0 {
+            self.tally.event(&Event::Warning {
+                message: format!(
+                    "-H: {unread} entries could not be read again; any further names among them are not linked"
+                ),
+            });
         }
         for (i, dialer) in self.dialers.iter().enumerate() {
             let node = &mut nodes[self.index[i]];
@@ -592,6 +626,10 @@ impl Run {
             if failed > 0 {
                 node.failed += failed;
                 node.ok = false;
+                node.error = join_errors(
+                    &node.error,
+                    &format!("{failed} hard links could not be made there"),
+                );
             }
         }
         Ok(())

@@ -101,17 +101,23 @@ impl<J: Job> WorkQueue<J> {
         self.cut.load(Ordering::Acquire)
     }
 
-    /// Whether the cutoff says stop (and remembers it, waking waiters).
+    /// Whether the queue was cut off (a job was held back).
     fn cut_now(&self) -> bool {
-        if self.cut.load(Ordering::Acquire) {
-            return true;
+        self.cut.load(Ordering::Acquire)
+    }
+
+    /// Hands out `job`, unless the cutoff says stop: then it is held back
+    /// (first in line, counted by [`WorkQueue::take_left`]) and the queue
+    /// is cut off from now on. Only a job held back cuts a queue: a run
+    /// whose last file reached the limit ends whole.
+    fn hand_out(&self, inner: &mut Inner<J>, job: J) -> Option<J> {
+        if !self.cutoff.get().is_some_and(|reached| reached()) {
+            return Some(job);
         }
-        if self.cutoff.get().is_some_and(|reached| reached()) {
-            self.cut.store(true, Ordering::Release);
-            self.notify.notify_waiters();
-            return true;
-        }
-        false
+        inner.deferred.push_front(job);
+        self.cut.store(true, Ordering::Release);
+        self.notify.notify_waiters();
+        None
     }
 
     /// What is left once the queue was cut off or its transfer stopped:
@@ -171,7 +177,8 @@ impl<J: Job> WorkQueue<J> {
         let mut inner = self.inner.lock().ok()?;
         let ok = |j: &J| j.group_key().is_none_or(|k| !busy.contains(&k));
         if let Some(pos) = inner.deferred.iter().position(ok) {
-            return inner.deferred.remove(pos);
+            let job = inner.deferred.remove(pos)?;
+            return self.hand_out(&mut inner, job);
         }
         for _ in 0..256 {
             let next = inner.feed.as_mut().and_then(|f| f.next());
@@ -180,7 +187,7 @@ impl<J: Job> WorkQueue<J> {
                     inner.feed = None;
                     return None;
                 }
-                Some(j) if ok(&j) => return Some(j),
+                Some(j) if ok(&j) => return self.hand_out(&mut inner, j),
                 Some(j) => inner.deferred.push_back(j),
             }
         }

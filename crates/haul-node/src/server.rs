@@ -422,7 +422,8 @@ impl Server {
             }
             Request::Prune { dest, backup } => {
                 let backups = self.welcome_into(&mut writer, &dest, backup).await?;
-                self.prune(reader, writer, &dest, backups.as_deref()).await
+                self.prune(reader, writer, &dest, backups.as_deref(), log.as_ref())
+                    .await
             }
             Request::Link { dest, backup, skip } => {
                 let backups = self.welcome_into(&mut writer, &dest, backup).await?;
@@ -722,6 +723,7 @@ impl Server {
         mut writer: Box<dyn MessageWriter>,
         dest: &str,
         backups: Option<&haul_engine::backup::Backups>,
+        log: &crate::transfer_log::ConnectionLog,
     ) -> Result<(), NodeError> {
         loop {
             let path = match reader.recv().await? {
@@ -734,19 +736,25 @@ impl Server {
                     )))
                 }
             };
+            let full = match dest.is_empty() {
+                true => path.clone(),
+                false => format!("{dest}/{path}"),
+            };
             let result = haul_proto::validate_entry_path(&path)
                 .map_err(|e| e.to_string())
                 .and_then(|_| {
-                    let full = if dest.is_empty() {
-                        path.clone()
-                    } else {
-                        format!("{dest}/{path}")
-                    };
                     haul_engine::mirror::remove_beneath(self.dest.held_root(), &full, backups)
                 });
             let message = match &result {
                 Ok(()) => {
                     tracing::info!("removed {dest}/{path} (push --delete)");
+                    haul_session::Observer::event(
+                        log,
+                        &haul_session::Event::Deleted {
+                            path: full.clone(),
+                            size: 0,
+                        },
+                    );
                     String::new()
                 }
                 Err(e) => {

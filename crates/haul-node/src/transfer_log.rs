@@ -55,6 +55,8 @@ pub enum LogEvent {
     FileSent,
     /// A file failed.
     FileFailed,
+    /// `--delete` removed an entry the source does not have.
+    Deleted,
 }
 
 impl LogEvent {
@@ -64,6 +66,7 @@ impl LogEvent {
             Self::FileReceived => "file_received",
             Self::FileSent => "file_sent",
             Self::FileFailed => "file_failed",
+            Self::Deleted => "deleted",
         }
     }
 }
@@ -359,6 +362,11 @@ impl Observer for ConnectionLog {
                 let mut r = self.record(LogEvent::FileFailed, rel);
                 r.secs = Some(secs);
                 r.error = Some(error.clone());
+                self.log.write(&r);
+            }
+            Event::Deleted { path, size } => {
+                let mut r = self.record(LogEvent::Deleted, path.clone());
+                r.bytes = (*size > 0).then_some(*size);
                 self.log.write(&r);
             }
             Event::Warning { message } => {

@@ -979,8 +979,9 @@ impl<S> Sender<S> {
         if skipped && group.is_some_and(|g| !g.range_skipped(job.first)) {
             return;
         }
-        // Version 13: what changed at the receiver (`-i`), when it says.
-        if !message.is_empty() && message.len() <= 16 && message.is_ascii() {
+        // Version 13: what changed at the receiver (`-i`), when it says so
+        // in rsync's form (nothing else from a peer is printed this way).
+        if is_change_string(&message) {
             self.core.event(Event::Itemized {
                 path: e.path.clone(),
                 code: message,
@@ -1126,4 +1127,35 @@ pub(crate) fn hex(d: &Digest) -> String {
     }
     // Only ASCII digits went in.
     String::from_utf8(out).unwrap_or_default()
+}
+
+/// Whether `s` is one of rsync's eleven-character change strings (`-i`):
+/// what `Done` may carry when ok. Anything else a peer puts there (a
+/// terminal escape, say) is never shown.
+fn is_change_string(s: &str) -> bool {
+    let b = s.as_bytes();
+    b.len() == 11
+        && b"<>ch.*".contains(&b[0])
+        && b"fdLSD".contains(&b[1])
+        && b[2..].iter().all(|c| b".+cstpoguax".contains(c))
+}
+
+#[cfg(test)]
+mod change_string_tests {
+    #[test]
+    fn only_rsyncs_change_strings_are_taken_from_a_peer() {
+        for ok in [">f+++++++++", ">f.st......", "cd+++++++++", "hf+++++++++"] {
+            assert!(super::is_change_string(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            "done",
+            ">f.st.....",
+            "\x1b]52;c;cm0K\x07",
+            ">f.st.....\r",
+            "<f.st......x",
+        ] {
+            assert!(!super::is_change_string(bad), "{bad:?}");
+        }
+    }
 }

@@ -599,6 +599,21 @@ fn log_file_appends_a_line_per_file_sent_received_or_failed() {
         .collect();
     assert_eq!(received.len(), 2, "{text}");
     assert!(json.iter().all(|v| v["event"] != "file_failed"), "{text}");
+
+    // What --delete removes is logged too.
+    write_file(&s.path("node/in/extra"), 10, 3);
+    let mut c = haul(&s.path("config"));
+    c.args(["push", "--token", "t", "--delete", "--log-file"])
+        .arg(&log)
+        .arg(&from)
+        .arg(node.url("in"));
+    ok(&run(c, T));
+    let text = std::fs::read_to_string(&log).unwrap();
+    let last = text.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("20") && last.contains(" deleted ") && last.contains("path=\"extra\""),
+        "{text}"
+    );
 }
 
 #[test]
@@ -649,6 +664,17 @@ fn max_transfer_starts_no_file_after_its_limit_and_exits_8() {
     assert_eq!(out.status.code(), Some(8), "{}", said(&out));
     let landed = std::fs::read_dir(s.path("node/in")).unwrap().count();
     assert!((3..=6).contains(&landed), "{landed} files landed");
+
+    // A run whose last file takes it past the limit left nothing: exit 0.
+    write_file(&s.path("one/big"), 2 << 20, 99);
+    let out = local_copy(
+        &s.path("config"),
+        &["--max-transfer", "1M"],
+        &s.path("one"),
+        &s.path("one-copy"),
+    );
+    ok(&out);
+    assert_eq!(b3(&s.path("one-copy/big")), b3(&s.path("one/big")));
 }
 
 #[test]
