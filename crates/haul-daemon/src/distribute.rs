@@ -33,7 +33,7 @@ use std::time::{Duration, Instant, SystemTime};
 
 use haul_catalog::{Catalog, Owed};
 use haul_node::dataset::Chosen;
-use haul_node::{ClientOptions, Dialer, FanoutOptions, NodeUrl, Reach};
+use haul_node::{ClientOptions, FanoutOptions, NodeUrl};
 use haul_plan::Shape;
 use haul_run::backoff::Backoff;
 use haul_run::event::{Event, Observer};
@@ -83,16 +83,6 @@ pub(crate) struct Distributor {
     pub fetched: Arc<Notify>,
     /// Whether the catalog takes writes (no round starts while it does not).
     pub writes: Arc<crate::writes::CatalogWrites>,
-}
-
-/// Each site by its address, with its own options (token, transport).
-#[derive(Debug)]
-struct Sites(HashMap<String, ClientOptions>);
-
-impl Reach for Sites {
-    fn dialer(&self, addr: &str, opts: &ClientOptions) -> Dialer {
-        Dialer::network(addr, self.0.get(addr).unwrap_or(opts))
-    }
 }
 
 /// What the origin's own sends saw of each file (by its path under DEST):
@@ -350,12 +340,14 @@ async fn deliver(d: &Distributor, spec: &SourceSpec, claimed: &Batch, shared: &M
     }
     let dataset = Arc::new(Chosen::new(spec.dest.clone(), files.clone()));
     let urls: Vec<NodeUrl> = claimed.iter().map(|(s, _)| s.url.clone()).collect();
-    let reach = Arc::new(Sites(
-        claimed
+    // Each site by its address, with its own options (token, transport).
+    let reach = Arc::new(haul_node::ByAddress {
+        options: claimed
             .iter()
             .map(|(s, _)| (s.url.addr.clone(), s.client.clone()))
             .collect(),
-    ));
+        otherwise: Arc::new(haul_node::OverNetwork),
+    });
     let fan = FanoutOptions {
         shape: Shape::Auto,
         rates: claimed.iter().map(|(s, _)| s.rate).collect(),

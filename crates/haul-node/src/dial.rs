@@ -347,6 +347,26 @@ pub trait Reach: Send + Sync + std::fmt::Debug {
     fn dialer(&self, addr: &str, opts: &ClientOptions) -> Dialer;
 }
 
+/// Each node known by its address dialled with its own options (its token,
+/// key, transport: a daemon's sites, a client's named nodes); any other as
+/// `otherwise` reaches it.
+#[derive(Debug)]
+pub struct ByAddress {
+    /// Options by `host:port`.
+    pub options: std::collections::HashMap<String, ClientOptions>,
+    /// How the others are reached.
+    pub otherwise: Arc<dyn Reach>,
+}
+
+impl Reach for ByAddress {
+    fn dialer(&self, addr: &str, opts: &ClientOptions) -> Dialer {
+        match self.options.get(addr) {
+            Some(own) => Dialer::network(addr, own),
+            None => self.otherwise.dialer(addr, opts),
+        }
+    }
+}
+
 /// Every address is dialled over the network ([`Dialer::network`]).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct OverNetwork;

@@ -196,6 +196,12 @@ pub struct TransferArgs {
     /// Smallest file split across --streams connections (bytes, or with K/M/G suffix).
     #[arg(long, default_value = "64M")]
     pub split_min: String,
+    /// The client's config file with named nodes ([node.NAME]: url,
+    /// token_file, fingerprint, transport; haul://NAME/PATH then names one)
+    /// [default: $HAUL_CONFIG_DIR/config.toml, ~/.config/haul/config.toml,
+    /// if it exists].
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
     /// Token for the node.
     #[arg(long, env = "HAUL_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
@@ -207,8 +213,9 @@ pub struct TransferArgs {
     pub plaintext: bool,
     /// `tcp`, or `quic` for lossy or long links (UDP to the node's port;
     /// TLS 1.3 inside, the same key and pinning as TCP).
-    #[arg(long, env = "HAUL_TRANSPORT", default_value = "tcp", value_parser = ["tcp", "quic"])]
-    pub transport: String,
+    /// [default: tcp, or a named node's own]
+    #[arg(long, env = "HAUL_TRANSPORT", value_parser = ["tcp", "quic"])]
+    pub transport: Option<String>,
     /// Pin the node's key (SHA256:... as `haul serve` prints it).
     #[arg(long)]
     pub fingerprint: Option<String>,

@@ -174,7 +174,7 @@ pub fn client_options(t: &TransferArgs) -> Result<ClientOptions> {
             known_hosts,
         }
     };
-    let transport = match t.transport.as_str() {
+    let transport = match t.transport.as_deref().unwrap_or("tcp") {
         "quic" if t.plaintext => bail!(
             "--plaintext has no QUIC form (QUIC always encrypts, with TLS 1.3 inside): drop --plaintext, or use --transport tcp"
         ),

@@ -52,7 +52,7 @@ pub fn check(args: &DaemonArgs, json: bool) -> Result<u8> {
             "staging": config.staging.as_ref().map(|p| p.display().to_string()),
             "sites": config.sites.iter().map(|s| serde_json::json!({
                 "name": s.name, "url": format!("haul://{}/{}", s.url.addr, s.url.path.trim_matches('/')),
-                "rate": s.rate, "transport": s.transfer.transport,
+                "rate": s.rate, "transport": s.transfer.transport.as_deref().unwrap_or("tcp"),
             })).collect::<Vec<_>>(),
             "sources": sources,
         }));
@@ -82,7 +82,7 @@ pub fn check(args: &DaemonArgs, json: bool) -> Result<u8> {
             site.name,
             site.url.addr,
             site.url.path.trim_matches('/'),
-            site.transfer.transport,
+            site.transfer.transport.as_deref().unwrap_or("tcp"),
             site.rate.map_or_else(String::new, |r| format!(
                 ", uploads {}/s",
                 crate::output::human_bytes(r as u64)

@@ -524,7 +524,7 @@ fn site_plan(s: &SiteConfig, at: &dyn Fn(std::ops::Range<usize>) -> String) -> R
     transfer.max_rate.clone_from(&s.max_rate);
     if let Some(t) = &s.transport {
         match t.get_ref().as_str() {
-            "tcp" | "quic" => t.get_ref().clone_into(&mut transfer.transport),
+            "tcp" | "quic" => transfer.transport = Some(t.get_ref().clone()),
             other => bail!(
                 "{}: transport = {other:?}: use \"tcp\" or \"quic\"",
                 at(t.span())

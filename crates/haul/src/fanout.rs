@@ -7,6 +7,7 @@ use anyhow::{bail, Context, Result};
 use haul_node::{FanoutOptions, FanoutSummary, NodeUrl};
 
 use crate::location::NodeAt;
+use crate::named_nodes::NamedNodes;
 use haul_plan::Shape;
 
 use crate::cli::PushArgs;
@@ -43,6 +44,7 @@ pub async fn push(
     paths: Vec<String>,
     dests: Vec<String>,
     args: &PushArgs,
+    named: &NamedNodes,
     mode: Mode,
 ) -> Result<u8> {
     if paths.is_empty() {
@@ -83,7 +85,7 @@ pub async fn push(
             .into());
         };
         let rate = usage(config::parse_rate(rate))?;
-        let addr = NodeUrl::parse(url).ok().map(|u| u.addr);
+        let addr = NodeUrl::parse(&named.rewrite(url)).ok().map(|u| u.addr);
         let mut found = false;
         for (i, (at, shown)) in ats.iter().zip(&dests).enumerate() {
             let same = match at {
@@ -158,7 +160,7 @@ pub async fn push(
                 Mode::Human => println!("{shown}:"),
                 Mode::Quiet => {}
             }
-            let node = at.node_path(&opts);
+            let node = at.node_path(&usage(named.options_for(shown, opts.clone()))?);
             let report =
                 haul_node::dry_run_push(&paths, &node, &opts, false, display.clone()).await?;
             display.finish();
@@ -184,7 +186,7 @@ pub async fn push(
     let fan = FanoutOptions {
         shape,
         rates,
-        reach,
+        reach: usage(named.reach(&opts, reach))?,
     };
     let dataset =
         Arc::new(haul_node::dataset::Walk::new(&paths, opts.filter.clone()).keeping(opts.keep));

@@ -22,11 +22,14 @@ struct Line {
 }
 
 /// Runs `haul ls`.
-pub async fn run(args: LsArgs, mode: Mode) -> Result<u8> {
+pub async fn run(mut args: LsArgs, mode: Mode) -> Result<u8> {
+    let named = usage(crate::named_nodes::NamedNodes::load(&args.transfer))?;
+    args.url = named.rewrite(&args.url);
     let opts = usage(config::filtered_client_options(
         &args.transfer,
         &args.filter,
     ))?;
+    let opts = usage(named.options_for(&args.url, opts))?;
     let display = Arc::new(Display::new(mode));
     let (lines, errors): (Vec<Line>, u64) = match Location::parse(&args.url)? {
         Location::Node(at) => {

@@ -13,6 +13,7 @@ mod fetch;
 mod location;
 mod ls;
 mod man;
+mod named_nodes;
 mod output;
 mod pull;
 mod push;

@@ -8,15 +8,19 @@ use haul_node::Summary;
 
 use crate::cli::PullArgs;
 use crate::location::Location;
+use crate::named_nodes::NamedNodes;
 use crate::output::{self, Display, Mode};
 use crate::{config, dry_run_done, fetch, interruptible, report, shown_source, usage, UsageError};
 
 /// Runs `haul pull`.
-pub async fn run(args: PullArgs, mode: Mode) -> Result<u8> {
-    let mut opts = usage(config::filtered_client_options(
+pub async fn run(mut args: PullArgs, mode: Mode) -> Result<u8> {
+    let named = usage(NamedNodes::load(&args.transfer))?;
+    args.source = named.rewrite(&args.source);
+    let opts = usage(config::filtered_client_options(
         &args.transfer,
         &args.filter,
     ))?;
+    let mut opts = usage(named.options_for(&args.source, opts))?;
     opts.keep = args.rsync.keep();
     let log = usage(config::client_log(
         &args.transfer,

@@ -7,6 +7,7 @@ use anyhow::Result;
 
 use crate::cli::PushArgs;
 use crate::location::NodeAt;
+use crate::named_nodes::NamedNodes;
 use crate::output::{self, Display, Mode};
 use crate::{config, dry_run_done, fanout, interruptible, report, usage, UsageError};
 
@@ -20,8 +21,10 @@ pub async fn run(args: PushArgs, mode: Mode) -> Result<u8> {
     if let Some(file) = &args.to_file {
         dests.extend(usage(fanout::read_url_file(file))?);
     }
+    let named = usage(NamedNodes::load(&args.transfer))?;
+    let mut dests: Vec<String> = dests.iter().map(|d| named.rewrite(d)).collect();
     if dests.len() > 1 || args.to_file.is_some() {
-        return fanout::push(paths, dests, &args, mode).await;
+        return fanout::push(paths, dests, &args, &named, mode).await;
     }
     let target = dests
         .pop()
@@ -33,10 +36,11 @@ pub async fn run(args: PushArgs, mode: Mode) -> Result<u8> {
     for p in &paths {
         usage(config::check_local_source(p))?;
     }
-    let mut opts = usage(config::filtered_client_options(
+    let opts = usage(config::filtered_client_options(
         &args.transfer,
         &args.filter,
     ))?;
+    let mut opts = usage(named.options_for(&target, opts))?;
     opts.keep = args.rsync.keep();
     if let Some(filter) = &opts.filter {
         usage(config::check_files_from(filter, &paths))?;

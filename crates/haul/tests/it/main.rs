@@ -27,6 +27,7 @@ mod ls;
 mod man;
 mod memory;
 mod mirror;
+mod named_nodes;
 mod one_file;
 mod proxy;
 mod quic;

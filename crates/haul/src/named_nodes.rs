@@ -1,0 +1,165 @@
+//! Named nodes from the client's configuration file (rclone's remotes):
+//!
+//! ```toml
+//! [node.one]
+//! url = "haul://a.example:7878"
+//! token_file = "/etc/haul/one.token"
+//! fingerprint = "SHA256:..."      # optional: pin its key
+//! transport = "quic"              # optional
+//! ```
+//!
+//! `haul://one/PATH` then names `haul://a.example:7878/PATH`, dialled with
+//! that node's token, key and transport — so one fan-out reaches nodes with
+//! different tokens. The file is `--config FILE`, else
+//! `$HAUL_CONFIG_DIR/config.toml` (`~/.config/haul/config.toml`) when it
+//! exists. A flag or its environment variable (`--token`, `HAUL_TOKEN`,
+//! `--fingerprint`, `--transport`, `HAUL_TRANSPORT`) beats the file.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use anyhow::{bail, Context, Result};
+use haul_node::{ByAddress, ClientOptions, NodeUrl, Reach};
+use serde::Deserialize;
+
+use crate::cli::TransferArgs;
+use crate::config;
+
+/// The client's configuration file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ClientFile {
+    /// Named nodes.
+    #[serde(default)]
+    node: BTreeMap<String, NamedNode>,
+}
+
+/// One `[node.NAME]` table.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NamedNode {
+    /// `haul://HOST[:PORT]`, no path.
+    url: String,
+    /// The file holding its token (first line).
+    token_file: Option<PathBuf>,
+    /// Its key, pinned (`SHA256:...`).
+    fingerprint: Option<String>,
+    /// `tcp` or `quic`.
+    transport: Option<String>,
+}
+
+/// The named nodes, by name and by the address each stands for.
+#[derive(Debug, Default)]
+pub struct NamedNodes {
+    by_name: BTreeMap<String, NodeUrl>,
+    /// Each named node's connection flags: the command's own with the
+    /// node's token, key and transport where the command gave none.
+    by_addr: HashMap<String, TransferArgs>,
+}
+
+impl NamedNodes {
+    /// The nodes `t`'s `--config` (or the default file, if there is one)
+    /// names; none without a file.
+    pub fn load(t: &TransferArgs) -> Result<Self> {
+        let (path, given) = match &t.config {
+            Some(p) => (p.clone(), true),
+            None => (haul_transport::config_dir().join("config.toml"), false),
+        };
+        if !given && !path.exists() {
+            return Ok(Self::default());
+        }
+        Self::read(&path, t)
+    }
+
+    fn read(path: &Path, t: &TransferArgs) -> Result<Self> {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("cannot read the client config {}", path.display()))?;
+        let file: ClientFile =
+            toml::from_str(&text).with_context(|| format!("client config {}", path.display()))?;
+        let mut nodes = Self::default();
+        for (name, node) in file.node {
+            if name.is_empty() || name.contains([':', '/', '[', ']']) {
+                bail!(
+                    "{}: [node.{name}]: a node's name is a plain word (no : / [ ])",
+                    path.display()
+                );
+            }
+            if node.url.trim_start_matches("haul://").contains('/') {
+                bail!(
+                    "{}: [node.{name}] url {:?}: give haul://HOST:PORT without a path (the path goes after the name: haul://{name}/PATH)",
+                    path.display(),
+                    node.url
+                );
+            }
+            let url = NodeUrl::parse(&node.url)
+                .with_context(|| format!("{}: [node.{name}] url", path.display()))?;
+            let mut flags = t.clone();
+            if flags.token.is_none() && flags.token_file.is_none() {
+                flags.token_file.clone_from(&node.token_file);
+            }
+            if flags.fingerprint.is_none() {
+                flags.fingerprint.clone_from(&node.fingerprint);
+            }
+            if flags.transport.is_none() {
+                flags.transport.clone_from(&node.transport);
+            }
+            // Checked now, as the command's own flags are.
+            config::client_options(&flags)
+                .with_context(|| format!("{}: [node.{name}]", path.display()))?;
+            nodes.by_addr.insert(url.addr.clone(), flags);
+            nodes.by_name.insert(name, url);
+        }
+        Ok(nodes)
+    }
+
+    /// `text` with a named node's address in place of its name
+    /// (`haul://one/d` → `haul://a.example:7878/d`); anything else as it is.
+    pub fn rewrite(&self, text: &str) -> String {
+        let Some(rest) = text.strip_prefix("haul://") else {
+            return text.to_owned();
+        };
+        let (name, path) = rest.split_once('/').unwrap_or((rest, ""));
+        match self.by_name.get(name) {
+            Some(url) => format!("haul://{}/{path}", url.addr),
+            None => text.to_owned(),
+        }
+    }
+
+    /// `opts` with the connection settings of the named node `text` (a
+    /// `haul://` URL, rewritten) stands for, when it is one.
+    pub fn options_for(&self, text: &str, opts: ClientOptions) -> Result<ClientOptions> {
+        let Some(flags) = NodeUrl::parse(text)
+            .ok()
+            .and_then(|u| self.by_addr.get(&u.addr))
+        else {
+            return Ok(opts);
+        };
+        Ok(connecting_as(opts, config::client_options(flags)?))
+    }
+
+    /// How a fan-out reaches its nodes: a named node with its own settings,
+    /// any other as `otherwise` does.
+    pub fn reach(&self, opts: &ClientOptions, otherwise: Arc<dyn Reach>) -> Result<Arc<dyn Reach>> {
+        if self.by_addr.is_empty() {
+            return Ok(otherwise);
+        }
+        let mut named = HashMap::new();
+        for (addr, flags) in &self.by_addr {
+            let own = connecting_as(opts.clone(), config::client_options(flags)?);
+            named.insert(addr.clone(), own);
+        }
+        Ok(Arc::new(ByAddress {
+            options: named,
+            otherwise,
+        }))
+    }
+}
+
+/// `opts` with how `node` connects: its token, security and transport.
+fn connecting_as(mut opts: ClientOptions, node: ClientOptions) -> ClientOptions {
+    opts.token = node.token;
+    opts.security = node.security;
+    opts.transport = node.transport;
+    opts
+}
