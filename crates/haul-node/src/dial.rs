@@ -360,10 +360,25 @@ pub struct ByAddress {
 
 impl Reach for ByAddress {
     fn dialer(&self, addr: &str, opts: &ClientOptions) -> Dialer {
-        match self.options.get(addr) {
-            Some(own) => Dialer::network(addr, own),
-            None => self.otherwise.dialer(addr, opts),
+        let Some(own) = self.options.get(addr) else {
+            return self.otherwise.dialer(addr, opts);
+        };
+        // A key the caller pinned (a fan-out, from the node's admission)
+        // stays pinned when the node's own options pin none.
+        let mut own = own.clone();
+        if let (
+            haul_transport::Security::Tls {
+                fingerprint: Some(pinned),
+                ..
+            },
+            haul_transport::Security::Tls { fingerprint, .. },
+        ) = (&opts.security, &mut own.security)
+        {
+            if fingerprint.is_none() {
+                *fingerprint = Some(pinned.clone());
+            }
         }
+        Dialer::network(addr, &own)
     }
 }
 

@@ -84,10 +84,30 @@ pub enum Command {
         /// The expected BLAKE3, hex.
         blake3: String,
     },
+    /// The client's configuration: `haul config show` prints the config
+    /// file and each named node with the token, key and transport it is
+    /// reached with (flags and environment beat the file).
+    Config {
+        /// What to do.
+        #[command(subcommand)]
+        action: ConfigAction,
+    },
     /// Print shell completions.
     Completions {
         /// Shell to generate for.
         shell: clap_complete::Shell,
+    },
+}
+
+/// `haul config ...`.
+#[derive(Debug, Subcommand)]
+pub enum ConfigAction {
+    /// Print the config file and each named node as the flags given here
+    /// would reach it.
+    Show {
+        /// Connection flags, as push and pull take them.
+        #[command(flatten)]
+        transfer: Box<TransferArgs>,
     },
 }
 

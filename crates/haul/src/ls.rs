@@ -83,7 +83,10 @@ pub async fn run(mut args: LsArgs, mode: Mode) -> Result<u8> {
 /// Runs `haul check SRC DST`: local trees and `haul://` paths by BLAKE3
 /// (a node hashes its own files), an FTP, SFTP, HTTP or S3 SRC by the
 /// checksums its server offers.
-pub async fn check(args: CheckArgs, mode: Mode) -> Result<u8> {
+pub async fn check(mut args: CheckArgs, mode: Mode) -> Result<u8> {
+    let named = usage(crate::named_nodes::NamedNodes::load(&args.transfer))?;
+    args.src = named.rewrite(&args.src);
+    args.dst = named.rewrite(&args.dst);
     let what = |side: &str| {
         UsageError(format!(
             "haul check compares local trees and haul:// paths (either side), or an FTP, SFTP, HTTP or S3 URL (SRC) with a local DST; not {side:?}"
@@ -101,7 +104,10 @@ pub async fn check(args: CheckArgs, mode: Mode) -> Result<u8> {
     for (text, side) in [(&args.src, src), (&args.dst, dst)] {
         match side {
             Location::Remote(_) => return Err(what(text).into()),
-            Location::Node(at) => sides.push(haul_node::CheckSide::Node(at.node_path(&opts))),
+            Location::Node(at) => {
+                let own = usage(named.options_for(text, opts.clone()))?;
+                sides.push(haul_node::CheckSide::Node(at.node_path(&own)));
+            }
             Location::Local(path) => {
                 usage(config::check_local_source(&path))?;
                 sides.push(haul_node::CheckSide::Local(path));

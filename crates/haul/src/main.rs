@@ -280,6 +280,13 @@ async fn run(cli: Cli, mode: Mode) -> Result<u8> {
         Command::Lab(_) => Ok(exit::USAGE),
         Command::Ls(args) => ls::run(*args, mode).await,
         Command::Check(args) => ls::check(*args, mode).await,
+        Command::Config {
+            action: cli::ConfigAction::Show { transfer },
+        } => {
+            let named = usage(named_nodes::NamedNodes::load(&transfer))?;
+            named.show(mode == Mode::Json);
+            Ok(exit::OK)
+        }
         Command::Man => {
             let mut page = Vec::new();
             man::render(&mut page)?;

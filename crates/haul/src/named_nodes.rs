@@ -12,8 +12,15 @@
 //! that node's token, key and transport — so one fan-out reaches nodes with
 //! different tokens. The file is `--config FILE`, else
 //! `$HAUL_CONFIG_DIR/config.toml` (`~/.config/haul/config.toml`) when it
-//! exists. A flag or its environment variable (`--token`, `HAUL_TOKEN`,
-//! `--fingerprint`, `--transport`, `HAUL_TRANSPORT`) beats the file.
+//! exists; a relative `token_file` is relative to the file. A node's own
+//! `token_file` is its token: the command's `--token`/`HAUL_TOKEN` is for
+//! the nodes without one (in a fan-out, a token meant for one node never
+//! goes to a named other). `--fingerprint` and `--transport` (and
+//! `HAUL_TRANSPORT`) beat the file. A configured name wins over a host of
+//! that name (`haul://one:7878/` names the host); an unnamed URL with a
+//! named node's address is reached as that node. A node is checked with
+//! the command's flags when a command uses it, so one bad table does not
+//! stop commands that do not name it.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -52,10 +59,13 @@ struct NamedNode {
 /// The named nodes, by name and by the address each stands for.
 #[derive(Debug, Default)]
 pub struct NamedNodes {
+    /// The file they came from.
+    file: Option<PathBuf>,
     by_name: BTreeMap<String, NodeUrl>,
-    /// Each named node's connection flags: the command's own with the
-    /// node's token, key and transport where the command gave none.
-    by_addr: HashMap<String, TransferArgs>,
+    /// Each named node (its name) and its connection flags: the command's
+    /// own with the node's token, and its key and transport where the
+    /// command gave none.
+    by_addr: HashMap<String, (String, TransferArgs)>,
 }
 
 impl NamedNodes {
@@ -77,7 +87,11 @@ impl NamedNodes {
             .with_context(|| format!("cannot read the client config {}", path.display()))?;
         let file: ClientFile =
             toml::from_str(&text).with_context(|| format!("client config {}", path.display()))?;
-        let mut nodes = Self::default();
+        let mut nodes = Self {
+            file: Some(path.to_path_buf()),
+            ..Self::default()
+        };
+        let dir = path.parent().unwrap_or(Path::new("."));
         for (name, node) in file.node {
             if name.is_empty() || name.contains([':', '/', '[', ']']) {
                 bail!(
@@ -95,8 +109,9 @@ impl NamedNodes {
             let url = NodeUrl::parse(&node.url)
                 .with_context(|| format!("{}: [node.{name}] url", path.display()))?;
             let mut flags = t.clone();
-            if flags.token.is_none() && flags.token_file.is_none() {
-                flags.token_file.clone_from(&node.token_file);
+            if let Some(file) = &node.token_file {
+                flags.token = None;
+                flags.token_file = Some(dir.join(file));
             }
             if flags.fingerprint.is_none() {
                 flags.fingerprint.clone_from(&node.fingerprint);
@@ -104,10 +119,16 @@ impl NamedNodes {
             if flags.transport.is_none() {
                 flags.transport.clone_from(&node.transport);
             }
-            // Checked now, as the command's own flags are.
-            config::client_options(&flags)
-                .with_context(|| format!("{}: [node.{name}]", path.display()))?;
-            nodes.by_addr.insert(url.addr.clone(), flags);
+            if let Some((other, _)) = nodes.by_addr.get(&url.addr) {
+                bail!(
+                    "{}: [node.{other}] and [node.{name}] name one address ({}): give each node one table",
+                    path.display(),
+                    url.addr
+                );
+            }
+            nodes
+                .by_addr
+                .insert(url.addr.clone(), (name.clone(), flags));
             nodes.by_name.insert(name, url);
         }
         Ok(nodes)
@@ -129,13 +150,19 @@ impl NamedNodes {
     /// `opts` with the connection settings of the named node `text` (a
     /// `haul://` URL, rewritten) stands for, when it is one.
     pub fn options_for(&self, text: &str, opts: ClientOptions) -> Result<ClientOptions> {
-        let Some(flags) = NodeUrl::parse(text)
+        let Some(node) = NodeUrl::parse(text)
             .ok()
             .and_then(|u| self.by_addr.get(&u.addr))
         else {
             return Ok(opts);
         };
-        Ok(connecting_as(opts, config::client_options(flags)?))
+        Ok(connecting_as(opts, self.checked(node)?))
+    }
+
+    /// A node's connection options, checked as the command's flags are.
+    fn checked(&self, (name, flags): &(String, TransferArgs)) -> Result<ClientOptions> {
+        let file = self.file.as_deref().unwrap_or(Path::new("config"));
+        config::client_options(flags).with_context(|| format!("{}: [node.{name}]", file.display()))
     }
 
     /// How a fan-out reaches its nodes: a named node with its own settings,
@@ -145,14 +172,70 @@ impl NamedNodes {
             return Ok(otherwise);
         }
         let mut named = HashMap::new();
-        for (addr, flags) in &self.by_addr {
-            let own = connecting_as(opts.clone(), config::client_options(flags)?);
+        for (addr, node) in &self.by_addr {
+            let own = connecting_as(opts.clone(), self.checked(node)?);
             named.insert(addr.clone(), own);
         }
         Ok(Arc::new(ByAddress {
             options: named,
             otherwise,
         }))
+    }
+}
+
+impl NamedNodes {
+    /// `haul config show`: the file, and how each named node is reached
+    /// with the command's flags — which token, key and transport win.
+    pub fn show(&self, json: bool) {
+        let nodes: Vec<serde_json::Value> = self
+            .by_name
+            .iter()
+            .map(|(name, url)| {
+                let flags = self.by_addr.get(&url.addr).map(|(_, f)| f);
+                let token = match flags {
+                    Some(f) if f.token.is_some() => {
+                        "--token or HAUL_TOKEN (the node names no token_file)".to_owned()
+                    }
+                    Some(f) => f
+                        .token_file
+                        .as_ref()
+                        .map_or("none".to_owned(), |p| format!("file {}", p.display())),
+                    None => "none".to_owned(),
+                };
+                serde_json::json!({
+                    "name": name,
+                    "url": format!("haul://{}", url.addr),
+                    "token": token,
+                    "fingerprint": flags.and_then(|f| f.fingerprint.clone()),
+                    "transport": flags.and_then(|f| f.transport.clone()).unwrap_or_else(|| "tcp".into()),
+                })
+            })
+            .collect();
+        if json {
+            crate::output::json_line(&serde_json::json!({
+                "event": "config",
+                "file": self.file.as_ref().map(|p| p.display().to_string()),
+                "nodes": nodes,
+            }));
+            return;
+        }
+        match &self.file {
+            Some(p) => println!("client config: {}", p.display()),
+            None => println!(
+                "client config: none ({} does not exist)",
+                haul_transport::config_dir().join("config.toml").display()
+            ),
+        }
+        for n in &nodes {
+            println!(
+                "node {}: {} (token: {}; key: {}; transport: {})",
+                n["name"].as_str().unwrap_or_default(),
+                n["url"].as_str().unwrap_or_default(),
+                n["token"].as_str().unwrap_or_default(),
+                n["fingerprint"].as_str().unwrap_or("pinned on first use"),
+                n["transport"].as_str().unwrap_or_default(),
+            );
+        }
     }
 }
 

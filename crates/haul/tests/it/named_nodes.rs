@@ -1,7 +1,7 @@
 //! Named nodes in the client's config file (`[node.NAME]`): `haul://NAME/PATH`
 //! reaches each node with its own token, so one fan-out reaches nodes with
-//! different tokens; a flag or `HAUL_TOKEN` beats the file (real `haul
-//! serve` nodes on 127.0.0.1).
+//! different tokens; `--token`/`HAUL_TOKEN` is for the nodes without one
+//! and never reaches a named node (real `haul serve` nodes on 127.0.0.1).
 
 use std::os::unix::fs::PermissionsExt;
 use std::time::Duration;
@@ -34,9 +34,8 @@ fn named_nodes_take_their_own_tokens_in_a_fan_out_a_push_a_pull_and_ls() {
     std::fs::write(
         client.join("config.toml"),
         format!(
-            "[node.one]\nurl = \"haul://{}\"\ntoken_file = \"{}\"\n\n[node.two]\nurl = \"haul://{}\"\ntoken_file = \"{}\"\n",
+            "[node.one]\nurl = \"haul://{}\"\ntoken_file = \"one.token\"\n\n[node.two]\nurl = \"haul://{}\"\ntoken_file = \"{}\"\n",
             one.addr,
-            client.join("one.token").display(),
             two.addr,
             client.join("two.token").display()
         ),
@@ -75,15 +74,37 @@ fn named_nodes_take_their_own_tokens_in_a_fan_out_a_push_a_pull_and_ls() {
     ok(&out);
     assert!(String::from_utf8_lossy(&out.stdout).contains("a.bin"));
 
-    // Without the file the tokens are missing: refused (exit 5). HAUL_TOKEN
-    // beats the file, so a wrong one is refused too.
+    // `haul config show` says which file and how each node is reached.
+    let mut c = haul(&client);
+    c.args(["config", "show", "--json"]);
+    let out = run(c, T);
+    ok(&out);
+    let shown: serde_json::Value =
+        serde_json::from_str(String::from_utf8_lossy(&out.stdout).trim()).unwrap();
+    assert_eq!(shown["nodes"].as_array().map(Vec::len), Some(2), "{shown}");
+    assert_eq!(shown["nodes"][0]["name"], "one");
+    assert_eq!(shown["nodes"][0]["url"], format!("haul://{}", one.addr));
+    assert!(shown["nodes"][1]["token"]
+        .as_str()
+        .unwrap()
+        .ends_with("two.token"));
+    let mut c = haul(&client);
+    c.args(["config", "show", "--token", "x"]);
+    let out = run(c, T);
+    ok(&out);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("file "));
+
+    // Without the file the tokens are missing: refused (exit 5). A
+    // HAUL_TOKEN left in the environment (here a wrong one) is not sent to
+    // a named node: the node's own file is its token.
     let mut c = haul(&s.path("elsewhere"));
     c.args(["push", "--plaintext", &from]).arg(one.url("nope"));
     assert_eq!(run(c, T).status.code(), Some(5));
     let mut c = haul(&client);
     c.env("HAUL_TOKEN", "wrong")
-        .args(["push", "--plaintext", &from, "haul://one/nope"]);
-    assert_eq!(run(c, T).status.code(), Some(5));
+        .args(["push", "--plaintext", &from, "haul://one/env"]);
+    ok(&run(c, T));
+    assert!(s.path("one/env/a.bin").exists());
     // --config names another file; a node table with a path is refused.
     let bad = s.path("bad.toml");
     std::fs::write(&bad, "[node.x]\nurl = \"haul://127.0.0.1:9/with/path\"\n").unwrap();
