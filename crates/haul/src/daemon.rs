@@ -330,6 +330,7 @@ pub async fn run(args: &DaemonArgs) -> Result<u8> {
         signal(SignalKind::hangup())?,
     );
     let signals = tokio::spawn(signals(handlers, path, config.catalog.clone(), tx));
+    crate::notify::ready(&format!("{} source(s)", opts.sources.len()));
     let result = haul_daemon::run(catalog, board, opts, rx).await;
     signals.abort();
     result?;
@@ -358,6 +359,7 @@ async fn signals(
         }
     }
     tracing::info!("haul daemon: stopping");
+    crate::notify::notify("STOPPING=1");
     let _ = tx.send(Command::Stop).await;
     Ok(())
 }

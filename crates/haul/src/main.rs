@@ -14,6 +14,7 @@ mod location;
 mod ls;
 mod man;
 mod named_nodes;
+mod notify;
 mod output;
 mod pull;
 mod push;

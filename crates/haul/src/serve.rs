@@ -108,11 +108,13 @@ pub async fn run(args: ServeArgs, mode: Mode) -> Result<u8> {
             }
         }
     }
+    crate::notify::ready(&format!("serving {} on {local}", root.display()));
     // Signals counted: the first finishes transfers in flight, a second
     // stops at once.
     let (signals_tx, signals) = tokio::sync::watch::channel(0u32);
     tokio::spawn(async move {
         shutdown_signal().await;
+        crate::notify::notify("STOPPING=1");
         tracing::info!("signal received: finishing transfers in flight (signal again to stop now)");
         signals_tx.send_modify(|n| *n += 1);
         shutdown_signal().await;

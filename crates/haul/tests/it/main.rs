@@ -37,6 +37,7 @@ mod remote;
 mod resume;
 mod rsync_habits;
 mod security;
+mod service;
 mod sparse;
 mod ssh;
 mod terminal;
