@@ -186,7 +186,7 @@ pub async fn push(
     let fan = FanoutOptions {
         shape,
         rates,
-        reach: usage(named.reach(&opts, reach))?,
+        reach: usage(named.reach(&opts, &urls, reach))?,
     };
     let dataset =
         Arc::new(haul_node::dataset::Walk::new(&paths, opts.filter.clone()).keeping(opts.keep));

@@ -165,16 +165,24 @@ impl NamedNodes {
         config::client_options(flags).with_context(|| format!("{}: [node.{name}]", file.display()))
     }
 
-    /// How a fan-out reaches its nodes: a named node with its own settings,
-    /// any other as `otherwise` does.
-    pub fn reach(&self, opts: &ClientOptions, otherwise: Arc<dyn Reach>) -> Result<Arc<dyn Reach>> {
-        if self.by_addr.is_empty() {
-            return Ok(otherwise);
-        }
+    /// How a fan-out to `dests` reaches its nodes: a named node with its own
+    /// settings (only those the fan-out goes to are checked), any other as
+    /// `otherwise` does.
+    pub fn reach(
+        &self,
+        opts: &ClientOptions,
+        dests: &[NodeUrl],
+        otherwise: Arc<dyn Reach>,
+    ) -> Result<Arc<dyn Reach>> {
         let mut named = HashMap::new();
-        for (addr, node) in &self.by_addr {
-            let own = connecting_as(opts.clone(), self.checked(node)?);
-            named.insert(addr.clone(), own);
+        for url in dests {
+            if let Some(node) = self.by_addr.get(&url.addr) {
+                let own = connecting_as(opts.clone(), self.checked(node)?);
+                named.insert(url.addr.clone(), own);
+            }
+        }
+        if named.is_empty() {
+            return Ok(otherwise);
         }
         Ok(Arc::new(ByAddress {
             options: named,

@@ -105,6 +105,27 @@ fn named_nodes_take_their_own_tokens_in_a_fan_out_a_push_a_pull_and_ls() {
         .args(["push", "--plaintext", &from, "haul://one/env"]);
     ok(&run(c, T));
     assert!(s.path("one/env/a.bin").exists());
+    // A table whose token file is missing stops only commands that name
+    // its node: a fan-out to the other two goes on.
+    let extra = format!(
+        "{}\n[node.broken]\nurl = \"haul://127.0.0.1:9\"\ntoken_file = \"missing.token\"\n",
+        std::fs::read_to_string(client.join("config.toml")).unwrap()
+    );
+    std::fs::write(client.join("config.toml"), extra).unwrap();
+    let mut c = haul(&client);
+    c.args([
+        "push",
+        "--plaintext",
+        &from,
+        "haul://one/fan2",
+        "haul://two/fan2",
+    ]);
+    ok(&run(c, T));
+    let mut c = haul(&client);
+    c.args(["push", "--plaintext", &from, "haul://broken/x"]);
+    let out = run(c, T);
+    assert_eq!(out.status.code(), Some(2), "{}", said(&out));
+    assert!(said(&out).contains("[node.broken]"), "{}", said(&out));
     // --config names another file; a node table with a path is refused.
     let bad = s.path("bad.toml");
     std::fs::write(&bad, "[node.x]\nurl = \"haul://127.0.0.1:9/with/path\"\n").unwrap();
