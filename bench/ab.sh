@@ -10,6 +10,10 @@
 # Copy each build's target/release/haul to its own path first (names must differ).
 # AB_DIR=/tmp puts data and nodes on disk (a `sync` runs before every push).
 # AB_TLS=1 runs nodes and pushes over TLS instead of --plaintext.
+# AB_STATUS_FOR=NAME: the node of the build named NAME also serves
+# `--status`, and a poller GETs its /metrics and /status every second (as a
+# Prometheus scrape and an open console would): the cost of node metrics,
+# with the same binary copied under two names (docs/BENCHMARKS.md).
 set -euo pipefail
 KIND=$1 ROUNDS=$2
 shift 2
@@ -37,7 +41,9 @@ for b in "$@"; do
   n=$(basename "$b")
   if [ -n "${AB_TLS:-}" ]; then MODE=(); else MODE=(--plaintext); fi
   mkdir -p "$W/$n"
-  "$b" serve --root "$W/$n" --listen 127.0.0.1:0 --open "${MODE[@]}" --identity "$W/id.$n" >"$W/$n.out" 2>&1 &
+  STATUS=()
+  [ "$n" = "${AB_STATUS_FOR:-}" ] && STATUS=(--status 127.0.0.1:0)
+  "$b" serve --root "$W/$n" --listen 127.0.0.1:0 --open "${MODE[@]}" "${STATUS[@]}" --identity "$W/id.$n" >"$W/$n.out" 2>&1 &
   NODE[$n]=$!
   PIDS+=($!)
 done
@@ -49,6 +55,12 @@ for b in "$@"; do
     SEC[$n]="--fingerprint $(awk '/^fingerprint/ {print $2}' "$W/$n.out")"
   else
     SEC[$n]=--plaintext
+  fi
+  if [ "$n" = "${AB_STATUS_FOR:-}" ]; then
+    url=$(awk '/^status http/ {print $2}' "$W/$n.out")
+    [ -n "$url" ] || { echo "the node of $n did not say where its status is" >&2; exit 1; }
+    ( while sleep 1; do curl -sf "$url" >/dev/null; curl -sf "${url%/metrics}/status" >/dev/null; done ) &
+    PIDS+=($!)
   fi
 done
 

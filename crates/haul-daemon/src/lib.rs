@@ -44,7 +44,8 @@ use tokio::sync::{mpsc, watch, Notify, Semaphore};
 use tokio::task::JoinSet;
 
 pub use distribute::SiteSpec;
-pub use listener::StatusListener;
+pub use haul_status::StatusListener;
+pub use listener::DaemonRoutes;
 pub use metrics::prometheus_text;
 pub use schedule::Schedule;
 pub use status::{Board, SiteRow, Snapshot, SourceStatus};

@@ -4,15 +4,9 @@
 use std::fmt::Write;
 
 use haul_catalog::SourceTotals;
+use haul_status::label;
 
 use crate::status::{SiteRow, Snapshot, SourceStatus};
-
-/// A label value escaped (`\`, `"`, newline).
-fn label(v: &str) -> String {
-    v.replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
-}
 
 /// One metric family: HELP, TYPE and a sample per source.
 fn family(

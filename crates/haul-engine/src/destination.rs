@@ -811,6 +811,12 @@ impl Destination {
             .map_err(|e| ReceiveError::io_at("prune", self.staging_shown(), e))
     }
 
+    /// The partial files in the staging directory now, and their bytes.
+    pub fn staged(&self) -> Result<crate::prune::Staged, ReceiveError> {
+        crate::prune::staged(&self.staging_dir())
+            .map_err(|e| ReceiveError::io_at("count", self.staging_shown(), e))
+    }
+
     /// Removes `ROOT/.haul/partial` and `ROOT/.haul` if nothing is left in
     /// them (a staging directory given apart is left as it is).
     pub fn tidy_state_dir(&self) {

@@ -95,6 +95,31 @@ fn is_stale(newest: SystemTime, now: SystemTime, ttl: Duration) -> bool {
     now.duration_since(newest).is_ok_and(|age| age >= ttl)
 }
 
+/// What a staging directory holds now.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Staged {
+    /// Partial data files (`<id>.part`).
+    pub files: u64,
+    /// Their sizes.
+    pub bytes: u64,
+}
+
+/// Counts the partial data files in the held staging `dir` and their
+/// bytes (a file gone meanwhile is not counted).
+pub fn staged(dir: &Dir) -> io::Result<Staged> {
+    let mut staged = Staged::default();
+    for name in dir.names()? {
+        if !matches!(staging_name(&name), Some((_, StagingKind::Part))) {
+            continue;
+        }
+        if let Some(meta) = dir.stat(&name)?.filter(Meta::is_file) {
+            staged.files += 1;
+            staged.bytes += meta.size;
+        }
+    }
+    Ok(staged)
+}
+
 /// Removes the staging files in the held `dir` that nothing has written
 /// for `ttl` and no writer holds (see the module docs).
 pub fn prune_staging(dir: &Dir, ttl: Duration, now: SystemTime) -> io::Result<Pruned> {

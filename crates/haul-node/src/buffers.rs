@@ -74,6 +74,11 @@ impl ChunkBuffers {
         self.budget - self.permits.available_permits()
     }
 
+    /// Bytes of returned buffers kept for reuse (part of [`Self::charged`]).
+    pub fn kept(&self) -> usize {
+        self.free_bytes.load(Ordering::Relaxed)
+    }
+
     /// A buffer with room for `len` bytes, waiting while the budget is
     /// spent. A reused buffer keeps its length and stale bytes (so that a
     /// `resize` to a length it had costs no zero-fill): the caller

@@ -16,12 +16,15 @@
 //! - [`buffers`]: chunk buffers under one memory budget per process.
 //! - [`relay`]: fan-out on a node: tickets, the entries of a transfer, the
 //!   forwards that relay them downstream.
+//! - [`counters`] and [`status_routes`]: what a node counts, and the pages
+//!   `haul serve --status` serves from it (`/metrics`, `/status`, `/healthz`).
 
 pub mod buffers;
 pub mod check;
 pub mod checksum;
 mod chunk_work;
 pub mod client;
+pub mod counters;
 pub mod dataset;
 pub mod dial;
 pub mod drive;
@@ -43,6 +46,7 @@ pub mod relay;
 mod seal_book;
 pub mod server;
 pub mod ssh;
+pub mod status_routes;
 pub mod stripe_vouch;
 pub mod transfer_log;
 mod walk_count;
@@ -64,4 +68,5 @@ pub use node_url::NodeUrl;
 pub use pull::pull;
 pub use push::push;
 pub use server::{ServeOptions, Server};
+pub use status_routes::NodeRoutes;
 pub use transfer_log::{LogFormat, TransferLog};

@@ -5,6 +5,7 @@
 //! connection that breaks the rules is closed; the others go on.
 
 use std::path::PathBuf;
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,6 +25,7 @@ use tokio::task::JoinSet;
 
 use crate::buffers::ChunkBuffers;
 use crate::chunk_work::ChunkWork;
+use crate::counters::{refusal_cause, CountedSends, NodeCounters};
 use crate::dial::{OverNetwork, Reach};
 use crate::drive::receive::{run_receiver, ReceiverCtx};
 use crate::drive::send::{run_sender, JobFeed, SenderCtx};
@@ -80,6 +82,8 @@ pub struct Server {
     reach: Arc<dyn Reach>,
     /// Connections being served now ([`Server::connections`]).
     in_flight: Arc<std::sync::atomic::AtomicUsize>,
+    /// What it served since it started ([`Server::counters`]).
+    counters: Arc<NodeCounters>,
 }
 
 /// Counts a connection while it is served.
@@ -166,6 +170,7 @@ impl Server {
             relays: Relays::new(),
             reach,
             in_flight: Arc::default(),
+            counters: Arc::default(),
         }))
     }
 
@@ -253,10 +258,49 @@ impl Server {
         self.dest.apply_dir_metadata();
     }
 
+    /// Whether the root's path still names the directory the node holds
+    /// (not deleted, moved, replaced or unmounted): `/healthz`'s check,
+    /// by name on purpose — nothing is opened or written through it.
+    pub fn root_in_place(&self) -> Result<(), String> {
+        use std::os::unix::fs::MetadataExt;
+        let held = self.root_identity().map_err(|e| e.to_string())?;
+        let named = std::fs::metadata(&self.opts.root).map_err(|e| {
+            format!(
+                "{}: {e}: the node's root is gone (moved or unmounted?): restart the node",
+                self.opts.root.display()
+            )
+        })?;
+        if (named.dev(), named.ino()) != held {
+            return Err(format!(
+                "{} is no longer the directory the node serves (moved, replaced or unmounted): restart the node",
+                self.opts.root.display()
+            ));
+        }
+        Ok(())
+    }
+
     /// The served root's device and inode, from its held descriptor.
     pub fn root_identity(&self) -> std::io::Result<(u64, u64)> {
         let meta = self.dest.held_root().dir().meta()?;
         Ok((meta.dev, meta.ino))
+    }
+
+    /// What the node served since it started.
+    pub fn counters(&self) -> &Arc<NodeCounters> {
+        &self.counters
+    }
+
+    /// Bytes of chunk buffers now: in use by transfers, kept for reuse,
+    /// and the budget (`--chunk-memory`).
+    pub fn chunk_memory(&self) -> (usize, usize, usize) {
+        let (charged, kept) = (self.buffers.charged(), self.buffers.kept());
+        (charged.saturating_sub(kept), kept, self.buffers.budget())
+    }
+
+    /// Files and bytes in the staging directory (`.haul/partial`): what
+    /// transfers in flight or abandoned hold on disk.
+    pub fn partials(&self) -> Result<haul_engine::prune::Staged, NodeError> {
+        Ok(self.dest.staged()?)
     }
 
     /// How many connections are being served now (an idle node started for
@@ -290,11 +334,43 @@ impl Server {
         let t = self.opts.timeouts;
         let peer = arrival.peer();
         // A relay forwards over the transport its client chose.
-        let (over, conn) = match arrival {
-            Arrival::Tcp(a) => (Transport::Tcp, a.establish(t).await?),
-            Arrival::Quic(a) => (Transport::Quic, a.establish(t).await?),
+        let established = match arrival {
+            Arrival::Tcp(a) => a.establish(t).await.map(|c| (Transport::Tcp, c)),
+            Arrival::Quic(a) => a.establish(t).await.map(|c| (Transport::Quic, c)),
         };
+        let (over, conn) = established.inspect_err(|_| self.counters.connection_failed())?;
         self.serve_connection(conn, peer, over).await
+    }
+
+    /// Refuses with `code` and `message`, counting the refusal under the
+    /// code's cause, and ends the connection.
+    async fn refuse(
+        &self,
+        writer: &mut Box<dyn MessageWriter>,
+        code: ErrorCode,
+        message: String,
+    ) -> Result<(), NodeError> {
+        self.refuse_as(refusal_cause(code), writer, code, message)
+            .await
+    }
+
+    /// Refuses as [`Server::refuse`], counted under `cause` (none: not
+    /// counted). Always `Err(Refused)`, whether or not the peer heard it:
+    /// a refusal is counted once, never also as a connection error.
+    async fn refuse_as(
+        &self,
+        cause: Option<&'static str>,
+        writer: &mut Box<dyn MessageWriter>,
+        code: ErrorCode,
+        message: String,
+    ) -> Result<(), NodeError> {
+        if let Some(cause) = cause {
+            self.counters.refused(cause);
+        }
+        match refuse(writer, code, message.clone()).await {
+            Err(e @ NodeError::Refused { .. }) => Err(e),
+            _ => Err(NodeError::Refused { code, message }),
+        }
     }
 
     /// Serves one connection however it was made — accepted from the
@@ -309,6 +385,21 @@ impl Server {
         over: Transport,
     ) -> Result<(), NodeError> {
         let _counted = InFlight::new(&self.in_flight);
+        let served = self.serve_request(conn, peer, over).await;
+        if let Err(e) = &served {
+            if !matches!(e, NodeError::Refused { .. }) {
+                self.counters.connection_failed();
+            }
+        }
+        served
+    }
+
+    async fn serve_request(
+        &self,
+        conn: Connection,
+        peer: std::net::SocketAddr,
+        over: Transport,
+    ) -> Result<(), NodeError> {
         let t = self.opts.timeouts;
         let (mut reader, mut writer) = conn;
         reader.set_idle(t.handshake);
@@ -320,11 +411,13 @@ impl Server {
             request,
         } = hello
         else {
-            return refuse(&mut writer, ErrorCode::Protocol, "expected Hello".into()).await;
+            return self
+                .refuse(&mut writer, ErrorCode::Protocol, "expected Hello".into())
+                .await;
         };
         if version != PROTOCOL_VERSION {
             let msg = format!("protocol version {version} is not supported (this node speaks {PROTOCOL_VERSION}); upgrade the older side");
-            return refuse(&mut writer, ErrorCode::Version, msg).await;
+            return self.refuse(&mut writer, ErrorCode::Version, msg).await;
         }
         // A relayed push presents the transfer's ticket instead of a token.
         let relayed = matches!(request, Request::Relayed { .. });
@@ -353,11 +446,22 @@ impl Server {
             "refused".to_owned()
         };
         let (asked, path) = request_of(&request);
-        let log = self.opts.log.connection(peer, auth.clone(), asked, path);
+        // Listed among the connections open until this function returns.
+        let counted_as = match request {
+            Request::Admit { .. } => "fanout",
+            _ => asked,
+        };
+        let registered =
+            self.counters
+                .heard(peer.to_string(), auth.clone(), counted_as, path.to_owned());
+        let log = self
+            .opts
+            .log
+            .connection(peer, auth.clone(), asked, path, &registered);
         if auth == "refused" {
             tracing::warn!("refused a client with a wrong or missing token");
             let msg = "wrong or missing token: pass --token, HAUL_TOKEN or --token-file with the node's token".into();
-            return refuse(&mut writer, ErrorCode::Unauthorized, msg).await;
+            return self.refuse(&mut writer, ErrorCode::Unauthorized, msg).await;
         }
         let writes = matches!(
             request,
@@ -370,7 +474,10 @@ impl Server {
         if writes && self.opts.read_only {
             tracing::warn!("refused a {asked} to {path:?}: this node is read-only");
             let msg = format!("this node is read-only (--read-only): it serves pulls, ls and check, not a {asked}");
-            return refuse(&mut writer, ErrorCode::Unauthorized, msg).await;
+            let code = ErrorCode::Unauthorized;
+            return self
+                .refuse_as(Some("read_only"), &mut writer, code, msg)
+                .await;
         }
         match request {
             Request::Push {
@@ -404,7 +511,9 @@ impl Server {
                 checksum,
             } => {
                 if let Err(e) = haul_proto::validate_rel_path(&dest) {
-                    return refuse(&mut writer, ErrorCode::BadPath, e.to_string()).await;
+                    return self
+                        .refuse(&mut writer, ErrorCode::BadPath, e.to_string())
+                        .await;
                 }
                 let admission = Admission {
                     dest,
@@ -495,14 +604,20 @@ impl Server {
             .relays
             .admit(dest, origin, checksum, self.dest.clone(), observer, over)
             .map_err(|e| NodeError::Internal(format!("no random bytes for a ticket: {e}")))?;
-        writer
-            .send(&Message::Welcome {
-                version: PROTOCOL_VERSION,
-            })
-            .await?;
-        writer.send(&Message::Ticket { ticket }).await?;
-        tracing::info!("admitted to a fan-out into {:?}", transfer.dest);
-        let result = self.control(&mut reader, &mut writer, &transfer).await;
+        // The ticket is revoked however this ends (a client gone before it
+        // heard the ticket too).
+        let result = async {
+            writer
+                .send(&Message::Welcome {
+                    version: PROTOCOL_VERSION,
+                })
+                .await?;
+            writer.send(&Message::Ticket { ticket }).await?;
+            tracing::info!("admitted to a fan-out into {:?}", transfer.dest);
+            self.counters.fanouts.fetch_add(1, Relaxed);
+            self.control(&mut reader, &mut writer, &transfer).await
+        }
+        .await;
         self.relays.revoke(&ticket);
         result
     }
@@ -559,13 +674,13 @@ impl Server {
                     }
                     Message::Forward { targets } => {
                         let msg = format!("{} forwards asked; at most {MAX_FORWARDS}", targets.len());
-                        return refuse(writer, ErrorCode::Protocol, msg).await;
+                        return self.refuse(writer, ErrorCode::Protocol, msg).await;
                     }
                     Message::KeepAlive => {}
                     Message::Bye => return Ok(()),
                     other => {
                         let msg = format!("unexpected {other:?} on a fan-out control connection");
-                        return refuse(writer, ErrorCode::Protocol, msg).await;
+                        return self.refuse(writer, ErrorCode::Protocol, msg).await;
                     }
                 },
                 () = &mut changed => {}
@@ -605,6 +720,7 @@ impl Server {
         };
         let buffers = self.buffers.clone();
         let reach = self.reach.clone();
+        let counters = self.counters.clone();
         let me = transfer.clone();
         transfer.forward(targets, move |target, queue| {
             let security = if target.fingerprint.is_empty() {
@@ -621,11 +737,19 @@ impl Server {
                 ..base.clone()
             };
             let (buffers, transfer, reach) = (buffers.clone(), me.clone(), reach.clone());
+            let counters = counters.clone();
+            counters.forwards.fetch_add(1, Relaxed);
             tokio::spawn(async move {
                 let book = transfer.book.clone();
                 let dialer = reach.dialer(&target.addr, &opts);
-                let error = run_forward(&target, &dialer, queue, &opts, buffers, book).await;
+                let sends = ForwardSends {
+                    buffers,
+                    book,
+                    counters: counters.clone(),
+                };
+                let error = run_forward(&target, &dialer, queue, &opts, sends).await;
                 if let ForwardEnd::Failures(e) | ForwardEnd::GaveUp(e) = &error {
+                    counters.forwards_failed.fetch_add(1, Relaxed);
                     tracing::warn!("forward to {} failed: {e}", target.addr);
                 }
                 transfer.forward_ended(&target, error);
@@ -645,7 +769,7 @@ impl Server {
         let Some(transfer) = self.relays.get(ticket) else {
             tracing::warn!("refused a relayed push with an unknown or expired ticket");
             let msg = "unknown or expired relay ticket: a ticket is valid only on the node that issued it, while its fan-out runs".into();
-            return refuse(&mut writer, ErrorCode::Unauthorized, msg).await;
+            return self.refuse(&mut writer, ErrorCode::Unauthorized, msg).await;
         };
         writer
             .send(&Message::Welcome {
@@ -670,7 +794,7 @@ impl Server {
         };
         if !transfer.upstream_started(stripe) {
             let msg = "a stripe of another plan than this transfer's".into();
-            return refuse(&mut writer, ErrorCode::Protocol, msg).await;
+            return self.refuse(&mut writer, ErrorCode::Protocol, msg).await;
         }
         let result = run_receiver(reader, writer, None, ctx).await;
         transfer.upstream_ended(stripe, result.is_ok());
@@ -692,7 +816,8 @@ impl Server {
         backup: Option<haul_proto::Backup>,
     ) -> Result<Option<Arc<haul_engine::backup::Backups>>, NodeError> {
         if let Err(e) = haul_proto::validate_rel_path(dest) {
-            return Err(refuse(writer, ErrorCode::BadPath, e.to_string())
+            return Err(self
+                .refuse(writer, ErrorCode::BadPath, e.to_string())
                 .await
                 .err()
                 .unwrap_or(NodeError::Protocol(e.to_string())));
@@ -703,7 +828,8 @@ impl Server {
         let backups = match backups {
             Ok(b) => b.map(Arc::new),
             Err(e) => {
-                return Err(refuse(writer, ErrorCode::BadPath, e.clone())
+                return Err(self
+                    .refuse(writer, ErrorCode::BadPath, e.clone())
                     .await
                     .err()
                     .unwrap_or(NodeError::Protocol(e)))
@@ -786,7 +912,9 @@ impl Server {
     ) -> Result<(), NodeError> {
         let trimmed = path.trim_end_matches('/');
         if let Err(e) = haul_proto::validate_rel_path(trimmed) {
-            return refuse(&mut writer, ErrorCode::BadPath, format!("{path}: {e}")).await;
+            return self
+                .refuse(&mut writer, ErrorCode::BadPath, format!("{path}: {e}"))
+                .await;
         }
         let contents = path.ends_with('/') || trimmed.is_empty();
         let tree = match LocalTree::beneath(self.dest.held_root(), trimmed, contents) {
@@ -802,7 +930,7 @@ impl Server {
                         (ErrorCode::BadPath, format!("{path}: {e}"))
                     }
                 };
-                return refuse(&mut writer, code, msg).await;
+                return self.refuse(&mut writer, code, msg).await;
             }
         };
         writer
@@ -899,6 +1027,14 @@ async fn refuse(
     Err(NodeError::Refused { code, message })
 }
 
+/// What a forward's sends share with the node: its chunk buffers, the
+/// transfer's seals, the node's counters (what it forwards counts as sent).
+struct ForwardSends {
+    buffers: Arc<ChunkBuffers>,
+    book: Arc<SealBook>,
+    counters: Arc<NodeCounters>,
+}
+
 /// Sends a forward's queue to its target (through `dialer`) until the queue is drained (the
 /// upstream said `Bye` and every entry went); the error it gave up with.
 async fn run_forward(
@@ -906,10 +1042,18 @@ async fn run_forward(
     dialer: &crate::Dialer,
     queue: Arc<WorkQueue<SendJob>>,
     opts: &ClientOptions,
-    buffers: Arc<ChunkBuffers>,
-    book: Arc<SealBook>,
+    sends: ForwardSends,
 ) -> ForwardEnd {
-    let tally = haul_run::summary::Tally::new(Arc::new(ForwardLog(target.addr.clone())));
+    let ForwardSends {
+        buffers,
+        book,
+        counters,
+    } = sends;
+    let log = CountedSends {
+        counters,
+        inner: ForwardLog(target.addr.clone()),
+    };
+    let tally = haul_run::summary::Tally::new(Arc::new(log));
     let request = Request::Relayed {
         ticket: target.ticket,
         stripe: target.stripe,

@@ -21,6 +21,8 @@ use haul_session::{Event, Observer};
 use serde::Serialize;
 use sha2::Digest as _;
 
+use crate::counters::{NodeCounters, OpenConnection, Registered};
+
 /// How log lines are written.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub enum LogFormat {
@@ -215,14 +217,17 @@ impl TransferLog {
         }
     }
 
-    /// Logs a connection and returns the observer that logs its files.
+    /// Logs a connection a node heard (`registered` in its counters) and
+    /// returns the observer that logs its files and counts them there.
     pub fn connection(
         self: &Arc<Self>,
         peer: std::net::SocketAddr,
         auth: String,
         request: &'static str,
         path: &str,
+        registered: &Registered,
     ) -> Arc<ConnectionLog> {
+        let counted = (registered.counters().clone(), registered.conn.clone());
         let conn = ConnectionLog {
             log: self.clone(),
             peer: peer.to_string(),
@@ -231,6 +236,7 @@ impl TransferLog {
             sends: request == "fetch",
             opened: Instant::now(),
             files: Mutex::new(HashMap::new()),
+            counted: Some(counted),
         };
         self.write(&conn.record(LogEvent::Connection, path.to_owned()));
         Arc::new(conn)
@@ -254,6 +260,7 @@ impl TransferLog {
             sends,
             opened: Instant::now(),
             files: Mutex::new(HashMap::new()),
+            counted: None,
         };
         self.write(&conn.record(LogEvent::Connection, source.to_owned()));
         Arc::new(conn)
@@ -270,7 +277,7 @@ struct InFlight {
 
 /// One connection's part of the transfer log: the [`Observer`] that turns
 /// its sessions' events into file lines (and passes warnings to the
-/// process log).
+/// process log) and, on a node, into its counters.
 #[derive(Debug)]
 pub struct ConnectionLog {
     log: Arc<TransferLog>,
@@ -281,6 +288,9 @@ pub struct ConnectionLog {
     sends: bool,
     opened: Instant,
     files: Mutex<HashMap<String, InFlight>>,
+    /// A node's connection: the node's counters and its row among the
+    /// connections open.
+    counted: Option<(Arc<NodeCounters>, Arc<OpenConnection>)>,
 }
 
 impl ConnectionLog {
@@ -329,6 +339,9 @@ impl ConnectionLog {
 
 impl Observer for ConnectionLog {
     fn event(&self, event: &Event) {
+        if let Some((counters, conn)) = &self.counted {
+            counters.count(event, self.sends, Some(conn));
+        }
         match event {
             Event::FileStart { path, .. } => self.started(path, None),
             Event::Resolved { path, source } => self.started(path, Some(source)),

@@ -166,6 +166,12 @@ pub struct ServeArgs {
     /// Transfer log lines as `text` or `json` (one object per line).
     #[arg(long, default_value = "text", value_parser = ["text", "json"])]
     pub log_format: String,
+    /// Serve the node's status over HTTP at ADDR:PORT: /metrics
+    /// (Prometheus), /status (JSON: counters and the connections open),
+    /// /healthz. Read only, unauthenticated: keep it on 127.0.0.1 or a
+    /// monitoring network.
+    #[arg(long, value_name = "ADDR:PORT", conflicts_with_all = ["stdio", "ssh", "restrict", "prune_partials"])]
+    pub status: Option<String>,
     /// Staging files (ROOT/.haul/partial) no transfer has written for this
     /// long are removed at start and hourly (`12h`, `7d`, `off`); a staging
     /// file a transfer holds is never removed.

@@ -319,7 +319,11 @@ pub async fn run(args: &DaemonArgs) -> Result<u8> {
         )?;
         let bound = listener.local_addr()?;
         tracing::info!("status: http://{bound}/status, /metrics, /healthz");
-        tokio::spawn(listener.serve(board.clone(), catalog.clone()));
+        let routes = haul_daemon::DaemonRoutes {
+            board: board.clone(),
+            catalog: catalog.clone(),
+        };
+        tokio::spawn(listener.serve(Arc::new(routes)));
     }
     let (tx, rx) = mpsc::channel(4);
     let path = args.config.clone();

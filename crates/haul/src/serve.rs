@@ -78,12 +78,16 @@ pub async fn run(args: ServeArgs, mode: Mode) -> Result<u8> {
         ),
         _ => None,
     };
+    let status = match &args.status {
+        Some(addr) => Some(status_listener(addr, &server).await?),
+        None => None,
+    };
     let fingerprint = identity.as_ref().map(|i| i.fingerprint());
     match mode {
         Mode::Json => output::json_line(&serde_json::json!({
             "event": "listening", "addr": local.to_string(), "fingerprint": fingerprint,
             "root": root, "root_created": root_is_new, "tls": !args.plaintext, "auth": !args.open,
-            "quic": quic.is_some(),
+            "quic": quic.is_some(), "status": status.map(|a| a.to_string()),
         })),
         _ => {
             println!("haul node listening on {local}");
@@ -105,6 +109,9 @@ pub async fn run(args: ServeArgs, mode: Mode) -> Result<u8> {
             match &quic {
                 Some(_) => println!("quic on UDP {local} (clients: --transport quic)"),
                 None => println!("quic off"),
+            }
+            if let Some(addr) = status {
+                println!("status http://{addr}/metrics, /status, /healthz");
             }
         }
     }
@@ -129,6 +136,23 @@ pub async fn run(args: ServeArgs, mode: Mode) -> Result<u8> {
     server.serve(listener, quic, nth(1), nth(2)).await;
     tracing::info!("stopped");
     Ok(exit::OK)
+}
+
+/// Binds `--status ADDR` and serves the node's status pages there.
+async fn status_listener(addr: &str, server: &Arc<Server>) -> Result<SocketAddr> {
+    let addr: SocketAddr = usage(
+        addr.parse()
+            .with_context(|| format!("--status {addr:?} is not ADDR:PORT")),
+    )?;
+    let listener = haul_status::StatusListener::bind(addr).await.map_err(|e| {
+        UsageError(format!(
+            "--status {addr}: cannot listen there: {e} (another node? pick another port)"
+        ))
+    })?;
+    let bound = listener.local_addr()?;
+    let routes = haul_node::NodeRoutes::new(server.clone());
+    tokio::spawn(listener.serve(Arc::new(routes)));
+    Ok(bound)
 }
 
 /// What the node is, whichever way it serves.

@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use crate::harness::{b3, haul, run, wait_for, write_file, Scratch, BIN};
+use crate::harness::{b3, haul, http_get, promtool_check, run, wait_for, write_file, Scratch, BIN};
 
 /// A running `haul daemon`, its log in a file; killed on drop.
 pub(crate) struct Daemon {
@@ -495,25 +495,6 @@ pub(crate) fn free_port() -> u16 {
         .port()
 }
 
-/// `GET path` from the status listener: (status line, body).
-pub(crate) fn http_get(port: u16, path: &str) -> (String, String) {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
-    let mut text = String::new();
-    s.read_to_string(&mut text).unwrap();
-    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
-    (
-        head.lines().next().unwrap_or("").to_string(),
-        body.to_string(),
-    )
-}
-
 #[test]
 fn status_metrics_hooks_and_sidecars() {
     let s = Scratch::new();
@@ -612,27 +593,7 @@ on_file = "sleep 60"
         metrics.contains("haul_catalog_files{source=\"bad\",state=\"fetched\"} 3"),
         "{metrics}"
     );
-    let mut promtool = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("promtool (Debian package prometheus; scripts/test.sh installs it)");
-    use std::io::Write;
-    promtool
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(metrics.as_bytes())
-        .unwrap();
-    let out = promtool.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "promtool: {}{}\n{metrics}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    promtool_check(&metrics);
     let (_, status) = http_get(port, "/status");
     let status: serde_json::Value = serde_json::from_str(&status).unwrap();
     assert_eq!(status["sources"]["ok"]["files_fetched"], 3);

@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::daemon::{catalog, free_port, http_get, nginx_log, Daemon};
+use crate::daemon::{catalog, free_port, nginx_log, Daemon};
+use crate::harness::http_get;
 use crate::harness::{b3, haul, run, write_file, Immutable, Scratch};
 
 /// A tmpfs of `size` mounted at `dir`; unmounted on drop.

@@ -9,7 +9,8 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::time::Duration;
 
-use crate::daemon::{catalog, free_port, http_get, Daemon};
+use crate::daemon::{catalog, free_port, Daemon};
+use crate::harness::http_get;
 use crate::harness::{b3, wait_for, write_file, Node, Scratch};
 
 /// A site: a node with its own token, logging each file it receives.

@@ -12,6 +12,8 @@ pub struct Node {
     pub child: Child,
     pub addr: String,
     pub fingerprint: Option<String>,
+    /// The port of its status listener (`--status`), if it has one.
+    pub status: Option<u16>,
 }
 
 impl Node {
@@ -73,12 +75,17 @@ impl Node {
             .expect("serve ended before it said it was listening");
         let addr = listening["addr"].as_str().expect("addr").to_owned();
         let fingerprint = listening["fingerprint"].as_str().map(str::to_owned);
+        let status = listening["status"]
+            .as_str()
+            .and_then(|a| a.parse::<std::net::SocketAddr>().ok())
+            .map(|a| a.port());
         // Keep draining stdout so the node never blocks on a full pipe.
         std::thread::spawn(move || for _ in lines {});
         Node {
             child,
             addr,
             fingerprint,
+            status,
         }
     }
 
@@ -372,4 +379,47 @@ impl Drop for Immutable {
     fn drop(&mut self) {
         let _ = Command::new("chattr").arg("-i").arg(&self.0).status();
     }
+}
+
+/// `GET path` from a status listener (a daemon's or a node's): (status line, body).
+pub fn http_get(port: u16, path: &str) -> (String, String) {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut text = String::new();
+    s.read_to_string(&mut text).unwrap();
+    let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));
+    (
+        head.lines().next().unwrap_or("").to_string(),
+        body.to_string(),
+    )
+}
+
+/// Asserts that `promtool check metrics` accepts `metrics`.
+pub fn promtool_check(metrics: &str) {
+    let mut promtool = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool (Debian package prometheus; scripts/test.sh installs it)");
+    promtool
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(metrics.as_bytes())
+        .unwrap();
+    let out = promtool.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "promtool: {}{}\n{metrics}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
