@@ -186,6 +186,32 @@ pub async fn run_hook(
     }
 }
 
+/// Every variable a hook gets ([`file_env`], [`run_env`]): a `haul` a hook
+/// runs must not read any of them as a flag (`HAUL_<FLAG>`).
+pub const HOOK_VARIABLES: &[&str] = &[
+    "HAUL_EVENT",
+    "HAUL_SOURCE",
+    "HAUL_URL",
+    "HAUL_PATH",
+    "HAUL_LOCAL_PATH",
+    "HAUL_SIZE",
+    "HAUL_BLAKE3",
+    "HAUL_FETCHED_AT",
+    "HAUL_WORKER",
+    "HAUL_REMOTE_MTIME",
+    "HAUL_ETAG",
+    "HAUL_SITE",
+    "HAUL_SITE_URL",
+    "HAUL_DELIVERED_AT",
+    "HAUL_RUN_ID",
+    "HAUL_LISTED",
+    "HAUL_CLAIMED",
+    "HAUL_FETCHED",
+    "HAUL_FAILED",
+    "HAUL_BYTES",
+    "HAUL_ERROR",
+];
+
 /// `HAUL_*` variables of a file's facts.
 pub fn file_env(f: &FileFacts) -> Vec<(String, String)> {
     let mut env = vec![
@@ -235,6 +261,45 @@ pub fn run_env(r: &RunFacts) -> Vec<(String, String)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_hook_variable_is_listed() {
+        let file = FileFacts {
+            event: "delivered",
+            source: "s".into(),
+            url: "u".into(),
+            path: "p".into(),
+            local_path: "l".into(),
+            size: 1,
+            remote_mtime: Some(1),
+            etag: Some("e".into()),
+            checksums_verified: Vec::new(),
+            blake3: "b".into(),
+            fetched_at: 1,
+            worker: "w".into(),
+            site: Some("a".into()),
+            site_url: Some("haul://a/x".into()),
+            delivered_at: Some(2),
+        };
+        let run = RunFacts {
+            event: "run",
+            source: "s".into(),
+            run_id: 1,
+            listed: 1,
+            claimed: 1,
+            fetched: 1,
+            failed: 0,
+            bytes: 1,
+            error: Some("e".into()),
+            worker: "w".into(),
+        };
+        for (name, _) in file_env(&file).into_iter().chain(run_env(&run)) {
+            assert!(
+                HOOK_VARIABLES.contains(&name.as_str()),
+                "{name} is not in HOOK_VARIABLES"
+            );
+        }
+    }
 
     #[tokio::test]
     async fn hooks_succeed_fail_and_time_out() {

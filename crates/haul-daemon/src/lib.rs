@@ -43,6 +43,7 @@ use haul_run::backoff::Backoff;
 use tokio::sync::{mpsc, watch, Notify, Semaphore};
 use tokio::task::JoinSet;
 
+pub use delivery::HOOK_VARIABLES;
 pub use distribute::SiteSpec;
 pub use haul_status::StatusListener;
 pub use listener::DaemonRoutes;

@@ -33,10 +33,155 @@ pub struct Cli {
 }
 
 /// The command line haul parses: [`Cli`] with its examples and the exit
-/// codes ([`crate::exit::TABLE`]) after the help.
+/// codes ([`crate::exit::TABLE`]) after the help, every flag also read from
+/// `HAUL_<FLAG>` ([`from_env`]).
 pub fn command() -> clap::Command {
     use clap::CommandFactory;
-    Cli::command().after_help(format!("{EXAMPLES}\n\n{}", crate::exit::help_text()))
+    from_env(Cli::command().after_help(format!("{EXAMPLES}\n\n{}", crate::exit::help_text())))
+}
+
+/// Flags never read from the environment, and why.
+pub const NOT_FROM_ENV: &[(&str, &str)] = &[
+    ("include", FILTER_ORDER),
+    ("exclude", FILTER_ORDER),
+    ("filter-from", FILTER_ORDER),
+    ("include-from", FILTER_ORDER),
+    ("exclude-from", FILTER_ORDER),
+];
+
+const FILTER_ORDER: &str = "filter rules apply in the order the command line gives them";
+
+/// Variables haul reads with a meaning of their own (besides the hooks'
+/// [`haul_daemon::HOOK_VARIABLES`]): no flag may be read from one.
+pub const OWN_VARIABLES: &[&str] = &["HAUL_CONFIG_DIR", "HAUL_LOG", "HAUL_PASSWORD"];
+
+/// `HAUL_<FLAG>` for a long flag: `max-rate` gives `HAUL_MAX_RATE`.
+pub fn env_name(long: &str) -> String {
+    format!("HAUL_{}", long.to_uppercase().replace('-', "_"))
+}
+
+/// Every long flag of `cmd` and its subcommands also read from
+/// `HAUL_<FLAG>`, as rclone reads `RCLONE_<FLAG>`: the command line beats
+/// the environment, which beats a config file and the default. A flag that
+/// names its own variable keeps it (`--token`: `HAUL_TOKEN`); a switch takes
+/// `1`/`0`, `true`/`false`, `yes`/`no`, `on`/`off`; the values of secrets
+/// (tokens, passwords) are not shown in `--help`; [`NOT_FROM_ENV`] are not
+/// read, nor a flag whose variable would be one the daemon sets for its
+/// hooks or one haul reads with a meaning of its own ([`OWN_VARIABLES`]):
+/// a `haul` a hook runs must not take `HAUL_SIZE` as `demo --size`.
+pub fn from_env(cmd: clap::Command) -> clap::Command {
+    use clap::ArgAction;
+    cmd.mut_args(|a| {
+        let Some(long) = a.get_long().map(str::to_owned) else {
+            return a;
+        };
+        let meta = matches!(
+            a.get_action(),
+            ArgAction::Help | ArgAction::HelpShort | ArgAction::HelpLong | ArgAction::Version
+        );
+        let name = env_name(&long);
+        let reserved = OWN_VARIABLES.contains(&name.as_str())
+            || haul_daemon::HOOK_VARIABLES.contains(&name.as_str());
+        if meta || reserved || a.get_env().is_some() || NOT_FROM_ENV.iter().any(|(l, _)| *l == long)
+        {
+            return a;
+        }
+        let a = match a.get_action() {
+            ArgAction::SetTrue => a.value_parser(clap::builder::BoolishValueParser::new()),
+            _ => a,
+        };
+        let secret = ["token", "password", "secret"]
+            .iter()
+            .any(|s| long.contains(s));
+        a.env(name).hide_env_values(secret)
+    })
+    .mut_subcommands(from_env)
+}
+
+/// `e` with a tip naming the variable a bad value came from, when the flag
+/// it names is not on the command line (`args`) and its `HAUL_<FLAG>` is
+/// set: a value the user did not type must not be a puzzle.
+pub fn name_the_variable(mut e: clap::Error, args: &[std::ffi::OsString]) -> clap::Error {
+    use clap::error::{ContextKind, ContextValue, ErrorKind};
+    if !matches!(
+        e.kind(),
+        ErrorKind::InvalidValue | ErrorKind::ValueValidation
+    ) {
+        return e;
+    }
+    let Some(ContextValue::String(arg)) = e.get(ContextKind::InvalidArg) else {
+        return e;
+    };
+    let Some(long) = arg
+        .split([' ', '='])
+        .next()
+        .and_then(|f| f.strip_prefix("--"))
+    else {
+        return e;
+    };
+    let typed = args.iter().filter_map(|a| a.to_str()).any(|a| {
+        a.strip_prefix("--")
+            .is_some_and(|a| a == long || a.starts_with(&format!("{long}=")))
+    });
+    let name = env_name(long);
+    if typed || std::env::var_os(&name).is_none() {
+        return e;
+    }
+    let tip = format!("the value came from the environment: {name} (fix it, or unset it)");
+    e.insert(
+        ContextKind::Suggested,
+        ContextValue::StyledStrs(vec![clap::builder::StyledStr::from(tip)]),
+    );
+    e
+}
+
+/// A `HAUL_<FLAG>` variable set in this process's environment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SetVariable {
+    /// Its name.
+    pub name: String,
+    /// Its value, or `(set)` for a secret's.
+    pub shown: String,
+    /// The flags it gives a value to (`push --jobs`).
+    pub flags: Vec<String>,
+}
+
+/// The variables set now that flags read (`haul config show`).
+pub fn variables_set() -> Vec<SetVariable> {
+    let mut by_name: std::collections::BTreeMap<String, SetVariable> = Default::default();
+    each_variable(&command(), "haul", &mut |path, arg, name| {
+        let Some(value) = std::env::var_os(name) else {
+            return;
+        };
+        let var = by_name
+            .entry(name.to_owned())
+            .or_insert_with(|| SetVariable {
+                name: name.to_owned(),
+                shown: match arg.is_hide_env_values_set() {
+                    true => "(set)".to_owned(),
+                    false => value.to_string_lossy().into_owned(),
+                },
+                flags: Vec::new(),
+            });
+        let flag = format!("{path} --{}", arg.get_long().unwrap_or_default());
+        if !var.flags.contains(&flag) {
+            var.flags.push(flag);
+        }
+    });
+    by_name.into_values().collect()
+}
+
+/// Calls `f(command path, flag, variable)` for every flag of `cmd` and its
+/// subcommands that reads a variable.
+fn each_variable(cmd: &clap::Command, path: &str, f: &mut dyn FnMut(&str, &clap::Arg, &str)) {
+    for arg in cmd.get_arguments() {
+        if let Some(name) = arg.get_env().and_then(|n| n.to_str()) {
+            f(path, arg, name);
+        }
+    }
+    for sub in cmd.get_subcommands() {
+        each_variable(sub, &format!("{path} {}", sub.get_name()), f);
+    }
 }
 
 const EXAMPLES: &str = "\
@@ -837,4 +982,88 @@ pub struct StatusArgs {
     /// The status listener's address instead of --config.
     #[arg(long, value_name = "HOST:PORT", default_value = "127.0.0.1:9464")]
     pub addr: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn all_variables() -> Vec<(String, String, String)> {
+        let mut out = Vec::new();
+        each_variable(&command(), "haul", &mut |path, arg, name| {
+            let long = arg.get_long().unwrap_or_default().to_owned();
+            out.push((path.to_owned(), long, name.to_owned()));
+        });
+        out
+    }
+
+    #[test]
+    fn every_flag_reads_haul_flag_and_none_reads_a_hook_variable_or_one_of_hauls_own() {
+        let vars = all_variables();
+        assert!(vars.len() > 150, "{} flags read a variable", vars.len());
+        for (path, long, name) in &vars {
+            assert!(
+                !haul_daemon::HOOK_VARIABLES.contains(&name.as_str())
+                    && !OWN_VARIABLES.contains(&name.as_str()),
+                "{path} --{long} would read {name}, which means something else"
+            );
+        }
+        let reads = |path: &str, long: &str| {
+            vars.iter()
+                .find(|(p, l, _)| p == path && l == long)
+                .map(|(_, _, n)| n.clone())
+        };
+        assert_eq!(reads("haul push", "jobs").as_deref(), Some("HAUL_JOBS"));
+        assert_eq!(
+            reads("haul pull", "max-rate").as_deref(),
+            Some("HAUL_MAX_RATE")
+        );
+        assert_eq!(
+            reads("haul serve", "status").as_deref(),
+            Some("HAUL_STATUS")
+        );
+        assert_eq!(reads("haul push", "token").as_deref(), Some("HAUL_TOKEN"));
+        assert_eq!(reads("haul", "json").as_deref(), Some("HAUL_JSON"));
+        assert_eq!(reads("haul push", "exclude"), None);
+        assert_eq!(reads("haul demo", "size"), None, "HAUL_SIZE is a hook's");
+        assert_eq!(reads("haul push", "help"), None);
+    }
+
+    #[test]
+    fn a_switch_reads_yes_and_no_from_its_variable_and_the_command_line_wins() {
+        let switch = |env: Option<&'static str>| {
+            let arg = clap::Arg::new("s")
+                .long("unit-test-switch")
+                .action(clap::ArgAction::SetTrue);
+            from_env(clap::Command::new("t").arg(match env {
+                Some(e) => arg.env(e),
+                None => arg,
+            }))
+        };
+        // A flag that names its own variable keeps it.
+        let own = switch(Some("HAUL_UNIT_TEST_OWN"));
+        let env_of = |c: &clap::Command| {
+            let a = c
+                .get_arguments()
+                .next()
+                .map(|a| a.get_env().map(|e| e.to_owned()));
+            a.flatten()
+        };
+        assert_eq!(env_of(&own), Some("HAUL_UNIT_TEST_OWN".into()));
+        assert_eq!(env_of(&switch(None)), Some("HAUL_UNIT_TEST_SWITCH".into()));
+        // Only this test touches this variable; clap reads it when the
+        // command is built.
+        for (value, want) in [("1", true), ("yes", true), ("off", false), ("0", false)] {
+            std::env::set_var("HAUL_UNIT_TEST_SWITCH", value);
+            let cmd = switch(None);
+            let m = cmd.clone().try_get_matches_from(["t"]).unwrap();
+            assert_eq!(m.get_flag("s"), want, "{value}");
+            let m = cmd
+                .clone()
+                .try_get_matches_from(["t", "--unit-test-switch"])
+                .unwrap();
+            assert!(m.get_flag("s"), "the command line wins over {value}");
+        }
+        std::env::remove_var("HAUL_UNIT_TEST_SWITCH");
+    }
 }

@@ -35,7 +35,10 @@ use output::{Display, Mode};
 fn main() -> ExitCode {
     let matches = match cli::command().try_get_matches() {
         Ok(m) => m,
-        Err(e) => rsync_flags::explain(e).exit(),
+        Err(e) => {
+            let args: Vec<_> = std::env::args_os().collect();
+            cli::name_the_variable(rsync_flags::explain(e), &args).exit()
+        }
     };
     let mut cli = match Cli::from_arg_matches(&matches) {
         Ok(cli) => cli,

@@ -14,6 +14,10 @@ const ENVIRONMENT: &[(&str, &str)] = &[
     ),
     ("HAUL_TRANSPORT", "tcp or quic, instead of --transport."),
     (
+        "HAUL_<FLAG>",
+        "Every long flag, as rclone's RCLONE_<FLAG>: HAUL_JOBS=4 for --jobs 4, HAUL_MAX_RATE for --max-rate, HAUL_DRY_RUN=1 for --dry-run (switches take 1/0, yes/no, true/false, on/off). A flag on the command line wins; the variable wins over a named node's settings in the config file. Not read from the environment: --include, --exclude, --filter-from, --include-from and --exclude-from (their order on the command line matters). haul config show lists the variables set.",
+    ),
+    (
         "HAUL_PASSWORD",
         "The password for FTP, SFTP and HTTP sources, when not in the URL or --password-file.",
     ),

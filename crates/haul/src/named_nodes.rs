@@ -192,9 +192,11 @@ impl NamedNodes {
 }
 
 impl NamedNodes {
-    /// `haul config show`: the file, and how each named node is reached
-    /// with the command's flags — which token, key and transport win.
+    /// `haul config show`: the file, how each named node is reached with
+    /// the command's flags — which token, key and transport win — and the
+    /// `HAUL_<FLAG>` variables set, which beat the file and lose to flags.
     pub fn show(&self, json: bool) {
+        let environment = crate::cli::variables_set();
         let nodes: Vec<serde_json::Value> = self
             .by_name
             .iter()
@@ -220,10 +222,15 @@ impl NamedNodes {
             })
             .collect();
         if json {
+            let environment: Vec<_> = environment
+                .iter()
+                .map(|v| serde_json::json!({ "variable": v.name, "value": v.shown, "flags": v.flags }))
+                .collect();
             crate::output::json_line(&serde_json::json!({
                 "event": "config",
                 "file": self.file.as_ref().map(|p| p.display().to_string()),
                 "nodes": nodes,
+                "environment": environment,
             }));
             return;
         }
@@ -242,6 +249,17 @@ impl NamedNodes {
                 n["token"].as_str().unwrap_or_default(),
                 n["fingerprint"].as_str().unwrap_or("pinned on first use"),
                 n["transport"].as_str().unwrap_or_default(),
+            );
+        }
+        if environment.is_empty() {
+            println!("environment: no HAUL_<FLAG> variable set");
+        }
+        for v in &environment {
+            println!(
+                "environment: {}={} (for {}; a flag on the command line wins)",
+                v.name,
+                v.shown,
+                v.flags.join(", ")
             );
         }
     }

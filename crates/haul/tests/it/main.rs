@@ -14,6 +14,7 @@ mod daemon;
 mod daemon_faults;
 mod daemon_sites;
 mod dry_run;
+mod env_flags;
 mod fanout;
 mod filters;
 mod hard_links;
