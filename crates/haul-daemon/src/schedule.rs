@@ -5,8 +5,9 @@
 
 use std::time::{Duration, SystemTime};
 
-use chrono::{DateTime, Local};
 use croner::Cron;
+use jiff::tz::TimeZone;
+use jiff::{Timestamp, Zoned};
 
 /// Why a schedule does not parse.
 #[derive(Debug, thiserror::Error)]
@@ -67,16 +68,25 @@ impl Schedule {
         }
     }
 
-    /// The next run after one at (or due at) `now`.
+    /// The next run after one at (or due at) `now`, cron times in the
+    /// system's zone.
     pub fn next(&self, now: SystemTime) -> SystemTime {
+        self.next_in(now, &local_zone())
+    }
+
+    /// [`Schedule::next`] with cron times in `zone`.
+    fn next_in(&self, now: SystemTime, zone: &TimeZone) -> SystemTime {
         match self {
             Schedule::Every(d) => now + *d,
             Schedule::Cron(cron) => {
-                let from: DateTime<Local> = now.into();
-                match cron.find_next_occurrence(&from, false) {
-                    Ok(t) => t.into(),
+                let next = Timestamp::try_from(now)
+                    .ok()
+                    .map(|t| Zoned::new(t, zone.clone()))
+                    .and_then(|from| cron.find_next_occurrence(&from, false).ok());
+                match next {
+                    Some(t) => SystemTime::from(t.timestamp()),
                     // An expression with no future time (Feb 30): a year away.
-                    Err(_) => now + Duration::from_secs(365 * 86_400),
+                    None => now + Duration::from_secs(365 * 86_400),
                 }
             }
         }
@@ -92,6 +102,12 @@ impl Schedule {
 }
 
 use haul_time::{format_duration, parse_duration};
+
+/// The zone cron expressions run in: the system's (`TZ`, else
+/// `/etc/localtime`), UTC when it cannot be told.
+fn local_zone() -> TimeZone {
+    TimeZone::try_system().unwrap_or(TimeZone::UTC)
+}
 
 /// A random delay in `[0, jitter]`.
 pub fn jitter(max: Duration) -> Duration {
@@ -133,6 +149,21 @@ mod tests {
         let secs = n.duration_since(SystemTime::UNIX_EPOCH).unwrap().as_secs();
         assert_eq!(secs % 60, 0);
         assert!(Schedule::parse("61 * * * *").is_err());
+    }
+
+    #[test]
+    fn cron_times_are_local_times() {
+        // 03:00 every day, in a zone 5h30 east of UTC: 21:30 UTC.
+        let s = Schedule::parse("0 3 * * *").unwrap();
+        let zone = TimeZone::fixed(jiff::tz::Offset::from_seconds(5 * 3600 + 1800).unwrap());
+        let t0 = SystemTime::UNIX_EPOCH + Duration::from_secs(86_400 * 20_000);
+        let next = s.next_in(t0, &zone);
+        let secs = next
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        assert_eq!(secs % 86_400, 21 * 3600 + 1800);
+        assert!(next > t0 && next <= t0 + Duration::from_secs(86_400));
     }
 
     #[test]

@@ -5,7 +5,7 @@
 //! signing `range` and `if-match` too is allowed and keeps things simple).
 //! The payload is the empty body's SHA-256 for GET/HEAD/DELETE.
 
-use hmac::{Hmac, Mac};
+use hmac::{Hmac, KeyInit, Mac};
 use sha2::{Digest, Sha256};
 use std::time::SystemTime;
 

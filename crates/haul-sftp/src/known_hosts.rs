@@ -7,7 +7,7 @@ use std::path::Path;
 
 use base64::engine::general_purpose::{STANDARD, STANDARD_NO_PAD};
 use base64::Engine;
-use hmac::{Hmac, Mac};
+use hmac::{Hmac, KeyInit, Mac};
 use sha1::Digest;
 
 /// Longest line considered; longer lines are skipped (a key line is < 16 KiB).

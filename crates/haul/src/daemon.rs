@@ -187,10 +187,11 @@ fn rfc3339(t: SystemTime) -> String {
 
 /// Unix seconds as `2026-12-02T12:40:00Z`.
 pub fn unix_text(secs: i64) -> String {
-    chrono::DateTime::from_timestamp(secs, 0).map_or_else(
-        || secs.to_string(),
-        |t| t.format("%Y-%m-%dT%H:%M:%SZ").to_string(),
-    )
+    let t = u64::try_from(secs)
+        .ok()
+        .and_then(|s| SystemTime::UNIX_EPOCH.checked_add(std::time::Duration::from_secs(s)));
+    t.and_then(|t| haul_time::strftime_utc(t, "%Y-%m-%dT%H:%M:%SZ").ok())
+        .unwrap_or_else(|| secs.to_string())
 }
 
 /// Opens the catalog on a blocking thread (PostgreSQL's client blocks).
