@@ -33,45 +33,138 @@ pub struct Cli {
 }
 
 /// The command line haul parses: [`Cli`] with its examples and the exit
-/// codes ([`crate::exit::TABLE`]) after the help, every flag also read from
+/// codes ([`crate::exit::TABLE`]) after the help, flags also read from
 /// `HAUL_<FLAG>` ([`from_env`]).
 pub fn command() -> clap::Command {
-    use clap::CommandFactory;
-    from_env(Cli::command().after_help(format!("{EXAMPLES}\n\n{}", crate::exit::help_text())))
+    from_env(bare_command())
 }
 
-/// Flags never read from the environment, and why.
+/// The command line for this process's `args`: [`command`], but a node
+/// started over ssh (`serve --ssh`, `--stdio`, `--restrict`, or anything
+/// under a forced command, where `SSH_ORIGINAL_COMMAND` is set) reads no
+/// variable at all: it does what its command line — the client's
+/// bootstrap, the operator's forced command — says, never what an ssh
+/// login's environment sets.
+pub fn command_for(args: &[std::ffi::OsString]) -> clap::Command {
+    let over_ssh = std::env::var_os("SSH_ORIGINAL_COMMAND").is_some()
+        || args.iter().filter_map(|a| a.to_str()).any(|a| {
+            matches!(a, "--ssh" | "--stdio" | "--restrict") || a.starts_with("--restrict=")
+        });
+    match over_ssh {
+        true => without_env(bare_command()),
+        false => command(),
+    }
+}
+
+fn bare_command() -> clap::Command {
+    use clap::CommandFactory;
+    Cli::command().after_help(format!("{EXAMPLES}\n\n{}", crate::exit::help_text()))
+}
+
+/// `cmd` with no flag reading a variable (`HAUL_TOKEN` included).
+fn without_env(cmd: clap::Command) -> clap::Command {
+    cmd.mut_args(|a| a.env(None)).mut_subcommands(without_env)
+}
+
+/// Flags never read from the environment, and why (besides those in a
+/// conflict: see [`from_env`]).
 pub const NOT_FROM_ENV: &[(&str, &str)] = &[
     ("include", FILTER_ORDER),
     ("exclude", FILTER_ORDER),
     ("filter-from", FILTER_ORDER),
     ("include-from", FILTER_ORDER),
     ("exclude-from", FILTER_ORDER),
+    (
+        "config",
+        "the client's config for transfers, the daemon's for daemon, catalog and status",
+    ),
+    ("delete", REMOVES),
+    ("delete-excluded", REMOVES),
+    ("delete-source", REMOVES),
+    ("force", REMOVES),
+    (
+        "all",
+        "catalog forget --all and lab down --all: only when typed",
+    ),
+    (
+        "to-file",
+        "adds destinations to every push: only when typed",
+    ),
+    (
+        "check",
+        "haul daemon --check checks and exits: a service must not stop running on a variable",
+    ),
+    ("open", WEAKENS),
+    ("insecure", WEAKENS),
+    ("accept-new-host-key", WEAKENS),
+    ("keep-owners", WEAKENS),
+    ("create-root", WEAKENS),
+    ("plaintext", WEAKENS),
+    (
+        "token-file",
+        "a token file beats --token: a variable must not beat a typed token",
+    ),
+    (
+        "suffix",
+        "needs -b; a variable must not fail the transfers that have none",
+    ),
+    (
+        "from0",
+        "needs --files-from; a variable must not fail the commands that have none",
+    ),
 ];
 
 const FILTER_ORDER: &str = "filter rules apply in the order the command line gives them";
+const REMOVES: &str = "removes files: only when typed";
+const WEAKENS: &str = "weakens a safeguard: only when typed";
 
-/// Variables haul reads with a meaning of their own (besides the hooks'
-/// [`haul_daemon::HOOK_VARIABLES`]): no flag may be read from one.
-pub const OWN_VARIABLES: &[&str] = &["HAUL_CONFIG_DIR", "HAUL_LOG", "HAUL_PASSWORD"];
+/// Variables haul or its tools set or read with a meaning of their own
+/// (besides the hooks' [`haul_daemon::HOOK_VARIABLES`]): no flag is read
+/// from one.
+pub const OWN_VARIABLES: &[&str] = &[
+    "HAUL_CONFIG_DIR",
+    "HAUL_LOG",
+    "HAUL_PASSWORD",
+    "HAUL_LAB_HOST",
+    "HAUL_TEST_TRANSPORT",
+    "HAUL_TESTSERVER_ADDR",
+    "HAUL_PG_BIN",
+    "HAUL_BIN",
+    "HAUL_ARGS",
+];
 
 /// `HAUL_<FLAG>` for a long flag: `max-rate` gives `HAUL_MAX_RATE`.
 pub fn env_name(long: &str) -> String {
     format!("HAUL_{}", long.to_uppercase().replace('-', "_"))
 }
 
-/// Every long flag of `cmd` and its subcommands also read from
+/// The long flags of `cmd` and its subcommands also read from
 /// `HAUL_<FLAG>`, as rclone reads `RCLONE_<FLAG>`: the command line beats
 /// the environment, which beats a config file and the default. A flag that
 /// names its own variable keeps it (`--token`: `HAUL_TOKEN`); a switch takes
 /// `1`/`0`, `true`/`false`, `yes`/`no`, `on`/`off`; the values of secrets
-/// (tokens, passwords) are not shown in `--help`; [`NOT_FROM_ENV`] are not
-/// read, nor a flag whose variable would be one the daemon sets for its
-/// hooks or one haul reads with a meaning of its own ([`OWN_VARIABLES`]):
-/// a `haul` a hook runs must not take `HAUL_SIZE` as `demo --size`.
+/// (tokens, passwords) are not shown in `--help`. Not read: [`NOT_FROM_ENV`];
+/// a flag in a conflict with another (clap counts a variable as given, so
+/// `HAUL_CHECKSUM=0` would refuse a typed `--size-only`); and a flag whose
+/// variable would be one the daemon sets for its hooks or one haul reads
+/// with a meaning of its own ([`OWN_VARIABLES`]): a `haul` a hook runs must
+/// not take `HAUL_SIZE` as `demo --size`.
 pub fn from_env(cmd: clap::Command) -> clap::Command {
     use clap::ArgAction;
+    let in_conflict: std::collections::HashSet<String> = cmd
+        .get_arguments()
+        .filter(|a| !a.is_global_set())
+        .flat_map(|a| {
+            let others = cmd.get_arg_conflicts_with(a);
+            let mine = (!others.is_empty()).then(|| a.get_id().to_string());
+            mine.into_iter()
+                .chain(others.into_iter().map(|o| o.get_id().to_string()))
+        })
+        .collect();
     cmd.mut_args(|a| {
+        if in_conflict.contains(a.get_id().as_str()) {
+            return a;
+        }
         let Some(long) = a.get_long().map(str::to_owned) else {
             return a;
         };
@@ -133,6 +226,50 @@ pub fn name_the_variable(mut e: clap::Error, args: &[std::ffi::OsString]) -> cla
         ContextValue::StyledStrs(vec![clap::builder::StyledStr::from(tip)]),
     );
     e
+}
+
+/// The flags this run took from the environment: (`--flag`, variable).
+static FROM_ENV: std::sync::OnceLock<Vec<(String, String)>> = std::sync::OnceLock::new();
+
+/// Notes which flags `matches` took from the environment, for
+/// [`variable_tip`].
+pub fn note_variables_used(matches: &clap::ArgMatches) {
+    fn walk(cmd: &clap::Command, m: &clap::ArgMatches, out: &mut Vec<(String, String)>) {
+        for arg in cmd.get_arguments() {
+            let id = arg.get_id().as_str();
+            let from_env = matches!(
+                m.try_contains_id(id).map(|_| m.value_source(id)),
+                Ok(Some(clap::parser::ValueSource::EnvVariable))
+            );
+            if let (true, Some(long), Some(var)) = (from_env, arg.get_long(), arg.get_env()) {
+                out.push((format!("--{long}"), var.to_string_lossy().into_owned()));
+            }
+        }
+        if let Some((name, sub)) = m.subcommand() {
+            if let Some(c) = cmd.find_subcommand(name) {
+                walk(c, sub, out);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(&command(), matches, &mut out);
+    let _ = FROM_ENV.set(out);
+}
+
+/// For an error whose text names a flag this run took from the
+/// environment: the tip that says which variable (a value the user did not
+/// type must not be a puzzle).
+pub fn variable_tip(text: &str) -> Option<String> {
+    let used = FROM_ENV.get()?;
+    let (flag, var) = used.iter().find(|(flag, _)| {
+        text.match_indices(flag.as_str()).any(|(i, _)| {
+            let next = text[i + flag.len()..].chars().next();
+            !next.is_some_and(|c| c.is_ascii_alphanumeric() || c == '-')
+        })
+    })?;
+    Some(format!(
+        "{flag} came from the environment: {var} (fix it, or unset it)"
+    ))
 }
 
 /// A `HAUL_<FLAG>` variable set in this process's environment.
@@ -1019,8 +1156,8 @@ mod tests {
             Some("HAUL_MAX_RATE")
         );
         assert_eq!(
-            reads("haul serve", "status").as_deref(),
-            Some("HAUL_STATUS")
+            reads("haul serve", "chunk-memory").as_deref(),
+            Some("HAUL_CHUNK_MEMORY")
         );
         assert_eq!(reads("haul push", "token").as_deref(), Some("HAUL_TOKEN"));
         assert_eq!(reads("haul", "json").as_deref(), Some("HAUL_JSON"));
@@ -1030,7 +1167,7 @@ mod tests {
     }
 
     #[test]
-    fn a_switch_reads_yes_and_no_from_its_variable_and_the_command_line_wins() {
+    fn a_switch_reads_a_yes_or_no_and_a_flag_naming_its_own_variable_keeps_it() {
         let switch = |env: Option<&'static str>| {
             let arg = clap::Arg::new("s")
                 .long("unit-test-switch")
@@ -1040,8 +1177,6 @@ mod tests {
                 None => arg,
             }))
         };
-        // A flag that names its own variable keeps it.
-        let own = switch(Some("HAUL_UNIT_TEST_OWN"));
         let env_of = |c: &clap::Command| {
             let a = c
                 .get_arguments()
@@ -1049,21 +1184,51 @@ mod tests {
                 .map(|a| a.get_env().map(|e| e.to_owned()));
             a.flatten()
         };
-        assert_eq!(env_of(&own), Some("HAUL_UNIT_TEST_OWN".into()));
-        assert_eq!(env_of(&switch(None)), Some("HAUL_UNIT_TEST_SWITCH".into()));
-        // Only this test touches this variable; clap reads it when the
-        // command is built.
-        for (value, want) in [("1", true), ("yes", true), ("off", false), ("0", false)] {
-            std::env::set_var("HAUL_UNIT_TEST_SWITCH", value);
-            let cmd = switch(None);
-            let m = cmd.clone().try_get_matches_from(["t"]).unwrap();
-            assert_eq!(m.get_flag("s"), want, "{value}");
-            let m = cmd
-                .clone()
-                .try_get_matches_from(["t", "--unit-test-switch"])
-                .unwrap();
-            assert!(m.get_flag("s"), "the command line wins over {value}");
+        assert_eq!(
+            env_of(&switch(Some("HAUL_UNIT_TEST_OWN"))),
+            Some("HAUL_UNIT_TEST_OWN".into())
+        );
+        let cmd = switch(None);
+        assert_eq!(env_of(&cmd), Some("HAUL_UNIT_TEST_SWITCH".into()));
+        // A switch's parser takes yes and no (HAUL_DRY_RUN=yes and =0 in
+        // tests/it/env_flags.rs): clap's bool parser names only true/false.
+        let arg = cmd.get_arguments().next().unwrap();
+        let values: Vec<String> = arg
+            .get_value_parser()
+            .possible_values()
+            .map(|v| v.map(|p| p.get_name().to_owned()).collect())
+            .unwrap_or_default();
+        assert!(
+            values.contains(&"yes".to_owned()) && values.contains(&"off".to_owned()),
+            "{values:?}"
+        );
+    }
+
+    #[test]
+    fn flags_in_a_conflict_or_that_remove_or_weaken_are_not_read_and_ssh_nodes_read_none() {
+        let vars = all_variables();
+        let reads = |path: &str, long: &str| vars.iter().any(|(p, l, _)| p == path && l == long);
+        for (path, long) in [
+            ("haul push", "checksum"),
+            ("haul push", "size-only"),
+            ("haul push", "delete"),
+            ("haul push", "config"),
+            ("haul serve", "open"),
+            ("haul serve", "ssh"),
+            ("haul serve", "status"),
+            ("haul pull", "from0"),
+        ] {
+            assert!(!reads(path, long), "{path} --{long} reads a variable");
         }
-        std::env::remove_var("HAUL_UNIT_TEST_SWITCH");
+        assert!(reads("haul serve", "chunk-memory"));
+        let args: Vec<std::ffi::OsString> = ["haul", "serve", "--ssh", "--root", "x"]
+            .iter()
+            .map(Into::into)
+            .collect();
+        let mut any = Vec::new();
+        each_variable(&command_for(&args), "haul", &mut |p, a, n| {
+            any.push(format!("{p} --{} {n}", a.get_long().unwrap_or_default()))
+        });
+        assert!(any.is_empty(), "a node over ssh reads {any:?}");
     }
 }

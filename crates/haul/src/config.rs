@@ -193,20 +193,22 @@ pub fn client_options(t: &TransferArgs) -> Result<ClientOptions> {
         },
         jobs,
         streams: t.streams,
-        split_min: parse_size(&t.split_min)?,
+        split_min: parse_size(&t.split_min).context("--split-min")?,
         tuning: haul_transport::Tuning {
             socket_buffer: t
                 .socket_buffer
                 .as_deref()
                 .map(parse_size)
-                .transpose()?
+                .transpose()
+                .context("--socket-buffer")?
                 .map(|s| s as usize),
             zero_copy: !t.no_zero_copy,
             pace: t
                 .max_rate
                 .as_deref()
                 .map(max_rate)
-                .transpose()?
+                .transpose()
+                .context("--max-rate")?
                 .map(|r| std::sync::Arc::new(haul_transport::RateLimit::new(r))),
         },
         retry: haul_run::backoff::RetryPolicy {

@@ -33,13 +33,12 @@ use cli::{Cli, Command};
 use output::{Display, Mode};
 
 fn main() -> ExitCode {
-    let matches = match cli::command().try_get_matches() {
+    let args: Vec<_> = std::env::args_os().collect();
+    let matches = match cli::command_for(&args).try_get_matches_from(&args) {
         Ok(m) => m,
-        Err(e) => {
-            let args: Vec<_> = std::env::args_os().collect();
-            cli::name_the_variable(rsync_flags::explain(e), &args).exit()
-        }
+        Err(e) => cli::name_the_variable(rsync_flags::explain(e), &args).exit(),
     };
+    cli::note_variables_used(&matches);
     let mut cli = match Cli::from_arg_matches(&matches) {
         Ok(cli) => cli,
         Err(e) => e.exit(),
@@ -97,7 +96,11 @@ fn main() -> ExitCode {
                 // Not an error of haul's: the one line says how far it got.
                 eprintln!("{err}");
             } else {
-                eprintln!("error: {}", chain_text(&err));
+                let text = chain_text(&err);
+                eprintln!("error: {text}");
+                if let Some(tip) = cli::variable_tip(&text) {
+                    eprintln!("  tip: {tip}");
+                }
             }
             code
         }

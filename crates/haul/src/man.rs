@@ -15,7 +15,7 @@ const ENVIRONMENT: &[(&str, &str)] = &[
     ("HAUL_TRANSPORT", "tcp or quic, instead of --transport."),
     (
         "HAUL_<FLAG>",
-        "Every long flag, as rclone's RCLONE_<FLAG>: HAUL_JOBS=4 for --jobs 4, HAUL_MAX_RATE for --max-rate, HAUL_DRY_RUN=1 for --dry-run (switches take 1/0, yes/no, true/false, on/off). A flag on the command line wins; the variable wins over a named node's settings in the config file. Not read from the environment: --include, --exclude, --filter-from, --include-from and --exclude-from (their order on the command line matters). haul config show lists the variables set.",
+        "Long flags, as rclone's RCLONE_<FLAG>: HAUL_JOBS=4 for --jobs 4, HAUL_MAX_RATE for --max-rate, HAUL_DRY_RUN=1 for --dry-run (switches take 1/0, yes/no, true/false, on/off). A flag on the command line wins; the variable wins over a named node's fingerprint and transport in the config file. --help shows which variable each flag reads. Not read: flags in a conflict with another, flags that remove or weaken a safeguard (--delete*, --force, --to-file, --all, --open, --plaintext, --insecure, --accept-new-host-key, --keep-owners, --create-root), --config, --token-file, --suffix, -0, daemon --check, the filter flags, flags whose variable the daemon sets for its hooks, and anything in a node started over ssh. haul config show lists the variables set.",
     ),
     (
         "HAUL_PASSWORD",

@@ -120,3 +120,24 @@ fn the_environment_beats_the_config_file_and_config_show_lists_it() {
     let flagged = show(&env, &["--fingerprint", "SHA256:fromtheflag"]);
     assert_eq!(flagged["nodes"][0]["fingerprint"], "SHA256:fromtheflag");
 }
+
+#[test]
+fn a_value_checked_after_parsing_names_its_variable_and_conflicts_stay_the_command_lines() {
+    let s = Scratch::new();
+    tree(&s);
+    let out = copy(&s, &[("HAUL_MAX_RATE", "fast")], &[], "one");
+    assert_eq!(out.status.code(), Some(2), "{}", said(&out));
+    assert!(said(&out).contains("HAUL_MAX_RATE"), "{}", said(&out));
+    // --checksum conflicts with --size-only: it is not read from the
+    // environment, so a typed --size-only is never refused over it.
+    let out = copy(&s, &[("HAUL_CHECKSUM", "1")], &["--size-only"], "two");
+    assert_eq!(out.status.code(), Some(0), "{}", said(&out));
+    // Removing and config flags are the command line's only.
+    let out = copy(
+        &s,
+        &[("HAUL_DELETE", "1"), ("HAUL_CONFIG", "/nonexistent")],
+        &[],
+        "three",
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", said(&out));
+}

@@ -56,9 +56,8 @@ impl Node {
             .arg(root)
             .args(["--listen", listen, "--identity"]);
         cmd.arg(config.join("identity"));
-        cmd.args(extra)
-            .env("HAUL_CONFIG_DIR", config)
-            .env_remove("HAUL_TOKEN");
+        without_haul_variables(&mut cmd);
+        cmd.args(extra).env("HAUL_CONFIG_DIR", config);
         let stderr = match log {
             Some(p) => Stdio::from(std::fs::File::create(p).expect("node log")),
             None => Stdio::null(),
@@ -102,10 +101,27 @@ impl Drop for Node {
     }
 }
 
+/// Removes the `HAUL_*` variables the test inherited (flags read them)
+/// but the log filter and the suites' transport, and those `cmd` set
+/// itself: a developer's `HAUL_JSON` must not change what a test sees.
+pub fn without_haul_variables(cmd: &mut Command) {
+    let own: Vec<_> = cmd.get_envs().map(|(k, _)| k.to_owned()).collect();
+    for (name, _) in std::env::vars_os() {
+        if own.contains(&name) {
+            continue;
+        }
+        let Some(text) = name.to_str() else { continue };
+        if text.starts_with("HAUL_") && !matches!(text, "HAUL_LOG" | "HAUL_TEST_TRANSPORT") {
+            cmd.env_remove(&name);
+        }
+    }
+}
+
 /// A client command with its own config dir (known hosts).
 pub fn haul(config: &Path) -> Command {
     let mut c = Command::new(BIN);
-    c.env("HAUL_CONFIG_DIR", config).env_remove("HAUL_TOKEN");
+    without_haul_variables(&mut c);
+    c.env("HAUL_CONFIG_DIR", config);
     c
 }
 

@@ -123,10 +123,10 @@ fn ctrl_c_on_a_terminal_prints_one_line_exits_130_and_the_same_command_resumes()
     let mut c = Command::new("script");
     c.args(["-q", "-e", "-c", &line, "/dev/null"])
         .env("TERM", "xterm-256color")
-        .env("HAUL_CONFIG_DIR", s.path("config"))
-        .env_remove("HAUL_TOKEN")
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
+    without_haul_variables(&mut c);
+    c.env("HAUL_CONFIG_DIR", s.path("config"));
     with_test_transport(&mut c);
     let mut child = c.spawn().expect("script(1) from util-linux");
     let mut out = child.stdout.take().expect("stdout");
