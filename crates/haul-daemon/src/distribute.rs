@@ -83,6 +83,45 @@ pub(crate) struct Distributor {
     pub fetched: Arc<Notify>,
     /// Whether the catalog takes writes (no round starts while it does not).
     pub writes: Arc<crate::writes::CatalogWrites>,
+    /// The transfer log: a `file_sent` line per file a site confirmed, a
+    /// `file_failed` line per file that failed there.
+    pub log: Option<Arc<haul_node::TransferLog>>,
+}
+
+/// Writes a delivery's lines to the transfer log: `file_sent` for each
+/// confirmed file (its BLAKE3), `file_failed` for each that failed.
+fn log_delivery(
+    d: &Distributor,
+    site: &SiteSpec,
+    owed: &[Owed],
+    good: &[(String, String)],
+    bad: &[(String, String)],
+) {
+    use haul_node::transfer_log::{LogEvent, LogRecord};
+    let Some(log) = &d.log else {
+        return;
+    };
+    let peer = format!("haul://{}/{}", site.url.addr, site.url.path);
+    let line = |event, path: &str| {
+        LogRecord::now(
+            event,
+            peer.clone(),
+            "daemon".into(),
+            "deliver",
+            path.to_owned(),
+        )
+    };
+    for (path, hash) in good {
+        let mut r = line(LogEvent::FileSent, path);
+        r.bytes = owed.iter().find(|o| &o.path == path).map(|o| o.size);
+        r.blake3 = Some(hash.clone());
+        log.write(&r);
+    }
+    for (path, error) in bad {
+        let mut r = line(LogEvent::FileFailed, path);
+        r.error = Some(error.clone());
+        log.write(&r);
+    }
 }
 
 /// What the origin's own sends saw of each file (by its path under DEST):
@@ -400,6 +439,7 @@ async fn deliver(d: &Distributor, spec: &SourceSpec, claimed: &Batch, shared: &M
                 ));
             }
         }
+        log_delivery(d, site, owed, &good, &bad);
         if !good.is_empty() {
             let bytes: u64 = owed
                 .iter()

@@ -138,6 +138,9 @@ pub struct DaemonOptions {
     /// from the sources' staging directories, at start and hourly (one a
     /// download holds never is); `None`: never.
     pub partial_ttl: Option<Duration>,
+    /// The transfer log (`log_file`): a line per run and per file fetched,
+    /// delivered to a site or failed. Taken at start (a reload keeps it).
+    pub log: Option<Arc<haul_node::TransferLog>>,
 }
 
 /// How often the daemon looks for abandoned partial downloads.
@@ -282,10 +285,12 @@ pub async fn run(
     );
     publish_sources(&board, &table);
     let mut runs: JoinSet<(String, Result<(), DaemonError>, Duration)> = JoinSet::new();
+    let log = opts.log.clone();
     let mut distributors = Distributors {
         catalog: catalog.clone(),
         worker: worker.clone(),
         lease,
+        log: log.clone(),
         site_retry: opts.down_retry,
         writes: writes.clone(),
         stop: stop_rx,
@@ -323,6 +328,7 @@ pub async fn run(
                 fetched: distributors.notify(&spec.name),
                 writes: writes.clone(),
                 file_retry: opts.file_retry,
+                log: log.clone(),
             });
             tracing::info!("{}: run started ({})", spec.name, spec.url);
             runs.spawn(async move {
@@ -469,6 +475,7 @@ struct Distributors {
     catalog: Arc<dyn Catalog>,
     worker: String,
     lease: Duration,
+    log: Option<Arc<haul_node::TransferLog>>,
     site_retry: Duration,
     writes: Arc<CatalogWrites>,
     stop: watch::Receiver<bool>,
@@ -493,6 +500,7 @@ impl Distributors {
                 catalog: self.catalog.clone(),
                 worker: self.worker.clone(),
                 lease: self.lease,
+                log: self.log.clone(),
                 site_retry: self.site_retry,
                 fetched: fetched.clone(),
                 writes: self.writes.clone(),

@@ -68,6 +68,8 @@ pub(crate) struct RunContext {
     /// First wait before a failed file is tried again (doubling per
     /// attempt, at most [`FILE_RETRY_MAX`]).
     pub file_retry: Duration,
+    /// The transfer log, if the daemon keeps one.
+    pub log: Option<Arc<haul_node::TransferLog>>,
 }
 
 /// The catalog's say over one run's files.
@@ -587,13 +589,18 @@ fn secs(d: Duration) -> i64 {
     i64::try_from(d.as_secs()).unwrap_or(i64::MAX)
 }
 
-/// Logs a run's events: failures and warnings at their level, files at debug.
+/// Logs a run's events: failures and warnings at their level, files at
+/// debug; and each file in the transfer log, if there is one.
 struct RunLog {
     source: String,
+    transfer_log: Option<Arc<haul_node::transfer_log::ConnectionLog>>,
 }
 
 impl Observer for RunLog {
     fn event(&self, event: &Event) {
+        if let Some(log) = &self.transfer_log {
+            log.event(event);
+        }
         match event {
             Event::FileError { path, error, .. } => {
                 tracing::warn!("{}: {path}: {error}", self.source);
@@ -656,6 +663,10 @@ pub(crate) async fn run_once(
             opts.quick_check = false;
             let observer = Arc::new(RunLog {
                 source: source.name.clone(),
+                transfer_log: ctx
+                    .log
+                    .as_ref()
+                    .map(|l| l.daemon_run(&source.name, &source.url)),
             });
             haul_fetch::fetch(
                 source.remote.clone(),

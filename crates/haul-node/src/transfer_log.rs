@@ -103,6 +103,30 @@ pub struct LogRecord {
 }
 
 impl LogRecord {
+    /// A record of `event` stamped now, with none of the file's fields.
+    pub fn now(
+        event: LogEvent,
+        peer: String,
+        auth: String,
+        request: &'static str,
+        path: String,
+    ) -> Self {
+        LogRecord {
+            time: haul_time::strftime_utc(SystemTime::now(), "%Y-%m-%dT%H:%M:%S%.3fZ")
+                .unwrap_or_default(),
+            event,
+            peer,
+            auth,
+            request,
+            path,
+            bytes: None,
+            sent: None,
+            blake3: None,
+            secs: None,
+            error: None,
+        }
+    }
+
     /// The record as one text line (without its time).
     pub fn text(&self) -> String {
         let mut line = format!(
@@ -252,10 +276,28 @@ impl TransferLog {
         source: &str,
         dest: &str,
     ) -> Arc<ConnectionLog> {
+        self.opened("client", request, sends, source, dest)
+    }
+
+    /// Logs a daemon's run of `source` (its name) from `url` and returns
+    /// the observer that logs the files it fetched (`file_received`,
+    /// `file_failed`; `auth=daemon`, `request=fetch`).
+    pub fn daemon_run(self: &Arc<Self>, source: &str, url: &str) -> Arc<ConnectionLog> {
+        self.opened("daemon", "fetch", false, source, url)
+    }
+
+    fn opened(
+        self: &Arc<Self>,
+        auth: &str,
+        request: &'static str,
+        sends: bool,
+        source: &str,
+        dest: &str,
+    ) -> Arc<ConnectionLog> {
         let conn = ConnectionLog {
             log: self.clone(),
             peer: dest.to_owned(),
-            auth: "client".to_owned(),
+            auth: auth.to_owned(),
             request,
             sends,
             opened: Instant::now(),
@@ -295,20 +337,13 @@ pub struct ConnectionLog {
 
 impl ConnectionLog {
     fn record(&self, event: LogEvent, path: String) -> LogRecord {
-        LogRecord {
-            time: haul_time::strftime_utc(SystemTime::now(), "%Y-%m-%dT%H:%M:%S%.3fZ")
-                .unwrap_or_default(),
+        LogRecord::now(
             event,
-            peer: self.peer.clone(),
-            auth: self.auth.clone(),
-            request: self.request,
+            self.peer.clone(),
+            self.auth.clone(),
+            self.request,
             path,
-            bytes: None,
-            sent: None,
-            blake3: None,
-            secs: None,
-            error: None,
-        }
+        )
     }
 
     /// The file's path beneath the root (a receiver's events name it so; a

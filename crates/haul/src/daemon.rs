@@ -243,6 +243,13 @@ fn daemon_options(config: &DaemonConfig) -> Result<DaemonOptions> {
         file_retry: config.file_retry,
         sources,
         partial_ttl: config.partial_ttl,
+        log: match &config.log {
+            None => None,
+            Some((path, format)) => Some(Arc::new(
+                haul_node::TransferLog::file_only(*format, path)
+                    .with_context(|| format!("log_file: cannot open {}", path.display()))?,
+            )),
+        },
     })
 }
 

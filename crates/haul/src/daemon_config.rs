@@ -58,6 +58,11 @@ pub struct FileConfig {
     /// Partial downloads no run has written for this long are removed, at
     /// start and hourly (`7d`, `12h`, or `off`; default `7d`).
     pub partial_ttl: Option<Spanned<String>>,
+    /// The transfer log: a line per run and per file fetched, delivered or
+    /// failed, appended to this file (created 0640).
+    pub log_file: Option<Spanned<String>>,
+    /// `text` (default) or `json` (one object per line).
+    pub log_format: Option<Spanned<String>>,
     /// The sites deliveries go to.
     #[serde(default)]
     pub site: Vec<Spanned<SiteConfig>>,
@@ -254,6 +259,8 @@ pub struct DaemonConfig {
     /// How old an untouched partial download gets before it is removed
     /// (`None`: never).
     pub partial_ttl: Option<Duration>,
+    /// The transfer log's file and format, if one is kept.
+    pub log: Option<(PathBuf, haul_node::LogFormat)>,
     /// The sites.
     pub sites: Vec<SitePlan>,
     /// The sources.
@@ -483,6 +490,19 @@ pub fn parse(text: &str) -> Result<DaemonConfig> {
             None => Some(DEFAULT_PARTIAL_TTL),
             Some(v) => crate::config::partial_ttl(v.get_ref())
                 .with_context(|| format!("{}: partial_ttl", at(v.span())))?,
+        },
+        log: match (&file.log_file, &file.log_format) {
+            (None, None) => None,
+            (None, Some(f)) => bail!("{}: log_format needs a log_file", at(f.span())),
+            (Some(path), format) => {
+                let format = match format {
+                    None => haul_node::LogFormat::Text,
+                    Some(f) => f.get_ref().parse().map_err(|e: String| {
+                        anyhow::anyhow!("{}: log_format: {e}", at(f.span()))
+                    })?,
+                };
+                Some((PathBuf::from(path.get_ref()), format))
+            }
         },
         sites,
         sources,
@@ -857,6 +877,31 @@ deliver = ["a", "b"]
         );
         let e = error_of(&base.replace("haul://b.example", "haul://a.example"));
         assert!(e.contains("one site per node"), "{e}");
+    }
+
+    #[test]
+    fn a_transfer_log_needs_a_file_and_a_known_format() {
+        let set = |v: &str| MINIMAL.replace("status =", &format!("{v}\nstatus ="));
+        assert!(parse(MINIMAL).unwrap().log.is_none());
+        let log = parse(&set("log_file = \"/tmp/t.log\"")).unwrap().log;
+        assert_eq!(log, Some(("/tmp/t.log".into(), haul_node::LogFormat::Text)));
+        let json = set("log_file = \"/tmp/t.log\"\nlog_format = \"json\"");
+        assert_eq!(
+            parse(&json).unwrap().log.map(|l| l.1),
+            Some(haul_node::LogFormat::Json)
+        );
+        let e = parse(&set("log_format = \"json\""))
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("log_format needs a log_file"), "{e}");
+        let e = format!(
+            "{:#}",
+            parse(&set("log_file = \"/tmp/t.log\"\nlog_format = \"xml\""))
+                .err()
+                .unwrap()
+        );
+        assert!(e.contains("use text or json"), "{e}");
     }
 
     #[test]

@@ -142,7 +142,22 @@ fn every_new_file_reaches_every_site_once_and_a_site_down_catches_up() {
         start_site(&s, "c", "127.0.0.1:0"),
     );
     let status = free_port();
-    let config = config(&s, &http.http_url("/sst/"), &[&a, &b, &c], status, "");
+    // The transfer log as JSON: a line per file fetched, delivered, failed.
+    let transfers = s.path("transfers.jsonl");
+    let head = format!(
+        "catalog = \"sqlite:{}\"\nstatus = \"127.0.0.1:{status}\"\nlog_file = \"{}\"\nlog_format = \"json\"\n",
+        s.path("catalog.db").display(),
+        transfers.display()
+    );
+    let config = config_as(
+        &s,
+        "haul.toml",
+        &head,
+        &http.http_url("/sst/"),
+        &[&a, &b, &c],
+        "",
+        "",
+    );
     // --check shows the sites and the plan.
     let mut check = crate::harness::haul(&s.path("cfg"));
     check.args(["daemon", "--check", "--config"]).arg(&config);
@@ -170,6 +185,51 @@ fn every_new_file_reaches_every_site_once_and_a_site_down_catches_up() {
         },
     );
     assert!(!s.path("site-a/sst/skip.txt").exists());
+    // The transfer log: each file fetched once, sent to each site once,
+    // with its BLAKE3.
+    let records = |want: usize| {
+        let mut got = Vec::new();
+        wait_for(Duration::from_secs(20), "the transfer log's lines", || {
+            got = std::fs::read_to_string(&transfers)
+                .unwrap_or_default()
+                .lines()
+                .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+                .collect();
+            got.len() >= want
+        });
+        got
+    };
+    // A connection line per run, a received line per file, a sent line
+    // per file and site.
+    let log = records(1 + 3 + 9);
+    for f in first {
+        let hash = b3(&archive.join(f));
+        let fetched = log
+            .iter()
+            .filter(|r| {
+                r["event"] == "file_received" && r["path"].as_str().is_some_and(|p| p.ends_with(f))
+            })
+            .collect::<Vec<_>>();
+        assert_eq!(fetched.len(), 1, "{f}: {log:?}");
+        assert_eq!(fetched[0]["blake3"], hash.as_str(), "{f}");
+        assert_eq!(fetched[0]["auth"], "daemon");
+        assert_eq!(fetched[0]["request"], "fetch");
+        for site in [&a, &b, &c] {
+            let sent: Vec<_> = log
+                .iter()
+                .filter(|r| {
+                    r["event"] == "file_sent"
+                        && r["path"] == f
+                        && r["peer"]
+                            .as_str()
+                            .is_some_and(|p| p.contains(&site.node.addr))
+                })
+                .collect();
+            assert_eq!(sent.len(), 1, "{f} to {}: {log:?}", site.name);
+            assert_eq!(sent[0]["blake3"], hash.as_str());
+            assert_eq!(sent[0]["request"], "deliver");
+        }
+    }
     // A burst: three new files go out together.
     for i in 3..6 {
         write_file(&archive.join(format!("f{i}.nc")), 30_000 + i, 10 + i);
@@ -201,6 +261,13 @@ fn every_new_file_reaches_every_site_once_and_a_site_down_catches_up() {
     });
     let failed = catalog(&config, &["list", "--site", "c", "--state", "failed"]);
     let f6 = failed.iter().find(|d| d["path"] == "f6.nc").unwrap();
+    let log = records(1);
+    assert!(
+        log.iter().any(|r| r["event"] == "file_failed"
+            && r["path"] == "f6.nc"
+            && r["peer"].as_str().is_some_and(|p| p.contains(&c_addr))),
+        "no file_failed line for f6.nc at c: {log:?}"
+    );
     assert!(
         f6["error"].as_str().unwrap_or("").contains(&c_addr),
         "the error names the site's address: {f6}"
