@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Builds haul's Debian package with cargo-deb (installed if missing) from the
 # metadata in crates/haul/Cargo.toml: the binary, its manual page, shell
-# completions, the systemd units and the monitoring kit. Prints the .deb's
-# path on the last line.
+# completions, the systemd units and the monitoring kit, as
+# TARGET/debian/haul.deb. Prints that path (cargo-deb's own output goes to
+# stderr).
 #
 #   bash scripts/deb.sh              # release build (what ships)
 #   PROFILE=dev bash scripts/deb.sh  # the tests' build, for CI's install check only
@@ -11,7 +12,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 profile=${PROFILE:-release}
 target=${CARGO_TARGET_DIR:-target}
-command -v cargo-deb >/dev/null 2>&1 || cargo install --locked --quiet cargo-deb --version 3.8.0
+cargo deb --version 2>/dev/null | grep -q 3.8.0 ||
+  cargo install --locked --quiet cargo-deb --version 3.8.0
 cargo build --locked --quiet -p haul --profile "$profile"
 dir=$target/$profile
 [ "$profile" = dev ] && dir=$target/debug
@@ -24,4 +26,7 @@ rm -rf "$assets" && mkdir -p "$assets"
 "$bin" completions fish >"$assets/haul.fish"
 fast=()
 [ "$profile" = release ] || fast=(--fast)
-cargo deb --locked --quiet -p haul --no-build --profile "$profile" "${fast[@]}" 2>&1 | tail -1
+out=$target/debian/haul.deb
+mkdir -p "$target/debian"
+cargo deb --locked --quiet -p haul --no-build --profile "$profile" "${fast[@]}" --output "$out" >&2
+echo "$out"

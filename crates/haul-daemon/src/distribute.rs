@@ -88,39 +88,62 @@ pub(crate) struct Distributor {
     pub log: Option<Arc<haul_node::TransferLog>>,
 }
 
-/// Writes a delivery's lines to the transfer log: `file_sent` for each
-/// confirmed file (its BLAKE3), `file_failed` for each that failed.
-fn log_delivery(
-    d: &Distributor,
-    site: &SiteSpec,
-    owed: &[Owed],
-    good: &[(String, String)],
-    bad: &[(String, String)],
-) {
-    use haul_node::transfer_log::{LogEvent, LogRecord};
-    let Some(log) = &d.log else {
-        return;
-    };
-    let peer = format!("haul://{}/{}", site.url.addr, site.url.path);
-    let line = |event, path: &str| {
-        LogRecord::now(
-            event,
-            peer.clone(),
-            "daemon".into(),
-            "deliver",
-            path.to_owned(),
-        )
-    };
-    for (path, hash) in good {
-        let mut r = line(LogEvent::FileSent, path);
-        r.bytes = owed.iter().find(|o| &o.path == path).map(|o| o.size);
-        r.blake3 = Some(hash.clone());
-        log.write(&r);
+/// The transfer log's `deliver` lines for `site`, if the daemon keeps one.
+struct DeliveryLog<'a> {
+    log: &'a haul_node::TransferLog,
+    peer: String,
+}
+
+impl<'a> DeliveryLog<'a> {
+    fn new(d: &'a Distributor, site: &SiteSpec) -> Option<Self> {
+        Some(Self {
+            log: d.log.as_deref()?,
+            peer: format!("haul://{}/{}", site.url.addr, site.url.path),
+        })
     }
-    for (path, error) in bad {
-        let mut r = line(LogEvent::FileFailed, path);
-        r.error = Some(error.clone());
-        log.write(&r);
+
+    fn line(
+        &self,
+        event: haul_node::transfer_log::LogEvent,
+        path: &str,
+    ) -> haul_node::transfer_log::LogRecord {
+        let (peer, auth) = (self.peer.clone(), "daemon".to_owned());
+        haul_node::transfer_log::LogRecord::now(event, peer, auth, "deliver", path.to_owned())
+    }
+
+    /// A `file_sent` line per file sent to the site and confirmed there
+    /// (with its size and BLAKE3).
+    fn sent(&self, owed: &[Owed], sent: &[(String, String)]) {
+        for (path, hash) in sent {
+            let mut r = self.line(haul_node::transfer_log::LogEvent::FileSent, path);
+            r.bytes = owed.iter().find(|o| &o.path == path).map(|o| o.size);
+            r.blake3 = Some(hash.clone());
+            self.log.write(&r);
+        }
+    }
+
+    /// A `file_failed` line per file that failed for a reason of its own.
+    fn failed(&self, bad: &[(String, String)]) {
+        for (path, error) in bad {
+            let mut r = self.line(haul_node::transfer_log::LogEvent::FileFailed, path);
+            r.error = Some(error.clone());
+            self.log.write(&r);
+        }
+    }
+
+    /// One `file_failed` line for a site that failed as a whole, naming
+    /// the first file it waits for: not one per file (a site down for a
+    /// day must not write a line per file per retry).
+    fn site_failed(&self, bad: &[(String, String)], error: &str) {
+        let Some((first, _)) = bad.first() else {
+            return;
+        };
+        let mut r = self.line(haul_node::transfer_log::LogEvent::FileFailed, first);
+        r.error = Some(match bad.len() {
+            1 => error.to_owned(),
+            n => format!("{n} files wait, this one among them: {error}"),
+        });
+        self.log.write(&r);
     }
 }
 
@@ -372,6 +395,10 @@ async fn deliver(d: &Distributor, spec: &SourceSpec, claimed: &Batch, shared: &M
                 d.site_retry.as_secs_f64()
             );
         }
+        let at = spec.deliver.iter().find(|s| s.name == site);
+        if let Some(log) = at.and_then(|s| DeliveryLog::new(d, s)) {
+            log.failed(&bad);
+        }
         record_failed(d, spec, &site, bad, d.site_retry).await;
     }
     if files.is_empty() {
@@ -416,10 +443,17 @@ async fn deliver(d: &Distributor, spec: &SourceSpec, claimed: &Batch, shared: &M
             Err(e) => Some(e.to_string()),
         };
         let (mut good, mut bad) = (Vec::new(), Vec::new());
+        // The files this round's fan-out read and carried (not found up to
+        // date): what the transfer log calls sent.
+        let mut sent_now = std::collections::HashSet::new();
         for o in owed {
             let Some(rel) = rel_in(&spec.dest, o) else {
                 continue;
             };
+            // Failed before the fan-out (unreadable here): recorded once, above.
+            if unreadable.contains_key(&rel) {
+                continue;
+            }
             if let Some(e) = failed_here.get(&rel) {
                 bad.push((o.path.clone(), e.clone()));
             } else if let Some(e) = &site_error {
@@ -427,6 +461,9 @@ async fn deliver(d: &Distributor, spec: &SourceSpec, claimed: &Batch, shared: &M
             } else if let Some(hash) = done.get(&rel) {
                 // Read and sent (its BLAKE3), or up to date there by size
                 // and mtime (the version the catalog holds).
+                if !hash.is_empty() {
+                    sent_now.insert(o.path.clone());
+                }
                 let hash = if hash.is_empty() { &o.blake3 } else { hash };
                 good.push((o.path.clone(), hash.clone()));
             } else {
@@ -439,7 +476,13 @@ async fn deliver(d: &Distributor, spec: &SourceSpec, claimed: &Batch, shared: &M
                 ));
             }
         }
-        log_delivery(d, site, owed, &good, &bad);
+        let log = DeliveryLog::new(d, site);
+        if let Some(log) = &log {
+            match &site_error {
+                Some(e) => log.site_failed(&bad, e),
+                None => log.failed(&bad),
+            }
+        }
         if !good.is_empty() {
             let bytes: u64 = owed
                 .iter()
@@ -461,6 +504,14 @@ async fn deliver(d: &Distributor, spec: &SourceSpec, claimed: &Batch, shared: &M
             let confirmed = good.clone();
             match blocking(&d.catalog, move |c| c.delivered(&source, &name, &good, at)).await {
                 Ok(()) => {
+                    if let Some(log) = &log {
+                        let sent: Vec<_> = confirmed
+                            .iter()
+                            .filter(|(p, _)| sent_now.contains(p))
+                            .cloned()
+                            .collect();
+                        log.sent(owed, &sent);
+                    }
                     confirmed_paths.extend(confirmed.iter().map(|(p, _)| p.clone()));
                     if let Some(cmd) = &spec.on_deliver {
                         on_deliver(d, spec, site, cmd, &confirmed, at).await;

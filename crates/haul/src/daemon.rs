@@ -243,14 +243,19 @@ fn daemon_options(config: &DaemonConfig) -> Result<DaemonOptions> {
         file_retry: config.file_retry,
         sources,
         partial_ttl: config.partial_ttl,
-        log: match &config.log {
-            None => None,
-            Some((path, format)) => Some(Arc::new(
-                haul_node::TransferLog::file_only(*format, path)
-                    .with_context(|| format!("log_file: cannot open {}", path.display()))?,
-            )),
-        },
+        // Opened once, at start (`open_transfer_log`); a reload keeps it.
+        log: None,
     })
+}
+
+/// The daemon's transfer log (`log_file`), opened once at start.
+fn open_transfer_log(config: &DaemonConfig) -> Result<Option<Arc<haul_node::TransferLog>>> {
+    let Some((path, format)) = &config.log else {
+        return Ok(None);
+    };
+    let log = haul_node::TransferLog::file_only(*format, path)
+        .with_context(|| format!("log_file: cannot open {}", path.display()))?;
+    Ok(Some(Arc::new(log)))
 }
 
 fn source_spec(plan: &SourcePlan, hook_timeout: std::time::Duration) -> Result<SourceSpec> {
@@ -305,7 +310,8 @@ fn source_spec(plan: &SourcePlan, hook_timeout: std::time::Duration) -> Result<S
 pub async fn run(args: &DaemonArgs) -> Result<u8> {
     let config = usage(daemon_config::load(&args.config))?;
     let catalog = open_catalog(&config.catalog).await?;
-    let opts = usage(daemon_options(&config))?;
+    let mut opts = usage(daemon_options(&config))?;
+    opts.log = usage(open_transfer_log(&config))?;
     let started = i64::try_from(
         SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
@@ -341,7 +347,8 @@ pub async fn run(args: &DaemonArgs) -> Result<u8> {
         signal(SignalKind::interrupt())?,
         signal(SignalKind::hangup())?,
     );
-    let signals = tokio::spawn(signals(handlers, path, config.catalog.clone(), tx));
+    let kept = (config.catalog.clone(), config.log.clone());
+    let signals = tokio::spawn(signals(handlers, path, kept, tx));
     crate::notify::ready(&format!("{} source(s)", opts.sources.len()));
     let result = haul_daemon::run(catalog, board, opts, rx).await;
     signals.abort();
@@ -355,14 +362,14 @@ pub async fn run(args: &DaemonArgs) -> Result<u8> {
 async fn signals(
     (mut term, mut int, mut hup): (Signal, Signal, Signal),
     path: std::path::PathBuf,
-    catalog: String,
+    (catalog, log): (String, Option<(std::path::PathBuf, haul_node::LogFormat)>),
     tx: mpsc::Sender<Command>,
 ) -> Result<()> {
     loop {
         tokio::select! {
             _ = term.recv() => break,
             _ = int.recv() => break,
-            _ = hup.recv() => match reload(&path, &catalog) {
+            _ = hup.recv() => match reload(&path, &catalog, &log) {
                 Ok(opts) => {
                     let _ = tx.send(Command::Reload(opts)).await;
                 }
@@ -376,10 +383,19 @@ async fn signals(
     Ok(())
 }
 
-fn reload(path: &Path, catalog: &str) -> Result<DaemonOptions> {
+fn reload(
+    path: &Path,
+    catalog: &str,
+    log: &Option<(std::path::PathBuf, haul_node::LogFormat)>,
+) -> Result<DaemonOptions> {
     let config = daemon_config::load(path)?;
     if config.catalog != catalog {
         tracing::warn!("SIGHUP: a new catalog takes a restart; the sources are reloaded");
+    }
+    if &config.log != log {
+        tracing::warn!(
+            "SIGHUP: a new log_file or log_format takes a restart; the sources are reloaded"
+        );
     }
     daemon_options(&config)
 }

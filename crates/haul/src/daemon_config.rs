@@ -495,6 +495,9 @@ pub fn parse(text: &str) -> Result<DaemonConfig> {
             (None, None) => None,
             (None, Some(f)) => bail!("{}: log_format needs a log_file", at(f.span())),
             (Some(path), format) => {
+                if !Path::new(path.get_ref()).is_absolute() {
+                    bail!("{}: log_file must be an absolute path", at(path.span()));
+                }
                 let format = match format {
                     None => haul_node::LogFormat::Text,
                     Some(f) => f.get_ref().parse().map_err(|e: String| {
@@ -902,6 +905,8 @@ deliver = ["a", "b"]
                 .unwrap()
         );
         assert!(e.contains("use text or json"), "{e}");
+        let e = format!("{:#}", parse(&set("log_file = \"t.log\"")).err().unwrap());
+        assert!(e.contains("log_file must be an absolute path"), "{e}");
     }
 
     #[test]
