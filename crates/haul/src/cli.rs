@@ -231,9 +231,9 @@ pub fn name_the_variable(mut e: clap::Error, args: &[std::ffi::OsString]) -> cla
 /// The flags this run took from the environment: (`--flag`, variable).
 static FROM_ENV: std::sync::OnceLock<Vec<(String, String)>> = std::sync::OnceLock::new();
 
-/// Notes which flags `matches` took from the environment, for
-/// [`variable_tip`].
-pub fn note_variables_used(matches: &clap::ArgMatches) {
+/// Notes which flags `matches` (parsed by `cmd`) took from the
+/// environment, for [`variable_tip`].
+pub fn note_variables_used(cmd: &clap::Command, matches: &clap::ArgMatches) {
     fn walk(cmd: &clap::Command, m: &clap::ArgMatches, out: &mut Vec<(String, String)>) {
         for arg in cmd.get_arguments() {
             let id = arg.get_id().as_str();
@@ -252,7 +252,7 @@ pub fn note_variables_used(matches: &clap::ArgMatches) {
         }
     }
     let mut out = Vec::new();
-    walk(&command(), matches, &mut out);
+    walk(cmd, matches, &mut out);
     let _ = FROM_ENV.set(out);
 }
 

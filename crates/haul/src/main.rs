@@ -34,11 +34,12 @@ use output::{Display, Mode};
 
 fn main() -> ExitCode {
     let args: Vec<_> = std::env::args_os().collect();
-    let matches = match cli::command_for(&args).try_get_matches_from(&args) {
+    let cmd = cli::command_for(&args);
+    let matches = match cmd.clone().try_get_matches_from(&args) {
         Ok(m) => m,
         Err(e) => cli::name_the_variable(rsync_flags::explain(e), &args).exit(),
     };
-    cli::note_variables_used(&matches);
+    cli::note_variables_used(&cmd, &matches);
     let mut cli = match Cli::from_arg_matches(&matches) {
         Ok(cli) => cli,
         Err(e) => e.exit(),
