@@ -11,8 +11,9 @@
 # AB_DIR=/tmp puts data and nodes on disk (a `sync` runs before every push).
 # AB_TLS=1 runs nodes and pushes over TLS instead of --plaintext.
 # AB_STATUS_FOR=NAME: the node of the build named NAME also serves
-# `--status`, and a poller GETs its /metrics and /status every second (as a
-# Prometheus scrape and an open console would): the cost of node metrics,
+# `--status`, and a poller GETs its /metrics, /status and the console page /
+# every second (as a Prometheus scrape and an open console would): the cost
+# of node metrics and the console,
 # with the same binary copied under two names (docs/BENCHMARKS.md).
 set -euo pipefail
 KIND=$1 ROUNDS=$2
@@ -59,7 +60,10 @@ for b in "$@"; do
   if [ "$n" = "${AB_STATUS_FOR:-}" ]; then
     url=$(awk '/^status http/ {print $2}' "$W/$n.out")
     [ -n "$url" ] || { echo "the node of $n did not say where its status is" >&2; exit 1; }
-    ( while sleep 1; do curl -sf "$url" >/dev/null; curl -sf "${url%/metrics}/status" >/dev/null; done ) &
+    ( while sleep 1; do
+        curl -sf "$url" >/dev/null; curl -sf "${url%/metrics}/status" >/dev/null
+        curl -sf "${url%/metrics}/" >/dev/null
+      done ) &
     PIDS+=($!)
   fi
 done

@@ -14,18 +14,22 @@ need=()
 # same trees are the reference for type changes, and chattr, which makes a
 # removal fail even for root, and getfattr/setfacl, which make and read
 # back the xattrs and ACLs that -X and -A keep, and systemd-analyze, which
-# checks the systemd units in packaging/.
+# checks the systemd units in packaging/, and Debian's chromium with
+# chromium-driver, the real browser the console's tests drive.
 for pair in ip:iproute2 nft:nftables \
   /usr/sbin/vsftpd:vsftpd /usr/sbin/sshd:openssh-server /usr/sbin/nginx:nginx-light \
   ssh-keygen:openssh-client openssl:openssl python3:python3 \
   man:man-db script:bsdutils promtool:prometheus rsync:rsync chattr:e2fsprogs \
-  getfattr:attr setfacl:acl systemd-analyze:systemd; do
+  getfattr:attr setfacl:acl systemd-analyze:systemd \
+  chromium:chromium chromedriver:chromium-driver; do
   cmd=${pair%%:*} pkg=${pair#*:}
   command -v "$cmd" >/dev/null 2>&1 || [ -x "$cmd" ] || need+=("$pkg")
 done
 # PostgreSQL's server binaries (initdb, postgres) for the daemon's catalog
 # tests: the tests start their own server in a temp dir, not the system one.
 compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || need+=(postgresql)
+# A font for the browser tests' pages and screenshots.
+[ -e /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || need+=(fonts-dejavu-core)
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
     echo "installing: ${need[*]}"

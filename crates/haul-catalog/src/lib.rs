@@ -320,6 +320,10 @@ pub trait Catalog: Send + Sync {
     /// One file.
     fn file(&self, source: &str, path: &str) -> Result<Option<FileRecord>>;
 
+    /// Makes the failed files of `source` due now (the console's "retry";
+    /// their attempts are kept); returns how many.
+    fn retry_files(&self, source: &str) -> Result<u64>;
+
     /// Forgets files of `source` (all, or those under `prefix`: the path
     /// itself or below it as a directory), so the next run fetches them
     /// again. Returns how many.
@@ -393,6 +397,10 @@ pub trait Catalog: Send + Sync {
     /// so those files are delivered to it again. Returns how many.
     fn forget_site(&self, source: &str, site: &str, prefix: Option<&str>) -> Result<u64>;
 }
+
+/// Makes source `?1`'s failed files due now (both drivers).
+pub(crate) const RETRY_FILES_SQL: &str =
+    "UPDATE files SET next_retry = 0 WHERE source = ?1 AND state = 'failed'";
 
 /// Opens (creating if needed, and migrating) the catalog at `url`:
 /// `sqlite:PATH` or `postgres://…` / `postgresql://…`.

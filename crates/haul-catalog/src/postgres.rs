@@ -851,6 +851,10 @@ impl Catalog for PostgresCatalog {
         })
     }
 
+    fn retry_files(&self, source: &str) -> Result<u64> {
+        self.with(|c| Ok(c.execute(&postgres_sql(crate::RETRY_FILES_SQL), &[&source])?))
+    }
+
     fn retry_deliveries(&self, source: &str, site: &str) -> Result<u64> {
         self.with(|c| Ok(c.execute(&postgres_sql(deliveries::RETRY_SQL), &[&source, &site])?))
     }

@@ -657,6 +657,13 @@ impl Catalog for SqliteCatalog {
         Ok(rows.collect::<rusqlite::Result<_>>()?)
     }
 
+    fn retry_files(&self, source: &str) -> Result<u64> {
+        let n = self
+            .conn()?
+            .execute(crate::RETRY_FILES_SQL, params![source])?;
+        Ok(n as u64)
+    }
+
     fn retry_deliveries(&self, source: &str, site: &str) -> Result<u64> {
         let n = self
             .conn()?

@@ -124,6 +124,7 @@ const CASES: &[(&str, Case)] = &[
         "delivery_failures_wait_for_their_retry",
         delivery_failures_wait_for_their_retry,
     ),
+    ("retry_files_makes_them_due", retry_files_makes_them_due),
     (
         "retry_deliveries_makes_them_due",
         retry_deliveries_makes_them_due,
@@ -970,6 +971,37 @@ fn delivery_failures_wait_for_their_retry(b: &dyn Backend, name: &str) {
             blake3: Some("v1".into()),
         }
     );
+}
+
+/// `retry_files` makes a source's failed files due at once, and only its
+/// failed ones.
+fn retry_files_makes_them_due(b: &dyn Backend, name: &str) {
+    let c = b.fresh(name);
+    let f = [seen("a", 1, 1), seen("b", 1, 1), seen("c", 1, 1)];
+    c.claim("s", &f, Refetch::Never, "w1", 160, 100).unwrap();
+    c.claim("t", &f[..1], Refetch::Never, "w1", 160, 100)
+        .unwrap();
+    c.failed("s", "a", "refused", 10_000).unwrap();
+    c.failed("s", "b", "refused", 10_000).unwrap();
+    c.failed("t", "a", "refused", 10_000).unwrap();
+    c.fetched("s", "c", &done(1)).unwrap();
+    assert!(c
+        .claim("s", &f, Refetch::Never, "w2", 900, 200)
+        .unwrap()
+        .is_empty());
+    assert_eq!(c.retry_files("s").unwrap(), 2);
+    assert!(!c.known("s").unwrap()["a"].needs_nothing(&f[0], Refetch::Never, 200));
+    assert_eq!(
+        c.claim("s", &f, Refetch::Never, "w2", 900, 200).unwrap(),
+        vec!["a".to_string(), "b".to_string()]
+    );
+    // The other source's failure still waits; attempts are kept.
+    assert!(c
+        .claim("t", &f[..1], Refetch::Never, "w2", 900, 200)
+        .unwrap()
+        .is_empty());
+    assert_eq!(c.file("s", "a").unwrap().unwrap().attempts, 1);
+    assert_eq!(c.retry_files("s").unwrap(), 0);
 }
 
 /// `retry_deliveries` makes a site's failed deliveries due at once.

@@ -22,6 +22,8 @@
 //! runs get the grace period to finish; after it they are dropped, their
 //! verified chunks kept for the next start, and their claims released).
 
+mod console;
+pub mod control;
 mod delivery;
 pub mod distribute;
 mod listener;
@@ -43,6 +45,7 @@ use haul_run::backoff::Backoff;
 use tokio::sync::{mpsc, watch, Notify, Semaphore};
 use tokio::task::JoinSet;
 
+pub use control::{Action, Answer};
 pub use delivery::HOOK_VARIABLES;
 pub use distribute::SiteSpec;
 pub use haul_status::StatusListener;
@@ -174,6 +177,8 @@ pub enum Command {
     Reload(DaemonOptions),
     /// Finish and stop.
     Stop,
+    /// An operator's action ([`control`]), answered on the channel.
+    Act(Action, tokio::sync::oneshot::Sender<Answer>),
 }
 
 /// Why the daemon failed.
@@ -200,10 +205,12 @@ pub(crate) fn unix(t: SystemTime) -> i64 {
 }
 
 /// One source's place in the schedule.
-struct Slot {
+pub(crate) struct Slot {
     spec: Arc<SourceSpec>,
     next: SystemTime,
     running: bool,
+    /// Paused by an operator ([`control`]): no run starts.
+    paused: bool,
     /// Runs failed in a row, and the wait before the next try: the same
     /// backoff with jitter as every other retry, with no limit (a source
     /// that is down is tried until it is back), doubling from `down_retry`
@@ -233,6 +240,7 @@ fn slots(
             let slot = Slot {
                 next: prev.as_ref().map_or(next, |p| p.next.min(next)),
                 running: prev.as_ref().is_some_and(|p| p.running),
+                paused: prev.as_ref().is_some_and(|p| p.paused),
                 down: prev.as_ref().map_or_else(
                     || {
                         let most = down_retry_max.max(down_retry);
@@ -307,7 +315,7 @@ pub async fn run(
         let refusing = writes.refusing();
         for slot in table
             .values_mut()
-            .filter(|s| !refusing && !s.running && s.next <= now)
+            .filter(|s| !refusing && !s.running && !s.paused && s.next <= now)
         {
             let spec = slot.spec.clone();
             slot.running = true;
@@ -349,7 +357,7 @@ pub async fn run(
         }
         let wake = table
             .values()
-            .filter(|s| !s.running)
+            .filter(|s| !s.running && !s.paused)
             .map(|s| s.next)
             .min()
             .unwrap_or(now + Duration::from_secs(3600));
@@ -418,8 +426,18 @@ pub async fn run(
                     publish_sources(&board, &table);
                     distributors.update(&table);
                 }
+                Some(Command::Act(action, reply)) => {
+                    let _ = reply.send(control::act(action, &mut table, &board, &distributors));
+                }
                 Some(Command::Stop) | None => break,
             },
+        }
+    }
+    // Actions that come now are told so; those waiting are answered.
+    commands.close();
+    while let Ok(cmd) = commands.try_recv() {
+        if let Command::Act(_, reply) = cmd {
+            let _ = reply.send(Err("the daemon is stopping".into()));
         }
     }
     // Runs and deliveries in progress share one grace period.
@@ -471,7 +489,7 @@ pub async fn run(
 }
 
 /// The sources' distributors: one task each, told of a reloaded spec.
-struct Distributors {
+pub(crate) struct Distributors {
     catalog: Arc<dyn Catalog>,
     worker: String,
     lease: Duration,
@@ -512,7 +530,7 @@ impl Distributors {
     }
 
     /// What a run of `source` notifies when it recorded fetched files.
-    fn notify(&self, source: &str) -> Arc<Notify> {
+    pub(crate) fn notify(&self, source: &str) -> Arc<Notify> {
         self.by_source
             .get(source)
             .map_or_else(|| Arc::new(Notify::new()), |(_, n)| n.clone())
@@ -530,5 +548,6 @@ fn publish_sources(board: &Board, table: &HashMap<String, Slot>) {
     }));
     for s in table.values() {
         board.next_run(&s.spec.name, unix(s.next));
+        board.paused(&s.spec.name, s.paused);
     }
 }

@@ -678,7 +678,7 @@ pub(crate) async fn run_once(
             )
             .await
             .map(|_| ())
-            .map_err(|e| DaemonError::Fetch(e.to_string()))
+            .map_err(|e| DaemonError::Fetch(haul_run::error_text(&e)))
         }
     };
     gate.release_unstarted().await;

@@ -48,6 +48,9 @@ pub struct SourceStatus {
     pub next_run: Option<i64>,
     /// The sites its files go to.
     pub sites: Vec<String>,
+    /// Paused from the console: no run starts until it is resumed (or the
+    /// daemon restarts).
+    pub paused: bool,
 }
 
 /// What one source owes one site, from the catalog (for `/status`,
@@ -101,12 +104,17 @@ pub struct Snapshot {
     pub catalog_error_since: Option<i64>,
     /// Delivered files whose record waits for the catalog.
     pub unrecorded_files: u64,
+    /// Bytes fetched since start, all sources (never less: a source
+    /// removed by a reload keeps its bytes here).
+    pub bytes_fetched: u64,
 }
 
 /// The live board every run writes to.
 #[derive(Debug, Default)]
 pub struct Board {
     inner: Mutex<Snapshot>,
+    /// [`Snapshot::bytes_fetched`] over the last hour, for the console.
+    history: haul_status::console::History,
 }
 
 impl Board {
@@ -118,6 +126,7 @@ impl Board {
                 started,
                 ..Snapshot::default()
             }),
+            history: haul_status::console::History::starting(started, 0),
         }
     }
 
@@ -151,11 +160,33 @@ impl Board {
 
     /// A file was delivered.
     pub fn delivered(&self, name: &str, size: u64, transferred: u64, _at: i64) {
-        self.with(name, |s| {
-            s.files_fetched += 1;
-            s.bytes_fetched += size;
-            s.bytes_transferred += transferred;
-        });
+        let mut s = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        s.bytes_fetched += size;
+        let st = s.sources.entry(name.to_string()).or_default();
+        st.files_fetched += 1;
+        st.bytes_fetched += size;
+        st.bytes_transferred += transferred;
+    }
+
+    /// Pauses or resumes `name` (as the console shows it).
+    pub fn paused(&self, name: &str, paused: bool) {
+        self.with(name, |s| s.paused = paused);
+    }
+
+    /// Samples the bytes fetched so far at `now`, for the chart.
+    pub fn sample(&self, now: i64) {
+        let total = self
+            .inner
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .bytes_fetched;
+        self.history.sample(now, total);
+    }
+
+    /// Bytes fetched in each of the last hour's minutes, oldest first.
+    pub fn fetched_per_minute(&self, now: i64) -> Vec<u64> {
+        self.sample(now);
+        self.history.per_minute(now)
     }
 
     /// A file failed.

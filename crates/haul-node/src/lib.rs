@@ -24,6 +24,7 @@ pub mod check;
 pub mod checksum;
 mod chunk_work;
 pub mod client;
+mod console;
 pub mod counters;
 pub mod dataset;
 pub mod dial;

@@ -6,7 +6,8 @@
 //!   now (peer, request, path, bytes and files so far);
 //! - `/healthz`: `ok` while the root's path still names the directory the
 //!   node holds and its staging directory can be read, 503 with the error
-//!   otherwise.
+//!   otherwise;
+//! - `/`: the console, for people (`crate::console`).
 //!
 //! The staging directory is read at most every [`STAGED_FOR`]: the pages
 //! are unauthenticated, and a client asking again and again must not keep
@@ -31,15 +32,21 @@ pub struct NodeRoutes {
     server: Arc<Server>,
     /// The last count of the staging directory, and when it was taken.
     staged: Mutex<Option<(Instant, StagedCount)>>,
+    /// The payload over the last hour, for the console's charts.
+    traffic: crate::console::Traffic,
 }
 
 impl NodeRoutes {
     /// The pages of `server`.
     pub fn new(server: Arc<Server>) -> Self {
-        Self {
+        let routes = Self {
             server,
             staged: Mutex::new(None),
-        }
+            traffic: crate::console::Traffic::default(),
+        };
+        let now = i64::try_from(unix(SystemTime::now())).unwrap_or(0);
+        routes.traffic.sample(&routes.server, now);
+        routes
     }
 
     /// The staging directory's files and bytes, counted off the async
@@ -249,7 +256,7 @@ impl NodeRoutes {
     }
 }
 
-fn unix(t: SystemTime) -> u64 {
+pub(crate) fn unix(t: SystemTime) -> u64 {
     t.duration_since(SystemTime::UNIX_EPOCH)
         .map(|d| d.as_secs())
         .unwrap_or(0)
@@ -257,23 +264,47 @@ fn unix(t: SystemTime) -> u64 {
 
 #[async_trait::async_trait]
 impl Routes for NodeRoutes {
+    fn tick(&self) {
+        let now = i64::try_from(unix(SystemTime::now())).unwrap_or(0);
+        self.traffic.sample(&self.server, now);
+    }
+
     async fn respond(&self, asked: Asked) -> Page {
+        if asked.method == haul_status::Method::Post {
+            return Page::text(405, "the node's console is read only\n");
+        }
+        if let Some(page) = haul_status::console::asset(&asked.path) {
+            return page;
+        }
         match asked.path.as_str() {
             "/metrics" => Page::metrics(self.metrics(self.staged().await.ok())),
             "/status" => Page::json(&self.status(self.staged().await)),
-            "/healthz" => {
-                let root = self.server.root_in_place();
-                match root.and(self.staged().await) {
-                    Ok(_) => Page::text(200, "ok\n"),
-                    Err(e) => Page::text(
-                        503,
-                        format!(
-                            "degraded: the root or its staging directory cannot be read: {e}\n"
-                        ),
-                    ),
-                }
+            "/healthz" => match self.health().await {
+                Ok(()) => Page::text(200, "ok\n"),
+                Err(e) => Page::text(503, format!("degraded: {e}\n")),
+            },
+            "/" => {
+                let health = self.health().await;
+                let now = i64::try_from(unix(SystemTime::now())).unwrap_or(0);
+                crate::console::page(
+                    &self.server,
+                    &self.traffic,
+                    health,
+                    self.staged().await,
+                    now,
+                )
             }
             _ => Page::not_found(),
         }
+    }
+}
+
+impl NodeRoutes {
+    /// `/healthz`'s verdict: the root still in place, staging readable.
+    async fn health(&self) -> Result<(), String> {
+        let root = self.server.root_in_place();
+        root.and(self.staged().await)
+            .map(|_| ())
+            .map_err(|e| format!("the root or its staging directory cannot be read: {e}"))
     }
 }

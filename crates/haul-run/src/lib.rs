@@ -33,3 +33,23 @@ pub mod steer;
 pub mod summary;
 
 pub use event::{DryRunAction, Event, FailKind, Observer};
+
+/// An error and its causes, `outer: inner: ...`, leaving out a cause whose
+/// words the text already holds (many errors repeat their source): one
+/// line that says what failed and why, for logs, the catalog and the
+/// console alike.
+pub fn error_text(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = String::new();
+    let mut cause = Some(err);
+    while let Some(c) = cause {
+        let words = c.to_string();
+        if !text.contains(&words) {
+            if !text.is_empty() {
+                text.push_str(": ");
+            }
+            text.push_str(&words);
+        }
+        cause = c.source();
+    }
+    text
+}

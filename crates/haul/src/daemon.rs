@@ -9,6 +9,7 @@ use anyhow::{Context, Result};
 use haul_catalog::{Catalog, State};
 use haul_daemon::{Board, Command, DaemonOptions, SourceSpec};
 use haul_remote::{RemoteUrl, Secret};
+use haul_status::console::ConsoleKey;
 use tokio::signal::unix::{signal, Signal, SignalKind};
 use tokio::sync::mpsc;
 
@@ -325,6 +326,7 @@ pub async fn run(args: &DaemonArgs) -> Result<u8> {
         opts.sources.len(),
         haul_catalog::shown_url(&config.catalog)
     );
+    let (tx, rx) = mpsc::channel(4);
     if let Some(addr) = config.status {
         let listener = usage(
             haul_daemon::StatusListener::bind(addr)
@@ -332,14 +334,22 @@ pub async fn run(args: &DaemonArgs) -> Result<u8> {
                 .with_context(|| format!("status = \"{addr}\": cannot listen there (another daemon? use another port, or status = \"off\")")),
         )?;
         let bound = listener.local_addr()?;
-        tracing::info!("status: http://{bound}/status, /metrics, /healthz");
-        let routes = haul_daemon::DaemonRoutes {
-            board: board.clone(),
-            catalog: catalog.clone(),
+        let key = match &config.status_token {
+            Some(token) => ConsoleKey::new(token, bound.port())?,
+            None => {
+                let key = ConsoleKey::generate(bound.port())?;
+                tracing::info!(
+                    "console actions: open http://{bound}/?token={} once (a new token at each start; status_token in the config keeps one)",
+                    key.token()
+                );
+                key
+            }
         };
+        tracing::info!("status: console at http://{bound}/, and /status, /metrics, /healthz");
+        let routes =
+            haul_daemon::DaemonRoutes::new(board.clone(), catalog.clone(), tx.clone(), key);
         tokio::spawn(listener.serve(Arc::new(routes)));
     }
-    let (tx, rx) = mpsc::channel(4);
     let path = args.config.clone();
     // Registered before anything runs: SIGHUP's default action ends the process.
     let handlers = (

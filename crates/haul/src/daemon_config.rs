@@ -31,6 +31,11 @@ pub struct FileConfig {
     /// Status listener address, or `"off"`.
     #[serde(default = "default_status")]
     pub status: Spanned<String>,
+    /// The token the console's actions need (at least 16 characters);
+    /// default: a new one printed at each start.
+    pub status_token: Option<Spanned<String>>,
+    /// A file holding that token (first line), instead of `status_token`.
+    pub status_token_file: Option<Spanned<String>>,
     /// This worker's name (default: the host name).
     pub worker: Option<String>,
     /// Files in flight, all sources together.
@@ -99,6 +104,42 @@ pub struct SiteConfig {
     /// Cap on what the daemon itself sends this site (`50mbit`, `10M`), as
     /// `--max-rate`; relays between sites are not capped by it.
     pub max_rate: Option<String>,
+}
+
+/// The console's token, from `status_token` or `status_token_file`.
+fn status_token(
+    file: &FileConfig,
+    at: impl Fn(std::ops::Range<usize>) -> String,
+) -> Result<Option<String>> {
+    let (token, span) = match (&file.status_token, &file.status_token_file) {
+        (Some(_), Some(f)) => bail!(
+            "{}: status_token and status_token_file both set: keep one",
+            at(f.span())
+        ),
+        (Some(t), None) => (t.get_ref().clone(), t.span()),
+        (None, Some(f)) => {
+            let text = std::fs::read_to_string(f.get_ref()).with_context(|| {
+                format!(
+                    "{}: status_token_file = {:?}: cannot read it",
+                    at(f.span()),
+                    f.get_ref()
+                )
+            })?;
+            (
+                text.lines().next().unwrap_or_default().trim().to_owned(),
+                f.span(),
+            )
+        }
+        (None, None) => return Ok(None),
+    };
+    if token.chars().count() < 16 || token.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        bail!(
+            "{}: the console's token must be at least 16 characters without spaces \
+             (make one with: head -c 16 /dev/urandom | xxd -p)",
+            at(span)
+        );
+    }
+    Ok(Some(token))
 }
 
 fn default_catalog() -> Spanned<String> {
@@ -236,6 +277,8 @@ pub struct DaemonConfig {
     pub catalog: String,
     /// Where `/metrics`, `/status`, `/healthz` listen, if anywhere.
     pub status: Option<SocketAddr>,
+    /// The console's token (`None`: a new one at each start).
+    pub status_token: Option<String>,
     /// This worker's name.
     pub worker: String,
     /// Global cap.
@@ -365,6 +408,7 @@ pub fn parse(text: &str) -> Result<DaemonConfig> {
             )
         })?),
     };
+    let status_token = status_token(&file, at)?;
     let catalog = file.catalog.get_ref().clone();
     if !(catalog.starts_with("sqlite:")
         || catalog.starts_with("postgres://")
@@ -468,6 +512,7 @@ pub fn parse(text: &str) -> Result<DaemonConfig> {
     Ok(DaemonConfig {
         catalog,
         status,
+        status_token,
         worker: file.worker.clone().unwrap_or_else(default_worker),
         max_files: file.max_files,
         max_files_per_host: file.max_files_per_host,
@@ -928,6 +973,34 @@ deliver = ["a", "b"]
 
     fn error_of(text: &str) -> String {
         format!("{:#}", parse(text).err().unwrap())
+    }
+
+    #[test]
+    fn the_consoles_token_from_the_config_or_a_file() {
+        let with = |line: &str| MINIMAL.replace("status =", &format!("{line}\nstatus ="));
+        assert_eq!(parse(MINIMAL).unwrap().status_token, None);
+        let c = parse(&with("status_token = \"0123456789abcdef\"")).unwrap();
+        assert_eq!(c.status_token.as_deref(), Some("0123456789abcdef"));
+        let e = error_of(&with("status_token = \"short\""));
+        assert!(e.contains("line 2") && e.contains("at least 16"), "{e}");
+        let e = error_of(&with("status_token = \"0123456789 abcdef\""));
+        assert!(e.contains("without spaces"), "{e}");
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("status.token");
+        std::fs::write(&file, "fedcba9876543210fedc\nignored\n").unwrap();
+        let c = parse(&with(&format!(
+            "status_token_file = {:?}",
+            file.display().to_string()
+        )))
+        .unwrap();
+        assert_eq!(c.status_token.as_deref(), Some("fedcba9876543210fedc"));
+        let both = format!(
+            "status_token = \"0123456789abcdef\"\nstatus_token_file = {:?}",
+            file.display().to_string()
+        );
+        assert!(error_of(&with(&both)).contains("both set"));
+        let e = error_of(&with("status_token_file = \"/nonexistent/haul.token\""));
+        assert!(e.contains("cannot read it"), "{e}");
     }
 
     #[test]

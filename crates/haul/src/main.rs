@@ -265,18 +265,7 @@ fn usage<T>(r: Result<T>) -> Result<T> {
 /// An error and its causes, `outer: inner: ...`, leaving out a cause whose
 /// words the text already holds (many errors repeat their source).
 fn chain_text(err: &anyhow::Error) -> String {
-    let mut text = String::new();
-    for cause in err.chain() {
-        let words = cause.to_string();
-        if text.contains(&words) {
-            continue;
-        }
-        if !text.is_empty() {
-            text.push_str(": ");
-        }
-        text.push_str(&words);
-    }
-    text
+    haul_run::error_text(err.as_ref())
 }
 
 async fn run(cli: Cli, mode: Mode) -> Result<u8> {

@@ -514,21 +514,7 @@ pub fn print_dry_run_report(mode: Mode, r: &haul_node::DryRunReport) {
     }
 }
 
-/// Formats bytes for people.
-pub fn human_bytes(n: u64) -> String {
-    let units = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = n as f64;
-    let mut u = 0;
-    while v >= 1024.0 && u < units.len() - 1 {
-        v /= 1024.0;
-        u += 1;
-    }
-    if u == 0 {
-        format!("{n} B")
-    } else {
-        format!("{v:.1} {}", units[u])
-    }
-}
+pub use haul_status::console::human_bytes;
 
 /// Prints the end-of-transfer summary in the chosen mode.
 pub fn print_summary(mode: Mode, s: &Summary) {

@@ -289,6 +289,32 @@ fn every_new_file_reaches_every_site_once_and_a_site_down_catches_up() {
         .clone();
     assert_eq!(row["files_pending"], 1, "{row}");
     assert!(row["last_error"].as_str().is_some(), "{row}");
+    // The console shows c failing with c's error, and its "retry" — with
+    // the token the daemon made and printed at start — makes it due.
+    let (_, page) = http_get(status, "/");
+    let c_row = page
+        .split("<tr>")
+        .find(|r| r.contains("sst → <b>c</b>"))
+        .unwrap_or_else(|| panic!("no row for c: {page}"));
+    assert!(
+        c_row.contains(">failing<") && c_row.contains(&c_addr),
+        "{c_row}"
+    );
+    let log = daemon.log();
+    let token = log
+        .split("?token=")
+        .nth(1)
+        .and_then(|t| t.split_whitespace().next())
+        .unwrap_or_else(|| panic!("no console link in the log: {log}"));
+    let (line, said) = crate::console::post_act(
+        status,
+        &format!("Authorization: Bearer {token}\r\n"),
+        "action=retry&source=sst&site=c",
+    );
+    assert!(
+        line.contains("200") && said.contains("sst → c: 1 failed delivery(ies) due again"),
+        "{line} {said}"
+    );
     // c comes back on its address: it gets f6, and only f6.
     let c = start_site(&s, "c", &c_addr);
     wait_for(Duration::from_secs(90), "c caught up", || {

@@ -399,14 +399,32 @@ impl Drop for Immutable {
 
 /// `GET path` from a status listener (a daemon's or a node's): (status line, body).
 pub fn http_get(port: u16, path: &str) -> (String, String) {
+    http_exchange(
+        port,
+        &format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"),
+    )
+}
+
+/// `POST path` of a form, with more `headers` (each ending in CRLF), to a
+/// status listener: (status line, body).
+pub fn http_post(port: u16, path: &str, headers: &str, form: &str) -> (String, String) {
+    http_exchange(
+        port,
+        &format!(
+            "POST {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n{headers}\
+             Content-Type: application/x-www-form-urlencoded\r\nContent-Length: {}\r\n\
+             Connection: close\r\n\r\n{form}",
+            form.len()
+        ),
+    )
+}
+
+/// Sends `request` to 127.0.0.1:`port`: (status line, body).
+fn http_exchange(port: u16, request: &str) -> (String, String) {
     use std::io::{Read, Write};
     let mut s = std::net::TcpStream::connect(("127.0.0.1", port)).expect("connect");
-    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
-    )
-    .unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    s.write_all(request.as_bytes()).unwrap();
     let mut text = String::new();
     s.read_to_string(&mut text).unwrap();
     let (head, body) = text.split_once("\r\n\r\n").unwrap_or((&text, ""));

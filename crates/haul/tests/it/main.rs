@@ -4,11 +4,13 @@
 
 mod backup;
 mod beneath;
+mod browser;
 mod causes;
 mod changing;
 mod check;
 mod checksum;
 mod compress;
+mod console;
 mod corruption;
 mod daemon;
 mod daemon_faults;

@@ -136,6 +136,25 @@ fn node_metrics_count_a_known_push_pull_and_refusals() {
     assert_eq!(status["open"], serde_json::json!([]), "{status}");
     let (missing, _) = http_get(port, "/nope");
     assert!(missing.contains("404"), "{missing}");
+    // The console shows the same, and the payload in its chart.
+    let (line, page) = http_get(port, "/");
+    assert!(
+        line.contains("200") && page.starts_with("<!DOCTYPE html>"),
+        "{line}"
+    );
+    let tile = |name: &str| {
+        page.split("<div class=\"tile\">")
+            .find(|t| t.contains(&format!("<span>{name}</span>")))
+            .unwrap_or_else(|| panic!("no {name} tile: {page}"))
+            .to_string()
+    };
+    assert!(tile("Files received").contains("<b>2</b>"), "{page}");
+    assert!(tile("Refusals").contains("<b>1</b>"), "{page}");
+    assert!(tile("Health").contains(">ok<"), "{page}");
+    assert!(
+        page.contains("payload received per minute: 9.0 MiB in the last hour"),
+        "{page}"
+    );
 
     // The transfer log has the refusal too: its connection line, never the token.
     let text = std::fs::read_to_string(&log).unwrap_or_default();
