@@ -62,6 +62,10 @@ for d in /etc/haul /var/lib/haul /srv/haul; do test -d $d || fail "no $d"; done
 page=$(zcat /usr/share/man/man1/haul.1.gz)
 grep -q "HAUL_TOKEN" <<<"$page" || fail "the man page is not there"
 test -s /usr/share/bash-completion/completions/haul || fail "no bash completions"
+test -s /etc/logrotate.d/haul || fail "no /etc/logrotate.d/haul"
+if command -v logrotate >/dev/null; then
+  logrotate -d /etc/logrotate.d/haul >/dev/null 2>&1 || fail "logrotate refuses /etc/logrotate.d/haul"
+fi
 systemd-analyze verify /usr/lib/systemd/system/haul-daemon.service 'haul-serve@ci.service' \
   || fail "systemd-analyze verify refused the units"
 
@@ -107,6 +111,8 @@ fi
 wait_ok "http://127.0.0.1:$status_port/healthz"
 status=$(curl -sf "http://127.0.0.1:$status_port/status")
 grep -q '"sst"' <<<"$status" || fail "the daemon's /status has no source sst: $status"
+console=$(curl -sf "http://127.0.0.1:$status_port/")
+grep -q '<h1>haul daemon' <<<"$console" || fail "the daemon's console at / did not answer: $console"
 test "$(stat -c %U /var/lib/haul/catalog.db)" = haul || fail "the catalog is not the haul user's"
 test "$(stat -c %U /var/log/haul/transfers.log)" = haul || fail "the transfer log is not the haul user's"
 

@@ -6,6 +6,7 @@
 # stderr).
 #
 #   bash scripts/deb.sh              # release build (what ships)
+#   PROFILE=dist bash scripts/deb.sh # the same, its debug info in haul-dbgsym (.ddeb)
 #   PROFILE=dev bash scripts/deb.sh  # the tests' build, for CI's install check only
 #                                     (cargo-deb warns: a dev build is not for release)
 set -euo pipefail
@@ -25,7 +26,13 @@ rm -rf "$assets" && mkdir -p "$assets"
 "$bin" completions zsh >"$assets/_haul"
 "$bin" completions fish >"$assets/haul.fish"
 fast=()
-[ "$profile" = release ] || fast=(--fast)
+case $profile in
+  release) ;;
+  # dist keeps line tables: cargo-deb strips the packaged binary and puts
+  # the debug info in a separate haul-dbgsym package beside it.
+  dist) fast=(--dbgsym) ;;
+  *) fast=(--fast) ;;
+esac
 out=$target/debian/haul.deb
 mkdir -p "$target/debian"
 cargo deb --locked --quiet -p haul --no-build --profile "$profile" "${fast[@]}" --output "$out" >&2

@@ -167,12 +167,24 @@ pub fn token_id(token: &str) -> String {
     format!("token:{}", hex::encode(&digest[..4]))
 }
 
+/// Opens a transfer log file for appending (created 0640 if missing).
+fn open_log(path: &Path) -> std::io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .mode(0o640)
+        .open(path)
+}
+
 /// Where a node's transfer log goes: the process log (info level; failures
 /// at warn) and, when given, a file it appends to.
 #[derive(Debug, Default)]
 pub struct TransferLog {
     format: LogFormat,
     file: Option<Mutex<File>>,
+    /// The file's path, to open it again ([`TransferLog::reopen`]).
+    path: Option<std::path::PathBuf>,
     /// A write to the file failed once (said once, not per line).
     file_failed: AtomicBool,
     /// Lines go to the file only (a client, whose own display already
@@ -184,23 +196,32 @@ impl TransferLog {
     /// A log in `format`, also appended to `file` (created with mode 0640
     /// if missing).
     pub fn new(format: LogFormat, file: Option<&Path>) -> std::io::Result<Self> {
-        use std::os::unix::fs::OpenOptionsExt;
-        let file = match file {
-            Some(p) => Some(Mutex::new(
-                std::fs::OpenOptions::new()
-                    .append(true)
-                    .create(true)
-                    .mode(0o640)
-                    .open(p)?,
-            )),
+        let opened = match file {
+            Some(p) => Some(Mutex::new(open_log(p)?)),
             None => None,
         };
         Ok(Self {
             format,
-            file,
+            file: opened,
+            path: file.map(Path::to_path_buf),
             file_failed: AtomicBool::new(false),
             file_only: false,
         })
+    }
+
+    /// Opens the log file's path again (after logrotate moved it away:
+    /// the daemon on SIGHUP, a node on SIGUSR1), appending to what is
+    /// there now or creating it; the old file is closed once lines being
+    /// written to it are. Nothing to do without a file.
+    pub fn reopen(&self) -> std::io::Result<()> {
+        let (Some(path), Some(file)) = (&self.path, &self.file) else {
+            return Ok(());
+        };
+        let fresh = open_log(path)?;
+        let mut f = file.lock().unwrap_or_else(|e| e.into_inner());
+        *f = fresh;
+        self.file_failed.store(false, Ordering::Relaxed);
+        Ok(())
     }
 
     /// A client's log (`--log-file`): the same lines, appended to `file`

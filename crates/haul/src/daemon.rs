@@ -358,7 +358,7 @@ pub async fn run(args: &DaemonArgs) -> Result<u8> {
         signal(SignalKind::hangup())?,
     );
     let kept = (config.catalog.clone(), config.log.clone());
-    let signals = tokio::spawn(signals(handlers, path, kept, tx));
+    let signals = tokio::spawn(signals(handlers, path, kept, opts.log.clone(), tx));
     crate::notify::ready(&format!("{} source(s)", opts.sources.len()));
     let result = haul_daemon::run(catalog, board, opts, rx).await;
     signals.abort();
@@ -373,24 +373,41 @@ async fn signals(
     (mut term, mut int, mut hup): (Signal, Signal, Signal),
     path: std::path::PathBuf,
     (catalog, log): (String, Option<(std::path::PathBuf, haul_node::LogFormat)>),
+    transfer_log: Option<Arc<haul_node::TransferLog>>,
     tx: mpsc::Sender<Command>,
 ) -> Result<()> {
     loop {
         tokio::select! {
             _ = term.recv() => break,
             _ = int.recv() => break,
-            _ = hup.recv() => match reload(&path, &catalog, &log) {
-                Ok(opts) => {
-                    let _ = tx.send(Command::Reload(opts)).await;
+            _ = hup.recv() => {
+                reopen(transfer_log.as_deref());
+                match reload(&path, &catalog, &log) {
+                    Ok(opts) => {
+                        let _ = tx.send(Command::Reload(opts)).await;
+                    }
+                    Err(e) => tracing::error!("SIGHUP: keeping the running configuration: {e:#}"),
                 }
-                Err(e) => tracing::error!("SIGHUP: keeping the running configuration: {e:#}"),
-            },
+            }
         }
     }
     tracing::info!("haul daemon: stopping");
     crate::notify::notify("STOPPING=1");
     let _ = tx.send(Command::Stop).await;
     Ok(())
+}
+
+/// SIGHUP opens the transfer log file again (logrotate's `postrotate`:
+/// `systemctl reload haul-daemon`), whether or not the config reloads.
+fn reopen(log: Option<&haul_node::TransferLog>) {
+    if let Some(log) = log {
+        match log.reopen() {
+            Ok(()) => tracing::info!("SIGHUP: the transfer log file reopened"),
+            Err(e) => tracing::warn!(
+                "SIGHUP: cannot reopen the transfer log file: {e} (lines go on to the old one)"
+            ),
+        }
+    }
 }
 
 fn reload(

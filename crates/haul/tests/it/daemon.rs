@@ -1018,3 +1018,44 @@ ssh_known_hosts = "{kh}"
     assert_eq!(claimed.iter().sum::<u64>(), 5, "{all:?}");
     assert_eq!(claimed[0], 3, "{all:?}");
 }
+
+#[test]
+fn sighup_reopens_the_transfer_log_after_logrotate_moved_it() {
+    let s = Scratch::new();
+    let http = haul_http::testserver::TestServer::start().expect("nginx");
+    write_file(&http.root().join("sst/a.nc"), 10_000, 1);
+    let config = s.path("haul.toml");
+    let log_file = s.path("transfers.log");
+    std::fs::write(
+        &config,
+        format!(
+            "catalog = \"sqlite:{}\"\nstatus = \"off\"\nlog_file = \"{}\"\n\n[[source]]\nname = \"sst\"\nurl = \"{}\"\ndest = \"{}\"\nschedule = \"every 1s\"\n",
+            s.path("catalog.db").display(),
+            log_file.display(),
+            http.http_url("/sst/"),
+            s.path("sst").display()
+        ),
+    )
+    .unwrap();
+    let mut daemon = Daemon::start(&config, &s.path("daemon.log"));
+    let read = |p: &Path| std::fs::read_to_string(p).unwrap_or_default();
+    wait_for(Duration::from_secs(30), "a.nc in the log", || {
+        read(&log_file).contains("path=\"a.nc\"")
+    });
+    // logrotate moves the file, then `systemctl reload` sends SIGHUP.
+    let rotated = s.path("transfers.log.1");
+    std::fs::rename(&log_file, &rotated).unwrap();
+    unsafe { libc::kill(daemon.child.id() as i32, libc::SIGHUP) };
+    wait_for(Duration::from_secs(10), "the reopen said", || {
+        daemon
+            .log()
+            .contains("SIGHUP: the transfer log file reopened")
+    });
+    write_file(&http.root().join("sst/b.nc"), 10_000, 2);
+    wait_for(Duration::from_secs(30), "b.nc in the new log", || {
+        read(&log_file).contains("path=\"b.nc\"")
+    });
+    assert!(!read(&log_file).contains("path=\"a.nc\""));
+    assert!(!read(&rotated).contains("path=\"b.nc\""));
+    assert!(daemon.terminate().success());
+}

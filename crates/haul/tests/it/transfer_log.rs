@@ -189,6 +189,44 @@ fn json_log_goes_to_stderr_and_to_the_log_file() {
     assert_eq!(stderr_objects, 1, "{on_stderr}");
 }
 
+#[test]
+fn sigusr1_reopens_the_log_file_after_logrotate_moved_it() {
+    let s = Scratch::new();
+    tree(&s);
+    let file = s.path("transfer.log");
+    let node = Node::start_logged(
+        &s.path("node"),
+        &s.path("config"),
+        &["--open", "--log-file", file.to_str().unwrap()],
+        &s.path("stderr.log"),
+    );
+    let push = |dest: &str| {
+        let mut c = haul(&s.path("config"));
+        c.args(["push", "--json"])
+            .arg(s.path("src/data"))
+            .arg(node.url(dest));
+        let out = run(c, T);
+        assert_eq!(out.status.code(), Some(0), "{}", said(&out));
+    };
+    push("one");
+    log_with(&file, &["path=\"one/data/big.bin\""]);
+    // logrotate: move the file away, then signal.
+    let rotated = s.path("transfer.log.1");
+    std::fs::rename(&file, &rotated).unwrap();
+    unsafe { libc::kill(node.child.id() as i32, libc::SIGUSR1) };
+    log_with(&s.path("stderr.log"), &["transfer log file reopened"]);
+    push("two");
+    let fresh = log_with(&file, &["path=\"two/data/big.bin\""]);
+    assert!(!fresh.contains("path=\"one/"), "{fresh}");
+    let old = read(&rotated);
+    assert!(
+        old.contains("path=\"one/data/big.bin\"") && !old.contains("path=\"two/"),
+        "{old}"
+    );
+    let mode = std::fs::metadata(&file).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode & !0o640, 0, "log file mode {mode:o}");
+}
+
 /// A staging file as `partial.rs` makes one (`<32 hex>.part` and its
 /// `.state` in `ROOT/.haul/partial`, 0700 and 0600), last written `age` ago.
 fn staged(root: &Path, id: char, len: u64, age: Duration) -> std::path::PathBuf {
