@@ -11,7 +11,7 @@
 //! never a shorter listing. Bodies are size-capped by the caller.
 
 use quick_xml::events::{BytesRef, Event};
-use quick_xml::Reader;
+use quick_xml::{Reader, XmlVersion};
 
 /// Why an S3 XML answer was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -60,9 +60,7 @@ fn walk(
                 for a in e.attributes() {
                     a.map_err(|err| malformed(&reader, &err))?;
                 }
-                let name = std::str::from_utf8(e.local_name().into_inner())
-                    .map_err(|err| malformed(&reader, &err))?
-                    .to_string();
+                let name = e.local_name().into_inner().to_string();
                 path.push(name);
                 text.clear();
                 on(&path, Step::Open)?;
@@ -78,11 +76,11 @@ fn walk(
                 return Err(XmlError("unexpected empty element event".into()));
             }
             Event::Text(t) => {
-                let s = t.xml_content().map_err(|err| malformed(&reader, &err))?;
+                let s = t.xml_content(XmlVersion::Implicit1_0);
                 push_text(&mut text, &s, path.is_empty())?;
             }
             Event::CData(c) => {
-                let s = c.xml_content().map_err(|err| malformed(&reader, &err))?;
+                let s = c.xml_content(XmlVersion::Implicit1_0);
                 if path.is_empty() {
                     return Err(XmlError("CDATA outside the document element".into()));
                 }
@@ -145,8 +143,8 @@ fn reference(r: &BytesRef<'_>) -> Result<String, XmlError> {
         }
         return Ok(c.to_string());
     }
-    let name = r.decode().map_err(|_| bad())?;
-    quick_xml::escape::resolve_predefined_entity(&name)
+    let name: &str = r.as_ref();
+    quick_xml::escape::resolve_predefined_entity(name)
         .map(str::to_string)
         .ok_or_else(|| XmlError(format!("the unknown entity &{name};")))
 }
