@@ -63,9 +63,6 @@ page=$(zcat /usr/share/man/man1/haul.1.gz)
 grep -q "HAUL_TOKEN" <<<"$page" || fail "the man page is not there"
 test -s /usr/share/bash-completion/completions/haul || fail "no bash completions"
 test -s /etc/logrotate.d/haul || fail "no /etc/logrotate.d/haul"
-if command -v logrotate >/dev/null; then
-  logrotate -d /etc/logrotate.d/haul >/dev/null 2>&1 || fail "logrotate refuses /etc/logrotate.d/haul"
-fi
 systemd-analyze verify /usr/lib/systemd/system/haul-daemon.service 'haul-serve@ci.service' \
   || fail "systemd-analyze verify refused the units"
 
@@ -109,6 +106,13 @@ else
   pids+=($!)
 fi
 wait_ok "http://127.0.0.1:$status_port/healthz"
+# logrotate takes the package's rule, with the daemon's log in place (a
+# dry run, its state in the scratch directory).
+if ! out=$(logrotate -d -s "$work/logrotate.state" /etc/logrotate.d/haul 2>&1) ||
+  grep -qi "error" <<<"$out"; then
+  fail "logrotate refuses /etc/logrotate.d/haul: $out"
+fi
+grep -q "/var/log/haul/" <<<"$out" || fail "logrotate's dry run did not consider /var/log/haul: $out"
 status=$(curl -sf "http://127.0.0.1:$status_port/status")
 grep -q '"sst"' <<<"$status" || fail "the daemon's /status has no source sst: $status"
 console=$(curl -sf "http://127.0.0.1:$status_port/")

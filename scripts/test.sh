@@ -15,13 +15,14 @@ need=()
 # removal fail even for root, and getfattr/setfacl, which make and read
 # back the xattrs and ACLs that -X and -A keep, and systemd-analyze, which
 # checks the systemd units in packaging/, and Debian's chromium with
-# chromium-driver, the real browser the console's tests drive.
+# chromium-driver, the real browser the console's tests drive, and
+# logrotate, which the package's check runs on its rule.
 for pair in ip:iproute2 nft:nftables \
   /usr/sbin/vsftpd:vsftpd /usr/sbin/sshd:openssh-server /usr/sbin/nginx:nginx-light \
   ssh-keygen:openssh-client openssl:openssl python3:python3 \
   man:man-db script:bsdutils promtool:prometheus rsync:rsync chattr:e2fsprogs \
   getfattr:attr setfacl:acl systemd-analyze:systemd \
-  chromium:chromium chromedriver:chromium-driver; do
+  chromium:chromium chromedriver:chromium-driver logrotate:logrotate; do
   cmd=${pair%%:*} pkg=${pair#*:}
   command -v "$cmd" >/dev/null 2>&1 || [ -x "$cmd" ] || need+=("$pkg")
 done

@@ -177,16 +177,54 @@ fn open_log(path: &Path) -> std::io::Result<File> {
         .open(path)
 }
 
+/// An open log file and its path (to open it again).
+#[derive(Debug)]
+struct LogFile {
+    path: std::path::PathBuf,
+    file: Mutex<File>,
+    /// A write failed once (said once, not per line; a reopen clears it).
+    failed: AtomicBool,
+}
+
+impl LogFile {
+    fn reopen(&self) -> std::io::Result<()> {
+        let fresh = open_log(&self.path)?;
+        *self.file.lock().unwrap_or_else(|e| e.into_inner()) = fresh;
+        self.failed.store(false, Ordering::Relaxed);
+        Ok(())
+    }
+}
+
+/// Every log file this process has open, for [`reopen_all`].
+static OPEN_FILES: Mutex<Vec<std::sync::Weak<LogFile>>> = Mutex::new(Vec::new());
+
+/// Opens again every transfer log file this process has open (logrotate
+/// moved them: SIGUSR1, whatever the command); returns how many were
+/// reopened and the errors of those that could not be (they go on
+/// writing to the old file).
+pub fn reopen_all() -> (usize, Vec<String>) {
+    let files: Vec<Arc<LogFile>> = {
+        let mut open = OPEN_FILES.lock().unwrap_or_else(|e| e.into_inner());
+        open.retain(|w| w.strong_count() > 0);
+        open.iter().filter_map(std::sync::Weak::upgrade).collect()
+    };
+    let mut errors = Vec::new();
+    let mut reopened = 0;
+    for f in files {
+        match f.reopen() {
+            Ok(()) => reopened += 1,
+            Err(e) => errors.push(format!("{}: {e}", f.path.display())),
+        }
+    }
+    (reopened, errors)
+}
+
 /// Where a node's transfer log goes: the process log (info level; failures
 /// at warn) and, when given, a file it appends to.
 #[derive(Debug, Default)]
 pub struct TransferLog {
     format: LogFormat,
-    file: Option<Mutex<File>>,
-    /// The file's path, to open it again ([`TransferLog::reopen`]).
-    path: Option<std::path::PathBuf>,
-    /// A write to the file failed once (said once, not per line).
-    file_failed: AtomicBool,
+    file: Option<Arc<LogFile>>,
     /// Lines go to the file only (a client, whose own display already
     /// says every failure once).
     file_only: bool,
@@ -197,31 +235,36 @@ impl TransferLog {
     /// if missing).
     pub fn new(format: LogFormat, file: Option<&Path>) -> std::io::Result<Self> {
         let opened = match file {
-            Some(p) => Some(Mutex::new(open_log(p)?)),
+            Some(p) => {
+                let f = Arc::new(LogFile {
+                    path: p.to_path_buf(),
+                    file: Mutex::new(open_log(p)?),
+                    failed: AtomicBool::new(false),
+                });
+                OPEN_FILES
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(Arc::downgrade(&f));
+                Some(f)
+            }
             None => None,
         };
         Ok(Self {
             format,
             file: opened,
-            path: file.map(Path::to_path_buf),
-            file_failed: AtomicBool::new(false),
             file_only: false,
         })
     }
 
-    /// Opens the log file's path again (after logrotate moved it away:
-    /// the daemon on SIGHUP, a node on SIGUSR1), appending to what is
-    /// there now or creating it; the old file is closed once lines being
-    /// written to it are. Nothing to do without a file.
-    pub fn reopen(&self) -> std::io::Result<()> {
-        let (Some(path), Some(file)) = (&self.path, &self.file) else {
-            return Ok(());
-        };
-        let fresh = open_log(path)?;
-        let mut f = file.lock().unwrap_or_else(|e| e.into_inner());
-        *f = fresh;
-        self.file_failed.store(false, Ordering::Relaxed);
-        Ok(())
+    /// Opens the log file's path again (after logrotate moved it away),
+    /// appending to what is there now or creating it; the old file is
+    /// closed once the line being written to it is. `Ok(false)`: there is
+    /// no file.
+    pub fn reopen(&self) -> std::io::Result<bool> {
+        match &self.file {
+            Some(f) => f.reopen().map(|()| true),
+            None => Ok(false),
+        }
     }
 
     /// A client's log (`--log-file`): the same lines, appended to `file`
@@ -251,12 +294,12 @@ impl TransferLog {
             LogFormat::Text => format!("{} {line}\n", record.time),
             LogFormat::Json => format!("{line}\n"),
         };
-        let written = match file.lock() {
+        let written = match file.file.lock() {
             Ok(mut f) => f.write_all(stamped.as_bytes()),
             Err(_) => Err(std::io::Error::other("log file lock poisoned")),
         };
         if let Err(e) = written {
-            if !self.file_failed.swap(true, Ordering::Relaxed) {
+            if !file.failed.swap(true, Ordering::Relaxed) {
                 tracing::warn!("cannot write the transfer log file: {e}");
             }
         }

@@ -402,7 +402,7 @@ async fn signals(
 fn reopen(log: Option<&haul_node::TransferLog>) {
     if let Some(log) = log {
         match log.reopen() {
-            Ok(()) => tracing::info!("SIGHUP: the transfer log file reopened"),
+            Ok(_) => tracing::info!("SIGHUP: the transfer log file reopened"),
             Err(e) => tracing::warn!(
                 "SIGHUP: cannot reopen the transfer log file: {e} (lines go on to the old one)"
             ),

@@ -258,6 +258,30 @@ async fn interruptible<T>(
     }
 }
 
+/// SIGUSR1 opens every transfer log file again (logrotate moved them;
+/// nginx's signal for it), whatever the command: a node's `--log-file`,
+/// the daemon's `log_file`, a client's `--log-file`. It never ends haul
+/// (SIGHUP stays the end of a terminal session; the daemon's reloads).
+fn reopen_logs_on_usr1() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let Ok(mut usr1) = signal(SignalKind::user_defined1()) else {
+        return;
+    };
+    tokio::spawn(async move {
+        while usr1.recv().await.is_some() {
+            let (reopened, errors) = haul_node::transfer_log::reopen_all();
+            if reopened > 0 {
+                tracing::info!("SIGUSR1: {reopened} transfer log file(s) reopened");
+            }
+            for e in errors {
+                tracing::warn!(
+                    "SIGUSR1: cannot reopen the transfer log {e} (lines go on to the old file)"
+                );
+            }
+        }
+    });
+}
+
 fn usage<T>(r: Result<T>) -> Result<T> {
     r.map_err(|e| anyhow::Error::new(UsageError(chain_text(&e))))
 }
@@ -269,6 +293,7 @@ fn chain_text(err: &anyhow::Error) -> String {
 }
 
 async fn run(cli: Cli, mode: Mode) -> Result<u8> {
+    reopen_logs_on_usr1();
     match cli.command {
         Command::Serve(args) => serve::run(args, mode).await,
         Command::Push(args) => push::run(*args, mode).await,

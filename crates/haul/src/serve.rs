@@ -60,7 +60,6 @@ pub async fn run(args: ServeArgs, mode: Mode) -> Result<u8> {
     };
     let idle = Duration::from_secs(args.timeout.max(1));
     let opts = serve_options(&args, &root, token.into_iter().collect(), idle, partial_ttl)?;
-    reopen_on_usr1(opts.log.clone())?;
     let server = Server::new(opts)
         .with_context(|| format!("cannot use {} as the node's root", root.display()))?;
     // Staging files of transfers abandoned while the node was down.
@@ -137,24 +136,6 @@ pub async fn run(args: ServeArgs, mode: Mode) -> Result<u8> {
     server.serve(listener, quic, nth(1), nth(2)).await;
     tracing::info!("stopped");
     Ok(exit::OK)
-}
-
-/// SIGUSR1 opens `--log-file` again (after logrotate moved it away; nginx's
-/// signal for it: SIGHUP stays what it is, the end of a terminal session).
-fn reopen_on_usr1(log: Arc<haul_node::TransferLog>) -> Result<()> {
-    use tokio::signal::unix::{signal, SignalKind};
-    let mut usr1 = signal(SignalKind::user_defined1())?;
-    tokio::spawn(async move {
-        while usr1.recv().await.is_some() {
-            match log.reopen() {
-                Ok(()) => tracing::info!("SIGUSR1: the transfer log file reopened"),
-                Err(e) => tracing::warn!(
-                    "SIGUSR1: cannot reopen the transfer log file: {e} (lines go on to the old one)"
-                ),
-            }
-        }
-    });
-    Ok(())
 }
 
 /// Binds `--status ADDR` and serves the node's status pages there.

@@ -1020,7 +1020,7 @@ ssh_known_hosts = "{kh}"
 }
 
 #[test]
-fn sighup_reopens_the_transfer_log_after_logrotate_moved_it() {
+fn sigusr1_reopens_the_transfer_log_after_logrotate_moved_it() {
     let s = Scratch::new();
     let http = haul_http::testserver::TestServer::start().expect("nginx");
     write_file(&http.root().join("sst/a.nc"), 10_000, 1);
@@ -1042,15 +1042,17 @@ fn sighup_reopens_the_transfer_log_after_logrotate_moved_it() {
     wait_for(Duration::from_secs(30), "a.nc in the log", || {
         read(&log_file).contains("path=\"a.nc\"")
     });
-    // logrotate moves the file, then `systemctl reload` sends SIGHUP.
+    // logrotate moves the file, then sends SIGUSR1 (the package's
+    // postrotate): the log reopens, and nothing else happens.
     let rotated = s.path("transfers.log.1");
     std::fs::rename(&log_file, &rotated).unwrap();
-    unsafe { libc::kill(daemon.child.id() as i32, libc::SIGHUP) };
+    unsafe { libc::kill(daemon.child.id() as i32, libc::SIGUSR1) };
     wait_for(Duration::from_secs(10), "the reopen said", || {
         daemon
             .log()
-            .contains("SIGHUP: the transfer log file reopened")
+            .contains("SIGUSR1: 1 transfer log file(s) reopened")
     });
+    assert!(!daemon.log().contains("configuration reloaded"));
     write_file(&http.root().join("sst/b.nc"), 10_000, 2);
     wait_for(Duration::from_secs(30), "b.nc in the new log", || {
         read(&log_file).contains("path=\"b.nc\"")

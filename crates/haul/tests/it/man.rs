@@ -42,6 +42,8 @@ fn the_man_page_renders_without_warnings() {
         "EXIT STATUS",
         "HAUL_TOKEN",
         "HAUL_PASSWORD",
+        // Each flag's own variable, rendered by clap_mangen's `env`.
+        "HAUL_JOBS",
     ] {
         assert!(text.contains(want), "the page lacks {want:?}:\n{text}");
     }

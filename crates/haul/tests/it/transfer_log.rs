@@ -214,7 +214,10 @@ fn sigusr1_reopens_the_log_file_after_logrotate_moved_it() {
     let rotated = s.path("transfer.log.1");
     std::fs::rename(&file, &rotated).unwrap();
     unsafe { libc::kill(node.child.id() as i32, libc::SIGUSR1) };
-    log_with(&s.path("stderr.log"), &["transfer log file reopened"]);
+    log_with(
+        &s.path("stderr.log"),
+        &["SIGUSR1: 1 transfer log file(s) reopened"],
+    );
     push("two");
     let fresh = log_with(&file, &["path=\"two/data/big.bin\""]);
     assert!(!fresh.contains("path=\"one/"), "{fresh}");
