@@ -249,7 +249,7 @@ impl Board {
 
 /// Asks a running daemon's listener at `addr` for `/status` (for `haul status`).
 pub async fn query(addr: &str, timeout: std::time::Duration) -> Result<serde_json::Value, String> {
-    let client = reqwest::Client::builder()
+    let client = haul_http::client_builder()
         .timeout(timeout)
         .build()
         .map_err(|e| e.to_string())?;

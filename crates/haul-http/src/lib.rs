@@ -210,11 +210,22 @@ struct ClientConfig {
     insecure: bool,
 }
 
+/// The start of every HTTP client haul builds (HTTP and S3 sources, the
+/// daemon's status query): reqwest on rustls with ring as its provider —
+/// the one crypto library haul uses for TLS and QUIC (reqwest 0.13's own
+/// default would bring aws-lc-rs, a second one and a C build). Roots are
+/// the system's (`rustls-platform-verifier`), plus those a command adds.
+pub fn client_builder() -> reqwest::ClientBuilder {
+    // Installed once per process; a second call finds it there.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    reqwest::Client::builder()
+}
+
 impl ClientConfig {
     /// A client keeping at most one idle connection per host, whose new
     /// connections wait for the pooled one as `gate` says.
     fn build(&self, gate: Arc<conn_gate::ConnGate>) -> Result<reqwest::Client, RemoteError> {
-        let mut b = reqwest::Client::builder()
+        let mut b = client_builder()
             .connector_layer(conn_gate::GateLayer(gate))
             .connect_timeout(self.timeout)
             .redirect(reqwest::redirect::Policy::limited(10))

@@ -66,7 +66,7 @@ impl S3Remote {
         } else {
             opts.timeout
         };
-        let mut builder = reqwest::Client::builder()
+        let mut builder = haul_http::client_builder()
             .connect_timeout(timeout)
             .redirect(reqwest::redirect::Policy::none())
             .pool_idle_timeout(Duration::from_secs(50))

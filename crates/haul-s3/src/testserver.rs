@@ -272,7 +272,7 @@ impl MotoServer {
             });
         }
         self.child = Some(child);
-        let http = reqwest::Client::builder()
+        let http = haul_http::client_builder()
             .timeout(Duration::from_secs(5))
             .build()
             .map_err(|e| err(e.to_string()))?;
