@@ -13,7 +13,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use crate::browser::Browser;
-use crate::daemon::{catalog, free_port, Daemon};
+use crate::daemon::{catalog, free_port, wait_seeing, Daemon};
 use crate::harness::{b3, http_get, http_post, wait_for, write_file, Scratch};
 
 const TOKEN: &str = "console-test-token-0123";
@@ -83,16 +83,12 @@ schedule = "every 1h"
     wait_for(Duration::from_secs(30), "sst's first run", || {
         daemon.log().contains("sst: run ended")
     });
-    let t0 = std::time::Instant::now();
-    while !(state_of(&config, "a.nc") == "fetched" && state_of(&config, "b.nc") == "failed") {
-        assert!(
-            t0.elapsed() < Duration::from_secs(30),
-            "a.nc fetched and b.nc failed: catalog {:?}\n{}",
-            catalog(&config, &["list"]),
-            daemon.log()
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    wait_seeing(
+        &daemon,
+        Duration::from_secs(30),
+        "a.nc fetched, b.nc failed",
+        || state_of(&config, "a.nc") == "fetched" && state_of(&config, "b.nc") == "failed",
+    );
     wait_for(Duration::from_secs(30), "radar down", || {
         http_get(port, "/status").1.contains("\"down_for\":1")
     });

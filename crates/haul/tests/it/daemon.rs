@@ -69,6 +69,24 @@ impl Drop for Daemon {
     }
 }
 
+/// [`wait_for`], with the daemon's log in the failure.
+pub(crate) fn wait_seeing(
+    daemon: &Daemon,
+    limit: Duration,
+    what: &str,
+    mut f: impl FnMut() -> bool,
+) {
+    let start = std::time::Instant::now();
+    while !f() {
+        assert!(
+            start.elapsed() < limit,
+            "timed out waiting for {what}; the daemon's log:\n{}",
+            daemon.log()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
 /// `haul --json catalog --config CONFIG ARGS...` as JSON lines.
 pub(crate) fn catalog(config: &Path, args: &[&str]) -> Vec<serde_json::Value> {
     let mut cmd = haul(config.parent().expect("dir"));

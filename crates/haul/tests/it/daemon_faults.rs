@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::daemon::{catalog, free_port, nginx_log, Daemon};
+use crate::daemon::{catalog, free_port, nginx_log, wait_seeing, Daemon};
 use crate::harness::http_get;
 use crate::harness::{b3, haul, run, write_file, Immutable, Scratch};
 
@@ -44,19 +44,6 @@ impl Tmpfs {
 impl Drop for Tmpfs {
     fn drop(&mut self) {
         let _ = Command::new("umount").arg("-l").arg(&self.0).status();
-    }
-}
-
-/// [`wait_for`], with the daemon's log in the failure.
-fn wait_seeing(daemon: &Daemon, limit: Duration, what: &str, mut f: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !f() {
-        assert!(
-            start.elapsed() < limit,
-            "timed out waiting for {what}; the daemon's log:\n{}",
-            daemon.log()
-        );
-        std::thread::sleep(Duration::from_millis(100));
     }
 }
 
