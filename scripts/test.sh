@@ -16,13 +16,14 @@ need=()
 # back the xattrs and ACLs that -X and -A keep, and systemd-analyze, which
 # checks the systemd units in packaging/, and Debian's chromium with
 # chromium-driver, the real browser the console's tests drive, and
-# logrotate, which the package's check runs on its rule.
+# logrotate, which the package's check runs on its rule, and strace, which
+# counts the bytes a second `check` reads (the hash cache's tests).
 for pair in ip:iproute2 nft:nftables \
   /usr/sbin/vsftpd:vsftpd /usr/sbin/sshd:openssh-server /usr/sbin/nginx:nginx-light \
   ssh-keygen:openssh-client openssl:openssl python3:python3 \
   man:man-db script:bsdutils promtool:prometheus rsync:rsync chattr:e2fsprogs \
   getfattr:attr setfacl:acl systemd-analyze:systemd \
-  chromium:chromium chromedriver:chromium-driver logrotate:logrotate; do
+  chromium:chromium chromedriver:chromium-driver logrotate:logrotate strace:strace; do
   cmd=${pair%%:*} pkg=${pair#*:}
   command -v "$cmd" >/dev/null 2>&1 || [ -x "$cmd" ] || need+=("$pkg")
 done

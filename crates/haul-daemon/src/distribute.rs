@@ -736,12 +736,15 @@ fn parent_of<'a>(
 /// Unlinks `name` in `dir` if its content hashes to `blake3` and the name
 /// still refers to the file hashed.
 fn remove_if_same(dir: &haul_root::Dir, name: &str, blake3: &str) -> Result<(), String> {
-    let (mut file, before) = dir.open_regular(name).map_err(|e| e.to_string())?;
-    let mut hasher = blake3::Hasher::new();
-    hasher
-        .update_reader(&mut file)
+    let (file, before) = dir.open_regular(name).map_err(|e| e.to_string())?;
+    // Read from disk, never answered from the hash cache: a deletion is
+    // decided on the bytes themselves.
+    use haul_engine::content::ContentHasher as _;
+    let file = haul_engine::LocalFile::open(file).map_err(|e| format!("cannot read it: {e}"))?;
+    let hash = haul_engine::content::ReadEveryByte
+        .whole_file(&file)
         .map_err(|e| format!("cannot read it: {e}"))?;
-    if hasher.finalize().to_hex().as_str() != blake3 {
+    if hash.to_hex().as_str() != blake3 {
         return Err("its content is no longer what the sites confirmed".into());
     }
     match dir.stat(name) {

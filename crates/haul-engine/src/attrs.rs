@@ -32,6 +32,11 @@ const ACLS: [&str; 2] = ["system.posix_acl_access", "system.posix_acl_default"];
 /// Whether `-X` (`xattrs`) or `-A` (`acls`) keeps the attribute `name`.
 /// SELinux labels are left out: they belong to the receiving system's policy.
 fn kept(name: &str, keep: Keep) -> bool {
+    // The content-hash record describes this inode only (rsync so leaves
+    // its own `user.rsync.%stat` out).
+    if name == crate::hash_cache::XATTR {
+        return false;
+    }
     if ACLS.contains(&name) {
         return keep.acls;
     }
@@ -333,7 +338,11 @@ impl AttrWriter {
             return Ok(());
         };
         for x in xattrs {
-            if self.policy.asked.is_some_and(|k| !kept(&x.name, k)) {
+            // A peer's hash-cache record is never set: records are made
+            // here, by whoever hashed the file.
+            if x.name == crate::hash_cache::XATTR
+                || self.policy.asked.is_some_and(|k| !kept(&x.name, k))
+            {
                 continue;
             }
             let privileged = !(x.name.starts_with("user.") || ACLS.contains(&x.name.as_str()));
@@ -369,6 +378,10 @@ mod tests {
         assert!(kept("user.a", x) && kept("trusted.b", x) && kept("security.ima", x));
         assert!(!kept("security.selinux", x) && !kept("system.posix_acl_access", x));
         assert!(kept("system.posix_acl_access", a) && kept("system.posix_acl_default", a));
+        assert!(
+            !kept("user.haul.blake3", x),
+            "the hash cache's record stays with its inode"
+        );
         assert!(!kept("user.a", a) && !kept("system.nfs4_acl", a));
     }
 

@@ -14,11 +14,13 @@
 use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use haul_proto::digest::{chunk_digest, ChunkHasher};
 use haul_proto::{Digest, Entry};
 
+use crate::hash_cache::{self, Answer, Reading};
 use crate::receive_error::ReceiveError;
 use haul_root::FileIdentity;
 
@@ -40,6 +42,13 @@ pub trait ChunkSource: Send + Sync + std::fmt::Debug {
         buf: &mut Vec<u8>,
         keep: bool,
     ) -> io::Result<Digest>;
+
+    /// Reads and hashes chunk `index` of `entry` to check a digest no
+    /// receiver will verify (a resume claim, a whole file's root): never
+    /// answered from a cache.
+    fn hash_chunk(&self, entry: &Entry, index: u32, buf: &mut Vec<u8>) -> io::Result<Digest> {
+        self.read_chunk(entry, index, buf, false)
+    }
 
     /// The open file, when chunks can be sent straight from it.
     fn file(&self) -> Option<&File>;
@@ -117,24 +126,86 @@ pub fn read_file_chunk(
 
 /// A complete local file, and the version of it that is sent: its identity
 /// when it was opened ([`FileIdentity::settled`]), checked again by
-/// [`ChunkSource::unchanged`] after the last read.
+/// [`ChunkSource::confirm`] after the last read.
+///
+/// Its chunk digests come from the content-hash cache where a record
+/// describes this version ([`crate::hash_cache`]): a chunk sent from the
+/// file (`keep` false) is then not read at all, one kept in memory is read
+/// but not hashed. What it reads and hashes whole and confirms becomes the
+/// file's record when it is dropped.
 #[derive(Debug)]
 pub struct LocalFile {
     file: File,
     identity: FileIdentity,
+    cache: Reading,
+    shown: Option<PathBuf>,
 }
 
 impl LocalFile {
     /// The file `file` reads, as it is now (waiting out a timestamp tick if
-    /// it was written a moment ago, so no later write goes unseen).
+    /// it was written a moment ago, so no later write goes unseen — unless
+    /// the last change was haul's own record being set on it: a write in
+    /// that tick would have moved its mtime).
     pub fn open(file: File) -> io::Result<Self> {
-        let identity = FileIdentity::settled(&file)?;
-        Ok(Self { file, identity })
+        let quick = FileIdentity::of(&file)?;
+        let record = hash_cache::look_up(&file, &quick);
+        let identity = match &record {
+            Some(r) if r.stamped_at(quick.ctime) => quick,
+            _ => FileIdentity::settled(&file)?,
+        };
+        let record = if identity == quick {
+            record
+        } else {
+            hash_cache::look_up(&file, &identity)
+        };
+        Ok(Self {
+            file,
+            identity,
+            cache: Reading::new(record),
+            shown: None,
+        })
+    }
+
+    /// Names the file in what its reads report (a stale cached hash).
+    pub fn shown_as(mut self, path: impl Into<PathBuf>) -> Self {
+        self.shown = Some(path.into());
+        self
     }
 
     /// The identity it is sent at.
     pub fn identity(&self) -> &FileIdentity {
         &self.identity
+    }
+
+    /// The whole file's BLAKE3 from its cached record, if one describes it.
+    pub fn cached_root(&self) -> Option<Digest> {
+        self.cache.record().map(|r| r.root)
+    }
+
+    /// Reads and hashes chunk `index` from disk, and notes its digest.
+    fn hash_chunk_keeping(
+        &self,
+        entry: &Entry,
+        index: u32,
+        buf: &mut Vec<u8>,
+        keep: bool,
+    ) -> io::Result<Digest> {
+        let digest = read_file_chunk(&self.file, entry, index, buf, keep)?;
+        self.cache.learned(entry, index, digest);
+        Ok(digest)
+    }
+}
+
+impl Drop for LocalFile {
+    fn drop(&mut self) {
+        let Some(finish) = self.cache.finish(&self.identity) else {
+            return;
+        };
+        let Ok(file) = self.file.try_clone() else {
+            return;
+        };
+        let identity = self.identity;
+        hash_cache::later(Box::new(move || finish.run(&file, &identity)));
     }
 }
 
@@ -146,7 +217,32 @@ impl ChunkSource for LocalFile {
         buf: &mut Vec<u8>,
         keep: bool,
     ) -> io::Result<Digest> {
-        read_file_chunk(&self.file, entry, index, buf, keep)
+        match self.cache.cached(entry, index) {
+            Answer::Cached(digest) => {
+                if keep {
+                    let len = entry.chunk_len(index) as usize;
+                    buf.resize(len, 0);
+                    let offset = u64::from(index) * u64::from(entry.chunk_size);
+                    self.file.read_exact_at(buf, offset)?;
+                }
+                Ok(digest)
+            }
+            Answer::Again(cached) => {
+                let digest = read_file_chunk(&self.file, entry, index, buf, keep)?;
+                if digest == cached {
+                    // Lost on the way, not stale.
+                    self.cache.learned(entry, index, digest);
+                } else {
+                    self.cache.stale(entry, index, digest, &self.shown);
+                }
+                Ok(digest)
+            }
+            Answer::Read => self.hash_chunk_keeping(entry, index, buf, keep),
+        }
+    }
+
+    fn hash_chunk(&self, entry: &Entry, index: u32, buf: &mut Vec<u8>) -> io::Result<Digest> {
+        self.hash_chunk_keeping(entry, index, buf, false)
     }
 
     fn file(&self) -> Option<&File> {
@@ -157,7 +253,15 @@ impl ChunkSource for LocalFile {
         match FileIdentity::of(&self.file) {
             Err(e) => Confirmation::Changed(format!("cannot stat it: {e}")),
             Ok(now) => match self.identity.change_to(&now) {
-                None => Confirmation::Unchanged,
+                None => {
+                    self.cache.confirmed();
+                    Confirmation::Unchanged
+                }
+                // A record set on it meanwhile (another reader hashed the
+                // same version): not a change of its bytes.
+                Some(_) if hash_cache::explains(&self.file, &self.identity, &now) => {
+                    Confirmation::Unchanged
+                }
                 Some(change) => Confirmation::Changed(change.to_string()),
             },
         }

@@ -4,11 +4,15 @@
 //!
 //! A hash is of one version that existed: the file is hashed as it was
 //! opened ([`LocalFile`] keeps its identity) and a file that changed while
-//! it was read has no hash ([`ContentError::Changed`]). Today every byte is
-//! read ([`ReadEveryByte`]); a content-hash cache keyed by the file's
-//! identity is another [`ContentHasher`].
+//! it was read has no hash ([`ContentError::Changed`]). A file whose
+//! content-hash record describes the version opened is not read at all
+//! ([`crate::hash_cache`]); any other is read whole, chunk by chunk on
+//! BLAKE3's tree ([`ReadEveryByte`], the same hash), and its record kept.
 
 use std::io;
+
+use haul_proto::digest::{chunk_size_for, root_from_digests};
+use haul_proto::{Entry, EntryKind};
 
 use crate::chunks::{ChunkSource, Confirmation, LocalFile};
 
@@ -29,26 +33,54 @@ pub trait ContentHasher: Send + Sync {
     fn whole_file(&self, file: &LocalFile) -> Result<blake3::Hash, ContentError>;
 }
 
-/// Reads and hashes every byte, then checks the file held still.
+/// Reads and hashes every byte (chunk by chunk, so the chunk digests can be
+/// kept as the file's record), then checks the file held still.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ReadEveryByte;
 
 impl ContentHasher for ReadEveryByte {
     fn whole_file(&self, file: &LocalFile) -> Result<blake3::Hash, ContentError> {
-        let mut hasher = blake3::Hasher::new();
-        if let Some(f) = file.file() {
-            hasher.update_reader(f)?;
-        }
+        let size = file.identity().size;
+        let entry = Entry {
+            attrs: None,
+            path: String::new(),
+            kind: EntryKind::File,
+            size,
+            mode: 0,
+            mtime_sec: 0,
+            mtime_nsec: 0,
+            chunk_size: chunk_size_for(size),
+        };
+        let mut buf = Vec::new();
+        let digests = (0..entry.chunk_count())
+            .map(|i| file.hash_chunk(&entry, i, &mut buf))
+            .collect::<Result<Vec<_>, _>>()?;
+        let root = root_from_digests(&digests, entry.chunk_size, size)
+            .ok_or_else(|| io::Error::other("chunk digests do not cover the file"))?;
         match file.confirm() {
             Confirmation::Changed(change) => Err(ContentError::Changed(change)),
-            _ => Ok(hasher.finalize()),
+            _ => Ok(root.into()),
+        }
+    }
+}
+
+/// Answers from the file's content-hash record when one describes the
+/// version opened, else reads every byte ([`ReadEveryByte`]).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Cached;
+
+impl ContentHasher for Cached {
+    fn whole_file(&self, file: &LocalFile) -> Result<blake3::Hash, ContentError> {
+        match file.cached_root() {
+            Some(root) => Ok(root.into()),
+            None => ReadEveryByte.whole_file(file),
         }
     }
 }
 
 /// The BLAKE3 of `file`, through the hasher haul uses.
 pub fn whole_file(file: &LocalFile) -> Result<blake3::Hash, ContentError> {
-    ReadEveryByte.whole_file(file)
+    Cached.whole_file(file)
 }
 
 #[cfg(test)]

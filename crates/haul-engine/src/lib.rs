@@ -13,6 +13,7 @@
 //! - [`hard_links`]: `-H`, further names of a file found and linked again.
 //! - [`one_file`]: scp's and rsync's rule for a `DEST` that names one file.
 //! - [`content`]: whole-file BLAKE3 of one version that existed, the one seam.
+//! - [`hash_cache`]: BLAKE3 per chunk and file kept by the version's identity.
 //! - [`chunks`]: chunk sources (local files, bytes, files still being
 //!   received) and sinks, which take only verified chunks.
 
@@ -24,6 +25,7 @@ pub mod destination;
 mod dir_cache;
 pub mod filtered;
 pub mod hard_links;
+pub mod hash_cache;
 pub mod itemize;
 pub mod mirror;
 pub mod one_file;

@@ -657,7 +657,31 @@ impl PartialFile {
         if let Some((dir, name)) = &self.log_at {
             let _ = dir.unlink(name);
         }
+        self.keep_hashes();
         Ok(())
+    }
+
+    /// Keeps the digests every chunk verified against as the file's
+    /// content-hash record ([`crate::hash_cache`]): a node so answers a
+    /// listing with sums, a `check` or a pull of what it received without
+    /// reading it again.
+    fn keep_hashes(&self) {
+        if self.entry.size < crate::hash_cache::MIN_SIZE {
+            return;
+        }
+        let digests = match self.state.lock() {
+            Ok(state) => state.digests.iter().copied().collect::<Option<Vec<_>>>(),
+            Err(_) => None,
+        };
+        let Some(digests) = digests else {
+            return;
+        };
+        let Some(root) = root_from_digests(&digests, self.entry.chunk_size, self.entry.size) else {
+            return;
+        };
+        if let Ok(identity) = haul_root::FileIdentity::of(&self.part) {
+            crate::hash_cache::fill(&self.part, &identity, self.entry.chunk_size, root, digests);
+        }
     }
 }
 

@@ -641,7 +641,9 @@ pub fn hash_local(entry: &SourceEntry) -> Result<blake3::Hash, SourceError> {
         path: entry.local.display().to_string(),
         source,
     };
-    let file = LocalFile::open(open_local(entry)?).map_err(io)?;
+    let file = LocalFile::open(open_local(entry)?)
+        .map_err(io)?
+        .shown_as(&entry.local);
     crate::content::whole_file(&file).map_err(|e| match e {
         ContentError::Io(e) => io(e),
         ContentError::Changed(change) => SourceError::Changed {
@@ -666,13 +668,23 @@ pub fn open_to_send(
     range: bool,
 ) -> Result<LocalFile, SourceError> {
     let file = open_data(local, data)?;
-    let file = LocalFile::open(file).map_err(|source| SourceError::Io {
-        path: local.display().to_string(),
-        source,
-    })?;
+    let file = LocalFile::open(file)
+        .map_err(|source| SourceError::Io {
+            path: local.display().to_string(),
+            source,
+        })?
+        .shown_as(local);
     let now = *file.identity();
     if range {
-        if let Some(change) = data.and_then(|d| d.listed.change_to(&now)) {
+        // A content-hash record set on it since (`-c` hashed it) moved
+        // only its ctime: the same version.
+        let change = data.and_then(|d| {
+            let change = d.listed.change_to(&now)?;
+            let ours = crate::ChunkSource::file(&file)
+                .is_some_and(|f| crate::hash_cache::explains(f, &d.listed, &now));
+            (!ours).then_some(change)
+        });
+        if let Some(change) = change {
             return Err(SourceError::Changed {
                 path: local.display().to_string(),
                 change: change.to_string(),

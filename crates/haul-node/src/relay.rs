@@ -669,6 +669,19 @@ impl ChunkSource for RelaySource {
         }
     }
 
+    fn hash_chunk(&self, entry: &Entry, index: u32, buf: &mut Vec<u8>) -> std::io::Result<Digest> {
+        let Some(current) = self.current() else {
+            return Err(std::io::Error::other("relay source lock poisoned"));
+        };
+        match current.hash_chunk(entry, index, buf) {
+            Err(e) if self.refresh() => {
+                let current = self.current().ok_or(e)?;
+                current.hash_chunk(entry, index, buf)
+            }
+            other => other,
+        }
+    }
+
     /// None: the source may change under a reader, so payloads go from the
     /// bytes read (a relay's links are slower than a copy).
     fn file(&self) -> Option<&std::fs::File> {

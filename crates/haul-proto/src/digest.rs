@@ -94,6 +94,22 @@ pub fn root_from_digests(digests: &[Digest], chunk_size: u32, file_size: u64) ->
     Some(*merge_subtrees_root(&l, &r, Mode::Hash).as_bytes())
 }
 
+/// The chaining value of bytes `offset..offset+len` of a file from the
+/// digests of its `cs`-byte chunks: `offset` a multiple of `cs`, and the
+/// range a valid BLAKE3 subtree that is not the whole file — such as a
+/// larger power-of-two chunk (the digest of chunk `offset / len` of the file
+/// cut in `len`-byte chunks). A record of 1 MiB chunks so gives 4 MiB ones.
+/// `None` when the range is not within the digests given.
+pub fn subtree_digest(digests: &[Digest], cs: u64, offset: u64, len: u64) -> Option<Digest> {
+    let fits = cs > 0
+        && len > 0
+        && offset.is_multiple_of(cs)
+        && offset
+            .checked_add(len)
+            .is_some_and(|end| end.div_ceil(cs) <= digests.len() as u64);
+    fits.then(|| subtree(digests, cs, offset, len))
+}
+
 /// Chaining value of the bytes `offset..offset+len` (a valid BLAKE3 subtree).
 fn subtree(digests: &[Digest], cs: u64, offset: u64, len: u64) -> Digest {
     if len <= cs {

@@ -71,6 +71,27 @@ pub fn file_set_xattr(file: &File, name: &[u8], value: &[u8]) -> io::Result<()> 
     rustix::fs::fsetxattr(file, name, value, XattrFlags::empty()).map_err(errno)
 }
 
+/// Reads extended attribute `name` of an open file into `buf`: its length,
+/// or `None` when the file has no such attribute, the filesystem keeps
+/// none, or the value does not fit `buf`.
+pub fn file_get_xattr(file: &File, name: &[u8], buf: &mut [u8]) -> io::Result<Option<usize>> {
+    match rustix::fs::fgetxattr(file, name, buf) {
+        Ok(n) => Ok(Some(n)),
+        Err(rustix::io::Errno::NODATA | rustix::io::Errno::NOTSUP | rustix::io::Errno::RANGE) => {
+            Ok(None)
+        }
+        Err(e) => Err(errno(e)),
+    }
+}
+
+/// Removes extended attribute `name` of an open file (none there is fine).
+pub fn file_remove_xattr(file: &File, name: &[u8]) -> io::Result<()> {
+    match rustix::fs::fremovexattr(file, name) {
+        Ok(()) | Err(rustix::io::Errno::NODATA | rustix::io::Errno::NOTSUP) => Ok(()),
+        Err(e) => Err(errno(e)),
+    }
+}
+
 /// Writes `data` at `offset` of `file` with its runs of zeros (4 KiB at a
 /// time) left as holes (`-S`). Where the file may hold other bytes there
 /// (`punch`: a resumed staging file), a run of at least 64 KiB is punched

@@ -50,7 +50,10 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-pub use attrs::{file_set_owner, file_set_xattr, file_xattrs, write_sparse_at, Xattrs};
+pub use attrs::{
+    file_get_xattr, file_remove_xattr, file_set_owner, file_set_xattr, file_xattrs,
+    write_sparse_at, Xattrs,
+};
 pub use dir::{Dir, Meta};
 pub use identity::FileIdentity;
 use rustix::fs::{Mode, OFlags, ResolveFlags};

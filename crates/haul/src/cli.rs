@@ -27,6 +27,14 @@ pub struct Cli {
     /// More logging on stderr (-v info, -vv debug, -vvv trace).
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
+    /// Neither use nor keep content hashes: read every file whose hash is
+    /// needed (see README, "The hash cache").
+    #[arg(long, global = true)]
+    pub no_hash_cache: bool,
+    /// Trust a cached content hash whatever the file's ctime (for trees
+    /// whose ctimes moved while their content did not, as after a restore).
+    #[arg(long, global = true)]
+    pub ignore_ctime: bool,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
@@ -350,6 +358,9 @@ pub enum Command {
     /// server offers; what differs, is missing on either side, or cannot
     /// be read; exit 0 only if they match.
     Check(Box<CheckArgs>),
+    /// Print the BLAKE3 of each file as b3sum does (directories walked),
+    /// from and into the hash cache; with --check, verify such a list.
+    Hash(HashArgs),
     /// Print the manual page (roff): `haul man | man -l -`.
     Man,
     /// Watch remote sources on schedules and fetch every new file, with a
@@ -1035,6 +1046,19 @@ pub struct DaemonArgs {
 }
 
 /// `haul catalog`.
+/// `haul hash`.
+#[derive(Debug, Args)]
+pub struct HashArgs {
+    /// Files and directories to hash (directories are walked; symlinks are
+    /// not followed). With --check: the lists to verify (`-` is stdin).
+    #[arg(value_name = "PATH", required = true)]
+    pub paths: Vec<String>,
+    /// Read b3sum lines (`HASH  PATH`) from each PATH and verify them:
+    /// `PATH: OK` or `PATH: FAILED`; exit 1 if any failed or a line is not one.
+    #[arg(short, long)]
+    pub check: bool,
+}
+
 #[derive(Debug, Args)]
 pub struct CatalogArgs {
     /// The daemon's config (its `catalog` is used).

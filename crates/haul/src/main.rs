@@ -10,6 +10,7 @@ mod demo;
 mod exit;
 mod fanout;
 mod fetch;
+mod hash;
 mod location;
 mod ls;
 mod man;
@@ -85,6 +86,8 @@ fn main() -> ExitCode {
         }
     };
     let result = runtime.block_on(run(cli, mode));
+    // The records of files closed last are kept before the process ends.
+    haul_engine::hash_cache::flush(Duration::from_secs(30));
     let code = match result {
         Ok(code) => code,
         Err(err) => {
@@ -294,6 +297,13 @@ fn chain_text(err: &anyhow::Error) -> String {
 
 async fn run(cli: Cli, mode: Mode) -> Result<u8> {
     reopen_logs_on_usr1();
+    haul_engine::hash_cache::configure(haul_engine::hash_cache::Settings {
+        enabled: !cli.no_hash_cache,
+        ignore_ctime: cli.ignore_ctime,
+        // A read-only node writes nothing into its tree.
+        on_files: !matches!(&cli.command, Command::Serve(a) if a.read_only),
+        store: dirs::cache_dir().map(|d| d.join("haul").join("hashes")),
+    });
     match cli.command {
         Command::Serve(args) => serve::run(args, mode).await,
         Command::Push(args) => push::run(*args, mode).await,
@@ -302,6 +312,7 @@ async fn run(cli: Cli, mode: Mode) -> Result<u8> {
         Command::Lab(_) => Ok(exit::USAGE),
         Command::Ls(args) => ls::run(*args, mode).await,
         Command::Check(args) => ls::check(*args, mode).await,
+        Command::Hash(args) => hash::run(&args, mode),
         Command::Config {
             action: cli::ConfigAction::Show { transfer },
         } => {

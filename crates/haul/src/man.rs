@@ -26,6 +26,10 @@ const ENVIRONMENT: &[(&str, &str)] = &[
         "Where known_hosts and the node's identity live (default ~/.config/haul).",
     ),
     (
+        "XDG_CACHE_HOME",
+        "The hash cache's store is $XDG_CACHE_HOME/haul/hashes (default ~/.cache/haul/hashes), for files that cannot carry the user.haul.blake3 attribute.",
+    ),
+    (
         "HAUL_LOG",
         "Log filter for stderr, in tracing's EnvFilter syntax (e.g. debug, haul_node=trace).",
     ),

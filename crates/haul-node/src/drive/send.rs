@@ -712,7 +712,7 @@ impl Driver {
                 .into_iter()
                 .map(|i| {
                     open.source
-                        .read_chunk(&open.entry, i, &mut buf, false)
+                        .hash_chunk(&open.entry, i, &mut buf)
                         .map(|d| (i, d))
                         .map_err(|e| {
                             let offset = u64::from(i) * u64::from(open.entry.chunk_size);

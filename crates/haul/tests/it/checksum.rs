@@ -4,7 +4,6 @@
 //! the only one that moves, in a push, a pull, a fan-out and their dry
 //! runs; `haul check` finds it without downloading anything.
 
-use std::path::Path;
 use std::process::Output;
 use std::time::Duration;
 
@@ -13,20 +12,6 @@ use serde_json::Value;
 use crate::harness::*;
 
 const T: Duration = Duration::from_secs(120);
-
-/// Flips one byte of `path` at `at`, putting its mtime back.
-fn flip_keeping_mtime(path: &Path, at: usize) {
-    let mtime = std::fs::metadata(path).unwrap().modified().unwrap();
-    let mut bytes = std::fs::read(path).unwrap();
-    bytes[at] ^= 0x40;
-    std::fs::write(path, &bytes).unwrap();
-    std::fs::File::options()
-        .write(true)
-        .open(path)
-        .unwrap()
-        .set_modified(mtime)
-        .unwrap();
-}
 
 /// Paths of the `--json` events of `kind` (dry runs: of `action`).
 fn paths(out: &Output, kind: &str, action: Option<&str>) -> Vec<String> {

@@ -57,7 +57,9 @@ impl Node {
             .args(["--listen", listen, "--identity"]);
         cmd.arg(config.join("identity"));
         without_haul_variables(&mut cmd);
-        cmd.args(extra).env("HAUL_CONFIG_DIR", config);
+        cmd.args(extra)
+            .env("HAUL_CONFIG_DIR", config)
+            .env("XDG_CACHE_HOME", config.join("cache"));
         let stderr = match log {
             Some(p) => Stdio::from(std::fs::File::create(p).expect("node log")),
             None => Stdio::null(),
@@ -121,7 +123,10 @@ pub fn without_haul_variables(cmd: &mut Command) {
 pub fn haul(config: &Path) -> Command {
     let mut c = Command::new(BIN);
     without_haul_variables(&mut c);
-    c.env("HAUL_CONFIG_DIR", config);
+    // The hash cache's store (for files that cannot carry their record)
+    // beside the config, not in the user's home.
+    c.env("HAUL_CONFIG_DIR", config)
+        .env("XDG_CACHE_HOME", config.join("cache"));
     c
 }
 
@@ -269,6 +274,24 @@ pub fn write_file(path: &Path, len: u64, seed: u64) {
         f.write_all(&buf[..n]).expect("write");
         left -= n as u64;
     }
+}
+
+/// Flips one byte of `path` at `at`, putting its mtime back: a change only
+/// the content (and the ctime) shows.
+pub fn flip_keeping_mtime(path: &Path, at: usize) {
+    let mtime = std::fs::metadata(path)
+        .expect("meta")
+        .modified()
+        .expect("mtime");
+    let mut bytes = std::fs::read(path).expect("read");
+    bytes[at] ^= 0x40;
+    std::fs::write(path, &bytes).expect("write");
+    std::fs::File::options()
+        .write(true)
+        .open(path)
+        .expect("open")
+        .set_modified(mtime)
+        .expect("set mtime");
 }
 
 pub fn b3(path: &Path) -> String {

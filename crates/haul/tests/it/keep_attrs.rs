@@ -80,6 +80,11 @@ fn snapshot(root: &Path) -> Vec<String> {
                 .output()
                 .unwrap();
             for line in String::from_utf8_lossy(&attrs.stdout).lines() {
+                // haul's hash cache record describes this inode only: never
+                // sent, kept by whichever side hashed the file.
+                if line.starts_with("user.haul.blake3=") {
+                    continue;
+                }
                 if !line.is_empty() && !line.starts_with("# file:") {
                     out.push(format!("{rel} {line}"));
                 }

@@ -21,6 +21,7 @@ mod fanout;
 mod filters;
 mod hard_links;
 mod harness;
+mod hash_cache;
 mod interrupt;
 mod keep_attrs;
 mod lab_fanout;
