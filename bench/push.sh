@@ -5,8 +5,14 @@
 #   baseline-blake3   the same with fsync, plus the hashing any verifying tool must do: the
 #                     sender reads and BLAKE3-hashes each 4 MiB before sending it, the receiver
 #                     hashes each 4 MiB before writing it (the limit for verifying every byte)
-#   haul-plain haul push --plaintext (sendfile, BLAKE3 per chunk, fsync + rename)
-#   haul-tls   haul push over TLS 1.3
+#   baseline-recv-blake3  the same with fsync, the receiver hashing (on a second thread) and the
+#                     sender not: the limit for a verifying transfer whose sender already knows
+#                     its hashes
+#   haul-plain haul push --plaintext --no-hash-cache (sendfile, BLAKE3 per chunk, fsync + rename)
+#   haul-tls   haul push over TLS 1.3 --no-hash-cache
+#   cached     haul push --plaintext of the same file, its hashes in the hash cache (filled once
+#              by `haul hash` before the rounds): digests from the record, bytes by sendfile,
+#              no hashing pass at the sender; cached-tls the same over TLS
 #   rsync      rsync -a to an rsync daemon on loopback
 # then 10,000 files of 4 KiB: haul vs rsync (files per second). Prints medians and ratios.
 #
@@ -68,8 +74,8 @@ PIDS+=($!)
 sleep 0.5
 export HAUL_CONFIG_DIR=$W/config
 
-run_baseline() { # $1 = --fsync or "", $2 = --blake3 or ""
-  set -- "$1" "${2:-}"
+run_baseline() { # $1 = --fsync or "", $2 = the receiver's hashing flag or "", $3 = the sender's (default: $2)
+  set -- "$1" "${2:-}" "${3-${2:-}}"
   rm -f "$W/base.out"
   local addr_file="$W/base.addr"
   "$BASELINE" recv 127.0.0.1:0 "$W/base.out" $1 $2 >"$addr_file" &
@@ -77,7 +83,7 @@ run_baseline() { # $1 = --fsync or "", $2 = --blake3 or ""
   for _ in $(seq 1 1000); do [ -s "$addr_file" ] && break; sleep 0.01; done
   local t0; t0=$(now)
   # A sender that fails (no address yet) must not leave the receiver waiting.
-  if ! "$BASELINE" send "$(cat "$addr_file")" "$W/big.bin" $2; then
+  if ! "$BASELINE" send "$(cat "$addr_file")" "$W/big.bin" $3; then
     kill $rpid 2>/dev/null; wait $rpid 2>/dev/null
     echo "baseline run failed" >&2; return 1
   fi
@@ -89,13 +95,19 @@ timed() { local t0; t0=$(now); "$@" >/dev/null; echo "$(now) - $t0" | bc -l; }
 # Every output is removed right after its run (outside the timing), so each
 # tool writes into the same amount of free memory.
 clean() { rm -rf "$W/base.out" "$W/plain/r" "$W/tls/r" "$W/plain/s" "$W/tls/s" "$W/rsyncdst"/*; }
+# The source's hashes, kept once for the cached rows (the other rows pass
+# --no-hash-cache: every byte read and hashed, as before the cache).
+"$HAUL" hash "$W/big.bin" >/dev/null
 declare -A T
 for r in $(seq 1 "$RUNS"); do
   clean; T[base]+="$(run_baseline --fsync) "
   clean; T[base_nofsync]+="$(run_baseline "") "
   clean; T[base_blake3]+="$(run_baseline --fsync --blake3) "
-  clean; T[plain]+="$(timed "$HAUL" push -q --plaintext -j 1 "$W/big.bin" "haul://$PLAIN/r/") "
-  clean; T[tls]+="$(timed "$HAUL" push -q -j 1 --fingerprint "$FP" "$W/big.bin" "haul://$TLS/r/") "
+  clean; T[base_recv_blake3]+="$(run_baseline --fsync --blake3-thread "") "
+  clean; T[plain]+="$(timed "$HAUL" push -q --no-hash-cache --plaintext -j 1 "$W/big.bin" "haul://$PLAIN/r/") "
+  clean; T[tls]+="$(timed "$HAUL" push -q --no-hash-cache -j 1 --fingerprint "$FP" "$W/big.bin" "haul://$TLS/r/") "
+  clean; T[cached]+="$(timed "$HAUL" push -q --plaintext -j 1 "$W/big.bin" "haul://$PLAIN/r/") "
+  clean; T[cached_tls]+="$(timed "$HAUL" push -q -j 1 --fingerprint "$FP" "$W/big.bin" "haul://$TLS/r/") "
   clean; T[rsync]+="$(timed rsync -a "$W/big.bin" "rsync://127.0.0.1:$RPORT/dst/") "
   clean; T[small_haul]+="$(timed "$HAUL" push -q --plaintext "$W/small" "haul://$PLAIN/s") "
   clean; T[small_haul_tls]+="$(timed "$HAUL" push -q --fingerprint "$FP" "$W/small" "haul://$TLS/s") "
@@ -115,12 +127,12 @@ T[base_best]=$(paste <(echo "${T[base]}" | tr ' ' '\n' | grep .) <(echo "${T[bas
   awk '{print ($1 < $2) ? $1 : $2}' | tr '\n' ' ')
 MB=$SIZE_MIB
 printf '\nseconds per round (the medians below come from these)\n'
-for k in base base_nofsync base_blake3 plain tls rsync small_haul small_haul_tls small_rsync; do
+for k in base base_nofsync base_blake3 base_recv_blake3 plain tls cached cached_tls rsync small_haul small_haul_tls small_rsync; do
   printf '  %-15s %s\n' "$k" "$(echo "${T[$k]}" | tr -s ' ' | xargs printf '%.3f ')"
 done
 printf '\n%s MiB file over loopback, %s runs, medians (dir %s)\n' "$SIZE_MIB" "$RUNS" "$BASE"
 printf '%-22s %8s %10s\n' tool seconds MiB/s
-for k in base base_nofsync base_blake3 plain tls rsync; do
+for k in base base_nofsync base_blake3 base_recv_blake3 plain tls cached cached_tls rsync; do
   s=$(med $k)
   printf '%-22s %8.3f %10.1f\n' "$k" "$s" "$(echo "$MB / $s" | bc -l)"
 done
@@ -131,6 +143,11 @@ printf 'haul plaintext / baseline (nofsync) = %.2f\n' "$(ratio base_nofsync plai
 printf 'hashing baseline / best baseline    = %.2f  (what verifying every byte costs on this box)\n' "$(ratio base_best base_blake3)"
 printf 'haul plaintext / hashing baseline   = %.2f  (haul against the limit for verifying tools)\n' "$(ratio base_blake3 plain)"
 printf 'haul TLS / baseline (fsync)         = %.2f\n' "$(ratio base tls)"
+printf 'receiver-only hashing / best baseline = %.2f  (the limit for a sender that knows its hashes)\n' "$(ratio base_best base_recv_blake3)"
+printf 'cached plaintext / receiver-only hashing = %.2f  (target >= 0.9)\n' "$(ratio base_recv_blake3 cached)"
+printf 'cached plaintext / haul plaintext   = %.2f  (the cache'"'"'s gain)\n' "$(ratio plain cached)"
+printf 'cached plaintext / best baseline    = %.2f\n' "$(ratio base_best cached)"
+printf 'cached TLS / best baseline          = %.2f  (target >= 0.6)\n' "$(ratio base_best cached_tls)"
 printf 'haul plaintext / rsync              = %.2f  (target >= 1.5)\n' "$(ratio rsync plain)"
 sh=$(med small_haul); st=$(med small_haul_tls); sr=$(med small_rsync)
 printf '\n10,000 files of 4 KiB: haul plaintext %.0f files/s, haul TLS %.0f files/s, rsync %.0f files/s\n' \
