@@ -17,7 +17,7 @@ use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use haul_proto::digest::{chunk_digest, ChunkHasher};
+use haul_proto::digest::{chunk_digest, ChunkHasher, PieceHasher};
 use haul_proto::{Digest, Entry};
 
 use crate::hash_cache::{self, Answer, Reading};
@@ -124,6 +124,35 @@ pub fn read_file_chunk(
     Ok(hasher.finalize())
 }
 
+/// [`read_file_chunk`], also giving the digests of the chunk's `piece`-byte
+/// pieces (with no more hashing: see [`PieceHasher`]).
+pub fn read_file_chunk_pieces(
+    file: &File,
+    entry: &Entry,
+    index: u32,
+    buf: &mut Vec<u8>,
+    keep: bool,
+    piece: u32,
+) -> io::Result<(Digest, Vec<Digest>)> {
+    let len = entry.chunk_len(index) as usize;
+    let offset = u64::from(index) * u64::from(entry.chunk_size);
+    let mut hasher = PieceHasher::new(index, entry.chunk_size, entry.size, piece);
+    buf.resize(if keep { len } else { len.min(HASH_PIECE) }, 0);
+    let mut done = 0;
+    while done < len {
+        let n = (len - done).min(HASH_PIECE);
+        let piece = if keep {
+            &mut buf[done..done + n]
+        } else {
+            &mut buf[..n]
+        };
+        file.read_exact_at(piece, offset + done as u64)?;
+        hasher.update(piece);
+        done += n;
+    }
+    Ok(hasher.finalize())
+}
+
 /// A complete local file, and the version of it that is sent: its identity
 /// when it was opened ([`FileIdentity::settled`]), checked again by
 /// [`ChunkSource::confirm`] after the last read.
@@ -138,6 +167,8 @@ pub struct LocalFile {
     file: File,
     identity: FileIdentity,
     cache: Reading,
+    /// Large enough to cache, with the cache on: what is read is kept.
+    cacheable: bool,
     shown: Option<PathBuf>,
 }
 
@@ -158,10 +189,12 @@ impl LocalFile {
         } else {
             hash_cache::look_up(&file, &identity)
         };
+        let cacheable = identity.size >= hash_cache::MIN_SIZE && hash_cache::settings().enabled;
         Ok(Self {
             file,
             identity,
             cache: Reading::new(record),
+            cacheable,
             shown: None,
         })
     }
@@ -190,8 +223,12 @@ impl LocalFile {
         buf: &mut Vec<u8>,
         keep: bool,
     ) -> io::Result<Digest> {
-        let digest = read_file_chunk(&self.file, entry, index, buf, keep)?;
-        self.cache.learned(entry, index, digest);
+        if !self.cacheable {
+            return read_file_chunk(&self.file, entry, index, buf, keep);
+        }
+        let piece = self.cache.piece(entry);
+        let (digest, pieces) = read_file_chunk_pieces(&self.file, entry, index, buf, keep, piece)?;
+        self.cache.learned(entry, index, pieces);
         Ok(digest)
     }
 }
@@ -228,12 +265,14 @@ impl ChunkSource for LocalFile {
                 Ok(digest)
             }
             Answer::Again(cached) => {
-                let digest = read_file_chunk(&self.file, entry, index, buf, keep)?;
+                let piece = self.cache.piece(entry);
+                let (digest, pieces) =
+                    read_file_chunk_pieces(&self.file, entry, index, buf, keep, piece)?;
                 if digest == cached {
                     // Lost on the way, not stale.
-                    self.cache.learned(entry, index, digest);
+                    self.cache.learned(entry, index, pieces);
                 } else {
-                    self.cache.stale(entry, index, digest, &self.shown);
+                    self.cache.stale(entry, index, pieces, &self.shown);
                 }
                 Ok(digest)
             }
@@ -318,6 +357,33 @@ impl<'a> VerifiedChunk<'a> {
             index,
             data,
             digest: *digest,
+        })
+    }
+
+    /// [`VerifiedChunk::check`], also putting the digests of the chunk's
+    /// `piece`-byte pieces in `pieces` (no more hashing: [`PieceHasher`]),
+    /// which a content-hash record keeps.
+    pub fn check_keeping(
+        entry: &Entry,
+        index: u32,
+        data: &'a [u8],
+        digest: &Digest,
+        piece: u32,
+        pieces: &mut Vec<Digest>,
+    ) -> Option<Self> {
+        if index >= entry.chunk_count() || data.len() != entry.chunk_len(index) as usize {
+            return None;
+        }
+        let mut h = PieceHasher::new(index, entry.chunk_size, entry.size, piece);
+        h.update(data);
+        let (actual, kept) = h.finalize();
+        (actual == *digest).then(|| {
+            *pieces = kept;
+            Self {
+                index,
+                data,
+                digest: *digest,
+            }
         })
     }
 

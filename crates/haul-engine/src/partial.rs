@@ -16,7 +16,7 @@ use crate::attrs::{AttrWriter, Target};
 use crate::backup::{Backups, Kept};
 use crate::chunks::{read_file_chunk, ChunkSink, ChunkSource, VerifiedChunk};
 use crate::dir_cache::DirId;
-use crate::hash::{chunk_digest, root_from_digests, valid_chunk_size, MAX_CHUNKS};
+use crate::hash::{chunk_digest, root_from_digests, valid_chunk_size, PieceHasher, MAX_CHUNKS};
 use crate::receive_error::ReceiveError;
 
 const MAGIC: &[u8; 8] = b"HAULPRT1";
@@ -37,6 +37,10 @@ struct State {
     /// Resume log; `None` for single-chunk files, which simply start over.
     log: Option<File>,
     digests: Vec<Option<Digest>>,
+    /// Each chunk's pieces' digests ([`PartialFile::piece`]), for the
+    /// content-hash record; not logged (a resumed file's record is kept at
+    /// its chunk size).
+    pieces: Vec<Option<Vec<Digest>>>,
 }
 
 /// Directories whose entries changed (renames into them), by path relative
@@ -212,6 +216,7 @@ impl PartialFile {
             state: Mutex::new(State {
                 log: None,
                 digests: vec![None; count],
+                pieces: vec![None; count],
             }),
             resumed_bytes: 0,
             dirty,
@@ -285,7 +290,11 @@ impl PartialFile {
             staged_as: Some((staging.dir.clone(), OsString::from(&staging.part))),
             log_at,
             part,
-            state: Mutex::new(State { log, digests }),
+            state: Mutex::new(State {
+                log,
+                pieces: vec![None; digests.len()],
+                digests,
+            }),
             resumed_bytes,
             dirty,
             attrs,
@@ -399,9 +408,43 @@ impl PartialFile {
                 self.entry.path
             )));
         }
-        match VerifiedChunk::check(&self.entry, index, data, digest) {
-            Some(chunk) => self.put(&chunk).map(|()| ChunkVerdict::Good),
+        let mut pieces = Vec::new();
+        let piece = self.piece();
+        match VerifiedChunk::check_keeping(&self.entry, index, data, digest, piece, &mut pieces) {
+            Some(chunk) => self
+                .put_keeping(&chunk, pieces)
+                .map(|()| ChunkVerdict::Good),
             None => Ok(ChunkVerdict::Bad),
+        }
+    }
+
+    /// The piece size its chunks' digests are kept at for the content-hash
+    /// record ([`crate::hash_cache::piece_for`]; the chunk size for a file
+    /// too small to be cached).
+    pub fn piece(&self) -> u32 {
+        if self.entry.size < crate::hash_cache::MIN_SIZE {
+            return self.entry.chunk_size;
+        }
+        crate::hash_cache::piece_for(self.entry.size, self.entry.chunk_size)
+    }
+
+    /// [`ChunkSink::put`], keeping the chunk's `pieces` digests (from
+    /// [`VerifiedChunk::check_keeping`] at [`PartialFile::piece`]).
+    pub fn put_keeping(
+        &self,
+        chunk: &VerifiedChunk<'_>,
+        pieces: Vec<Digest>,
+    ) -> Result<(), ReceiveError> {
+        self.put(chunk)?;
+        self.keep_pieces(chunk.index(), pieces);
+        Ok(())
+    }
+
+    fn keep_pieces(&self, index: u32, pieces: Vec<Digest>) {
+        if let Ok(mut state) = self.state.lock() {
+            if let Some(slot) = state.pieces.get_mut(index as usize) {
+                *slot = Some(pieces);
+            }
         }
     }
 
@@ -415,8 +458,12 @@ impl PartialFile {
                 self.entry.path
             )));
         }
-        let digest = chunk_digest(data, index, self.entry.chunk_size, self.entry.size);
+        let (cs, size) = (self.entry.chunk_size, self.entry.size);
+        let mut hasher = PieceHasher::new(index, cs, size, self.piece());
+        hasher.update(data);
+        let (digest, pieces) = hasher.finalize();
         self.store_chunk(index, data, digest)?;
+        self.keep_pieces(index, pieces);
         Ok(digest)
     }
 
@@ -438,17 +485,24 @@ impl PartialFile {
     }
 
     /// Records chunk `index`, whose bytes [`PartialFile::write_piece`] wrote,
-    /// with the digest computed as they arrived
-    /// ([`crate::hash::ChunkHasher`]): it is logged for resume and becomes
-    /// part of the file's BLAKE3.
-    pub fn finish_chunk(&self, index: u32, digest: Digest) -> Result<(), ReceiveError> {
+    /// with the digests computed as they arrived
+    /// ([`crate::hash::PieceHasher`] at [`PartialFile::piece`]): the chunk's
+    /// is logged for resume and becomes part of the file's BLAKE3, its
+    /// pieces' go into the file's content-hash record.
+    pub fn finish_chunk(
+        &self,
+        index: u32,
+        (digest, pieces): (Digest, Vec<Digest>),
+    ) -> Result<(), ReceiveError> {
         if index >= self.entry.chunk_count() {
             return Err(ReceiveError::BadOffer(format!(
                 "chunk {index} of {} does not exist",
                 self.entry.path
             )));
         }
-        self.log_chunk(index, digest)
+        self.log_chunk(index, digest)?;
+        self.keep_pieces(index, pieces);
+        Ok(())
     }
 
     /// Reads staged bytes at `offset` (to verify a whole-file checksum).
@@ -463,6 +517,7 @@ impl PartialFile {
     pub fn discard(&self) {
         if let Ok(mut state) = self.state.lock() {
             state.digests.iter_mut().for_each(|d| *d = None);
+            state.pieces.iter_mut().for_each(|p| *p = None);
         }
         self.remove_staged();
     }
@@ -669,18 +724,33 @@ impl PartialFile {
         if self.entry.size < crate::hash_cache::MIN_SIZE {
             return;
         }
-        let digests = match self.state.lock() {
-            Ok(state) => state.digests.iter().copied().collect::<Option<Vec<_>>>(),
-            Err(_) => None,
+        // The pieces' digests when every chunk's are known (none resumed),
+        // else the chunks'.
+        let (size, digests) = match self.state.lock() {
+            Ok(state) => {
+                let fine: Option<Vec<Digest>> =
+                    state.pieces.iter().try_fold(Vec::new(), |mut all, p| {
+                        all.extend_from_slice(p.as_deref()?);
+                        Some(all)
+                    });
+                match fine {
+                    Some(fine) => (self.piece(), Some(fine)),
+                    None => (
+                        self.entry.chunk_size,
+                        state.digests.iter().copied().collect::<Option<Vec<_>>>(),
+                    ),
+                }
+            }
+            Err(_) => return,
         };
         let Some(digests) = digests else {
             return;
         };
-        let Some(root) = root_from_digests(&digests, self.entry.chunk_size, self.entry.size) else {
+        let Some(root) = root_from_digests(&digests, size, self.entry.size) else {
             return;
         };
         if let Ok(identity) = haul_root::FileIdentity::of(&self.part) {
-            crate::hash_cache::fill(&self.part, &identity, self.entry.chunk_size, root, digests);
+            crate::hash_cache::fill(&self.part, &identity, size, root, digests);
         }
     }
 }

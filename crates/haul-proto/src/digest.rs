@@ -73,6 +73,92 @@ impl ChunkHasher {
     }
 }
 
+/// [`ChunkHasher`] that also keeps the chaining values of the chunk's
+/// pieces of `piece` bytes (a power of two dividing the chunk size, aligned
+/// in the file): the digests of the same file cut in `piece`-byte chunks,
+/// computed with no more hashing than the chunk's own (the chunk's digest is
+/// merged from them up BLAKE3's tree). A content-hash record so keeps
+/// digests fine enough for a fan-out's smaller pieces.
+pub struct PieceHasher {
+    chunk_start: u64,
+    chunk_len: u64,
+    piece: u64,
+    file_size: u64,
+    chunk_size: u32,
+    done: u64,
+    hasher: blake3::Hasher,
+    pieces: Vec<Digest>,
+}
+
+impl PieceHasher {
+    /// Starts chunk `index` of a file of `file_size` bytes in `chunk_size`
+    /// chunks, keeping digests of `piece`-byte pieces (`piece` is clamped
+    /// to `1024..=chunk_size`).
+    pub fn new(index: u32, chunk_size: u32, file_size: u64, piece: u32) -> Self {
+        let cs = u64::from(chunk_size);
+        let chunk_start = u64::from(index) * cs;
+        let chunk_len = file_size.saturating_sub(chunk_start).min(cs);
+        let piece =
+            u64::from(piece.clamp(crate::MIN_CHUNK_SIZE, chunk_size.max(crate::MIN_CHUNK_SIZE)));
+        let mut this = Self {
+            chunk_start,
+            chunk_len,
+            piece,
+            file_size,
+            chunk_size,
+            done: 0,
+            hasher: blake3::Hasher::new(),
+            pieces: Vec::new(),
+        };
+        this.hasher = this.piece_hasher(chunk_start);
+        this
+    }
+
+    fn piece_hasher(&self, at: u64) -> blake3::Hasher {
+        let mut h = blake3::Hasher::new();
+        if self.file_size > self.piece {
+            h.set_input_offset(at);
+        }
+        h
+    }
+
+    fn close_piece(&mut self) {
+        let d = if self.file_size <= self.piece {
+            *self.hasher.finalize().as_bytes()
+        } else {
+            self.hasher.finalize_non_root()
+        };
+        self.pieces.push(d);
+    }
+
+    /// Adds the next bytes of the chunk.
+    pub fn update(&mut self, mut data: &[u8]) {
+        while !data.is_empty() {
+            let room = (self.piece - self.done % self.piece) as usize;
+            let n = room.min(data.len());
+            self.hasher.update(&data[..n]);
+            self.done += n as u64;
+            data = &data[n..];
+            if self.done.is_multiple_of(self.piece) && self.done < self.chunk_len {
+                self.close_piece();
+                self.hasher = self.piece_hasher(self.chunk_start + self.done);
+            }
+        }
+    }
+
+    /// The chunk's digest (equal to [`chunk_digest`] of all the bytes
+    /// given) and its pieces' digests, in order.
+    pub fn finalize(mut self) -> (Digest, Vec<Digest>) {
+        self.close_piece();
+        let chunk = if self.file_size <= u64::from(self.chunk_size) {
+            root_from_digests(&self.pieces, self.piece as u32, self.file_size)
+        } else {
+            subtree_digest(&self.pieces, self.piece, 0, self.chunk_len)
+        };
+        (chunk.unwrap_or([0; 32]), self.pieces)
+    }
+}
+
 /// The whole-file BLAKE3 hash from every chunk digest, in order.
 ///
 /// `digests.len()` must equal the file's chunk count (checked; `None` if not).
@@ -174,6 +260,43 @@ mod tests {
                         h.update(p);
                     }
                     assert_eq!(h.finalize(), chunk_digest(chunk, i as u32, cs, size));
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn piece_hasher_gives_the_chunk_digest_and_the_smaller_chunks_digests() {
+        let data: Vec<u8> = (0..300_000u32).map(|i| (i * 31 % 251) as u8).collect();
+        for size in [0usize, 1, 1000, 4096, 5000, 16384, 70_000, 300_000] {
+            let file = &data[..size];
+            for (cs, piece) in [
+                (16384u32, 4096u32),
+                (16384, 16384),
+                (65536, 1024),
+                (4096, 8192),
+            ] {
+                for (i, chunk) in file.chunks(cs as usize).enumerate() {
+                    let mut h = PieceHasher::new(i as u32, cs, size as u64, piece);
+                    for p in chunk.chunks(777) {
+                        h.update(p);
+                    }
+                    let (d, pieces) = h.finalize();
+                    assert_eq!(
+                        d,
+                        chunk_digest(chunk, i as u32, cs, size as u64),
+                        "{size} {cs} {piece}"
+                    );
+                    let piece = piece.min(cs) as usize;
+                    let first = i * cs as usize / piece;
+                    let want: Vec<Digest> = chunk
+                        .chunks(piece)
+                        .enumerate()
+                        .map(|(k, p)| {
+                            chunk_digest(p, (first + k) as u32, piece as u32, size as u64)
+                        })
+                        .collect();
+                    assert_eq!(pieces, want, "{size} {cs} {piece}");
                 }
             }
         }

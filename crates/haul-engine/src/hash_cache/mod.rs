@@ -47,6 +47,22 @@ pub const XATTR: &str = "user.haul.blake3";
 /// Files smaller than this are not cached.
 pub const MIN_SIZE: u64 = 64 << 10;
 
+/// The finest digests a record keeps: a fan-out's largest piece
+/// (`haul_plan::MAX_PIECE`), so one record serves pushes (4 MiB chunks,
+/// merged from these) and fan-outs of large files alike.
+pub const FINE_PIECE: u32 = 1 << 20;
+
+/// The piece size a file of `size` bytes read in `chunk_size` chunks is
+/// kept at: [`FINE_PIECE`], coarser when a record would otherwise hold more
+/// than [`record::MAX_DIGESTS`], never coarser than the chunks read.
+pub fn piece_for(size: u64, chunk_size: u32) -> u32 {
+    let fewest = size
+        .div_ceil(record::MAX_DIGESTS as u64)
+        .next_power_of_two()
+        .min(u64::from(u32::MAX)) as u32;
+    FINE_PIECE.max(fewest).min(chunk_size)
+}
+
 /// The longest a record's own write on a file may take: its ctime must
 /// fall within this of the clock before the write, else the record is
 /// taken off again. The record states this window, and a ctime in it counts

@@ -47,10 +47,15 @@ pub struct Reading {
 struct State {
     /// The chunk size the vectors below are for (0: none yet).
     chunk_size: u32,
+    /// The piece size what is learned is kept at ([`super::piece_for`]).
+    piece: u32,
     /// The record's digests for that chunk size.
     cached: Option<Vec<Digest>>,
-    /// Digests known for this version: answered from the record or read.
-    known: Vec<Option<Digest>>,
+    /// The record's digests at the piece size, when it has them.
+    cached_pieces: Option<Vec<Digest>>,
+    /// The piece digests known of each chunk for this version: answered
+    /// from the record or read.
+    known: Vec<Option<Vec<Digest>>>,
     /// Chunks answered from the record.
     served: Vec<bool>,
     /// The record was refused once: read everything from disk.
@@ -77,19 +82,27 @@ impl Reading {
         let mut s = self.state.lock().ok()?;
         if s.chunk_size != entry.chunk_size {
             let n = entry.chunk_count() as usize;
+            let piece = super::piece_for(entry.size, entry.chunk_size);
+            let record = self
+                .record
+                .as_ref()
+                .filter(|r| r.identity.size == entry.size);
             *s = State {
                 chunk_size: entry.chunk_size,
-                cached: self
-                    .record
-                    .as_ref()
-                    .filter(|r| r.identity.size == entry.size)
-                    .and_then(|r| r.digests_for(entry.chunk_size)),
+                piece,
+                cached: record.and_then(|r| r.digests_for(entry.chunk_size)),
+                cached_pieces: record.and_then(|r| r.digests_for(piece)),
                 known: vec![None; n],
                 served: vec![false; n],
                 ..State::default()
             };
         }
         Some(f(&mut s))
+    }
+
+    /// The piece size chunks of `entry` are hashed in for the record.
+    pub fn piece(&self, entry: &Entry) -> u32 {
+        self.with(entry, |s| s.piece).unwrap_or(entry.chunk_size)
     }
 
     /// What the record says of chunk `index` about to be sent (see the
@@ -107,17 +120,22 @@ impl Reading {
                 return Answer::Again(d);
             }
             s.served[i] = true;
-            s.known[i] = Some(d);
+            let per_chunk = (s.chunk_size / s.piece.max(1)) as usize;
+            s.known[i] = s.cached_pieces.as_ref().and_then(|p| {
+                p.get(i * per_chunk..((i + 1) * per_chunk).min(p.len()))
+                    .map(<[Digest]>::to_vec)
+            });
             Answer::Cached(d)
         })
         .unwrap_or(Answer::Read)
     }
 
-    /// Chunk `index` was read from disk and hashed to `digest`.
-    pub fn learned(&self, entry: &Entry, index: u32, digest: Digest) {
+    /// Chunk `index` was read from disk; `pieces` are its pieces'
+    /// digests ([`Reading::piece`]).
+    pub fn learned(&self, entry: &Entry, index: u32, pieces: Vec<Digest>) {
         self.with(entry, |s| {
             if let Some(slot) = s.known.get_mut(index as usize) {
-                *slot = Some(digest);
+                *slot = Some(pieces);
             }
         });
     }
@@ -125,7 +143,7 @@ impl Reading {
     /// Chunk `index`, answered from the record before, read from disk
     /// hashes to `digest`, not what the record says: the record is stale
     /// (said once, naming the file as `shown`).
-    pub fn stale(&self, entry: &Entry, index: u32, digest: Digest, shown: &Option<PathBuf>) {
+    pub fn stale(&self, entry: &Entry, index: u32, pieces: Vec<Digest>, shown: &Option<PathBuf>) {
         let first = self
             .with(entry, |s| {
                 let first = !s.distrusted;
@@ -137,7 +155,7 @@ impl Reading {
                     }
                 }
                 if let Some(slot) = s.known.get_mut(index as usize) {
-                    *slot = Some(digest);
+                    *slot = Some(pieces);
                 }
                 first
             })
@@ -169,7 +187,7 @@ impl Reading {
             return None;
         }
         if s.distrusted {
-            return Some(Finish::Rehash(s.chunk_size));
+            return Some(Finish::Rehash(s.piece));
         }
         if !s.confirmed {
             return None;
@@ -177,14 +195,17 @@ impl Reading {
         if self
             .record
             .as_ref()
-            .is_some_and(|r| r.chunk_size <= s.chunk_size)
+            .is_some_and(|r| r.chunk_size <= s.piece)
         {
             return None;
         }
-        let digests = s.known.iter().copied().collect::<Option<Vec<Digest>>>()?;
-        let root = root_from_digests(&digests, s.chunk_size, identity.size)?;
+        let mut digests = Vec::new();
+        for pieces in &s.known {
+            digests.extend_from_slice(pieces.as_deref()?);
+        }
+        let root = root_from_digests(&digests, s.piece, identity.size)?;
         Some(Finish::Keep {
-            chunk_size: s.chunk_size,
+            chunk_size: s.piece,
             root,
             digests,
         })

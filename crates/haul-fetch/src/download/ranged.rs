@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use haul_engine::hash::ChunkHasher;
+use haul_engine::hash::PieceHasher;
 use haul_engine::PartialFile;
 use haul_remote::{RemoteEntry, RemoteError};
 use haul_run::{Event, Observer};
@@ -174,7 +174,7 @@ pub(super) struct ChunkWriter {
     pub(super) end: u32,
     /// Bytes of chunk `next` written so far.
     filled: u32,
-    hasher: ChunkHasher,
+    hasher: PieceHasher,
     ctx: Arc<Ctx>,
     /// The path under the destination (for events).
     path: String,
@@ -196,7 +196,7 @@ impl ChunkWriter {
             next: first,
             end,
             filled: 0,
-            hasher: ChunkHasher::new(first, e.chunk_size, e.size),
+            hasher: PieceHasher::new(first, e.chunk_size, e.size, part.piece()),
             ctx: ctx.clone(),
             path: e.path.clone(),
         }
@@ -223,8 +223,15 @@ impl ChunkWriter {
             self.filled += take as u32;
             data = rest;
             if self.filled == want {
+                let next = PieceHasher::new(
+                    self.next + 1,
+                    entry.chunk_size,
+                    entry.size,
+                    self.part.piece(),
+                );
+                let done = std::mem::replace(&mut self.hasher, next);
                 self.part
-                    .finish_chunk(self.next, self.hasher.finalize())
+                    .finish_chunk(self.next, done.finalize())
                     .map_err(local)?;
                 self.file_progress
                     .fetch_add(u64::from(want), Ordering::Relaxed);
@@ -234,7 +241,6 @@ impl ChunkWriter {
                 });
                 self.next += 1;
                 self.filled = 0;
-                self.hasher = ChunkHasher::new(self.next, entry.chunk_size, entry.size);
             }
         }
         Ok(())

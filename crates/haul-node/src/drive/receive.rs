@@ -9,9 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use haul_engine::backup::Backups;
-use haul_engine::{
-    ChunkSink, Destination, PartialFile, Prepared as Staged, ReceiveError, VerifiedChunk,
-};
+use haul_engine::{Destination, PartialFile, Prepared as Staged, ReceiveError, VerifiedChunk};
 use haul_proto::{ChunkHeader, Digest, Entry, EntryKind, ErrorCode, Message};
 use haul_session::{
     ChunkAction, ChunkOutcome, FetchJob, FileId, Observer, Prepared, Receiver, ReceiverIo, Refusal,
@@ -554,9 +552,11 @@ impl Driver {
 
 /// The sink chain of a received chunk: verified, then written to staging.
 fn put(part: &PartialFile, index: u32, data: &[u8], digest: &Digest) -> ChunkOutcome {
-    match VerifiedChunk::check(part.entry(), index, data, digest) {
+    let mut pieces = Vec::new();
+    let piece = part.piece();
+    match VerifiedChunk::check_keeping(part.entry(), index, data, digest, piece, &mut pieces) {
         None => ChunkOutcome::Bad,
-        Some(chunk) => match part.put(&chunk) {
+        Some(chunk) => match part.put_keeping(&chunk, pieces) {
             Ok(()) => ChunkOutcome::Good,
             Err(e) => ChunkOutcome::Failed(e.to_string()),
         },

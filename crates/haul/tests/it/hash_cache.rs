@@ -313,3 +313,42 @@ fn walk_files(dir: &Path) -> Vec<std::path::PathBuf> {
     }
     out
 }
+
+#[test]
+fn a_fan_out_origin_sends_from_a_record_and_every_node_keeps_one() {
+    let s = Scratch::new();
+    let f = s.path("src/big");
+    old_file(&f, 48 << 20, 5);
+    // Kept by `haul hash` at 1 MiB pieces: fine enough for a fan-out's.
+    let mut c = haul(&s.path("config"));
+    c.args(["hash"]).arg(&f);
+    ok(&run(c, T));
+    let nodes: Vec<Node> = (0..3)
+        .map(|i| {
+            Node::start(
+                &s.path(&format!("n{i}")),
+                &s.path("config"),
+                &["--open", "--plaintext"],
+            )
+        })
+        .collect();
+    let mut push = haul(&s.path("config"));
+    push.args(["--json", "push", "--plaintext"]).arg(&f);
+    for n in &nodes {
+        push.arg(n.url("in/"));
+    }
+    let (out, read) = traced(&push, &s, "fanout");
+    ok(&out);
+    assert!(read < 1 << 20, "the origin read {read} bytes");
+    for i in 0..3 {
+        let got = s.path(&format!("n{i}/in/big"));
+        assert_eq!(b3(&got), b3(&f), "node {i}");
+        let kept = Command::new("getfattr")
+            .args(["--only-values", "-n", "user.haul.blake3"])
+            .arg(&got)
+            .output()
+            .is_ok_and(|o| o.status.success() && !o.stdout.is_empty());
+        let stored = !walk_files(&s.path("config/cache/haul/hashes")).is_empty();
+        assert!(kept || stored, "node {i} kept no record");
+    }
+}
