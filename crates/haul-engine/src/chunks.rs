@@ -105,22 +105,8 @@ pub fn read_file_chunk(
     buf: &mut Vec<u8>,
     keep: bool,
 ) -> io::Result<Digest> {
-    let len = entry.chunk_len(index) as usize;
-    let offset = u64::from(index) * u64::from(entry.chunk_size);
     let mut hasher = ChunkHasher::new(index, entry.chunk_size, entry.size);
-    buf.resize(if keep { len } else { len.min(HASH_PIECE) }, 0);
-    let mut done = 0;
-    while done < len {
-        let n = (len - done).min(HASH_PIECE);
-        let piece = if keep {
-            &mut buf[done..done + n]
-        } else {
-            &mut buf[..n]
-        };
-        file.read_exact_at(piece, offset + done as u64)?;
-        hasher.update(piece);
-        done += n;
-    }
+    read_in_pieces(file, entry, index, buf, keep, |p| hasher.update(p))?;
     Ok(hasher.finalize())
 }
 
@@ -134,9 +120,24 @@ pub fn read_file_chunk_pieces(
     keep: bool,
     piece: u32,
 ) -> io::Result<(Digest, Vec<Digest>)> {
+    let mut hasher = PieceHasher::new(index, entry.chunk_size, entry.size, piece);
+    read_in_pieces(file, entry, index, buf, keep, |p| hasher.update(p))?;
+    Ok(hasher.finalize())
+}
+
+/// Reads chunk `index` of `entry` [`HASH_PIECE`] bytes at a time, handing
+/// each piece to `hash` while it is still in the CPU's cache; with `keep`,
+/// `buf` ends up holding the whole chunk.
+fn read_in_pieces(
+    file: &File,
+    entry: &Entry,
+    index: u32,
+    buf: &mut Vec<u8>,
+    keep: bool,
+    mut hash: impl FnMut(&[u8]),
+) -> io::Result<()> {
     let len = entry.chunk_len(index) as usize;
     let offset = u64::from(index) * u64::from(entry.chunk_size);
-    let mut hasher = PieceHasher::new(index, entry.chunk_size, entry.size, piece);
     buf.resize(if keep { len } else { len.min(HASH_PIECE) }, 0);
     let mut done = 0;
     while done < len {
@@ -147,10 +148,10 @@ pub fn read_file_chunk_pieces(
             &mut buf[..n]
         };
         file.read_exact_at(piece, offset + done as u64)?;
-        hasher.update(piece);
+        hash(piece);
         done += n;
     }
-    Ok(hasher.finalize())
+    Ok(())
 }
 
 /// A complete local file, and the version of it that is sent: its identity
