@@ -60,28 +60,8 @@ inh() { local h=$1; shift; ip netns exec "hl-$NAME-h$h" "$@"; }
 
 # The archive: nginx in h1's namespace.
 mkdir -p "$W/archive" "$W/ngx"
-cat >"$W/ngx/nginx.conf" <<EOF
-daemon off;
-worker_processes 1;
-pid $W/ngx/nginx.pid;
-error_log $W/ngx/error.log;
-events { worker_connections 256; }
-http {
-  access_log off;
-  client_body_temp_path $W/ngx/body;
-  proxy_temp_path $W/ngx/proxy;
-  fastcgi_temp_path $W/ngx/fastcgi;
-  uwsgi_temp_path $W/ngx/uwsgi;
-  scgi_temp_path $W/ngx/scgi;
-  sendfile on;
-  server {
-    listen 198.18.0.1:8080;
-    root $W/archive;
-    autoindex on;
-    autoindex_exact_size on;
-  }
-}
-EOF
+. bench/nginx-archive.sh
+nginx_archive_conf "$W/ngx" 198.18.0.1:8080 "$W/archive"
 inh 1 nginx -p "$W/ngx" -c "$W/ngx/nginx.conf" &
 PIDS+=($!)
 

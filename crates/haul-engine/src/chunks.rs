@@ -29,6 +29,28 @@ use haul_root::FileIdentity;
 /// one piece-sized buffer stays in cache too).
 pub const HASH_PIECE: usize = 256 << 10;
 
+/// A chunk [`ChunkSource::read_chunk`] read: its digest, and how the
+/// source came by it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChunkRead {
+    /// BLAKE3 chaining value of the chunk at its offset.
+    pub digest: Digest,
+    /// The digest came from the file's hash-cache record: the source hashed
+    /// nothing (and, without `keep`, read nothing). A sender says so on the
+    /// wire ([`haul_proto::ChunkHeader::from_record`]).
+    pub from_record: bool,
+}
+
+impl ChunkRead {
+    /// A digest the source hashed from the chunk's bytes.
+    pub fn hashed(digest: Digest) -> Self {
+        Self {
+            digest,
+            from_record: false,
+        }
+    }
+}
+
 /// Where a sender reads chunks.
 pub trait ChunkSource: Send + Sync + std::fmt::Debug {
     /// Reads chunk `index` of `entry` and returns its digest. With `keep`,
@@ -41,13 +63,13 @@ pub trait ChunkSource: Send + Sync + std::fmt::Debug {
         index: u32,
         buf: &mut Vec<u8>,
         keep: bool,
-    ) -> io::Result<Digest>;
+    ) -> io::Result<ChunkRead>;
 
     /// Reads and hashes chunk `index` of `entry` to check a digest no
     /// receiver will verify (a resume claim, a whole file's root): never
     /// answered from a cache.
     fn hash_chunk(&self, entry: &Entry, index: u32, buf: &mut Vec<u8>) -> io::Result<Digest> {
-        self.read_chunk(entry, index, buf, false)
+        self.read_chunk(entry, index, buf, false).map(|r| r.digest)
     }
 
     /// The open file, when chunks can be sent straight from it.
@@ -254,7 +276,7 @@ impl ChunkSource for LocalFile {
         index: u32,
         buf: &mut Vec<u8>,
         keep: bool,
-    ) -> io::Result<Digest> {
+    ) -> io::Result<ChunkRead> {
         match self.cache.cached(entry, index) {
             Answer::Cached(digest) => {
                 if keep {
@@ -263,7 +285,10 @@ impl ChunkSource for LocalFile {
                     let offset = u64::from(index) * u64::from(entry.chunk_size);
                     self.file.read_exact_at(buf, offset)?;
                 }
-                Ok(digest)
+                Ok(ChunkRead {
+                    digest,
+                    from_record: true,
+                })
             }
             Answer::Again(cached) => {
                 let piece = self.cache.piece(entry);
@@ -275,9 +300,11 @@ impl ChunkSource for LocalFile {
                 } else {
                     self.cache.stale(entry, index, pieces, &self.shown);
                 }
-                Ok(digest)
+                Ok(ChunkRead::hashed(digest))
             }
-            Answer::Read => self.hash_chunk_keeping(entry, index, buf, keep),
+            Answer::Read => self
+                .hash_chunk_keeping(entry, index, buf, keep)
+                .map(ChunkRead::hashed),
         }
     }
 
@@ -319,7 +346,7 @@ impl ChunkSource for MemorySource {
         index: u32,
         buf: &mut Vec<u8>,
         _keep: bool,
-    ) -> io::Result<Digest> {
+    ) -> io::Result<ChunkRead> {
         let start = usize::try_from(u64::from(index) * u64::from(entry.chunk_size))
             .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
         let bytes = self
@@ -330,7 +357,12 @@ impl ChunkSource for MemorySource {
             })?;
         buf.clear();
         buf.extend_from_slice(bytes);
-        Ok(chunk_digest(bytes, index, entry.chunk_size, entry.size))
+        Ok(ChunkRead::hashed(chunk_digest(
+            bytes,
+            index,
+            entry.chunk_size,
+            entry.size,
+        )))
     }
 
     fn file(&self) -> Option<&File> {
@@ -449,8 +481,10 @@ mod tests {
         for i in 0..3 {
             let (mut a, mut b, mut c) = (Vec::new(), Vec::new(), Vec::new());
             let d = mem.read_chunk(&e, i, &mut a, true).unwrap();
-            assert_eq!(file.read_chunk(&e, i, &mut b, true).unwrap(), d);
-            assert_eq!(file.read_chunk(&e, i, &mut c, false).unwrap(), d);
+            assert!(!d.from_record);
+            let d = d.digest;
+            assert_eq!(file.read_chunk(&e, i, &mut b, true).unwrap().digest, d);
+            assert_eq!(file.read_chunk(&e, i, &mut c, false).unwrap().digest, d);
             assert_eq!(a, b);
             assert!(VerifiedChunk::check(&e, i, &a, &d).is_some());
             let mut bad = a.clone();

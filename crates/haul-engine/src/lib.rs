@@ -37,7 +37,9 @@ pub mod quick_check;
 mod receive_error;
 pub mod source;
 
-pub use chunks::{ChunkSink, ChunkSource, Confirmation, LocalFile, MemorySource, VerifiedChunk};
+pub use chunks::{
+    ChunkRead, ChunkSink, ChunkSource, Confirmation, LocalFile, MemorySource, VerifiedChunk,
+};
 pub use destination::{Destination, Prepared};
 pub use filtered::EntryFilter;
 pub use haul_filter::{self, Filter};

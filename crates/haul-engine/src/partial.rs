@@ -979,7 +979,7 @@ impl ChunkSource for PartialFile {
         index: u32,
         buf: &mut Vec<u8>,
         keep: bool,
-    ) -> std::io::Result<Digest> {
+    ) -> std::io::Result<crate::ChunkRead> {
         let logged = self
             .state
             .lock()
@@ -1007,7 +1007,7 @@ impl ChunkSource for PartialFile {
                 self.entry.path
             )));
         }
-        Ok(digest)
+        Ok(crate::ChunkRead::hashed(digest))
     }
 
     fn file(&self) -> Option<&File> {

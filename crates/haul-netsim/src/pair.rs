@@ -544,7 +544,7 @@ fn sender_io(
                 None => s.read_done(now, file, index, Err("no such chunk".into())),
             }
         }
-        SenderIo::Hash { file, indices } => {
+        SenderIo::Hash { file, indices, .. } => {
             let source = paths.get(&file).and_then(|p| src.get(p));
             let hashed = indices
                 .into_iter()

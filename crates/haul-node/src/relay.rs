@@ -655,7 +655,7 @@ impl ChunkSource for RelaySource {
         index: u32,
         buf: &mut Vec<u8>,
         keep: bool,
-    ) -> std::io::Result<Digest> {
+    ) -> std::io::Result<haul_engine::ChunkRead> {
         let Some(current) = self.current() else {
             return Err(std::io::Error::other("relay source lock poisoned"));
         };

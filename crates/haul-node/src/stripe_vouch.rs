@@ -256,7 +256,7 @@ impl ChunkSource for StripeSource {
         index: u32,
         buf: &mut Vec<u8>,
         keep: bool,
-    ) -> io::Result<Digest> {
+    ) -> io::Result<haul_engine::ChunkRead> {
         self.file.read_chunk(entry, index, buf, keep)
     }
 

@@ -203,10 +203,14 @@ pub fn encode(msg: &Message, out: &mut Vec<u8>) {
             w.u32(h.index);
             w.u32(h.len);
             w.0.extend_from_slice(&h.digest);
-            // The seal's flag byte also says (bit 1) that a raw length follows.
+            // The seal's flag byte also says (bit 1) that a raw length
+            // follows, and (bit 2) that the digest came from a record.
             let mut flags = u8::from(h.seal.is_some());
             if h.packed.is_some() {
                 flags |= 2;
+            }
+            if h.from_record {
+                flags |= 4;
             }
             w.u8(flags);
             if let Some(s) = &h.seal {
@@ -495,7 +499,7 @@ fn decode_body(body: &[u8]) -> Result<Message, DecodeError> {
         kind::CHUNK => {
             let (id, index, len, digest) = (r.u32()?, r.u32()?, r.u32()?, r.digest()?);
             let flags = r.u8()?;
-            if flags > 3 {
+            if flags > 7 {
                 return Err(DecodeError::Malformed(name));
             }
             let seal = if flags & 1 != 0 { Some(r.arr()?) } else { None };
@@ -517,6 +521,7 @@ fn decode_body(body: &[u8]) -> Result<Message, DecodeError> {
                 digest,
                 seal,
                 packed,
+                from_record: flags & 4 != 0,
             })
         }
         kind::RANGE_END => Message::RangeEnd {

@@ -40,7 +40,9 @@
 /// Version 13: `-H`: [`EntryKind::HardLink`] in listings (asked for by
 /// `Keep` bit 6), and [`Request::Link`] with [`Message::Link`]: the links
 /// a push makes once every file verified.
-pub const PROTOCOL_VERSION: u16 = 13;
+/// Version 14: [`ChunkHeader::from_record`] (bit 2 of a chunk's seal byte):
+/// the sender took the chunk's digest from its hash cache, hashing nothing.
+pub const PROTOCOL_VERSION: u16 = 14;
 
 /// Which metadata beyond mode, mtime and symlinks a transfer keeps:
 /// rsync's `-o`, `-g`, `-X` and `-A` (and `--numeric-ids`). A sender puts
@@ -508,6 +510,12 @@ pub struct ChunkHeader {
     /// `packing`); transports carry `len` bytes whatever it says, and
     /// sessions see chunks as they are.
     pub packed: Option<u32>,
+    /// Version 14: the sender took `digest` from its hash-cache record of
+    /// the file and hashed nothing to send this chunk. Only a hint about
+    /// the sender's work (the receiver verifies the chunk all the same): a
+    /// receiver sharing the sender's cores may spend the one it leaves free
+    /// (haul-node's chunk work).
+    pub from_record: bool,
 }
 
 /// Why a peer refused a request or a file.

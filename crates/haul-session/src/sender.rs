@@ -88,12 +88,21 @@ pub enum SenderIo {
         index: u32,
     },
     /// Hash chunks of `file` without sending them (the receiver's claims to
-    /// check, or the whole file for a `Finish`); answer [`Sender::hashed`].
+    /// check, the chunks of a file a fan-out's node skipped for the origin
+    /// to seal, or the whole file for a `Finish`); answer
+    /// [`Sender::hashed`].
     Hash {
         /// The file.
         file: FileId,
         /// The chunks, in order.
         indices: Vec<u32>,
+        /// The digests seal a whole version a relay sends on from its own
+        /// copy (a skip): a record of the file's hashes may give them, as
+        /// it gives the digests of chunks sent (every receiver verifies
+        /// the relay's bytes against them, and one version's seals let
+        /// through only that whole version). Claims and a file's root are
+        /// hashed from the bytes: nothing checks them after.
+        sealing: bool,
     },
     /// Every chunk of `file` was read: check its source is still the
     /// version it was when opened, before its hash is announced; answer
@@ -582,7 +591,11 @@ impl<S> Sender<S> {
             if self.sealer.is_some() && first < end {
                 f.phase = Phase::Sealing;
                 let indices = (first..end).collect();
-                self.core.request(SenderIo::Hash { file: id, indices });
+                self.core.request(SenderIo::Hash {
+                    file: id,
+                    indices,
+                    sealing: true,
+                });
             } else {
                 f.phase = Phase::AwaitingDone;
             }
@@ -610,7 +623,11 @@ impl<S> Sender<S> {
             // Trust a held chunk only if it matches our data now.
             let indices = claimed.iter().map(|(i, _)| *i).collect();
             f.phase = Phase::CheckingClaims(claimed);
-            self.core.request(SenderIo::Hash { file: id, indices });
+            self.core.request(SenderIo::Hash {
+                file: id,
+                indices,
+                sealing: false,
+            });
         }
         Ok(())
     }
@@ -812,6 +829,7 @@ impl<S> Sender<S> {
         let path = job.entry.path.clone();
         self.core.transmits.push_back(Transmit::Chunk(ChunkHeader {
             packed: None,
+            from_record: false,
             id: file,
             index,
             len,
@@ -954,6 +972,7 @@ impl<S> Sender<S> {
         self.core.request(SenderIo::Hash {
             file: id,
             indices: (0..count).collect(),
+            sealing: false,
         });
         Ok(())
     }

@@ -70,6 +70,7 @@ fn to_receiver() -> impl Strategy<Value = Message> {
             |(id, index, len, digest)| {
                 Message::Chunk(ChunkHeader {
                     packed: None,
+                    from_record: false,
                     id,
                     index,
                     len,
@@ -231,7 +232,7 @@ proptest! {
                         prop_assert!(index < 5);
                         s.read_done(now, file, index, Ok([7; 32]));
                     }
-                    SenderIo::Hash { file, indices } => {
+                    SenderIo::Hash { file, indices, .. } => {
                         prop_assert!(indices.iter().all(|i| *i < 5));
                         s.hashed(now, file, Ok(indices.into_iter().map(|i| (i, [7; 32])).collect()));
                     }
@@ -287,6 +288,7 @@ fn a_receiver_waits_for_every_counted_chunk_in_any_order() {
     // The RangeEnd overtakes two of the three chunks (streams per chunk).
     let h = |index, len| ChunkHeader {
         packed: None,
+        from_record: false,
         id: 1,
         index,
         len,
@@ -485,6 +487,7 @@ fn chunks_of_files_never_offered_are_refused_not_dropped() {
     .unwrap();
     let h = ChunkHeader {
         packed: None,
+        from_record: false,
         id: 7,
         index: 0,
         len: 1024,
@@ -522,6 +525,7 @@ fn stripe_arrives(
         let digest = [index as u8; 32];
         let h = ChunkHeader {
             packed: None,
+            from_record: false,
             id,
             index,
             len: entry.chunk_len(index),

@@ -47,20 +47,33 @@ pub const XATTR: &str = "user.haul.blake3";
 /// Files smaller than this are not cached.
 pub const MIN_SIZE: u64 = 64 << 10;
 
-/// The finest digests a record keeps: a fan-out's largest piece
-/// (`haul_plan::MAX_PIECE`), so one record serves pushes (4 MiB chunks,
+/// The coarsest digests a record keeps: a fan-out's largest piece
+/// ([`haul_plan::MAX_PIECE`]), so one record serves pushes (4 MiB chunks,
 /// merged from these) and fan-outs of large files alike.
-pub const FINE_PIECE: u32 = 1 << 20;
+pub const FINE_PIECE: u32 = haul_plan::MAX_PIECE;
+
+/// The deepest fan-out plan whose pieces a record serves: a fan-out cuts a
+/// file smaller than `8 · depth` MiB finer than [`FINE_PIECE`]
+/// ([`haul_plan::piece_size`]), so a record keeps such files in the pieces
+/// a plan this deep would use (64 to 127 digests: a record of 2–4 KiB,
+/// which ext4 keeps in the attribute up to about 120 digests, the store
+/// beyond); a deeper plan's origin reads and hashes them.
+pub const RECORD_DEPTH: usize = 8;
 
 /// The piece size a file of `size` bytes read in `chunk_size` chunks is
-/// kept at: [`FINE_PIECE`], coarser when a record would otherwise hold more
-/// than [`record::MAX_DIGESTS`], never coarser than the chunks read.
+/// kept at: the pieces of a fan-out [`RECORD_DEPTH`] hops deep (at most
+/// [`FINE_PIECE`]; 64 KiB at least), coarser when a record would otherwise
+/// hold more than [`record::MAX_DIGESTS`], never coarser than the chunks
+/// read.
 pub fn piece_for(size: u64, chunk_size: u32) -> u32 {
     let fewest = size
         .div_ceil(record::MAX_DIGESTS as u64)
         .next_power_of_two()
         .min(u64::from(u32::MAX)) as u32;
-    FINE_PIECE.max(fewest).min(chunk_size)
+    haul_plan::piece_size(size, RECORD_DEPTH)
+        .min(FINE_PIECE)
+        .max(fewest)
+        .min(chunk_size)
 }
 
 /// The longest a record's own write on a file may take: its ctime must

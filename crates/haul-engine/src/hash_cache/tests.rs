@@ -237,7 +237,11 @@ fn an_edit_in_the_very_tick_of_the_record_is_seen_by_its_mtime() {
 
 #[test]
 fn a_chunk_sent_again_is_read_from_disk_and_a_stale_record_is_found_out_and_replaced() {
-    use crate::chunks::{ChunkSource, LocalFile};
+    use crate::chunks::{ChunkRead, ChunkSource, LocalFile};
+    let cached = |digest| ChunkRead {
+        digest,
+        from_record: true,
+    };
     let _turn = Using::settings(defaults(None, true));
     let tmp = tempfile::tempdir().unwrap();
     let cs = 16 << 10;
@@ -256,15 +260,16 @@ fn a_chunk_sent_again_is_read_from_disk_and_a_stale_record_is_found_out_and_repl
     let path = tmp.path().join("f");
     let mut buf = Vec::new();
     {
-        // Sent twice (lost on the way): the same digest, read from disk.
+        // Sent twice (lost on the way): the same digest, from the record
+        // and then read from disk.
         let lf = LocalFile::open(File::open(&path).unwrap()).unwrap();
         assert_eq!(
             lf.read_chunk(&entry, 0, &mut buf, false).unwrap(),
-            chunks[0]
+            cached(chunks[0])
         );
         assert_eq!(
             lf.read_chunk(&entry, 0, &mut buf, false).unwrap(),
-            chunks[0]
+            ChunkRead::hashed(chunks[0])
         );
     }
     flush(Duration::from_secs(10));
@@ -284,9 +289,12 @@ fn a_chunk_sent_again_is_read_from_disk_and_a_stale_record_is_found_out_and_repl
     // Sent: the record's (stale) digest; refused and asked again: the bytes'.
     assert_eq!(
         lf.read_chunk(&entry, 2, &mut buf, false).unwrap(),
-        chunks[2]
+        cached(chunks[2])
     );
-    assert_eq!(lf.read_chunk(&entry, 2, &mut buf, false).unwrap(), real);
+    assert_eq!(
+        lf.read_chunk(&entry, 2, &mut buf, false).unwrap(),
+        ChunkRead::hashed(real)
+    );
     assert_eq!(lf.confirm(), crate::Confirmation::Unchanged);
     drop(lf);
     flush(Duration::from_secs(10));
@@ -294,4 +302,43 @@ fn a_chunk_sent_again_is_read_from_disk_and_a_stale_record_is_found_out_and_repl
     let now = File::open(&path).unwrap();
     let r = look_up(&now, &id(&now)).expect("kept again");
     assert_eq!(r.root, *blake3::hash(&data).as_bytes());
+}
+
+#[test]
+fn a_record_serves_the_pieces_of_every_plan_up_to_its_depth_and_every_push() {
+    use haul_proto::digest::chunk_size_for;
+    let sizes = [
+        MIN_SIZE,
+        100_000,
+        (3 << 20) + 17,
+        10 << 20,
+        (48 << 20) - 1,
+        64 << 20,
+        (200 << 20) + 5,
+        70 << 30,
+    ];
+    for size in sizes {
+        let chunk = chunk_size_for(size);
+        let piece = piece_for(size, chunk);
+        assert!(piece.is_power_of_two(), "{size}");
+        // A push's chunks and every plan's pieces up to RECORD_DEPTH are
+        // whole numbers of the record's pieces (derived by merging up).
+        assert_eq!(chunk % piece, 0, "{size}");
+        if size > u64::from(FINE_PIECE) * record::MAX_DIGESTS as u64 {
+            // Over 64 GiB, coarser: a record holds at most MAX_DIGESTS.
+            assert!(piece > FINE_PIECE, "{size}");
+            continue;
+        }
+        assert!(piece <= FINE_PIECE, "{size}");
+        for depth in 1..=RECORD_DEPTH {
+            let p = haul_plan::piece_size(size, depth);
+            assert_eq!(p % piece, 0, "size {size} depth {depth}: {p} / {piece}");
+        }
+        // At most 127 digests below the files 1 MiB pieces serve, so the
+        // attribute (about 4 KB on ext4) holds the record of most.
+        let digests = size.div_ceil(u64::from(piece));
+        if size < u64::from(FINE_PIECE) * 64 {
+            assert!(digests < 128, "{size}: {digests} digests");
+        }
+    }
 }

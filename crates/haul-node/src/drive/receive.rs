@@ -459,7 +459,7 @@ impl Driver {
             self.session.chunk_done(self.now, file, index, outcome);
             return;
         }
-        if self.writes.inline(len) {
+        if self.writes.inline(len, h.from_record) {
             let started = Instant::now();
             let outcome = put(&part, index, &buf, &digest);
             if self.writes.took(len, started.elapsed()) {

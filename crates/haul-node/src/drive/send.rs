@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use haul_engine::attrs::AttrReader;
 use haul_engine::haul_root::Root;
 use haul_engine::source::open_to_send;
-use haul_engine::{ChunkSource, Confirmation};
+use haul_engine::{ChunkRead, ChunkSource, Confirmation};
 use haul_proto::{ChunkHeader, Digest, Entry, Message};
 use haul_session::{Event, Observer};
 use haul_session::{FileId, Sealer, Sender, SenderIo, SessionConfig, Transmit};
@@ -135,7 +135,7 @@ struct OpenFile {
 
 /// What a blocking task finished.
 enum Done {
-    Read(FileId, u32, Result<(Digest, Held), String>),
+    Read(FileId, u32, Result<(ChunkRead, Held), String>),
     Hash(FileId, Result<Vec<(u32, Digest)>, String>),
     /// A source's chunk became ready (a file still being received).
     Ready,
@@ -223,12 +223,15 @@ struct Driver {
     ctx: SenderCtx,
     /// Each file's entry and open source.
     files: HashMap<FileId, Arc<OpenFile>>,
-    held: HashMap<(FileId, u32), Held>,
+    /// Chunks read, waiting to be sent: their bytes (or range), and
+    /// whether their digest came from a hash-cache record (said on the
+    /// wire, [`ChunkHeader::from_record`]).
+    held: HashMap<(FileId, u32), (Held, bool)>,
     /// Reads waiting for a buffer or for their chunk to be ready.
     waiting: VecDeque<(FileId, u32)>,
     /// Hashes waiting for their chunks to be ready (a relay's file whose
     /// chunks or seals are still on the way).
-    hashes: Vec<(FileId, Vec<u32>)>,
+    hashes: Vec<(FileId, Vec<u32>, bool)>,
     /// Confirmations waiting for a relay's staging file to be committed
     /// upstream.
     confirms: Vec<FileId>,
@@ -428,12 +431,13 @@ impl Driver {
                 }
             }
             Transmit::Chunk(h) => {
-                let Some(held) = self.held.remove(&(h.id, h.index)) else {
+                let Some((held, from_record)) = self.held.remove(&(h.id, h.index)) else {
                     return Err(NodeError::Internal(format!(
                         "chunk {} of file {} was not read",
                         h.index, h.id
                     )));
                 };
+                let h = ChunkHeader { from_record, ..h };
                 self.send_chunk(&h, held).await?;
                 self.now = Instant::now();
                 self.session.flushed(self.now);
@@ -502,11 +506,15 @@ impl Driver {
             SenderIo::Confirm { file } => self.confirm(file),
             SenderIo::Reopen { file } => self.reopen(file),
             SenderIo::Read { file, index } => self.read(file, index).await,
-            SenderIo::Hash { file, indices } => self.hash(file, indices),
+            SenderIo::Hash {
+                file,
+                indices,
+                sealing,
+            } => self.hash(file, indices, sealing),
             SenderIo::Forget { file } => {
                 self.files.remove(&file);
                 self.woken.remove(&file);
-                self.hashes.retain(|(f, _)| *f != file);
+                self.hashes.retain(|(f, _, _)| *f != file);
                 self.confirms.retain(|f| *f != file);
                 self.held.retain(|(f, _), _| *f != file);
                 // Reads that waited are answered all the same: the session
@@ -603,7 +611,7 @@ impl Driver {
             self.ctx.buffers.take(need).await
         };
         let small = len <= 256 << 10;
-        if small || self.reads.inline(len) {
+        if small || self.reads.inline(len, false) {
             let started = Instant::now();
             let result = read_one(&open, index, buf, keep);
             if !small && self.reads.took(len, started.elapsed()) {
@@ -680,13 +688,13 @@ impl Driver {
     /// Retries hashes that waited for their chunks; true if one went ahead.
     fn retry_hashes(&mut self) -> bool {
         let before = self.hashes.len();
-        for (file, indices) in std::mem::take(&mut self.hashes) {
-            self.hash(file, indices);
+        for (file, indices, sealing) in std::mem::take(&mut self.hashes) {
+            self.hash(file, indices, sealing);
         }
         self.hashes.len() < before
     }
 
-    fn hash(&mut self, file: FileId, indices: Vec<u32>) {
+    fn hash(&mut self, file: FileId, indices: Vec<u32>, sealing: bool) {
         let Some(open) = self.files.get(&file).cloned() else {
             let e = format!("file {file} is not open");
             self.session.hashed(self.now, file, Err(e));
@@ -700,7 +708,7 @@ impl Driver {
                 }));
             }
             if !indices.iter().all(|&i| open.source.ready(i)) {
-                self.hashes.push((file, indices));
+                self.hashes.push((file, indices, sealing));
                 return;
             }
         }
@@ -711,13 +719,17 @@ impl Driver {
             let result = indices
                 .into_iter()
                 .map(|i| {
-                    open.source
-                        .hash_chunk(&open.entry, i, &mut buf)
-                        .map(|d| (i, d))
-                        .map_err(|e| {
-                            let offset = u64::from(i) * u64::from(open.entry.chunk_size);
-                            format!("cannot read {} at {offset}: {e}", open.shown.display())
-                        })
+                    let digest = if sealing {
+                        open.source
+                            .read_chunk(&open.entry, i, &mut buf, false)
+                            .map(|r| r.digest)
+                    } else {
+                        open.source.hash_chunk(&open.entry, i, &mut buf)
+                    };
+                    digest.map(|d| (i, d)).map_err(|e| {
+                        let offset = u64::from(i) * u64::from(open.entry.chunk_size);
+                        format!("cannot read {} at {offset}: {e}", open.shown.display())
+                    })
                 })
                 .collect();
             let _ = tx.send(Done::Hash(file, result));
@@ -736,12 +748,12 @@ impl Driver {
         let now = self.now;
         match done {
             Done::Read(file, index, result) => {
-                let digest = result.map(|(digest, held)| {
+                let digest = result.map(|(read, held)| {
                     // A file forgotten meanwhile: its bytes (and buffer) go.
                     if self.files.contains_key(&file) {
-                        self.held.insert((file, index), held);
+                        self.held.insert((file, index), (held, read.from_record));
                     }
-                    digest
+                    read.digest
                 });
                 self.session.read_done(now, file, index, digest);
             }
@@ -756,9 +768,9 @@ fn read_one(
     index: u32,
     mut buf: ChunkBuf,
     keep: bool,
-) -> Result<(Digest, Held), String> {
+) -> Result<(ChunkRead, Held), String> {
     let (entry, source) = (&open.entry, &open.source);
-    let digest = source
+    let read = source
         .read_chunk(entry, index, buf.vec(), keep)
         .map_err(|e| read_error(entry, &open.shown, index, &e))?;
     let held = if keep {
@@ -767,7 +779,7 @@ fn read_one(
         let offset = u64::from(index) * u64::from(entry.chunk_size);
         Held::Range(source.clone(), offset, entry.chunk_len(index) as usize)
     };
-    Ok((digest, held))
+    Ok((read, held))
 }
 
 fn read_error(entry: &Entry, shown: &std::path::Path, index: u32, e: &std::io::Error) -> String {

@@ -94,6 +94,7 @@ fn hex_snapshots() {
     assert_eq!(
         hex_of(&Message::Chunk(ChunkHeader {
             packed: None,
+            from_record: false,
             id: 1,
             index: 2,
             len: 3,
@@ -102,6 +103,27 @@ fn hex_snapshots() {
         })),
         format!("0000002e06000000010000000200000003{}00", "ab".repeat(32))
     );
+    // Version 14: bit 2 of the flag byte, a digest from the sender's record.
+    let from_record = Message::Chunk(ChunkHeader {
+        packed: None,
+        from_record: true,
+        id: 1,
+        index: 2,
+        len: 3,
+        digest,
+        seal: None,
+    });
+    assert_eq!(
+        hex_of(&from_record),
+        format!("0000002e06000000010000000200000003{}04", "ab".repeat(32))
+    );
+    // Bits above it are refused.
+    let mut buf = Vec::new();
+    encode(&from_record, &mut buf);
+    if let Some(flags) = buf.last_mut() {
+        *flags = 8;
+    }
+    assert_eq!(decode_frame(&buf), Err(DecodeError::Malformed("Chunk")));
 }
 
 #[test]
@@ -537,18 +559,23 @@ fn arb_message() -> impl Strategy<Value = Message> {
             proptest::collection::vec((any::<u32>(), any::<[u8; 32]>()), 0..5)
         )
             .prop_map(|(id, skip, have)| Message::Need { id, skip, have }),
-        (any::<u32>(), any::<u32>(), any::<u32>(), digest, arb_seal()).prop_map(
-            |(id, index, len, digest, seal)| {
+        (
+            (any::<u32>(), any::<u32>(), any::<u32>()),
+            digest,
+            arb_seal(),
+            any::<bool>()
+        )
+            .prop_map(|((id, index, len), digest, seal, from_record)| {
                 Message::Chunk(ChunkHeader {
                     packed: None,
+                    from_record,
                     id,
                     index,
                     len,
                     digest,
                     seal,
                 })
-            }
-        ),
+            }),
         (any::<u32>(), any::<u32>()).prop_map(|(id, chunks)| Message::RangeEnd { id, chunks }),
         (any::<u32>(), proptest::collection::vec(any::<u32>(), 0..8))
             .prop_map(|(id, bad)| Message::RangeStatus { id, bad }),

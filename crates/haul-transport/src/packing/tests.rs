@@ -9,6 +9,7 @@ fn header(index: u32, len: usize) -> ChunkHeader {
         digest: [0; 32],
         seal: None,
         packed: None,
+        from_record: false,
     }
 }
 

@@ -53,6 +53,7 @@ fn want(id: u32) -> Message {
 fn header(id: u32, len: usize) -> ChunkHeader {
     ChunkHeader {
         packed: None,
+        from_record: false,
         id,
         index: 0,
         len: len as u32,

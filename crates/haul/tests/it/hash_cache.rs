@@ -319,9 +319,13 @@ fn a_fan_out_origin_sends_from_a_record_and_every_node_keeps_one() {
     let s = Scratch::new();
     let f = s.path("src/big");
     old_file(&f, 48 << 20, 5);
-    // Kept by `haul hash` at 1 MiB pieces: fine enough for a fan-out's.
+    // A file a 3-node plan cuts in pieces under 1 MiB (256 KiB): its record
+    // keeps pieces fine enough for it too.
+    let small = s.path("src/small");
+    old_file(&small, 6 << 20, 6);
+    // Kept by `haul hash`.
     let mut c = haul(&s.path("config"));
-    c.args(["hash"]).arg(&f);
+    c.args(["hash"]).arg(s.path("src"));
     ok(&run(c, T));
     let nodes: Vec<Node> = (0..3)
         .map(|i| {
@@ -333,7 +337,8 @@ fn a_fan_out_origin_sends_from_a_record_and_every_node_keeps_one() {
         })
         .collect();
     let mut push = haul(&s.path("config"));
-    push.args(["--json", "push", "--plaintext"]).arg(&f);
+    push.args(["--json", "push", "--plaintext"])
+        .arg(format!("{}/", s.path("src").display()));
     for n in &nodes {
         push.arg(n.url("in/"));
     }
@@ -343,6 +348,11 @@ fn a_fan_out_origin_sends_from_a_record_and_every_node_keeps_one() {
     for i in 0..3 {
         let got = s.path(&format!("n{i}/in/big"));
         assert_eq!(b3(&got), b3(&f), "node {i}");
+        assert_eq!(
+            b3(&s.path(&format!("n{i}/in/small"))),
+            b3(&small),
+            "node {i}"
+        );
         let kept = Command::new("getfattr")
             .args(["--only-values", "-n", "user.haul.blake3"])
             .arg(&got)
@@ -351,4 +361,24 @@ fn a_fan_out_origin_sends_from_a_record_and_every_node_keeps_one() {
         let stored = !walk_files(&s.path("config/cache/haul/hashes")).is_empty();
         assert!(kept || stored, "node {i} kept no record");
     }
+
+    // Again, with a fourth node last in the chain: the first nodes hold
+    // every file and skip it, and the origin seals the chunks they relay
+    // from the records too (no reading).
+    let fourth = Node::start(&s.path("n3"), &s.path("config"), &["--open", "--plaintext"]);
+    let mut again = haul(&s.path("config"));
+    again
+        .args(["--json", "push", "--plaintext"])
+        .arg(format!("{}/", s.path("src").display()));
+    for n in nodes.iter().chain([&fourth]) {
+        again.arg(n.url("in/"));
+    }
+    let (out, read) = traced(&again, &s, "fanout-again");
+    ok(&out);
+    assert!(
+        read < 1 << 20,
+        "the origin read {read} bytes the second time"
+    );
+    assert_eq!(b3(&s.path("n3/in/big")), b3(&f));
+    assert_eq!(b3(&s.path("n3/in/small")), b3(&small));
 }

@@ -73,6 +73,7 @@ fn fifty_connections_announcing_maximal_chunks_stay_within_the_budget() {
                 }
                 raw.send(&Message::Chunk(ChunkHeader {
                     packed: None,
+                    from_record: false,
                     id: 1,
                     index: 0,
                     len: MAX_CHUNK_LEN,

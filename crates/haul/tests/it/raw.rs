@@ -109,6 +109,7 @@ impl Raw {
             let digest = haul_engine::hash::chunk_digest(c, i as u32, entry.chunk_size, entry.size);
             self.send(&Message::Chunk(haul_proto::ChunkHeader {
                 packed: None,
+                from_record: false,
                 id,
                 index: i as u32,
                 len: c.len() as u32,

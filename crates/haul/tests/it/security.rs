@@ -172,6 +172,7 @@ fn a_malicious_pusher_cannot_write_outside_the_root() {
     assert!(matches!(raw.recv(), Some(Message::Need { .. })));
     raw.send(&Message::Chunk(ChunkHeader {
         packed: None,
+        from_record: false,
         id,
         index: 0,
         len: 5,
@@ -319,6 +320,7 @@ fn malformed_frames_close_only_that_connection() {
     assert!(matches!(raw.recv(), Some(Message::Need { .. })));
     raw.send(&Message::Chunk(ChunkHeader {
         packed: None,
+        from_record: false,
         id: 1,
         index: 0,
         len: 1 << 30,
