@@ -22,12 +22,14 @@ done
 cargo build --release -q -p haul
 HAUL=$PWD/target/release/haul
 
-W=$(mktemp -d /dev/shm/haul-dreads.XXXXXX)
+W=$(realpath "$(mktemp -d /dev/shm/haul-dreads.XXXXXX)")
 chmod 755 "$W"
 PIDS=()
 cleanup() {
+  # strace's tracee (the daemon) first: killing strace alone would leave it.
+  for p in "${PIDS[@]:-}"; do [ -n "$p" ] && pkill -KILL -P "$p" 2>/dev/null || true; done
   for p in "${PIDS[@]:-}"; do [ -n "$p" ] && kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
+  for p in "${PIDS[@]:-}"; do [ -n "$p" ] && wait "$p" 2>/dev/null || true; done
   rm -rf "$W"
 }
 trap cleanup EXIT
@@ -53,12 +55,13 @@ ADDRS=()
 for i in $(seq 1 "$SITES"); do
   mkdir -p "$W/site$i"
   "$HAUL" serve --root "$W/site$i" --listen 127.0.0.1:0 --open --plaintext \
-    --identity "$W/id" >"$W/node$i.out" 2>&1 &
+    --identity "$W/id$i" >"$W/node$i.out" 2>&1 &
   PIDS+=($!)
 done
 for i in $(seq 1 "$SITES"); do
   for _ in $(seq 1 200); do grep -q listening "$W/node$i.out" 2>/dev/null && break; sleep 0.05; done
   ADDRS+=("$(awk '/listening/ {print $NF}' "$W/node$i.out")")
+  [ -n "${ADDRS[$((i - 1))]}" ] || { echo "site $i did not start:" >&2; cat "$W/node$i.out" >&2; exit 1; }
 done
 
 # One run: $1 = tag, rest = the daemon's global flags.
@@ -88,6 +91,7 @@ measure() {
   strace -f -qq -y -e trace=read,pread64,readv,preadv,preadv2,sendfile,splice,copy_file_range \
     -o "$W/$tag.strace" "$HAUL" "$@" -q daemon --config "$W/$tag.toml" 2>"$W/$tag.log" &
   local spid=$!
+  PIDS+=("$spid")
   # Done when every site holds every file whole.
   local deadline=$((SECONDS + 600)) all=0
   while [ $SECONDS -lt $deadline ]; do
@@ -115,9 +119,10 @@ measure() {
       cmp -s "$dir/f$f.nc" "$W/site$s/$tag/f$f.nc" || { echo "$tag: site $s f$f differs" >&2; exit 1; }
     done
   done
-  python3 - "$W/$tag.strace" "$dest" "$TOTAL" "$tag" "$(echo "$t1 - $t0" | bc -l)" <<'PY'
+  python3 - "$W/$tag.strace" "$dest" "$TOTAL" "$tag" "$t0" "$t1" <<'PY'
 import re, sys
-log, dest, total, tag, secs = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], float(sys.argv[5])
+log, dest, total, tag = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+secs = float(sys.argv[6]) - float(sys.argv[5])
 call = re.compile(r'^(\d+)\s+(\w+)\((.*)$')
 resumed = re.compile(r'^(\d+)\s+<\.\.\. (\w+) resumed>.*\) = (\d+)')
 fdpath = re.compile(r'\d+<([^>]*)>')
@@ -127,7 +132,9 @@ def count(name, args, n):
     global read, sent
     paths = fdpath.findall(args)
     if name in ('sendfile', 'splice', 'copy_file_range'):
-        src = paths[1] if len(paths) > 1 else ''
+        # sendfile(out, in, ...); splice and copy_file_range name the source first.
+        i = 1 if name == 'sendfile' else 0
+        src = paths[i] if len(paths) > i else ''
         if src.startswith(dest):
             sent += n
     elif paths and paths[0].startswith(dest):
@@ -153,6 +160,8 @@ for line in open(log, errors='replace'):
 print(f"{tag:10} acquired {total/2**20:8.1f} MiB  read from them {read/2**20:8.1f} MiB ({read/total:.2f}x)"
       f"  sent from them by sendfile {sent/2**20:8.1f} MiB ({sent/total:.2f}x)  {secs:.1f} s")
 PY
+  # The next run's room in /dev/shm.
+  rm -rf "$dir" "$dest" "$W"/site*/"$tag"
 }
 
 echo "$FILES files, $(python3 -c "print(round($TOTAL / 2**20))") MiB, to $SITES sites"

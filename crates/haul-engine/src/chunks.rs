@@ -72,6 +72,14 @@ pub trait ChunkSource: Send + Sync + std::fmt::Debug {
         self.read_chunk(entry, index, buf, false).map(|r| r.digest)
     }
 
+    /// The digest a fan-out's origin seals chunk `index` with when a node
+    /// already holds the file and relays its own copy (a skip): hashed
+    /// from disk ([`ChunkSource::hash_chunk`]) unless a source knows better
+    /// ([`LocalFile`]).
+    fn seal_digest(&self, entry: &Entry, index: u32, buf: &mut Vec<u8>) -> io::Result<Digest> {
+        self.hash_chunk(entry, index, buf)
+    }
+
     /// The open file, when chunks can be sent straight from it.
     fn file(&self) -> Option<&File>;
 
@@ -310,6 +318,22 @@ impl ChunkSource for LocalFile {
 
     fn hash_chunk(&self, entry: &Entry, index: u32, buf: &mut Vec<u8>) -> io::Result<Digest> {
         self.hash_chunk_keeping(entry, index, buf, false)
+    }
+
+    /// From the file's record when it has one: every node downstream
+    /// verifies the relayed bytes against these seals, and a record
+    /// describes one whole version, so a stale one lets through only that
+    /// old version whole (a version that existed, as far as a record is
+    /// ever trusted: `check`, `-c`) or fails the file, never a mix. Not
+    /// under `--ignore-ctime`, where a stale record is no rarity: then from
+    /// disk. (A striped file's stripes are separate sources that do not
+    /// override this: a stale record sealing one stripe while another is
+    /// found stale and sent from disk would vouch for a mix.)
+    fn seal_digest(&self, entry: &Entry, index: u32, buf: &mut Vec<u8>) -> io::Result<Digest> {
+        if hash_cache::settings().ignore_ctime {
+            return self.hash_chunk(entry, index, buf);
+        }
+        self.read_chunk(entry, index, buf, false).map(|r| r.digest)
     }
 
     fn file(&self) -> Option<&File> {

@@ -96,12 +96,11 @@ pub enum SenderIo {
         file: FileId,
         /// The chunks, in order.
         indices: Vec<u32>,
-        /// The digests seal a whole version a relay sends on from its own
-        /// copy (a skip): a record of the file's hashes may give them, as
-        /// it gives the digests of chunks sent (every receiver verifies
-        /// the relay's bytes against them, and one version's seals let
-        /// through only that whole version). Claims and a file's root are
-        /// hashed from the bytes: nothing checks them after.
+        /// The digests seal the chunks a relay sends on from its own copy
+        /// (a fan-out node skipped the file): the driver may take them
+        /// from the file's hash-cache record (haul-engine's
+        /// `ChunkSource::seal_digest` says when). Claims and a file's root
+        /// are always hashed from the bytes: nothing checks them after.
         sealing: bool,
     },
     /// Every chunk of `file` was read: check its source is still the

@@ -1151,3 +1151,47 @@ fn a_stripe_is_put_together_only_under_the_root_the_origin_vouched_for() {
         }
     }
 }
+
+#[test]
+fn only_the_seals_of_a_skipped_file_may_come_from_a_record() {
+    let t0 = Instant::now();
+    let entry = one_file(3000);
+    // A node that holds the file skips it: the origin seals every chunk
+    // the node relays, and a record may give those digests.
+    let (mut s, _) = sealed_sender(SessionConfig::default(), t0);
+    s.push_job(t0, whole_job(entry.clone()));
+    drain(&mut s, t0);
+    let skip = Message::Need {
+        id: 1,
+        skip: true,
+        have: Vec::new(),
+    };
+    s.handle(t0, skip).unwrap();
+    assert_eq!(
+        s.poll_io(),
+        Some(SenderIo::Hash {
+            file: 1,
+            indices: vec![0, 1, 2],
+            sealing: true,
+        })
+    );
+    // Claims are checked against the bytes themselves: a record could
+    // accept a chunk of another version, a torn file.
+    let (mut s, _) = sealed_sender(SessionConfig::default(), t0);
+    s.push_job(t0, whole_job(entry));
+    drain(&mut s, t0);
+    let claims = Message::Need {
+        id: 1,
+        skip: false,
+        have: vec![(1, [1; 32])],
+    };
+    s.handle(t0, claims).unwrap();
+    assert_eq!(
+        s.poll_io(),
+        Some(SenderIo::Hash {
+            file: 1,
+            indices: vec![1],
+            sealing: false,
+        })
+    );
+}

@@ -18,9 +18,14 @@
 //! mtime as hashed, the ctime as hashed or the one its own write set
 //! (`--ignore-ctime` drops the ctime test, for trees whose ctimes moved
 //! while their content did not: restic's and borg's lesson), and git's racy
-//! rule. A record is never the last word: a receiver verifies every chunk
-//! against what arrives, and a sender whose cached digest was refused hashes
-//! the file from disk ([`crate::chunks::LocalFile`]).
+//! rule. A record is never the last word in a transfer: a receiver verifies
+//! every chunk against what arrives, and a sender whose cached digest was
+//! refused hashes the file from disk ([`crate::chunks::LocalFile`]). The
+//! one place a transfer takes a record alone is the seals of a file a
+//! fan-out's node skipped and relays from its own copy
+//! ([`crate::ChunkSource::seal_digest`]): they let through one whole
+//! version — the record's — or fail the file, as `check` trusts a record;
+//! not under `--ignore-ctime`, nor for a striped file.
 //!
 //! Files smaller than [`MIN_SIZE`] are not cached: reading them costs about
 //! what looking a record up does, and setting one moves their ctime.
@@ -155,12 +160,28 @@ pub fn look_up(file: &File, identity: &FileIdentity) -> Option<Record> {
     }
     let trusted = |r: &Record| r.describes(identity, settings.ignore_ctime);
     let mut buf = vec![0u8; 64 << 10];
-    if let Ok(Some(n)) = haul_root::file_get_xattr(file, XATTR.as_bytes(), &mut buf) {
-        if let Some(r) = buf.get(..n).and_then(Record::decode).filter(trusted) {
-            return Some(r);
-        }
+    let on_file = match haul_root::file_get_xattr(file, XATTR.as_bytes(), &mut buf) {
+        Ok(Some(n)) => buf.get(..n).and_then(Record::decode).filter(trusted),
+        _ => None,
+    };
+    // A record on the file as fine as records are kept is the answer;
+    // one coarser (set before records kept finer pieces) may have a finer
+    // one beside it in the store (too big for the attribute): the finer.
+    if on_file
+        .as_ref()
+        .is_some_and(|r| r.chunk_size <= piece_for(identity.size, u32::MAX))
+    {
+        return on_file;
     }
-    store::read(settings.store.as_deref()?, identity).filter(trusted)
+    let stored = settings
+        .store
+        .as_deref()
+        .and_then(|dir| store::read(dir, identity))
+        .filter(trusted);
+    match (on_file, stored) {
+        (Some(a), Some(b)) if b.chunk_size < a.chunk_size => Some(b),
+        (a, b) => a.or(b),
+    }
 }
 
 /// Whether `before` → `after` (identities of `file`) is only a record being

@@ -4,9 +4,11 @@
 //! whole file was read and confirmed as one version, as the file's record.
 //!
 //! Only a chunk that is sent is answered from the record (a receiver then
-//! verifies its bytes against that digest); a chunk hashed to check a
-//! receiver's resume claim, or a whole file's root, is read from disk
-//! ([`crate::ChunkSource::hash_chunk`]), since no one would check those.
+//! verifies its bytes against that digest), or sealed for a node that
+//! relays its own copy ([`crate::ChunkSource::seal_digest`]); a chunk
+//! hashed to check a receiver's resume claim, or a whole file's root, is
+//! read from disk ([`crate::ChunkSource::hash_chunk`]), since no one would
+//! check those.
 //! A chunk answered from the record and asked for again was refused
 //! downstream (or lost on the wire): it is read and hashed from disk, and
 //! if that differs from the record, the record is stale — the file changed

@@ -342,3 +342,48 @@ fn a_record_serves_the_pieces_of_every_plan_up_to_its_depth_and_every_push() {
         }
     }
 }
+
+#[test]
+fn a_finer_record_in_the_store_wins_over_a_coarser_one_on_the_file() {
+    let store = tempfile::tempdir().unwrap();
+    let dir = store.path().join("hashes");
+    let _turn = Using::settings(defaults(Some(dir.clone()), false));
+    let tmp = tempfile::tempdir().unwrap();
+    // 4 MiB, recorded as one 1 MiB-piece record would have been before
+    // records kept the 64 KiB pieces a deep fan-out cuts it in.
+    let size = 4 << 20;
+    let (f, coarse, root) = old_file(tmp.path(), "f", size, 1 << 20);
+    fill(&f, &id(&f), 1 << 20, root, coarse);
+    let mut buf = vec![0u8; 64 << 10];
+    if !matches!(
+        haul_root::file_get_xattr(&f, XATTR.as_bytes(), &mut buf),
+        Ok(Some(_))
+    ) {
+        eprintln!("no user xattrs here: nothing on the file to prefer");
+        return;
+    }
+    let now = id(&f);
+    assert_eq!(look_up(&f, &now).map(|r| r.chunk_size), Some(1 << 20));
+    let fine_size = piece_for(size as u64, u32::MAX);
+    assert_eq!(fine_size, 64 << 10);
+    let (_, fine, _) = old_file(tmp.path(), "same-bytes", size, fine_size);
+    store::write(
+        &dir,
+        &Record {
+            chunk_size: fine_size,
+            identity: now,
+            written: super::now(),
+            stamped: None,
+            root,
+            chunks: fine.clone(),
+        },
+    )
+    .unwrap();
+    let r = look_up(&f, &now).expect("a record");
+    assert_eq!((r.chunk_size, r.chunks), (fine_size, fine.clone()));
+    // And a fill of the same digests finds them kept: the file is not
+    // written again (its ctime stays).
+    let before = id(&f);
+    fill(&f, &before, fine_size, root, fine);
+    assert_eq!(id(&f), before);
+}

@@ -720,9 +720,7 @@ impl Driver {
                 .into_iter()
                 .map(|i| {
                     let digest = if sealing {
-                        open.source
-                            .read_chunk(&open.entry, i, &mut buf, false)
-                            .map(|r| r.digest)
+                        open.source.seal_digest(&open.entry, i, &mut buf)
                     } else {
                         open.source.hash_chunk(&open.entry, i, &mut buf)
                     };

@@ -9,6 +9,7 @@
 //! verifies them; a filesystem without user xattrs keeps its records in
 //! the store.
 
+use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, SystemTime};
@@ -52,6 +53,17 @@ fn traced(cmd: &Command, scratch: &Scratch, name: &str) -> (std::process::Output
     }
     let out = run(t, T);
     (out, bytes_read(&log))
+}
+
+/// Kills a process group when dropped.
+struct KillGroup(u32);
+
+impl Drop for KillGroup {
+    fn drop(&mut self) {
+        if let Ok(pgid) = i32::try_from(self.0) {
+            unsafe { libc::kill(-pgid, libc::SIGKILL) };
+        }
+    }
 }
 
 fn bytes_read(log: &Path) -> u64 {
@@ -122,7 +134,8 @@ fn a_second_check_and_a_checksum_push_of_an_unchanged_tree_read_no_file_data() {
             "-o",
         ])
         .arg(&node_strace)
-        .arg(env!("CARGO_BIN_EXE_haul"));
+        .arg(env!("CARGO_BIN_EXE_haul"))
+        .process_group(0);
     let node = Node::spawn(
         wrapped,
         &s.path("node"),
@@ -130,6 +143,9 @@ fn a_second_check_and_a_checksum_push_of_an_unchanged_tree_read_no_file_data() {
         "127.0.0.1:0",
         &["--open", "--plaintext"],
     );
+    // Killing strace would leave the node it traces running: the whole
+    // group goes (dropped before `node`, which then reaps strace).
+    let _group = KillGroup(node.child.id());
     let push = |extra: &[&str]| {
         let mut c = haul(&s.path("config"));
         c.args(["--json", "push", "--plaintext"])
@@ -379,6 +395,14 @@ fn a_fan_out_origin_sends_from_a_record_and_every_node_keeps_one() {
         read < 1 << 20,
         "the origin read {read} bytes the second time"
     );
+    // The first three skipped (received nothing); the fourth got it all.
+    let bytes: Vec<u64> = crate::fanout::fanout(&out)["nodes"]
+        .as_array()
+        .expect("node reports")
+        .iter()
+        .map(|n| n["bytes"].as_u64().unwrap_or(u64::MAX))
+        .collect();
+    assert_eq!(bytes, vec![0, 0, 0, (48 << 20) + (6 << 20)], "{bytes:?}");
     assert_eq!(b3(&s.path("n3/in/big")), b3(&f));
     assert_eq!(b3(&s.path("n3/in/small")), b3(&small));
 }
