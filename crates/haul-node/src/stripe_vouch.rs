@@ -16,6 +16,9 @@
 //! changed, or one opened at another identity, drops the version: every
 //! stripe's confirmation fails and nothing of it is assembled anywhere. The
 //! wait is bounded by each sending session's deadline (the idle limit).
+//! The root vouched for, and the digests it is made of, are then the file's
+//! content-hash record (`haul_engine::hash_cache::fill_later`), as a read
+//! of the whole file would keep it: no stripe's send reads it whole.
 
 use rustc_hash::FxHashMap as HashMap;
 use std::fs::File;
@@ -146,12 +149,30 @@ impl StripeVouchers {
             if !p.confirmed.contains(&(first, end)) {
                 p.confirmed.push((first, end));
             }
-            let done = p.root(entry).is_some();
-            (Ok(done), done)
+            let done = p.root(entry).map(|root| {
+                let digests: Vec<Digest> = p.digests.iter().flatten().copied().collect();
+                (root, digests)
+            });
+            let settled = done.is_some();
+            (Ok(done), settled)
         });
         match answer {
-            Some(Ok(true)) => Confirmation::Unchanged,
-            Some(Ok(false)) => Confirmation::Pending,
+            Some(Ok(Some((root, digests)))) => {
+                // One version, every chunk of it verified by the node it
+                // went to against these digests: the file's record, as a
+                // whole file's read would keep it.
+                if let Some(file) = file {
+                    haul_engine::hash_cache::fill_later(
+                        file,
+                        &identity,
+                        entry.chunk_size,
+                        root,
+                        digests,
+                    );
+                }
+                Confirmation::Unchanged
+            }
+            Some(Ok(None)) => Confirmation::Pending,
             Some(Err(())) | None => Confirmation::Changed(
                 "it changed while its stripes were read (the stripes are not one version)".into(),
             ),

@@ -304,6 +304,7 @@ async fn run(cli: Cli, mode: Mode) -> Result<u8> {
         on_files: !matches!(&cli.command, Command::Serve(a) if a.read_only),
         store: dirs::cache_dir().map(|d| d.join("haul").join("hashes")),
     });
+    haul_engine::hash_cache::prune_store_in_background();
     match cli.command {
         Command::Serve(args) => serve::run(args, mode).await,
         Command::Push(args) => push::run(*args, mode).await,

@@ -176,8 +176,7 @@ pub fn look_up(file: &File, identity: &FileIdentity) -> Option<Record> {
     let stored = settings
         .store
         .as_deref()
-        .and_then(|dir| store::read(dir, identity))
-        .filter(trusted);
+        .and_then(|dir| store::read(dir, identity, trusted));
     match (on_file, stored) {
         (Some(a), Some(b)) if b.chunk_size < a.chunk_size => Some(b),
         (a, b) => a.or(b),
@@ -341,6 +340,59 @@ fn worker() -> Option<&'static Mutex<mpsc::Sender<Job>>> {
 }
 
 /// Runs `job` on the cache's thread (here, if it cannot start).
+/// Prunes the store of records unused for a month, at most once a day
+/// (`store::prune_if_due`), on a thread of its own that looks again every
+/// few hours (a node or daemon runs for months; a command that ends first
+/// leaves the rest for the next one).
+pub fn prune_store_in_background() {
+    let settings = settings();
+    if !settings.enabled {
+        return;
+    }
+    let Some(dir) = settings.store else {
+        return;
+    };
+    let _ = std::thread::Builder::new()
+        .name("haul-hash-prune".into())
+        .spawn(move || loop {
+            match store::prune_if_due(&dir) {
+                Some(Ok(p)) if p.removed > 0 => tracing::debug!(
+                    "hash cache: removed {} unused records from {} ({} kept)",
+                    p.removed,
+                    dir.display(),
+                    p.kept
+                ),
+                Some(Err(e)) => {
+                    tracing::debug!("hash cache: cannot prune {}: {e}", dir.display())
+                }
+                _ => {}
+            }
+            std::thread::sleep(store::PRUNE_EVERY / 4);
+        });
+}
+
+/// [`fill`] on the cache's own thread: for a caller on an async task (the
+/// sender of a striped fan-out's origin, which learns a file's digests only
+/// once every stripe of it was sent and confirmed).
+pub fn fill_later(
+    file: &File,
+    identity: &FileIdentity,
+    chunk_size: u32,
+    root: Digest,
+    chunks: Vec<Digest>,
+) {
+    if !settings().enabled || identity.size < MIN_SIZE {
+        return;
+    }
+    let Ok(file) = file.try_clone() else {
+        return;
+    };
+    let identity = *identity;
+    later(Box::new(move || {
+        fill(&file, &identity, chunk_size, root, chunks);
+    }));
+}
+
 pub(crate) fn later(job: Job) {
     let job = match worker().and_then(|w| w.lock().ok()) {
         Some(tx) => match tx.send(job) {

@@ -501,12 +501,17 @@ fn two_workers_on_postgres_share_deliveries_and_take_over_a_killed_ones() {
             )
         })
         .collect();
-    let mut w1 = Daemon::start(&configs[0], &s.path("w1.log"));
-    let mut w2 = Daemon::start(&configs[1], &s.path("w2.log"));
-    wait_for(Duration::from_secs(60), "w1 delivering", || {
-        w1.log().contains("sst: delivering")
+    let w1 = Daemon::start(&configs[0], &s.path("w1.log"));
+    let w2 = Daemon::start(&configs[1], &s.path("w2.log"));
+    // Whichever worker claims a round first is killed in it (on a busy
+    // machine one worker may claim every round before the other's first
+    // run ends), and the other takes over.
+    let delivering = |w: &Daemon| w.log().contains("sst: delivering");
+    wait_for(Duration::from_secs(60), "a worker delivering", || {
+        delivering(&w1) || delivering(&w2)
     });
     std::thread::sleep(Duration::from_millis(700));
+    let (mut w1, mut w2) = if delivering(&w1) { (w1, w2) } else { (w2, w1) };
     w1.kill9();
     let files: Vec<String> = (0..n).map(|i| format!("f{i}.nc")).collect();
     let names: Vec<&str> = files.iter().map(String::as_str).collect();

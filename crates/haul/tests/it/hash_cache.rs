@@ -315,6 +315,8 @@ fn a_filesystem_without_user_xattrs_keeps_records_in_the_store() {
     assert!(String::from_utf8_lossy(&out.stdout).starts_with(&b3(&f)));
 }
 
+/// The records under a store (not its own `.pruned` stamp or a writer's
+/// `.…tmp` file).
 fn walk_files(dir: &Path) -> Vec<std::path::PathBuf> {
     let mut out = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
@@ -322,7 +324,7 @@ fn walk_files(dir: &Path) -> Vec<std::path::PathBuf> {
         for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
             if e.file_type().is_ok_and(|t| t.is_dir()) {
                 stack.push(e.path());
-            } else {
+            } else if !e.file_name().to_string_lossy().starts_with('.') {
                 out.push(e.path());
             }
         }
@@ -405,4 +407,38 @@ fn a_fan_out_origin_sends_from_a_record_and_every_node_keeps_one() {
     assert_eq!(bytes, vec![0, 0, 0, (48 << 20) + (6 << 20)], "{bytes:?}");
     assert_eq!(b3(&s.path("n3/in/big")), b3(&f));
     assert_eq!(b3(&s.path("n3/in/small")), b3(&small));
+}
+
+#[test]
+fn a_striped_fan_out_keeps_the_record_its_stripes_verified() {
+    let s = Scratch::new();
+    let f = s.path("src/big");
+    old_file(&f, 48 << 20, 9);
+    let start =
+        |name: &str| Node::start(&s.path(name), &s.path("config"), &["--open", "--plaintext"]);
+    let push = |nodes: &[&Node], name: &str| {
+        let mut c = haul(&s.path("config"));
+        c.args(["--json", "push", "--plaintext", "--plan", "stripes:2"])
+            .arg(&f);
+        for n in nodes {
+            c.arg(n.url("in/"));
+        }
+        traced(&c, &s, name)
+    };
+    // No record yet: each stripe's send reads and hashes its range, and no
+    // send reads the whole file; the origin keeps the record once every
+    // stripe was verified as one version.
+    let (a, b) = (start("a"), start("b"));
+    let (out, read) = push(&[&a, &b], "first");
+    ok(&out);
+    let f0 = crate::fanout::fanout(&out);
+    assert_eq!(f0["plan"]["shape"]["shape"], "stripes", "{f0}");
+    assert!(read >= 48 << 20, "the first striped send read {read} bytes");
+    let (c, d) = (start("c"), start("d"));
+    let (out, read) = push(&[&c, &d], "second");
+    ok(&out);
+    assert!(read < 1 << 20, "the second striped send read {read} bytes");
+    for n in ["a", "b", "c", "d"] {
+        assert_eq!(b3(&s.path(&format!("{n}/in/big"))), b3(&f), "node {n}");
+    }
 }
