@@ -16,9 +16,11 @@
 //! changed, or one opened at another identity, drops the version: every
 //! stripe's confirmation fails and nothing of it is assembled anywhere. The
 //! wait is bounded by each sending session's deadline (the idle limit).
-//! The root vouched for, and the digests it is made of, are then the file's
-//! content-hash record (`haul_engine::hash_cache::fill_later`), as a read
-//! of the whole file would keep it: no stripe's send reads it whole.
+//! The root vouched for, and the digests it is made of, become the file's
+//! content-hash record (`haul_engine::hash_cache::fill_later`) when the
+//! vouchers are dropped — every stripe send over, so the ctime the record
+//! moves can fail no stripe's confirmation —, as a read of the whole file
+//! would keep it: no stripe's send reads it whole.
 
 use rustc_hash::FxHashMap as HashMap;
 use std::fs::File;
@@ -48,6 +50,10 @@ struct Pooled {
     /// The version changed while a stripe was read: never vouched for.
     dropped: bool,
     wakers: Vec<Waker>,
+    /// The file (a descriptor of it) and its root once every stripe was
+    /// confirmed: kept as its content-hash record when the transfer's
+    /// sends are over (see [`StripeVouchers`]'s `Drop`).
+    record: Option<(File, FileIdentity, Digest, u32)>,
 }
 
 impl Pooled {
@@ -149,30 +155,22 @@ impl StripeVouchers {
             if !p.confirmed.contains(&(first, end)) {
                 p.confirmed.push((first, end));
             }
-            let done = p.root(entry).map(|root| {
-                let digests: Vec<Digest> = p.digests.iter().flatten().copied().collect();
-                (root, digests)
-            });
-            let settled = done.is_some();
-            (Ok(done), settled)
-        });
-        match answer {
-            Some(Ok(Some((root, digests)))) => {
+            let root = p.root(entry);
+            if let (Some(root), None, Some(file)) = (root, &p.record, file) {
                 // One version, every chunk of it verified by the node it
                 // went to against these digests: the file's record, as a
-                // whole file's read would keep it.
-                if let Some(file) = file {
-                    haul_engine::hash_cache::fill_later(
-                        file,
-                        &identity,
-                        entry.chunk_size,
-                        root,
-                        digests,
-                    );
+                // whole file's read would keep it — once no stripe is left
+                // to confirm (setting it moves the file's ctime).
+                if let Ok(file) = file.try_clone() {
+                    p.record = Some((file, identity, root, entry.chunk_size));
                 }
-                Confirmation::Unchanged
             }
-            Some(Ok(None)) => Confirmation::Pending,
+            let done = root.is_some();
+            (Ok(done), done)
+        });
+        match answer {
+            Some(Ok(true)) => Confirmation::Unchanged,
+            Some(Ok(false)) => Confirmation::Pending,
             Some(Err(())) | None => Confirmation::Changed(
                 "it changed while its stripes were read (the stripes are not one version)".into(),
             ),
@@ -194,6 +192,25 @@ impl StripeVouchers {
             p.wakers.push(wake);
             ((), false)
         });
+    }
+}
+
+/// When every stripe send of the transfer is over (each held an `Arc`):
+/// the files vouched for keep their records.
+impl Drop for StripeVouchers {
+    fn drop(&mut self) {
+        let Ok(files) = self.files.get_mut() else {
+            return;
+        };
+        for (_, p) in files.drain() {
+            if p.dropped {
+                continue;
+            }
+            if let Some((file, identity, root, chunk_size)) = p.record {
+                let digests: Vec<Digest> = p.digests.into_iter().flatten().collect();
+                haul_engine::hash_cache::fill_later(&file, &identity, chunk_size, root, digests);
+            }
+        }
     }
 }
 

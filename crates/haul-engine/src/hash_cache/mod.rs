@@ -339,11 +339,10 @@ fn worker() -> Option<&'static Mutex<mpsc::Sender<Job>>> {
         .as_ref()
 }
 
-/// Runs `job` on the cache's thread (here, if it cannot start).
 /// Prunes the store of records unused for a month, at most once a day
 /// (`store::prune_if_due`), on a thread of its own that looks again every
 /// few hours (a node or daemon runs for months; a command that ends first
-/// leaves the rest for the next one).
+/// leaves the rest to a process an hour or more later).
 pub fn prune_store_in_background() {
     let settings = settings();
     if !settings.enabled {
@@ -393,6 +392,7 @@ pub fn fill_later(
     }));
 }
 
+/// Runs `job` on the cache's thread (here, if it cannot start).
 pub(crate) fn later(job: Job) {
     let job = match worker().and_then(|w| w.lock().ok()) {
         Some(tx) => match tx.send(job) {

@@ -83,86 +83,127 @@ pub struct Pruned {
     pub kept: u64,
 }
 
+/// Whether `name` is one the store gives a record: a device or inode in
+/// lowercase hexadecimal.
+fn record_name(name: &str) -> bool {
+    !name.is_empty() && name.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+/// Whether `name` is a writer's temporary file (`.<inode>.<pid>-<n>.tmp`).
+fn temporary_name(name: &str) -> bool {
+    name.len() > 5 && name.starts_with('.') && name.ends_with(".tmp")
+}
+
 /// Removes the records in `dir` unused for `unused_for`, temporary files
-/// left by writers that died, and directories left empty. Only names the
-/// store itself makes are touched (hexadecimal devices and inodes, and
-/// its `.…tmp` files); anything else is left as it is.
+/// left by writers that died, and device directories left empty. Only
+/// names the store itself makes are touched, and only in a store that is a
+/// real directory of this process's user (haul run as root with another
+/// user's cache directory prunes nothing). An entry that is gone or cannot
+/// be read is passed over: another process may be pruning or writing. A
+/// record written or used between the look at its mtime and its removal
+/// may go too: it costs one hashing of its file.
 pub fn prune(dir: &Path, unused_for: Duration) -> io::Result<Pruned> {
+    own_directory(dir)?;
     let now = SystemTime::now();
     let older_than = |meta: &fs::Metadata, limit: Duration| {
         meta.modified()
             .is_ok_and(|t| now.duration_since(t).is_ok_and(|age| age > limit))
     };
-    let hex = |name: &str| !name.is_empty() && name.bytes().all(|b| b.is_ascii_hexdigit());
     let mut done = Pruned::default();
-    for sub in fs::read_dir(dir)? {
-        let sub = sub?;
-        let Some(name) = sub.file_name().to_str().map(str::to_owned) else {
-            continue;
-        };
-        if !hex(&name) || !sub.file_type()?.is_dir() {
+    for sub in fs::read_dir(dir)?.flatten() {
+        let name = sub.file_name();
+        let is_dir = sub.file_type().is_ok_and(|t| t.is_dir());
+        if !is_dir || !name.to_str().is_some_and(record_name) {
             continue;
         }
+        let Ok(entries) = fs::read_dir(sub.path()) else {
+            continue;
+        };
         let mut left = 0u64;
-        for rec in fs::read_dir(sub.path())? {
-            let rec = rec?;
+        for rec in entries.flatten() {
             let name = rec.file_name();
-            let Some(name) = name.to_str() else {
-                left += 1;
+            let name = name.to_str().unwrap_or("");
+            let Ok(meta) = rec.metadata() else {
                 continue;
             };
-            let meta = rec.metadata()?;
-            let tmp = name.starts_with('.') && name.ends_with(".tmp");
+            let record = record_name(name);
             let remove = meta.is_file()
-                && ((hex(name) && older_than(&meta, unused_for))
-                    || (tmp && older_than(&meta, TMP_LEFT)));
+                && ((record && older_than(&meta, unused_for))
+                    || (temporary_name(name) && older_than(&meta, TMP_LEFT)));
             if remove && fs::remove_file(rec.path()).is_ok() {
                 done.removed += 1;
                 continue;
             }
-            if hex(name) {
+            if record && meta.is_file() {
                 done.kept += 1;
             }
             left += 1;
         }
         if left == 0 {
-            // Another process may be writing into it right now: then it
-            // is not empty and stays.
+            // A writer may be creating a file in it right now: then it is
+            // not empty and stays (and a writer that finds it gone makes
+            // it again).
             let _ = fs::remove_dir(sub.path());
         }
     }
     Ok(done)
 }
 
+/// Refuses a store that is a symlink or not this process's user's.
+fn own_directory(dir: &Path) -> io::Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = fs::symlink_metadata(dir)?;
+    if !meta.is_dir() || meta.uid() != nix::unistd::geteuid().as_raw() {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!("{} is not a directory of this user's", dir.display()),
+        ));
+    }
+    Ok(())
+}
+
 /// [`prune`] with [`UNUSED_FOR`], if the store was not pruned in the last
-/// [`PRUNE_EVERY`] (a stamp file in it says when it was; set first, so
-/// processes starting together do not all prune). `None` when not due or
-/// the store does not exist.
+/// [`PRUNE_EVERY`] (a stamp file in it says when it was; a stamp in the
+/// future is not believed). The stamp is a lease: set first to an hour
+/// before the prune is due again, so a process that is cut off while it
+/// prunes leaves the rest to one an hour or more later, and to now once
+/// the prune is done. `None` when not due or there is no store.
 pub fn prune_if_due(dir: &Path) -> Option<io::Result<Pruned>> {
     let stamp = dir.join(PRUNED);
-    let due = match fs::metadata(&stamp) {
-        Ok(meta) => meta.modified().is_ok_and(|t| {
-            SystemTime::now()
-                .duration_since(t)
-                .is_ok_and(|age| age > PRUNE_EVERY)
-        }),
+    let now = SystemTime::now();
+    let due = match fs::symlink_metadata(&stamp).and_then(|m| m.modified()) {
+        Ok(t) => match now.duration_since(t) {
+            Ok(age) => age > PRUNE_EVERY,
+            Err(ahead) => ahead.duration() > TMP_LEFT,
+        },
         Err(_) => dir.is_dir(),
     };
     if !due {
         return None;
     }
-    let marked = fs::OpenOptions::new()
+    if let Err(e) = own_directory(dir) {
+        return Some(Err(e));
+    }
+    let lease = now.checked_sub(PRUNE_EVERY).map_or(now, |t| t + TMP_LEFT);
+    if let Err(e) = set_stamp(&stamp, lease) {
+        return Some(Err(e));
+    }
+    let pruned = prune(dir, UNUSED_FOR);
+    if pruned.is_ok() {
+        let _ = set_stamp(&stamp, SystemTime::now());
+    }
+    Some(pruned)
+}
+
+fn set_stamp(stamp: &Path, at: SystemTime) -> io::Result<()> {
+    fs::OpenOptions::new()
         .write(true)
         .create(true)
         .truncate(true)
         .mode(0o600)
         .custom_flags(libc::O_NOFOLLOW)
-        .open(&stamp)
-        .and_then(|f| f.set_modified(SystemTime::now()));
-    if let Err(e) = marked {
-        return Some(Err(e));
-    }
-    Some(prune(dir, UNUSED_FOR))
+        .open(stamp)?
+        .set_modified(at)
 }
 
 /// Keeps `record` for its file.
@@ -179,14 +220,27 @@ pub fn write(dir: &Path, record: &Record) -> io::Result<()> {
         std::process::id(),
         NEXT.fetch_add(1, Ordering::Relaxed)
     ));
-    let result = (|| {
-        let mut f = fs::OpenOptions::new()
+    let open = || {
+        fs::OpenOptions::new()
             .write(true)
             .create(true)
             .truncate(true)
             .mode(0o600)
             .custom_flags(libc::O_NOFOLLOW)
-            .open(&tmp)?;
+            .open(&tmp)
+    };
+    let result = (|| {
+        let mut f = match open() {
+            // A pruner removed the directory it found empty: once more.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                fs::DirBuilder::new()
+                    .recursive(true)
+                    .mode(0o700)
+                    .create(&sub)?;
+                open()?
+            }
+            other => other?,
+        };
         f.write_all(&record.encode())?;
         fs::rename(&tmp, &path)
     })();
@@ -312,5 +366,22 @@ mod tests {
                 kept: 0
             })
         );
+        // A stamp from a clock that was ahead is not believed.
+        let ahead = SystemTime::now() + Duration::from_secs(10 * 86_400);
+        set_stamp(&dir.join(PRUNED), ahead).unwrap();
+        assert!(prune_if_due(&dir).is_some());
+    }
+
+    #[test]
+    fn a_store_that_is_a_symlink_is_not_pruned() {
+        let tmp = tempfile::tempdir().unwrap();
+        let real = tmp.path().join("real");
+        write(&real, &record(1)).unwrap();
+        age(&place(&real, 0x801, 1).1, 40);
+        let link = tmp.path().join("link");
+        std::os::unix::fs::symlink(&real, &link).unwrap();
+        assert!(prune(&link, UNUSED_FOR).is_err());
+        assert!(matches!(prune_if_due(&link), Some(Err(_))));
+        assert!(place(&real, 0x801, 1).1.exists());
     }
 }

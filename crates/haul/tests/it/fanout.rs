@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use haul_proto::{ErrorCode, Message, Request};
 
-use crate::harness::{b3, haul, listing, run, stderr, write_file, Node, Scratch};
+use crate::harness::{
+    b3, flip_keeping_mtime, haul, listing, run, stderr, write_file, Node, Scratch,
+};
 use crate::proxy::{Faults, Proxy};
 use crate::raw::Raw;
 
@@ -551,13 +553,7 @@ fn a_relay_whose_copy_differs_from_the_origin_relays_none_of_it_and_the_client_f
     // The first relay's copy goes bad in one byte; its size and mtime stay,
     // so it still looks up to date. The two nodes after it lose theirs.
     let bad = s.path("n0/in/src/big/b.bin");
-    let mtime = std::fs::metadata(&bad).unwrap().modified().unwrap();
-    let mut bytes = std::fs::read(&bad).unwrap();
-    bytes[5 << 20] ^= 1;
-    std::fs::write(&bad, &bytes).unwrap();
-    let f = std::fs::File::options().write(true).open(&bad).unwrap();
-    f.set_modified(mtime).unwrap();
-    drop(f);
+    flip_keeping_mtime(&bad, 5 << 20);
     for i in [1, 2] {
         std::fs::remove_file(s.path(&format!("n{i}/in/src/big/b.bin"))).unwrap();
     }
