@@ -196,23 +196,33 @@ pub fn prune_if_due(dir: &Path) -> Option<io::Result<Pruned>> {
 }
 
 fn set_stamp(stamp: &Path, at: SystemTime) -> io::Result<()> {
+    create_private(stamp)?.set_modified(at)
+}
+
+/// Creates (or truncates) a file only this user reads, never through a
+/// symlink.
+fn create_private(path: &Path) -> io::Result<fs::File> {
     fs::OpenOptions::new()
         .write(true)
         .create(true)
         .truncate(true)
         .mode(0o600)
         .custom_flags(libc::O_NOFOLLOW)
-        .open(stamp)?
-        .set_modified(at)
+        .open(path)
+}
+
+/// Makes a device's directory (and the store), only this user's.
+fn make_dir(sub: &Path) -> io::Result<()> {
+    fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(sub)
 }
 
 /// Keeps `record` for its file.
 pub fn write(dir: &Path, record: &Record) -> io::Result<()> {
     let (sub, path) = place(dir, record.identity.dev, record.identity.ino);
-    fs::DirBuilder::new()
-        .recursive(true)
-        .mode(0o700)
-        .create(&sub)?;
+    make_dir(&sub)?;
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let tmp = sub.join(format!(
         ".{:x}.{}-{}.tmp",
@@ -220,24 +230,12 @@ pub fn write(dir: &Path, record: &Record) -> io::Result<()> {
         std::process::id(),
         NEXT.fetch_add(1, Ordering::Relaxed)
     ));
-    let open = || {
-        fs::OpenOptions::new()
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW)
-            .open(&tmp)
-    };
     let result = (|| {
-        let mut f = match open() {
+        let mut f = match create_private(&tmp) {
             // A pruner removed the directory it found empty: once more.
             Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                fs::DirBuilder::new()
-                    .recursive(true)
-                    .mode(0o700)
-                    .create(&sub)?;
-                open()?
+                make_dir(&sub)?;
+                create_private(&tmp)?
             }
             other => other?,
         };
