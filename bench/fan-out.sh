@@ -8,6 +8,9 @@
 # for SIZES x PEERS, RUNS each (medians), then with 8 peers at FAIL_SIZE:
 #   killed   one relay killed (-9) once it staged half the file: when the 7 others finish
 #   slow     one node on a 20 Mbit/s link (given with --rate): when the 7 others finish
+#   silent   one relay's link pulled (`haul lab link h4 down`: nothing answers, nothing resets)
+#            once it staged half, the default --timeout (60 s): when the 7 others finish
+#   frozen   one relay stopped with SIGSTOP once it staged half (resumed after the push)
 # Prints a table (seconds, and T(N)/T(1) per method) and writes OUT/fan-out.csv and, with
 # gnuplot, OUT/fan-out.png (time vs peers per size).
 #
@@ -172,6 +175,26 @@ for run in $(seq 1 "$RUNS"); do
   lab set h6 --dir ingress "" >/dev/null
   echo "fail-slow,$FAIL_SIZE,8,$run,$secs" >>"$CSV"
   clear_dests "s$d"
+  # silent and frozen: h4 goes quiet once it staged half (its link pulled, or the process
+  # stopped); the others must not wait out the 60 s --timeout.
+  for how in silent frozen; do
+    rm -f "$W/went-quiet"
+    ( while ! find "$W/n4/.haul/partial" -type f -size +$((FAIL_SIZE / 2 * 1024))k 2>/dev/null | grep -q .; do sleep 0.05; done
+      if [ "$how" = silent ]; then lab link h4 down >/dev/null; else kill -STOP "${NODE[4]}"; fi
+      touch "$W/went-quiet" ) &
+    quieter=$!
+    secs=$(inh 1 "$HAUL" push "$W/fail.bin" $(urls 8 "q$d") --plaintext --plan "$PLAN" --json 2>/dev/null | others_done 2 || true)
+    kill "$quieter" 2>/dev/null || true
+    wait "$quieter" 2>/dev/null || true
+    lab link h4 up >/dev/null
+    kill -CONT "${NODE[4]}" 2>/dev/null || true
+    if [ -e "$W/went-quiet" ]; then
+      echo "fail-$how,$FAIL_SIZE,8,$run,$secs" >>"$CSV"
+    else
+      echo "fail-$how run $run: the push ended before h4 staged half; not counted" >&2
+    fi
+    clear_dests "q$d"
+  done
 done
 
 # Peak memory of every node over the whole run (each relayed every size).
@@ -207,7 +230,7 @@ for s in sizes:
         if (m, s, 1) in med and (m, s, max(peers)) in med:
             ratio = f"{med[(m, s, max(peers))] / med[(m, s, 1)]:.2f}"
         print(f"| {s} MiB | {m} | " + " | ".join(cells) + f" | {ratio} |")
-for k in ["fail-clean", "fail-killed", "fail-slow"]:
+for k in ["fail-clean", "fail-killed", "fail-slow", "fail-silent", "fail-frozen"]:
     for (m, s, p), v in med.items():
         if m == k:
             extra = ""

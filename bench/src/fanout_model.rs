@@ -42,6 +42,7 @@ fn simulate_deaths(plan: &Plan, n: usize, size: u64, delay: f64, deaths: Vec<(f6
         delay,
         detect: 1.0,
         deaths,
+        heartbeats: None,
     };
     run(plan, &sim).seconds
 }

@@ -8,7 +8,10 @@
 //! of one parent arrive in order, so what a node holds is always a prefix,
 //! and a node given a new parent resumes after it (`Need{have}`). A node
 //! that dies stops sending at once; the client notices after the detection
-//! time (the idle timeout) and applies [`Routing::lost`]. A node is done
+//! time (a fixed `detect`, or — with [`Heartbeats`] — when the client's
+//! liveness detector, fed simulated heartbeats over lossy control paths,
+//! suspects it) and applies [`Routing::lost`]; a node suspected while alive
+//! speaks again and rejoins ([`Routing::rejoin`]). A node is done
 //! (it reports) once it holds everything and each of its children holds
 //! what it sends them, as a real relay reports after its forwards ended.
 //!
@@ -21,7 +24,10 @@
 //!
 //! 1,000 nodes of a 256 MiB transfer take well under a second of CPU.
 
-use haul_plan::{stripe_chunks, Parent, Plan, Routing};
+use haul_plan::{stripe_chunks, Parent, Plan, Routing, Verdict};
+
+pub use crate::heartbeat::Heartbeats;
+use crate::heartbeat::Watch;
 
 /// A fan-out to simulate.
 #[derive(Debug, Clone)]
@@ -38,8 +44,12 @@ pub struct FanoutSim {
     pub delay: f64,
     /// Seconds from a node's death until the client acts on it.
     pub detect: f64,
-    /// Nodes that die, and when (seconds from the start).
+    /// Nodes that die (go silent: no reset), and when (seconds from the
+    /// start).
     pub deaths: Vec<(f64, usize)>,
+    /// Detect deaths by the client's liveness detector over these
+    /// heartbeats instead of after `detect`.
+    pub heartbeats: Option<Heartbeats>,
 }
 
 /// What happened.
@@ -58,6 +68,10 @@ pub struct FanoutOutcome {
     pub client_pieces: u64,
     /// Pieces sent by anyone.
     pub pieces_sent: u64,
+    /// Live nodes the detector suspected (each time).
+    pub false_suspicions: u64,
+    /// Suspects let back in.
+    pub rejoined: u64,
 }
 
 impl FanoutOutcome {
@@ -111,6 +125,9 @@ pub fn run(plan: &Plan, sim: &FanoutSim) -> FanoutOutcome {
     deaths.sort_by(|a, b| a.0.total_cmp(&b.0));
     let mut deaths = deaths.into_iter().peekable();
     let mut noticed: Vec<(f64, usize)> = Vec::new();
+    let mut watch = sim.heartbeats.as_ref().map(|h| Watch::new(h, n, sim.delay));
+    let detect = watch.as_ref().map_or(sim.detect, |w| w.limit() + 1.0);
+    let (mut false_suspicions, mut rejoined) = (0u64, 0u64);
     let (mut client_pieces, mut pieces_sent) = (0u64, 0u64);
     let mut kids = children_of(&routing, n);
     // The (stripe, child, pieces it may have) a sender feeds in a step.
@@ -121,7 +138,7 @@ pub fn run(plan: &Plan, sim: &FanoutSim) -> FanoutOutcome {
     let slowest = sim.rates.iter().copied().fold(sim.client_rate, f64::min);
     let limit = (pieces as f64 * sim.piece as f64 / slowest.max(1.0)) * (n as f64 + 1.0)
         + (n as f64 + 1.0) * sim.delay
-        + sim.deaths.len() as f64 * sim.detect
+        + sim.deaths.len() as f64 * detect
         + 1.0;
     while routing.pending() && now < limit {
         now += dt;
@@ -129,11 +146,28 @@ pub fn run(plan: &Plan, sim: &FanoutSim) -> FanoutOutcome {
             if let Some((_, i)) = deaths.next() {
                 if i < n && !routing.is_done(i) && !dead[i] {
                     dead[i] = true;
-                    noticed.push((now + sim.detect, i));
+                    if watch.is_none() {
+                        noticed.push((now + sim.detect, i));
+                    }
                 }
             }
         }
         let mut rerouted = false;
+        if let Some(w) = &mut watch {
+            for (i, verdict) in w.step(now, &dead) {
+                match verdict {
+                    Verdict::Suspect(_) if routing.is_alive(i) && !routing.is_done(i) => {
+                        false_suspicions += u64::from(!dead[i]);
+                        noticed.push((now, i));
+                    }
+                    Verdict::Back if !dead[i] && !routing.rejoin(i).is_empty() => {
+                        rejoined += 1;
+                        rerouted = true;
+                    }
+                    _ => {}
+                }
+            }
+        }
         noticed.retain(|&(t, i)| {
             if t > now {
                 return true;
@@ -237,6 +271,8 @@ pub fn run(plan: &Plan, sim: &FanoutSim) -> FanoutOutcome {
         ended: now,
         client_pieces,
         pieces_sent,
+        false_suspicions,
+        rejoined,
     }
 }
 

@@ -19,6 +19,7 @@
 #![cfg_attr(test, allow(clippy::unwrap_used, clippy::expect_used))]
 
 pub mod fanout;
+pub mod heartbeat;
 pub mod link;
 pub mod memfs;
 pub mod packet;

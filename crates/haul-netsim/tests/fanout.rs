@@ -27,6 +27,7 @@ fn sim(n: usize, size: u64, plan: &Plan, deaths: Vec<(f64, usize)>) -> FanoutSim
         delay: DELAY,
         detect: 1.0,
         deaths,
+        heartbeats: None,
     }
 }
 

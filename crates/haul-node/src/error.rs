@@ -20,6 +20,10 @@ pub enum NodeError {
     /// The peer broke the protocol.
     #[error("protocol violation by peer: {0}")]
     Protocol(String),
+    /// A fan-out's receiving session ended because a newer upstream took
+    /// over from its silent sender ([`haul_session::SessionError::Superseded`]).
+    #[error("{0}")]
+    Superseded(String),
     /// A task of this process ended abnormally (cancelled at shutdown, or
     /// panicked): not the peer's doing.
     #[error("{0}")]
@@ -42,6 +46,7 @@ impl From<haul_session::SessionError> for NodeError {
             haul_session::SessionError::Timeout { what, secs } => {
                 Self::Transport(TransportError::Timeout { what, secs })
             }
+            e @ haul_session::SessionError::Superseded { .. } => Self::Superseded(e.to_string()),
         }
     }
 }

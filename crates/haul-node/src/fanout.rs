@@ -15,19 +15,26 @@
 //!    stripe (`Relayed{ticket, stripe}`, `Forward` targets with theirs):
 //!    the client sends stripe `s` to its root in stripe `s`'s tree, and
 //!    each node puts a file together from its `K` parents' stripes.
-//! 4. **Failures.** A node whose control connection breaks (killed, link
-//!    down: caught by the idle timeout, keepalives flow both ways), whose
+//! 4. **Failures.** A node whose control connection breaks (killed), whose
 //!    upstream gave up on it, or that this client could not send to, is
 //!    failed; its children are re-routed ([`haul_plan::Routing::lost`]:
 //!    to its nearest live ancestor, or in a striped plan to a node with
 //!    upload to spare), which sends them the whole transfer again, and
 //!    their `Need{have}` keeps that to what they lack.
+//! 5. **Silence.** A node that says nothing on its control connection for
+//!    a few seconds ([`haul_plan::Liveness`]: it reports or keeps alive
+//!    every 250 ms) — a host that froze, lost power or was cut off — is
+//!    *suspected* and routed around the same way, without waiting out
+//!    `--timeout`; its children drop the silent session once a new
+//!    upstream arrives (`relay::Transfer::superseded`). A suspect that
+//!    speaks again rejoins as a leaf the client feeds
+//!    ([`haul_plan::Routing::rejoin`]).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use haul_plan::{Candidates, Parent, Plan, Rates, Routing, Shape, Step};
+use haul_plan::{Candidates, Liveness, Parent, Plan, Rates, Routing, Shape, Step, Verdict};
 use haul_proto::seal::Origin;
 use haul_proto::{Message, OriginKey, RelayTarget, Request, Stripe, Ticket};
 use haul_run::rate::WindowedRate;
@@ -130,6 +137,10 @@ enum News {
     Reported(usize, Message),
     Lost(usize, String),
     SendEnded(usize, Option<String>),
+    /// Nothing on its control connection for this long.
+    Silent(usize, Duration),
+    /// A suspect spoke again.
+    Back(usize),
 }
 
 /// Pushes `dataset` (a walk of local sources: [`crate::dataset::Walk`]) to
@@ -259,6 +270,8 @@ pub async fn push_fanout(
         buffers: ChunkBuffers::new(opts.chunk_memory),
         sends: JoinSet::new(),
         sending: HashMap::new(),
+        held: vec![0; admitted.len()],
+        suspects: HashSet::new(),
     };
     // 3. Control tasks: forwards first, then reports and keepalives.
     let (news_tx, mut news) = mpsc::unbounded_channel();
@@ -269,7 +282,7 @@ pub async fn push_fanout(
         run.commands.push(tx);
         let news = news_tx.clone();
         let idle = opts.timeouts.idle;
-        controls.spawn(control(i, a.control, rx, news, idle));
+        controls.spawn(control(i, a.control, rx, news, idle, a.rtt));
     }
     let start = run.routing.start();
     run.apply(start);
@@ -280,6 +293,9 @@ pub async fn push_fanout(
         let Some(n) = news.recv().await else { break };
         match n {
             News::Progress(i, bytes, complete) => {
+                if let Some(h) = run.held.get_mut(i) {
+                    *h = bytes;
+                }
                 let node = &mut nodes[run.index[i]];
                 if complete && node.seconds == 0.0 {
                     node.seconds = started.elapsed().as_secs_f64();
@@ -296,6 +312,8 @@ pub async fn push_fanout(
             }
             News::Reported(i, msg) => run.reported(i, msg, &mut nodes),
             News::Lost(i, why) => run.lost(i, why, &mut nodes),
+            News::Silent(i, silent) => run.suspect(i, silent, &mut nodes),
+            News::Back(i) => run.back(i, &mut nodes),
             News::SendEnded(i, error) => {
                 if let Some(e) = error {
                     run.lost(
@@ -307,6 +325,8 @@ pub async fn push_fanout(
             }
         }
     }
+    // Suspects that never spoke again fail here, once, with what they hold.
+    run.give_up_on_suspects(&mut nodes);
     // 5. What failed on its way through the relays, the client sends
     // itself (each node says what it already holds).
     run.repair(&mut nodes).await;
@@ -424,24 +444,42 @@ async fn admit(
 }
 
 /// Runs one control connection: sends the coordinator's messages, sends
-/// keepalives, passes on the node's `Report`; its end (or silence for the
-/// idle limit) is the node's loss.
+/// keepalives, passes on the node's `Report`; its end is the node's loss,
+/// and its silence past [`Liveness::limit`] makes it a suspect (news that
+/// it spoke again follows if it does).
 async fn control(
     i: usize,
     (mut r, mut w): (Box<dyn MessageReader>, Box<dyn MessageWriter>),
     mut commands: mpsc::UnboundedReceiver<Message>,
     news: mpsc::UnboundedSender<News>,
     idle: Duration,
+    rtt: Duration,
 ) {
+    let mut live = Liveness::new(rtt, Instant::now());
+    let keepalive = idle / 3;
+    let mut next_keepalive = tokio::time::Instant::now() + keepalive;
     let result: Result<(), NodeError> = async {
         loop {
+            let deadline = live.deadline();
+            let silence = async {
+                match deadline {
+                    Some(d) => tokio::time::sleep_until(d.into()).await,
+                    None => std::future::pending().await,
+                }
+            };
             tokio::select! {
-                msg = r.recv() => match msg? {
-                    Message::KeepAlive => {}
-                    Message::Progress { bytes, complete, .. } => { let _ = news.send(News::Progress(i, bytes, complete)); }
-                    m @ Message::Report { .. } => { let _ = news.send(News::Reported(i, m)); }
-                    other => return Err(NodeError::Protocol(format!("unexpected {other:?} on a control connection"))),
-                },
+                msg = r.recv() => {
+                    let msg = msg?;
+                    if live.heard(Instant::now()) == Verdict::Back {
+                        let _ = news.send(News::Back(i));
+                    }
+                    match msg {
+                        Message::KeepAlive => {}
+                        Message::Progress { bytes, complete, .. } => { let _ = news.send(News::Progress(i, bytes, complete)); }
+                        m @ Message::Report { .. } => { let _ = news.send(News::Reported(i, m)); }
+                        other => return Err(NodeError::Protocol(format!("unexpected {other:?} on a control connection"))),
+                    }
+                }
                 cmd = commands.recv() => match cmd {
                     Some(Message::Bye) | None => {
                         let _ = w.send(&Message::Bye).await;
@@ -449,7 +487,15 @@ async fn control(
                     }
                     Some(m) => w.send(&m).await?,
                 },
-                () = tokio::time::sleep(idle / 3) => w.send(&Message::KeepAlive).await?,
+                () = silence => {
+                    if let Verdict::Suspect(silent) = live.check(Instant::now()) {
+                        let _ = news.send(News::Silent(i, silent));
+                    }
+                }
+                () = tokio::time::sleep_until(next_keepalive) => {
+                    next_keepalive = tokio::time::Instant::now() + keepalive;
+                    w.send(&Message::KeepAlive).await?;
+                }
             }
         }
     }
@@ -489,6 +535,10 @@ struct Run {
     /// The client's own sends to each node (by node and stripe), to stop
     /// when the node is lost.
     sending: HashMap<(usize, Option<Stripe>), tokio::task::AbortHandle>,
+    /// Bytes each node last said it holds (verified).
+    held: Vec<u64>,
+    /// Nodes routed around for their silence, that may still speak again.
+    suspects: HashSet<usize>,
 }
 
 impl Run {
@@ -616,6 +666,10 @@ impl Run {
             });
         }
         for (i, dialer) in self.dialers.iter().enumerate() {
+            if !self.routing.is_alive(i) {
+                // Lost or silent: it lacks something and makes no links.
+                continue;
+            }
             let node = &mut nodes[self.index[i]];
             let url = NodePath::new(dialer.clone(), dests[self.index[i]].path.clone());
             let here = Tally::new(self.tally.clone());
@@ -706,7 +760,11 @@ impl Run {
             node.error = join_errors(&node.error, &damaged_text(&damaged));
         }
         node.damaged = damaged;
-        self.announce(i, nodes);
+        // A live node with failures hears from the repair (one `node_done`
+        // per node).
+        if failed == 0 || !self.routing.is_alive(i) {
+            self.announce(i, nodes);
+        }
         for addr in lost {
             let gone = (0..self.targets.len()).find(|&c| {
                 self.targets[c].addr == addr
@@ -735,6 +793,7 @@ impl Run {
                 continue;
             }
             let Ok((queue, opts)) = self.direct_queue(None) else {
+                self.announce(i, nodes);
                 continue;
             };
             // Counted here per node, and in what this client sent.
@@ -808,9 +867,16 @@ impl Run {
         let node = &mut nodes[self.index[i]];
         node.ok = false;
         node.seconds = self.started.elapsed().as_secs_f64();
+        node.bytes = node.bytes.max(self.held[i]);
         node.error = why;
         self.announce(i, nodes);
         let _ = self.commands[i].send(Message::Bye);
+        self.route_around(i);
+    }
+
+    /// Node `i` leaves the plan: the client's sends to it stop, its
+    /// children go elsewhere.
+    fn route_around(&mut self, i: usize) {
         self.sending.retain(|(node, _), send| {
             if *node == i {
                 send.abort();
@@ -819,6 +885,67 @@ impl Run {
         });
         let steps = self.routing.lost(i);
         self.apply(steps);
+    }
+
+    /// Node `i` said nothing for `silent`: routed around at once, its own
+    /// forwards stopped (its children have new parents), its control
+    /// connection kept so that it can come back; no `node_done` until it
+    /// does and reports, or the run ends without it.
+    fn suspect(&mut self, i: usize, silent: Duration, nodes: &mut [NodeReport]) {
+        if !self.routing.is_alive(i) || self.routing.is_done(i) {
+            return;
+        }
+        let elapsed = self.started.elapsed().as_secs_f64();
+        let node = &mut nodes[self.index[i]];
+        node.ok = false;
+        node.seconds = elapsed;
+        node.error = format!(
+            "silent from {:.1} s into the transfer (nothing on its control connection for {:.1} s: \
+             frozen, cut off or powered off?); routed around it",
+            elapsed - silent.as_secs_f64(),
+            silent.as_secs_f64()
+        );
+        self.tally.event(&Event::Warning {
+            message: format!(
+                "{} went silent ({:.1} s without a word): routed around it; it rejoins if it answers",
+                node.url,
+                silent.as_secs_f64()
+            ),
+        });
+        self.suspects.insert(i);
+        let _ = self.commands[i].send(Message::Forward {
+            targets: Vec::new(),
+        });
+        self.route_around(i);
+    }
+
+    /// A suspect spoke again: it rejoins as a leaf the client sends to.
+    fn back(&mut self, i: usize, nodes: &mut [NodeReport]) {
+        if !self.suspects.remove(&i) {
+            return;
+        }
+        let node = &mut nodes[self.index[i]];
+        self.tally.event(&Event::Warning {
+            message: format!(
+                "{} answers again: it rejoins as a leaf, fed by the client",
+                node.url
+            ),
+        });
+        node.error.clear();
+        node.seconds = 0.0;
+        let steps = self.routing.rejoin(i);
+        self.apply(steps);
+    }
+
+    /// The plan ran without the suspects: each fails now, with what it held.
+    fn give_up_on_suspects(&mut self, nodes: &mut [NodeReport]) {
+        let mut suspects: Vec<usize> = self.suspects.drain().collect();
+        suspects.sort_unstable();
+        for i in suspects {
+            let node = &mut nodes[self.index[i]];
+            node.bytes = node.bytes.max(self.held[i]);
+            self.announce(i, nodes);
+        }
     }
 }
 

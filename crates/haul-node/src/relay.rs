@@ -137,6 +137,11 @@ struct State {
     /// Files whose commit one session took on (the others release theirs).
     assembling: HashSet<String>,
     stopped: bool,
+    /// Upstream sessions started so far (each one's generation).
+    generation: u64,
+    /// The newest upstream session of each stripe (`None`: the whole
+    /// transfer), by generation.
+    newest: HashMap<Option<u32>, u64>,
 }
 
 /// Most stagings a transfer holds open for stripes still to come (past it,
@@ -188,6 +193,8 @@ pub struct Transfer {
     pub transport: Transport,
     /// `--checksum`: nothing relayed in is skipped for its size and mtime.
     pub checksum: bool,
+    /// The newest upstream session's generation, watched by the older ones.
+    newest_upstream: tokio::sync::watch::Sender<u64>,
 }
 
 impl Transfer {
@@ -214,6 +221,7 @@ impl Transfer {
             changed: Notify::new(),
             transport,
             checksum: false,
+            newest_upstream: tokio::sync::watch::Sender::new(0),
         }
     }
 
@@ -249,14 +257,13 @@ impl Transfer {
     }
 
     /// An upstream session into this transfer starts, carrying `stripe` of
-    /// it (`None`: all of it). False for a stripe of another plan than the
-    /// stripes so far (the session is refused).
-    pub fn upstream_started(&self, stripe: Option<Stripe>) -> bool {
-        let Ok(mut state) = self.state.lock() else {
-            return false;
-        };
+    /// it (`None`: all of it): the session's hook, which tells it when a
+    /// newer session took its place. `None` for a stripe of another plan
+    /// than the stripes so far (the session is refused).
+    pub fn upstream_started(self: &Arc<Self>, stripe: Option<Stripe>) -> Option<Upstream> {
+        let mut state = self.state.lock().ok()?;
         match stripe {
-            Some(s) if state.stripes != 0 && state.stripes != s.count => return false,
+            Some(s) if state.stripes != 0 && state.stripes != s.count => return None,
             Some(s) => {
                 state.stripes = s.count;
                 *state.stripe_running.entry(s.index).or_default() += 1;
@@ -264,7 +271,29 @@ impl Transfer {
             None => state.whole_running += 1,
         }
         state.upstreams += 1;
-        true
+        state.generation += 1;
+        let generation = state.generation;
+        state.newest.insert(stripe.map(|s| s.index), generation);
+        drop(state);
+        // Seen by the new session's watch as it is made; every older one
+        // wakes up.
+        self.newest_upstream.send_replace(generation);
+        Some(Upstream {
+            transfer: self.clone(),
+            stripe,
+            generation,
+        })
+    }
+
+    /// A newer upstream session than `generation` carries `stripe` (or the
+    /// whole transfer, which carries every stripe): the client routed
+    /// around the older one's sender.
+    fn superseded(&self, stripe: Option<Stripe>, generation: u64) -> bool {
+        let Ok(state) = self.state.lock() else {
+            return false;
+        };
+        let newer = |key: Option<u32>| state.newest.get(&key).is_some_and(|&g| g > generation);
+        newer(stripe.map(|s| s.index)) || (stripe.is_some() && newer(None))
     }
 
     /// An upstream session ended; `clean`: with `Bye` (the upstream has
@@ -772,20 +801,43 @@ impl Observer for ForwardLog {
     }
 }
 
-impl RelayHook for Transfer {
+/// One upstream session of a [`Transfer`]: what its receiving driver
+/// tells the relay, and whether a newer session took its place.
+pub struct Upstream {
+    transfer: Arc<Transfer>,
+    stripe: Option<Stripe>,
+    generation: u64,
+}
+
+impl Upstream {
+    /// The session ended; `clean`: with `Bye`.
+    pub fn ended(&self, clean: bool) {
+        self.transfer.upstream_ended(self.stripe, clean);
+    }
+}
+
+impl RelayHook for Upstream {
     fn seals(&self) -> Arc<SealBook> {
-        self.book.clone()
+        self.transfer.book.clone()
     }
 
     fn offered(&self, entry: &Entry, staging: Option<&Arc<PartialFile>>) {
-        Transfer::offered(self, entry, staging);
+        self.transfer.offered(entry, staging);
     }
 
     fn assemble(&self, part: &Arc<PartialFile>) -> Assembly {
-        Transfer::assemble(self, part)
+        self.transfer.assemble(part)
     }
 
     fn is_striped(&self) -> bool {
-        Transfer::is_striped(self)
+        self.transfer.is_striped()
+    }
+
+    fn newer_upstreams(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        Some(self.transfer.newest_upstream.subscribe())
+    }
+
+    fn superseded(&self) -> bool {
+        self.transfer.superseded(self.stripe, self.generation)
     }
 }

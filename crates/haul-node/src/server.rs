@@ -615,7 +615,8 @@ impl Server {
             writer.send(&Message::Ticket { ticket }).await?;
             tracing::info!("admitted to a fan-out into {:?}", transfer.dest);
             self.counters.fanouts.fetch_add(1, Relaxed);
-            self.control(&mut reader, &mut writer, &transfer).await
+            self.control(&mut reader, &mut writer, &transfer, &ticket)
+                .await
         }
         .await;
         self.relays.revoke(&ticket);
@@ -627,11 +628,16 @@ impl Server {
         reader: &mut Box<dyn MessageReader>,
         writer: &mut Box<dyn MessageWriter>,
         transfer: &Arc<Transfer>,
+        ticket: &Ticket,
     ) -> Result<(), NodeError> {
         let started = std::time::Instant::now();
-        // Progress at most once a second (keepalives when nothing moved).
-        let tick = (self.opts.timeouts.idle / 3).min(Duration::from_secs(1));
+        // Something at least every heartbeat, so that the client tells a
+        // silent node from a slow one in seconds (`haul_plan::Liveness`):
+        // progress at most once a second, keepalives between.
+        let tick = (self.opts.timeouts.idle / 3).min(haul_plan::liveness::HEARTBEAT);
+        let progress_every = Duration::from_secs(1);
         let mut next_tick = tokio::time::Instant::now() + tick;
+        let mut next_progress = tokio::time::Instant::now();
         let mut last_moved = 0;
         let mut reported = false;
         let mut complete = false;
@@ -667,6 +673,11 @@ impl Server {
             }
             tokio::select! {
                 msg = reader.recv() => match msg? {
+                    Message::Forward { targets } if targets.iter().any(|t| t.ticket == *ticket) => {
+                        // It would wait for itself until the run ends.
+                        let msg = "a forward to this node itself".to_owned();
+                        return self.refuse(writer, ErrorCode::Protocol, msg).await;
+                    }
                     Message::Forward { targets } if targets.len() <= MAX_FORWARDS => {
                         // New children: a report again once they are served.
                         self.forward(transfer, targets);
@@ -685,10 +696,12 @@ impl Server {
                 },
                 () = &mut changed => {}
                 () = tokio::time::sleep_until(next_tick) => {
-                    next_tick = tokio::time::Instant::now() + tick;
+                    let now = tokio::time::Instant::now();
+                    next_tick = now + tick;
                     let moved = transfer.tally.moved();
-                    if moved != last_moved && !reported {
+                    if moved != last_moved && !reported && now >= next_progress {
                         last_moved = moved;
+                        next_progress = now + progress_every;
                         let entries = transfer.tally.entries_ok();
                         writer.send(&Message::Progress { bytes: moved, entries, complete }).await?;
                     } else {
@@ -776,6 +789,11 @@ impl Server {
                 version: PROTOCOL_VERSION,
             })
             .await?;
+        let Some(upstream) = transfer.upstream_started(stripe) else {
+            let msg = "a stripe of another plan than this transfer's".into();
+            return self.refuse(&mut writer, ErrorCode::Protocol, msg).await;
+        };
+        let upstream = Arc::new(upstream);
         let t = self.opts.timeouts;
         let ctx = ReceiverCtx {
             observer: transfer.tally.clone(),
@@ -785,19 +803,15 @@ impl Server {
             idle: t.idle,
             chunk_work: ChunkWork::for_this_machine(),
             buffers: self.buffers.clone(),
-            relay: Some(transfer.clone()),
+            relay: Some(upstream.clone()),
             quick_check: (!transfer.checksum).then_some(haul_proto::SkipRule::default()),
             // A fan-out does not replace directories (yet): one in the way
             // fails its file, named in the summary.
             replace_dirs: false,
             backups: None,
         };
-        if !transfer.upstream_started(stripe) {
-            let msg = "a stripe of another plan than this transfer's".into();
-            return self.refuse(&mut writer, ErrorCode::Protocol, msg).await;
-        }
         let result = run_receiver(reader, writer, None, ctx).await;
-        transfer.upstream_ended(stripe, result.is_ok());
+        upstream.ended(result.is_ok());
         result.map_err(|i| i.error)
     }
 

@@ -39,9 +39,11 @@
 
 use std::fmt;
 
+pub mod liveness;
 mod predict;
 pub mod routing;
 pub mod stripes;
+pub use liveness::{Liveness, Verdict};
 pub use routing::{Routing, Step};
 pub use stripes::stripe_chunks;
 

@@ -233,6 +233,25 @@ impl Routing {
         steps
     }
 
+    /// Node `i`, lost while silent, speaks again: it is let back in as a
+    /// leaf fed by the client in every stripe (its children went elsewhere
+    /// when it was lost, and it adopts none later: its room is spent).
+    /// Returns the client's sends to it; nothing when it is in the plan
+    /// or reported already.
+    pub fn rejoin(&mut self, i: usize) -> Vec<Step> {
+        if i >= self.alive.len() || self.alive[i] || self.done[i] {
+            return Vec::new();
+        }
+        self.alive[i] = true;
+        if let Some(room) = self.room.get_mut(i) {
+            *room = 0;
+        }
+        for parents in &mut self.parents {
+            parents[i] = Parent::Client;
+        }
+        (0..self.parents.len()).map(|s| self.send(i, s)).collect()
+    }
+
     /// The live children each node feeds now, over all stripes.
     fn loads(&self) -> Vec<usize> {
         let mut load = vec![0; self.alive.len()];

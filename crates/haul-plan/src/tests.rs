@@ -286,4 +286,60 @@ mod routing {
             }]
         );
     }
+
+    #[test]
+    fn a_suspect_that_speaks_again_rejoins_as_a_leaf_of_the_client_and_adopts_nobody() {
+        let plan = Plan::build(&Rates::unknown(5), Shape::Chain, MIB);
+        let mut r = Routing::new(&plan);
+        assert!(r.rejoin(2).is_empty(), "a live node does not rejoin");
+        r.lost(2);
+        assert_eq!(r.rejoin(2), vec![Step::Send { node: 2 }]);
+        assert!(r.is_alive(2));
+        assert_eq!(r.parent(2), Parent::Client);
+        assert!(r.children(Parent::Node(2)).is_empty());
+        assert!(r.rejoin(2).is_empty(), "once");
+        // Its old parent goes next: the orphan is 3 (re-routed before), not
+        // the rejoined leaf, and the leaf's own parent stays the client.
+        assert_eq!(
+            r.lost(1),
+            vec![Step::Forward {
+                node: 0,
+                children: vec![3]
+            }]
+        );
+        assert_eq!(r.parent(2), Parent::Client);
+        r.done(2);
+        r.lost(2);
+        assert!(r.is_alive(2) && r.is_done(2), "a node that reported stays");
+    }
+
+    #[test]
+    fn a_striped_suspect_rejoins_fed_every_stripe_by_the_client_and_takes_no_orphans() {
+        let plan = Plan::build(&Rates::unknown(9), Shape::Stripes(3), MIB);
+        let mut r = Routing::new(&plan);
+        let interior = (0..9)
+            .find(|&i| (0..3).any(|s| !r.children_in(s, Parent::Node(i)).is_empty()))
+            .unwrap_or(0);
+        r.lost(interior);
+        let steps = r.rejoin(interior);
+        assert_eq!(
+            steps,
+            (0..3)
+                .map(|stripe| Step::SendStripe {
+                    node: interior,
+                    stripe
+                })
+                .collect::<Vec<_>>()
+        );
+        // Every other interior node lost in turn: none of their orphans
+        // goes to the rejoined leaf.
+        for i in 0..9 {
+            if i != interior {
+                r.lost(i);
+                for s in 0..3 {
+                    assert!(r.children_in(s, Parent::Node(interior)).is_empty());
+                }
+            }
+        }
+    }
 }

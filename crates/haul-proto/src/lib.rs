@@ -144,6 +144,16 @@
 //! staged it, and sends each chunk only after it verified it (its staging
 //! file is the source); it sends `Bye` downstream after its upstream did.
 //!
+//! Liveness: a node sends `Progress` or `KeepAlive` on its control
+//! connection at least every 250 ms (`Progress` at most once a second), so
+//! the client suspects a node silent for about two seconds
+//! (`haul_plan::Liveness`) and routes around it without waiting out the
+//! idle timeout; a suspect is sent `Forward{[]}` (its children went
+//! elsewhere) and keeps its ticket, so it can rejoin if it speaks again. A
+//! node refuses a `Forward` that names itself (by its ticket). A relayed
+//! session superseded by a newer one of the same stripe ends once its
+//! sender has been silent for two seconds, releasing the files it held.
+//!
 //! Striped plans (v7): each data connection carries one [`Stripe`]
 //! (`Relayed{ticket, stripe}`; `Forward` targets name theirs), and
 //! [`Stripe::carries`] says which part of every entry that is: directories

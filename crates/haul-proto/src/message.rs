@@ -769,6 +769,8 @@ pub enum Message {
     },
     /// Fan-out control, node → client, about once a second while data
     /// arrives, and once when it holds everything: how far this node got.
+    /// Between them the node sends `KeepAlive` so that something arrives
+    /// at least every 250 ms (the client's liveness check).
     Progress {
         /// Payload bytes received so far.
         bytes: u64,

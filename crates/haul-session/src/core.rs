@@ -31,6 +31,9 @@ pub(crate) struct Core<I> {
     last_flushed: Instant,
     /// The session failed: everything after is refused.
     failed: Option<SessionError>,
+    /// Superseded: the longest the peer may now stay silent, counted from
+    /// its last message alone.
+    quiet: Option<Duration>,
 }
 
 impl<I> Core<I> {
@@ -48,6 +51,7 @@ impl<I> Core<I> {
             last_io_done: now,
             last_flushed: now,
             failed: None,
+            quiet: None,
         }
     }
 
@@ -103,9 +107,25 @@ impl<I> Core<I> {
         }
         let keepalive = self.busy().then(|| self.last_sent + self.keepalive);
         let silence = (expecting && !self.busy()).then(|| self.silent_since() + self.idle);
-        match (keepalive, silence) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
+        let quiet = self.quiet.map(|q| self.last_recv + q);
+        [keepalive, silence, quiet].into_iter().flatten().min()
+    }
+
+    /// A newer session does this one's work: it ends once the peer has
+    /// been silent for `quiet` (now, if it already was).
+    pub(crate) fn superseded(&mut self, now: Instant, quiet: Duration) -> Result<(), SessionError> {
+        self.check()?;
+        self.quiet = Some(self.quiet.map_or(quiet, |q| q.min(quiet)));
+        self.check_quiet(now)
+    }
+
+    fn check_quiet(&mut self, now: Instant) -> Result<(), SessionError> {
+        let silent = now.saturating_duration_since(self.last_recv);
+        match self.quiet {
+            Some(q) if silent >= q => self.fail(SessionError::Superseded {
+                millis: silent.as_millis() as u64,
+            }),
+            _ => Ok(()),
         }
     }
 
@@ -118,6 +138,7 @@ impl<I> Core<I> {
         what: &'static str,
     ) -> Result<(), SessionError> {
         self.check()?;
+        self.check_quiet(now)?;
         if self.busy() && now >= self.last_sent + self.keepalive {
             self.send(Message::KeepAlive);
             // It leaves with the next poll; count it as sent now so one

@@ -102,6 +102,14 @@ pub enum SessionError {
         /// The limit.
         secs: u64,
     },
+    /// A fan-out's receiver: a newer session from another upstream carries
+    /// what this one did (the client routed around this one's sender), and
+    /// this one's sender stayed silent.
+    #[error("the upstream sender was silent for {millis} ms and a newer upstream took over")]
+    Superseded {
+        /// The sender's silence when the session ended.
+        millis: u64,
+    },
 }
 
 /// Settings shared by both roles.

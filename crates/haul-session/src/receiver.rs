@@ -16,7 +16,7 @@
 //! may arrive in any order, before or after their `RangeEnd`.
 
 use rustc_hash::FxHashMap as HashMap;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use haul_proto::{
     check_entry_path, validate_symlink_target, ChunkHeader, ChunkSeal, Digest, Entry, EntryKind,
@@ -1046,6 +1046,14 @@ impl Receiver {
     /// When [`Receiver::handle_timeout`] is due.
     pub fn poll_timeout(&self) -> Option<Instant> {
         self.core.poll_timeout(self.expecting())
+    }
+
+    /// A fan-out's relay: a newer upstream session carries what this one
+    /// does. This one fails now if its sender has said nothing for `quiet`,
+    /// else as soon as it has ([`SessionError::Superseded`]); its files'
+    /// staging stays for the newer session to resume.
+    pub fn superseded(&mut self, now: Instant, quiet: Duration) -> Result<(), SessionError> {
+        self.core.superseded(now, quiet)
     }
 
     /// Acts on timers: a keepalive, or a peer silent for too long.

@@ -379,6 +379,43 @@ fn a_busy_session_keeps_the_peer_informed_and_a_silent_peer_times_out() {
     ));
 }
 
+/// A relay's receiver that a newer upstream superseded ends as soon as its
+/// own sender has been silent for the quiet limit, counted from that
+/// sender's last message only (its own flushes and I/O do not count).
+#[test]
+fn a_superseded_receiver_ends_once_its_sender_is_quiet_and_not_before() {
+    let t0 = Instant::now();
+    let ms = Duration::from_millis;
+    let quiet = ms(2000);
+    // Its sender spoke 500 ms ago: it ends 1.5 s later, not now.
+    let mut r = Receiver::for_push(SessionConfig::default(), String::new(), t0);
+    r.handle(t0, Message::KeepAlive).unwrap();
+    r.flushed(t0 + ms(500));
+    assert!(r.superseded(t0 + ms(500), quiet).is_ok());
+    assert_eq!(r.poll_timeout(), Some(t0 + quiet));
+    r.flushed(t0 + ms(1900));
+    assert!(r.handle_timeout(t0 + ms(1999)).is_ok());
+    assert_eq!(
+        r.handle_timeout(t0 + quiet),
+        Err(crate::SessionError::Superseded { millis: 2000 })
+    );
+    assert!(r.handle(t0 + quiet, Message::KeepAlive).is_err(), "ended");
+    // A sender that keeps speaking is never cut.
+    let mut r = Receiver::for_push(SessionConfig::default(), String::new(), t0);
+    assert!(r.superseded(t0, quiet).is_ok());
+    for k in 1..100u32 {
+        let now = t0 + ms(500) * k;
+        r.handle(now, Message::KeepAlive).unwrap();
+        assert!(r.handle_timeout(now).is_ok());
+    }
+    // Silent for longer already: it ends at once.
+    let mut r = Receiver::for_push(SessionConfig::default(), String::new(), t0);
+    assert_eq!(
+        r.superseded(t0 + ms(2500), quiet),
+        Err(crate::SessionError::Superseded { millis: 2500 })
+    );
+}
+
 fn one_file(size: u64) -> Entry {
     Entry {
         attrs: None,

@@ -19,7 +19,7 @@ use haul_transport::{MessageReader, MessageWriter};
 use tokio::sync::mpsc;
 
 use super::commit::{commit_all, CommitItem};
-use super::relay_hook::{Assembly, RelayHook};
+use super::relay_hook::{Assembly, RelayHook, SUPERSEDED_QUIET};
 use super::Interrupted;
 use crate::buffers::{ChunkBuf, ChunkBuffers};
 use crate::chunk_work::{ChunkWork, InlinePolicy};
@@ -136,7 +136,9 @@ pub async fn run_receiver(
         session.check_origin(transfer.seals());
     }
     let (done_tx, done_rx) = mpsc::unbounded_channel();
+    let newer = ctx.relay.as_ref().and_then(|r| r.newer_upstreams());
     let mut d = Driver {
+        newer,
         session,
         r: reader,
         w: writer,
@@ -186,6 +188,9 @@ struct Driver {
     done_rx: mpsc::UnboundedReceiver<Done>,
     /// The time, read once per step (sessions need it in every call).
     now: Instant,
+    /// A fan-out's relay: changes when another upstream session starts,
+    /// which may take this one's place (until then, and after, `None`).
+    newer: Option<tokio::sync::watch::Receiver<u64>>,
 }
 
 impl Driver {
@@ -221,6 +226,8 @@ impl Driver {
             self.session.flushed(self.now);
             let deadline = self.session.poll_timeout();
             let sleep = deadline.map(|t| tokio::time::sleep_until(t.into()));
+            let newer = &mut self.newer;
+            let watching = newer.is_some();
             tokio::select! {
                 // `recv` is cancel-safe: bytes already read stay buffered.
                 // A pulling client waiting for its queue reads nothing: the
@@ -240,8 +247,34 @@ impl Driver {
                     self.session.handle_timeout(self.now)?;
                 }
                 () = async { if let Some(q) = wants { q.wait().await } }, if starved => {}
+                changed = async {
+                    match newer {
+                        Some(w) => w.changed().await.is_ok(),
+                        None => std::future::pending().await,
+                    }
+                }, if watching => {
+                    self.now = Instant::now();
+                    self.newer_upstream(changed)?;
+                }
             }
         }
+    }
+
+    /// Another upstream session of this fan-out started (`alive`: the
+    /// relay still watches): if it carries what this one does, this one
+    /// ends once its sender is silent.
+    fn newer_upstream(&mut self, alive: bool) -> Result<(), NodeError> {
+        let superseded = self.ctx.relay.as_ref().is_some_and(|r| r.superseded());
+        if !alive || superseded {
+            self.newer = None;
+        }
+        if superseded {
+            // Between messages, and in the middle of one: a sender that
+            // stalls for the quiet limit ends the session.
+            self.r.set_idle(SUPERSEDED_QUIET);
+            self.session.superseded(self.now, SUPERSEDED_QUIET)?;
+        }
+        Ok(())
     }
 
     /// A pulling client's session asks for jobs while it has room.
@@ -412,7 +445,13 @@ impl Driver {
             return Ok(());
         };
         match self.session.handle_chunk(now, h)? {
-            ChunkAction::Discard => self.r.skip_payload(&h).await?,
+            ChunkAction::Discard => {
+                let stale = stale(&mut self.newer, self.ctx.relay.as_deref());
+                tokio::select! {
+                    read = self.r.skip_payload(&h) => read?,
+                    e = stale => return Err(e),
+                }
+            }
             ChunkAction::Write {
                 file,
                 index,
@@ -423,7 +462,11 @@ impl Driver {
                 // bytes arrive.
                 let mut buf = self.ctx.buffers.take(h.len as usize).await;
                 if !self.r.try_read_payload(&h, buf.vec()) {
-                    self.r.read_payload(&h, buf.vec()).await?;
+                    let stale = stale(&mut self.newer, self.ctx.relay.as_deref());
+                    tokio::select! {
+                        read = self.r.read_payload(&h, buf.vec()) => read?,
+                        e = stale => return Err(e),
+                    }
                     self.now = Instant::now();
                 }
                 self.write(file, &h, index, digest, buf).await;
@@ -551,6 +594,28 @@ impl Driver {
 }
 
 /// The sink chain of a received chunk: verified, then written to staging.
+/// Resolves with the session's end when a newer upstream session takes
+/// this one's place while a chunk's payload is read, and the payload has
+/// not come in full within [`SUPERSEDED_QUIET`] (a sender frozen or cut
+/// off mid-chunk); never for a session that is not a relay's.
+async fn stale(
+    newer: &mut Option<tokio::sync::watch::Receiver<u64>>,
+    relay: Option<&dyn RelayHook>,
+) -> NodeError {
+    let (Some(watch), Some(relay)) = (newer.as_mut(), relay) else {
+        return std::future::pending().await;
+    };
+    while !relay.superseded() {
+        if watch.changed().await.is_err() {
+            return std::future::pending().await;
+        }
+    }
+    tokio::time::sleep(SUPERSEDED_QUIET).await;
+    NodeError::from(haul_session::SessionError::Superseded {
+        millis: SUPERSEDED_QUIET.as_millis() as u64,
+    })
+}
+
 fn put(part: &PartialFile, index: u32, data: &[u8], digest: &Digest) -> ChunkOutcome {
     let mut pieces = Vec::new();
     let piece = part.piece();

@@ -38,4 +38,22 @@ pub trait RelayHook: Send + Sync {
     /// A striped transfer: a session's unfinished files are kept for the
     /// other stripes.
     fn is_striped(&self) -> bool;
+
+    /// Changes whenever another upstream session of the transfer starts
+    /// (then ask [`Self::superseded`]); `None`: never.
+    fn newer_upstreams(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        None
+    }
+
+    /// A newer upstream session carries what this one does: the client
+    /// routed around this one's sender, and this session ends as soon as
+    /// that sender is silent ([`SUPERSEDED_QUIET`]).
+    fn superseded(&self) -> bool {
+        false
+    }
 }
+
+/// How long the sender of a superseded session may stay silent before the
+/// session ends (a live sender keeps alive well within it; a silent one
+/// would hold its files' staging from the newer session).
+pub const SUPERSEDED_QUIET: std::time::Duration = std::time::Duration::from_secs(2);

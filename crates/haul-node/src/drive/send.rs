@@ -185,13 +185,25 @@ pub async fn run_sender(
         now,
     };
     let (tx, mut rx) = mpsc::channel(4096);
-    let reader_task = tokio::spawn(forward(reader, tx));
+    let reader_task = AbortOnDrop(tokio::spawn(forward(reader, tx)));
     let result = d.run(&feed, &mut rx, done_rx).await;
-    reader_task.abort();
+    drop(reader_task);
     result.map_err(|error| Interrupted {
         error,
         unfinished: d.session.into_unfinished(),
     })
+}
+
+/// The connection's reader task, stopped however the send ends — also
+/// when the send itself is dropped (a relay's forward re-routed away is
+/// aborted): a reader left running would hold the connection open, and the
+/// peer would wait out its idle limit in the middle of a chunk.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// Reads the peer's messages and forwards them: neither side can then

@@ -1,0 +1,174 @@
+//! Whether a fan-out's node is still there: silence measured against what
+//! the path can explain, with time passed in.
+//!
+//! A relay killed outright is seen at once (the kernel resets its
+//! connections); one whose host lost power, froze or was cut off says
+//! nothing at all, and waiting out `--timeout` (60 s) for it held every
+//! node behind it for two minutes in the lab. So the client watches each
+//! node's control connection: a node sends a report or a keepalive on it
+//! at least every [`HEARTBEAT`], whatever its data is doing (the
+//! connection carries no bulk data, so nothing queues in front of it on
+//! the node's side). The client *suspects* a node that has said nothing
+//! for [`Liveness::limit`]:
+//!
+//! ```text
+//! limit = max(FLOOR, 4 · HEARTBEAT + 4 · rtt)
+//! ```
+//!
+//! - A constant delay moves every message alike and opens no gap: the
+//!   round trip counts only as the time a lost packet takes to be sent
+//!   again (QUIC's probe timeout and TCP's retransmission are about a
+//!   round trip and a bit), allowed four times over.
+//! - Loss opens gaps only as long as every packet in them is lost: with a
+//!   message every 250 ms, two seconds of silence on a live path at 30 %
+//!   loss needs eight losses in a row and more (0.3⁸ ≈ 7·10⁻⁵ a window),
+//!   where one message a second would have needed two (9 %).
+//! - The floor (2 s) covers a loaded machine's scheduling and a queue in
+//!   front of a slow link; it is still thirty times under `--timeout`.
+//!
+//! A suspect is routed around at once ([`crate::Routing::lost`]); one
+//! that speaks again is let back in as a leaf ([`crate::Routing::rejoin`])
+//! and completes from the client, so a false suspicion costs upload, never
+//! a failure. `tests/liveness.rs` in haul-netsim runs this detector against
+//! simulated heartbeats over lossy and slow links.
+
+use std::time::{Duration, Instant};
+
+/// A node's control connection carries a report or a keepalive at least
+/// this often.
+pub const HEARTBEAT: Duration = Duration::from_millis(250);
+
+/// No node is suspected sooner than this after its last word.
+pub const FLOOR: Duration = Duration::from_secs(2);
+
+/// One node's liveness as its control connection shows it.
+#[derive(Debug, Clone)]
+pub struct Liveness {
+    limit: Duration,
+    last: Instant,
+    suspected: bool,
+}
+
+/// What changed at a step of [`Liveness`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Verdict {
+    /// Nothing new.
+    Same,
+    /// Silent past the limit: route around it (silent for this long).
+    Suspect(Duration),
+    /// A suspect spoke again.
+    Back,
+}
+
+impl Liveness {
+    /// A node whose round trip (as admission measured it) is `rtt`, last
+    /// heard at `now`.
+    pub fn new(rtt: Duration, now: Instant) -> Self {
+        Self {
+            limit: Self::limit_for(rtt),
+            last: now,
+            suspected: false,
+        }
+    }
+
+    /// The silence after which a node at round trip `rtt` is suspected.
+    pub fn limit_for(rtt: Duration) -> Duration {
+        FLOOR.max(
+            HEARTBEAT
+                .saturating_mul(4)
+                .saturating_add(rtt.saturating_mul(4)),
+        )
+    }
+
+    /// This node's limit.
+    pub fn limit(&self) -> Duration {
+        self.limit
+    }
+
+    /// The node said something at `now`.
+    pub fn heard(&mut self, now: Instant) -> Verdict {
+        self.last = self.last.max(now);
+        match std::mem::replace(&mut self.suspected, false) {
+            true => Verdict::Back,
+            false => Verdict::Same,
+        }
+    }
+
+    /// When [`Self::check`] has something to say (`None` while suspected:
+    /// only [`Self::heard`] changes that; or never, for a limit past the
+    /// clock's end).
+    pub fn deadline(&self) -> Option<Instant> {
+        if self.suspected {
+            return None;
+        }
+        self.last.checked_add(self.limit)
+    }
+
+    /// The time is `now`: a node silent past its limit becomes a suspect
+    /// (once).
+    pub fn check(&mut self, now: Instant) -> Verdict {
+        let silent = now.saturating_duration_since(self.last);
+        if self.suspected || silent < self.limit {
+            return Verdict::Same;
+        }
+        self.suspected = true;
+        Verdict::Suspect(silent)
+    }
+
+    /// Suspected now.
+    pub fn is_suspected(&self) -> bool {
+        self.suspected
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn the_limit_is_the_floor_on_a_short_path_and_grows_with_the_round_trip() {
+        assert_eq!(Liveness::limit_for(Duration::ZERO), FLOOR);
+        assert_eq!(Liveness::limit_for(20 * MS), FLOOR);
+        // 1 s one way: 4 round trips and 4 heartbeats.
+        assert_eq!(Liveness::limit_for(2000 * MS), 9000 * MS);
+        assert_eq!(Liveness::limit_for(Duration::MAX), Duration::MAX);
+    }
+
+    #[test]
+    fn a_node_heard_every_heartbeat_is_never_suspected() {
+        let t0 = Instant::now();
+        let mut l = Liveness::new(10 * MS, t0);
+        for k in 1..1000u32 {
+            let now = t0 + HEARTBEAT * k;
+            assert_eq!(l.check(now), Verdict::Same);
+            assert_eq!(l.heard(now), Verdict::Same);
+        }
+    }
+
+    #[test]
+    fn silence_past_the_limit_is_suspected_once_and_speaking_again_is_back() {
+        let t0 = Instant::now();
+        let mut l = Liveness::new(10 * MS, t0);
+        assert_eq!(l.deadline(), Some(t0 + FLOOR));
+        assert_eq!(l.check(t0 + FLOOR - MS), Verdict::Same);
+        assert_eq!(l.check(t0 + FLOOR), Verdict::Suspect(FLOOR));
+        assert!(l.is_suspected());
+        assert_eq!(l.deadline(), None);
+        assert_eq!(l.check(t0 + FLOOR * 5), Verdict::Same);
+        assert_eq!(l.heard(t0 + FLOOR * 6), Verdict::Back);
+        assert!(!l.is_suspected());
+        assert_eq!(l.deadline(), Some(t0 + FLOOR * 7));
+    }
+
+    #[test]
+    fn a_message_that_arrives_out_of_order_in_time_does_not_move_the_clock_back() {
+        let t0 = Instant::now();
+        let mut l = Liveness::new(10 * MS, t0);
+        l.heard(t0 + 1500 * MS);
+        l.heard(t0 + 100 * MS);
+        assert_eq!(l.check(t0 + 3000 * MS), Verdict::Same);
+        assert_eq!(l.check(t0 + 3500 * MS), Verdict::Suspect(FLOOR));
+    }
+}
