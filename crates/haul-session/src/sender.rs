@@ -184,6 +184,9 @@ struct Round {
     todo: VecDeque<u32>,
     reading: usize,
     sent: u32,
+    /// Its source could not give a chunk yet ([`Sender::read_not_ready`]):
+    /// no reads until [`Sender::sources_ready`].
+    unready: bool,
 }
 
 #[derive(Debug)]
@@ -722,8 +725,7 @@ impl<S> Sender<S> {
         };
         f.phase = Phase::Sending(Round {
             todo,
-            reading: 0,
-            sent: 0,
+            ..Round::default()
         });
         self.sending.push_back(id);
         self.pump();
@@ -743,6 +745,10 @@ impl<S> Sender<S> {
                 self.sending.remove(idx);
                 continue;
             };
+            if round.unready {
+                idx += 1;
+                continue;
+            }
             while self.reading < self.cfg.reads_ahead.max(1) {
                 let Some(index) = round.todo.pop_front() else {
                     break;
@@ -763,6 +769,45 @@ impl<S> Sender<S> {
             }
             idx += 1;
         }
+    }
+
+    /// The driver cannot read chunk `index` of `file` yet: its source (a
+    /// relay's file still being received) has not verified that chunk. The
+    /// read is given back and the file's reads wait for
+    /// [`Self::sources_ready`], while other files' reads go ahead — a
+    /// relay's small files still to come must not hold back a large one
+    /// already arriving. Keepalives go out meanwhile.
+    pub fn read_not_ready(&mut self, now: Instant, file: FileId, index: u32) {
+        self.now = now;
+        self.core.io_pending = self.core.io_pending.saturating_sub(1);
+        let Some(f) = self.flights.get_mut(&file) else {
+            return;
+        };
+        let Phase::Sending(round) = &mut f.phase else {
+            return;
+        };
+        round.reading = round.reading.saturating_sub(1);
+        self.reading = self.reading.saturating_sub(1);
+        let at = round.todo.iter().position(|&i| i > index);
+        round.todo.insert(at.unwrap_or(round.todo.len()), index);
+        if !round.unready {
+            round.unready = true;
+            self.core.waiting += 1;
+        }
+        self.pump();
+    }
+
+    /// A source may have chunks ready now: parked files read again (one
+    /// still not ready is parked again).
+    pub fn sources_ready(&mut self) {
+        for f in self.flights.values_mut() {
+            if let Phase::Sending(round) = &mut f.phase {
+                if std::mem::take(&mut round.unready) {
+                    self.core.waiting = self.core.waiting.saturating_sub(1);
+                }
+            }
+        }
+        self.pump();
     }
 
     /// The driver read and hashed chunk `index` of `file` and holds its
@@ -802,6 +847,9 @@ impl<S> Sender<S> {
                 // Reads still outstanding will come back to a file no
                 // longer sending.
                 self.reading = self.reading.saturating_sub(round.reading);
+                if round.unready {
+                    self.core.waiting = self.core.waiting.saturating_sub(1);
+                }
                 f.phase = Phase::Confirming(Confirmed::ReadFailed(e));
                 self.core.request(SenderIo::Confirm { file });
                 self.pump();
@@ -1051,7 +1099,12 @@ impl<S> Sender<S> {
         }
         match &f.phase {
             // Reads still outstanding will come back to a forgotten file.
-            Phase::Sending(round) => self.reading = self.reading.saturating_sub(round.reading),
+            Phase::Sending(round) => {
+                self.reading = self.reading.saturating_sub(round.reading);
+                if round.unready {
+                    self.core.waiting = self.core.waiting.saturating_sub(1);
+                }
+            }
             Phase::Settling(_) => self.core.waiting = self.core.waiting.saturating_sub(1),
             // A confirmation still to come (a relay's, waiting for the
             // origin's root seal) is dropped with the file: counted as

@@ -449,6 +449,71 @@ fn drain(s: &mut Sender<()>, now: Instant) -> Vec<Message> {
         .collect()
 }
 
+/// A relay's file whose chunks have not verified there yet gives its reads
+/// back: other files' chunks go out meanwhile (a small file still to come
+/// must not hold back a large one already arriving), keepalives go out,
+/// and the parked file reads again when a source wakes.
+#[test]
+fn a_file_not_ready_yet_lets_the_others_read_and_reads_again_when_woken() {
+    let t0 = Instant::now();
+    let ms = Duration::from_millis;
+    let idle = Duration::from_secs(30);
+    let cfg = SessionConfig {
+        idle,
+        ..SessionConfig::default()
+    };
+    let mut s: Sender<()> = Sender::push(cfg, t0);
+    let file = |path: &str, size: u64| SendJob {
+        entry: Entry {
+            path: path.into(),
+            ..one_file(size)
+        },
+        first: 0,
+        end: size.div_ceil(1024) as u32,
+        group: None,
+        source: (),
+    };
+    s.push_job(t0, file("small", 100));
+    s.push_job(t0, file("big", 8 * 1024));
+    for id in [1, 2] {
+        let need = Message::Need {
+            id,
+            skip: false,
+            have: Vec::new(),
+        };
+        s.handle(t0, need).unwrap();
+    }
+    // The small file asked first: its chunk is not there yet.
+    let mut big = Vec::new();
+    let mut parked = 0;
+    for _ in 0..100 {
+        let Some(io) = s.poll_io() else { break };
+        match io {
+            SenderIo::Read { file: 1, index } => {
+                parked += 1;
+                s.read_not_ready(t0, 1, index);
+            }
+            SenderIo::Read { file: 2, index } => {
+                big.push(index);
+                s.read_done(t0, 2, index, Ok([index as u8; 32]));
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(parked, 1, "asked once, then parked");
+    assert_eq!(big, (0..8).collect::<Vec<u32>>(), "the big file went on");
+    // While it waits, the peer hears keepalives.
+    drain(&mut s, t0);
+    assert_eq!(s.poll_timeout(), Some(t0 + idle / 3));
+    s.handle_timeout(t0 + idle / 3).unwrap();
+    assert_eq!(drain(&mut s, t0 + idle / 3), vec![Message::KeepAlive]);
+    // Woken: it reads again, and its round ends.
+    s.sources_ready();
+    assert_eq!(s.poll_io(), Some(SenderIo::Read { file: 1, index: 0 }));
+    s.read_done(t0 + ms(1), 1, 0, Ok([7; 32]));
+    assert!(drain(&mut s, t0 + ms(1)).contains(&Message::RangeEnd { id: 1, chunks: 1 }));
+}
+
 #[test]
 fn the_last_file_failing_in_a_read_still_ends_with_goodbye() {
     let t0 = Instant::now();

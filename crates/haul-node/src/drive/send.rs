@@ -239,7 +239,7 @@ struct Driver {
     /// whether their digest came from a hash-cache record (said on the
     /// wire, [`ChunkHeader::from_record`]).
     held: HashMap<(FileId, u32), (Held, bool)>,
-    /// Reads waiting for a buffer or for their chunk to be ready.
+    /// Reads waiting for a buffer.
     waiting: VecDeque<(FileId, u32)>,
     /// Hashes waiting for their chunks to be ready (a relay's file whose
     /// chunks or seals are still on the way).
@@ -597,9 +597,10 @@ impl Driver {
                     let _ = tx.send(Done::Ready);
                 }));
             }
-            // Checked again: it may have verified meanwhile.
+            // Checked again: it may have verified meanwhile. If not, the
+            // session reads other files' chunks until this one wakes.
             if !source.ready(index) {
-                self.waiting.push_back((file, index));
+                self.session.read_not_ready(self.now, file, index);
                 return;
             }
         }
@@ -768,7 +769,7 @@ impl Driver {
                 self.session.read_done(now, file, index, digest);
             }
             Done::Hash(file, result) => self.session.hashed(now, file, result),
-            Done::Ready => {}
+            Done::Ready => self.session.sources_ready(),
         }
     }
 }

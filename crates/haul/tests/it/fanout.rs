@@ -256,6 +256,56 @@ fn a_striped_relay_killed_mid_transfer_is_routed_around_in_every_stripe() {
     }
 }
 
+/// Bytes staged under `root`'s `.haul/partial` (0 when none).
+fn staged(root: &Path) -> u64 {
+    std::fs::read_dir(root.join(".haul/partial"))
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| e.metadata().ok())
+                .map(|m| m.len())
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+/// A relay forwards a large file as it arrives, also when small files
+/// offered with it come later: their chunks not being there yet must not
+/// hold its reads (they held every byte of it until the small files came).
+#[test]
+fn a_relay_forwards_a_large_file_while_small_files_offered_with_it_are_still_to_come() {
+    let s = Scratch::new();
+    write_file(&s.path("src/big.bin"), 48 << 20, 21);
+    for i in 0..20 {
+        write_file(&s.path(&format!("src/small/f{i}")), 1500 + i, 30 + i);
+    }
+    let nodes = plaintext_nodes(&s, 2);
+    let urls: Vec<String> = nodes.iter().map(|n| n.url("in")).collect();
+    let (config, src) = (s.path("client"), s.path("src"));
+    let pushing = std::thread::spawn(move || {
+        push(&config, &src, &urls, &["--plaintext", "--bwlimit", "12M"])
+    });
+    // Until the first node staged three quarters of the file, how much
+    // the second one holds.
+    let (first, second) = (s.path("n0"), s.path("n1"));
+    let mut relayed = 0;
+    crate::harness::wait_for(LIMIT, "the first node to stage 36 MiB", || {
+        relayed = relayed.max(staged(&second));
+        staged(&first) >= 36 << 20 || pushing.is_finished()
+    });
+    let out = pushing.join().unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(
+        relayed >= 16 << 20,
+        "the relay held back the large file: {relayed} bytes relayed"
+    );
+    for i in 0..2 {
+        assert_eq!(
+            listing(&s.path(&format!("n{i}/in/src"))),
+            listing(&s.path("src"))
+        );
+    }
+}
+
 #[test]
 fn a_rerun_sends_each_node_only_what_it_lacks() {
     let s = Scratch::new();

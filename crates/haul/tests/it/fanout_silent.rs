@@ -16,9 +16,12 @@ fn chain(s: &Scratch) -> Vec<Node> {
         .collect()
 }
 
-/// The dataset: one large file (the relay is caught in it).
+/// The dataset: one large file (the relay is caught in it) and small ones.
 fn dataset(src: &Path) {
     write_file(&src.join("big.bin"), 80 << 20, 5);
+    for i in 0..20 {
+        write_file(&src.join(format!("small/f{i}")), 2000 + i, 6 + i);
+    }
 }
 
 /// Starts the push (the client's upload limited, so the relays are caught
