@@ -29,6 +29,10 @@ use haul_plan::{stripe_chunks, Parent, Plan, Routing, Verdict};
 pub use crate::heartbeat::Heartbeats;
 use crate::heartbeat::Watch;
 
+/// How long the client waits for suspects once every other node is done
+/// (as `haul_node::fanout` does).
+const SUSPECT_GRACE: f64 = 5.0;
+
 /// A fan-out to simulate.
 #[derive(Debug, Clone)]
 pub struct FanoutSim {
@@ -128,6 +132,9 @@ pub fn run(plan: &Plan, sim: &FanoutSim) -> FanoutOutcome {
     let mut watch = sim.heartbeats.as_ref().map(|h| Watch::new(h, n, sim.delay));
     let detect = watch.as_ref().map_or(sim.detect, |w| w.limit() + 1.0);
     let (mut false_suspicions, mut rejoined) = (0u64, 0u64);
+    // Suspects not back yet, and when the latest was suspected: the client
+    // waits a grace for them once every other node is done.
+    let (mut suspects, mut last_suspected) = (0usize, 0.0f64);
     let (mut client_pieces, mut pieces_sent) = (0u64, 0u64);
     let mut kids = children_of(&routing, n);
     // The (stripe, child, pieces it may have) a sender feeds in a step.
@@ -139,8 +146,10 @@ pub fn run(plan: &Plan, sim: &FanoutSim) -> FanoutOutcome {
     let limit = (pieces as f64 * sim.piece as f64 / slowest.max(1.0)) * (n as f64 + 1.0)
         + (n as f64 + 1.0) * sim.delay
         + sim.deaths.len() as f64 * detect
+        + SUSPECT_GRACE
         + 1.0;
-    while routing.pending() && now < limit {
+    let waiting = |suspects: usize, last: f64, now: f64| suspects > 0 && now < last + SUSPECT_GRACE;
+    while (routing.pending() || waiting(suspects, last_suspected, now)) && now < limit {
         now += dt;
         while deaths.peek().is_some_and(|(t, _)| *t <= now) {
             if let Some((_, i)) = deaths.next() {
@@ -159,9 +168,12 @@ pub fn run(plan: &Plan, sim: &FanoutSim) -> FanoutOutcome {
                     Verdict::Suspect(_) if routing.is_alive(i) && !routing.is_done(i) => {
                         false_suspicions += u64::from(!dead[i]);
                         noticed.push((now, i));
+                        suspects += 1;
+                        last_suspected = now;
                     }
                     Verdict::Back if !dead[i] && !routing.rejoin(i).is_empty() => {
                         rejoined += 1;
+                        suspects = suspects.saturating_sub(1);
                         rerouted = true;
                     }
                     _ => {}

@@ -1,10 +1,12 @@
 //! The client's liveness detector ([`haul_plan::Liveness`]) against
 //! simulated heartbeats: each node's control connection carries a message
 //! every [`HEARTBEAT`], over a path that loses each try of it with some
-//! probability and sends it again after a retransmission timeout that
-//! doubles (TCP's RTO, QUIC's probe timeout), so losses in a row open gaps
-//! the way they do on a real lossy link. A node that goes silent stops
-//! sending them. [`crate::fanout::run`] routes around whatever the detector
+//! probability. A lost try is sent again once the sender learns of the
+//! loss — over QUIC when a later packet is acknowledged, about a
+//! heartbeat and a round trip later (`rto`), each time — and the stream is
+//! ordered: nothing after a lost message is delivered before it, so losses
+//! in a row open gaps the way they do on a real lossy link. A node that
+//! goes silent stops sending them. [`crate::fanout::run`] routes around whatever the detector
 //! suspects, and lets back in whatever speaks again, so a false suspicion
 //! shows in its outcome.
 
@@ -23,7 +25,7 @@ pub struct Heartbeats {
     /// Each node's chance of losing one try of a heartbeat (by node; a
     /// node past the end of the list loses none).
     pub loss: Vec<f64>,
-    /// Seconds until a lost try is sent again; doubled after each loss.
+    /// Seconds from a lost try to the next.
     pub rto: f64,
     /// Seeds the losses and each node's phase.
     pub seed: u64,
@@ -36,6 +38,9 @@ pub(crate) struct Watch {
     next: Vec<f64>,
     /// Heartbeats on their way: (arrival in ns, node).
     arriving: BinaryHeap<Reverse<(u64, usize)>>,
+    /// When each node's latest message is delivered (the stream is in
+    /// order: none before it).
+    delivered: Vec<f64>,
     live: Vec<Liveness>,
     rng: Rng,
     loss: Vec<f64>,
@@ -54,6 +59,7 @@ impl Watch {
             t0,
             next: (0..n).map(|_| rng.f64() * every).collect(),
             arriving: BinaryHeap::new(),
+            delivered: vec![0.0; n],
             live: (0..n).map(|_| Liveness::new(rtt, t0)).collect(),
             rng,
             loss: h.loss.clone(),
@@ -84,13 +90,13 @@ impl Watch {
                     continue;
                 }
                 let loss = self.loss.get(i).copied().unwrap_or(0.0);
-                let (mut extra, mut rto, mut tries) = (0.0, self.rto, 0);
-                while tries < 12 && self.rng.chance(loss) {
-                    extra += rto;
-                    rto *= 2.0;
+                let (mut extra, mut tries) = (0.0, 0);
+                while tries < 64 && self.rng.chance(loss) {
+                    extra += self.rto;
                     tries += 1;
                 }
-                let arrives = sent + self.delay + extra;
+                let arrives = (sent + self.delay + extra).max(self.delivered[i]);
+                self.delivered[i] = arrives;
                 self.arriving.push(Reverse(((arrives * 1e9) as u64, i)));
             }
         }

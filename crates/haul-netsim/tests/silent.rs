@@ -1,6 +1,6 @@
 //! Fan-outs in simulated time whose nodes go silent (no reset: dropped
 //! packets, a frozen host), found by the client's liveness detector over
-//! simulated heartbeats, mixed with slow uploaders and lossy control paths
+//! simulated heartbeats, mixed with slow uploaders (which must hold nobody back) and lossy control paths
 //! that must never be taken for silent ones. Deterministic by seed.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -13,9 +13,9 @@ const MIB: u64 = 1 << 20;
 const RATE: f64 = 12.5e6;
 /// One-way delay of every hop: the lab's `delay 5ms`.
 const DELAY: f64 = 0.005;
-/// A lossy control path's retransmission timeout (QUIC's probe timeout is
-/// a few round trips; TCP's minimum RTO 200 ms).
-const RTO: f64 = 0.2;
+/// From a lost try of a heartbeat to the next: QUIC learns of the loss
+/// when a later packet (the next heartbeat) is acknowledged.
+const RTO: f64 = 0.25 + 2.0 * DELAY;
 
 fn sim(
     rates: &[f64],
@@ -162,21 +162,16 @@ fn a_thousand_striped_nodes_with_one_percent_going_silent_stay_within_1_6x_of_on
 }
 
 #[test]
-fn a_live_node_whose_control_path_drops_nearly_everything_is_suspected_then_rejoins_and_completes()
-{
-    // A control path that loses everything for a while looks silent: the
-    // node is routed around, comes back as a leaf and completes. (Loss 1.0
-    // for a node past the list's end is not expressible, so: a path that
-    // loses nine tries in ten, with a long retransmission timeout.)
+fn a_live_node_behind_a_very_lossy_control_path_is_suspected_then_rejoins_and_completes() {
+    // A control path that loses 90 % of every try opens gaps of seconds:
+    // the node is suspected, comes back as a leaf the client feeds, its
+    // limit learns the path, and it completes.
     let size = 64 * MIB;
     let rates = vec![RATE; 8];
     let plan = Plan::build(&Rates::equal(8, RATE, DELAY), Shape::Chain, size);
-    let mut s = sim(&rates, size, &plan, Vec::new(), vec![0.0, 0.0, 0.0, 0.9]);
-    if let Some(h) = &mut s.heartbeats {
-        h.rto = 1.0;
-    }
+    let s = sim(&rates, size, &plan, Vec::new(), vec![0.0, 0.0, 0.0, 0.9]);
     let out = run(&plan, &s);
-    assert!(out.all_live_complete());
+    assert!(out.all_live_complete(), "{out:?}");
     assert!(out.false_suspicions >= 1, "{out:?}");
     assert_eq!(out.rejoined, out.false_suspicions, "each came back");
 }

@@ -131,6 +131,10 @@ struct Admitted {
     rtt: Duration,
 }
 
+/// How long the run waits for suspects to speak again once every other
+/// node is done.
+const SUSPECT_GRACE: Duration = Duration::from_secs(5);
+
 /// What the control tasks and sends tell the coordinator.
 enum News {
     Progress(usize, u64, bool),
@@ -272,6 +276,8 @@ pub async fn push_fanout(
         sending: HashMap::new(),
         held: vec![0; admitted.len()],
         suspects: HashSet::new(),
+        last_suspected: Instant::now(),
+        announced: HashSet::new(),
     };
     // 3. Control tasks: forwards first, then reports and keepalives.
     let (news_tx, mut news) = mpsc::unbounded_channel();
@@ -289,8 +295,21 @@ pub async fn push_fanout(
     // 4. Until every live node reported. Each node's rate is averaged over
     // a few seconds of its reports (one that arrived late is no spike).
     let mut rates: HashMap<usize, WindowedRate> = HashMap::new();
-    while run.routing.pending() {
-        let Some(n) = news.recv().await else { break };
+    loop {
+        // Once only suspects are left, they get a grace to speak again (a
+        // false suspicion of the last node must not fail it), no more.
+        let next = match (run.routing.pending(), run.suspects.is_empty()) {
+            (true, _) => news.recv().await,
+            (false, true) => break,
+            (false, false) => {
+                let until = run.last_suspected + SUSPECT_GRACE;
+                match tokio::time::timeout_at(until.into(), news.recv()).await {
+                    Ok(n) => n,
+                    Err(_) => break,
+                }
+            }
+        };
+        let Some(n) = next else { break };
         match n {
             News::Progress(i, bytes, complete) => {
                 if let Some(h) = run.held.get_mut(i) {
@@ -457,7 +476,13 @@ async fn control(
 ) {
     let mut live = Liveness::new(rtt, Instant::now());
     let keepalive = idle / 3;
-    let mut next_keepalive = tokio::time::Instant::now() + keepalive;
+    // A `--timeout` too long to add to the clock sends none.
+    let after = |d: Duration| {
+        let now = tokio::time::Instant::now();
+        now.checked_add(d)
+            .unwrap_or(now + Duration::from_secs(86400 * 365))
+    };
+    let mut next_keepalive = after(keepalive);
     let result: Result<(), NodeError> = async {
         loop {
             let deadline = live.deadline();
@@ -468,6 +493,9 @@ async fn control(
                 }
             };
             tokio::select! {
+                // A message that waited while this task did counts before
+                // the silence it ends.
+                biased;
                 msg = r.recv() => {
                     let msg = msg?;
                     if live.heard(Instant::now()) == Verdict::Back {
@@ -493,7 +521,7 @@ async fn control(
                     }
                 }
                 () = tokio::time::sleep_until(next_keepalive) => {
-                    next_keepalive = tokio::time::Instant::now() + keepalive;
+                    next_keepalive = after(keepalive);
                     w.send(&Message::KeepAlive).await?;
                 }
             }
@@ -539,6 +567,10 @@ struct Run {
     held: Vec<u64>,
     /// Nodes routed around for their silence, that may still speak again.
     suspects: HashSet<usize>,
+    /// When the latest suspect was routed around.
+    last_suspected: Instant,
+    /// Nodes whose `node_done` went out (once each).
+    announced: HashSet<usize>,
 }
 
 impl Run {
@@ -725,7 +757,11 @@ impl Run {
     }
 
     /// Tells the observer that node `i` is done (or failed).
-    fn announce(&self, i: usize, nodes: &[NodeReport]) {
+    fn announce(&mut self, i: usize, nodes: &[NodeReport]) {
+        // Once: a node that reported may adopt orphans and report again.
+        if !self.announced.insert(i) {
+            return;
+        }
         let n = &nodes[self.index[i]];
         self.tally.event(&Event::NodeDone {
             node: n.url.clone(),
@@ -913,6 +949,7 @@ impl Run {
             ),
         });
         self.suspects.insert(i);
+        self.last_suspected = Instant::now();
         let _ = self.commands[i].send(Message::Forward {
             targets: Vec::new(),
         });

@@ -274,14 +274,16 @@ impl Transfer {
         state.generation += 1;
         let generation = state.generation;
         state.newest.insert(stripe.map(|s| s.index), generation);
-        drop(state);
-        // Seen by the new session's watch as it is made; every older one
-        // wakes up.
+        // Every older session wakes up; this one's watch starts from here,
+        // under the lock, so a session started right after is news to it.
         self.newest_upstream.send_replace(generation);
+        let newer = self.newest_upstream.subscribe();
+        drop(state);
         Some(Upstream {
             transfer: self.clone(),
             stripe,
             generation,
+            newer,
         })
     }
 
@@ -803,10 +805,18 @@ impl Observer for ForwardLog {
 
 /// One upstream session of a [`Transfer`]: what its receiving driver
 /// tells the relay, and whether a newer session took its place.
+///
+/// Newer is by arrival, not by who the client made the parent: a relay
+/// routed around that reconnects before its `Forward{[]}` arrives is
+/// newest for a moment. The parent's session is then cut only if its
+/// sender is quiet for [`crate::drive::relay_hook::SUPERSEDED_QUIET`], and
+/// its pool connects again — newest once more — when it is.
 pub struct Upstream {
     transfer: Arc<Transfer>,
     stripe: Option<Stripe>,
     generation: u64,
+    /// Changes when a later upstream session starts.
+    newer: tokio::sync::watch::Receiver<u64>,
 }
 
 impl Upstream {
@@ -834,7 +844,7 @@ impl RelayHook for Upstream {
     }
 
     fn newer_upstreams(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
-        Some(self.transfer.newest_upstream.subscribe())
+        Some(self.newer.clone())
     }
 
     fn superseded(&self) -> bool {

@@ -7,9 +7,10 @@
 //! node behind it for two minutes in the lab. So the client watches each
 //! node's control connection: a node sends a report or a keepalive on it
 //! at least every [`HEARTBEAT`], whatever its data is doing (the
-//! connection carries no bulk data, so nothing queues in front of it on
-//! the node's side). The client *suspects* a node that has said nothing
-//! for [`Liveness::limit`]:
+//! connection carries no bulk data, so no chunk of its own queues in front
+//! of it; a bottleneck queue its forwards fill can, which the floor and
+//! the learned limit below allow for). The client *suspects* a node that
+//! has said nothing for [`Liveness::limit`]:
 //!
 //! ```text
 //! limit = max(FLOOR, 4 · HEARTBEAT + 4 · rtt)
@@ -26,11 +27,18 @@
 //! - The floor (2 s) covers a loaded machine's scheduling and a queue in
 //!   front of a slow link; it is still thirty times under `--timeout`.
 //!
+//! The limit learns: a node whose messages came with a gap of `g` gets at
+//! least `3g` from then on (at most four times the limit it started with),
+//! so a path whose queue or losses space its messages out is given room
+//! before it is suspected, as TCP's retransmission timer follows the round
+//! trips it sees.
+//!
 //! A suspect is routed around at once ([`crate::Routing::lost`]); one
 //! that speaks again is let back in as a leaf ([`crate::Routing::rejoin`])
-//! and completes from the client, so a false suspicion costs upload, never
-//! a failure. `tests/liveness.rs` in haul-netsim runs this detector against
-//! simulated heartbeats over lossy and slow links.
+//! and completes from the client (the client waits a few seconds for a
+//! suspect when every other node is done), so a false suspicion costs
+//! upload, not a failure. `tests/silent.rs` in haul-netsim runs this
+//! detector against simulated heartbeats over lossy control paths.
 
 use std::time::{Duration, Instant};
 
@@ -44,6 +52,8 @@ pub const FLOOR: Duration = Duration::from_secs(2);
 /// One node's liveness as its control connection shows it.
 #[derive(Debug, Clone)]
 pub struct Liveness {
+    /// The limit it started with.
+    base: Duration,
     limit: Duration,
     last: Instant,
     suspected: bool,
@@ -64,8 +74,10 @@ impl Liveness {
     /// A node whose round trip (as admission measured it) is `rtt`, last
     /// heard at `now`.
     pub fn new(rtt: Duration, now: Instant) -> Self {
+        let base = Self::limit_for(rtt);
         Self {
-            limit: Self::limit_for(rtt),
+            base,
+            limit: base,
             last: now,
             suspected: false,
         }
@@ -87,6 +99,9 @@ impl Liveness {
 
     /// The node said something at `now`.
     pub fn heard(&mut self, now: Instant) -> Verdict {
+        let gap = now.saturating_duration_since(self.last);
+        let room = gap.saturating_mul(3).min(self.base.saturating_mul(4));
+        self.limit = self.limit.max(room);
         self.last = self.last.max(now);
         match std::mem::replace(&mut self.suspected, false) {
             true => Verdict::Back,
@@ -159,16 +174,33 @@ mod tests {
         assert_eq!(l.check(t0 + FLOOR * 5), Verdict::Same);
         assert_eq!(l.heard(t0 + FLOOR * 6), Verdict::Back);
         assert!(!l.is_suspected());
-        assert_eq!(l.deadline(), Some(t0 + FLOOR * 7));
+        // That silence taught it patience (see below).
+        assert_eq!(l.deadline(), Some(t0 + FLOOR * 6 + FLOOR * 4));
+    }
+
+    #[test]
+    fn a_path_that_spaces_its_messages_out_gets_thrice_its_widest_gap_up_to_four_times_the_floor() {
+        let t0 = Instant::now();
+        let mut l = Liveness::new(10 * MS, t0);
+        l.heard(t0 + 1500 * MS);
+        assert_eq!(l.limit(), 4500 * MS);
+        assert_eq!(l.check(t0 + 5900 * MS), Verdict::Same);
+        assert_eq!(l.check(t0 + 6000 * MS), Verdict::Suspect(4500 * MS));
+        // Back after 20 s: patience grows, to four times the floor at most.
+        assert_eq!(l.heard(t0 + 21_500 * MS), Verdict::Back);
+        assert_eq!(l.limit(), FLOOR * 4);
+        // Narrow gaps never shrink it again.
+        l.heard(t0 + 21_600 * MS);
+        assert_eq!(l.limit(), FLOOR * 4);
     }
 
     #[test]
     fn a_message_that_arrives_out_of_order_in_time_does_not_move_the_clock_back() {
         let t0 = Instant::now();
         let mut l = Liveness::new(10 * MS, t0);
-        l.heard(t0 + 1500 * MS);
+        l.heard(t0 + 500 * MS);
         l.heard(t0 + 100 * MS);
-        assert_eq!(l.check(t0 + 3000 * MS), Verdict::Same);
-        assert_eq!(l.check(t0 + 3500 * MS), Verdict::Suspect(FLOOR));
+        assert_eq!(l.check(t0 + 2400 * MS), Verdict::Same);
+        assert_eq!(l.check(t0 + 2500 * MS), Verdict::Suspect(FLOOR));
     }
 }

@@ -446,7 +446,7 @@ impl Driver {
         };
         match self.session.handle_chunk(now, h)? {
             ChunkAction::Discard => {
-                let stale = stale(&mut self.newer, self.ctx.relay.as_deref());
+                let stale = stale(&self.newer, self.ctx.relay.as_deref());
                 tokio::select! {
                     read = self.r.skip_payload(&h) => read?,
                     e = stale => return Err(e),
@@ -462,7 +462,7 @@ impl Driver {
                 // bytes arrive.
                 let mut buf = self.ctx.buffers.take(h.len as usize).await;
                 if !self.r.try_read_payload(&h, buf.vec()) {
-                    let stale = stale(&mut self.newer, self.ctx.relay.as_deref());
+                    let stale = stale(&self.newer, self.ctx.relay.as_deref());
                     tokio::select! {
                         read = self.r.read_payload(&h, buf.vec()) => read?,
                         e = stale => return Err(e),
@@ -597,14 +597,18 @@ impl Driver {
 /// Resolves with the session's end when a newer upstream session takes
 /// this one's place while a chunk's payload is read, and the payload has
 /// not come in full within [`SUPERSEDED_QUIET`] (a sender frozen or cut
-/// off mid-chunk); never for a session that is not a relay's.
+/// off mid-chunk — or one so slow that a chunk takes longer: superseded,
+/// it is cut all the same); never for a session that is not a relay's.
+/// It watches a copy of the session's watch, so the main loop still hears
+/// of the change when the payload came in time.
 async fn stale(
-    newer: &mut Option<tokio::sync::watch::Receiver<u64>>,
+    newer: &Option<tokio::sync::watch::Receiver<u64>>,
     relay: Option<&dyn RelayHook>,
 ) -> NodeError {
-    let (Some(watch), Some(relay)) = (newer.as_mut(), relay) else {
+    let (Some(watch), Some(relay)) = (newer, relay) else {
         return std::future::pending().await;
     };
+    let mut watch = watch.clone();
     while !relay.superseded() {
         if watch.changed().await.is_err() {
             return std::future::pending().await;
