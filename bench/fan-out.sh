@@ -178,12 +178,13 @@ for run in $(seq 1 "$RUNS"); do
   # silent and frozen: h4 goes quiet once it staged half (its link pulled, or the process
   # stopped); the others must not wait out the 60 s --timeout.
   for how in silent frozen; do
+    q=${how:0:1}$d  # a destination of its own: a node back from the last run may still hold that one
     rm -f "$W/went-quiet"
     ( while ! find "$W/n4/.haul/partial" -type f -size +$((FAIL_SIZE / 2 * 1024))k 2>/dev/null | grep -q .; do sleep 0.05; done
       if [ "$how" = silent ]; then lab link h4 down >/dev/null; else kill -STOP "${NODE[4]}"; fi
       touch "$W/went-quiet" ) &
     quieter=$!
-    secs=$(inh 1 "$HAUL" push "$W/fail.bin" $(urls 8 "q$d") --plaintext --plan "$PLAN" --json 2>/dev/null | others_done 2 || true)
+    secs=$(inh 1 "$HAUL" push "$W/fail.bin" $(urls 8 "$q") --plaintext --plan "$PLAN" --json 2>/dev/null | others_done 2 || true)
     kill "$quieter" 2>/dev/null || true
     wait "$quieter" 2>/dev/null || true
     lab link h4 up >/dev/null
@@ -193,7 +194,8 @@ for run in $(seq 1 "$RUNS"); do
     else
       echo "fail-$how run $run: the push ended before h4 staged half; not counted" >&2
     fi
-    clear_dests "q$d"
+    sleep 2  # h4, back, lets go of the transfer it was cut from
+    clear_dests "$q"
   done
 done
 

@@ -34,7 +34,8 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use haul_plan::{Candidates, Liveness, Parent, Plan, Rates, Routing, Shape, Step, Verdict};
+use haul_plan::liveness::starved_after;
+use haul_plan::{Candidates, Held, Liveness, Parent, Plan, Rates, Routing, Shape, Step, Verdict};
 use haul_proto::seal::Origin;
 use haul_proto::{Message, OriginKey, RelayTarget, Request, Stripe, Ticket};
 use haul_run::rate::WindowedRate;
@@ -137,7 +138,8 @@ const SUSPECT_GRACE: Duration = Duration::from_secs(5);
 
 /// What the control tasks and sends tell the coordinator.
 enum News {
-    Progress(usize, u64, bool),
+    /// Bytes received, entries delivered, holds everything.
+    Progress(usize, u64, u64, bool),
     Reported(usize, Message),
     Lost(usize, String),
     SendEnded(usize, Option<String>),
@@ -274,7 +276,10 @@ pub async fn push_fanout(
         buffers: ChunkBuffers::new(opts.chunk_memory),
         sends: JoinSet::new(),
         sending: HashMap::new(),
-        held: vec![0; admitted.len()],
+        held: vec![Held::new(Instant::now()); admitted.len()],
+        complete: HashSet::new(),
+        rtts: admitted.iter().map(|a| a.rtt).collect(),
+        next_starve_check: Instant::now(),
         suspects: HashSet::new(),
         last_suspected: Instant::now(),
         announced: HashSet::new(),
@@ -311,15 +316,19 @@ pub async fn push_fanout(
         };
         let Some(n) = next else { break };
         match n {
-            News::Progress(i, bytes, complete) => {
+            News::Progress(i, bytes, entries, complete) => {
+                let now = Instant::now();
                 if let Some(h) = run.held.get_mut(i) {
-                    *h = bytes;
+                    h.report(bytes, entries, now);
                 }
+                if complete {
+                    run.complete.insert(i);
+                }
+                run.check_starved(now, &mut nodes);
                 let node = &mut nodes[run.index[i]];
                 if complete && node.seconds == 0.0 {
                     node.seconds = started.elapsed().as_secs_f64();
                 }
-                let now = Instant::now();
                 let rate = rates.entry(i).or_default();
                 rate.record(now, bytes);
                 run.tally.event(&Event::NodeProgress {
@@ -503,7 +512,7 @@ async fn control(
                     }
                     match msg {
                         Message::KeepAlive => {}
-                        Message::Progress { bytes, complete, .. } => { let _ = news.send(News::Progress(i, bytes, complete)); }
+                        Message::Progress { bytes, entries, complete } => { let _ = news.send(News::Progress(i, bytes, entries, complete)); }
                         m @ Message::Report { .. } => { let _ = news.send(News::Reported(i, m)); }
                         other => return Err(NodeError::Protocol(format!("unexpected {other:?} on a control connection"))),
                     }
@@ -563,8 +572,14 @@ struct Run {
     /// The client's own sends to each node (by node and stripe), to stop
     /// when the node is lost.
     sending: HashMap<(usize, Option<Stripe>), tokio::task::AbortHandle>,
-    /// Bytes each node last said it holds (verified).
-    held: Vec<u64>,
+    /// What each node last said it holds, and since when.
+    held: Vec<Held>,
+    /// Nodes that said they hold everything (their forwards may still run).
+    complete: HashSet<usize>,
+    /// Each node's round trip as admission measured it.
+    rtts: Vec<Duration>,
+    /// When the nodes are next looked at for starvation.
+    next_starve_check: Instant,
     /// Nodes routed around for their silence, that may still speak again.
     suspects: HashSet<usize>,
     /// When the latest suspect was routed around.
@@ -576,6 +591,21 @@ struct Run {
 impl Run {
     /// Does what the routing asks: forwards to relays, sends of its own.
     fn apply(&mut self, steps: Vec<Step>) {
+        // A node given a new parent is not starved for what it waited
+        // before it had one.
+        let now = Instant::now();
+        for step in &steps {
+            let fed: Vec<usize> = match step {
+                Step::Forward { children, .. } => children.clone(),
+                Step::ForwardStripes { children, .. } => children.concat(),
+                Step::Send { node } | Step::SendStripe { node, .. } => vec![*node],
+            };
+            for c in fed {
+                if let Some(h) = self.held.get_mut(c) {
+                    h.since = h.since.max(now);
+                }
+            }
+        }
         for step in steps {
             match step {
                 Step::Forward { node, children } => {
@@ -903,7 +933,7 @@ impl Run {
         let node = &mut nodes[self.index[i]];
         node.ok = false;
         node.seconds = self.started.elapsed().as_secs_f64();
-        node.bytes = node.bytes.max(self.held[i]);
+        node.bytes = node.bytes.max(self.held[i].bytes);
         node.error = why;
         self.announce(i, nodes);
         let _ = self.commands[i].send(Message::Bye);
@@ -956,6 +986,72 @@ impl Run {
         self.route_around(i);
     }
 
+    /// Nodes that receive nothing while their parent does (a link between
+    /// two nodes that both still talk to this client broke) are fed by the
+    /// client instead; looked at at most twice a second.
+    fn check_starved(&mut self, now: Instant, nodes: &mut [NodeReport]) {
+        if now < self.next_starve_check {
+            return;
+        }
+        self.next_starve_check = now + Duration::from_millis(500);
+        // A few pieces ahead is a pipeline.
+        let margin = 4 * u64::from(haul_plan::MAX_PIECE);
+        let starved: Vec<usize> = (0..self.targets.len())
+            .filter(|&i| {
+                if !self.routing.is_alive(i)
+                    || self.routing.is_done(i)
+                    || self.complete.contains(&i)
+                {
+                    return false;
+                }
+                let parents = (0..self.routing.stripes()).filter_map(|s| {
+                    match self.routing.parent_in(s, i) {
+                        Parent::Node(p) if self.routing.is_alive(p) => Some(self.held[p]),
+                        _ => None,
+                    }
+                });
+                haul_plan::starved(
+                    self.held[i],
+                    parents,
+                    now,
+                    starved_after(self.rtts[i]),
+                    margin,
+                )
+            })
+            .collect();
+        for i in starved {
+            self.starved(i, nodes);
+        }
+    }
+
+    /// Node `i` receives nothing from its parent while the parent receives:
+    /// the link between them is taken for broken. Its children go
+    /// elsewhere, and it becomes a leaf the client feeds.
+    fn starved(&mut self, i: usize, nodes: &[NodeReport]) {
+        let from: Vec<String> = (0..self.routing.stripes())
+            .filter_map(|s| match self.routing.parent_in(s, i) {
+                Parent::Node(p) => Some(self.targets[p].addr.clone()),
+                Parent::Client => None,
+            })
+            .collect();
+        self.tally.event(&Event::Warning {
+            message: format!(
+                "{} has received nothing from {} for {:.1} s while data reached {}: \
+                 the link between them is down? The client feeds it instead",
+                nodes[self.index[i]].url,
+                from.join(", "),
+                self.held[i].since.elapsed().as_secs_f64(),
+                if from.len() == 1 { "it" } else { "them" },
+            ),
+        });
+        let _ = self.commands[i].send(Message::Forward {
+            targets: Vec::new(),
+        });
+        self.route_around(i);
+        let steps = self.routing.rejoin(i);
+        self.apply(steps);
+    }
+
     /// A suspect spoke again: it rejoins as a leaf the client sends to.
     fn back(&mut self, i: usize, nodes: &mut [NodeReport]) {
         if !self.suspects.remove(&i) {
@@ -980,7 +1076,7 @@ impl Run {
         suspects.sort_unstable();
         for i in suspects {
             let node = &mut nodes[self.index[i]];
-            node.bytes = node.bytes.max(self.held[i]);
+            node.bytes = node.bytes.max(self.held[i].bytes);
             self.announce(i, nodes);
         }
     }
