@@ -6,7 +6,10 @@
 //! heartbeat and a round trip later (`rto`), each time — and the stream is
 //! ordered: nothing after a lost message is delivered before it, so losses
 //! in a row open gaps the way they do on a real lossy link. A node that
-//! goes silent stops sending them. [`crate::fanout::run`] routes around whatever the detector
+//! goes silent stops sending them. (TCP doubles its retransmission timeout
+//! after each loss of one segment: over TCP a lossy control path opens
+//! longer gaps than modelled here — at loss rates where TCP moves little
+//! data anyway.) [`crate::fanout::run`] routes around whatever the detector
 //! suspects, and lets back in whatever speaks again, so a false suspicion
 //! shows in its outcome.
 

@@ -34,8 +34,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use haul_plan::liveness::starved_after;
-use haul_plan::{Candidates, Held, Liveness, Parent, Plan, Rates, Routing, Shape, Step, Verdict};
+use haul_plan::{Candidates, Liveness, Parent, Plan, Rates, Routing, Shape, Step, Verdict};
 use haul_proto::seal::Origin;
 use haul_proto::{Message, OriginKey, RelayTarget, Request, Stripe, Ticket};
 use haul_run::rate::WindowedRate;
@@ -133,13 +132,12 @@ struct Admitted {
 }
 
 /// How long the run waits for suspects to speak again once every other
-/// node is done.
+/// node is done (counted from then).
 const SUSPECT_GRACE: Duration = Duration::from_secs(5);
 
 /// What the control tasks and sends tell the coordinator.
 enum News {
-    /// Bytes received, entries delivered, holds everything.
-    Progress(usize, u64, u64, bool),
+    Progress(usize, u64, bool),
     Reported(usize, Message),
     Lost(usize, String),
     SendEnded(usize, Option<String>),
@@ -276,12 +274,8 @@ pub async fn push_fanout(
         buffers: ChunkBuffers::new(opts.chunk_memory),
         sends: JoinSet::new(),
         sending: HashMap::new(),
-        held: vec![Held::new(Instant::now()); admitted.len()],
-        complete: HashSet::new(),
-        rtts: admitted.iter().map(|a| a.rtt).collect(),
-        next_starve_check: Instant::now(),
+        held: vec![0; admitted.len()],
         suspects: HashSet::new(),
-        last_suspected: Instant::now(),
         announced: HashSet::new(),
     };
     // 3. Control tasks: forwards first, then reports and keepalives.
@@ -300,14 +294,18 @@ pub async fn push_fanout(
     // 4. Until every live node reported. Each node's rate is averaged over
     // a few seconds of its reports (one that arrived late is no spike).
     let mut rates: HashMap<usize, WindowedRate> = HashMap::new();
+    let mut grace: Option<Instant> = None;
     loop {
         // Once only suspects are left, they get a grace to speak again (a
         // false suspicion of the last node must not fail it), no more.
         let next = match (run.routing.pending(), run.suspects.is_empty()) {
-            (true, _) => news.recv().await,
+            (true, _) => {
+                grace = None;
+                news.recv().await
+            }
             (false, true) => break,
             (false, false) => {
-                let until = run.last_suspected + SUSPECT_GRACE;
+                let until = *grace.get_or_insert_with(|| Instant::now() + SUSPECT_GRACE);
                 match tokio::time::timeout_at(until.into(), news.recv()).await {
                     Ok(n) => n,
                     Err(_) => break,
@@ -316,19 +314,15 @@ pub async fn push_fanout(
         };
         let Some(n) = next else { break };
         match n {
-            News::Progress(i, bytes, entries, complete) => {
-                let now = Instant::now();
+            News::Progress(i, bytes, complete) => {
                 if let Some(h) = run.held.get_mut(i) {
-                    h.report(bytes, entries, now);
+                    *h = bytes;
                 }
-                if complete {
-                    run.complete.insert(i);
-                }
-                run.check_starved(now, &mut nodes);
                 let node = &mut nodes[run.index[i]];
                 if complete && node.seconds == 0.0 {
                     node.seconds = started.elapsed().as_secs_f64();
                 }
+                let now = Instant::now();
                 let rate = rates.entry(i).or_default();
                 rate.record(now, bytes);
                 run.tally.event(&Event::NodeProgress {
@@ -512,7 +506,7 @@ async fn control(
                     }
                     match msg {
                         Message::KeepAlive => {}
-                        Message::Progress { bytes, entries, complete } => { let _ = news.send(News::Progress(i, bytes, entries, complete)); }
+                        Message::Progress { bytes, complete, .. } => { let _ = news.send(News::Progress(i, bytes, complete)); }
                         m @ Message::Report { .. } => { let _ = news.send(News::Reported(i, m)); }
                         other => return Err(NodeError::Protocol(format!("unexpected {other:?} on a control connection"))),
                     }
@@ -538,7 +532,9 @@ async fn control(
     }
     .await;
     if let Err(e) = result {
-        let _ = news.send(News::Lost(i, e.to_string()));
+        // Killed (its kernel reset the connection) or refused something.
+        let why = format!("its control connection ended: {e}");
+        let _ = news.send(News::Lost(i, why));
     }
 }
 
@@ -572,18 +568,10 @@ struct Run {
     /// The client's own sends to each node (by node and stripe), to stop
     /// when the node is lost.
     sending: HashMap<(usize, Option<Stripe>), tokio::task::AbortHandle>,
-    /// What each node last said it holds, and since when.
-    held: Vec<Held>,
-    /// Nodes that said they hold everything (their forwards may still run).
-    complete: HashSet<usize>,
-    /// Each node's round trip as admission measured it.
-    rtts: Vec<Duration>,
-    /// When the nodes are next looked at for starvation.
-    next_starve_check: Instant,
+    /// Bytes each node last said it holds (verified).
+    held: Vec<u64>,
     /// Nodes routed around for their silence, that may still speak again.
     suspects: HashSet<usize>,
-    /// When the latest suspect was routed around.
-    last_suspected: Instant,
     /// Nodes whose `node_done` went out (once each).
     announced: HashSet<usize>,
 }
@@ -591,21 +579,6 @@ struct Run {
 impl Run {
     /// Does what the routing asks: forwards to relays, sends of its own.
     fn apply(&mut self, steps: Vec<Step>) {
-        // A node given a new parent is not starved for what it waited
-        // before it had one.
-        let now = Instant::now();
-        for step in &steps {
-            let fed: Vec<usize> = match step {
-                Step::Forward { children, .. } => children.clone(),
-                Step::ForwardStripes { children, .. } => children.concat(),
-                Step::Send { node } | Step::SendStripe { node, .. } => vec![*node],
-            };
-            for c in fed {
-                if let Some(h) = self.held.get_mut(c) {
-                    h.since = h.since.max(now);
-                }
-            }
-        }
         for step in steps {
             match step {
                 Step::Forward { node, children } => {
@@ -933,7 +906,7 @@ impl Run {
         let node = &mut nodes[self.index[i]];
         node.ok = false;
         node.seconds = self.started.elapsed().as_secs_f64();
-        node.bytes = node.bytes.max(self.held[i].bytes);
+        node.bytes = node.bytes.max(self.held[i]);
         node.error = why;
         self.announce(i, nodes);
         let _ = self.commands[i].send(Message::Bye);
@@ -979,77 +952,10 @@ impl Run {
             ),
         });
         self.suspects.insert(i);
-        self.last_suspected = Instant::now();
         let _ = self.commands[i].send(Message::Forward {
             targets: Vec::new(),
         });
         self.route_around(i);
-    }
-
-    /// Nodes that receive nothing while their parent does (a link between
-    /// two nodes that both still talk to this client broke) are fed by the
-    /// client instead; looked at at most twice a second.
-    fn check_starved(&mut self, now: Instant, nodes: &mut [NodeReport]) {
-        if now < self.next_starve_check {
-            return;
-        }
-        self.next_starve_check = now + Duration::from_millis(500);
-        // A few pieces ahead is a pipeline.
-        let margin = 4 * u64::from(haul_plan::MAX_PIECE);
-        let starved: Vec<usize> = (0..self.targets.len())
-            .filter(|&i| {
-                if !self.routing.is_alive(i)
-                    || self.routing.is_done(i)
-                    || self.complete.contains(&i)
-                {
-                    return false;
-                }
-                let parents = (0..self.routing.stripes()).filter_map(|s| {
-                    match self.routing.parent_in(s, i) {
-                        Parent::Node(p) if self.routing.is_alive(p) => Some(self.held[p]),
-                        _ => None,
-                    }
-                });
-                haul_plan::starved(
-                    self.held[i],
-                    parents,
-                    now,
-                    starved_after(self.rtts[i]),
-                    margin,
-                )
-            })
-            .collect();
-        for i in starved {
-            self.starved(i, nodes);
-        }
-    }
-
-    /// Node `i` receives nothing from its parent while the parent receives:
-    /// the link between them is taken for broken. Its children go
-    /// elsewhere, and it becomes a leaf the client feeds.
-    fn starved(&mut self, i: usize, nodes: &[NodeReport]) {
-        let from: Vec<String> = (0..self.routing.stripes())
-            .filter_map(|s| match self.routing.parent_in(s, i) {
-                Parent::Node(p) => Some(self.targets[p].addr.clone()),
-                Parent::Client => None,
-            })
-            .collect();
-        self.tally.event(&Event::Warning {
-            message: format!(
-                "{} has received nothing from {} for {:.1} s while data reached {}: \
-                 the link between them is down? The client feeds it instead",
-                nodes[self.index[i]].url,
-                from.join(", "),
-                self.held[i].since.elapsed().as_secs_f64(),
-                if from.len() == 1 { "it" } else { "them" },
-            ),
-        });
-        let _ = self.commands[i].send(Message::Forward {
-            targets: Vec::new(),
-        });
-        self.route_around(i);
-        let steps = self.routing.rejoin(i);
-        self.apply(steps);
     }
 
     /// A suspect spoke again: it rejoins as a leaf the client sends to.
@@ -1076,7 +982,7 @@ impl Run {
         suspects.sort_unstable();
         for i in suspects {
             let node = &mut nodes[self.index[i]];
-            node.bytes = node.bytes.max(self.held[i].bytes);
+            node.bytes = node.bytes.max(self.held[i]);
             self.announce(i, nodes);
         }
     }

@@ -27,8 +27,9 @@
 //! - The floor (2 s) covers a loaded machine's scheduling and a queue in
 //!   front of a slow link; it is still thirty times under `--timeout`.
 //!
-//! The limit learns: a node whose messages came with a gap of `g` gets at
-//! least `3g` from then on (at most four times the limit it started with),
+//! The limit learns: a node whose messages came with a gap of `g` while it
+//! was trusted gets at least `3g` from then on (at most four times the
+//! limit it started with),
 //! so a path whose queue or losses space its messages out is given room
 //! before it is suspected, as TCP's retransmission timer follows the round
 //! trips it sees.
@@ -99,9 +100,14 @@ impl Liveness {
 
     /// The node said something at `now`.
     pub fn heard(&mut self, now: Instant) -> Verdict {
-        let gap = now.saturating_duration_since(self.last);
-        let room = gap.saturating_mul(3).min(self.base.saturating_mul(4));
-        self.limit = self.limit.max(room);
+        // Gaps the path opened while the node was trusted teach patience;
+        // an outage it was suspected for does not (a second one is found
+        // as fast as the first).
+        if !self.suspected {
+            let gap = now.saturating_duration_since(self.last);
+            let room = gap.saturating_mul(3).min(self.base.saturating_mul(4));
+            self.limit = self.limit.max(room);
+        }
         self.last = self.last.max(now);
         match std::mem::replace(&mut self.suspected, false) {
             true => Verdict::Back,
@@ -134,64 +140,6 @@ impl Liveness {
     pub fn is_suspected(&self) -> bool {
         self.suspected
     }
-}
-
-/// What a node last said it holds (payload bytes received, entries
-/// delivered), and since when neither has changed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Held {
-    /// Bytes it received.
-    pub bytes: u64,
-    /// Entries it delivered (or found up to date: a node that already
-    /// holds what comes moves on without bytes).
-    pub entries: u64,
-    /// When either last changed (or the node got a new parent).
-    pub since: Instant,
-}
-
-impl Held {
-    /// Nothing yet, at `now`.
-    pub fn new(now: Instant) -> Self {
-        Self {
-            bytes: 0,
-            entries: 0,
-            since: now,
-        }
-    }
-
-    /// It reported `bytes` and `entries` at `now`.
-    pub fn report(&mut self, bytes: u64, entries: u64, now: Instant) {
-        if (bytes, entries) != (self.bytes, self.entries) {
-            (self.bytes, self.entries) = (bytes, entries);
-            self.since = now;
-        }
-    }
-}
-
-/// How long a node may receive nothing while data flows into its parent
-/// before the link between them is taken for broken: twice the liveness
-/// limit (progress comes at most once a second, and a parent a few pieces
-/// ahead is a pipeline, not a cut).
-pub fn starved_after(rtt: Duration) -> Duration {
-    Liveness::limit_for(rtt).saturating_mul(2)
-}
-
-/// A node whose link from its parent broke while both still talk to the
-/// client (a partition between them, not a silent host): what it holds has
-/// not grown for `after` ([`starved_after`]), and since then a parent's has
-/// grown, to more than `margin` bytes beyond it — data flows above it and
-/// does not reach it. A node that holds everything is never starved.
-pub fn starved(
-    child: Held,
-    parents: impl IntoIterator<Item = Held>,
-    now: Instant,
-    after: Duration,
-    margin: u64,
-) -> bool {
-    now.saturating_duration_since(child.since) >= after
-        && parents
-            .into_iter()
-            .any(|p| p.since > child.since && p.bytes > child.bytes.saturating_add(margin))
 }
 
 #[cfg(test)]
@@ -232,8 +180,7 @@ mod tests {
         assert_eq!(l.check(t0 + FLOOR * 5), Verdict::Same);
         assert_eq!(l.heard(t0 + FLOOR * 6), Verdict::Back);
         assert!(!l.is_suspected());
-        // That silence taught it patience (see below).
-        assert_eq!(l.deadline(), Some(t0 + FLOOR * 6 + FLOOR * 4));
+        assert_eq!(l.deadline(), Some(t0 + FLOOR * 7));
     }
 
     #[test]
@@ -244,11 +191,14 @@ mod tests {
         assert_eq!(l.limit(), 4500 * MS);
         assert_eq!(l.check(t0 + 5900 * MS), Verdict::Same);
         assert_eq!(l.check(t0 + 6000 * MS), Verdict::Suspect(4500 * MS));
-        // Back after 20 s: patience grows, to four times the floor at most.
+        // Back after 20 s: an outage teaches nothing.
         assert_eq!(l.heard(t0 + 21_500 * MS), Verdict::Back);
+        assert_eq!(l.limit(), 4500 * MS);
+        // A 3 s gap while trusted: patience grows, to four times the floor
+        // at most; narrow gaps never shrink it again.
+        l.heard(t0 + 24_500 * MS);
         assert_eq!(l.limit(), FLOOR * 4);
-        // Narrow gaps never shrink it again.
-        l.heard(t0 + 21_600 * MS);
+        l.heard(t0 + 24_600 * MS);
         assert_eq!(l.limit(), FLOOR * 4);
     }
 
@@ -260,44 +210,5 @@ mod tests {
         l.heard(t0 + 100 * MS);
         assert_eq!(l.check(t0 + 2400 * MS), Verdict::Same);
         assert_eq!(l.check(t0 + 2500 * MS), Verdict::Suspect(FLOOR));
-    }
-
-    #[test]
-    fn a_node_is_starved_only_when_it_stalls_while_its_parent_moves_on() {
-        let t0 = Instant::now();
-        let after = starved_after(10 * MS);
-        assert_eq!(after, FLOOR * 2);
-        let margin = 4 << 20;
-        let at = |bytes: u64, since: Duration| Held {
-            bytes,
-            entries: 0,
-            since: t0 + since,
-        };
-        // Stalled at 10 MiB since 1 s; the parent grew to 30 MiB at 4 s.
-        let child = at(10 << 20, 1000 * MS);
-        let parent = at(30 << 20, 4000 * MS);
-        assert!(!starved(child, [parent], t0 + 4900 * MS, after, margin));
-        assert!(starved(child, [parent], t0 + 5000 * MS, after, margin));
-        // A parent stalled as long (its own upstream is slow): a pipeline.
-        let waiting = at(30 << 20, 500 * MS);
-        assert!(!starved(child, [waiting], t0 + 9000 * MS, after, margin));
-        // A parent only a few pieces ahead.
-        let close = at((10 << 20) + (3 << 20), 4000 * MS);
-        assert!(!starved(child, [close], t0 + 9000 * MS, after, margin));
-        // Any stripe's parent will do.
-        assert!(starved(
-            child,
-            [waiting, parent],
-            t0 + 9000 * MS,
-            after,
-            margin
-        ));
-        // Held counts a change only, of bytes or of entries.
-        let mut h = Held::new(t0);
-        h.report(5, 0, t0 + 100 * MS);
-        h.report(5, 0, t0 + 900 * MS);
-        assert_eq!(h.since, t0 + 100 * MS);
-        h.report(5, 1, t0 + 1000 * MS);
-        assert_eq!(h.since, t0 + 1000 * MS);
     }
 }

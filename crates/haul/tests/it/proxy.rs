@@ -18,10 +18,6 @@ pub struct Faults {
     pub flip_down_at: Option<u64>,
     /// While set, nothing is forwarded (a peer that stops answering).
     pub stall: Arc<AtomicBool>,
-    /// `stall` holds this connection only (1: the first accepted); `None`:
-    /// every one. A fan-out's data connection stalls while its control
-    /// connection (the first) goes on: a link between two nodes cut.
-    pub stall_only: Option<u64>,
     /// Cut the first connection (both ways) once this many node→client
     /// bytes went through it: a pull's listing that breaks off.
     pub cut_first_down_at: Option<u64>,
@@ -79,11 +75,8 @@ impl Proxy {
                             let (Ok(from), Ok(to)) = (from, to) else {
                                 continue;
                             };
-                            let stall = match faults.stall_only {
-                                Some(n) if n != accepted => Arc::new(AtomicBool::new(false)),
-                                _ => faults.stall.clone(),
-                            };
-                            let (rate, stop) = (faults.rate, stop2.clone());
+                            let (rate, stall, stop) =
+                                (faults.rate, faults.stall.clone(), stop2.clone());
                             let faults = PumpFaults {
                                 rate,
                                 flip,
