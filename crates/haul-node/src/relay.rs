@@ -215,7 +215,10 @@ impl Transfer {
         Self {
             opener,
             dest,
-            tally: Tally::new(observer),
+            // What the node holds at the end: an entry a session failed
+            // (cut off, re-routed away, an intruder's unsealed offer) and
+            // another then delivered is no failure of the transfer.
+            tally: Tally::recovering(observer),
             book,
             state: Mutex::default(),
             changed: Notify::new(),

@@ -122,6 +122,8 @@ pub struct Tally {
     /// Data connections open now, and the most open at once.
     open: AtomicU32,
     peak: AtomicU32,
+    /// A path delivered after it failed is not a failure ([`Tally::recovering`]).
+    recovers: bool,
 }
 
 /// A data connection counted by [`Tally::connection`] while it lives.
@@ -143,7 +145,21 @@ impl Tally {
             failed_paths: Mutex::new(std::collections::HashSet::new()),
             open: AtomicU32::new(0),
             peak: AtomicU32::new(0),
+            recovers: false,
         })
+    }
+
+    /// Wraps `inner`, counting what holds at the end: a path that failed on
+    /// one session and was then delivered by another is not a failure. A
+    /// fan-out node's count: a session re-routed away, or one presenting
+    /// a replayed ticket with entries the origin never sealed, fails
+    /// entries the node then gets from its real upstream.
+    pub fn recovering(inner: Arc<dyn Observer>) -> Arc<Self> {
+        let mut tally = Self::new(inner);
+        if let Some(t) = Arc::get_mut(&mut tally) {
+            t.recovers = true;
+        }
+        tally
     }
 
     /// Counts a data connection as open until the guard drops.
@@ -203,7 +219,16 @@ impl Observer for Tally {
                 skipped,
                 ..
             } => {
+                let recovered = self.recovers
+                    && self
+                        .failed_paths
+                        .lock()
+                        .is_ok_and(|mut failed| failed.remove(path));
                 if let Ok(mut s) = self.summary.lock() {
+                    if recovered {
+                        s.failed = s.failed.saturating_sub(1);
+                        s.failures.retain(|f| f.path != *path);
+                    }
                     s.entries_ok += 1;
                     if *skipped {
                         s.files_skipped += 1;
@@ -252,6 +277,34 @@ impl Observer for Tally {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_recovering_tally_takes_back_a_failure_the_path_was_then_delivered_after() {
+        let done = |path: &str| Event::FileDone {
+            path: path.into(),
+            size: 3,
+            blake3: "ab".into(),
+            skipped: false,
+            sent: 3,
+        };
+        for recovering in [false, true] {
+            let tally = match recovering {
+                true => Tally::recovering(Arc::new(crate::event::Quiet)),
+                false => Tally::new(Arc::new(crate::event::Quiet)),
+            };
+            tally.event(&Event::file_error(
+                "a",
+                "not sealed by this transfer's origin",
+            ));
+            tally.event(&Event::file_error("b", "disk full"));
+            tally.event(&done("a"));
+            let s = tally.finish(Duration::ZERO, 0);
+            assert_eq!(s.failed, if recovering { 1 } else { 2 });
+            assert_eq!(s.failures.len() as u64, s.failed);
+            assert_eq!(tally.has_failed("a"), !recovering);
+            assert!(tally.has_failed("b"));
+        }
+    }
 
     #[test]
     fn a_file_fails_once_however_often_it_is_reported() {
