@@ -900,6 +900,14 @@ impl Run {
 
     /// Node `i` failed: it leaves the plan, its children are re-routed.
     fn lost(&mut self, i: usize, why: String, nodes: &mut [NodeReport]) {
+        if self.suspects.remove(&i) {
+            // A suspect that can no longer come back: it fails now.
+            let node = &mut nodes[self.index[i]];
+            node.error = join_errors(&node.error, &why);
+            node.bytes = node.bytes.max(self.held[i]);
+            self.announce(i, nodes);
+            return;
+        }
         if !self.routing.is_alive(i) || self.routing.is_done(i) {
             return;
         }

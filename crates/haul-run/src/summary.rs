@@ -117,13 +117,22 @@ pub struct Tally {
     inner: Arc<dyn Observer>,
     summary: Mutex<Summary>,
     moved: AtomicU64,
-    /// Paths reported failed (each counts once).
-    failed_paths: Mutex<std::collections::HashSet<String>>,
+    /// Paths reported failed (each counts once), and delivered (a
+    /// recovering tally's). Locked before `summary`, and held while it is
+    /// changed: a failure and a delivery of one path never interleave.
+    paths: Mutex<Paths>,
     /// Data connections open now, and the most open at once.
     open: AtomicU32,
     peak: AtomicU32,
     /// A path delivered after it failed is not a failure ([`Tally::recovering`]).
     recovers: bool,
+}
+
+/// The paths a [`Tally`] saw fail and, when it recovers, delivered.
+#[derive(Default)]
+struct Paths {
+    failed: std::collections::HashSet<String>,
+    delivered: std::collections::HashSet<String>,
 }
 
 /// A data connection counted by [`Tally::connection`] while it lives.
@@ -142,18 +151,18 @@ impl Tally {
             inner,
             summary: Mutex::new(Summary::default()),
             moved: AtomicU64::new(0),
-            failed_paths: Mutex::new(std::collections::HashSet::new()),
+            paths: Mutex::default(),
             open: AtomicU32::new(0),
             peak: AtomicU32::new(0),
             recovers: false,
         })
     }
 
-    /// Wraps `inner`, counting what holds at the end: a path that failed on
-    /// one session and was then delivered by another is not a failure. A
-    /// fan-out node's count: a session re-routed away, or one presenting
-    /// a replayed ticket with entries the origin never sealed, fails
-    /// entries the node then gets from its real upstream.
+    /// Wraps `inner`, counting what holds at the end: a path delivered by
+    /// one session is not a failure, whether another failed it before or
+    /// after. A fan-out node's count: a session re-routed away, or one
+    /// presenting a replayed ticket with entries the origin never sealed,
+    /// fails entries the node gets from its real upstream.
     pub fn recovering(inner: Arc<dyn Observer>) -> Arc<Self> {
         let mut tally = Self::new(inner);
         if let Some(t) = Arc::get_mut(&mut tally) {
@@ -179,11 +188,12 @@ impl Tally {
         self.summary.lock().map(|s| s.failed).unwrap_or(u64::MAX)
     }
 
-    /// Whether `path` was reported failed.
+    /// Whether `path` was reported failed (and, for a recovering tally,
+    /// not delivered).
     pub fn has_failed(&self, path: &str) -> bool {
-        self.failed_paths
+        self.paths
             .lock()
-            .map_or(true, |failed| failed.contains(path))
+            .map_or(true, |paths| paths.failed.contains(path))
     }
 
     /// Entries delivered (or found identical) so far.
@@ -219,11 +229,12 @@ impl Observer for Tally {
                 skipped,
                 ..
             } => {
+                let mut paths = self.paths.lock().ok();
                 let recovered = self.recovers
-                    && self
-                        .failed_paths
-                        .lock()
-                        .is_ok_and(|mut failed| failed.remove(path));
+                    && paths.as_mut().is_some_and(|p| {
+                        p.delivered.insert(path.clone());
+                        p.failed.remove(path)
+                    });
                 if let Ok(mut s) = self.summary.lock() {
                     if recovered {
                         s.failed = s.failed.saturating_sub(1);
@@ -242,6 +253,7 @@ impl Observer for Tally {
                         });
                     }
                 }
+                drop(paths);
             }
             Event::Deleted { .. } => {
                 if let Ok(mut s) = self.summary.lock() {
@@ -250,13 +262,14 @@ impl Observer for Tally {
             }
             Event::FileError { path, error, kind } => {
                 // A file counts once, however many of its ranges or
-                // attempts reported it.
+                // attempts reported it (and not at all, recovering, once
+                // delivered).
+                let mut paths = self.paths.lock().ok();
                 let first = path.is_empty()
-                    || self
-                        .failed_paths
-                        .lock()
-                        .map(|mut seen| seen.insert(path.clone()))
-                        .unwrap_or(true);
+                    || paths.as_mut().is_none_or(|p| {
+                        !(self.recovers && p.delivered.contains(path))
+                            && p.failed.insert(path.clone())
+                    });
                 if let Ok(mut s) = self.summary.lock() {
                     if first {
                         s.failed += 1;
@@ -267,6 +280,7 @@ impl Observer for Tally {
                         });
                     }
                 }
+                drop(paths);
             }
             _ => {}
         }
@@ -298,6 +312,8 @@ mod tests {
             ));
             tally.event(&Event::file_error("b", "disk full"));
             tally.event(&done("a"));
+            // A stale session failing it after it was delivered.
+            tally.event(&Event::file_error("a", "the peer closed the connection"));
             let s = tally.finish(Duration::ZERO, 0);
             assert_eq!(s.failed, if recovering { 1 } else { 2 });
             assert_eq!(s.failures.len() as u64, s.failed);
