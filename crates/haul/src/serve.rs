@@ -66,17 +66,29 @@ pub async fn run(args: ServeArgs, mode: Mode) -> Result<u8> {
     if let Err(e) = server.prune_partials() {
         tracing::warn!("cannot prune partial files: {e}");
     }
-    let listener = Listener::bind(addr, identity.as_ref(), None)
-        .await
-        .map_err(|e| UsageError(e.to_string()))?;
-    let local = listener.local_addr()?;
-    // QUIC on UDP at the same port number, unless turned off (or plaintext).
-    let quic = match (&identity, args.no_quic) {
-        (Some(id), false) => Some(
-            haul_transport::QuicListener::bind(local, id, idle)
-                .map_err(|e| UsageError(format!("{e} (UDP; pass --no-quic to serve TCP only)")))?,
-        ),
-        _ => None,
+    // QUIC on UDP at the same port number, unless turned off (or
+    // plaintext). A port the system picked (`:0`) is free for TCP only:
+    // when another socket holds that UDP port, a new pair is picked (a few
+    // times); a port given is used as given.
+    let mut tries = 0;
+    let (listener, local, quic) = loop {
+        tries += 1;
+        let listener = Listener::bind(addr, identity.as_ref(), None)
+            .await
+            .map_err(|e| UsageError(e.to_string()))?;
+        let local = listener.local_addr()?;
+        let quic = match (&identity, args.no_quic) {
+            (Some(id), false) => match haul_transport::QuicListener::bind(local, id, idle) {
+                Ok(q) => Some(q),
+                Err(_) if addr.port() == 0 && tries < 8 => continue,
+                Err(e) => {
+                    let e = format!("{e} (UDP; pass --no-quic to serve TCP only)");
+                    return Err(UsageError(e).into());
+                }
+            },
+            _ => None,
+        };
+        break (listener, local, quic);
     };
     let status = match &args.status {
         Some(addr) => Some(status_listener(addr, &server).await?),
