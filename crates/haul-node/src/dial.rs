@@ -162,6 +162,13 @@ impl Dialer {
         Self::new(Arc::new(way), token.to_owned(), timeouts)
     }
 
+    /// The same node, reached through the way `wrap` makes of this one's
+    /// (a layer over its connections: [`crate::forging`]).
+    pub fn over(mut self, wrap: impl FnOnce(Arc<dyn Dial>) -> Arc<dyn Dial>) -> Self {
+        self.way = wrap(self.way);
+        self
+    }
+
     /// The node as messages name it.
     pub fn name(&self) -> &str {
         self.way.name()

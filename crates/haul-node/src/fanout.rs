@@ -29,6 +29,17 @@
 //!    upstream arrives (`relay::Transfer::superseded`). A suspect that
 //!    speaks again rejoins as a leaf the client feeds
 //!    ([`haul_plan::Routing::rejoin`]).
+//! 6. **Lies.** Every sending edge has a random name ([`RelayTarget::edge`],
+//!    the same for the same relay, child and stripe). A node that refuses
+//!    something for a bad seal names the edge it came over
+//!    (`Message::Unsealed`); one confirmed failure evicts that edge's
+//!    relay: it is routed around like a lost node (its children go
+//!    elsewhere, its forwards stop), named in the report
+//!    ([`NodeReport::evicted`]) and in a `relay_evicted` event, and kept
+//!    waiting until every other node is done — feeding it earlier would
+//!    share an uplink with the nodes it cheated — then rejoins as a leaf
+//!    the client completes. An edge this client never named (a replayed
+//!    ticket) blames nobody.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
@@ -55,6 +66,9 @@ use crate::jobs::{SendJob, WorkQueue};
 use crate::pool::send_all;
 use crate::push::{send_queue, FanoutJobs};
 use crate::stripe_vouch::StripeVouchers;
+use edges::Edges;
+
+mod edges;
 use crate::{NodeError, NodeUrl};
 
 /// How a fan-out is planned.
@@ -96,6 +110,33 @@ pub struct NodeReport {
     pub damaged: Vec<String>,
     /// Entries `--delete` removed there.
     pub deleted: u64,
+    /// It relayed data that failed the origin's seal, and was evicted as a
+    /// relay (its own copy was completed from an honest source).
+    pub evicted: Option<Eviction>,
+}
+
+/// Why a relay was evicted: what its children refused from it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Eviction {
+    /// The node that first refused what it sent (`haul://HOST:PORT/DEST`).
+    pub by: String,
+    /// Entries (offers, roots) whose seal failed, over all its children.
+    pub entries: u32,
+    /// Chunks whose seal failed, over all its children.
+    pub chunks: u32,
+}
+
+impl Eviction {
+    /// The warning that names relay `relay` evicted, and what to do.
+    pub fn warning(&self, relay: &str) -> String {
+        format!(
+            "{relay} relayed data that failed the origin's seal ({} chunks, {} entries refused \
+             by {}): evicted as a relay; the nodes behind it got the data elsewhere and the \
+             client completed its own copy. Check that host (its haul build, its memory and \
+             disk, who else runs code there)",
+            self.chunks, self.entries, self.by
+        )
+    }
 }
 
 /// The result of a fan-out.
@@ -115,6 +156,11 @@ impl FanoutSummary {
     /// True when every destination holds everything.
     pub fn all_ok(&self) -> bool {
         self.nodes.iter().all(|n| n.ok) && self.sent.failed == 0
+    }
+
+    /// The relays evicted for data that failed the origin's seal.
+    pub fn evicted(&self) -> impl Iterator<Item = &NodeReport> {
+        self.nodes.iter().filter(|n| n.evicted.is_some())
     }
 }
 
@@ -145,6 +191,9 @@ enum News {
     Silent(usize, Duration),
     /// A suspect spoke again.
     Back(usize),
+    /// What came over a sending edge failed the origin's seal there
+    /// (the node, the edge, entries and chunks so far).
+    Unsealed(usize, u64, u32, u32),
 }
 
 /// Pushes `dataset` (a walk of local sources: [`crate::dataset::Walk`]) to
@@ -180,6 +229,7 @@ pub async fn push_fanout(
             repaired: 0,
             damaged: Vec::new(),
             deleted: 0,
+            evicted: None,
         })
         .collect();
     // 1. Admit, all at once. Every node learns this transfer's origin key:
@@ -246,6 +296,7 @@ pub async fn push_fanout(
                 fingerprint: a.fingerprint.clone().unwrap_or_default(),
                 ticket: a.ticket,
                 stripe: None,
+                edge: 0,
             })
             .collect(),
         dialers: admitted.iter().map(|a| a.dialer.clone()).collect(),
@@ -277,6 +328,10 @@ pub async fn push_fanout(
         held: vec![0; admitted.len()],
         suspects: HashSet::new(),
         announced: HashSet::new(),
+        edges: Edges::default(),
+        parked: Vec::new(),
+        short: HashSet::new(),
+        unannounced: HashSet::new(),
     };
     // 3. Control tasks: forwards first, then reports and keepalives.
     let (news_tx, mut news) = mpsc::unbounded_channel();
@@ -298,6 +353,10 @@ pub async fn push_fanout(
     loop {
         // Once only suspects are left, they get a grace to speak again (a
         // false suspicion of the last node must not fail it), no more.
+        if !run.routing.pending() {
+            // Evicted relays are completed once nobody else waits.
+            run.unpark(&mut nodes);
+        }
         let next = match (run.routing.pending(), run.suspects.is_empty()) {
             (true, _) => {
                 grace = None;
@@ -336,6 +395,9 @@ pub async fn push_fanout(
             News::Lost(i, why) => run.lost(i, why, &mut nodes),
             News::Silent(i, silent) => run.suspect(i, silent, &mut nodes),
             News::Back(i) => run.back(i, &mut nodes),
+            News::Unsealed(i, edge, entries, chunks) => {
+                run.unsealed(i, edge, (entries, chunks), &mut nodes)
+            }
             News::SendEnded(i, error) => {
                 if let Some(e) = error {
                     run.lost(
@@ -352,6 +414,10 @@ pub async fn push_fanout(
     // 5. What failed on its way through the relays, the client sends
     // itself (each node says what it already holds).
     run.repair(&mut nodes).await;
+    // Whoever is still unannounced (its upstream never reported) is done.
+    for i in 0..run.targets.len() {
+        run.announce(i, &nodes);
+    }
     for c in &run.commands {
         let _ = c.send(Message::Bye);
     }
@@ -508,6 +574,7 @@ async fn control(
                         Message::KeepAlive => {}
                         Message::Progress { bytes, complete, .. } => { let _ = news.send(News::Progress(i, bytes, complete)); }
                         m @ Message::Report { .. } => { let _ = news.send(News::Reported(i, m)); }
+                        Message::Unsealed { edge, entries, chunks } => { let _ = news.send(News::Unsealed(i, edge, entries, chunks)); }
                         other => return Err(NodeError::Protocol(format!("unexpected {other:?} on a control connection"))),
                     }
                 }
@@ -574,6 +641,16 @@ struct Run {
     suspects: HashSet<usize>,
     /// Nodes whose `node_done` went out (once each).
     announced: HashSet<usize>,
+    /// The sending edges this client named, and what came over them.
+    edges: Edges,
+    /// Relays evicted while the others still needed data: fed once they
+    /// are done.
+    parked: Vec<usize>,
+    /// Nodes a relay's forward failed entries to (`Report{short}`): filled
+    /// in by the client at the end.
+    short: HashSet<usize>,
+    /// Nodes that hold everything, announced once their upstreams are done.
+    unannounced: HashSet<usize>,
 }
 
 impl Run {
@@ -582,7 +659,13 @@ impl Run {
         for step in steps {
             match step {
                 Step::Forward { node, children } => {
-                    let targets = children.iter().map(|&c| self.targets[c].clone()).collect();
+                    let targets = children
+                        .iter()
+                        .map(|&c| RelayTarget {
+                            edge: self.edges.of(Some(node), c, None),
+                            ..self.targets[c].clone()
+                        })
+                        .collect();
                     let _ = self.commands[node].send(Message::Forward { targets });
                 }
                 Step::Send { node } => self.start_send(node, None),
@@ -594,10 +677,13 @@ impl Run {
                             index: s as u32,
                             count,
                         };
-                        targets.extend(of.iter().map(|&c| RelayTarget {
-                            stripe: Some(stripe),
-                            ..self.targets[c].clone()
-                        }));
+                        for &c in of {
+                            targets.push(RelayTarget {
+                                stripe: Some(stripe),
+                                edge: self.edges.of(Some(node), c, Some(stripe)),
+                                ..self.targets[c].clone()
+                            });
+                        }
                     }
                     let _ = self.commands[node].send(Message::Forward { targets });
                 }
@@ -626,6 +712,7 @@ impl Run {
                 return;
             }
         };
+        let edge = self.edges.of(None, child, stripe);
         let (tally, buffers, news, origin, vouchers) = (
             self.tally.clone(),
             self.buffers.clone(),
@@ -637,6 +724,7 @@ impl Run {
             let request = Request::Relayed {
                 ticket: target.ticket,
                 stripe,
+                edge,
             };
             let ctx = SenderCtx::for_client(&opts, &tally, buffers);
             let ctx = match stripe {
@@ -760,6 +848,28 @@ impl Run {
     }
 
     /// Tells the observer that node `i` is done (or failed).
+    /// Announces every node that holds everything and whose upstreams
+    /// are done, in every stripe (none can report it short any more).
+    fn announce_settled(&mut self, nodes: &[NodeReport]) {
+        let settled: Vec<usize> = self
+            .unannounced
+            .iter()
+            .copied()
+            .filter(|&i| {
+                (0..self.routing.stripes()).all(|s| match self.routing.parent_in(s, i) {
+                    Parent::Client => true,
+                    Parent::Node(p) => self.routing.is_done(p) || !self.routing.is_alive(p),
+                })
+            })
+            .collect();
+        for i in settled {
+            self.unannounced.remove(&i);
+            if nodes[self.index[i]].ok {
+                self.announce(i, nodes);
+            }
+        }
+    }
+
     fn announce(&mut self, i: usize, nodes: &[NodeReport]) {
         // Once: a node that reported may adopt orphans and report again.
         if !self.announced.insert(i) {
@@ -781,6 +891,7 @@ impl Run {
             message,
             lost,
             damaged,
+            short,
         } = msg
         else {
             return;
@@ -793,17 +904,35 @@ impl Run {
         if node.seconds == 0.0 {
             node.seconds = self.started.elapsed().as_secs_f64();
         }
-        node.ok = failed == 0 && damaged.is_empty();
+        node.ok = failed == 0 && damaged.is_empty() && !self.short.contains(&i);
         node.error = message;
         if !damaged.is_empty() {
             node.error = join_errors(&node.error, &damaged_text(&damaged));
         }
         node.damaged = damaged;
-        // A live node with failures hears from the repair (one `node_done`
-        // per node).
-        if failed == 0 || !self.routing.is_alive(i) {
-            self.announce(i, nodes);
+        // Whatever a node says of itself, a forward that failed entries on
+        // their way to it may have left it without them (never offered):
+        // the client fills it in (`Need` says what it holds).
+        for addr in short {
+            // Every node at that address it forwarded to (two destinations
+            // may share a node): filling in one that lacks nothing costs a
+            // listing.
+            for c in 0..self.targets.len() {
+                if self.targets[c].addr == addr && self.edges.sends_to(i, c) {
+                    self.short.insert(c);
+                    nodes[self.index[c]].ok = false;
+                }
+            }
         }
+        // A live node with failures hears from the repair; one that holds
+        // everything, once its upstreams are done too (one `node_done` per
+        // node, and none that a late report could contradict).
+        if !self.routing.is_alive(i) {
+            self.announce(i, nodes);
+        } else if nodes[self.index[i]].ok {
+            self.unannounced.insert(i);
+        }
+        self.announce_settled(nodes);
         for addr in lost {
             let gone = (0..self.targets.len()).find(|&c| {
                 self.targets[c].addr == addr
@@ -828,7 +957,8 @@ impl Run {
         let mut repairs = JoinSet::new();
         for i in 0..self.targets.len() {
             let node = &nodes[self.index[i]];
-            if node.failed == 0 || !self.routing.is_alive(i) {
+            let owed = node.failed > 0 || self.short.contains(&i);
+            if !owed || !self.routing.is_alive(i) {
                 continue;
             }
             let Ok((queue, opts)) = self.direct_queue(None) else {
@@ -844,6 +974,7 @@ impl Run {
             let request = Request::Relayed {
                 ticket: target.ticket,
                 stripe: None,
+                edge: self.edges.of(None, i, None),
             };
             repairs.spawn(async move {
                 let (_, err) = send_all(&queue, &dialer, request, None, &opts, &tally, ctx).await;
@@ -900,9 +1031,13 @@ impl Run {
 
     /// Node `i` failed: it leaves the plan, its children are re-routed.
     fn lost(&mut self, i: usize, why: String, nodes: &mut [NodeReport]) {
-        if self.suspects.remove(&i) {
-            // A suspect that can no longer come back: it fails now.
+        let parked = self.parked.contains(&i);
+        self.parked.retain(|&p| p != i);
+        if self.suspects.remove(&i) || parked {
+            // A suspect that can no longer come back, or an evicted relay
+            // waiting for its turn: it fails now.
             let node = &mut nodes[self.index[i]];
+            node.ok = false;
             node.error = join_errors(&node.error, &why);
             node.bytes = node.bytes.max(self.held[i]);
             self.announce(i, nodes);
@@ -919,19 +1054,25 @@ impl Run {
         self.announce(i, nodes);
         let _ = self.commands[i].send(Message::Bye);
         self.route_around(i);
+        self.announce_settled(nodes);
     }
 
     /// Node `i` leaves the plan: the client's sends to it stop, its
     /// children go elsewhere.
     fn route_around(&mut self, i: usize) {
+        self.stop_sends_to(i);
+        let steps = self.routing.lost(i);
+        self.apply(steps);
+    }
+
+    /// The client's own sends to node `i` stop.
+    fn stop_sends_to(&mut self, i: usize) {
         self.sending.retain(|(node, _), send| {
             if *node == i {
                 send.abort();
             }
             *node != i
         });
-        let steps = self.routing.lost(i);
-        self.apply(steps);
     }
 
     /// Node `i` said nothing for `silent`: routed around at once, its own
@@ -964,6 +1105,7 @@ impl Run {
             targets: Vec::new(),
         });
         self.route_around(i);
+        self.announce_settled(nodes);
     }
 
     /// A suspect spoke again: it rejoins as a leaf the client sends to.
@@ -982,6 +1124,86 @@ impl Run {
         node.seconds = 0.0;
         let steps = self.routing.rejoin(i);
         self.apply(steps);
+    }
+
+    /// Node `i` refused data that came over `edge` for a bad seal
+    /// (`counts`: entries and chunks so far): the relay that sent it is
+    /// evicted. An edge this client never named (a replayed ticket), or
+    /// one that is not `i`'s, blames nobody.
+    fn unsealed(&mut self, i: usize, edge: u64, counts: (u32, u32), nodes: &mut [NodeReport]) {
+        let by = nodes[self.index[i]].url.clone();
+        match self.edges.ends.get(&edge).copied() {
+            Some((Some(relay), to)) if to == i => {
+                let (entries, chunks) = self.edges.unsealed(edge, counts);
+                self.evict(relay, by, entries, chunks, nodes);
+            }
+            Some((None, to)) if to == i => tracing::warn!(
+                "{by} refused data this client sent for a bad seal (altered on the way?)"
+            ),
+            _ => tracing::warn!(
+                "{by} refused data that failed the origin's seal from a sender this client \
+                 never named (a replayed ticket?): no relay is blamed"
+            ),
+        }
+    }
+
+    /// Relay `p` sent data that failed the origin's seal: it forwards
+    /// nothing more, its children go elsewhere, and it waits until the
+    /// others are done (then the client completes it). Named once; later
+    /// reports only raise its counts.
+    fn evict(&mut self, p: usize, by: String, entries: u32, chunks: u32, nodes: &mut [NodeReport]) {
+        let node = &mut nodes[self.index[p]];
+        if let Some(e) = &mut node.evicted {
+            e.entries = entries;
+            e.chunks = chunks;
+            return;
+        }
+        node.evicted = Some(Eviction {
+            by: by.clone(),
+            entries,
+            chunks,
+        });
+        let message = node
+            .evicted
+            .as_ref()
+            .map(|e| e.warning(&node.url))
+            .unwrap_or_default();
+        self.tally.event(&Event::RelayEvicted {
+            node: node.url.clone(),
+            by,
+            entries,
+            chunks,
+            message,
+        });
+        let _ = self.commands[p].send(Message::Forward {
+            targets: Vec::new(),
+        });
+        if self.routing.is_alive(p) && !self.suspects.contains(&p) {
+            // Done, it holds everything and only its children move; not
+            // done, it waits for the others.
+            if !self.routing.is_done(p) {
+                self.stop_sends_to(p);
+                self.parked.push(p);
+            }
+            let steps = self.routing.evict(p);
+            self.apply(steps);
+            self.announce_settled(nodes);
+        }
+    }
+
+    /// Every other node is done: the evicted relays rejoin as leaves the
+    /// client feeds (each says what it holds already).
+    fn unpark(&mut self, nodes: &mut [NodeReport]) {
+        for p in std::mem::take(&mut self.parked) {
+            if self.routing.is_done(p) {
+                // It held everything when it was evicted, and reported.
+                continue;
+            }
+            let node = &mut nodes[self.index[p]];
+            node.seconds = 0.0;
+            let steps = self.routing.rejoin(p);
+            self.apply(steps);
+        }
     }
 
     /// The plan ran without the suspects: each fails now, with what it held.

@@ -32,6 +32,7 @@ pub mod drive;
 pub mod dry_run;
 pub mod error;
 pub mod fanout;
+pub mod forging;
 mod hard_links;
 pub mod jobs;
 mod listing;

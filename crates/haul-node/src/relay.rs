@@ -142,6 +142,20 @@ struct State {
     /// The newest upstream session of each stripe (`None`: the whole
     /// transfer), by generation.
     newest: HashMap<Option<u32>, u64>,
+    /// What failed the origin's seal here, by the sending edge it came
+    /// over: (entries, chunks) so far, and whether the client heard these
+    /// counts.
+    unsealed: HashMap<u64, Evidence>,
+}
+
+/// What arrived over one sending edge and failed the origin's seal.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Evidence {
+    /// Entries (offers, roots) refused for their seal.
+    pub entries: u32,
+    /// Chunks refused for their seal.
+    pub chunks: u32,
+    told: bool,
 }
 
 /// Most stagings a transfer holds open for stripes still to come (past it,
@@ -263,7 +277,11 @@ impl Transfer {
     /// it (`None`: all of it): the session's hook, which tells it when a
     /// newer session took its place. `None` for a stripe of another plan
     /// than the stripes so far (the session is refused).
-    pub fn upstream_started(self: &Arc<Self>, stripe: Option<Stripe>) -> Option<Upstream> {
+    pub fn upstream_started(
+        self: &Arc<Self>,
+        stripe: Option<Stripe>,
+        edge: u64,
+    ) -> Option<Upstream> {
         let mut state = self.state.lock().ok()?;
         match stripe {
             Some(s) if state.stripes != 0 && state.stripes != s.count => return None,
@@ -285,9 +303,53 @@ impl Transfer {
         Some(Upstream {
             transfer: self.clone(),
             stripe,
+            edge,
             generation,
             newer,
         })
+    }
+
+    /// Something that came over sending edge `edge` failed the origin's
+    /// seal (`chunk`: `None` for an entry's or a root's seal): counted
+    /// against that edge, for the control connection to tell the client.
+    fn unsealed(&self, edge: u64, chunk: Option<u32>) {
+        if let Ok(mut state) = self.state.lock() {
+            let e = state.unsealed.entry(edge).or_default();
+            match chunk {
+                Some(_) => e.chunks = e.chunks.saturating_add(1),
+                None => e.entries = e.entries.saturating_add(1),
+            }
+            e.told = false;
+        }
+        self.changed.notify_waiters();
+    }
+
+    /// Whether data that came over `edge` failed the origin's seal here:
+    /// its sender gets no new session into this transfer.
+    pub fn distrusts(&self, edge: u64) -> bool {
+        self.state
+            .lock()
+            .map(|s| s.unsealed.contains_key(&edge))
+            .unwrap_or(false)
+    }
+
+    /// The edges whose evidence the client has not heard in its present
+    /// counts (each is marked told).
+    pub fn untold_evidence(&self) -> Vec<(u64, Evidence)> {
+        let Ok(mut state) = self.state.lock() else {
+            return Vec::new();
+        };
+        let mut untold: Vec<(u64, Evidence)> = state
+            .unsealed
+            .iter_mut()
+            .filter(|(_, e)| !e.told)
+            .map(|(edge, e)| {
+                e.told = true;
+                (*edge, *e)
+            })
+            .collect();
+        untold.sort_unstable_by_key(|(edge, _)| *edge);
+        untold
     }
 
     /// A newer upstream session than `generation` carries `stripe` (or the
@@ -456,28 +518,32 @@ impl Transfer {
     }
 
     /// Once this node's part is done (its upstream said `Bye` and no
-    /// forward is still running): what failed, and the addresses of the
-    /// forwards that gave up.
-    pub fn finished(&self) -> Option<(String, Vec<String>)> {
+    /// forward is still running): how its forwards ended.
+    pub fn finished(&self) -> Option<Finished> {
         let state = self.state.lock().ok()?;
         if !state.received() || !state.forwards.is_empty() {
             return None;
         }
         let mut failures = Vec::new();
-        let mut lost = Vec::new();
+        let mut done = Finished::default();
         for (addr, end) in &state.ended {
-            match end {
-                ForwardEnd::Clean => {}
-                ForwardEnd::Failures(e) => failures.push(format!("forward to {addr}: {e}")),
+            let named = match end {
+                ForwardEnd::Clean => continue,
+                ForwardEnd::Failures(e) => {
+                    failures.push(format!("forward to {addr}: {e}"));
+                    &mut done.short
+                }
                 ForwardEnd::GaveUp(e) => {
                     failures.push(format!("forward to {addr}: {e}"));
-                    if !lost.contains(addr) {
-                        lost.push(addr.clone());
-                    }
+                    &mut done.lost
                 }
+            };
+            if !named.contains(addr) {
+                named.push(addr.clone());
             }
         }
-        Some((failures.join("; "), lost))
+        done.failures = failures.join("; ");
+        Some(done)
     }
 
     fn stop(&self) {
@@ -520,6 +586,18 @@ impl Transfer {
         }
         path.strip_prefix(self.dest.as_str())?.strip_prefix('/')
     }
+}
+
+/// How a node's forwards ended, for its `Report`.
+#[derive(Debug, Default)]
+pub struct Finished {
+    /// What failed, for people.
+    pub failures: String,
+    /// Forwards that gave up (the client re-routes past them).
+    pub lost: Vec<String>,
+    /// Forwards that ran to the end with entries failed (the client fills
+    /// those nodes in).
+    pub short: Vec<String>,
 }
 
 /// How a forward ended.
@@ -817,6 +895,8 @@ impl Observer for ForwardLog {
 pub struct Upstream {
     transfer: Arc<Transfer>,
     stripe: Option<Stripe>,
+    /// The sending edge its `Relayed` named.
+    edge: u64,
     generation: u64,
     /// Changes when a later upstream session starts.
     newer: tokio::sync::watch::Receiver<u64>,
@@ -826,6 +906,17 @@ impl Upstream {
     /// The session ended; `clean`: with `Bye`.
     pub fn ended(&self, clean: bool) {
         self.transfer.upstream_ended(self.stripe, clean);
+    }
+}
+
+/// What the session reports goes to the transfer's tally; what failed
+/// the origin's seal is counted against this session's edge too.
+impl Observer for Upstream {
+    fn event(&self, event: &Event) {
+        if let Event::SealFailed { chunk, .. } = event {
+            self.transfer.unsealed(self.edge, *chunk);
+        }
+        self.transfer.tally.event(event);
     }
 }
 

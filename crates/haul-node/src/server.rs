@@ -159,6 +159,8 @@ impl Server {
     /// A node whose relay forwards reach their targets through `reach`
     /// (tests: other nodes in this process).
     pub fn reaching(opts: ServeOptions, reach: Arc<dyn Reach>) -> Result<Arc<Self>, NodeError> {
+        // Only in test builds: a node that lies as a relay, when asked.
+        let reach = crate::forging::from_env(reach);
         let dest = Destination::open(&opts.root)?;
         dest.replace_files_in_the_way();
         dest.set_attr_policy(haul_engine::attrs::AttrPolicy::node(opts.keep_owners));
@@ -523,9 +525,11 @@ impl Server {
                 };
                 self.admit(reader, writer, admission, log).await
             }
-            Request::Relayed { ticket, stripe } => {
-                self.relayed(reader, writer, &ticket, stripe).await
-            }
+            Request::Relayed {
+                ticket,
+                stripe,
+                edge,
+            } => self.relayed(reader, writer, &ticket, stripe, edge).await,
             Request::List { path, sums, keep } => {
                 self.list(reader, writer, &path, sums, keep).await
             }
@@ -638,6 +642,7 @@ impl Server {
         let progress_every = Duration::from_secs(1);
         let mut next_tick = tokio::time::Instant::now() + tick;
         let mut next_progress = tokio::time::Instant::now();
+        let mut next_evidence = tokio::time::Instant::now();
         let mut last_moved = 0;
         let mut reported = false;
         let mut complete = false;
@@ -655,17 +660,36 @@ impl Server {
                     })
                     .await?;
             }
+            // Evidence of unsealed data at once, its growing counts at most
+            // every heartbeat (a liar's every chunk is no message each).
+            let evidence = match tokio::time::Instant::now() >= next_evidence {
+                true => transfer.untold_evidence(),
+                false => Vec::new(),
+            };
+            if !evidence.is_empty() {
+                next_evidence = tokio::time::Instant::now() + tick;
+            }
+            for (edge, e) in evidence {
+                writer
+                    .send(&Message::Unsealed {
+                        edge,
+                        entries: e.entries,
+                        chunks: e.chunks,
+                    })
+                    .await?;
+            }
             if !reported {
-                if let Some((failures, lost)) = transfer.finished() {
+                if let Some(done) = transfer.finished() {
                     let s = transfer.tally.finish(started.elapsed(), 0);
                     writer
                         .send(&Message::Report {
                             ok: s.entries_ok,
                             failed: s.failed,
                             bytes: s.bytes_transferred,
-                            message: failures,
-                            lost,
+                            message: done.failures,
+                            lost: done.lost,
                             damaged: transfer.book.damaged(),
+                            short: done.short,
                         })
                         .await?;
                     reported = true;
@@ -778,6 +802,7 @@ impl Server {
         mut writer: Box<dyn MessageWriter>,
         ticket: &Ticket,
         stripe: Option<Stripe>,
+        edge: u64,
     ) -> Result<(), NodeError> {
         let Some(transfer) = self.relays.get(ticket) else {
             tracing::warn!("refused a relayed push with an unknown or expired ticket");
@@ -789,14 +814,22 @@ impl Server {
                 version: PROTOCOL_VERSION,
             })
             .await?;
-        let Some(upstream) = transfer.upstream_started(stripe) else {
+        if transfer.distrusts(edge) {
+            tracing::warn!(
+                "refused a relayed push from a sender whose data failed the origin's seal here"
+            );
+            let msg = "data you relayed failed the origin's seal here: no more of yours is taken in this transfer".into();
+            return self.refuse(&mut writer, ErrorCode::Unauthorized, msg).await;
+        }
+        let Some(upstream) = transfer.upstream_started(stripe, edge) else {
             let msg = "a stripe of another plan than this transfer's".into();
             return self.refuse(&mut writer, ErrorCode::Protocol, msg).await;
         };
         let upstream = Arc::new(upstream);
         let t = self.opts.timeouts;
         let ctx = ReceiverCtx {
-            observer: transfer.tally.clone(),
+            // The tally, through the session's edge (seal failures).
+            observer: upstream.clone(),
             dest: self.dest.clone(),
             prefix: transfer.dest.clone(),
             window: self.opts.window,
@@ -1071,6 +1104,7 @@ async fn run_forward(
     let request = Request::Relayed {
         ticket: target.ticket,
         stripe: target.stripe,
+        edge: target.edge,
     };
     let mut ctx = SenderCtx::for_client(opts, &tally, buffers).sealed(book);
     // A relay's copy that changes is its upstream's to send again (a new

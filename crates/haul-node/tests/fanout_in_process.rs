@@ -14,6 +14,23 @@ use haul_node::{FanoutOptions, NodeUrl};
 use haul_plan::Shape;
 use test_node::{options, pattern, write, Directory, Heard, TestNode, TOKEN};
 
+/// Each node's `in/` as the fan-out's destinations, and the client's
+/// options for them.
+fn dests_and_options(names: &[&str], node: &TestNode) -> (Vec<NodeUrl>, haul_node::ClientOptions) {
+    let dests = names
+        .iter()
+        .map(|n| NodeUrl {
+            addr: (*n).to_owned(),
+            path: "in/".into(),
+        })
+        .collect();
+    let opts = haul_node::ClientOptions {
+        token: TOKEN.into(),
+        ..options(node, 2)
+    };
+    (dests, opts)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_chain_of_three_relays_delivers_the_same_files_to_every_node() {
     let directory = Arc::new(Directory::default());
@@ -31,17 +48,7 @@ async fn a_chain_of_three_relays_delivers_the_same_files_to_every_node() {
             &pattern(1000 + i, i as u8),
         );
     }
-    let dests: Vec<NodeUrl> = names
-        .iter()
-        .map(|n| NodeUrl {
-            addr: (*n).to_owned(),
-            path: "in/".into(),
-        })
-        .collect();
-    let opts = haul_node::ClientOptions {
-        token: TOKEN.into(),
-        ..options(&nodes[0], 2)
-    };
+    let (dests, opts) = dests_and_options(&names, &nodes[0]);
     let fan = FanoutOptions {
         shape: Shape::Chain,
         rates: vec![None; names.len()],
@@ -71,4 +78,109 @@ async fn a_chain_of_three_relays_delivers_the_same_files_to_every_node() {
         "the client sent {} bytes",
         summary.sent.bytes_transferred
     );
+}
+
+/// A fan-out to `a, b, c, d` in which `b` forges every chunk it relays
+/// (bytes and digest rewritten, the origin's seal passed on): the node it
+/// relays to refuses the first, names the edge it came over, and the
+/// client evicts `b` — its children are fed from elsewhere, `b` waits and
+/// is completed by the client once the others are done, and the run names
+/// `b` once, as the node that received its data says.
+async fn past_a_lying_relay(shape: Shape) -> haul_node::FanoutSummary {
+    let directory = Arc::new(Directory::default());
+    let names = ["node-a:1", "node-b:1", "node-c:1", "node-d:1"];
+    let nodes: Vec<TestNode> = names
+        .iter()
+        .map(|n| match *n {
+            "node-b:1" => TestNode::start_forging_in(&directory, n),
+            _ => TestNode::start_in(&directory, n),
+        })
+        .collect();
+    let src = tempfile::tempdir().unwrap();
+    let big = pattern(6 << 20, 7);
+    write(&src.path().join("set/big.bin"), &big);
+    for i in 0..4 {
+        write(
+            &src.path().join(format!("set/small/{i}.txt")),
+            &pattern(3000 + i, i as u8),
+        );
+    }
+    let (dests, opts) = dests_and_options(&names, &nodes[0]);
+    let fan = FanoutOptions {
+        shape,
+        rates: vec![None; names.len()],
+        reach: directory.clone(),
+    };
+    let sources = [src.path().join("set").display().to_string()];
+    let dataset = Arc::new(Walk::new(&sources, None));
+    let heard = Arc::new(Heard::default());
+    let summary = haul_node::push_fanout(dataset, &dests, &opts, &fan, heard.clone())
+        .await
+        .unwrap();
+    assert!(summary.all_ok(), "{:#?}", summary.nodes);
+    // Every node holds the origin's bytes, the liar too.
+    for (node, name) in nodes.iter().zip(names) {
+        assert_eq!(
+            std::fs::read(node.file("in/set/big.bin"))
+                .unwrap_or_else(|e| panic!("{name}: {e}: {:#?}", summary.nodes)),
+            big,
+            "{name}"
+        );
+        for i in 0..4 {
+            let got = std::fs::read(node.file(&format!("in/set/small/{i}.txt"))).unwrap();
+            assert_eq!(got, pattern(3000 + i, i as u8), "{name}");
+        }
+    }
+    assert!(summary.all_ok(), "{:#?}", summary.nodes);
+    // The liar is named, by a node it relayed to; nobody else is.
+    let evicted: Vec<&str> = summary.evicted().map(|n| n.url.as_str()).collect();
+    assert_eq!(evicted, ["haul://node-b:1/in"], "{:#?}", summary.nodes);
+    let e = summary.nodes[1].evicted.as_ref().unwrap();
+    assert!(e.chunks + e.entries >= 1, "{e:?}");
+    // Nobody receives from it at the end; it received from the client.
+    for n in &summary.nodes {
+        assert!(!n.from.contains("node-b"), "{:#?}", summary.nodes);
+    }
+    assert!(
+        summary.nodes[1].from.split(", ").all(|f| f == "client"),
+        "{:#?}",
+        summary.nodes
+    );
+    // One `relay_evicted`, one `node_done` per node.
+    let events = heard.events();
+    let evictions: Vec<_> = events
+        .iter()
+        .filter_map(|e| match e {
+            haul_run::event::Event::RelayEvicted { node, by, .. } => Some((node, by)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(evictions.len(), 1, "{evictions:?}");
+    assert_eq!(evictions[0].0, "haul://node-b:1/in");
+    assert_eq!(*evictions[0].1, e.by);
+    for name in names {
+        let url = format!("haul://{name}/in");
+        let done = events
+            .iter()
+            .filter(|e| matches!(e, haul_run::event::Event::NodeDone { node, ok: true, .. } if *node == url))
+            .count();
+        assert_eq!(done, 1, "node_done of {url}");
+    }
+    summary
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lying_relay_in_a_chain_is_evicted_and_its_child_fed_by_its_parent() {
+    let summary = past_a_lying_relay(Shape::Chain).await;
+    assert_eq!(
+        summary.nodes[1].evicted.as_ref().unwrap().by,
+        "haul://node-c:1/in"
+    );
+    let from: Vec<&str> = summary.nodes.iter().map(|n| n.from.as_str()).collect();
+    assert_eq!(from, ["client", "client", "node-a:1", "node-c:1"]);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lying_relay_in_striped_trees_is_evicted_from_every_stripe() {
+    past_a_lying_relay(Shape::Stripes(2)).await;
 }

@@ -192,6 +192,35 @@ impl Routing {
             return Vec::new();
         }
         self.alive[i] = false;
+        self.move_children(i)
+    }
+
+    /// Relay `i` relayed data that failed the origin's seal: it relays no
+    /// more. Not done yet, it leaves the plan as a lost node does (the
+    /// coordinator lets it back in with [`Self::rejoin`] once the others
+    /// are done). Done — it holds everything, but may still feed children
+    /// it adopted after it reported — it stays in, its children move as a
+    /// lost node's would, and it adopts nobody later (its room is spent).
+    /// Returns the steps that re-route its children.
+    pub fn evict(&mut self, i: usize) -> Vec<Step> {
+        if !self.is_alive(i) {
+            return Vec::new();
+        }
+        if !self.is_done(i) {
+            return self.lost(i);
+        }
+        self.alive[i] = false;
+        let steps = self.move_children(i);
+        self.alive[i] = true;
+        if let Some(room) = self.room.get_mut(i) {
+            *room = 0;
+        }
+        steps
+    }
+
+    /// Moves the children of node `i`, out of the plan now, to their
+    /// adopters; the steps that tell them and its parents.
+    fn move_children(&mut self, i: usize) -> Vec<Step> {
         let mut load = self.loads();
         let mut relays: Vec<usize> = Vec::new();
         let mut sends = Vec::new();

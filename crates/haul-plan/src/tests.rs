@@ -288,6 +288,41 @@ mod routing {
     }
 
     #[test]
+    fn an_evicted_relay_loses_its_children_done_or_not() {
+        // Not done: out of the plan as a lost node, its child to its parent.
+        let plan = Plan::build(&Rates::unknown(4), Shape::Chain, MIB);
+        let mut r = Routing::new(&plan);
+        assert_eq!(
+            r.evict(1),
+            vec![Step::Forward {
+                node: 0,
+                children: vec![2]
+            }]
+        );
+        assert!(!r.is_alive(1));
+        assert!(r.evict(1).is_empty(), "once");
+        assert_eq!(r.rejoin(1), vec![Step::Send { node: 1 }]);
+        // Done, yet feeding a child it adopted after it reported: the
+        // child moves to its parent; it stays in, done, and adopts nobody.
+        let mut r = Routing::new(&plan);
+        r.done(1);
+        r.lost(2);
+        assert_eq!(r.parent(3), Parent::Node(1));
+        assert_eq!(
+            r.evict(1),
+            vec![Step::Forward {
+                node: 0,
+                children: vec![3]
+            }]
+        );
+        assert!(r.is_alive(1) && r.is_done(1));
+        assert_eq!(r.parent(3), Parent::Node(0));
+        assert!(r.children(Parent::Node(1)).is_empty());
+        r.lost(3);
+        assert!(r.children(Parent::Node(1)).is_empty());
+    }
+
+    #[test]
     fn a_suspect_that_speaks_again_rejoins_as_a_leaf_of_the_client_and_adopts_nobody() {
         let plan = Plan::build(&Rates::unknown(5), Shape::Chain, MIB);
         let mut r = Routing::new(&plan);

@@ -68,10 +68,12 @@ mod kind {
     pub const FORWARD_STRIPES: u8 = 25;
     pub const VOUCHED: u8 = 26;
     pub const LINK: u8 = 27;
+    pub const UNSEALED: u8 = 28;
 }
 
-/// Fewest bytes one encoded [`RelayTarget`] takes (two empty strings and a ticket).
-const TARGET_MIN: usize = 4 + 4 + 32;
+/// Fewest bytes one encoded [`RelayTarget`] takes (two empty strings, a
+/// ticket and an edge).
+const TARGET_MIN: usize = 4 + 4 + 32 + 8;
 
 /// Appends the frame for `msg` to `out`.
 pub fn encode(msg: &Message, out: &mut Vec<u8>) {
@@ -128,18 +130,22 @@ pub fn encode(msg: &Message, out: &mut Vec<u8>) {
                 Request::Relayed {
                     ticket,
                     stripe: None,
+                    edge,
                 } => {
                     w.u8(5);
                     w.0.extend_from_slice(ticket);
+                    w.u64(*edge);
                 }
                 Request::Relayed {
                     ticket,
                     stripe: Some(stripe),
+                    edge,
                 } => {
                     w.u8(7);
                     w.0.extend_from_slice(ticket);
                     w.u32(stripe.index);
                     w.u32(stripe.count);
+                    w.u64(*edge);
                 }
                 Request::Prune { dest, backup } => {
                     w.u8(6);
@@ -289,6 +295,7 @@ pub fn encode(msg: &Message, out: &mut Vec<u8>) {
                 w.str(&t.addr);
                 w.str(&t.fingerprint);
                 w.0.extend_from_slice(&t.ticket);
+                w.u64(t.edge);
                 if striped {
                     let s = t.stripe.unwrap_or(Stripe { index: 0, count: 1 });
                     w.u32(s.index);
@@ -306,6 +313,16 @@ pub fn encode(msg: &Message, out: &mut Vec<u8>) {
             w.u64(*entries);
             w.u8(u8::from(*complete));
         }
+        Message::Unsealed {
+            edge,
+            entries,
+            chunks,
+        } => {
+            w.u8(kind::UNSEALED);
+            w.u64(*edge);
+            w.u32(*entries);
+            w.u32(*chunks);
+        }
         Message::Report {
             ok,
             failed,
@@ -313,6 +330,7 @@ pub fn encode(msg: &Message, out: &mut Vec<u8>) {
             message,
             lost,
             damaged,
+            short,
         } => {
             w.u8(kind::REPORT);
             w.u64(*ok);
@@ -326,6 +344,10 @@ pub fn encode(msg: &Message, out: &mut Vec<u8>) {
             w.u32(damaged.len() as u32);
             for path in damaged {
                 w.str(path);
+            }
+            w.u32(short.len() as u32);
+            for addr in short {
+                w.str(addr);
             }
         }
         Message::Listing { entry } => {
@@ -433,10 +455,12 @@ fn decode_body(body: &[u8]) -> Result<Message, DecodeError> {
                 5 => Request::Relayed {
                     ticket: r.digest()?,
                     stripe: None,
+                    edge: r.u64()?,
                 },
                 7 => Request::Relayed {
                     ticket: r.digest()?,
                     stripe: Some(r.stripe()?),
+                    edge: r.u64()?,
                 },
                 6 => Request::Prune {
                     dest: r.str()?,
@@ -573,6 +597,7 @@ fn decode_body(body: &[u8]) -> Result<Message, DecodeError> {
                     addr: r.str()?,
                     fingerprint: r.str()?,
                     ticket: r.digest()?,
+                    edge: r.u64()?,
                     stripe: if striped { Some(r.stripe()?) } else { None },
                 });
             }
@@ -582,6 +607,11 @@ fn decode_body(body: &[u8]) -> Result<Message, DecodeError> {
             bytes: r.u64()?,
             entries: r.u64()?,
             complete: r.bool()?,
+        },
+        kind::UNSEALED => Message::Unsealed {
+            edge: r.u64()?,
+            entries: r.u32()?,
+            chunks: r.u32()?,
         },
         kind::REPORT => {
             let (ok, failed, bytes, message) = (r.u64()?, r.u64()?, r.u64()?, r.str()?);
@@ -595,6 +625,11 @@ fn decode_body(body: &[u8]) -> Result<Message, DecodeError> {
             for _ in 0..n {
                 damaged.push(r.str()?);
             }
+            let n = r.count(4)?;
+            let mut short = Vec::with_capacity(n);
+            for _ in 0..n {
+                short.push(r.str()?);
+            }
             Message::Report {
                 ok,
                 failed,
@@ -602,6 +637,7 @@ fn decode_body(body: &[u8]) -> Result<Message, DecodeError> {
                 message,
                 lost,
                 damaged,
+                short,
             }
         }
         kind::LISTING => Message::Listing { entry: r.entry()? },
@@ -653,6 +689,7 @@ fn kind_name(k: u8) -> Result<&'static str, DecodeError> {
         kind::FORWARD_STRIPES => "Forward",
         kind::REPORT => "Report",
         kind::PROGRESS => "Progress",
+        kind::UNSEALED => "Unsealed",
         kind::SEALED => "Sealed",
         kind::VOUCHED => "Vouched",
         other => return Err(DecodeError::UnknownKind(other)),

@@ -134,11 +134,12 @@
 //! client → every node (control, token-authenticated):
 //!   Hello{.., Admit{dest}} ->
 //!                          <- Welcome, Ticket{ticket}      (valid while this connection lives)
-//!   Forward{[(addr, fingerprint, ticket)...]} ->           (the node's children in the plan)
+//!   Forward{[(addr, fingerprint, ticket, edge)...]} ->     (the node's children in the plan)
 //!                          <- KeepAlive, Progress{bytes, entries} ... Report{ok, failed, bytes, message, lost}
+//!                          <- Unsealed{edge, entries, chunks}   (v15: evidence against a sender)
 //!   Bye ->                                                 (the ticket is revoked)
 //! client → its children, relay → its children (data, TLS pinned to the fingerprint):
-//!   Hello{token "", Relayed{ticket, stripe}} -> then the push flow above
+//!   Hello{token "", Relayed{ticket, stripe, edge}} -> then the push flow above
 //! ```
 //! A relay offers downstream each entry it was offered, as soon as it has
 //! staged it, and sends each chunk only after it verified it (its staging
@@ -153,6 +154,17 @@
 //! node refuses a `Forward` that names itself (by its ticket). A relayed
 //! session superseded by a newer one of the same stripe ends once its
 //! sender has been silent for two seconds, releasing the files it held.
+//!
+//! Lying relays (v15): the client names every sending edge it sets up (a
+//! random `edge` in each `Forward` target and in its own `Relayed`), and
+//! the relay presents it in its `Relayed`. A node that refuses something
+//! arriving over an edge for a bad seal (an entry, a chunk, a chunk seal
+//! in `Sealed`, a root seal in `Vouched`) tells the client `Unsealed{edge,
+//! ..}`: honest relays pass on only what verified against the origin's
+//! seals, so that is evidence against the sender (or the link to it). The
+//! client evicts that relay — its children go elsewhere, it is fed on as
+//! a leaf — and reports it. An edge the client never named (a replayed
+//! ticket) implicates nobody.
 //!
 //! Striped plans (v7): each data connection carries one [`Stripe`]
 //! (`Relayed{ticket, stripe}`; `Forward` targets name theirs), and

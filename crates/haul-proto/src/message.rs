@@ -42,7 +42,12 @@
 /// a push makes once every file verified.
 /// Version 14: [`ChunkHeader::from_record`] (bit 2 of a chunk's seal byte):
 /// the sender took the chunk's digest from its hash cache, hashing nothing.
-pub const PROTOCOL_VERSION: u16 = 14;
+/// Version 15: every fan-out sending edge has a name the client picked
+/// ([`RelayTarget::edge`], carried in `Relayed`), and a node names the edge
+/// whose data failed the origin's seal in [`Message::Unsealed`]: the
+/// client evicts the relay that sent it. `Report` names the forwards that
+/// ended with entries failed (`short`).
+pub const PROTOCOL_VERSION: u16 = 15;
 
 /// Which metadata beyond mode, mtime and symlinks a transfer keeps:
 /// rsync's `-o`, `-g`, `-X` and `-A` (and `--numeric-ids`). A sender puts
@@ -327,6 +332,8 @@ pub enum Request {
         /// A striped plan: the one stripe of the transfer this connection
         /// carries (`None`: all of it).
         stripe: Option<Stripe>,
+        /// The sending edge, as the client named it ([`RelayTarget::edge`]).
+        edge: u64,
     },
     /// `haul push --delete`: the client names, with [`Message::Remove`],
     /// entries under `dest` its source does not have; the node removes each
@@ -366,6 +373,12 @@ pub struct RelayTarget {
     pub ticket: Ticket,
     /// A striped plan: the stripe sent to it (`None`: the whole transfer).
     pub stripe: Option<Stripe>,
+    /// The name the client gave this sending edge (random, new for every
+    /// forward it asks): the relay presents it in `Relayed`, and the
+    /// downstream names it when what came over it failed the origin's seal
+    /// ([`Message::Unsealed`]), so the client knows which relay sent it —
+    /// and a replayed ticket, which knows no edge, implicates nobody.
+    pub edge: u64,
 }
 
 /// One stripe of a striped fan-out: which part of every entry a connection
@@ -798,6 +811,23 @@ pub enum Message {
         /// to differ from the origin's when it was to be relayed: this node
         /// holds them damaged, and relayed none of their bad bytes.
         damaged: Vec<String>,
+        /// Addresses of the forwards that ran to the end with entries
+        /// failed (v15): those nodes may lack them, whatever their own
+        /// reports say (an entry this relay could not open was never
+        /// offered there), so the client fills them in.
+        short: Vec<String>,
+    },
+    /// Fan-out control, node → client: data that arrived over sending edge
+    /// `edge` failed the origin's seal here (refused, asked again): the
+    /// evidence against the relay that sent it. Sent when the counts
+    /// change, at most every heartbeat; the counts are totals so far.
+    Unsealed {
+        /// The edge, as `Relayed` named it.
+        edge: u64,
+        /// Entries (offers, roots) whose seal failed.
+        entries: u32,
+        /// Chunks whose seal failed.
+        chunks: u32,
     },
     /// Either side, while busy for a long time (re-verifying a large partial
     /// file, hashing a whole file, syncing a batch): "still here". Ignored.

@@ -114,6 +114,31 @@ pub enum Event {
         /// enough time for one.
         bytes_per_second: Option<f64>,
     },
+    /// Fan-out, on a node: something a relayed session carried failed the
+    /// origin's seal and was refused — evidence against the session's
+    /// sender, which the node reports to the client.
+    SealFailed {
+        /// The entry it concerned.
+        path: String,
+        /// The chunk whose digest or seal failed (`None`: the entry's own
+        /// seal, or its root's).
+        chunk: Option<u32>,
+    },
+    /// Fan-out, on the client: a relay sent data that failed the origin's
+    /// seal, so it forwards nothing more in this transfer (its downstream
+    /// went elsewhere; it is fed on as a leaf).
+    RelayEvicted {
+        /// The relay (`haul://HOST:PORT/DEST`).
+        node: String,
+        /// The node that received the data and refused it.
+        by: String,
+        /// Entries (offers, roots) whose seal failed there.
+        entries: u32,
+        /// Chunks whose seal failed there.
+        chunks: u32,
+        /// What happened and what to do, for people.
+        message: String,
+    },
     /// Fan-out: a destination is done, or failed.
     NodeDone {
         /// The destination (`haul://HOST:PORT/DEST`).

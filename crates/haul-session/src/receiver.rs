@@ -229,6 +229,9 @@ pub struct Receiver {
     settled: std::collections::VecDeque<FileId>,
     /// Digests of the chunk writes the driver has not answered yet.
     pending: HashMap<(FileId, u32), Digest>,
+    /// Fan-out: chunks whose bytes failed their sealed digest once (a
+    /// second failure of the same chunk is evidence against the sender).
+    failed_once: std::collections::HashSet<(FileId, u32)>,
     /// Files asked for and not offered yet (pull).
     wanted: usize,
     stage: Stage,
@@ -258,6 +261,7 @@ impl Receiver {
             next_id: 1,
             settled: std::collections::VecDeque::new(),
             pending: HashMap::default(),
+            failed_once: std::collections::HashSet::default(),
             wanted: 0,
             stage: Stage::Running,
             verified: std::collections::VecDeque::new(),
@@ -555,6 +559,16 @@ impl Receiver {
         };
         if unsealed {
             let path = entry.path.clone();
+            // A seal that fails is evidence against the sender; none at all
+            // is an honest relay's offer of a version it no longer holds
+            // the seals of (dropped as changed at the origin): refused, no
+            // more.
+            if seal.is_some() {
+                self.core.event(Event::SealFailed {
+                    path: path.clone(),
+                    chunk: None,
+                });
+            }
             self.files.insert(id, file(Phase::Making, entry));
             let why = "not sealed by this transfer's origin (altered by a relay, or not \
                        from the client that admitted this node): refused";
@@ -814,6 +828,12 @@ impl Receiver {
                 "chunk {} of {path} is not sealed by the transfer's origin; asking again",
                 h.index
             );
+            if h.seal.is_some() {
+                self.core.event(Event::SealFailed {
+                    path: path.clone(),
+                    chunk: Some(h.index),
+                });
+            }
             round.bad.push(h.index);
             ChunkAction::Discard
         } else {
@@ -858,6 +878,18 @@ impl Receiver {
                     f.entry.path
                 );
                 round.bad.push(index);
+                // Its digest passed the origin's seal, its bytes do not
+                // hash to it: not the origin's bytes. A relay hashes what it
+                // reads before it sends it, so the same chunk failing twice
+                // is evidence against the sender (or the link to it); once
+                // may be a plaintext link's flipped bit, asked again.
+                if self.origin.is_some() && !self.failed_once.insert((file, index)) {
+                    let path = f.entry.path.clone();
+                    self.core.event(Event::SealFailed {
+                        path,
+                        chunk: Some(index),
+                    });
+                }
             }
             ChunkOutcome::Failed(e) => {
                 round.error.get_or_insert(e);
@@ -991,6 +1023,9 @@ impl Receiver {
         }
         if !self.pending.is_empty() {
             self.pending.retain(|(file, _), _| *file != id);
+        }
+        if !self.failed_once.is_empty() {
+            self.failed_once.retain(|(file, _)| *file != id);
         }
         self.core.tell(ReceiverIo::Forget { file: id });
         if self.settled.len() >= 2 * MAX_OPEN {

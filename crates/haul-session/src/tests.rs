@@ -1297,3 +1297,86 @@ fn only_the_seals_of_a_skipped_file_may_come_from_a_record() {
         })
     );
 }
+
+/// What a fan-out receiver counts against the sender of a session: a seal
+/// that fails (an entry's, a chunk's) and bytes that do not hash to a
+/// sealed digest — never an offer with no seal at all, which is how an
+/// honest relay offers a version it holds no seals of any more.
+#[test]
+fn only_a_failed_seal_or_unsealed_bytes_are_evidence_against_the_sender() {
+    let t0 = Instant::now();
+    let origin = haul_proto::seal::Origin::generate().unwrap();
+    let other = haul_proto::seal::Origin::generate().unwrap();
+    let entry = one_file(3000);
+    let hash = haul_proto::seal::entry_hash(&entry);
+    let mut r = Receiver::for_push(SessionConfig::default(), String::new(), t0);
+    r.check_origin(std::sync::Arc::new(crate::OriginPublic(origin.public())));
+    let evidence = |r: &mut Receiver| -> Vec<Option<u32>> {
+        std::iter::from_fn(|| r.poll_event())
+            .filter_map(|e| match e {
+                Event::SealFailed { chunk, .. } => Some(chunk),
+                _ => None,
+            })
+            .collect()
+    };
+    let offer = |id, seal| Message::Offer {
+        id,
+        entry: entry.clone(),
+        first: 0,
+        end: entry.chunk_count(),
+        seal,
+    };
+    // No seal: refused, no evidence.
+    r.handle(t0, offer(1, None)).unwrap();
+    assert!(evidence(&mut r).is_empty());
+    // Another key's seal: refused, evidence.
+    r.handle(t0, offer(2, Some(other.seal_entry(&entry))))
+        .unwrap();
+    assert_eq!(evidence(&mut r), [None]);
+    // The origin's: taken; a chunk sealed by another key is evidence, one
+    // with no seal is not, and one whose bytes fail its sealed digest is.
+    r.handle(t0, offer(3, Some(origin.seal_entry(&entry))))
+        .unwrap();
+    let io: Vec<ReceiverIo> = std::iter::from_fn(|| r.poll_io()).collect();
+    let Some(file) = io.iter().find_map(|io| match io {
+        ReceiverIo::Prepare { file, .. } => Some(*file),
+        _ => None,
+    }) else {
+        panic!("prepare: {io:?}")
+    };
+    r.prepared(t0, file, Ok(Prepared::Receive { have: Vec::new() }));
+    let chunk = |index: u32, seal| ChunkHeader {
+        packed: None,
+        from_record: false,
+        id: 3,
+        index,
+        len: entry.chunk_len(index),
+        digest: [index as u8; 32],
+        seal,
+    };
+    r.handle_chunk(t0, chunk(0, Some(other.seal_chunk(&hash, 0, &[0; 32]))))
+        .unwrap();
+    r.handle_chunk(t0, chunk(1, None)).unwrap();
+    assert_eq!(evidence(&mut r), [Some(0)]);
+    let sealed = Some(origin.seal_chunk(&hash, 2, &[2; 32]));
+    assert!(matches!(
+        r.handle_chunk(t0, chunk(2, sealed)).unwrap(),
+        ChunkAction::Write { .. }
+    ));
+    assert!(evidence(&mut r).is_empty());
+    r.chunk_done(t0, 3, 2, ChunkOutcome::Bad);
+    assert!(
+        evidence(&mut r).is_empty(),
+        "once: a flipped bit on the way"
+    );
+    r.handle(t0, Message::RangeEnd { id: 3, chunks: 3 })
+        .unwrap();
+    while r.poll_transmit(t0).is_some() {}
+    let sealed = Some(origin.seal_chunk(&hash, 2, &[2; 32]));
+    assert!(matches!(
+        r.handle_chunk(t0, chunk(2, sealed)).unwrap(),
+        ChunkAction::Write { .. }
+    ));
+    r.chunk_done(t0, 3, 2, ChunkOutcome::Bad);
+    assert_eq!(evidence(&mut r), [Some(2)], "the same chunk twice");
+}

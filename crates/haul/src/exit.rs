@@ -36,6 +36,9 @@ pub const KEY_CHANGED: u8 = 40;
 /// The only failures: source files that changed every time they were
 /// read, and vanished ones (haul's own).
 pub const CHANGED: u8 = 41;
+/// A fan-out delivered everything, but a relay was evicted for relaying
+/// data that failed the origin's seal (haul's own).
+pub const EVICTED: u8 = 42;
 /// Interrupted (SIGINT, Ctrl-C), as shells and rsync report it.
 pub const INTERRUPTED: u8 = 130;
 
@@ -53,6 +56,7 @@ pub const TABLE: &[(u8, &str)] = &[
     (TIMEOUT, "a node stopped answering within --timeout"),
     (KEY_CHANGED, "the node's key is not the one pinned for it (known_hosts, --fingerprint)"),
     (CHANGED, "the only failures are source files that changed every time they were read (and vanished ones)"),
+    (EVICTED, "a fan-out delivered everything, but a relay was evicted: it relayed data that failed the origin's seal"),
     (INTERRUPTED, "interrupted (Ctrl-C): what verified stays, and the same command resumes"),
 ];
 

@@ -199,13 +199,20 @@ pub async fn push(
     let mut summary = summary?;
     names.rename(&mut summary);
     print(mode, &summary);
-    // A node that lacks something, or was never started: a partial
-    // transfer (each node's own error is in the summary).
-    Ok(if summary.all_ok() && unstarted == 0 {
-        exit::OK
-    } else {
+    Ok(exit_code(&summary, unstarted))
+}
+
+/// A node that lacks something, or was never started: a partial transfer
+/// (each node's own error is in the summary). Everything delivered past a
+/// lying relay: said apart from a clean run.
+fn exit_code(summary: &FanoutSummary, unstarted: usize) -> u8 {
+    if !summary.all_ok() || unstarted > 0 {
         exit::PARTIAL
-    })
+    } else if summary.evicted().next().is_some() {
+        exit::EVICTED
+    } else {
+        exit::OK
+    }
 }
 
 /// The nodes a fan-out goes to, once those over ssh were started.
@@ -361,10 +368,67 @@ fn print(mode: Mode, s: &FanoutSummary) {
                         (true, 0) => String::new(),
                         (true, d) => format!("  {d} deleted"),
                         (false, _) => format!("  {}", n.error),
+                    } + &match &n.evicted {
+                        Some(e) => format!("  EVICTED: relayed unsealed data to {}", e.by),
+                        None => String::new(),
                     }
                 );
             }
             crate::output::print_failures(&s.sent.failures);
+            for n in s.evicted() {
+                if let Some(e) = &n.evicted {
+                    eprintln!("warning: {}", e.warning(&n.url));
+                }
+            }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use haul_node::fanout::Eviction;
+    use haul_node::NodeReport;
+
+    fn node(ok: bool, evicted: bool) -> NodeReport {
+        NodeReport {
+            url: "haul://h:1/in".into(),
+            from: "client".into(),
+            ok,
+            entries_ok: 1,
+            failed: u64::from(!ok),
+            bytes: 1,
+            seconds: 1.0,
+            error: String::new(),
+            repaired: 0,
+            damaged: Vec::new(),
+            deleted: 0,
+            evicted: evicted.then(|| Eviction {
+                by: "haul://g:1/in".into(),
+                entries: 0,
+                chunks: 1,
+            }),
+        }
+    }
+
+    fn summary(nodes: Vec<NodeReport>) -> FanoutSummary {
+        let rates = haul_plan::Rates::unknown(nodes.len());
+        FanoutSummary {
+            plan: haul_plan::Plan::build(&rates, haul_plan::Shape::Chain, 1),
+            nodes,
+            sent: haul_node::Summary::default(),
+            seconds: 1.0,
+        }
+    }
+
+    #[test]
+    fn an_evicted_relay_is_said_apart_from_a_clean_run_but_not_over_a_failure() {
+        let clean = summary(vec![node(true, false), node(true, false)]);
+        assert_eq!(exit_code(&clean, 0), exit::OK);
+        assert_eq!(exit_code(&clean, 1), exit::PARTIAL, "a node never started");
+        let evicted = summary(vec![node(true, true), node(true, false)]);
+        assert_eq!(exit_code(&evicted, 0), exit::EVICTED);
+        let both = summary(vec![node(true, true), node(false, false)]);
+        assert_eq!(exit_code(&both, 0), exit::PARTIAL);
     }
 }

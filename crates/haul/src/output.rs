@@ -450,7 +450,10 @@ impl Display {
                 bar.set_length((*total).max(*bytes));
                 bar.set_position(*bytes);
             }
+            // An evicted relay is named once, under the summary table.
             Event::Resolved { .. }
+            | Event::SealFailed { .. }
+            | Event::RelayEvicted { .. }
             | Event::ListingProgress { .. }
             | Event::ListingDone { .. }
             | Event::Itemized { .. } => {}

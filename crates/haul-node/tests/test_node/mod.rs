@@ -47,11 +47,17 @@ impl std::fmt::Debug for Directory {
     }
 }
 
+impl Directory {
+    /// The node listed as `addr`.
+    pub fn server(&self, addr: &str) -> Arc<Server> {
+        let server = self.nodes.lock().unwrap().get(addr).cloned();
+        server.unwrap_or_else(|| panic!("no node at {addr} in this test"))
+    }
+}
+
 impl Reach for Directory {
     fn dialer(&self, addr: &str, opts: &ClientOptions) -> Dialer {
-        let server = self.nodes.lock().unwrap().get(addr).cloned();
-        let server = server.unwrap_or_else(|| panic!("no node at {addr} in this test"));
-        Dialer::in_process(server, &opts.token, TIMEOUTS)
+        Dialer::in_process(self.server(addr), &opts.token, TIMEOUTS)
     }
 }
 
@@ -64,6 +70,16 @@ impl TestNode {
     /// others there.
     pub fn start_in(directory: &Arc<Directory>, addr: &str) -> Self {
         let node = Self::start_reaching(directory.clone());
+        let mut nodes = directory.nodes.lock().unwrap();
+        nodes.insert(addr.to_owned(), node.server.clone());
+        node
+    }
+
+    /// A node listed in `directory` as `addr` that lies as a relay: what
+    /// it forwards is forged ([`haul_node::forging::Forging`]).
+    pub fn start_forging_in(directory: &Arc<Directory>, addr: &str) -> Self {
+        let reach = haul_node::forging::Forging(directory.clone());
+        let node = Self::start_reaching(Arc::new(reach));
         let mut nodes = directory.nodes.lock().unwrap();
         nodes.insert(addr.to_owned(), node.server.clone());
         node

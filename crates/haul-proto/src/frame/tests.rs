@@ -28,6 +28,33 @@ fn hex_of(msg: &Message) -> String {
 }
 
 #[test]
+fn hex_snapshots_of_sending_edges() {
+    // v15: a relayed hello ends with its edge; Unsealed names one.
+    let hello = Message::Hello {
+        version: 15,
+        token: String::new(),
+        request: Request::Relayed {
+            ticket: [0xaa; 32],
+            stripe: None,
+            edge: 0x0102_0304_0506_0708,
+        },
+    };
+    let hex = hex_of(&hello);
+    assert!(
+        hex.ends_with(&format!("05{}0102030405060708", "aa".repeat(32))),
+        "{hex}"
+    );
+    assert_eq!(
+        hex_of(&Message::Unsealed {
+            edge: 7,
+            entries: 1,
+            chunks: 2
+        }),
+        "000000111c00000000000000070000000100000002"
+    );
+}
+
+#[test]
 fn hex_snapshots() {
     // These bytes are the protocol: changing them breaks old peers.
     assert_eq!(hex_of(&Message::Bye), "000000010d");
@@ -443,19 +470,25 @@ fn arb_message() -> impl Strategy<Value = Message> {
                     })
                     .collect(),
             }),
-        (digest, proptest::option::of((0u32..64, 1u32..=64))).prop_map(|(ticket, stripe)| {
-            Message::Hello {
-                version: 7,
-                token: String::new(),
-                request: Request::Relayed {
-                    ticket,
-                    stripe: stripe.map(|(i, k)| Stripe {
-                        index: i % k,
-                        count: k,
-                    }),
-                },
-            }
-        }),
+        (
+            digest,
+            proptest::option::of((0u32..64, 1u32..=64)),
+            any::<u64>()
+        )
+            .prop_map(|(ticket, stripe, edge)| {
+                Message::Hello {
+                    version: 7,
+                    token: String::new(),
+                    request: Request::Relayed {
+                        ticket,
+                        stripe: stripe.map(|(i, k)| Stripe {
+                            index: i % k,
+                            count: k,
+                        }),
+                        edge,
+                    },
+                }
+            }),
         digest.prop_map(|ticket| Message::Ticket { ticket }),
         (any::<u64>(), any::<u64>(), any::<bool>()).prop_map(|(bytes, entries, complete)| {
             Message::Progress {
@@ -464,8 +497,18 @@ fn arb_message() -> impl Strategy<Value = Message> {
                 complete,
             }
         }),
+        (any::<u64>(), any::<u32>(), any::<u32>()).prop_map(|(edge, entries, chunks)| {
+            Message::Unsealed {
+                edge,
+                entries,
+                chunks,
+            }
+        }),
         (
-            proptest::collection::vec((arb_string(), arb_string(), digest, 0u32..64), 0..4),
+            proptest::collection::vec(
+                (arb_string(), arb_string(), digest, 0u32..64, any::<u64>()),
+                0..4
+            ),
             proptest::option::of(1u32..=64)
         )
             .prop_map(|(t, striped)| {
@@ -473,10 +516,11 @@ fn arb_message() -> impl Strategy<Value = Message> {
                 Message::Forward {
                     targets: t
                         .into_iter()
-                        .map(|(addr, fingerprint, ticket, i)| RelayTarget {
+                        .map(|(addr, fingerprint, ticket, i, edge)| RelayTarget {
                             addr,
                             fingerprint,
                             ticket,
+                            edge,
                             stripe: striped.map(|k| Stripe {
                                 index: i % k,
                                 count: k,
@@ -491,18 +535,20 @@ fn arb_message() -> impl Strategy<Value = Message> {
             any::<u64>(),
             arb_string(),
             proptest::collection::vec(arb_string(), 0..3),
+            proptest::collection::vec(arb_string(), 0..2),
             proptest::collection::vec(arb_string(), 0..2)
         )
-            .prop_map(
-                |(ok, failed, bytes, message, lost, damaged)| Message::Report {
+            .prop_map(|(ok, failed, bytes, message, lost, damaged, short)| {
+                Message::Report {
                     ok,
                     failed,
                     bytes,
                     message,
                     lost,
-                    damaged
+                    damaged,
+                    short,
                 }
-            ),
+            }),
         arb_entry().prop_map(|entry| Message::Listing { entry }),
         arb_string().prop_map(|path| Message::Remove { path }),
         (arb_string(), arb_string()).prop_map(|(path, target)| Message::Link { path, target }),
@@ -697,6 +743,7 @@ fn a_stripe_outside_its_count_is_refused() {
                 request: Request::Relayed {
                     ticket: [1; 32],
                     stripe: Some(Stripe { index, count }),
+                    edge: 9,
                 },
             },
             &mut out,

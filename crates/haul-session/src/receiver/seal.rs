@@ -45,11 +45,33 @@ impl Receiver {
         let Some((wire, hash)) = &f.sealed else {
             return Ok(());
         };
+        let mut forged = Vec::new();
         for c in &chunks {
-            if (f.first..f.end).contains(&c.index) && c.seal != crate::seals::NO_SEAL {
-                check.chunk(wire, hash, c.index, &c.digest, Some(&c.seal));
+            if (f.first..f.end).contains(&c.index)
+                && c.seal != crate::seals::NO_SEAL
+                && !check.chunk(wire, hash, c.index, &c.digest, Some(&c.seal))
+            {
+                forged.push(c.index);
             }
         }
+        if !forged.is_empty() {
+            // Not remembered: those chunks are asked for again, or the
+            // file is not relayed on.
+            let path = f.entry.path.clone();
+            tracing::warn!(
+                "{} chunk seals of {path} are not the transfer's origin's",
+                forged.len()
+            );
+            for index in forged {
+                self.core.event(Event::SealFailed {
+                    path: path.clone(),
+                    chunk: Some(index),
+                });
+            }
+        }
+        let Some(f) = self.files.get_mut(&id) else {
+            return Ok(());
+        };
         if let Phase::AwaitingSeals(left) = &mut f.phase {
             *left = left.saturating_sub(chunks.len() as u32);
             if *left == 0 {
@@ -85,6 +107,9 @@ impl Receiver {
         };
         let whole = f.first == 0 && f.end == f.entry.chunk_count();
         if !check.root(wire, hash, &root, &seal) {
+            let path = f.entry.path.clone();
+            tracing::warn!("the root seal of {path} is not the transfer's origin's");
+            self.core.event(Event::SealFailed { path, chunk: None });
             return Ok(());
         }
         f.vouched = Some(root);

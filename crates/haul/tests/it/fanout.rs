@@ -15,7 +15,7 @@ use crate::raw::Raw;
 const LIMIT: Duration = Duration::from_secs(120);
 
 /// A tree with nested directories, many small files and files of several chunks.
-fn dataset(root: &Path) {
+pub fn dataset(root: &Path) {
     for d in 0..4 {
         for f in 0..25 {
             write_file(&root.join(format!("d{d}/e/f{f}")), 100 + f * 7, d * 100 + f);
@@ -52,7 +52,7 @@ fn plaintext_nodes(s: &Scratch, n: usize) -> Vec<Node> {
         .collect()
 }
 
-fn push(config: &Path, src: &Path, urls: &[String], extra: &[&str]) -> Output {
+pub fn push(config: &Path, src: &Path, urls: &[String], extra: &[&str]) -> Output {
     let mut cmd = haul(config);
     cmd.arg("push")
         .arg(src)
@@ -473,6 +473,7 @@ fn relay_tickets_work_only_on_their_node_and_only_while_the_transfer_lasts() {
     let answer = other.hello(Request::Relayed {
         ticket,
         stripe: None,
+        edge: 1,
     });
     assert!(
         matches!(
@@ -489,6 +490,7 @@ fn relay_tickets_work_only_on_their_node_and_only_while_the_transfer_lasts() {
     let answer = guess.hello(Request::Relayed {
         ticket: [7; 32],
         stripe: None,
+        edge: 1,
     });
     assert!(matches!(
         answer,
@@ -502,7 +504,8 @@ fn relay_tickets_work_only_on_their_node_and_only_while_the_transfer_lasts() {
     assert!(matches!(
         data.hello(Request::Relayed {
             ticket,
-            stripe: None
+            stripe: None,
+            edge: 1
         }),
         Message::Welcome { .. }
     ));
@@ -515,7 +518,8 @@ fn relay_tickets_work_only_on_their_node_and_only_while_the_transfer_lasts() {
         matches!(
             late.hello(Request::Relayed {
                 ticket,
-                stripe: None
+                stripe: None,
+                edge: 1
             }),
             Message::Refused {
                 code: ErrorCode::Unauthorized,

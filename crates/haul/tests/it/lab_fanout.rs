@@ -149,3 +149,86 @@ fn lab_fan_out_survives_a_killed_node_and_a_pulled_link() {
         );
     }
 }
+
+/// A relay that forges what it relays (`HAUL_TEST_FORGE_FORWARDS=1`, test
+/// builds only) in a chain of four behind 100 Mbit/s links: evicted after
+/// its first refused chunk, named, and the nodes behind it fed from
+/// elsewhere at about the time one node takes (printed: the benchmark's
+/// figure; asserted loosely, this machine being shared).
+#[test]
+#[cfg_attr(
+    not(feature = "root-tests"),
+    ignore = "needs root: run as root with --features root-tests (scripts/test.sh does)"
+)]
+fn lab_fan_out_evicts_a_lying_relay() {
+    let _turn = root();
+    let lab = Lab::builder()
+        .hosts(5)
+        .link("rate 100mbit delay 5ms")
+        .seed(5)
+        .start()
+        .expect("lab");
+    let s = Scratch::new();
+    write_file(&s.path("src/a.bin"), 32 << 20, 9);
+    for i in 0..10 {
+        write_file(&s.path(&format!("src/small/f{i}")), 3000 + i, i);
+    }
+    // h1 pushes; h2..h5 are the nodes, h3 lies.
+    let nodes: Vec<Node> = (2..=5)
+        .map(|h| {
+            let host = lab.host(h);
+            let mut cmd = host.command(BIN);
+            if h == 3 {
+                cmd.env("HAUL_TEST_FORGE_FORWARDS", "1");
+            }
+            let listen = format!("{}:7878", host.addr());
+            let root = s.path(&format!("n{h}"));
+            Node::spawn(
+                cmd,
+                &root,
+                &s.path("cfg"),
+                &listen,
+                &["--open", "--plaintext"],
+            )
+        })
+        .collect();
+    let push = |urls: Vec<String>| {
+        let mut cmd: Command = lab.host(1).command(BIN);
+        cmd.env("HAUL_CONFIG_DIR", s.path("client"))
+            .arg("push")
+            .arg(s.path("src"))
+            .args(urls)
+            .args(["--plaintext", "--json", "--plan", "chain"]);
+        cmd
+    };
+    // T(1): one honest node alone.
+    let started = std::time::Instant::now();
+    let out = run(push(vec![nodes[0].url("one")]), LIMIT);
+    let one = started.elapsed().as_secs_f64();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let out = run(push(nodes.iter().map(|n| n.url("l")).collect()), LIMIT);
+    assert_eq!(out.status.code(), Some(42), "{}", stderr(&out));
+    for h in 2..=5 {
+        assert_eq!(
+            listing(&s.path(&format!("n{h}/l/src"))),
+            listing(&s.path("src")),
+            "h{h}"
+        );
+    }
+    let f = fanout(&out);
+    let reports = f["nodes"].as_array().unwrap();
+    assert_eq!(
+        reports[1]["evicted"]["by"],
+        nodes[2].url("l").as_str(),
+        "{f}"
+    );
+    let others = [0, 2, 3]
+        .iter()
+        .map(|&i| reports[i]["seconds"].as_f64().unwrap_or(f64::MAX))
+        .fold(0.0, f64::max);
+    eprintln!(
+        "lying relay: the others done in {others:.2} s, T(1) {one:.2} s: {:.2}x",
+        others / one
+    );
+    assert!(others < 2.5 * one + 2.0, "{others} s vs T(1) {one} s: {f}");
+}

@@ -18,6 +18,7 @@ mod daemon_sites;
 mod dry_run;
 mod env_flags;
 mod fanout;
+mod fanout_lying;
 mod fanout_silent;
 mod filters;
 mod hard_links;
