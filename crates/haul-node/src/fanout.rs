@@ -28,7 +28,9 @@
 //!    `--timeout`; its children drop the silent session once a new
 //!    upstream arrives (`relay::Transfer::superseded`). A suspect that
 //!    speaks again rejoins as a leaf the client feeds
-//!    ([`haul_plan::Routing::rejoin`]).
+//!    ([`haul_plan::Routing::rejoin`]). Only a silence of its own: while no
+//!    other node is heard either (the client's own link is down), nobody
+//!    is suspected ([`haul_plan::Silences`]).
 //! 6. **Lies.** Every sending edge has a random name ([`RelayTarget::edge`],
 //!    the same for the same relay, child and stripe). A node that refuses
 //!    something for a bad seal names the edge it came over
@@ -45,7 +47,9 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use haul_plan::{Candidates, Liveness, Parent, Plan, Rates, Routing, Shape, Step, Verdict};
+use haul_plan::{
+    Candidates, Liveness, Parent, Plan, Rates, Routing, Shape, Silences, Step, Verdict,
+};
 use haul_proto::seal::Origin;
 use haul_proto::{Message, OriginKey, RelayTarget, Request, Stripe, Ticket};
 use haul_run::rate::WindowedRate;
@@ -176,6 +180,10 @@ struct Admitted {
     /// One round trip to it, as admission measured it.
     rtt: Duration,
 }
+
+/// When each admitted node's control connection last carried a message,
+/// kept by the control tasks.
+type LastHeard = Arc<std::sync::Mutex<Vec<Instant>>>;
 
 /// How long the run waits for suspects to speak again once every other
 /// node is done (counted from then).
@@ -327,6 +335,8 @@ pub async fn push_fanout(
         sending: HashMap::new(),
         held: vec![0; admitted.len()],
         suspects: HashSet::new(),
+        heard: Arc::new(std::sync::Mutex::new(vec![Instant::now(); admitted.len()])),
+        quiet: Silences::default(),
         announced: HashSet::new(),
         edges: Edges::default(),
         parked: Vec::new(),
@@ -342,7 +352,8 @@ pub async fn push_fanout(
         run.commands.push(tx);
         let news = news_tx.clone();
         let idle = opts.timeouts.idle;
-        controls.spawn(control(i, a.control, rx, news, idle, a.rtt));
+        let heard = run.heard.clone();
+        controls.spawn(control(i, a.control, rx, news, heard, idle, a.rtt));
     }
     let start = run.routing.start();
     run.apply(start);
@@ -358,6 +369,19 @@ pub async fn push_fanout(
             run.unpark(&mut nodes);
         }
         let next = match (run.routing.pending(), run.suspects.is_empty()) {
+            (true, _) if !run.quiet.is_empty() => {
+                // Silences nobody was suspected for yet: looked at again
+                // every heartbeat.
+                grace = None;
+                let beat = haul_plan::liveness::HEARTBEAT;
+                match tokio::time::timeout(beat, news.recv()).await {
+                    Ok(n) => n,
+                    Err(_) => {
+                        run.suspect_the_quiet(&mut nodes);
+                        continue;
+                    }
+                }
+            }
             (true, _) => {
                 grace = None;
                 news.recv().await
@@ -393,8 +417,15 @@ pub async fn push_fanout(
             }
             News::Reported(i, msg) => run.reported(i, msg, &mut nodes),
             News::Lost(i, why) => run.lost(i, why, &mut nodes),
-            News::Silent(i, silent) => run.suspect(i, silent, &mut nodes),
-            News::Back(i) => run.back(i, &mut nodes),
+            News::Silent(i, silent) => {
+                let now = Instant::now();
+                run.quiet.silent(i, now.checked_sub(silent).unwrap_or(now));
+                run.suspect_the_quiet(&mut nodes);
+            }
+            News::Back(i) => {
+                run.quiet.heard(i, Instant::now());
+                run.back(i, &mut nodes);
+            }
             News::Unsealed(i, edge, entries, chunks) => {
                 run.unsealed(i, edge, (entries, chunks), &mut nodes)
             }
@@ -540,6 +571,7 @@ async fn control(
     (mut r, mut w): (Box<dyn MessageReader>, Box<dyn MessageWriter>),
     mut commands: mpsc::UnboundedReceiver<Message>,
     news: mpsc::UnboundedSender<News>,
+    heard: LastHeard,
     idle: Duration,
     rtt: Duration,
 ) {
@@ -567,7 +599,11 @@ async fn control(
                 biased;
                 msg = r.recv() => {
                     let msg = msg?;
-                    if live.heard(Instant::now()) == Verdict::Back {
+                    let now = Instant::now();
+                    if let Some(at) = heard.lock().ok().as_mut().and_then(|h| h.get_mut(i)) {
+                        *at = now;
+                    }
+                    if live.heard(now) == Verdict::Back {
                         let _ = news.send(News::Back(i));
                     }
                     match msg {
@@ -639,6 +675,11 @@ struct Run {
     held: Vec<u64>,
     /// Nodes routed around for their silence, that may still speak again.
     suspects: HashSet<usize>,
+    /// When each node's control connection last carried a message.
+    heard: LastHeard,
+    /// Nodes silent past their limit that are not suspected yet: nobody
+    /// else was heard since either (the client's own link?).
+    quiet: Silences,
     /// Nodes whose `node_done` went out (once each).
     announced: HashSet<usize>,
     /// The sending edges this client named, and what came over them.
@@ -1031,6 +1072,7 @@ impl Run {
 
     /// Node `i` failed: it leaves the plan, its children are re-routed.
     fn lost(&mut self, i: usize, why: String, nodes: &mut [NodeReport]) {
+        self.quiet.forget(i);
         let parked = self.parked.contains(&i);
         self.parked.retain(|&p| p != i);
         if self.suspects.remove(&i) || parked {
@@ -1106,6 +1148,15 @@ impl Run {
         });
         self.route_around(i);
         self.announce_settled(nodes);
+    }
+
+    /// The quiet nodes whose silence is their own ([`Silences::alone`]:
+    /// another node was heard a while after it began) become suspects.
+    fn suspect_the_quiet(&mut self, nodes: &mut [NodeReport]) {
+        let heard = self.heard.lock().map(|h| h.clone()).unwrap_or_default();
+        for (i, since) in self.quiet.alone(&heard) {
+            self.suspect(i, since.elapsed(), nodes);
+        }
     }
 
     /// A suspect spoke again: it rejoins as a leaf the client sends to.

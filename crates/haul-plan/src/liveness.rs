@@ -40,6 +40,15 @@
 //! suspect when every other node is done), so a false suspicion costs
 //! upload, not a failure. `tests/silent.rs` in haul-netsim runs this
 //! detector against simulated heartbeats over lossy control paths.
+//!
+//! Silence is a node's own only while the client still hears others
+//! ([`Silences`]): when every node goes quiet at once, the one thing they
+//! share — the client's own link — is the likelier cause, and routing
+//! around all of them would leave the client feeding every node itself
+//! once they speak again (in the lab, the origin's link pulled for 3 s
+//! cost a 4-node chain 12.5 s instead of 3.4 s plus the outage). Nobody
+//! is suspected then; a node still silent a while after the others are
+//! heard again is.
 
 use std::time::{Duration, Instant};
 
@@ -142,11 +151,133 @@ impl Liveness {
     }
 }
 
+/// A witness must have been heard this long after a node's silence began
+/// (two heartbeats: nodes cut off together fall silent within one of each
+/// other).
+pub const WITNESS: Duration = Duration::from_millis(500);
+
+/// When a node comes back from a silence others still share, they get
+/// this long from then to be heard (a TCP connection that lost packets for
+/// seconds retransmits after a backed-off timer) before a witness counts.
+pub const AFTER_OUTAGE: Duration = Duration::from_secs(4);
+
+/// The nodes silent past their limit ([`Liveness`]) that are not
+/// suspected yet, and whose silence is their own: a node is suspected
+/// only when another node, not silent itself, was heard [`WITNESS`] after
+/// its silence began. Time is passed in.
+#[derive(Debug, Default)]
+pub struct Silences {
+    /// Node → when its silence began (or a shared outage ended).
+    quiet: std::collections::HashMap<usize, Instant>,
+}
+
+impl Silences {
+    /// Node `i` has been silent since `since`.
+    pub fn silent(&mut self, i: usize, since: Instant) {
+        self.quiet.insert(i, since);
+    }
+
+    /// Node `i` spoke at `now`. If it was silent, the others still silent
+    /// shared its outage, most likely: their silence counts from
+    /// [`AFTER_OUTAGE`] after now.
+    pub fn heard(&mut self, i: usize, now: Instant) {
+        if self.quiet.remove(&i).is_some() {
+            let from = now + AFTER_OUTAGE;
+            for since in self.quiet.values_mut() {
+                *since = (*since).max(from);
+            }
+        }
+    }
+
+    /// Node `i` is out of the plan: no more of its silence.
+    pub fn forget(&mut self, i: usize) {
+        self.quiet.remove(&i);
+    }
+
+    /// No silence waits for a witness.
+    pub fn is_empty(&self) -> bool {
+        self.quiet.is_empty()
+    }
+
+    /// The silent nodes a witness shows silent on their own (taken out,
+    /// with when their silence began), given when each node was last heard
+    /// (`heard[j]`).
+    pub fn alone(&mut self, heard: &[Instant]) -> Vec<(usize, Instant)> {
+        let witnessed = |i: usize, since: Instant| {
+            heard
+                .iter()
+                .enumerate()
+                .any(|(j, &at)| j != i && !self.quiet.contains_key(&j) && at >= since + WITNESS)
+        };
+        let mut alone: Vec<(usize, Instant)> = self
+            .quiet
+            .iter()
+            .map(|(&i, &since)| (i, since))
+            .filter(|&(i, since)| witnessed(i, since))
+            .collect();
+        alone.sort_unstable();
+        for (i, _) in &alone {
+            self.quiet.remove(i);
+        }
+        alone
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     const MS: Duration = Duration::from_millis(1);
+
+    #[test]
+    fn a_node_silent_while_others_speak_is_silent_alone() {
+        let t0 = Instant::now();
+        let mut s = Silences::default();
+        s.silent(1, t0);
+        // Node 0 heard 2 s into node 1's silence: a witness.
+        let heard = [t0 + 2000 * MS, t0];
+        assert_eq!(s.alone(&heard), [(1, t0)]);
+        assert!(s.is_empty());
+    }
+
+    #[test]
+    fn a_silence_everyone_shares_is_nobodys_own_until_the_others_speak_again() {
+        let t0 = Instant::now();
+        let mut s = Silences::default();
+        // The client's link goes: every node's last word came within a
+        // heartbeat of the others'.
+        let mut heard = [t0, t0 + 200 * MS, t0 + 100 * MS];
+        for (i, at) in heard.iter().enumerate() {
+            s.silent(i, *at);
+        }
+        assert!(s.alone(&heard).is_empty(), "nobody heard since");
+        // The link is back: node 2 first; the others get their time.
+        let up = t0 + 5000 * MS;
+        heard[2] = up;
+        s.heard(2, up);
+        heard[2] = up + 3000 * MS;
+        assert!(s.alone(&heard).is_empty(), "within the outage's grace");
+        // Node 0 back too: node 1's grace counts from then.
+        let back = up + 3100 * MS;
+        s.heard(0, back);
+        heard[0] = back;
+        heard[2] = up + AFTER_OUTAGE + WITNESS;
+        assert!(s.alone(&heard).is_empty(), "node 0 came back later");
+        // Node 1 stays silent: once the others were heard past its grace,
+        // it is suspected.
+        heard[2] = back + AFTER_OUTAGE + WITNESS;
+        assert_eq!(s.alone(&heard), [(1, back + AFTER_OUTAGE)]);
+    }
+
+    #[test]
+    fn nobody_is_a_witness_alone_and_a_forgotten_node_is_gone() {
+        let t0 = Instant::now();
+        let mut s = Silences::default();
+        s.silent(0, t0);
+        assert!(s.alone(&[t0 + 9000 * MS]).is_empty(), "no other node");
+        s.forget(0);
+        assert!(s.is_empty());
+    }
 
     #[test]
     fn the_limit_is_the_floor_on_a_short_path_and_grows_with_the_round_trip() {

@@ -17,6 +17,35 @@ fn root() -> crate::harness::LabTurn {
     crate::harness::lab_root("lab fan-out")
 }
 
+/// Open plaintext nodes on lab hosts `hosts`, rooted at `n{host}`; the
+/// one on `liar` forges what it relays (a test build's
+/// `HAUL_TEST_FORGE_FORWARDS`).
+fn lab_nodes(
+    lab: &Lab,
+    s: &Scratch,
+    hosts: std::ops::RangeInclusive<usize>,
+    liar: Option<usize>,
+) -> Vec<Node> {
+    hosts
+        .map(|h| {
+            let host = lab.host(h);
+            let mut cmd = host.command(BIN);
+            if liar == Some(h) {
+                cmd.env("HAUL_TEST_FORGE_FORWARDS", "1");
+            }
+            let listen = format!("{}:7878", host.addr());
+            let root = s.path(&format!("n{h}"));
+            Node::spawn(
+                cmd,
+                &root,
+                &s.path("cfg"),
+                &listen,
+                &["--open", "--plaintext"],
+            )
+        })
+        .collect()
+}
+
 #[test]
 #[cfg_attr(
     not(feature = "root-tests"),
@@ -37,20 +66,7 @@ fn lab_fan_out_survives_a_killed_node_and_a_pulled_link() {
         write_file(&s.path(&format!("src/small/f{i}")), 300 + i, i);
     }
     // h1 pushes; h2..h6 are the nodes.
-    let mut nodes: Vec<Node> = (2..=6)
-        .map(|h| {
-            let host = lab.host(h);
-            let listen = format!("{}:7878", host.addr());
-            let root = s.path(&format!("n{h}"));
-            Node::spawn(
-                host.command(BIN),
-                &root,
-                &s.path("cfg"),
-                &listen,
-                &["--open", "--plaintext"],
-            )
-        })
-        .collect();
+    let mut nodes = lab_nodes(&lab, &s, 2..=6, None);
     let urls = |dest: &str| -> Vec<String> { nodes.iter().map(|n| n.url(dest)).collect() };
     let push = |urls: Vec<String>, extra: &[&str]| {
         let mut cmd: Command = lab.host(1).command(BIN);
@@ -174,24 +190,7 @@ fn lab_fan_out_evicts_a_lying_relay() {
         write_file(&s.path(&format!("src/small/f{i}")), 3000 + i, i);
     }
     // h1 pushes; h2..h5 are the nodes, h3 lies.
-    let nodes: Vec<Node> = (2..=5)
-        .map(|h| {
-            let host = lab.host(h);
-            let mut cmd = host.command(BIN);
-            if h == 3 {
-                cmd.env("HAUL_TEST_FORGE_FORWARDS", "1");
-            }
-            let listen = format!("{}:7878", host.addr());
-            let root = s.path(&format!("n{h}"));
-            Node::spawn(
-                cmd,
-                &root,
-                &s.path("cfg"),
-                &listen,
-                &["--open", "--plaintext"],
-            )
-        })
-        .collect();
+    let nodes = lab_nodes(&lab, &s, 2..=5, Some(3));
     let push = |urls: Vec<String>| {
         let mut cmd: Command = lab.host(1).command(BIN);
         cmd.env("HAUL_CONFIG_DIR", s.path("client"))
@@ -231,4 +230,68 @@ fn lab_fan_out_evicts_a_lying_relay() {
         others / one
     );
     assert!(others < 2.5 * one + 2.0, "{others} s vs T(1) {one} s: {f}");
+}
+
+/// The origin's own link pulled for 3 s mid-file (the client's host cut off
+/// from every node at once): that is no node's silence, so nobody is routed
+/// around; every node completes, in about the time plus the outage.
+#[test]
+#[cfg_attr(
+    not(feature = "root-tests"),
+    ignore = "needs root: run as root with --features root-tests (scripts/test.sh does)"
+)]
+fn lab_fan_out_rides_out_the_origins_link_pulled_for_3_s() {
+    let _turn = root();
+    let lab = Lab::builder()
+        .hosts(5)
+        .link("rate 100mbit delay 5ms")
+        .seed(7)
+        .start()
+        .expect("lab");
+    let s = Scratch::new();
+    let size = 32u64 << 20;
+    write_file(&s.path("src/a.bin"), size, 13);
+    let nodes = lab_nodes(&lab, &s, 2..=5, None);
+    let push = |dest: &str| {
+        let mut cmd: Command = lab.host(1).command(BIN);
+        cmd.env("HAUL_CONFIG_DIR", s.path("client"))
+            .arg("push")
+            .arg(s.path("src"))
+            .args(nodes.iter().map(|n| n.url(dest)))
+            .args(["--plaintext", "--json", "--plan", "chain"]);
+        cmd
+    };
+    let started = std::time::Instant::now();
+    let out = run(push("clean"), LIMIT);
+    let clean = started.elapsed().as_secs_f64();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let pushing = {
+        let cmd = push("cut");
+        std::thread::spawn(move || {
+            let started = std::time::Instant::now();
+            (run(cmd, LIMIT), started.elapsed().as_secs_f64())
+        })
+    };
+    wait_for(LIMIT, "h2 to stage a third", || {
+        staged(&s.path("n2"), size / 3)
+    });
+    lab.link_down(1).expect("link down");
+    std::thread::sleep(Duration::from_secs(3));
+    lab.link_up(1).expect("link up");
+    let (out, took) = pushing.join().expect("push thread");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let f = fanout(&out);
+    for r in f["nodes"].as_array().unwrap() {
+        assert_eq!(r["error"], "", "{f}");
+    }
+    for h in 2..=5 {
+        assert_eq!(
+            b3(&s.path(&format!("n{h}/cut/src/a.bin"))),
+            b3(&s.path("src/a.bin"))
+        );
+    }
+    eprintln!("origin's link pulled for 3 s: {took:.2} s, clean {clean:.2} s");
+    // Before a silence everyone shared stopped making suspects of all
+    // (every node then rejoined as a leaf the client fed): 12.5 s.
+    assert!(took < clean + 3.0 + 5.0, "{took} s, clean {clean} s: {f}");
 }
