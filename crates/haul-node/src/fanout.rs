@@ -48,7 +48,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use haul_plan::{
-    Candidates, Liveness, Parent, Plan, Rates, Routing, Shape, Silences, Step, Verdict,
+    Candidates, Heard, Liveness, Parent, Plan, Rates, Routing, Shape, Silences, Step, Verdict,
 };
 use haul_proto::seal::Origin;
 use haul_proto::{Message, OriginKey, RelayTarget, Request, Stripe, Ticket};
@@ -181,9 +181,9 @@ struct Admitted {
     rtt: Duration,
 }
 
-/// When each admitted node's control connection last carried a message,
-/// kept by the control tasks.
-type LastHeard = Arc<std::sync::Mutex<Vec<Instant>>>;
+/// How each admitted node's control connection has been heard, kept by
+/// the control tasks.
+type LastHeard = Arc<std::sync::Mutex<Vec<Heard>>>;
 
 /// How long the run waits for suspects to speak again once every other
 /// node is done (counted from then).
@@ -335,7 +335,10 @@ pub async fn push_fanout(
         sending: HashMap::new(),
         held: vec![0; admitted.len()],
         suspects: HashSet::new(),
-        heard: Arc::new(std::sync::Mutex::new(vec![Instant::now(); admitted.len()])),
+        heard: Arc::new(std::sync::Mutex::new(vec![
+            Heard::new(Instant::now());
+            admitted.len()
+        ])),
         quiet: Silences::default(),
         announced: HashSet::new(),
         edges: Edges::default(),
@@ -420,10 +423,9 @@ pub async fn push_fanout(
             News::Silent(i, silent) => {
                 let now = Instant::now();
                 run.quiet.silent(i, now.checked_sub(silent).unwrap_or(now));
-                run.suspect_the_quiet(&mut nodes);
             }
             News::Back(i) => {
-                run.quiet.heard(i, Instant::now());
+                run.quiet.forget(i);
                 run.back(i, &mut nodes);
             }
             News::Unsealed(i, edge, entries, chunks) => {
@@ -439,6 +441,9 @@ pub async fn push_fanout(
                 }
             }
         }
+        // Whatever the news, a silence may have found its witness (a
+        // steady stream of news must not put the check off).
+        run.suspect_the_quiet(&mut nodes);
     }
     // Suspects that never spoke again fail here, once, with what they hold.
     run.give_up_on_suspects(&mut nodes);
@@ -600,8 +605,8 @@ async fn control(
                 msg = r.recv() => {
                     let msg = msg?;
                     let now = Instant::now();
-                    if let Some(at) = heard.lock().ok().as_mut().and_then(|h| h.get_mut(i)) {
-                        *at = now;
+                    if let Some(h) = heard.lock().ok().as_mut().and_then(|h| h.get_mut(i)) {
+                        h.message(now);
                     }
                     if live.heard(now) == Verdict::Back {
                         let _ = news.send(News::Back(i));
@@ -968,7 +973,9 @@ impl Run {
         // A live node with failures hears from the repair; one that holds
         // everything, once its upstreams are done too (one `node_done` per
         // node, and none that a late report could contradict).
-        if !self.routing.is_alive(i) {
+        // An evicted relay waiting for its turn is announced when it had it.
+        let parked = self.parked.contains(&i);
+        if !self.routing.is_alive(i) && !parked {
             self.announce(i, nodes);
         } else if nodes[self.index[i]].ok {
             self.unannounced.insert(i);
@@ -999,7 +1006,9 @@ impl Run {
         for i in 0..self.targets.len() {
             let node = &nodes[self.index[i]];
             let owed = node.failed > 0 || self.short.contains(&i);
-            if !owed || !self.routing.is_alive(i) {
+            // An evicted relay that reported is out of the plan, and owed.
+            let reachable = self.routing.is_alive(i) || node.evicted.is_some();
+            if !owed || !reachable {
                 continue;
             }
             let Ok((queue, opts)) = self.direct_queue(None) else {
@@ -1150,11 +1159,15 @@ impl Run {
         self.announce_settled(nodes);
     }
 
-    /// The quiet nodes whose silence is their own ([`Silences::alone`]:
-    /// another node was heard a while after it began) become suspects.
+    /// The quiet nodes whose silence is their own (another node was heard
+    /// throughout it), or was nobody's for long ([`Silences::suspects`]),
+    /// become suspects.
     fn suspect_the_quiet(&mut self, nodes: &mut [NodeReport]) {
+        if self.quiet.is_empty() {
+            return;
+        }
         let heard = self.heard.lock().map(|h| h.clone()).unwrap_or_default();
-        for (i, since) in self.quiet.alone(&heard) {
+        for (i, since) in self.quiet.suspects(&heard, Instant::now()) {
             self.suspect(i, since.elapsed(), nodes);
         }
     }
@@ -1247,7 +1260,8 @@ impl Run {
     fn unpark(&mut self, nodes: &mut [NodeReport]) {
         for p in std::mem::take(&mut self.parked) {
             if self.routing.is_done(p) {
-                // It held everything when it was evicted, and reported.
+                // It reported once its forwards stopped: whole (announced
+                // when its upstreams are done), or filled in by the repair.
                 continue;
             }
             let node = &mut nodes[self.index[p]];

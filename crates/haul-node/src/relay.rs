@@ -324,15 +324,6 @@ impl Transfer {
         self.changed.notify_waiters();
     }
 
-    /// Whether data that came over `edge` failed the origin's seal here:
-    /// its sender gets no new session into this transfer.
-    pub fn distrusts(&self, edge: u64) -> bool {
-        self.state
-            .lock()
-            .map(|s| s.unsealed.contains_key(&edge))
-            .unwrap_or(false)
-    }
-
     /// The edges whose evidence the client has not heard in its present
     /// counts (each is marked told).
     pub fn untold_evidence(&self) -> Vec<(u64, Evidence)> {

@@ -814,13 +814,6 @@ impl Server {
                 version: PROTOCOL_VERSION,
             })
             .await?;
-        if transfer.distrusts(edge) {
-            tracing::warn!(
-                "refused a relayed push from a sender whose data failed the origin's seal here"
-            );
-            let msg = "data you relayed failed the origin's seal here: no more of yours is taken in this transfer".into();
-            return self.refuse(&mut writer, ErrorCode::Unauthorized, msg).await;
-        }
         let Some(upstream) = transfer.upstream_started(stripe, edge) else {
             let msg = "a stripe of another plan than this transfer's".into();
             return self.refuse(&mut writer, ErrorCode::Protocol, msg).await;

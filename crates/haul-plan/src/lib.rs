@@ -43,7 +43,7 @@ pub mod liveness;
 mod predict;
 pub mod routing;
 pub mod stripes;
-pub use liveness::{Liveness, Silences, Verdict};
+pub use liveness::{Heard, Liveness, Silences, Verdict};
 pub use routing::{Routing, Step};
 pub use stripes::stripe_chunks;
 

@@ -47,8 +47,8 @@
 //! around all of them would leave the client feeding every node itself
 //! once they speak again (in the lab, the origin's link pulled for 3 s
 //! cost a 4-node chain 12.5 s instead of 3.4 s plus the outage). Nobody
-//! is suspected then; a node still silent a while after the others are
-//! heard again is.
+//! is suspected then, until a silence nobody witnessed lasted
+//! [`UNWITNESSED`] (6 s).
 
 use std::time::{Duration, Instant};
 
@@ -156,18 +156,55 @@ impl Liveness {
 /// other).
 pub const WITNESS: Duration = Duration::from_millis(500);
 
-/// When a node comes back from a silence others still share, they get
-/// this long from then to be heard (a TCP connection that lost packets for
-/// seconds retransmits after a backed-off timer) before a witness counts.
-pub const AFTER_OUTAGE: Duration = Duration::from_secs(4);
+/// A gap this long in what a node says ends its run of being heard: a node
+/// back from a silence of its own — or from one it shared — is no witness
+/// for silences that began before.
+pub const GAP: Duration = Duration::from_secs(1);
+
+/// A silence nobody witnesses is suspected anyway once it lasted this long:
+/// an outage of the client's own link longer than this (or every node cut
+/// off together: one host, one site) is routed around as silence is, and a
+/// fan-out never waits out `--timeout` for it. Past an outage of 3 s and
+/// TCP's backed-off retransmission after it.
+pub const UNWITNESSED: Duration = Duration::from_secs(6);
+
+/// When a node was last heard, and since when it has been heard without a
+/// [`GAP`] (kept per node by whoever reads its control connection).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Heard {
+    /// Its last message.
+    pub last: Instant,
+    /// The start of its present run of messages.
+    pub since: Instant,
+}
+
+impl Heard {
+    /// Heard first at `now` (admitted).
+    pub fn new(now: Instant) -> Self {
+        Self {
+            last: now,
+            since: now,
+        }
+    }
+
+    /// A message at `now`.
+    pub fn message(&mut self, now: Instant) {
+        if now.saturating_duration_since(self.last) > GAP {
+            self.since = now;
+        }
+        self.last = self.last.max(now);
+    }
+}
 
 /// The nodes silent past their limit ([`Liveness`]) that are not
-/// suspected yet, and whose silence is their own: a node is suspected
-/// only when another node, not silent itself, was heard [`WITNESS`] after
-/// its silence began. Time is passed in.
+/// suspected yet. A node's silence is its own when another node was heard
+/// throughout it — heard without a [`GAP`] from before it began to
+/// [`WITNESS`] after —; when every node goes quiet at once, none is a
+/// witness for the others, and nobody is suspected until the silence is
+/// [`UNWITNESSED`] long. Time is passed in.
 #[derive(Debug, Default)]
 pub struct Silences {
-    /// Node → when its silence began (or a shared outage ended).
+    /// Node → when its silence began.
     quiet: std::collections::HashMap<usize, Instant>,
 }
 
@@ -177,19 +214,7 @@ impl Silences {
         self.quiet.insert(i, since);
     }
 
-    /// Node `i` spoke at `now`. If it was silent, the others still silent
-    /// shared its outage, most likely: their silence counts from
-    /// [`AFTER_OUTAGE`] after now.
-    pub fn heard(&mut self, i: usize, now: Instant) {
-        if self.quiet.remove(&i).is_some() {
-            let from = now + AFTER_OUTAGE;
-            for since in self.quiet.values_mut() {
-                *since = (*since).max(from);
-            }
-        }
-    }
-
-    /// Node `i` is out of the plan: no more of its silence.
+    /// Node `i` spoke again, or is out of the plan: no more of its silence.
     pub fn forget(&mut self, i: usize) {
         self.quiet.remove(&i);
     }
@@ -199,27 +224,29 @@ impl Silences {
         self.quiet.is_empty()
     }
 
-    /// The silent nodes a witness shows silent on their own (taken out,
-    /// with when their silence began), given when each node was last heard
-    /// (`heard[j]`).
-    pub fn alone(&mut self, heard: &[Instant]) -> Vec<(usize, Instant)> {
+    /// The silent nodes now suspected (taken out, with when their silence
+    /// began): witnessed, or unwitnessed for [`UNWITNESSED`]; `heard[j]`:
+    /// how node `j` was heard.
+    pub fn suspects(&mut self, heard: &[Heard], now: Instant) -> Vec<(usize, Instant)> {
         let witnessed = |i: usize, since: Instant| {
-            heard
-                .iter()
-                .enumerate()
-                .any(|(j, &at)| j != i && !self.quiet.contains_key(&j) && at >= since + WITNESS)
+            heard.iter().enumerate().any(|(j, h)| {
+                j != i
+                    && !self.quiet.contains_key(&j)
+                    && h.since <= since
+                    && h.last >= since + WITNESS
+            })
         };
-        let mut alone: Vec<(usize, Instant)> = self
+        let mut out: Vec<(usize, Instant)> = self
             .quiet
             .iter()
             .map(|(&i, &since)| (i, since))
-            .filter(|&(i, since)| witnessed(i, since))
+            .filter(|&(i, since)| witnessed(i, since) || now >= since + UNWITNESSED)
             .collect();
-        alone.sort_unstable();
-        for (i, _) in &alone {
+        out.sort_unstable();
+        for (i, _) in &out {
             self.quiet.remove(i);
         }
-        alone
+        out
     }
 }
 
@@ -229,44 +256,67 @@ mod tests {
 
     const MS: Duration = Duration::from_millis(1);
 
+    /// Node `j` heard every heartbeat from `from` to `to`.
+    fn steady(from: Instant, to: Instant) -> Heard {
+        let mut h = Heard::new(from);
+        let mut t = from;
+        while t < to {
+            t += HEARTBEAT;
+            h.message(t);
+        }
+        h
+    }
+
     #[test]
-    fn a_node_silent_while_others_speak_is_silent_alone() {
+    fn a_node_silent_while_others_speak_is_suspected() {
         let t0 = Instant::now();
         let mut s = Silences::default();
-        s.silent(1, t0);
-        // Node 0 heard 2 s into node 1's silence: a witness.
-        let heard = [t0 + 2000 * MS, t0];
-        assert_eq!(s.alone(&heard), [(1, t0)]);
+        s.silent(1, t0 + 3000 * MS);
+        let heard = [steady(t0, t0 + 3200 * MS), Heard::new(t0)];
+        assert!(s.suspects(&heard, t0 + 3250 * MS).is_empty(), "too soon");
+        let heard = [steady(t0, t0 + 5000 * MS), Heard::new(t0)];
+        assert_eq!(s.suspects(&heard, t0 + 5000 * MS), [(1, t0 + 3000 * MS)]);
         assert!(s.is_empty());
     }
 
     #[test]
-    fn a_silence_everyone_shares_is_nobodys_own_until_the_others_speak_again() {
+    fn a_silence_everyone_shares_is_nobodys_own_until_it_lasts() {
+        let t0 = Instant::now();
+        let down = t0 + 10_000 * MS;
+        let mut s = Silences::default();
+        // The client's link goes for 3 s: nobody is heard from `down` on.
+        let mut heard = [steady(t0, down), steady(t0, down), steady(t0, down)];
+        for i in 0..3 {
+            s.silent(i, down);
+        }
+        let up = down + 3000 * MS;
+        assert!(s.suspects(&heard, up).is_empty());
+        // Back: node 2 first (its run starts again), node 0 a second
+        // later; node 1 was never heard again.
+        heard[2].message(up + 100 * MS);
+        s.forget(2);
+        heard[2] = steady(up + 100 * MS, up + 2000 * MS);
+        assert!(s.suspects(&heard, up + 2000 * MS).is_empty(), "no witness");
+        s.forget(0);
+        heard[0].message(up + 1100 * MS);
+        // Unwitnessed: suspected once its silence lasted UNWITNESSED.
+        assert!(s.suspects(&heard, down + UNWITNESSED - MS).is_empty());
+        assert_eq!(s.suspects(&heard, down + UNWITNESSED), [(1, down)]);
+    }
+
+    #[test]
+    fn a_node_with_a_gap_of_its_own_is_no_witness() {
         let t0 = Instant::now();
         let mut s = Silences::default();
-        // The client's link goes: every node's last word came within a
-        // heartbeat of the others'.
-        let mut heard = [t0, t0 + 200 * MS, t0 + 100 * MS];
-        for (i, at) in heard.iter().enumerate() {
-            s.silent(i, *at);
-        }
-        assert!(s.alone(&heard).is_empty(), "nobody heard since");
-        // The link is back: node 2 first; the others get their time.
-        let up = t0 + 5000 * MS;
-        heard[2] = up;
-        s.heard(2, up);
-        heard[2] = up + 3000 * MS;
-        assert!(s.alone(&heard).is_empty(), "within the outage's grace");
-        // Node 0 back too: node 1's grace counts from then.
-        let back = up + 3100 * MS;
-        s.heard(0, back);
-        heard[0] = back;
-        heard[2] = up + AFTER_OUTAGE + WITNESS;
-        assert!(s.alone(&heard).is_empty(), "node 0 came back later");
-        // Node 1 stays silent: once the others were heard past its grace,
-        // it is suspected.
-        heard[2] = back + AFTER_OUTAGE + WITNESS;
-        assert_eq!(s.alone(&heard), [(1, back + AFTER_OUTAGE)]);
+        s.silent(1, t0 + 2000 * MS);
+        // Node 0 went quiet for 3 s around node 1's silence (a longer
+        // limit, so never flagged) and speaks again first.
+        let mut h = steady(t0, t0 + 1900 * MS);
+        h.message(t0 + 4900 * MS);
+        let heard = [steady(t0 + 4900 * MS, t0 + 5500 * MS), Heard::new(t0)];
+        assert_eq!(heard[0].since, t0 + 4900 * MS);
+        assert!(s.suspects(&heard, t0 + 5500 * MS).is_empty());
+        assert_eq!(h.since, t0 + 4900 * MS);
     }
 
     #[test]
@@ -274,7 +324,9 @@ mod tests {
         let t0 = Instant::now();
         let mut s = Silences::default();
         s.silent(0, t0);
-        assert!(s.alone(&[t0 + 9000 * MS]).is_empty(), "no other node");
+        assert!(s.suspects(&[Heard::new(t0)], t0 + 5000 * MS).is_empty());
+        assert_eq!(s.suspects(&[Heard::new(t0)], t0 + UNWITNESSED), [(0, t0)]);
+        s.silent(0, t0);
         s.forget(0);
         assert!(s.is_empty());
     }

@@ -879,10 +879,12 @@ impl Receiver {
                 );
                 round.bad.push(index);
                 // Its digest passed the origin's seal, its bytes do not
-                // hash to it: not the origin's bytes. A relay hashes what it
-                // reads before it sends it, so the same chunk failing twice
-                // is evidence against the sender (or the link to it); once
-                // may be a plaintext link's flipped bit, asked again.
+                // hash to it: not the origin's bytes. A relay sends the
+                // bytes it hashed, so the same chunk failing twice is
+                // evidence against the sender (or the link to it); once may
+                // be a plaintext link's flipped bit, asked again. (The
+                // client sends from its file, which may change under it:
+                // evidence on its edges blames nobody.)
                 if self.origin.is_some() && !self.failed_once.insert((file, index)) {
                     let path = f.entry.path.clone();
                     self.core.event(Event::SealFailed {

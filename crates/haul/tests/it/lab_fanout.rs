@@ -113,34 +113,40 @@ fn lab_fan_out_survives_a_killed_node_and_a_pulled_link() {
     // A relay's link pulled at half the file and left down, under the
     // default 60 s --timeout: nothing resets, nothing answers. The others
     // complete in seconds (the client suspects a node silent for 2 s and
-    // routes around it); it is named, silent.
-    let pushing = {
-        let cmd = push(urls("q"), &[]);
-        std::thread::spawn(move || {
-            let started = std::time::Instant::now();
-            (run(cmd, LIMIT), started.elapsed())
-        })
-    };
-    wait_for(LIMIT, "h4 to stage half", || {
-        staged(&s.path("n4"), size / 2)
-    });
-    lab.link_down(4).expect("link down");
-    let (out, took) = pushing.join().expect("push thread");
-    lab.link_up(4).expect("link up");
-    assert_eq!(out.status.code(), Some(23), "{}", stderr(&out));
-    assert!(took < Duration::from_secs(30), "took {took:?}");
-    let f = fanout(&out);
-    let reports = f["nodes"].as_array().unwrap();
-    for (i, r) in reports.iter().enumerate() {
-        assert_eq!(r["ok"], i != 2, "node {i}: {f}");
-    }
-    let why = reports[2]["error"].as_str().unwrap_or("");
-    assert!(why.contains("silent"), "{why}");
-    for h in [2, 3, 5, 6] {
-        assert_eq!(
-            b3(&s.path(&format!("n{h}/q/src/a.bin"))),
-            b3(&s.path("src/a.bin"))
-        );
+    // routes around it); it is named, silent. In a chain and in striped
+    // trees (where it is interior in one stripe's tree); a node that holds
+    // no staging yet each time (h4 keeps the half it had).
+    for (plan, dest, h) in [("chain", "q", 4), ("stripes:2", "qs", 5)] {
+        let pushing = {
+            let cmd = push(urls(dest), &["--plan", plan]);
+            std::thread::spawn(move || {
+                let started = std::time::Instant::now();
+                (run(cmd, LIMIT), started.elapsed())
+            })
+        };
+        wait_for(LIMIT, "the node to stage half", || {
+            staged(&s.path(&format!("n{h}")), size / 2)
+        });
+        lab.link_down(h).expect("link down");
+        let (out, took) = pushing.join().expect("push thread");
+        lab.link_up(h).expect("link up");
+        assert_eq!(out.status.code(), Some(23), "{plan}: {}", stderr(&out));
+        assert!(took < Duration::from_secs(30), "{plan}: took {took:?}");
+        let f = fanout(&out);
+        let reports = f["nodes"].as_array().unwrap();
+        let cut = h - 2;
+        for (i, r) in reports.iter().enumerate() {
+            assert_eq!(r["ok"], i != cut, "{plan}: node {i}: {f}");
+        }
+        let why = reports[cut]["error"].as_str().unwrap_or("");
+        assert!(why.contains("silent"), "{plan}: {why}");
+        for other in (2..=6).filter(|&o| o != h) {
+            assert_eq!(
+                b3(&s.path(&format!("n{other}/{dest}/src/a.bin"))),
+                b3(&s.path("src/a.bin")),
+                "{plan}: h{other}"
+            );
+        }
     }
     // A relay killed at half the file: the others complete, it is named.
     let pushing = {
