@@ -30,7 +30,7 @@
 //!    speaks again rejoins as a leaf the client feeds
 //!    ([`haul_plan::Routing::rejoin`]). Only a silence of its own: while no
 //!    other node is heard either (the client's own link is down), nobody
-//!    is suspected ([`haul_plan::Silences`]).
+//!    is suspected until that lasted 6 s ([`haul_plan::Silences`]).
 //! 6. **Lies.** Every sending edge has a random name ([`RelayTarget::edge`],
 //!    the same for the same relay, child and stripe). A node that refuses
 //!    something for a bad seal names the edge it came over
@@ -683,7 +683,8 @@ struct Run {
     /// When each node's control connection last carried a message.
     heard: LastHeard,
     /// Nodes silent past their limit that are not suspected yet: nobody
-    /// else was heard since either (the client's own link?).
+    /// else was heard throughout (the client's own link?), for less than
+    /// [`haul_plan::liveness::UNWITNESSED`].
     quiet: Silences,
     /// Nodes whose `node_done` went out (once each).
     announced: HashSet<usize>,
@@ -835,7 +836,9 @@ impl Run {
             });
         }
         for (i, dialer) in self.dialers.iter().enumerate() {
-            if !self.routing.is_alive(i) {
+            // An evicted relay that reported holds what it reported.
+            let evicted = nodes[self.index[i]].evicted.is_some() && self.routing.is_done(i);
+            if !self.routing.is_alive(i) && !evicted {
                 // Lost or silent: it lacks something and makes no links.
                 continue;
             }
@@ -1006,8 +1009,10 @@ impl Run {
         for i in 0..self.targets.len() {
             let node = &nodes[self.index[i]];
             let owed = node.failed > 0 || self.short.contains(&i);
-            // An evicted relay that reported is out of the plan, and owed.
-            let reachable = self.routing.is_alive(i) || node.evicted.is_some();
+            // An evicted relay that reported is out of the plan, and owed
+            // (unless it was lost since: then it was announced failed).
+            let evicted = node.evicted.is_some() && !self.announced.contains(&i);
+            let reachable = self.routing.is_alive(i) || evicted;
             if !owed || !reachable {
                 continue;
             }
@@ -1131,6 +1136,13 @@ impl Run {
     /// connection kept so that it can come back; no `node_done` until it
     /// does and reports, or the run ends without it.
     fn suspect(&mut self, i: usize, silent: Duration, nodes: &mut [NodeReport]) {
+        if self.parked.contains(&i) && !self.routing.is_done(i) {
+            // An evicted relay gone silent while it waited: feeding it
+            // later would wait out a dead host.
+            let why = format!("silent for {:.1} s while it waited", silent.as_secs_f64());
+            self.lost(i, why, nodes);
+            return;
+        }
         if !self.routing.is_alive(i) || self.routing.is_done(i) {
             return;
         }

@@ -156,10 +156,12 @@ impl Liveness {
 /// other).
 pub const WITNESS: Duration = Duration::from_millis(500);
 
-/// A gap this long in what a node says ends its run of being heard: a node
-/// back from a silence of its own — or from one it shared — is no witness
-/// for silences that began before.
-pub const GAP: Duration = Duration::from_secs(1);
+/// A gap longer than this in what a node says ends its run of being heard:
+/// a node back from a silence of its own — or from one it shared — is no
+/// witness for silences that began before. The floor of [`Liveness`]: a
+/// gap a live path may open (a heartbeat and its retransmission lost) is
+/// no silence.
+pub const GAP: Duration = FLOOR;
 
 /// A silence nobody witnesses is suspected anyway once it lasted this long:
 /// an outage of the client's own link longer than this (or every node cut
@@ -312,11 +314,21 @@ mod tests {
         // Node 0 went quiet for 3 s around node 1's silence (a longer
         // limit, so never flagged) and speaks again first.
         let mut h = steady(t0, t0 + 1900 * MS);
-        h.message(t0 + 4900 * MS);
-        let heard = [steady(t0 + 4900 * MS, t0 + 5500 * MS), Heard::new(t0)];
-        assert_eq!(heard[0].since, t0 + 4900 * MS);
-        assert!(s.suspects(&heard, t0 + 5500 * MS).is_empty());
+        for ms in (4900..=5500).step_by(250) {
+            h.message(t0 + ms * MS);
+        }
         assert_eq!(h.since, t0 + 4900 * MS);
+        assert!(s.suspects(&[h, Heard::new(t0)], t0 + 5500 * MS).is_empty());
+        // A gap a live path opens (1.5 s) keeps a witness.
+        let mut w = steady(t0, t0 + 1900 * MS);
+        for ms in (3400..=3900).step_by(250) {
+            w.message(t0 + ms * MS);
+        }
+        assert_eq!(w.since, t0);
+        assert_eq!(
+            s.suspects(&[w, Heard::new(t0)], t0 + 3900 * MS),
+            [(1, t0 + 2000 * MS)]
+        );
     }
 
     #[test]
