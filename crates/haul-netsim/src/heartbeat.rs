@@ -9,16 +9,18 @@
 //! goes silent stops sending them. (TCP doubles its retransmission timeout
 //! after each loss of one segment: over TCP a lossy control path opens
 //! longer gaps than modelled here — at loss rates where TCP moves little
-//! data anyway.) [`crate::fanout::run`] routes around whatever the detector
-//! suspects, and lets back in whatever speaks again, so a false suspicion
-//! shows in its outcome.
+//! data anyway.) A silence becomes a suspicion as the client's
+//! coordinator decides it ([`haul_plan::Silences`]: another node heard
+//! throughout it, or 6 s of it unwitnessed). [`crate::fanout::run`] routes
+//! around whatever is suspected, and lets back in whatever speaks again,
+//! so a false suspicion shows in its outcome.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::time::{Duration, Instant};
 
 use haul_plan::liveness::HEARTBEAT;
-use haul_plan::{Liveness, Verdict};
+use haul_plan::{Heard, Liveness, Silences, Verdict};
 
 use crate::rng::Rng;
 
@@ -45,6 +47,9 @@ pub(crate) struct Watch {
     /// order: none before it).
     delivered: Vec<f64>,
     live: Vec<Liveness>,
+    /// How each node was heard, and the silences not suspected yet.
+    heard: Vec<Heard>,
+    quiet: Silences,
     rng: Rng,
     loss: Vec<f64>,
     rto: f64,
@@ -64,6 +69,8 @@ impl Watch {
             arriving: BinaryHeap::new(),
             delivered: vec![0.0; n],
             live: (0..n).map(|_| Liveness::new(rtt, t0)).collect(),
+            heard: vec![Heard::new(t0); n],
+            quiet: Silences::default(),
             rng,
             loss: h.loss.clone(),
             rto: h.rto,
@@ -110,15 +117,22 @@ impl Watch {
             }
             self.arriving.pop();
             let at = self.t0 + Duration::from_nanos(ns);
+            if let Some(h) = self.heard.get_mut(i) {
+                h.message(at);
+            }
             if let Some(v @ Verdict::Back) = self.live.get_mut(i).map(|l| l.heard(at)) {
+                self.quiet.forget(i);
                 verdicts.push((i, v));
             }
         }
         let at = self.at(now);
         for (i, l) in self.live.iter_mut().enumerate() {
-            if let v @ Verdict::Suspect(_) = l.check(at) {
-                verdicts.push((i, v));
+            if let Verdict::Suspect(silent) = l.check(at) {
+                self.quiet.silent(i, at.checked_sub(silent).unwrap_or(at));
             }
+        }
+        for (i, since) in self.quiet.suspects(&self.heard, at) {
+            verdicts.push((i, Verdict::Suspect(at.saturating_duration_since(since))));
         }
         verdicts
     }
