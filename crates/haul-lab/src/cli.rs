@@ -108,7 +108,9 @@ pub enum LabCommand {
         #[arg(required = true, num_args = 1..)]
         profile: Vec<String>,
     },
-    /// Take a host's link down or bring it up: `haul lab link h2 down`.
+    /// Take a host's link down or bring it up: `haul lab link h2 down`;
+    /// with `--peer`, only the path between two hosts: `haul lab link h2
+    /// down --peer h3`.
     Link {
         /// Which lab.
         #[command(flatten)]
@@ -118,6 +120,10 @@ pub enum LabCommand {
         /// down or up.
         #[arg(value_enum)]
         state: LinkState,
+        /// Only the path between HOST and this host (both ways); the rest
+        /// of their traffic flows.
+        #[arg(long, value_name = "HOST")]
+        peer: Option<String>,
     },
     /// Print per-link counters.
     Stats {
@@ -192,10 +198,23 @@ pub fn run(args: LabArgs) -> Result<(), LabError> {
             let host = resolve_host(&lab.name, &host)?;
             control::request(&lab.name, &Request::Set { host, dir, profile }).map(drop)
         }
-        LabCommand::Link { lab, host, state } => {
+        LabCommand::Link {
+            lab,
+            host,
+            state,
+            peer,
+        } => {
             let host = resolve_host(&lab.name, &host)?;
             let up = state == LinkState::Up;
-            control::request(&lab.name, &Request::Link { host, up }).map(drop)
+            let req = match peer {
+                Some(peer) => Request::Path {
+                    a: host,
+                    b: resolve_host(&lab.name, &peer)?,
+                    up,
+                },
+                None => Request::Link { host, up },
+            };
+            control::request(&lab.name, &req).map(drop)
         }
         LabCommand::Stats { lab, json } => {
             let st = stats(&lab.name, Request::Stats)?;

@@ -33,6 +33,16 @@ pub enum Request {
         /// Up (true) or down.
         up: bool,
     },
+    /// Cut or restore the path between two hosts (both ways); their other
+    /// paths carry on.
+    Path {
+        /// One host, 0-based.
+        a: usize,
+        /// The other, 0-based.
+        b: usize,
+        /// Restore (true) or cut.
+        up: bool,
+    },
     /// Report counters.
     Stats,
     /// Stop and tear down; the reply carries the final counters.

@@ -49,6 +49,11 @@ pub struct Engine {
     links: Vec<[Link; 2]>,
     write_errors: Vec<u64>,
     unroutable: u64,
+    /// Host pairs (lower index first) whose path is cut: packets between
+    /// them are dropped, both ways; their other paths carry on.
+    cut: Vec<(usize, usize)>,
+    /// Packets dropped on a cut path.
+    severed: u64,
     listener: UnixListener,
     signals: Option<OwnedFd>,
     started: Instant,
@@ -160,6 +165,8 @@ fn build(spec: &LabSpec, netns: &[String]) -> Result<Engine, LabError> {
         tuns,
         links,
         unroutable: 0,
+        cut: Vec::new(),
+        severed: 0,
         listener,
         signals: None,
         started: Instant::now(),
@@ -179,12 +186,18 @@ impl Engine {
         (o[..3] == [198, 18, 0] && i >= 1 && i <= self.tuns.len()).then(|| i - 1)
     }
 
+    /// Whether the path between hosts `a` and `b` is cut.
+    fn is_cut(&self, a: usize, b: usize) -> bool {
+        self.cut.contains(&(a.min(b), a.max(b)))
+    }
+
     /// Counters of every link.
     pub fn stats(&self) -> LabStats {
         LabStats {
             lab: self.name.clone(),
             uptime_s: self.started.elapsed().as_secs_f64(),
             unroutable: self.unroutable,
+            severed: self.severed,
             hosts: self
                 .links
                 .iter()
@@ -247,6 +260,7 @@ impl Engine {
                 for _ in 0..READ_BATCH {
                     match sys::read_packet(self.tuns[i].as_raw_fd(), &mut buf) {
                         Ok(Some(n)) => match self.dest(&buf[..n]) {
+                            Some(j) if j != i && self.is_cut(i, j) => self.severed += 1,
                             Some(j) if j != i => self.links[i][0].push(now, buf[..n].to_vec()),
                             _ => self.unroutable += 1,
                         },
@@ -340,6 +354,25 @@ impl Engine {
                 }
                 for l in self.links[host].iter_mut() {
                     l.set_up(up);
+                }
+                Response::Ok
+            }
+            Request::Path { a, b, up } => {
+                if a >= k {
+                    return bad_host(a);
+                }
+                if b >= k {
+                    return bad_host(b);
+                }
+                if a == b {
+                    return Response::Error {
+                        message: format!("h{} to itself is no path", a + 1),
+                    };
+                }
+                let pair = (a.min(b), a.max(b));
+                self.cut.retain(|p| *p != pair);
+                if !up {
+                    self.cut.push(pair);
                 }
                 Response::Ok
             }

@@ -267,6 +267,27 @@ impl Lab {
         .map(drop)
     }
 
+    /// Cuts the path between hosts `a` and `b` (from 1), both ways: their
+    /// packets to each other are dropped, everything else they send
+    /// arrives (a link cut between two live hosts).
+    pub fn path_down(&self, a: usize, b: usize) -> Result<(), LabError> {
+        self.path(a, b, false)
+    }
+
+    /// Restores the path between hosts `a` and `b`.
+    pub fn path_up(&self, a: usize, b: usize) -> Result<(), LabError> {
+        self.path(a, b, true)
+    }
+
+    fn path(&self, a: usize, b: usize, up: bool) -> Result<(), LabError> {
+        self.request(Request::Path {
+            a: a.wrapping_sub(1),
+            b: b.wrapping_sub(1),
+            up,
+        })
+        .map(drop)
+    }
+
     /// Counters of every host and direction.
     pub fn stats(&self) -> Result<LabStats, LabError> {
         match self.request(Request::Stats)? {

@@ -34,6 +34,9 @@ pub struct LabStats {
     pub uptime_s: f64,
     /// Packets sent to an address no host has (dropped).
     pub unroutable: u64,
+    /// Packets dropped on a path cut between two hosts.
+    #[serde(default)]
+    pub severed: u64,
     /// Per-host counters.
     pub hosts: Vec<HostStats>,
 }
@@ -42,10 +45,11 @@ impl LabStats {
     /// A human-readable table, one line per host and direction.
     pub fn table(&self) -> String {
         let mut s = format!(
-            "lab {} up {:.1}s, unroutable {}\n{:<5} {:<7} {:>10} {:>12} {:>9} {:>8} {:>9} {:>9} {:>9} {:>8} {:>5}  profile\n",
+            "lab {} up {:.1}s, unroutable {}, severed {}\n{:<5} {:<7} {:>10} {:>12} {:>9} {:>8} {:>9} {:>9} {:>9} {:>8} {:>5}  profile\n",
             self.lab,
             self.uptime_s,
             self.unroutable,
+            self.severed,
             "host",
             "dir",
             "packets",

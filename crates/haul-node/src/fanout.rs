@@ -30,7 +30,11 @@
 //!    speaks again rejoins as a leaf the client feeds
 //!    ([`haul_plan::Routing::rejoin`]). Only a silence of its own: while no
 //!    other node is heard either (the client's own link is down), nobody
-//!    is suspected until that lasted 6 s ([`haul_plan::Silences`]).
+//!    is suspected until that lasted 6 s ([`haul_plan::Silences`]). A
+//!    path cut between two live nodes silences neither: a node that hears
+//!    nothing over a sending edge for 2 s says `Quiet{edge}` (its sender
+//!    keeps it alive every heartbeat), and when that sender was heard
+//!    throughout, the child moves off it ([`haul_plan::Routing::cut`]).
 //! 6. **Lies.** Every sending edge has a random name ([`RelayTarget::edge`],
 //!    the same for the same relay, child and stripe). A node that refuses
 //!    something for a bad seal names the edge it came over
@@ -202,6 +206,9 @@ enum News {
     /// What came over a sending edge failed the origin's seal there
     /// (the node, the edge, entries and chunks so far).
     Unsealed(usize, u64, u32, u32),
+    /// Nothing came over a sending edge for a while (the node, the edge,
+    /// the silence in ms).
+    Quiet(usize, u64, u32),
 }
 
 /// Pushes `dataset` (a walk of local sources: [`crate::dataset::Walk`]) to
@@ -431,6 +438,7 @@ pub async fn push_fanout(
             News::Unsealed(i, edge, entries, chunks) => {
                 run.unsealed(i, edge, (entries, chunks), &mut nodes)
             }
+            News::Quiet(i, edge, millis) => run.edge_quiet(i, edge, millis, &nodes),
             News::SendEnded(i, error) => {
                 if let Some(e) = error {
                     run.lost(
@@ -616,6 +624,7 @@ async fn control(
                         Message::Progress { bytes, complete, .. } => { let _ = news.send(News::Progress(i, bytes, complete)); }
                         m @ Message::Report { .. } => { let _ = news.send(News::Reported(i, m)); }
                         Message::Unsealed { edge, entries, chunks } => { let _ = news.send(News::Unsealed(i, edge, entries, chunks)); }
+                        Message::Quiet { edge, millis } => { let _ = news.send(News::Quiet(i, edge, millis)); }
                         other => return Err(NodeError::Protocol(format!("unexpected {other:?} on a control connection"))),
                     }
                 }
@@ -1221,6 +1230,51 @@ impl Run {
                  never named (a replayed ticket?): no relay is blamed"
             ),
         }
+    }
+
+    /// Node `i` heard nothing over `edge` for `millis` ms. When the edge's
+    /// sender still feeds it and was heard on its own control connection
+    /// throughout that silence ([`Heard::throughout`]), the path between
+    /// the two failed: `i` moves off that sender ([`Routing::cut`]), said
+    /// once. A sender silent itself is left to the silence rules; an edge
+    /// that is not `i`'s, or the client's own, or no longer in use,
+    /// changes nothing (the node says so every half second while the
+    /// silence lasts, so a later report may still find the witness).
+    fn edge_quiet(&mut self, i: usize, edge: u64, millis: u32, nodes: &[NodeReport]) {
+        let Some((Some(p), to)) = self.edges.ends.get(&edge).copied() else {
+            return;
+        };
+        if to != i || !self.routing.is_alive(p) || self.suspects.contains(&p) {
+            return;
+        }
+        let now = Instant::now();
+        let silent = Duration::from_millis(u64::from(millis));
+        let since = now.checked_sub(silent).unwrap_or(now);
+        let heard = self.heard.lock().ok().and_then(|h| h.get(p).copied());
+        if !heard.is_some_and(|h| h.throughout(since)) {
+            return;
+        }
+        let steps = self.routing.cut(p, i);
+        if steps.is_empty() {
+            return;
+        }
+        self.apply(steps);
+        let mut now_from: Vec<String> = (0..self.routing.stripes())
+            .map(|s| match self.routing.parent_in(s, i) {
+                Parent::Client => "the client".to_owned(),
+                Parent::Node(a) => nodes[self.index[a]].url.clone(),
+            })
+            .collect();
+        now_from.dedup();
+        let (child, parent) = (&nodes[self.index[i]].url, &nodes[self.index[p]].url);
+        self.tally.event(&Event::Warning {
+            message: format!(
+                "{child} heard nothing from {parent} for {:.1} s while both answer: the path \
+                 between them failed; {child} is fed by {} now",
+                silent.as_secs_f64(),
+                now_from.join(", ")
+            ),
+        });
     }
 
     /// Relay `p` sent data that failed the origin's seal: it forwards

@@ -26,6 +26,7 @@ mod chunk_work;
 pub mod client;
 mod console;
 pub mod counters;
+pub mod cutting;
 pub mod dataset;
 pub mod dial;
 pub mod drive;

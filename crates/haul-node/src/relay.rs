@@ -146,6 +146,11 @@ struct State {
     /// over: (entries, chunks) so far, and whether the client heard these
     /// counts.
     unsealed: HashMap<u64, Evidence>,
+    /// Sending edges whose sender went quiet (`Event::PeerQuiet`): the
+    /// silence in ms, not yet told to the client.
+    quiet: HashMap<u64, u32>,
+    /// Edges that went quiet at some time (each is logged once).
+    ever_quiet: HashSet<u64>,
 }
 
 /// What arrived over one sending edge and failed the origin's seal.
@@ -322,6 +327,32 @@ impl Transfer {
             e.told = false;
         }
         self.changed.notify_waiters();
+    }
+
+    /// Nothing came over sending edge `edge` for `millis` ms: for the
+    /// control connection to tell the client (a link cut?).
+    fn quiet(&self, edge: u64, millis: u64) {
+        let millis = u32::try_from(millis).unwrap_or(u32::MAX);
+        if let Ok(mut state) = self.state.lock() {
+            if state.ever_quiet.insert(edge) {
+                tracing::info!(
+                    "nothing from an upstream (edge {edge:016x}) for {millis} ms: telling the client"
+                );
+            }
+            let m = state.quiet.entry(edge).or_default();
+            *m = (*m).max(millis);
+        }
+        self.changed.notify_waiters();
+    }
+
+    /// The quiet edges not told yet, with their silence in ms (taken).
+    pub fn untold_quiet(&self) -> Vec<(u64, u32)> {
+        let Ok(mut state) = self.state.lock() else {
+            return Vec::new();
+        };
+        let mut quiet: Vec<(u64, u32)> = state.quiet.drain().collect();
+        quiet.sort_unstable();
+        quiet
     }
 
     /// The edges whose evidence the client has not heard in its present
@@ -901,11 +932,20 @@ impl Upstream {
 }
 
 /// What the session reports goes to the transfer's tally; what failed
-/// the origin's seal is counted against this session's edge too.
+/// the origin's seal is counted against this session's edge too, and a
+/// silence of its sender is told to the client (unless a newer session
+/// took this one's place: the client moved on already).
 impl Observer for Upstream {
     fn event(&self, event: &Event) {
-        if let Event::SealFailed { chunk, .. } = event {
-            self.transfer.unsealed(self.edge, *chunk);
+        match event {
+            Event::SealFailed { chunk, .. } => self.transfer.unsealed(self.edge, *chunk),
+            Event::PeerQuiet { millis } => {
+                if !self.superseded() {
+                    self.transfer.quiet(self.edge, *millis);
+                }
+                return;
+            }
+            _ => {}
         }
         self.transfer.tally.event(event);
     }

@@ -502,6 +502,7 @@ impl Server {
                     quick_check: (!checksum).then_some(skip),
                     replace_dirs,
                     backups,
+                    heartbeat: None,
                 };
                 run_receiver(reader, writer, None, ctx)
                     .await
@@ -576,6 +577,7 @@ impl Server {
                     // the version its listing named is gone.
                     changed_retries: 0,
                     stripes: None,
+                    heartbeat: None,
                 };
                 let feed = JobFeed::Wants {
                     root: self.dest.held_root().clone(),
@@ -677,6 +679,11 @@ impl Server {
                         chunks: e.chunks,
                     })
                     .await?;
+            }
+            // An upstream gone quiet, as its session tells it (about every
+            // half second while it lasts).
+            for (edge, millis) in transfer.untold_quiet() {
+                writer.send(&Message::Quiet { edge, millis }).await?;
             }
             if !reported {
                 if let Some(done) = transfer.finished() {
@@ -835,6 +842,9 @@ impl Server {
             // fails its file, named in the summary.
             replace_dirs: false,
             backups: None,
+            // Its sender says something every heartbeat: a silence is a
+            // path gone, told to the client long before `idle`.
+            heartbeat: Some(crate::drive::relayed_heartbeat()),
         };
         let result = run_receiver(reader, writer, None, ctx).await;
         upstream.ended(result.is_ok());

@@ -31,6 +31,75 @@ fn dests_and_options(names: &[&str], node: &TestNode) -> (Vec<NodeUrl>, haul_nod
     (dests, opts)
 }
 
+/// A dataset in a temporary directory: `set/big.bin` and `smalls` small
+/// files, of patterns seeded so that a misplaced range shows.
+struct Set {
+    dir: tempfile::TempDir,
+    big: Vec<u8>,
+    smalls: usize,
+    base: usize,
+}
+
+impl Set {
+    fn new(big_len: usize, seed: u8, smalls: usize, base: usize) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let big = pattern(big_len, seed);
+        write(&dir.path().join("set/big.bin"), &big);
+        for i in 0..smalls {
+            write(
+                &dir.path().join(format!("set/small/{i}.txt")),
+                &pattern(base + i, i as u8),
+            );
+        }
+        Self {
+            dir,
+            big,
+            smalls,
+            base,
+        }
+    }
+
+    /// Pushes the set to every one of `names` (in `directory`) as `shape`
+    /// plans it; the summary and every event of the run.
+    async fn fan_out(
+        &self,
+        directory: &Arc<Directory>,
+        names: &[&str],
+        first: &TestNode,
+        shape: Shape,
+    ) -> (haul_node::FanoutSummary, Arc<Heard>) {
+        let (dests, opts) = dests_and_options(names, first);
+        let fan = FanoutOptions {
+            shape,
+            rates: vec![None; names.len()],
+            reach: directory.clone(),
+        };
+        let sources = [self.dir.path().join("set").display().to_string()];
+        let dataset = Arc::new(Walk::new(&sources, None));
+        let heard = Arc::new(Heard::default());
+        let summary = haul_node::push_fanout(dataset, &dests, &opts, &fan, heard.clone())
+            .await
+            .unwrap();
+        (summary, heard)
+    }
+
+    /// Every one of `nodes` (named `names`) holds the set under `in/`.
+    fn assert_on(&self, nodes: &[TestNode], names: &[&str], summary: &haul_node::FanoutSummary) {
+        for (node, name) in nodes.iter().zip(names) {
+            assert_eq!(
+                std::fs::read(node.file("in/set/big.bin"))
+                    .unwrap_or_else(|e| panic!("{name}: {e}: {:#?}", summary.nodes)),
+                self.big,
+                "{name}"
+            );
+            for i in 0..self.smalls {
+                let got = std::fs::read(node.file(&format!("in/set/small/{i}.txt"))).unwrap();
+                assert_eq!(got, pattern(self.base + i, i as u8), "{name}");
+            }
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_chain_of_three_relays_delivers_the_same_files_to_every_node() {
     let directory = Arc::new(Directory::default());
@@ -39,42 +108,19 @@ async fn a_chain_of_three_relays_delivers_the_same_files_to_every_node() {
         .iter()
         .map(|n| TestNode::start_in(&directory, n))
         .collect();
-    let src = tempfile::tempdir().unwrap();
-    let big = pattern(9 << 20, 3);
-    write(&src.path().join("set/big.bin"), &big);
-    for i in 0..5 {
-        write(
-            &src.path().join(format!("set/small/{i}.txt")),
-            &pattern(1000 + i, i as u8),
-        );
-    }
-    let (dests, opts) = dests_and_options(&names, &nodes[0]);
-    let fan = FanoutOptions {
-        shape: Shape::Chain,
-        rates: vec![None; names.len()],
-        reach: directory.clone(),
-    };
-    let sources = [src.path().join("set").display().to_string()];
-    let dataset = Arc::new(Walk::new(&sources, None));
-    let heard = Arc::new(Heard::default());
-    let summary = haul_node::push_fanout(dataset, &dests, &opts, &fan, heard.clone())
-        .await
-        .unwrap();
+    let set = Set::new(9 << 20, 3, 5, 1000);
+    let (summary, _) = set
+        .fan_out(&directory, &names, &nodes[0], Shape::Chain)
+        .await;
     assert!(summary.all_ok(), "{:#?}", summary.nodes);
     // A chain: the client feeds the first node, each node the next.
     let from: Vec<&str> = summary.nodes.iter().map(|n| n.from.as_str()).collect();
     assert_eq!(from, ["client", "node-a:1", "node-b:1"]);
-    for node in &nodes {
-        assert_eq!(std::fs::read(node.file("in/set/big.bin")).unwrap(), big);
-        for i in 0..5 {
-            let got = std::fs::read(node.file(&format!("in/set/small/{i}.txt"))).unwrap();
-            assert_eq!(got, pattern(1000 + i, i as u8));
-        }
-    }
+    set.assert_on(&nodes, &names, &summary);
     // The client sent the data once, to the head of the chain (repairs
     // would add to it).
     assert!(
-        summary.sent.bytes_transferred < 2 * big.len() as u64,
+        summary.sent.bytes_transferred < 2 * set.big.len() as u64,
         "the client sent {} bytes",
         summary.sent.bytes_transferred
     );
@@ -96,42 +142,11 @@ async fn past_a_lying_relay(shape: Shape) -> haul_node::FanoutSummary {
             _ => TestNode::start_in(&directory, n),
         })
         .collect();
-    let src = tempfile::tempdir().unwrap();
-    let big = pattern(6 << 20, 7);
-    write(&src.path().join("set/big.bin"), &big);
-    for i in 0..4 {
-        write(
-            &src.path().join(format!("set/small/{i}.txt")),
-            &pattern(3000 + i, i as u8),
-        );
-    }
-    let (dests, opts) = dests_and_options(&names, &nodes[0]);
-    let fan = FanoutOptions {
-        shape,
-        rates: vec![None; names.len()],
-        reach: directory.clone(),
-    };
-    let sources = [src.path().join("set").display().to_string()];
-    let dataset = Arc::new(Walk::new(&sources, None));
-    let heard = Arc::new(Heard::default());
-    let summary = haul_node::push_fanout(dataset, &dests, &opts, &fan, heard.clone())
-        .await
-        .unwrap();
+    let set = Set::new(6 << 20, 7, 4, 3000);
+    let (summary, heard) = set.fan_out(&directory, &names, &nodes[0], shape).await;
     assert!(summary.all_ok(), "{:#?}", summary.nodes);
     // Every node holds the origin's bytes, the liar too.
-    for (node, name) in nodes.iter().zip(names) {
-        assert_eq!(
-            std::fs::read(node.file("in/set/big.bin"))
-                .unwrap_or_else(|e| panic!("{name}: {e}: {:#?}", summary.nodes)),
-            big,
-            "{name}"
-        );
-        for i in 0..4 {
-            let got = std::fs::read(node.file(&format!("in/set/small/{i}.txt"))).unwrap();
-            assert_eq!(got, pattern(3000 + i, i as u8), "{name}");
-        }
-    }
-    assert!(summary.all_ok(), "{:#?}", summary.nodes);
+    set.assert_on(&nodes, &names, &summary);
     // The liar is named, by a node it relayed to; nobody else is.
     let evicted: Vec<&str> = summary.evicted().map(|n| n.url.as_str()).collect();
     assert_eq!(evicted, ["haul://node-b:1/in"], "{:#?}", summary.nodes);
@@ -183,4 +198,68 @@ async fn a_lying_relay_in_a_chain_is_evicted_and_its_child_fed_by_its_parent() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lying_relay_in_striped_trees_is_evicted_from_every_stripe() {
     past_a_lying_relay(Shape::Stripes(2)).await;
+}
+
+/// A chain `a → b → c → d` in which the path from `b` to `c` fails after
+/// a few chunks while both go on answering the client (a link cut between
+/// two live nodes: `b` neither hears `c` nor gets through to it). `c`
+/// hears nothing from `b` for two seconds and says so; the client, still
+/// hearing `b`, moves `c` to `a` — long before the 30 s idle limit these
+/// nodes have — and every node ends with the origin's bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_link_cut_between_two_live_relays_moves_the_child_in_seconds() {
+    let directory = Arc::new(Directory::default());
+    let names = ["node-a:1", "node-b:1", "node-c:1", "node-d:1"];
+    let timeouts = haul_transport::Timeouts {
+        idle: std::time::Duration::from_secs(30),
+        ..test_node::TIMEOUTS
+    };
+    let nodes: Vec<TestNode> = names
+        .iter()
+        .map(|n| {
+            let reach: Arc<dyn haul_node::Reach> = match *n {
+                "node-b:1" => Arc::new(haul_node::cutting::Cutting::new(
+                    directory.clone(),
+                    "node-c:1",
+                    4,
+                )),
+                _ => directory.clone(),
+            };
+            TestNode::start_reaching_in(&directory, n, reach, timeouts)
+        })
+        .collect();
+    let set = Set::new(8 << 20, 11, 4, 5000);
+    let started = std::time::Instant::now();
+    let (summary, heard) = set
+        .fan_out(&directory, &names, &nodes[0], Shape::Chain)
+        .await;
+    let took = started.elapsed();
+    assert!(summary.all_ok(), "{:#?}", summary.nodes);
+    set.assert_on(&nodes, &names, &summary);
+    // `c` moved to `a`; `d` stayed with `c`; nobody was evicted or failed.
+    let from: Vec<&str> = summary.nodes.iter().map(|n| n.from.as_str()).collect();
+    assert_eq!(
+        from,
+        ["client", "node-a:1", "node-a:1", "node-c:1"],
+        "{:#?}",
+        summary.nodes
+    );
+    assert_eq!(summary.evicted().count(), 0);
+    // Said once, naming both ends.
+    let warnings: Vec<String> = heard
+        .events()
+        .iter()
+        .filter_map(|e| match e {
+            haul_run::event::Event::Warning { message } => Some(message.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(warnings.len(), 1, "{warnings:?}");
+    assert!(
+        warnings[0].contains("haul://node-c:1/in heard nothing from haul://node-b:1/in")
+            && warnings[0].contains("fed by haul://node-a:1/in now"),
+        "{warnings:?}"
+    );
+    // In seconds: not the idle limit.
+    assert!(took < std::time::Duration::from_secs(15), "took {took:?}");
 }

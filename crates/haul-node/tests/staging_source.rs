@@ -98,6 +98,7 @@ async fn a_file_still_being_received_is_sent_on_as_its_chunks_verify() {
         sealer: None,
         changed_retries: 0,
         stripes: None,
+        heartbeat: None,
     };
     let rctx = ReceiverCtx {
         observer: Arc::new(haul_run::event::Quiet),
@@ -111,6 +112,7 @@ async fn a_file_still_being_received_is_sent_on_as_its_chunks_verify() {
         quick_check: Some(Default::default()),
         replace_dirs: false,
         backups: None,
+        heartbeat: None,
     };
     let receiving = tokio::spawn(run_receiver(rr, rw, None, rctx));
     let sent = run_sender(sr, sw, JobFeed::Queue(queue), sctx).await;

@@ -49,6 +49,17 @@
 //! cost a 4-node chain 12.5 s instead of 3.4 s plus the outage). Nobody
 //! is suspected then, until a silence nobody witnessed lasted
 //! [`UNWITNESSED`] (6 s).
+//!
+//! Two live nodes can lose the path between them and nothing else: both
+//! go on talking to the client, and only the data between them stops. So
+//! every sending edge is kept alive too — its sender says something every
+//! [`HEARTBEAT`] whether it has data or not — and a receiver that has heard
+//! nothing over an edge for [`EDGE_QUIET`] (bytes, not frames: a large
+//! chunk takes long to arrive on a slow link, never silently) tells the
+//! client. The client moves it off that sender when the sender was heard
+//! throughout the silence ([`Heard::throughout`]) — the link between them
+//! is what failed; a sender silent itself is routed around as above
+//! ([`crate::Routing::cut`]).
 
 use std::time::{Duration, Instant};
 
@@ -151,6 +162,11 @@ impl Liveness {
     }
 }
 
+/// A receiver tells the client when nothing came over its sending edge for
+/// this long: the same gap a live control connection may open at most
+/// ([`FLOOR`]), as both carry something every [`HEARTBEAT`].
+pub const EDGE_QUIET: Duration = FLOOR;
+
 /// A witness must have been heard this long after a node's silence began
 /// (two heartbeats: nodes cut off together fall silent within one of each
 /// other).
@@ -196,6 +212,12 @@ impl Heard {
         }
         self.last = self.last.max(now);
     }
+
+    /// Heard without a [`GAP`] from before `since` to [`WITNESS`] after it:
+    /// whatever went silent at `since`, this node did not.
+    pub fn throughout(&self, since: Instant) -> bool {
+        self.since <= since && self.last >= since + WITNESS
+    }
 }
 
 /// The nodes silent past their limit ([`Liveness`]) that are not
@@ -231,12 +253,10 @@ impl Silences {
     /// how node `j` was heard.
     pub fn suspects(&mut self, heard: &[Heard], now: Instant) -> Vec<(usize, Instant)> {
         let witnessed = |i: usize, since: Instant| {
-            heard.iter().enumerate().any(|(j, h)| {
-                j != i
-                    && !self.quiet.contains_key(&j)
-                    && h.since <= since
-                    && h.last >= since + WITNESS
-            })
+            heard
+                .iter()
+                .enumerate()
+                .any(|(j, h)| j != i && !self.quiet.contains_key(&j) && h.throughout(since))
         };
         let mut out: Vec<(usize, Instant)> = self
             .quiet

@@ -20,6 +20,10 @@
 //!
 //! A node that reported is done: everything below it had all it needed
 //! before it reported, and it adopts nobody by choice.
+//!
+//! The path between two live nodes can fail alone (a link cut between
+//! them): [`Routing::cut`] moves the one child off the one parent, to the
+//! adopter an orphan would get, and never back to that parent.
 
 use crate::{Parent, Plan};
 
@@ -70,6 +74,9 @@ pub struct Routing {
     room: Vec<usize>,
     alive: Vec<bool>,
     done: Vec<bool>,
+    /// (child, parent): paths that failed while both lived; never used
+    /// again.
+    cuts: Vec<(usize, usize)>,
 }
 
 impl Routing {
@@ -84,6 +91,7 @@ impl Routing {
             room: plan.room.clone(),
             alive: vec![true; n],
             done: vec![false; n],
+            cuts: Vec::new(),
         }
     }
 
@@ -245,6 +253,62 @@ impl Routing {
                 }
             }
         }
+        self.steps(relays, sends)
+    }
+
+    /// The path from node `p` to its child `c` failed while both are live
+    /// (`c` heard nothing over it; `p` still answers the client): in every
+    /// stripe `p` feeds `c`, `c` moves to the adopter an orphan of `p`
+    /// would get ([`Self::adopter`]) — never `p`, now or when `c` is
+    /// orphaned later. Returns the steps that tell `p` (its forward to `c`
+    /// ends) and the adopter, or the client's sends; nothing when `p` does
+    /// not feed `c` or `c` is done or out of the plan.
+    pub fn cut(&mut self, p: usize, c: usize) -> Vec<Step> {
+        if !self.is_alive(c) || self.is_done(c) {
+            return Vec::new();
+        }
+        let fed: Vec<usize> = (0..self.parents.len())
+            .filter(|&s| self.parents[s].get(c) == Some(&Parent::Node(p)))
+            .collect();
+        if fed.is_empty() {
+            return Vec::new();
+        }
+        if !self.cuts.contains(&(c, p)) {
+            self.cuts.push((c, p));
+        }
+        let mut load = self.loads();
+        if let Some(l) = load.get_mut(p) {
+            *l = l.saturating_sub(fed.len());
+        }
+        let mut relays = vec![p];
+        let mut sends = Vec::new();
+        for stripe in fed {
+            // Where an orphan of `p` would go: `p`'s nearest live ancestor,
+            // or a node with room (`p` itself is cut off from `c`).
+            let up = self.live_ancestor(stripe, p);
+            let to = self.adopter(stripe, c, up, &load);
+            self.parents[stripe][c] = to;
+            match to {
+                Parent::Node(a) => {
+                    load[a] += 1;
+                    if !relays.contains(&a) {
+                        relays.push(a);
+                    }
+                }
+                Parent::Client => sends.push((c, stripe)),
+            }
+        }
+        self.steps(relays, sends)
+    }
+
+    /// Whether the path from `p` to `c` failed while both lived.
+    fn is_cut(&self, c: usize, p: Parent) -> bool {
+        matches!(p, Parent::Node(p) if self.cuts.contains(&(c, p)))
+    }
+
+    /// The steps that tell `relays` their children now (possibly none) and
+    /// start the client's `sends` (node, stripe).
+    fn steps(&self, relays: Vec<usize>, sends: Vec<(usize, usize)>) -> Vec<Step> {
         let mut steps: Vec<Step> = Vec::new();
         for p in relays {
             steps.push(self.forward(p).unwrap_or(match self.striped {
@@ -300,28 +364,35 @@ impl Routing {
     /// when the plan has no room to go by or `up` has room left; else the
     /// live node not yet done with the most room left (shallowest, then
     /// lowest index, among equals) that is not below `orphan` there; `up`
-    /// when no node has room left.
+    /// when no node has room left. A node whose path to `orphan` was cut is
+    /// never chosen (the client stands in for such an `up`).
     fn adopter(&self, stripe: usize, orphan: usize, up: Parent, load: &[usize]) -> Parent {
         let spare = |p: usize| {
             let room = self.room.get(p).copied().unwrap_or(0);
             room.saturating_sub(load.get(p).copied().unwrap_or(usize::MAX))
         };
-        let roomy_up = match up {
+        // A parent whose path to the orphan failed is no parent of it.
+        let up_or_client = match self.is_cut(orphan, up) {
+            true => Parent::Client,
+            false => up,
+        };
+        let roomy_up = match up_or_client {
             Parent::Node(p) => spare(p) > 0,
             Parent::Client => false,
         };
         if self.room.is_empty() || roomy_up {
-            return up;
+            return up_or_client;
         }
         let parents = &self.parents[stripe];
         (0..parents.len())
             .filter(|&p| self.is_alive(p) && !self.is_done(p) && spare(p) > 0)
+            .filter(|&p| !self.is_cut(orphan, Parent::Node(p)))
             .filter_map(|p| {
                 let depth = depth_unless_below(parents, p, orphan)?;
                 Some((std::cmp::Reverse(spare(p)), depth, p))
             })
             .min()
-            .map_or(up, |(_, _, p)| Parent::Node(p))
+            .map_or(up_or_client, |(_, _, p)| Parent::Node(p))
     }
 
     /// Node `i`'s nearest live ancestor in `stripe` (the client when none).

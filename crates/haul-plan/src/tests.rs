@@ -323,6 +323,81 @@ mod routing {
     }
 
     #[test]
+    fn a_cut_link_moves_one_child_off_one_parent_and_never_back() {
+        // A chain 0 → 1 → 2 → 3; the path 1 → 2 fails while both live.
+        let plan = Plan::build(&Rates::unknown(4), Shape::Chain, MIB);
+        let mut r = Routing::new(&plan);
+        assert!(r.cut(2, 1).is_empty(), "2 does not feed 1");
+        assert_eq!(
+            r.cut(1, 2),
+            vec![
+                Step::Forward {
+                    node: 1,
+                    children: vec![]
+                },
+                Step::Forward {
+                    node: 0,
+                    children: vec![1, 2]
+                },
+            ]
+        );
+        assert_eq!(r.parent(2), Parent::Node(0));
+        assert_eq!(r.parent(3), Parent::Node(2), "its own child stays");
+        assert!(r.is_alive(1) && r.is_alive(2));
+        assert!(r.cut(1, 2).is_empty(), "once");
+        // 0 goes: both its children move up to the client.
+        let steps = r.lost(0);
+        assert!(steps.contains(&Step::Send { node: 1 }), "{steps:?}");
+        assert!(steps.contains(&Step::Send { node: 2 }), "{steps:?}");
+        assert_eq!(r.parent(2), Parent::Client);
+        // A done child is left alone.
+        let mut r = Routing::new(&plan);
+        r.done(2);
+        assert!(r.cut(1, 2).is_empty());
+    }
+
+    #[test]
+    fn a_cut_link_in_striped_trees_moves_the_child_in_every_stripe_and_never_to_that_parent() {
+        let plan = Plan::build(&Rates::unknown(9), Shape::Stripes(3), MIB);
+        let mut r = Routing::new(&plan);
+        // A parent and a child it feeds in some stripe.
+        let (p, c) = (0..9)
+            .flat_map(|p| (0..9).map(move |c| (p, c)))
+            .find(|&(p, c)| (0..3).any(|s| r.parent_in(s, c) == Parent::Node(p)))
+            .unwrap_or((0, 1));
+        let moved: Vec<usize> = (0..3)
+            .filter(|&s| r.parent_in(s, c) == Parent::Node(p))
+            .collect();
+        let steps = r.cut(p, c);
+        assert!(!steps.is_empty());
+        for s in 0..3 {
+            assert_ne!(r.parent_in(s, c), Parent::Node(p), "stripe {s}");
+            assert!(!r.children_in(s, Parent::Node(p)).contains(&c));
+        }
+        // Whoever feeds it now is told, in every stripe it moved in.
+        for &s in &moved {
+            match r.parent_in(s, c) {
+                Parent::Node(a) => assert!(
+                    steps.iter().any(|st| matches!(st,
+                        Step::ForwardStripes { node, children } if *node == a && children[s].contains(&c))),
+                    "{steps:?}"
+                ),
+                Parent::Client => assert!(
+                    steps.contains(&Step::SendStripe { node: c, stripe: s }),
+                    "{steps:?}"
+                ),
+            }
+        }
+        // Later orphanings never hand it back to `p`.
+        for lost in (0..9).filter(|&i| i != p && i != c) {
+            r.lost(lost);
+            for s in 0..3 {
+                assert_ne!(r.parent_in(s, c), Parent::Node(p));
+            }
+        }
+    }
+
+    #[test]
     fn a_suspect_that_speaks_again_rejoins_as_a_leaf_of_the_client_and_adopts_nobody() {
         let plan = Plan::build(&Rates::unknown(5), Shape::Chain, MIB);
         let mut r = Routing::new(&plan);

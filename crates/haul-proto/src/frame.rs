@@ -69,6 +69,7 @@ mod kind {
     pub const VOUCHED: u8 = 26;
     pub const LINK: u8 = 27;
     pub const UNSEALED: u8 = 28;
+    pub const QUIET: u8 = 29;
 }
 
 /// Fewest bytes one encoded [`RelayTarget`] takes (two empty strings, a
@@ -322,6 +323,11 @@ pub fn encode(msg: &Message, out: &mut Vec<u8>) {
             w.u64(*edge);
             w.u32(*entries);
             w.u32(*chunks);
+        }
+        Message::Quiet { edge, millis } => {
+            w.u8(kind::QUIET);
+            w.u64(*edge);
+            w.u32(*millis);
         }
         Message::Report {
             ok,
@@ -613,6 +619,10 @@ fn decode_body(body: &[u8]) -> Result<Message, DecodeError> {
             entries: r.u32()?,
             chunks: r.u32()?,
         },
+        kind::QUIET => Message::Quiet {
+            edge: r.u64()?,
+            millis: r.u32()?,
+        },
         kind::REPORT => {
             let (ok, failed, bytes, message) = (r.u64()?, r.u64()?, r.u64()?, r.str()?);
             let n = r.count(4)?;
@@ -690,6 +700,7 @@ fn kind_name(k: u8) -> Result<&'static str, DecodeError> {
         kind::REPORT => "Report",
         kind::PROGRESS => "Progress",
         kind::UNSEALED => "Unsealed",
+        kind::QUIET => "Quiet",
         kind::SEALED => "Sealed",
         kind::VOUCHED => "Vouched",
         other => return Err(DecodeError::UnknownKind(other)),

@@ -137,6 +137,7 @@
 //!   Forward{[(addr, fingerprint, ticket, edge)...]} ->     (the node's children in the plan)
 //!                          <- KeepAlive, Progress{bytes, entries} ... Report{ok, failed, bytes, message, lost}
 //!                          <- Unsealed{edge, entries, chunks}   (v15: evidence against a sender)
+//!                          <- Quiet{edge, millis}              (v16: nothing came over an edge)
 //!   Bye ->                                                 (the ticket is revoked)
 //! client → its children, relay → its children (data, TLS pinned to the fingerprint):
 //!   Hello{token "", Relayed{ticket, stripe, edge}} -> then the push flow above
@@ -154,6 +155,15 @@
 //! node refuses a `Forward` that names itself (by its ticket). A relayed
 //! session superseded by a newer one of the same stripe ends once its
 //! sender has been silent for two seconds, releasing the files it held.
+//!
+//! Cut links (v16): the sender of every relayed session sends something at
+//! least every 250 ms, busy or not (a keepalive when it has nothing else),
+//! so a receiver that hears nothing over its edge for two seconds knows
+//! the path is gone. It tells the client `Quiet{edge, millis}` (again every
+//! half second while the silence lasts); the client moves the node off
+//! that sender when the sender's own control connection was heard
+//! throughout (a link cut between two live nodes; a silent sender is
+//! routed around as above).
 //!
 //! Lying relays (v15): the client names every sending edge it sets up (a
 //! random `edge` in each `Forward` target and in its own `Relayed`), and

@@ -47,7 +47,12 @@
 /// whose data failed the origin's seal in [`Message::Unsealed`]: the
 /// client evicts the relay that sent it. `Report` names the forwards that
 /// ended with entries failed (`short`).
-pub const PROTOCOL_VERSION: u16 = 15;
+/// Version 16: a fan-out's sending edges carry a keepalive at least every
+/// 250 ms whatever the sender is doing, and a node that hears nothing over
+/// one for two seconds tells the client [`Message::Quiet`]: the client
+/// moves it off that sender when the sender itself still answers (a link
+/// cut between two live nodes). A version 15 client would refuse `Quiet`.
+pub const PROTOCOL_VERSION: u16 = 16;
 
 /// Which metadata beyond mode, mtime and symlinks a transfer keeps:
 /// rsync's `-o`, `-g`, `-X` and `-A` (and `--numeric-ids`). A sender puts
@@ -828,6 +833,16 @@ pub enum Message {
         entries: u32,
         /// Chunks whose seal failed.
         chunks: u32,
+    },
+    /// Fan-out control, node → client (v16): nothing at all has come over
+    /// sending edge `edge` for `millis` ms (its sender keeps it alive every
+    /// 250 ms), though its session expects more. Sent again, with the
+    /// silence grown, about every half second while it lasts.
+    Quiet {
+        /// The edge, as `Relayed` named it.
+        edge: u64,
+        /// How long it has been silent.
+        millis: u32,
     },
     /// Either side, while busy for a long time (re-verifying a large partial
     /// file, hashing a whole file, syncing a batch): "still here". Ignored.

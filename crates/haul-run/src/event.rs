@@ -124,6 +124,15 @@ pub enum Event {
         /// seal, or its root's).
         chunk: Option<u32>,
     },
+    /// Fan-out, on a node: a relayed session's sender, which keeps it alive
+    /// every heartbeat, has said nothing for this long
+    /// (haul-session's `Heartbeat`) — the path to it is gone, or the
+    /// sender froze. Told again while the silence grows; the node reports
+    /// it to the client, which decides.
+    PeerQuiet {
+        /// The silence so far, in ms.
+        millis: u64,
+    },
     /// Fan-out, on the client: a relay sent data that failed the origin's
     /// seal, so it forwards nothing more in this transfer (its downstream
     /// went elsewhere; it is fed on as a leaf).

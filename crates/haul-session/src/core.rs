@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use haul_proto::Message;
 
-use crate::{keepalive_interval, SessionError, Transmit};
+use crate::{keepalive_interval, Heartbeat, SessionError, Transmit};
 use haul_run::Event;
 
 /// Queues and timers of a session; `I` is the role's I/O request type.
@@ -34,10 +34,18 @@ pub(crate) struct Core<I> {
     /// Superseded: the longest the peer may now stay silent, counted from
     /// its last message alone.
     quiet: Option<Duration>,
+    /// A relayed session's heartbeat ([`Heartbeat`]).
+    heartbeat: Option<Heartbeat>,
+    /// When the peer's present silence was last told (`None`: not yet).
+    told_quiet: Option<Instant>,
+    /// When the driver was last busy with what the peer sent (its silence
+    /// is told from then at the earliest; flushes and keepalives of this
+    /// side's own do not count).
+    last_worked: Instant,
 }
 
 impl<I> Core<I> {
-    pub(crate) fn new(idle: Duration, now: Instant) -> Self {
+    pub(crate) fn new(idle: Duration, heartbeat: Option<Heartbeat>, now: Instant) -> Self {
         Self {
             transmits: VecDeque::new(),
             io: VecDeque::new(),
@@ -52,6 +60,9 @@ impl<I> Core<I> {
             last_flushed: now,
             failed: None,
             quiet: None,
+            heartbeat,
+            told_quiet: None,
+            last_worked: now,
         }
     }
 
@@ -82,6 +93,24 @@ impl<I> Core<I> {
 
     pub(crate) fn received(&mut self, now: Instant) {
         self.last_recv = now;
+        self.told_quiet = None;
+    }
+
+    /// Bytes from the peer arrived at `at`.
+    pub(crate) fn arrived(&mut self, at: Instant) {
+        if at > self.last_recv {
+            self.received(at);
+        }
+    }
+
+    /// The driver was busy with what the peer sent until `now`.
+    pub(crate) fn worked(&mut self, now: Instant) {
+        self.last_worked = self.last_worked.max(now);
+    }
+
+    /// Since when the peer has said nothing, as a heartbeat tells it.
+    fn quiet_since(&self) -> Instant {
+        self.last_recv.max(self.last_worked)
     }
 
     pub(crate) fn flushed(&mut self, now: Instant) {
@@ -105,10 +134,39 @@ impl<I> Core<I> {
         if self.failed.is_some() {
             return None;
         }
-        let keepalive = self.busy().then(|| self.last_sent + self.keepalive);
+        let keepalive = self.keepalive_every().map(|every| self.last_sent + every);
         let silence = (expecting && !self.busy()).then(|| self.silent_since() + self.idle);
         let quiet = self.quiet.map(|q| self.last_recv + q);
-        [keepalive, silence, quiet].into_iter().flatten().min()
+        let told = self.next_quiet_told(expecting);
+        [keepalive, silence, quiet, told]
+            .into_iter()
+            .flatten()
+            .min()
+    }
+
+    /// How often a keepalive goes out now: a heartbeat's beat always (the
+    /// idle limit's third while busy, if that is sooner), else only while
+    /// busy.
+    fn keepalive_every(&self) -> Option<Duration> {
+        match (self.heartbeat, self.busy()) {
+            (Some(h), true) => Some(h.every.min(self.keepalive)),
+            (Some(h), false) => Some(h.every),
+            (None, true) => Some(self.keepalive),
+            (None, false) => None,
+        }
+    }
+
+    /// When the peer's silence is next told, while something is expected
+    /// of it: once it reached the heartbeat's `quiet`, then every quarter
+    /// of that.
+    fn next_quiet_told(&self, expecting: bool) -> Option<Instant> {
+        let h = self.heartbeat.filter(|_| expecting)?;
+        Some(match self.told_quiet {
+            None => self.quiet_since() + h.quiet,
+            Some(t) => {
+                (t + (h.quiet / 4).max(Duration::from_millis(1))).max(self.quiet_since() + h.quiet)
+            }
+        })
     }
 
     /// A newer session does this one's work: it ends once the peer has
@@ -139,7 +197,17 @@ impl<I> Core<I> {
     ) -> Result<(), SessionError> {
         self.check()?;
         self.check_quiet(now)?;
-        if self.busy() && now >= self.last_sent + self.keepalive {
+        if self.next_quiet_told(expecting).is_some_and(|t| now >= t) {
+            let silent = now.saturating_duration_since(self.quiet_since());
+            self.told_quiet = Some(now);
+            self.event(Event::PeerQuiet {
+                millis: silent.as_millis().min(u128::from(u64::MAX)) as u64,
+            });
+        }
+        if self
+            .keepalive_every()
+            .is_some_and(|every| now >= self.last_sent + every)
+        {
             self.send(Message::KeepAlive);
             // It leaves with the next poll; count it as sent now so one
             // deadline does not queue many.

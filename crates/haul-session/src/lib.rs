@@ -133,6 +133,25 @@ pub struct SessionConfig {
     /// How long a file that changed is left to settle before it is sent
     /// again; the n-th time, n times this (sender).
     pub settle: Duration,
+    /// A fan-out's relayed session: kept alive every beat, and the peer's
+    /// silence told as it grows (`None`: keepalives only while busy, and
+    /// silence only fails the session at `idle`).
+    pub heartbeat: Option<Heartbeat>,
+}
+
+/// How a fan-out's relayed session watches its path: each side says
+/// something at least every [`Heartbeat::every`], busy or not, so when a
+/// side that expects more hears nothing for [`Heartbeat::quiet`] the path
+/// itself is gone (a link cut, the peer frozen) — long before `idle`. It
+/// tells its observer ([`haul_run::Event::PeerQuiet`]), once the silence
+/// reached `quiet` and again every quarter of it while it lasts; the
+/// session goes on (the node's coordinator decides what the silence means).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Heartbeat {
+    /// A keepalive goes out when nothing else did for this long.
+    pub every: Duration,
+    /// The peer's silence that is told.
+    pub quiet: Duration,
 }
 
 impl Default for SessionConfig {
@@ -145,6 +164,7 @@ impl Default for SessionConfig {
             hide: None,
             changed_retries: 5,
             settle: Duration::from_secs(1),
+            heartbeat: None,
         }
     }
 }

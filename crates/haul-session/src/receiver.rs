@@ -253,7 +253,7 @@ impl Receiver {
 
     fn new(cfg: SessionConfig, prefix: String, fetching: bool, now: Instant) -> Self {
         Self {
-            core: Core::new(cfg.idle, now),
+            core: Core::new(cfg.idle, cfg.heartbeat, now),
             cfg,
             prefix,
             fetching,
@@ -343,6 +343,19 @@ impl Receiver {
     /// The driver finished writing what was transmitted.
     pub fn flushed(&mut self, now: Instant) {
         self.core.flushed(now);
+    }
+
+    /// The driver was busy with what the peer sent until `now` (what
+    /// arrived meanwhile waits unread): a heartbeat's silence is told from
+    /// then at the earliest.
+    pub fn worked(&mut self, now: Instant) {
+        self.core.worked(now);
+    }
+
+    /// Bytes from the peer arrived at `at` (its connection saw them; the
+    /// frame they belong to may not be whole yet): it is not silent.
+    pub fn arrived(&mut self, at: Instant) {
+        self.core.arrived(at);
     }
 
     /// Files open or asked for on this connection.

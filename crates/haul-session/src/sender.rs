@@ -264,7 +264,7 @@ impl<S> Sender<S> {
 
     fn new(cfg: SessionConfig, feed: Feed, now: Instant) -> Self {
         Self {
-            core: Core::new(cfg.idle, now),
+            core: Core::new(cfg.idle, cfg.heartbeat, now),
             cfg,
             feed,
             flights: HashMap::default(),

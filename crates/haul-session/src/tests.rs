@@ -1380,3 +1380,104 @@ fn only_a_failed_seal_or_unsealed_bytes_are_evidence_against_the_sender() {
     r.chunk_done(t0, 3, 2, ChunkOutcome::Bad);
     assert_eq!(evidence(&mut r), [Some(2)], "the same chunk twice");
 }
+
+/// A fan-out's relayed session: a keepalive every 250 ms, the peer's
+/// silence told after 2 s.
+fn relayed_cfg() -> SessionConfig {
+    SessionConfig {
+        heartbeat: Some(crate::Heartbeat {
+            every: Duration::from_millis(250),
+            quiet: Duration::from_millis(2000),
+        }),
+        ..SessionConfig::default()
+    }
+}
+
+/// A fan-out's sending edge: its sender says something every heartbeat
+/// with nothing of its own to do (a relay waiting for its upstream), not
+/// only while busy; a plain push's sender stays silent then.
+#[test]
+fn a_relayed_sender_keeps_alive_every_heartbeat_with_nothing_to_do() {
+    let t0 = Instant::now();
+    let ms = Duration::from_millis;
+    let cfg = relayed_cfg();
+    let mut s: Sender<()> = Sender::push(cfg, t0);
+    assert!(drain(&mut s, t0).is_empty());
+    assert_eq!(s.poll_timeout(), Some(t0 + ms(250)));
+    s.handle_timeout(t0 + ms(250)).unwrap();
+    assert_eq!(drain(&mut s, t0 + ms(250)), vec![Message::KeepAlive]);
+    assert_eq!(s.poll_timeout(), Some(t0 + ms(500)));
+    // Without a heartbeat, an idle pusher has no timer at all.
+    let mut s: Sender<()> = Sender::push(SessionConfig::default(), t0);
+    assert_eq!(s.poll_timeout(), None);
+    s.handle_timeout(t0 + ms(250)).unwrap();
+    assert!(drain(&mut s, t0 + ms(250)).is_empty());
+}
+
+/// A fan-out's receiver tells its observer when its sender — which keeps
+/// the edge alive every heartbeat — said nothing for the heartbeat's
+/// `quiet`: once it is reached, again every quarter of it while it lasts,
+/// and anew after the sender spoke. Bytes its connection saw count as
+/// speaking (a payload arriving), and the session itself goes on.
+#[test]
+fn a_relayed_receiver_tells_its_senders_silence_as_it_grows_and_goes_on() {
+    let t0 = Instant::now();
+    let ms = Duration::from_millis;
+    let cfg = relayed_cfg();
+    let quiet_events = |r: &mut Receiver| -> Vec<u64> {
+        std::iter::from_fn(|| r.poll_event())
+            .filter_map(|e| match e {
+                Event::PeerQuiet { millis } => Some(millis),
+                _ => None,
+            })
+            .collect()
+    };
+    let mut r = Receiver::for_push(cfg, String::new(), t0);
+    r.handle(t0, Message::KeepAlive).unwrap();
+    // Keepalives every 250 ms for a while: never quiet.
+    for k in 1..=8u32 {
+        let now = t0 + ms(250) * k;
+        r.handle(now, Message::KeepAlive).unwrap();
+        r.handle_timeout(now).unwrap();
+    }
+    assert!(quiet_events(&mut r).is_empty());
+    let last = t0 + ms(2000);
+    // Then nothing — its own flushes (keepalives going out) do not count:
+    // told at 2 s of silence, not before.
+    r.flushed(last + ms(1500));
+    r.handle_timeout(last + ms(1999)).unwrap();
+    assert!(quiet_events(&mut r).is_empty());
+    assert_eq!(r.poll_timeout(), Some(last + ms(2000)));
+    r.handle_timeout(last + ms(2000)).unwrap();
+    assert_eq!(quiet_events(&mut r), vec![2000]);
+    // Again every 500 ms while it lasts, the silence grown.
+    assert!(r.poll_timeout() <= Some(last + ms(2500)));
+    r.handle_timeout(last + ms(2400)).unwrap();
+    assert!(quiet_events(&mut r).is_empty());
+    r.handle_timeout(last + ms(2500)).unwrap();
+    assert_eq!(quiet_events(&mut r), vec![2500]);
+    // Bytes arrived (a payload in the making): the silence ends, and a new
+    // one is told from its own start.
+    r.arrived(last + ms(2600));
+    r.handle_timeout(last + ms(3000)).unwrap();
+    assert!(quiet_events(&mut r).is_empty());
+    r.handle_timeout(last + ms(4600)).unwrap();
+    assert_eq!(quiet_events(&mut r), vec![2000]);
+    // Work on what the sender sent puts the telling off (what arrived
+    // meanwhile waits unread).
+    r.worked(last + ms(5000));
+    r.handle_timeout(last + ms(5100)).unwrap();
+    assert!(quiet_events(&mut r).is_empty());
+    r.handle_timeout(last + ms(7000)).unwrap();
+    assert_eq!(quiet_events(&mut r), vec![2000]);
+    // An arrival older than the last word changes nothing.
+    r.arrived(t0);
+    r.handle_timeout(last + ms(7500)).unwrap();
+    assert_eq!(quiet_events(&mut r), vec![2500]);
+    // The session lives on until `idle`.
+    assert!(r.handle(last + ms(7600), Message::KeepAlive).is_ok());
+    // Without a heartbeat, silence is never told.
+    let mut r = Receiver::for_push(SessionConfig::default(), String::new(), t0);
+    r.handle_timeout(t0 + ms(5000)).unwrap();
+    assert!(quiet_events(&mut r).is_empty());
+}

@@ -12,6 +12,7 @@ use tokio::net::tcp::OwnedWriteHalf;
 
 use crate::message::{MessageReader, MessageWriter, Payload};
 use crate::pace::{RateLimit, SLICE};
+use crate::Activity;
 use crate::TransportError;
 use std::sync::Arc;
 
@@ -71,6 +72,8 @@ pub struct FrameReader {
     consumed: u64,
     /// A cap on the bytes read per second (`--max-rate`).
     pace: Option<Arc<RateLimit>>,
+    /// When bytes last arrived.
+    activity: Arc<Activity>,
 }
 
 /// The read buffer's usual capacity (a large control frame grows it for a
@@ -86,6 +89,7 @@ impl FrameReader {
             idle,
             consumed: 0,
             pace: None,
+            activity: Activity::new(),
         }
     }
 
@@ -94,8 +98,15 @@ impl FrameReader {
         self.pace = pace;
     }
 
-    /// Waits for the rate's room for `n` bytes just read.
+    /// When bytes last arrived on this connection.
+    pub fn activity(&self) -> Arc<Activity> {
+        self.activity.clone()
+    }
+
+    /// Waits for the rate's room for `n` bytes just read (which arrived
+    /// now).
     fn paced(&self, n: usize) -> impl std::future::Future<Output = ()> + Send + 'static {
+        self.activity.touch();
         let pace = self.pace.clone();
         async move {
             if let Some(p) = pace {
@@ -525,6 +536,10 @@ impl MessageReader for FrameReader {
 
     fn set_idle(&mut self, idle: Duration) {
         FrameReader::set_idle(self, idle);
+    }
+
+    fn activity(&self) -> Option<Arc<Activity>> {
+        Some(FrameReader::activity(self))
     }
 }
 

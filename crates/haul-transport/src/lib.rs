@@ -7,6 +7,7 @@
 //! Nothing above this crate names a socket type (a CI check holds it so):
 //! a QUIC transport implements the same interface.
 
+pub mod activity;
 pub mod conn;
 pub mod error;
 pub mod fault;
@@ -19,6 +20,7 @@ pub mod quic;
 pub mod socket;
 pub mod tls;
 
+pub use activity::Activity;
 pub use conn::{
     memory_pair, memory_pair_paced, stream_connection, FrameReader, FrameWriter, Timeouts,
 };

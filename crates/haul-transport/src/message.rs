@@ -101,6 +101,11 @@ pub trait MessageReader: Send {
 
     /// Changes the idle limit.
     fn set_idle(&mut self, idle: Duration);
+
+    /// When bytes last arrived on this connection (`None`: not known).
+    fn activity(&self) -> Option<std::sync::Arc<crate::Activity>> {
+        None
+    }
 }
 
 /// The sending half of a connection.

@@ -327,6 +327,10 @@ impl MessageReader for Unpacking {
     fn set_idle(&mut self, idle: Duration) {
         self.inner.set_idle(idle);
     }
+
+    fn activity(&self) -> Option<std::sync::Arc<crate::Activity>> {
+        self.inner.activity()
+    }
 }
 
 #[cfg(test)]

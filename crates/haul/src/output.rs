@@ -453,6 +453,7 @@ impl Display {
             // An evicted relay is named once, under the summary table.
             Event::Resolved { .. }
             | Event::SealFailed { .. }
+            | Event::PeerQuiet { .. }
             | Event::RelayEvicted { .. }
             | Event::ListingProgress { .. }
             | Event::ListingDone { .. }

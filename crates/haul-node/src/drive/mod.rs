@@ -17,6 +17,17 @@ pub mod receive;
 pub mod relay_hook;
 pub mod send;
 
+/// How a fan-out's sending edges are watched ([`haul_session::Heartbeat`]):
+/// their sender says something every control heartbeat, and a receiver
+/// tells its node when it heard nothing for
+/// [`haul_plan::liveness::EDGE_QUIET`].
+pub fn relayed_heartbeat() -> haul_session::Heartbeat {
+    haul_session::Heartbeat {
+        every: haul_plan::liveness::HEARTBEAT,
+        quiet: haul_plan::liveness::EDGE_QUIET,
+    }
+}
+
 /// How a session ended when its connection broke: the jobs it still held.
 pub struct Interrupted<J> {
     /// What broke.

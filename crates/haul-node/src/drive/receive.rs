@@ -56,6 +56,11 @@ pub struct ReceiverCtx {
     pub replace_dirs: bool,
     /// `--backup`: what a file or symlink received replaces is kept.
     pub backups: Option<Arc<Backups>>,
+    /// A fan-out's relayed session: its sender keeps it alive every
+    /// heartbeat, and a silence past the heartbeat's `quiet` (measured in
+    /// bytes arriving, not frames) is told to `observer` as
+    /// [`Event::PeerQuiet`] ([`super::relayed_heartbeat`]).
+    pub heartbeat: Option<haul_session::Heartbeat>,
 }
 
 impl ReceiverCtx {
@@ -78,6 +83,7 @@ impl ReceiverCtx {
             quick_check: Some(opts.skip),
             replace_dirs: opts.replaces_dirs(),
             backups: None,
+            heartbeat: None,
         }
     }
 
@@ -125,6 +131,7 @@ pub async fn run_receiver(
         window: ctx.window,
         idle: ctx.idle,
         hide: Some(ctx.dest.root().display().to_string()),
+        heartbeat: ctx.heartbeat,
         ..SessionConfig::default()
     };
     let mut session = match wants {
@@ -137,8 +144,10 @@ pub async fn run_receiver(
     }
     let (done_tx, done_rx) = mpsc::unbounded_channel();
     let newer = ctx.relay.as_ref().and_then(|r| r.newer_upstreams());
+    let arrivals = ctx.heartbeat.and_then(|_| reader.activity());
     let mut d = Driver {
         newer,
+        arrivals,
         session,
         r: reader,
         w: writer,
@@ -191,6 +200,10 @@ struct Driver {
     /// A fan-out's relay: changes when another upstream session starts,
     /// which may take this one's place (until then, and after, `None`).
     newer: Option<tokio::sync::watch::Receiver<u64>>,
+    /// A relayed session's connection: when its bytes last arrived (the
+    /// sender's silence is measured in them: a large chunk's payload
+    /// arrives between two frames).
+    arrivals: Option<Arc<haul_transport::Activity>>,
 }
 
 impl Driver {
@@ -207,7 +220,7 @@ impl Driver {
                 return Ok(());
             }
             if self.session.poll_timeout().is_some_and(|t| t <= self.now) {
-                self.session.handle_timeout(self.now)?;
+                self.timers()?;
             }
             if let Ok(done) = self.done_rx.try_recv() {
                 self.completed(done);
@@ -216,6 +229,7 @@ impl Driver {
             // Take what already arrived before writing anything.
             if let Some(msg) = self.r.try_recv()? {
                 self.incoming(msg).await?;
+                self.worked();
                 continue;
             }
             // Nothing buffered: commits that gathered meanwhile go as one
@@ -237,6 +251,7 @@ impl Driver {
                     let msg = msg?;
                     self.now = Instant::now();
                     self.incoming(msg).await?;
+                    self.worked();
                 }
                 Some(done) = self.done_rx.recv() => {
                     self.now = Instant::now();
@@ -244,7 +259,7 @@ impl Driver {
                 }
                 () = async { if let Some(s) = sleep { s.await } }, if deadline.is_some() => {
                     self.now = Instant::now();
-                    self.session.handle_timeout(self.now)?;
+                    self.timers()?;
                 }
                 () = async { if let Some(q) = wants { q.wait().await } }, if starved => {}
                 changed = async {
@@ -438,6 +453,23 @@ impl Driver {
         }
     }
 
+    /// The session's timers at `self.now`; a relayed session is told first
+    /// when its bytes last arrived.
+    fn timers(&mut self) -> Result<(), NodeError> {
+        if let Some(a) = &self.arrivals {
+            self.session.arrived(a.last());
+        }
+        self.session.handle_timeout(self.now)?;
+        Ok(())
+    }
+
+    /// This driver was busy with a message until now: the peer's silence
+    /// counts from here at the earliest (what waited in the buffer meanwhile
+    /// is read next).
+    fn worked(&mut self) {
+        self.session.worked(Instant::now());
+    }
+
     async fn incoming(&mut self, msg: Message) -> Result<(), NodeError> {
         let now = self.now;
         let Message::Chunk(h) = msg else {
@@ -463,9 +495,31 @@ impl Driver {
                 let mut buf = self.ctx.buffers.take(h.len as usize).await;
                 if !self.r.try_read_payload(&h, buf.vec()) {
                     let stale = stale(&self.newer, self.ctx.relay.as_deref());
-                    tokio::select! {
-                        read = self.r.read_payload(&h, buf.vec()) => read?,
-                        e = stale => return Err(e),
+                    let read = self.r.read_payload(&h, buf.vec());
+                    tokio::pin!(stale, read);
+                    // A relayed session's timers run while a payload
+                    // arrives: a link cut halfway through one is told.
+                    let watching = self.arrivals.is_some();
+                    loop {
+                        let deadline = self.session.poll_timeout();
+                        let sleep = deadline.map(|t| tokio::time::sleep_until(t.into()));
+                        tokio::select! {
+                            got = &mut read => {
+                                got?;
+                                break;
+                            }
+                            e = &mut stale => return Err(e),
+                            () = async { if let Some(s) = sleep { s.await } }, if watching && deadline.is_some() => {
+                                let now = Instant::now();
+                                if let Some(a) = &self.arrivals {
+                                    self.session.arrived(a.last());
+                                }
+                                self.session.handle_timeout(now)?;
+                                while let Some(e) = self.session.poll_event() {
+                                    self.ctx.observer.event(&e);
+                                }
+                            }
+                        }
                     }
                     self.now = Instant::now();
                 }

@@ -64,6 +64,9 @@ pub struct SenderCtx {
     /// share, vouched for once all held still (a stripe's source waits for
     /// the others: [`crate::stripe_vouch`]).
     pub stripes: Option<Arc<StripeVouchers>>,
+    /// A fan-out's sending edge: kept alive every heartbeat, busy or not
+    /// ([`super::relayed_heartbeat`]).
+    pub heartbeat: Option<haul_session::Heartbeat>,
 }
 
 impl SenderCtx {
@@ -83,13 +86,16 @@ impl SenderCtx {
             sealer: None,
             changed_retries: opts.retry.retries,
             stripes: None,
+            heartbeat: None,
         }
     }
 
-    /// The same, sealing with `sealer` (a fan-out's client or relay).
+    /// The same, sealing with `sealer`, over a fan-out's sending edge (a
+    /// fan-out's client or relay): kept alive every heartbeat.
     pub fn sealed(self, sealer: Arc<dyn Sealer>) -> Self {
         Self {
             sealer: Some(sealer),
+            heartbeat: Some(super::relayed_heartbeat()),
             ..self
         }
     }
@@ -100,6 +106,7 @@ impl SenderCtx {
         Self {
             sealer: Some(vouchers.clone()),
             stripes: Some(vouchers),
+            heartbeat: Some(super::relayed_heartbeat()),
             ..self
         }
     }
@@ -159,6 +166,7 @@ pub async fn run_sender(
         max_retries: ctx.max_retries,
         changed_retries: ctx.changed_retries,
         hide: root,
+        heartbeat: ctx.heartbeat,
         ..SessionConfig::default()
     };
     let mut session = match feed {

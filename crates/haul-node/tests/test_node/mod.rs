@@ -57,7 +57,7 @@ impl Directory {
 
 impl Reach for Directory {
     fn dialer(&self, addr: &str, opts: &ClientOptions) -> Dialer {
-        Dialer::in_process(self.server(addr), &opts.token, TIMEOUTS)
+        Dialer::in_process(self.server(addr), &opts.token, opts.timeouts)
     }
 }
 
@@ -85,10 +85,27 @@ impl TestNode {
         node
     }
 
+    /// A node listed in `directory` as `addr` that reaches the others
+    /// through `reach` (a layer over `directory`), with `timeouts`.
+    pub fn start_reaching_in(
+        directory: &Arc<Directory>,
+        addr: &str,
+        reach: Arc<dyn Reach>,
+        timeouts: Timeouts,
+    ) -> Self {
+        let node = Self::start_with(reach, timeouts);
+        let mut nodes = directory.nodes.lock().unwrap();
+        nodes.insert(addr.to_owned(), node.server.clone());
+        node
+    }
+
     fn start_reaching(reach: Arc<dyn Reach>) -> Self {
+        Self::start_with(reach, TIMEOUTS)
+    }
+
+    fn start_with(reach: Arc<dyn Reach>, timeouts: Timeouts) -> Self {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().join("root");
-        let timeouts = TIMEOUTS;
         let server = Server::reaching(
             ServeOptions {
                 root: root.clone(),

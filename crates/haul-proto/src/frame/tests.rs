@@ -52,6 +52,14 @@ fn hex_snapshots_of_sending_edges() {
         }),
         "000000111c00000000000000070000000100000002"
     );
+    // v16: a node says an edge went quiet.
+    assert_eq!(
+        hex_of(&Message::Quiet {
+            edge: 7,
+            millis: 2500
+        }),
+        "0000000d1d0000000000000007000009c4"
+    );
 }
 
 #[test]
@@ -504,6 +512,7 @@ fn arb_message() -> impl Strategy<Value = Message> {
                 chunks,
             }
         }),
+        (any::<u64>(), any::<u32>()).prop_map(|(edge, millis)| Message::Quiet { edge, millis }),
         (
             proptest::collection::vec(
                 (arb_string(), arb_string(), digest, 0u32..64, any::<u64>()),

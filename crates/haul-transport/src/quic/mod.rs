@@ -362,7 +362,7 @@ fn halves(
 ) -> Connection {
     // Control messages overtake chunk data queued before them.
     let _ = send.set_priority(1);
-    let activity = reader::Activity::new();
+    let activity = crate::Activity::new();
     let read = reader::QuicReader::new(conn.clone(), recv, activity, timeouts.idle, pace.clone());
     let write = QuicWrite {
         send: Some(send),

@@ -19,6 +19,7 @@
 //! window ([`super::windows::ReceiveWindow`]): a stream past it waits, its
 //! bytes staying in quinn, whose flow control then stops the peer.
 
+use crate::Activity;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -37,31 +38,6 @@ const MAX_HEADER_FRAME: usize = 4 << 10;
 
 /// How often the receive window is reconsidered.
 const WINDOW_TICK: Duration = Duration::from_millis(50);
-
-/// When anything last arrived on a connection (any stream).
-#[derive(Debug)]
-pub(super) struct Activity {
-    epoch: Instant,
-    micros: AtomicU64,
-}
-
-impl Activity {
-    pub(super) fn new() -> Arc<Self> {
-        Arc::new(Self {
-            epoch: Instant::now(),
-            micros: AtomicU64::new(0),
-        })
-    }
-
-    fn touch(&self) {
-        let us = self.epoch.elapsed().as_micros() as u64;
-        self.micros.fetch_max(us, Ordering::Relaxed);
-    }
-
-    fn last(&self) -> Instant {
-        self.epoch + Duration::from_micros(self.micros.load(Ordering::Relaxed))
-    }
-}
 
 /// How long chunks took to arrive whole once their reading began (their
 /// share of the window taken), summed since the window was last tuned.
@@ -256,6 +232,10 @@ impl MessageReader for QuicReader {
 
     fn set_idle(&mut self, idle: Duration) {
         self.idle = idle;
+    }
+
+    fn activity(&self) -> Option<Arc<Activity>> {
+        Some(self.activity.clone())
     }
 }
 

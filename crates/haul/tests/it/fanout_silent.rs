@@ -58,7 +58,7 @@ fn signal(node: &Node, sig: i32) {
 }
 
 /// The `--json` events named `event`.
-fn events(out: &Output, event: &str) -> Vec<serde_json::Value> {
+pub(crate) fn events(out: &Output, event: &str) -> Vec<serde_json::Value> {
     String::from_utf8_lossy(&out.stdout)
         .lines()
         .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())

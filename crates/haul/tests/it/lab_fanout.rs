@@ -46,6 +46,45 @@ fn lab_nodes(
         .collect()
 }
 
+/// `haul push SRC URLS... --plaintext --json EXTRA...` from h1, with the
+/// client's own config directory.
+fn push_from_h1(lab: &Lab, s: &Scratch, urls: Vec<String>, extra: &[&str]) -> Command {
+    let mut cmd: Command = lab.host(1).command(BIN);
+    cmd.env("HAUL_CONFIG_DIR", s.path("client"))
+        .arg("push")
+        .arg(s.path("src"))
+        .args(urls)
+        .args(["--plaintext", "--json"])
+        .args(extra);
+    cmd
+}
+
+/// Runs `clean` to its end, then `during` in a thread, and calls
+/// `meanwhile` once a file staged at `node` holds `bytes`: how long the
+/// clean run took, and the other's output and time (seconds).
+fn clean_then_during(
+    clean: Command,
+    during: Command,
+    node: &std::path::Path,
+    bytes: u64,
+    meanwhile: impl FnOnce(),
+) -> (f64, std::process::Output, f64) {
+    let started = std::time::Instant::now();
+    let out = run(clean, LIMIT);
+    let clean = started.elapsed().as_secs_f64();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let pushing = std::thread::spawn(move || {
+        let started = std::time::Instant::now();
+        (run(during, LIMIT), started.elapsed().as_secs_f64())
+    });
+    wait_for(LIMIT, "a node to stage part of the file", || {
+        staged(node, bytes)
+    });
+    meanwhile();
+    let (out, took) = pushing.join().expect("push thread");
+    (clean, out, took)
+}
+
 #[test]
 #[cfg_attr(
     not(feature = "root-tests"),
@@ -68,16 +107,7 @@ fn lab_fan_out_survives_a_killed_node_and_a_pulled_link() {
     // h1 pushes; h2..h6 are the nodes.
     let mut nodes = lab_nodes(&lab, &s, 2..=6, None);
     let urls = |dest: &str| -> Vec<String> { nodes.iter().map(|n| n.url(dest)).collect() };
-    let push = |urls: Vec<String>, extra: &[&str]| {
-        let mut cmd: Command = lab.host(1).command(BIN);
-        cmd.env("HAUL_CONFIG_DIR", s.path("client"))
-            .arg("push")
-            .arg(s.path("src"))
-            .args(urls)
-            .args(["--plaintext", "--json"])
-            .args(extra);
-        cmd
-    };
+    let push = |urls: Vec<String>, extra: &[&str]| push_from_h1(&lab, &s, urls, extra);
     // A chain, a tree and striped trees: every node holds the tree.
     for (plan, dest) in [("chain", "c"), ("tree", "t"), ("stripes:2", "s")] {
         let out = run(push(urls(dest), &["--plan", plan]), LIMIT);
@@ -197,15 +227,7 @@ fn lab_fan_out_evicts_a_lying_relay() {
     }
     // h1 pushes; h2..h5 are the nodes, h3 lies.
     let nodes = lab_nodes(&lab, &s, 2..=5, Some(3));
-    let push = |urls: Vec<String>| {
-        let mut cmd: Command = lab.host(1).command(BIN);
-        cmd.env("HAUL_CONFIG_DIR", s.path("client"))
-            .arg("push")
-            .arg(s.path("src"))
-            .args(urls)
-            .args(["--plaintext", "--json", "--plan", "chain"]);
-        cmd
-    };
+    let push = |urls: Vec<String>| push_from_h1(&lab, &s, urls, &["--plan", "chain"]);
     // T(1): one honest node alone.
     let started = std::time::Instant::now();
     let out = run(push(vec![nodes[0].url("one")]), LIMIT);
@@ -259,32 +281,15 @@ fn lab_fan_out_rides_out_the_origins_link_pulled_for_3_s() {
     write_file(&s.path("src/a.bin"), size, 13);
     let nodes = lab_nodes(&lab, &s, 2..=5, None);
     let push = |dest: &str| {
-        let mut cmd: Command = lab.host(1).command(BIN);
-        cmd.env("HAUL_CONFIG_DIR", s.path("client"))
-            .arg("push")
-            .arg(s.path("src"))
-            .args(nodes.iter().map(|n| n.url(dest)))
-            .args(["--plaintext", "--json", "--plan", "chain"]);
-        cmd
+        let urls = nodes.iter().map(|n| n.url(dest)).collect();
+        push_from_h1(&lab, &s, urls, &["--plan", "chain"])
     };
-    let started = std::time::Instant::now();
-    let out = run(push("clean"), LIMIT);
-    let clean = started.elapsed().as_secs_f64();
-    assert!(out.status.success(), "{}", stderr(&out));
-    let pushing = {
-        let cmd = push("cut");
-        std::thread::spawn(move || {
-            let started = std::time::Instant::now();
-            (run(cmd, LIMIT), started.elapsed().as_secs_f64())
-        })
-    };
-    wait_for(LIMIT, "h2 to stage a third", || {
-        staged(&s.path("n2"), size / 3)
-    });
-    lab.link_down(1).expect("link down");
-    std::thread::sleep(Duration::from_secs(3));
-    lab.link_up(1).expect("link up");
-    let (out, took) = pushing.join().expect("push thread");
+    let (clean, out, took) =
+        clean_then_during(push("clean"), push("cut"), &s.path("n2"), size / 3, || {
+            lab.link_down(1).expect("link down");
+            std::thread::sleep(Duration::from_secs(3));
+            lab.link_up(1).expect("link up");
+        });
     assert!(out.status.success(), "{}", stderr(&out));
     let f = fanout(&out);
     for r in f["nodes"].as_array().unwrap() {
@@ -300,4 +305,68 @@ fn lab_fan_out_rides_out_the_origins_link_pulled_for_3_s() {
     // Before a silence everyone shared stopped making suspects of all
     // (every node then rejoined as a leaf the client fed): 12.5 s.
     assert!(took < clean + 3.0 + 5.0, "{took} s, clean {clean} s: {f}");
+}
+
+/// The path between two live relays cut mid-file (`haul lab link h3 down
+/// --peer h4`: both go on talking to the client): h4 hears nothing from
+/// h3 for two seconds, says so, and the client — still hearing h3 — moves
+/// it to h2, far inside the 60 s `--timeout`; every node completes and
+/// the move is named once.
+#[test]
+#[cfg_attr(
+    not(feature = "root-tests"),
+    ignore = "needs root: run as root with --features root-tests (scripts/test.sh does)"
+)]
+fn lab_fan_out_moves_a_node_off_a_path_cut_between_two_live_relays() {
+    let _turn = root();
+    let lab = Lab::builder()
+        .hosts(5)
+        .link("rate 100mbit delay 5ms")
+        .seed(11)
+        .start()
+        .expect("lab");
+    let s = Scratch::new();
+    let size = 32u64 << 20;
+    write_file(&s.path("src/a.bin"), size, 17);
+    for i in 0..10 {
+        write_file(&s.path(&format!("src/small/f{i}")), 2000 + i, i);
+    }
+    let nodes = lab_nodes(&lab, &s, 2..=5, None);
+    let push = |dest: &str| {
+        let urls = nodes.iter().map(|n| n.url(dest)).collect();
+        push_from_h1(&lab, &s, urls, &["--plan", "chain"])
+    };
+    let (clean, out, took) =
+        clean_then_during(push("clean"), push("cut"), &s.path("n4"), size / 3, || {
+            lab.path_down(3, 4).expect("path down");
+        });
+    lab.path_up(3, 4).expect("path up");
+    assert!(out.status.success(), "{}", stderr(&out));
+    let f = fanout(&out);
+    let reports = f["nodes"].as_array().unwrap();
+    for r in reports {
+        assert_eq!(r["error"], "", "{f}");
+    }
+    for h in 2..=5 {
+        assert_eq!(
+            listing(&s.path(&format!("n{h}/cut/src"))),
+            listing(&s.path("src")),
+            "h{h}"
+        );
+    }
+    // h4 moved to h2; h5 stayed with h4.
+    assert_eq!(reports[2]["from"], nodes[0].addr.as_str(), "{f}");
+    assert_eq!(reports[3]["from"], nodes[2].addr.as_str(), "{f}");
+    let moved: Vec<String> = crate::fanout_silent::events(&out, "warning")
+        .iter()
+        .filter_map(|w| w["message"].as_str().map(str::to_owned))
+        .filter(|m| m.contains("heard nothing from"))
+        .collect();
+    assert_eq!(moved.len(), 1, "{moved:?}");
+    assert!(
+        moved[0].contains(&nodes[1].url("cut")) && moved[0].contains(&nodes[2].url("cut")),
+        "{moved:?}"
+    );
+    eprintln!("path h3-h4 cut: {took:.2} s, clean {clean:.2} s");
+    assert!(took < clean + 12.0, "{took} s, clean {clean} s: {f}");
 }
