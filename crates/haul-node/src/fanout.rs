@@ -316,6 +316,7 @@ pub async fn push_fanout(
             .collect(),
         dialers: admitted.iter().map(|a| a.dialer.clone()).collect(),
         index: admitted.iter().map(|a| a.index).collect(),
+        rtts: admitted.iter().map(|a| a.rtt).collect(),
         commands: Vec::new(),
         news_tx: None,
         dataset: dataset.clone(),
@@ -667,6 +668,8 @@ struct Run {
     dialers: Vec<Dialer>,
     /// Admitted node → its index in the destinations given.
     index: Vec<usize>,
+    /// Admitted node → one round trip to it, as admission measured it.
+    rtts: Vec<Duration>,
     commands: Vec<mpsc::UnboundedSender<Message>>,
     news_tx: Option<mpsc::UnboundedSender<News>>,
     /// What every node gets, handed out afresh for each of the client's sends.
@@ -1152,7 +1155,24 @@ impl Run {
             self.lost(i, why, nodes);
             return;
         }
-        if !self.routing.is_alive(i) || self.routing.is_done(i) {
+        if self.routing.is_done(i) {
+            // It holds everything, and its report stands; the nodes it was
+            // given after it reported must not wait for it.
+            let steps = self.routing.retire(i);
+            if !steps.is_empty() {
+                self.tally.event(&Event::Warning {
+                    message: format!(
+                        "{} went silent after it completed ({:.1} s without a word): the \
+                         nodes it fed are fed elsewhere",
+                        nodes[self.index[i]].url,
+                        silent.as_secs_f64()
+                    ),
+                });
+                self.apply(steps);
+            }
+            return;
+        }
+        if !self.routing.is_alive(i) {
             return;
         }
         let elapsed = self.started.elapsed().as_secs_f64();
@@ -1232,10 +1252,11 @@ impl Run {
         }
     }
 
-    /// Node `i` heard nothing over `edge` for `millis` ms. When the edge's
-    /// sender still feeds it and was heard on its own control connection
-    /// throughout that silence ([`Heard::throughout`]), the path between
-    /// the two failed: `i` moves off that sender ([`Routing::cut`]), said
+    /// Node `i` heard nothing over `edge` for `millis` ms. When that is past
+    /// what the path can explain ([`haul_plan::liveness::edge_limit`]) and
+    /// the edge's sender still feeds it and was heard on its own control
+    /// connection throughout that silence ([`Heard::throughout`]), the path
+    /// between the two failed: `i` moves off that sender ([`Routing::cut`]), said
     /// once. A sender silent itself is left to the silence rules; an edge
     /// that is not `i`'s, or the client's own, or no longer in use,
     /// changes nothing (the node says so every half second while the
@@ -1247,8 +1268,13 @@ impl Run {
         if to != i || !self.routing.is_alive(p) || self.suspects.contains(&p) {
             return;
         }
-        let now = Instant::now();
         let silent = Duration::from_millis(u64::from(millis));
+        let rtt = |n: usize| self.rtts.get(n).copied().unwrap_or_default();
+        if silent < haul_plan::liveness::edge_limit(rtt(p), rtt(i)) {
+            // Not yet: the node says it again as the silence grows.
+            return;
+        }
+        let now = Instant::now();
         let since = now.checked_sub(silent).unwrap_or(now);
         let heard = self.heard.lock().ok().and_then(|h| h.get(p).copied());
         if !heard.is_some_and(|h| h.throughout(since)) {

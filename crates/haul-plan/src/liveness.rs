@@ -57,9 +57,10 @@
 //! nothing over an edge for [`EDGE_QUIET`] (bytes, not frames: a large
 //! chunk takes long to arrive on a slow link, never silently) tells the
 //! client. The client moves it off that sender when the sender was heard
-//! throughout the silence ([`Heard::throughout`]) — the link between them
-//! is what failed; a sender silent itself is routed around as above
-//! ([`crate::Routing::cut`]).
+//! throughout the silence ([`Heard::throughout`]) and the silence passed
+//! [`edge_limit`] — the link between them is what failed
+//! ([`crate::Routing::cut`]); a sender silent itself is routed around as
+//! above ([`crate::Routing::lost`]).
 
 use std::time::{Duration, Instant};
 
@@ -163,9 +164,20 @@ impl Liveness {
 }
 
 /// A receiver tells the client when nothing came over its sending edge for
-/// this long: the same gap a live control connection may open at most
-/// ([`FLOOR`]), as both carry something every [`HEARTBEAT`].
+/// this long (and again as the silence grows): the shortest silence a
+/// control connection is suspected for ([`FLOOR`]), as both carry
+/// something every [`HEARTBEAT`]. The client believes a cut only past
+/// [`edge_limit`].
 pub const EDGE_QUIET: Duration = FLOOR;
+
+/// The silence of a sending edge from a node at round trip `rtt_from` to
+/// one at `rtt_to` (each as the client measured it) after which the path
+/// between them is believed cut: [`Liveness::limit_for`] a path as long as
+/// the two together (the client cannot measure the path between them; a
+/// long one delays a retransmission as a long control path does).
+pub fn edge_limit(rtt_from: Duration, rtt_to: Duration) -> Duration {
+    Liveness::limit_for(rtt_from.saturating_add(rtt_to))
+}
 
 /// A witness must have been heard this long after a node's silence began
 /// (two heartbeats: nodes cut off together fall silent within one of each
@@ -361,6 +373,33 @@ mod tests {
         s.silent(0, t0);
         s.forget(0);
         assert!(s.is_empty());
+    }
+
+    #[test]
+    fn an_edge_between_two_nodes_is_given_both_round_trips() {
+        assert_eq!(edge_limit(Duration::ZERO, Duration::ZERO), EDGE_QUIET);
+        assert_eq!(edge_limit(20 * MS, 20 * MS), FLOOR);
+        // Two 1 s round trips: a path as long as 2 s of round trip.
+        assert_eq!(edge_limit(1000 * MS, 1000 * MS), 9000 * MS);
+        assert_eq!(edge_limit(Duration::MAX, 5 * MS), Duration::MAX);
+    }
+
+    #[test]
+    fn a_witness_heard_throughout_a_silence_and_one_with_a_gap() {
+        let t0 = Instant::now();
+        let since = t0 + 3000 * MS;
+        assert!(steady(t0, since + WITNESS).throughout(since));
+        assert!(
+            !steady(t0, since + 200 * MS).throughout(since),
+            "not long enough after"
+        );
+        assert!(
+            !steady(since + 100 * MS, since + 3000 * MS).throughout(since),
+            "began after"
+        );
+        let mut gap = steady(t0, since - 100 * MS);
+        gap.message(since + 2500 * MS);
+        assert!(!gap.throughout(since), "a gap over the silence");
     }
 
     #[test]

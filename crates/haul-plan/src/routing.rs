@@ -217,6 +217,18 @@ impl Routing {
         if !self.is_done(i) {
             return self.lost(i);
         }
+        self.retire(i)
+    }
+
+    /// Node `i`, done, feeds nobody from now on (it went silent after it
+    /// reported, or was evicted): it stays in the plan, the children it
+    /// adopted after it reported move as a lost node's would, and it adopts
+    /// nobody later (its room is spent). Returns the steps that re-route
+    /// them; nothing when it is not done or out of the plan.
+    pub fn retire(&mut self, i: usize) -> Vec<Step> {
+        if !self.is_alive(i) || !self.is_done(i) {
+            return Vec::new();
+        }
         self.alive[i] = false;
         let steps = self.move_children(i);
         self.alive[i] = true;

@@ -323,6 +323,25 @@ mod routing {
     }
 
     #[test]
+    fn a_done_node_that_retires_hands_on_the_children_it_adopted_and_stays_done() {
+        let plan = Plan::build(&Rates::unknown(4), Shape::Chain, MIB);
+        let mut r = Routing::new(&plan);
+        assert!(r.retire(1).is_empty(), "not done: nothing");
+        r.done(1);
+        r.lost(2);
+        assert_eq!(r.parent(3), Parent::Node(1));
+        assert_eq!(
+            r.retire(1),
+            vec![Step::Forward {
+                node: 0,
+                children: vec![3]
+            }]
+        );
+        assert!(r.is_alive(1) && r.is_done(1));
+        assert!(r.children(Parent::Node(1)).is_empty());
+    }
+
+    #[test]
     fn a_cut_link_moves_one_child_off_one_parent_and_never_back() {
         // A chain 0 → 1 → 2 → 3; the path 1 → 2 fails while both live.
         let plan = Plan::build(&Rates::unknown(4), Shape::Chain, MIB);

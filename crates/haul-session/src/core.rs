@@ -38,10 +38,10 @@ pub(crate) struct Core<I> {
     heartbeat: Option<Heartbeat>,
     /// When the peer's present silence was last told (`None`: not yet).
     told_quiet: Option<Instant>,
-    /// When the driver was last busy with what the peer sent (its silence
-    /// is told from then at the earliest; flushes and keepalives of this
-    /// side's own do not count).
-    last_worked: Instant,
+    /// The peer's last message that was not a keepalive: a superseded
+    /// session ends once its sender sends no more work, though it keeps
+    /// the session alive.
+    last_work: Instant,
 }
 
 impl<I> Core<I> {
@@ -62,7 +62,7 @@ impl<I> Core<I> {
             quiet: None,
             heartbeat,
             told_quiet: None,
-            last_worked: now,
+            last_work: now,
         }
     }
 
@@ -91,26 +91,20 @@ impl<I> Core<I> {
         self.events.push_back(event);
     }
 
-    pub(crate) fn received(&mut self, now: Instant) {
+    /// A message from the peer at `now` (a keepalive: `work` false).
+    pub(crate) fn received(&mut self, now: Instant, work: bool) {
         self.last_recv = now;
         self.told_quiet = None;
+        if work {
+            self.last_work = now;
+        }
     }
 
     /// Bytes from the peer arrived at `at`.
     pub(crate) fn arrived(&mut self, at: Instant) {
         if at > self.last_recv {
-            self.received(at);
+            self.received(at, false);
         }
-    }
-
-    /// The driver was busy with what the peer sent until `now`.
-    pub(crate) fn worked(&mut self, now: Instant) {
-        self.last_worked = self.last_worked.max(now);
-    }
-
-    /// Since when the peer has said nothing, as a heartbeat tells it.
-    fn quiet_since(&self) -> Instant {
-        self.last_recv.max(self.last_worked)
     }
 
     pub(crate) fn flushed(&mut self, now: Instant) {
@@ -162,15 +156,29 @@ impl<I> Core<I> {
     fn next_quiet_told(&self, expecting: bool) -> Option<Instant> {
         let h = self.heartbeat.filter(|_| expecting)?;
         Some(match self.told_quiet {
-            None => self.quiet_since() + h.quiet,
+            None => self.last_recv + h.quiet,
             Some(t) => {
-                (t + (h.quiet / 4).max(Duration::from_millis(1))).max(self.quiet_since() + h.quiet)
+                (t + (h.quiet / 4).max(Duration::from_millis(1))).max(self.last_recv + h.quiet)
             }
         })
     }
 
+    /// The peer's silence is told ([`Event::PeerQuiet`]) when due — only
+    /// where the driver waited on the connection and nothing came, so
+    /// bytes that waited unread while it worked are no silence.
+    pub(crate) fn tell_quiet(&mut self, now: Instant, expecting: bool) {
+        if self.failed.is_none() && self.next_quiet_told(expecting).is_some_and(|t| now >= t) {
+            let silent = now.saturating_duration_since(self.last_recv);
+            self.told_quiet = Some(now);
+            self.event(Event::PeerQuiet {
+                millis: silent.as_millis().min(u128::from(u64::MAX)) as u64,
+            });
+        }
+    }
+
     /// A newer session does this one's work: it ends once the peer has
-    /// been silent for `quiet` (now, if it already was).
+    /// sent no work (keepalives aside) for `quiet` (now, if it already
+    /// had not).
     pub(crate) fn superseded(&mut self, now: Instant, quiet: Duration) -> Result<(), SessionError> {
         self.check()?;
         self.quiet = Some(self.quiet.map_or(quiet, |q| q.min(quiet)));
@@ -178,7 +186,7 @@ impl<I> Core<I> {
     }
 
     fn check_quiet(&mut self, now: Instant) -> Result<(), SessionError> {
-        let silent = now.saturating_duration_since(self.last_recv);
+        let silent = now.saturating_duration_since(self.last_work);
         match self.quiet {
             Some(q) if silent >= q => self.fail(SessionError::Superseded {
                 millis: silent.as_millis() as u64,
@@ -197,13 +205,6 @@ impl<I> Core<I> {
     ) -> Result<(), SessionError> {
         self.check()?;
         self.check_quiet(now)?;
-        if self.next_quiet_told(expecting).is_some_and(|t| now >= t) {
-            let silent = now.saturating_duration_since(self.quiet_since());
-            self.told_quiet = Some(now);
-            self.event(Event::PeerQuiet {
-                millis: silent.as_millis().min(u128::from(u64::MAX)) as u64,
-            });
-        }
         if self
             .keepalive_every()
             .is_some_and(|every| now >= self.last_sent + every)

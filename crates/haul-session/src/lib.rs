@@ -142,10 +142,11 @@ pub struct SessionConfig {
 /// How a fan-out's relayed session watches its path: each side says
 /// something at least every [`Heartbeat::every`], busy or not, so when a
 /// side that expects more hears nothing for [`Heartbeat::quiet`] the path
-/// itself is gone (a link cut, the peer frozen) — long before `idle`. It
-/// tells its observer ([`haul_run::Event::PeerQuiet`]), once the silence
-/// reached `quiet` and again every quarter of it while it lasts; the
-/// session goes on (the node's coordinator decides what the silence means).
+/// itself is gone (a link cut, the peer frozen) — long before `idle`. A
+/// receiver tells its observer ([`haul_run::Event::PeerQuiet`],
+/// [`Receiver::tell_quiet`]) once the silence reached `quiet` and again
+/// every quarter of it while it lasts; the session goes on (the node's
+/// coordinator decides what the silence means).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Heartbeat {
     /// A keepalive goes out when nothing else did for this long.

@@ -345,11 +345,14 @@ impl Receiver {
         self.core.flushed(now);
     }
 
-    /// The driver was busy with what the peer sent until `now` (what
-    /// arrived meanwhile waits unread): a heartbeat's silence is told from
-    /// then at the earliest.
-    pub fn worked(&mut self, now: Instant) {
-        self.core.worked(now);
+    /// With a heartbeat: tells the observer ([`Event::PeerQuiet`]) when
+    /// the sender has said nothing for its `quiet` (bytes that
+    /// [`Receiver::arrived`] count). Call it only where the driver waited on
+    /// the connection and nothing came: bytes that waited unread while it
+    /// worked are no silence.
+    pub fn tell_quiet(&mut self, now: Instant) {
+        let expecting = self.expecting();
+        self.core.tell_quiet(now, expecting);
     }
 
     /// Bytes from the peer arrived at `at` (its connection saw them; the
@@ -384,7 +387,7 @@ impl Receiver {
     /// A message from the sender (not a chunk: see [`Receiver::handle_chunk`]).
     pub fn handle(&mut self, now: Instant, msg: Message) -> Result<(), SessionError> {
         self.core.check()?;
-        self.core.received(now);
+        self.core.received(now, !matches!(msg, Message::KeepAlive));
         if let Err(e) = self.dispatch(msg) {
             return self.core.fail(e);
         }
@@ -769,7 +772,7 @@ impl Receiver {
         h: ChunkHeader,
     ) -> Result<ChunkAction, SessionError> {
         self.core.check()?;
-        self.core.received(now);
+        self.core.received(now, true);
         match self.chunk(h) {
             Ok(action) => Ok(action),
             Err(e) => self.core.fail(e),

@@ -399,7 +399,7 @@ impl<S> Sender<S> {
     /// A message from the receiver.
     pub fn handle(&mut self, now: Instant, msg: Message) -> Result<(), SessionError> {
         self.core.check()?;
-        self.core.received(now);
+        self.core.received(now, true);
         self.now = now;
         let r = self.dispatch(msg);
         if let Err(e) = r {

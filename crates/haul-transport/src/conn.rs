@@ -98,6 +98,12 @@ impl FrameReader {
         self.pace = pace;
     }
 
+    /// Touches `activity` from now on (a connection whose bytes arrive
+    /// over several streams keeps one clock).
+    pub(crate) fn share_activity(&mut self, activity: Arc<Activity>) {
+        self.activity = activity;
+    }
+
     /// When bytes last arrived on this connection.
     pub fn activity(&self) -> Arc<Activity> {
         self.activity.clone()

@@ -229,7 +229,6 @@ impl Driver {
             // Take what already arrived before writing anything.
             if let Some(msg) = self.r.try_recv()? {
                 self.incoming(msg).await?;
-                self.worked();
                 continue;
             }
             // Nothing buffered: commits that gathered meanwhile go as one
@@ -243,6 +242,10 @@ impl Driver {
             let newer = &mut self.newer;
             let watching = newer.is_some();
             tokio::select! {
+                // What arrived first: a timer that is due as this driver
+                // comes back from its own work must not call a sender silent
+                // whose bytes wait unread.
+                biased;
                 // `recv` is cancel-safe: bytes already read stay buffered.
                 // A pulling client waiting for its queue reads nothing: the
                 // peer owes it nothing then (and the transport's idle limit
@@ -251,7 +254,6 @@ impl Driver {
                     let msg = msg?;
                     self.now = Instant::now();
                     self.incoming(msg).await?;
-                    self.worked();
                 }
                 Some(done) = self.done_rx.recv() => {
                     self.now = Instant::now();
@@ -260,6 +262,8 @@ impl Driver {
                 () = async { if let Some(s) = sleep { s.await } }, if deadline.is_some() => {
                     self.now = Instant::now();
                     self.timers()?;
+                    // It waited on the connection and nothing came.
+                    self.session.tell_quiet(self.now);
                 }
                 () = async { if let Some(q) = wants { q.wait().await } }, if starved => {}
                 changed = async {
@@ -454,20 +458,14 @@ impl Driver {
     }
 
     /// The session's timers at `self.now`; a relayed session is told first
-    /// when its bytes last arrived.
+    /// when its bytes last arrived. (A sender's silence is told only where
+    /// this driver waits on the connection: [`Receiver::tell_quiet`].)
     fn timers(&mut self) -> Result<(), NodeError> {
         if let Some(a) = &self.arrivals {
             self.session.arrived(a.last());
         }
         self.session.handle_timeout(self.now)?;
         Ok(())
-    }
-
-    /// This driver was busy with a message until now: the peer's silence
-    /// counts from here at the earliest (what waited in the buffer meanwhile
-    /// is read next).
-    fn worked(&mut self) {
-        self.session.worked(Instant::now());
     }
 
     async fn incoming(&mut self, msg: Message) -> Result<(), NodeError> {
@@ -479,10 +477,13 @@ impl Driver {
         match self.session.handle_chunk(now, h)? {
             ChunkAction::Discard => {
                 let stale = stale(&self.newer, self.ctx.relay.as_deref());
-                tokio::select! {
-                    read = self.r.skip_payload(&h) => read?,
-                    e = stale => return Err(e),
-                }
+                let watch = Watch {
+                    session: &mut self.session,
+                    arrivals: self.arrivals.as_deref(),
+                    observer: &*self.ctx.observer,
+                };
+                watch.wait(self.r.skip_payload(&h), stale).await?;
+                self.now = Instant::now();
             }
             ChunkAction::Write {
                 file,
@@ -495,32 +496,14 @@ impl Driver {
                 let mut buf = self.ctx.buffers.take(h.len as usize).await;
                 if !self.r.try_read_payload(&h, buf.vec()) {
                     let stale = stale(&self.newer, self.ctx.relay.as_deref());
-                    let read = self.r.read_payload(&h, buf.vec());
-                    tokio::pin!(stale, read);
-                    // A relayed session's timers run while a payload
-                    // arrives: a link cut halfway through one is told.
-                    let watching = self.arrivals.is_some();
-                    loop {
-                        let deadline = self.session.poll_timeout();
-                        let sleep = deadline.map(|t| tokio::time::sleep_until(t.into()));
-                        tokio::select! {
-                            got = &mut read => {
-                                got?;
-                                break;
-                            }
-                            e = &mut stale => return Err(e),
-                            () = async { if let Some(s) = sleep { s.await } }, if watching && deadline.is_some() => {
-                                let now = Instant::now();
-                                if let Some(a) = &self.arrivals {
-                                    self.session.arrived(a.last());
-                                }
-                                self.session.handle_timeout(now)?;
-                                while let Some(e) = self.session.poll_event() {
-                                    self.ctx.observer.event(&e);
-                                }
-                            }
-                        }
-                    }
+                    let watch = Watch {
+                        session: &mut self.session,
+                        arrivals: self.arrivals.as_deref(),
+                        observer: &*self.ctx.observer,
+                    };
+                    watch
+                        .wait(self.r.read_payload(&h, buf.vec()), stale)
+                        .await?;
                     self.now = Instant::now();
                 }
                 self.write(file, &h, index, digest, buf).await;
@@ -655,6 +638,53 @@ impl Driver {
 /// it is cut all the same); never for a session that is not a relay's.
 /// It watches a copy of the session's watch, so the main loop still hears
 /// of the change when the payload came in time.
+/// A payload being read (or skipped) on a relayed session: its timers
+/// run meanwhile, and a sender silent past the heartbeat's `quiet` is told
+/// — a link cut halfway through a chunk's payload — while the bytes that
+/// do arrive keep it from being called silent.
+struct Watch<'a> {
+    session: &'a mut Receiver,
+    arrivals: Option<&'a haul_transport::Activity>,
+    observer: &'a dyn Observer,
+}
+
+impl Watch<'_> {
+    /// Waits for `io` (the connection's reading first, then `stale`, then
+    /// the timers: a timer due as the wait begins does not beat bytes
+    /// already there).
+    async fn wait(
+        self,
+        io: impl std::future::Future<Output = Result<(), haul_transport::TransportError>>,
+        stale: impl std::future::Future<Output = NodeError>,
+    ) -> Result<(), NodeError> {
+        tokio::pin!(io, stale);
+        let Some(arrivals) = self.arrivals else {
+            return tokio::select! {
+                got = &mut io => Ok(got?),
+                e = &mut stale => Err(e),
+            };
+        };
+        loop {
+            let deadline = self.session.poll_timeout();
+            let sleep = deadline.map(|t| tokio::time::sleep_until(t.into()));
+            tokio::select! {
+                biased;
+                got = &mut io => return Ok(got?),
+                e = &mut stale => return Err(e),
+                () = async { if let Some(s) = sleep { s.await } }, if deadline.is_some() => {
+                    let now = Instant::now();
+                    self.session.arrived(arrivals.last());
+                    self.session.handle_timeout(now)?;
+                    self.session.tell_quiet(now);
+                    while let Some(e) = self.session.poll_event() {
+                        self.observer.event(&e);
+                    }
+                }
+            }
+        }
+    }
+}
+
 async fn stale(
     newer: &Option<tokio::sync::watch::Receiver<u64>>,
     relay: Option<&dyn RelayHook>,

@@ -629,7 +629,7 @@ impl Driver {
                 }
             }
         } else {
-            self.ctx.buffers.take(need).await
+            self.take_keeping_alive(need).await
         };
         let small = len <= 256 << 10;
         if small || self.reads.inline(len, false) {
@@ -647,6 +647,30 @@ impl Driver {
             let result = read_one(&open, index, buf, keep);
             let _ = tx.send(Done::Read(file, index, result));
         });
+    }
+
+    /// A buffer of `need` bytes from the process's budget, waited for as
+    /// long as it takes; a fan-out's sending edge keeps its receiver
+    /// hearing a keepalive every heartbeat meanwhile (the budget is shared
+    /// with the relay's own upstream and its other forwards: a wait here is
+    /// no silent path).
+    async fn take_keeping_alive(&mut self, need: usize) -> ChunkBuf {
+        let buffers = self.ctx.buffers.clone();
+        let Some(beat) = self.ctx.heartbeat.map(|h| h.every) else {
+            return buffers.take(need).await;
+        };
+        let take = buffers.take(need);
+        tokio::pin!(take);
+        loop {
+            tokio::select! {
+                biased;
+                buf = &mut take => return buf,
+                () = tokio::time::sleep(beat) => {
+                    // A write that fails is the main loop's to meet next.
+                    let _ = self.w.send(&Message::KeepAlive).await;
+                }
+            }
+        }
     }
 
     /// Retries waiting reads; true if one went ahead.

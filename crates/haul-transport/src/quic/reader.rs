@@ -115,6 +115,9 @@ impl QuicReader {
         let read = super::QuicRead { recv: control };
         let mut control = FrameReader::new(Box::new(read), CONTROL_IDLE);
         control.set_pace(pace);
+        // A control frame's bytes arriving count on the connection's one
+        // clock, as the chunk streams' do.
+        control.share_activity(activity.clone());
         Self {
             control,
             arrived,
