@@ -19,7 +19,10 @@
 //! Only when no node has room left does the ancestor take them all.
 //!
 //! A node that reported is done: everything below it had all it needed
-//! before it reported, and it adopts nobody by choice.
+//! before it reported, and it adopts nobody by choice. It holds
+//! everything, so no forward names it any more and no loss moves it (its
+//! parent stays the node its data came from); one that goes silent after
+//! it reported hands on only what it adopted since ([`Routing::retire`]).
 //!
 //! The path between two live nodes can fail alone (a link cut between
 //! them): [`Routing::cut`] moves the one child off the one parent, to the
@@ -132,13 +135,14 @@ impl Routing {
         self.children_in(0, of)
     }
 
-    /// The live nodes `of` sends stripe `stripe` to now.
+    /// The live nodes `of` sends stripe `stripe` to now (a node that
+    /// reported holds everything: it is sent nothing more).
     pub fn children_in(&self, stripe: usize, of: Parent) -> Vec<usize> {
         let Some(parents) = self.parents.get(stripe) else {
             return Vec::new();
         };
         (0..parents.len())
-            .filter(|&i| self.alive[i] && parents[i] == of)
+            .filter(|&i| self.alive[i] && !self.done[i] && parents[i] == of)
             .collect()
     }
 
@@ -227,6 +231,14 @@ impl Routing {
     /// them; nothing when it is not done or out of the plan.
     pub fn retire(&mut self, i: usize) -> Vec<Step> {
         if !self.is_alive(i) || !self.is_done(i) {
+            return Vec::new();
+        }
+        if let Some(room) = self.room.get_mut(i) {
+            *room = 0;
+        }
+        let feeds =
+            (0..self.parents.len()).any(|s| !self.children_in(s, Parent::Node(i)).is_empty());
+        if !feeds {
             return Vec::new();
         }
         self.alive[i] = false;
@@ -357,12 +369,13 @@ impl Routing {
         (0..self.parents.len()).map(|s| self.send(i, s)).collect()
     }
 
-    /// The live children each node feeds now, over all stripes.
+    /// The live children each node feeds now, over all stripes (one that
+    /// reported is fed nothing more).
     fn loads(&self) -> Vec<usize> {
         let mut load = vec![0; self.alive.len()];
         for parents in &self.parents {
             for (c, p) in parents.iter().enumerate() {
-                if let (Parent::Node(p), true) = (p, self.is_alive(c)) {
+                if let (Parent::Node(p), true) = (p, self.is_alive(c) && !self.is_done(c)) {
                     if let Some(l) = load.get_mut(*p) {
                         *l += 1;
                     }

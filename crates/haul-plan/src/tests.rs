@@ -323,6 +323,28 @@ mod routing {
     }
 
     #[test]
+    fn a_node_that_reported_is_forwarded_nothing_and_never_moved() {
+        // A chain 0 → 1 → 2 → 3; 2 reported. 1 is lost: only 3 — not done —
+        // would move; 2, done, keeps its parent and is in nobody's forward.
+        let plan = Plan::build(&Rates::unknown(4), Shape::Chain, MIB);
+        let mut r = Routing::new(&plan);
+        r.done(2);
+        assert!(r.children(Parent::Node(1)).is_empty());
+        assert_eq!(
+            r.lost(1),
+            vec![Step::Forward {
+                node: 0,
+                children: vec![]
+            }]
+        );
+        assert_eq!(r.parent(2), Parent::Node(1), "where its data came from");
+        assert_eq!(r.parent(3), Parent::Node(2));
+        // A done node that fed only done nodes retires with nothing to say.
+        r.done(3);
+        assert!(r.retire(2).is_empty());
+    }
+
+    #[test]
     fn a_done_node_that_retires_hands_on_the_children_it_adopted_and_stays_done() {
         let plan = Plan::build(&Rates::unknown(4), Shape::Chain, MIB);
         let mut r = Routing::new(&plan);

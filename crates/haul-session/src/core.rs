@@ -130,7 +130,10 @@ impl<I> Core<I> {
         }
         let keepalive = self.keepalive_every().map(|every| self.last_sent + every);
         let silence = (expecting && !self.busy()).then(|| self.silent_since() + self.idle);
-        let quiet = self.quiet.map(|q| self.last_recv + q);
+        let quiet = self
+            .quiet
+            .filter(|_| !self.busy())
+            .map(|q| self.work_since() + q);
         let told = self.next_quiet_told(expecting);
         [keepalive, silence, quiet, told]
             .into_iter()
@@ -177,16 +180,28 @@ impl<I> Core<I> {
     }
 
     /// A newer session does this one's work: it ends once the peer has
-    /// sent no work (keepalives aside) for `quiet` (now, if it already
-    /// had not).
+    /// sent no work (keepalives aside) for `quiet` while this side had none
+    /// of its own outstanding (now, if that is so already).
     pub(crate) fn superseded(&mut self, now: Instant, quiet: Duration) -> Result<(), SessionError> {
         self.check()?;
         self.quiet = Some(self.quiet.map_or(quiet, |q| q.min(quiet)));
         self.check_quiet(now)
     }
 
+    /// Since when the peer has sent no work, counted from this side's own
+    /// last I/O at the earliest (what it waited for meanwhile was this
+    /// side's to do).
+    fn work_since(&self) -> Instant {
+        self.last_work.max(self.last_io_done)
+    }
+
     fn check_quiet(&mut self, now: Instant) -> Result<(), SessionError> {
-        let silent = now.saturating_duration_since(self.last_work);
+        if self.busy() {
+            // Its own prepare or commit outstanding: the sender waits for
+            // this side.
+            return Ok(());
+        }
+        let silent = now.saturating_duration_since(self.work_since());
         match self.quiet {
             Some(q) if silent >= q => self.fail(SessionError::Superseded {
                 millis: silent.as_millis() as u64,

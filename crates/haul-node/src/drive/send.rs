@@ -666,8 +666,12 @@ impl Driver {
                 biased;
                 buf = &mut take => return buf,
                 () = tokio::time::sleep(beat) => {
-                    // A write that fails is the main loop's to meet next.
-                    let _ = self.w.send(&Message::KeepAlive).await;
+                    if self.w.send(&Message::KeepAlive).await.is_err() {
+                        // The connection failed (a frame may be cut short):
+                        // nothing more goes out on it; the main loop meets
+                        // the error at its next write.
+                        return take.await;
+                    }
                 }
             }
         }
