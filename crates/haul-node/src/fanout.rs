@@ -721,7 +721,6 @@ impl Run {
         }
     }
 
-    /// Tells the observer that node `i` is done (or failed).
     /// Announces every node that holds everything and whose upstreams
     /// are done, in every stripe (none can report it short any more).
     fn announce_settled(&mut self, nodes: &[NodeReport]) {
@@ -744,6 +743,7 @@ impl Run {
         }
     }
 
+    /// Tells the observer that node `i` is done (or failed).
     fn announce(&mut self, i: usize, nodes: &[NodeReport]) {
         // Once: a node that reported may adopt orphans and report again.
         if !self.announced.insert(i) {
@@ -810,8 +810,11 @@ impl Run {
         }
         self.announce_settled(nodes);
         for addr in lost {
+            // (One that reported has what it needs: a late pool error
+            // about it is no loss.)
             let gone = (0..self.targets.len()).find(|&c| {
                 self.targets[c].addr == addr
+                    && !self.routing.is_done(c)
                     && (0..self.routing.stripes())
                         .any(|s| self.routing.parent_in(s, c) == Parent::Node(i))
             });

@@ -21,8 +21,9 @@
 //! A node that reported is done: everything below it had all it needed
 //! before it reported, and it adopts nobody by choice. It holds
 //! everything, so no forward names it any more and no loss moves it (its
-//! parent stays the node its data came from); one that goes silent after
-//! it reported hands on only what it adopted since ([`Routing::retire`]).
+//! parent stays the node its data came from); one lost or silent after it
+//! reported leaves the plan, done, and hands on only what it adopted since
+//! ([`Routing::retire`]).
 //!
 //! The path between two live nodes can fail alone (a link cut between
 //! them): [`Routing::cut`] moves the one child off the one parent, to the
@@ -211,8 +212,7 @@ impl Routing {
     /// more. Not done yet, it leaves the plan as a lost node does (the
     /// coordinator lets it back in with [`Self::rejoin`] once the others
     /// are done). Done — it holds everything, but may still feed children
-    /// it adopted after it reported — it stays in, its children move as a
-    /// lost node's would, and it adopts nobody later (its room is spent).
+    /// it adopted after it reported — it retires ([`Self::retire`]).
     /// Returns the steps that re-route its children.
     pub fn evict(&mut self, i: usize) -> Vec<Step> {
         if !self.is_alive(i) {
@@ -224,30 +224,26 @@ impl Routing {
         self.retire(i)
     }
 
-    /// Node `i`, done, feeds nobody from now on (it went silent after it
-    /// reported, or was evicted): it stays in the plan, the children it
-    /// adopted after it reported move as a lost node's would, and it adopts
-    /// nobody later (its room is spent). Returns the steps that re-route
-    /// them; nothing when it is not done or out of the plan.
+    /// Node `i`, done, feeds nobody from now on (it was lost or went silent
+    /// after it reported, or was evicted): it leaves the plan — its result
+    /// stands (it stays done), it is never an adopter again — and the
+    /// children it adopted after it reported move as a lost node's would.
+    /// Returns the steps that re-route them; nothing when it is not done,
+    /// is out already, or feeds nobody.
     pub fn retire(&mut self, i: usize) -> Vec<Step> {
         if !self.is_alive(i) || !self.is_done(i) {
             return Vec::new();
         }
-        if let Some(room) = self.room.get_mut(i) {
-            *room = 0;
-        }
         let feeds =
             (0..self.parents.len()).any(|s| !self.children_in(s, Parent::Node(i)).is_empty());
-        if !feeds {
-            return Vec::new();
-        }
         self.alive[i] = false;
-        let steps = self.move_children(i);
-        self.alive[i] = true;
         if let Some(room) = self.room.get_mut(i) {
             *room = 0;
         }
-        steps
+        match feeds {
+            true => self.move_children(i),
+            false => Vec::new(),
+        }
     }
 
     /// Moves the children of node `i`, out of the plan now, to their

@@ -315,7 +315,7 @@ mod routing {
                 children: vec![3]
             }]
         );
-        assert!(r.is_alive(1) && r.is_done(1));
+        assert!(!r.is_alive(1) && r.is_done(1), "out, its result standing");
         assert_eq!(r.parent(3), Parent::Node(0));
         assert!(r.children(Parent::Node(1)).is_empty());
         r.lost(3);
@@ -359,8 +359,20 @@ mod routing {
                 children: vec![3]
             }]
         );
-        assert!(r.is_alive(1) && r.is_done(1));
+        assert!(!r.is_alive(1) && r.is_done(1), "out, its result standing");
         assert!(r.children(Parent::Node(1)).is_empty());
+        assert!(r.retire(1).is_empty(), "once");
+        // Out, it is never an adopter again: chain 0 → 1 → 2 → 3 where 0
+        // and 1 reported and 0 retired; 2 is lost, so 3 goes to 1; when 1
+        // retires too, 3 goes to the client, not to the retired 0.
+        let mut r = Routing::new(&plan);
+        r.done(0);
+        r.done(1);
+        r.retire(0);
+        r.lost(2);
+        assert_eq!(r.parent(3), Parent::Node(1));
+        assert_eq!(r.retire(1), vec![Step::Send { node: 3 }]);
+        assert_eq!(r.parent(3), Parent::Client);
     }
 
     #[test]

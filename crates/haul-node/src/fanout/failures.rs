@@ -44,16 +44,35 @@ impl Run {
         node.error = why;
         self.announce(i, nodes);
         let _ = self.commands[i].send(Message::Bye);
-        self.route_around(i);
+        self.route_around(i, nodes);
         self.announce_settled(nodes);
     }
 
     /// Node `i` leaves the plan: the client's sends to it stop, its
     /// children go elsewhere.
-    pub(super) fn route_around(&mut self, i: usize) {
+    pub(super) fn route_around(&mut self, i: usize, nodes: &mut [NodeReport]) {
         self.stop_sends_to(i);
+        self.distrust_what_it_fed(i, nodes);
         let steps = self.routing.lost(i);
         self.apply(steps);
+    }
+
+    /// Relay `i` leaves before it reported: the nodes it fed that reported
+    /// already may lack what its forwards failed (its report would have
+    /// named them `short`), so the client fills them in at the end (a
+    /// listing, when they lack nothing).
+    fn distrust_what_it_fed(&mut self, i: usize, nodes: &mut [NodeReport]) {
+        if self.routing.is_done(i) {
+            return;
+        }
+        for c in 0..self.targets.len() {
+            let fed = (0..self.routing.stripes())
+                .any(|s| self.routing.parent_in(s, c) == Parent::Node(i));
+            if fed && self.routing.is_done(c) && self.edges.sends_to(i, c) {
+                self.short.insert(c);
+                nodes[self.index[c]].ok = false;
+            }
+        }
     }
 
     /// The client's own sends to node `i` stop.
@@ -119,7 +138,7 @@ impl Run {
         let _ = self.commands[i].send(Message::Forward {
             targets: Vec::new(),
         });
-        self.route_around(i);
+        self.route_around(i, nodes);
         self.announce_settled(nodes);
     }
 
@@ -275,6 +294,7 @@ impl Run {
             // done, it waits for the others.
             if !self.routing.is_done(p) {
                 self.stop_sends_to(p);
+                self.distrust_what_it_fed(p, nodes);
                 self.parked.push(p);
             }
             let steps = self.routing.evict(p);
