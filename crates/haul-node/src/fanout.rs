@@ -838,9 +838,11 @@ impl Run {
             let node = &nodes[self.index[i]];
             let owed = node.failed > 0 || self.short.contains(&i);
             // An evicted relay that reported is out of the plan, and owed
-            // (unless it was lost since: then it was announced failed).
+            // (unless it was lost since: then it was announced failed); so
+            // is a node that reported and then retired (lost or silent
+            // after its report: the repair finds out whether it answers).
             let evicted = node.evicted.is_some() && !self.announced.contains(&i);
-            let reachable = self.routing.is_alive(i) || evicted;
+            let reachable = self.routing.is_alive(i) || evicted || self.routing.is_done(i);
             if !owed || !reachable {
                 continue;
             }
