@@ -82,3 +82,12 @@ if [ $# -eq 0 ]; then
     transfer:: resume:: beneath:: security:: rate:: fanout:: fanout_silent:: fanout_lying:: changing:: type_changes:: one_file:: \
     --skip remote::
 fi
+
+# The patch haul carries in quinn-proto (vendor/quinn-proto/HAUL-PATCH.md):
+# its own unit tests, outside the workspace (their dev-dependencies resolve
+# from the crate's own Cargo.lock).
+if [ $# -eq 0 ]; then
+  echo "== vendor/quinn-proto: the patch's unit tests =="
+  (cd vendor/quinn-proto && cargo test --locked --lib --no-default-features --features rustls-ring -- \
+    connection::spaces connection::late_acks)
+fi

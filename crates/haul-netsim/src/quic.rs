@@ -65,6 +65,11 @@ pub struct SenderPath {
     pub lost: u64,
     /// The datagram size it ended with (MTU discovery's result).
     pub mtu: u16,
+    /// Packets declared lost and acknowledged afterwards: late, not lost
+    /// (counted by the workspace's patched quinn-proto).
+    pub spurious: u64,
+    /// Packets the receiver discarded as duplicates of ones it had.
+    pub duplicates: u64,
 }
 
 impl QuicRun {
@@ -187,6 +192,11 @@ impl QuicSim {
             };
             self.now = next.max(self.now + 1);
         }
+        let duplicates = self
+            .server
+            .conn
+            .as_mut()
+            .map_or(0, |(_, c)| c.stats().path.duplicate_packets);
         QuicRun {
             received: self.received,
             took: done_at,
@@ -202,6 +212,8 @@ impl QuicSim {
                         sent: p.sent_packets,
                         lost: p.lost_packets,
                         mtu: p.current_mtu,
+                        spurious: p.spurious_lost_packets,
+                        duplicates,
                     }
                 }),
         }
