@@ -46,8 +46,13 @@
 //!   a startup that went on dropped 57 % of what it sent).
 //! - **Window.** quinn paces at 1.25 × window / RTT and caps bytes in flight
 //!   at the window, so the window is what sets the rate: `rate × (path RTT
-//!   + WINDOW_SLACK) + 2 packets`, plus the lost packets that stay in flight
-//!   until they are declared lost ([`LOSS_AFTER_RTTS`]` · p · srtt` of
+//!   + WINDOW_SLACK) + 2 packets`, where for the window the path RTT is at
+//!   least the floor of each round's mean *delivery* RTT (every acknowledged
+//!   packet's own time from sending to acknowledgement; at most what the
+//!   queue signal would call a queue of its own: on a path that reorders,
+//!   quinn's smoothed RTT is that of the packets that overtook, and a
+//!   window of it held the sender to half the link), plus the lost packets
+//!   that stay in flight until they are declared lost ([`LOSS_AFTER_RTTS`]` · p · srtt` of
 //!   sending: quinn declares loss by time only, so reordering is not loss);
 //!   at the `max_rate` cap,
 //!   `rate × srtt` exactly. Bounded by [`RateConfig::min_window`] and

@@ -36,11 +36,12 @@ impl Controller for QuinnController {
     fn on_ack(
         &mut self,
         now: Instant,
-        _sent: Instant,
+        sent: Instant,
         bytes: u64,
         app_limited: bool,
         rtt: &RttEstimator,
     ) {
+        self.c.on_delivery_rtt(now.saturating_duration_since(sent));
         self.c.on_ack(now, bytes, app_limited, rtt.get(), rtt.min());
     }
 

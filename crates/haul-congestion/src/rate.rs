@@ -4,6 +4,9 @@
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
 
+mod floor;
+use floor::Floor;
+
 /// Smoothed RTTs without an ack after which a packet counts as lost (the
 /// quinn side sets its time threshold to this; a lost packet stays in
 /// flight that long, and the window makes room for it). Above quinn's
@@ -122,6 +125,9 @@ struct Round {
     peak: f64,
     /// The smallest smoothed RTT seen in this round.
     low_srtt: Option<Duration>,
+    /// Packets whose delivery RTT was noted, and those RTTs' sum (seconds).
+    delivered: u64,
+    delivery_secs: f64,
 }
 
 /// The loss-tolerant rate controller (see the crate docs).
@@ -149,9 +155,11 @@ pub struct LossTolerant {
     /// (time, bytes acked by then), about [`MARKS_PER_RTT`] a round trip,
     /// reaching back one RTT: delivery rates over one RTT at any offset.
     marks: VecDeque<(Instant, u64)>,
-    /// Rising minimum of the recent rounds' smallest smoothed RTTs, as
-    /// (when, round number, RTT): the front is the path's floor.
-    floors: VecDeque<(Instant, u64, Duration)>,
+    /// The floor of the recent rounds' smallest smoothed RTTs: the path's.
+    floors: Floor,
+    /// The floor of the recent rounds' mean delivery RTTs (each packet's
+    /// own, from its sending to its acknowledgement).
+    delivery: Floor,
     /// Rounds ended since the start.
     rounds: u64,
 }
@@ -178,7 +186,8 @@ impl LossTolerant {
             window: cfg.initial_window,
             acked: 0,
             marks: VecDeque::with_capacity(2 * MARKS_PER_RTT as usize + 2),
-            floors: VecDeque::with_capacity(FLOOR_ROUNDS + 1),
+            floors: Floor::default(),
+            delivery: Floor::default(),
             rounds: 0,
         };
         c.window = c.cfg.initial_window.max(c.cfg.min_window);
@@ -214,6 +223,16 @@ impl LossTolerant {
     pub fn set_mtu(&mut self, mtu: u64) {
         self.cfg.mtu = mtu.max(1200);
         self.update_window();
+    }
+
+    /// An acknowledged packet took `rtt` from its sending to its
+    /// acknowledgement. On a path that reorders, the smoothed RTT follows
+    /// the packets that overtook (quinn samples only a newly largest
+    /// acknowledgement), while the window must hold what the delayed ones
+    /// keep in flight: the window covers the floor of each round's mean.
+    pub fn on_delivery_rtt(&mut self, rtt: Duration) {
+        self.round.delivered += 1;
+        self.round.delivery_secs += rtt.as_secs_f64();
     }
 
     /// `bytes` were acknowledged at `now`; `rtt` is the smoothed RTT and
@@ -309,8 +328,14 @@ impl LossTolerant {
 
     fn end_round(&mut self, now: Instant, elapsed: Duration) {
         let round = self.round;
+        self.rounds += 1;
         if let Some(low) = round.low_srtt {
-            self.note_floor(now, low);
+            self.floors.note(now, self.rounds, low);
+        }
+        if round.delivered > 0 {
+            let mean = round.delivery_secs / round.delivered as f64;
+            self.delivery
+                .note(now, self.rounds, Duration::from_secs_f64(mean));
         }
         let path = self.path_rtt();
         let secs = elapsed.as_secs_f64().max(1e-6);
@@ -455,31 +480,16 @@ impl LossTolerant {
     /// the ack path alone, and a window of that RTT would hold the sender
     /// far below its rate (measured: reorder 25 % cost 3/4 of the rate).
     fn path_rtt(&self) -> Duration {
-        self.floors
-            .front()
-            .map_or(self.min_rtt, |&(_, _, rtt)| rtt)
-            .max(self.min_rtt)
+        self.floors.get().unwrap_or(self.min_rtt).max(self.min_rtt)
     }
 
-    /// A round ended at `now` with `low` its smallest smoothed RTT: the
-    /// floor is the smallest of the last [`FLOOR_ROUNDS`] rounds' and of
-    /// the last [`FLOOR_WINDOW`], whichever reaches further back.
-    fn note_floor(&mut self, now: Instant, low: Duration) {
-        self.rounds += 1;
-        // A later, smaller RTT makes earlier, larger ones irrelevant.
-        while self.floors.back().is_some_and(|&(_, _, rtt)| rtt >= low) {
-            self.floors.pop_back();
-        }
-        self.floors.push_back((now, self.rounds, low));
-        let rounds = self.rounds;
-        while self.floors.len() > MAX_FLOORS
-            || self.floors.front().is_some_and(|&(t, round, _)| {
-                now.saturating_duration_since(t) > FLOOR_WINDOW
-                    && round + FLOOR_ROUNDS as u64 <= rounds
-            })
-        {
-            self.floors.pop_front();
-        }
+    /// The floor of the rounds' mean delivery RTTs, at most what the queue
+    /// signal would call a queue of its own over the path's RTT (so no
+    /// queue the sender stands keeps its own window).
+    fn delivery_rtt(&self) -> Duration {
+        let path = self.path_rtt();
+        let most = path.mul_f64(QUEUE_RTT_FACTOR) + QUEUE_RTT_SLACK;
+        self.delivery.get().unwrap_or_default().min(most)
     }
 
     fn best_sample(&self) -> f64 {
@@ -518,14 +528,15 @@ impl LossTolerant {
         // itself) plus WINDOW_SLACK (the window, not the pacer, bounds
         // quinn's rate), and the lost packets that stay in flight until
         // they are declared lost, about 9/8 RTT.
-        let (min, srtt) = (self.path_rtt().as_secs_f64(), self.srtt.as_secs_f64());
+        let path = self.path_rtt().max(self.delivery_rtt());
+        let (min, srtt) = (path.as_secs_f64(), self.srtt.as_secs_f64());
         let capped = self
             .cfg
             .max_rate
             .is_some_and(|cap| self.rate >= cap as f64 * 0.99);
         // At the cap, no headroom: the window is what holds the rate there.
         let base = if capped {
-            srtt
+            srtt.max(self.delivery_rtt().as_secs_f64())
         } else {
             min + WINDOW_SLACK.as_secs_f64()
         };
