@@ -81,6 +81,18 @@ impl ServerIdentity {
         })
     }
 
+    /// A 32-byte secret for `purpose`, derived from the private key: the
+    /// same at every start of the node, of no use without the key, and
+    /// different for every purpose.
+    pub fn derive_secret(&self, purpose: &str) -> [u8; 32] {
+        let mut h = Sha256::new();
+        h.update(b"haul identity secret\0");
+        h.update(purpose.as_bytes());
+        h.update([0]);
+        h.update(&self.key_der);
+        h.finalize().into()
+    }
+
     /// This identity's fingerprint.
     pub fn fingerprint(&self) -> String {
         fingerprint_of(&self.cert_der)

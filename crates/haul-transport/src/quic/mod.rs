@@ -132,6 +132,36 @@ fn transport(idle: Duration, max_rate: Option<u64>) -> Arc<quinn::TransportConfi
     Arc::new(t)
 }
 
+/// A node's endpoint settings: its stateless-reset key derived from the
+/// node's persistent identity. A node killed and started again on the same
+/// key answers a packet of a connection it no longer knows with a reset
+/// the client can check (RFC 9000 §10.3), so the client's old connection
+/// ends within a round trip and its retry resumes, instead of waiting out
+/// its idle timeout (quinn's default key is random at every start, and its
+/// resets fail the client's check).
+///
+/// The key is also the host name's and the listening address's: nodes that
+/// share an identity file (two on one host, or copies on several) must not
+/// mint each other's resets (RFC 9000 §21.11).
+fn node_endpoint_config(identity: &ServerIdentity, addr: SocketAddr) -> quinn::EndpointConfig {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let purpose = format!("quic stateless reset {} {addr}", host.trim());
+    let secret = identity.derive_secret(&purpose);
+    let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &secret);
+    let mut config = quinn::EndpointConfig::new(Arc::new(key));
+    // The connection IDs it hands out carry a hash under a key of its own,
+    // and a packet whose ID fails that check gets no reset: the restarted
+    // node must recognise its predecessor's IDs too.
+    let ids = identity.derive_secret(&format!("quic connection ids {} {addr}", host.trim()));
+    let mut ids_key = [0u8; 8];
+    ids_key.copy_from_slice(&ids[..8]);
+    let ids_key = u64::from_le_bytes(ids_key);
+    config.cid_generator(move || {
+        Box::new(quinn_proto::HashedConnectionIdGenerator::from_key(ids_key))
+    });
+    config
+}
+
 /// Chunk streams a peer may have open at once (1 Gbit/s × 2 s of 256 KiB
 /// chunks; the receive window bounds the bytes).
 const MAX_CHUNK_STREAMS: u32 = 1024;
@@ -161,7 +191,7 @@ impl QuicListener {
         };
         let socket = udp_socket(addr).map_err(listen_err)?;
         let endpoint = quinn::Endpoint::new(
-            quinn::EndpointConfig::default(),
+            node_endpoint_config(identity, addr),
             Some(config),
             socket,
             Arc::new(quinn::TokioRuntime),
@@ -433,6 +463,22 @@ impl AsyncWrite for QuicWrite {
     }
 }
 
+/// What the connection's path did, at debug level (`HAUL_LOG=haul_transport=debug`,
+/// on both ends): how a bad link was spent, as `bench/bad-links.sh` compares.
+fn log_path_stats(conn: &quinn::Connection) {
+    let p = conn.stats().path;
+    tracing::debug!(
+        peer = %conn.remote_address(),
+        sent = p.sent_packets,
+        lost = p.lost_packets,
+        late = p.spurious_lost_packets,
+        duplicates_discarded = p.duplicate_packets,
+        rtt_ms = p.rtt.as_millis() as u64,
+        mtu = p.current_mtu,
+        "QUIC path: packets sent, declared lost (late: acknowledged after all), received twice"
+    );
+}
+
 impl Drop for QuicWrite {
     fn drop(&mut self) {
         let Some(mut send) = self.send.take() else {
@@ -443,6 +489,7 @@ impl Drop for QuicWrite {
         let (conn, endpoint) = (self.conn.clone(), self.endpoint.take());
         let linger = async move {
             let _ = tokio::time::timeout(CLOSE_WAIT, acked).await;
+            log_path_stats(&conn);
             conn.close(0u32.into(), b"done");
             if let Some(e) = endpoint {
                 let _ = tokio::time::timeout(Duration::from_secs(1), e.wait_idle()).await;

@@ -20,6 +20,20 @@ fn quic(s: &Scratch, args: &[&str]) -> std::process::Command {
     c
 }
 
+/// The size of the largest partial file on the node at `s.path("node")`.
+fn largest_partial(s: &Scratch) -> u64 {
+    std::fs::read_dir(s.path("node/.haul/partial"))
+        .map(|d| {
+            d.flatten()
+                .filter_map(|e| e.metadata().ok())
+                .map(|m| m.len())
+                .max()
+        })
+        .ok()
+        .flatten()
+        .unwrap_or(0)
+}
+
 #[test]
 fn push_then_pull_a_tree_over_quic() {
     let s = Scratch::new();
@@ -120,18 +134,7 @@ fn a_quic_push_resumes_after_sigkill_of_the_sender() {
     cmd.stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null());
     let mut child = cmd.spawn().expect("spawn");
-    let partial = || {
-        std::fs::read_dir(s.path("node/.haul/partial"))
-            .map(|d| {
-                d.flatten()
-                    .filter_map(|e| e.metadata().ok())
-                    .map(|m| m.len())
-                    .max()
-            })
-            .ok()
-            .flatten()
-            .unwrap_or(0)
-    };
+    let partial = || largest_partial(&s);
     wait_for(T, "partial data", || partial() >= 24 << 20);
     unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
     let _ = child.wait();
@@ -229,4 +232,37 @@ fn a_quic_node_that_is_not_there_fails_fast() {
     );
     assert!(!err.contains("retry 1/"), "not retried: {err}");
     drop(silent);
+}
+
+/// A node killed (-9) mid-push and started again on its address and key
+/// ends the client's old QUIC connection within a round trip (a stateless
+/// reset from a key derived from the node's identity), so the push resumes
+/// at once rather than after its 60 s idle limit (TCP gets a reset too).
+#[test]
+fn a_restarted_node_ends_the_old_quic_connection_at_once() {
+    let s = Scratch::new();
+    let size = 24u64 << 20;
+    write_file(&s.path("src/file.bin"), size, 4);
+    let mut node = Node::start(&s.path("node"), &s.path("config"), &["--open"]);
+    let addr = node.addr.clone();
+    let mut c = quic(
+        &s,
+        &["push", "-j", "1", "--bwlimit", "4M", "--timeout", "60"],
+    );
+    c.arg(s.path("src/file.bin")).arg(node.url(""));
+    let pushing = std::thread::spawn(move || run(c, T));
+    let partial = || largest_partial(&s);
+    wait_for(T, "partial data", || partial() >= 4 << 20);
+    node.kill9();
+    let restarted = Node::start_on(&s.path("node"), &s.path("config"), &addr, &["--open"]);
+    let since = Instant::now();
+    let out = pushing.join().expect("push thread");
+    let took = since.elapsed();
+    eprintln!("restarted: the push ended {took:?} later");
+    assert_eq!(out.status.code(), Some(0), "{}", said(&out));
+    assert_eq!(b3(&s.path("node/file.bin")), b3(&s.path("src/file.bin")));
+    // What was left (at most 20 MiB at 4 MB/s) and a retry's backoff; the
+    // old connection's idle limit alone would be 60 s.
+    assert!(took < Duration::from_secs(30), "resumed after {took:?}");
+    drop(restarted);
 }
