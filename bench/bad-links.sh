@@ -9,7 +9,7 @@
 #   lftp        h1: lftp get   <- vsftpd on h2   (PushPull's FTP analogue)
 #   rclone      h1: rclone copy <- vsftpd on h2
 # Sweeps (each point is `rate RATE delay 10ms` plus the impairment, except
-# the delay sweep): delay 1-1000 ms, loss 0-32 %, corruption 0-50 %,
+# the delay sweep): delay 1-1000 ms, loss 0-50 %, corruption 0-50 %,
 # reordering 0-80 % (50 % correlation), duplication 0-80 %.
 # A run that does not finish in LIMIT s counts as SIZE/LIMIT, marked `>`;
 # a tool that timed out is not run at the harsher points of that sweep.
@@ -176,7 +176,7 @@ data_way() { # $1 tool, $2 profile
 points() {
   case $1 in
     delay) echo "1 50 250 500 1000" ;;
-    loss) echo "0 2 4 8 16 24 32" ;;
+    loss) echo "0 2 4 8 16 24 32 40 50" ;;
     corrupt) echo "0 1 10 24 50" ;;
     reorder | duplicate) echo "0 25 50 80" ;;
   esac
