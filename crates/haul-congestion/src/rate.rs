@@ -423,7 +423,7 @@ impl LossTolerant {
             }
             Mode::Cruise { phase } => {
                 // Acks and losses seen now are mostly of packets sent a
-                // round ago (losses are declared about 9/8 RTT after).
+                // round ago (losses are declared LOSS_AFTER_RTTS after).
                 let sent_at = CYCLE[(phase + CYCLE.len() - 1) % CYCLE.len()];
                 // A queue that drops: at long RTTs a full queue is a small
                 // part of the RTT, so it counts together with extra loss.
@@ -524,10 +524,12 @@ impl LossTolerant {
     }
 
     fn update_window(&mut self) {
-        // rate × the path's RTT (its minimum, so no standing queue keeps
-        // itself) plus WINDOW_SLACK (the window, not the pacer, bounds
-        // quinn's rate), and the lost packets that stay in flight until
-        // they are declared lost, about 9/8 RTT.
+        // rate × the path's RTT (the floor of recent rounds', so no
+        // standing queue keeps itself; at least the floor of their mean
+        // delivery RTTs, which a reordering path's delayed packets take)
+        // plus WINDOW_SLACK (the window, not the pacer, bounds quinn's
+        // rate), and the lost packets that stay in flight until they are
+        // declared lost, LOSS_AFTER_RTTS later.
         let path = self.path_rtt().max(self.delivery_rtt());
         let (min, srtt) = (path.as_secs_f64(), self.srtt.as_secs_f64());
         let capped = self

@@ -140,25 +140,29 @@ fn transport(idle: Duration, max_rate: Option<u64>) -> Arc<quinn::TransportConfi
 /// its idle timeout (quinn's default key is random at every start, and its
 /// resets fail the client's check).
 ///
-/// The key is also the host name's and the listening address's: nodes that
-/// share an identity file (two on one host, or copies on several) must not
-/// mint each other's resets (RFC 9000 §21.11).
+/// The key is also the machine's (`/etc/machine-id`, the host name) and
+/// the listening address's: nodes that share an identity file (two on one
+/// host, or copies on several) must not mint each other's resets (RFC 9000
+/// §21.11; copies cloned with the same machine ID and host name behind one
+/// address would).
 fn node_endpoint_config(identity: &ServerIdentity, addr: SocketAddr) -> quinn::EndpointConfig {
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-    let purpose = format!("quic stateless reset {} {addr}", host.trim());
+    let read = |path| std::fs::read_to_string(path).unwrap_or_default();
+    let (machine, host) = (read("/etc/machine-id"), read("/proc/sys/kernel/hostname"));
+    let purpose = format!(
+        "quic stateless reset {} {} {addr}",
+        machine.trim(),
+        host.trim()
+    );
     let secret = identity.derive_secret(&purpose);
     let key = ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &secret);
     let mut config = quinn::EndpointConfig::new(Arc::new(key));
-    // The connection IDs it hands out carry a hash under a key of its own,
-    // and a packet whose ID fails that check gets no reset: the restarted
-    // node must recognise its predecessor's IDs too.
-    let ids = identity.derive_secret(&format!("quic connection ids {} {addr}", host.trim()));
-    let mut ids_key = [0u8; 8];
-    ids_key.copy_from_slice(&ids[..8]);
-    let ids_key = u64::from_le_bytes(ids_key);
-    config.cid_generator(move || {
-        Box::new(quinn_proto::HashedConnectionIdGenerator::from_key(ids_key))
-    });
+    // quinn's default connection IDs carry a hash under a key drawn at each
+    // start, and a packet whose ID fails that check gets no reset: random
+    // IDs (8 bytes, none ever guessed) let the restarted node answer its
+    // predecessor's. Not the hashed IDs under a derived key: a stable key
+    // for 2^24 IDs could be recovered from handshakes and every ID's reset
+    // token collected, valid for good (RFC 9000 §10.3.2).
+    config.cid_generator(|| Box::new(quinn_proto::RandomConnectionIdGenerator::default()));
     config
 }
 
@@ -464,7 +468,7 @@ impl AsyncWrite for QuicWrite {
 }
 
 /// What the connection's path did, at debug level (`HAUL_LOG=haul_transport=debug`,
-/// on both ends): how a bad link was spent, as `bench/bad-links.sh` compares.
+/// on both ends): how a bad link was spent.
 fn log_path_stats(conn: &quinn::Connection) {
     let p = conn.stats().path;
     tracing::debug!(
@@ -475,7 +479,7 @@ fn log_path_stats(conn: &quinn::Connection) {
         duplicates_discarded = p.duplicate_packets,
         rtt_ms = p.rtt.as_millis() as u64,
         mtu = p.current_mtu,
-        "QUIC path: packets sent, declared lost (late: acknowledged after all), received twice"
+        "QUIC path: packets sent, declared lost (late: acknowledged after all), discarded as possible duplicates"
     );
 }
 

@@ -1838,9 +1838,11 @@ impl Connection {
     }
 
     /// haul's patch: how long a packet declared lost is remembered for a late acknowledgement:
-    /// four RTTs and the peer's ACK delay.
+    /// four RTTs and the peer's ACK delay, and a second at least (the RTT is the overtaking
+    /// packets'; memory is bounded by the count anyway).
     fn late_ack_cap(&self) -> Duration {
-        self.path.rtt.conservative() * 4 + self.ack_frequency.peer_max_ack_delay
+        (self.path.rtt.conservative() * 4 + self.ack_frequency.peer_max_ack_delay)
+            .max(Duration::from_secs(1))
     }
 
     fn loss_time_and_space(&self) -> Option<(Instant, SpaceId)> {
