@@ -20,20 +20,6 @@ fn quic(s: &Scratch, args: &[&str]) -> std::process::Command {
     c
 }
 
-/// The size of the largest partial file on the node at `s.path("node")`.
-fn largest_partial(s: &Scratch) -> u64 {
-    std::fs::read_dir(s.path("node/.haul/partial"))
-        .map(|d| {
-            d.flatten()
-                .filter_map(|e| e.metadata().ok())
-                .map(|m| m.len())
-                .max()
-        })
-        .ok()
-        .flatten()
-        .unwrap_or(0)
-}
-
 #[test]
 fn push_then_pull_a_tree_over_quic() {
     let s = Scratch::new();
@@ -134,7 +120,7 @@ fn a_quic_push_resumes_after_sigkill_of_the_sender() {
     cmd.stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null());
     let mut child = cmd.spawn().expect("spawn");
-    let partial = || largest_partial(&s);
+    let partial = || crate::resume::partial_bytes(&s.path("node"));
     wait_for(T, "partial data", || partial() >= 24 << 20);
     unsafe { libc::kill(child.id() as i32, libc::SIGKILL) };
     let _ = child.wait();
@@ -251,7 +237,7 @@ fn a_restarted_node_ends_the_old_quic_connection_at_once() {
     );
     c.arg(s.path("src/file.bin")).arg(node.url(""));
     let pushing = std::thread::spawn(move || run(c, T));
-    let partial = || largest_partial(&s);
+    let partial = || crate::resume::partial_bytes(&s.path("node"));
     wait_for(T, "partial data", || partial() >= 4 << 20);
     node.kill9();
     let restarted = Node::start_on(&s.path("node"), &s.path("config"), &addr, &["--open"]);
