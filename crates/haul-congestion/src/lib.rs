@@ -58,6 +58,17 @@
 //!   `rate × srtt` exactly. Bounded by [`RateConfig::min_window`] and
 //!   [`RateConfig::max_window`] (1 Gbit/s × 2 s by default).
 //!
+//! - **A known path starts at its rate.** Given a [`PathHint`] (the goodput
+//!   a transfer over the path settled at, and its loss: remembered by the
+//!   client, or `--rate-hint`), the first acknowledgement sets the estimate
+//!   to it instead of starting up: at a 1 s one-way delay startup takes a
+//!   dozen round trips of 2 s. The first rounds at the hint are checked as
+//!   startup's are (a queue, or loss well above the hint's); a sign that it
+//!   no longer holds sets the estimate to what got through, in one step.
+//!   A hint that held is climbed from by [`CLIMB_GAIN`] a round until
+//!   goodput stops following (a hint below the path's rate is left in a
+//!   few rounds) or the climb overshoots.
+//!
 //! ## Measured
 //! In simulated time (`haul-netsim`'s link model; unit tests here with a
 //! quinn-like sender, and `haul-netsim/tests/quic.rs` with real quinn-proto
@@ -73,7 +84,7 @@ pub mod quinn;
 mod rate;
 
 pub use rate::{
-    LossTolerant, RateConfig, BTL_ROUNDS, FLOOR_WINDOW, LOSS_AFTER_RTTS, MAX_LOSS,
-    PROBE_LOSS_MARGIN, QUEUE_RTT_FACTOR, QUEUE_RTT_SLACK, STARTUP_GAIN, STARTUP_LOSS_MARGIN,
-    WINDOW_SLACK,
+    LossTolerant, PathHint, RateConfig, BTL_ROUNDS, CLIMB_GAIN, FLOOR_WINDOW, LOSS_AFTER_RTTS,
+    MAX_LOSS, PROBE_LOSS_MARGIN, QUEUE_RTT_FACTOR, QUEUE_RTT_SLACK, STARTUP_GAIN,
+    STARTUP_LOSS_MARGIN, WINDOW_SLACK,
 };

@@ -2,34 +2,78 @@
 //! trait changes in 0.12: the workspace pins 0.11).
 
 use std::any::Any;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use quinn_proto::congestion::{Controller, ControllerFactory, ControllerMetrics};
 use quinn_proto::RttEstimator;
 
-use crate::{LossTolerant, RateConfig};
+use crate::{LossTolerant, PathHint, RateConfig};
 
 /// Makes a [`LossTolerant`] controller for each quinn connection
 /// (`TransportConfig::congestion_controller_factory`).
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Default)]
 pub struct LossTolerantConfig {
     /// The controller's settings (`mtu` follows the connection's).
     pub rate: RateConfig,
+    /// A hint that may arrive once the connection runs.
+    pub slot: Option<Arc<HintSlot>>,
+}
+
+/// A [`PathHint`] for a connection's controller that comes after the
+/// connection started: a node reads the client's in its request, after
+/// the handshake built the controller. Set once; the controller takes it
+/// at its next acknowledgement.
+#[derive(Debug, Default)]
+pub struct HintSlot(OnceLock<PathHint>);
+
+impl HintSlot {
+    /// Hands `hint` to the controller (a second call is ignored).
+    pub fn set(&self, hint: PathHint) {
+        let _ = self.0.set(hint);
+    }
 }
 
 impl ControllerFactory for LossTolerantConfig {
     fn build(self: Arc<Self>, _now: Instant, current_mtu: u16) -> Box<dyn Controller> {
         let mut c = LossTolerant::new(self.rate);
         c.set_mtu(u64::from(current_mtu));
-        Box::new(QuinnController { c })
+        Box::new(QuinnController {
+            c,
+            slot: self.slot.clone(),
+        })
     }
+}
+
+/// What a connection's controller made of its path, read when the
+/// connection ends ([`settled`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Settled {
+    /// The bottleneck estimate, bytes per second (wire bytes).
+    pub rate: u64,
+    /// The random-loss estimate.
+    pub loss: f64,
+    /// The rate was found ([`LossTolerant::settled`]); else the estimate
+    /// is startup's or a hint's, not the path's.
+    pub settled: bool,
+}
+
+/// What `controller` (a connection's, from `quinn::Connection::congestion_state`)
+/// made of the path, if it is haul's.
+pub fn settled(controller: Box<dyn Controller>) -> Option<Settled> {
+    let q = controller.into_any().downcast::<QuinnController>().ok()?;
+    Some(Settled {
+        rate: q.c.bottleneck(),
+        loss: q.c.loss(),
+        settled: q.c.settled(),
+    })
 }
 
 /// The quinn side of a [`LossTolerant`].
 #[derive(Debug, Clone)]
 struct QuinnController {
     c: LossTolerant,
+    slot: Option<Arc<HintSlot>>,
 }
 
 impl Controller for QuinnController {
@@ -41,6 +85,10 @@ impl Controller for QuinnController {
         app_limited: bool,
         rtt: &RttEstimator,
     ) {
+        if let Some(hint) = self.slot.as_ref().and_then(|s| s.0.get()) {
+            self.c.start_at(*hint);
+            self.slot = None;
+        }
         self.c.on_delivery_rtt(now.saturating_duration_since(sent));
         self.c.on_ack(now, bytes, app_limited, rtt.get(), rtt.min());
     }
@@ -122,9 +170,11 @@ pub const LONG_FAT_WINDOW: u64 = 250_000_000;
 /// quinn's transport settings for haul: the loss-tolerant controller with
 /// `rate`, stream and connection windows for [`LONG_FAT_WINDOW`], an idle
 /// limit of `idle`, and keepalives at a third of it.
+/// `slot` takes a hint that arrives once the connection runs.
 pub fn transport_config(
     rate: RateConfig,
     idle: std::time::Duration,
+    slot: Option<Arc<HintSlot>>,
 ) -> quinn_proto::TransportConfig {
     use quinn_proto::VarInt;
     let mut t = quinn_proto::TransportConfig::default();
@@ -132,7 +182,7 @@ pub fn transport_config(
     t.stream_receive_window(window)
         .receive_window(window)
         .send_window(LONG_FAT_WINDOW)
-        .congestion_controller_factory(Arc::new(LossTolerantConfig { rate }))
+        .congestion_controller_factory(Arc::new(LossTolerantConfig { rate, slot }))
         // Loss is declared by time (LOSS_AFTER_RTTS without an ack), not
         // by three later packets acked: a reordered packet overtakes
         // hundreds of others on a fast link, and each of those would count

@@ -122,13 +122,17 @@ impl QuicSim {
         let server_crypto = QuicServerConfig::try_from(server_tls).map_err(setup)?;
         let mut server_config = ServerConfig::with_crypto(Arc::new(server_crypto));
         let idle = Duration::from_secs(60);
-        server_config.transport_config(Arc::new(transport_config(RateConfig::default(), idle)));
+        server_config.transport_config(Arc::new(transport_config(
+            RateConfig::default(),
+            idle,
+            None,
+        )));
         let verifier = tls::PinVerifier::new(Some(identity.fingerprint()));
         let mut client_tls = (*tls::client_config(verifier).map_err(setup)?).clone();
         client_tls.alpn_protocols = vec![ALPN.to_vec()];
         let client_crypto = QuicClientConfig::try_from(client_tls).map_err(setup)?;
         let mut client_config = ClientConfig::new(Arc::new(client_crypto));
-        let mut transport = transport_config(rate.unwrap_or_default(), idle);
+        let mut transport = transport_config(rate.unwrap_or_default(), idle, None);
         if rate.is_none() {
             transport.congestion_controller_factory(Arc::new(
                 quinn_proto::congestion::CubicConfig::default(),

@@ -171,6 +171,41 @@ fn reordering_on_a_path_with_a_short_way_back_keeps_the_rate() {
 }
 
 #[test]
+fn a_remembered_rate_starts_a_one_second_link_at_speed() {
+    // 128 MiB at 200 Mbit/s, 1 s one way, real quinn-proto endpoints:
+    // startup spends about a dozen 2 s round trips; a controller started
+    // at the rate the path settled at before runs at it from the first
+    // round trip of data (simulated time: 61 → 103 Mbit/s, a round of it
+    // spent checking for more with a quarter above; the handshake and the
+    // last ack are 3 s of the 10.4; at 1 GiB 144 → 165). A hint twice the
+    // link falls back to what got through and still beats startup (107).
+    let size = 128 * MIB;
+    let spec = "rate 200mbit delay 1000ms";
+    let at = |hint: Option<u64>| {
+        let start = hint.map(|m| haul_congestion::PathHint {
+            rate: m * 1_000_000 / 8,
+            loss: 0.0,
+        });
+        let cfg = RateConfig {
+            start,
+            ..RateConfig::default()
+        };
+        let r = push(size, spec, Some(cfg), Duration::from_secs(300));
+        assert_eq!(r.received, size, "{hint:?}: {r:?}");
+        assert_eq!(r.corrupt, 0);
+        mbit(size, &r)
+    };
+    let (cold, warm, high) = (at(None), at(Some(190)), at(Some(400)));
+    println!("1 s one way: cold {cold:.1}, remembered {warm:.1}, twice the link {high:.1} Mbit/s");
+    assert!(warm > 95.0, "remembered: {warm:.1} Mbit/s (cold {cold:.1})");
+    assert!(warm > 1.5 * cold, "remembered {warm:.1} vs cold {cold:.1}");
+    assert!(
+        high > 1.4 * cold,
+        "a hint twice the link: {high:.1} vs cold {cold:.1}"
+    );
+}
+
+#[test]
 fn a_handshake_through_half_corruption_costs_round_trips_not_seconds() {
     // Before the first RTT sample, a lost handshake packet is sent again
     // after about 3x the initial RTT: with RFC 9002's 333 ms, each one
@@ -217,10 +252,21 @@ fn lab_rows_in_simulated_time() {
             .with_writer(std::io::stderr)
             .try_init();
     }
-    let ours = Some(RateConfig::default());
+    let start = std::env::var("HINT_MBIT")
+        .ok()
+        .and_then(|m| m.parse::<u64>().ok())
+        .map(|m| haul_congestion::PathHint {
+            rate: m * 1_000_000 / 8,
+            loss: 0.0,
+        });
+    let ours = Some(RateConfig {
+        start,
+        ..RateConfig::default()
+    });
     let mut clean = 0.0;
     // ROWS picks rows by number (0 clean, 1 loss, 2 corrupt, 3 reorder,
-    // 4 reorder 80 %, 5 loss 50 %, 6 jitter, 7 delay 250 ms):
+    // 4 reorder 80 %, 5 loss 50 %, 6 jitter, 7 delay 250 ms, 8 delay 1 s);
+    // HINT_MBIT starts each at that rate, as a remembered path does:
     // the first row run is what the others are compared with.
     let rows = std::env::var("ROWS").unwrap_or_else(|_| "0 1 2 3".into());
     let specs = [
@@ -232,6 +278,7 @@ fn lab_rows_in_simulated_time() {
         "rate 200mbit delay 10ms loss 50%",
         "rate 200mbit delay 10ms 5ms",
         "rate 200mbit delay 250ms",
+        "rate 200mbit delay 1000ms",
     ];
     for row in rows.split_whitespace() {
         let Some(spec) = row.parse::<usize>().ok().and_then(|i| specs.get(i)) else {

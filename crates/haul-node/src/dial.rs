@@ -53,7 +53,8 @@ impl NodePath {
         let way = SshDial::new(at, root, opts);
         Self {
             dialer: Dialer::new(Arc::new(way), String::new(), opts.timeouts)
-                .compressing(opts.packing()),
+                .compressing(opts.packing())
+                .learning(opts.tuning.path.clone()),
             path,
         }
     }
@@ -99,6 +100,8 @@ pub struct Dialer {
     timeouts: Timeouts,
     /// `-z`: the zstd level chunks this side sends are compressed at.
     compress: Option<i32>,
+    /// The transfer's path: the rate its data connections start at.
+    path: Option<Arc<haul_transport::PathLearning>>,
 }
 
 impl std::fmt::Debug for Dialer {
@@ -118,6 +121,7 @@ impl Dialer {
             token,
             timeouts,
             compress: None,
+            path: None,
         }
     }
 
@@ -138,7 +142,9 @@ impl Dialer {
             timeouts: opts.timeouts,
             tuning: opts.tuning.clone(),
         };
-        Self::new(Arc::new(way), opts.token.clone(), opts.timeouts).compressing(opts.packing())
+        Self::new(Arc::new(way), opts.token.clone(), opts.timeouts)
+            .compressing(opts.packing())
+            .learning(opts.tuning.path.clone())
     }
 
     /// `server`, in this process, over the in-memory transport: local
@@ -169,6 +175,13 @@ impl Dialer {
         self
     }
 
+    /// The same, its data connections starting at the hint `path` holds
+    /// (the network dialer takes it from the client's tuning).
+    pub fn learning(mut self, path: Option<Arc<haul_transport::PathLearning>>) -> Self {
+        self.path = path;
+        self
+    }
+
     /// The node as messages name it.
     pub fn name(&self) -> &str {
         self.way.name()
@@ -183,9 +196,26 @@ impl Dialer {
     /// presented (`None` in plaintext and in process).
     pub async fn open_keyed(
         &self,
-        request: Request,
+        mut request: Request,
     ) -> Result<(Connection, Option<String>), NodeError> {
         let name = self.way.name();
+        // Each data connection starts at the path's hint: a push's sender
+        // is this side's controller, a pull's the node's.
+        let flow = match request {
+            Request::Push { .. } => Some(haul_transport::Flow::Push),
+            Request::Fetch { .. } => Some(haul_transport::Flow::Pull),
+            _ => None,
+        };
+        let hint = flow.and(self.path.as_ref()).and_then(|p| p.start());
+        // The hint goes to the node in the request: a fetching node's
+        // sender starts at it, a pushed-to node's receive window opens for it.
+        if let (Request::Fetch { rate_hint, .. } | Request::Push { rate_hint, .. }, Some(h)) =
+            (&mut request, hint)
+        {
+            *rate_hint = h.rate;
+        }
+        let push_hint = hint.filter(|_| flow == Some(haul_transport::Flow::Push));
+        let pull_hint = hint.filter(|_| flow == Some(haul_transport::Flow::Pull));
         // A sender's chunks go compressed with -z; whatever comes back
         // compressed (a node's answer to `Fetch{compress}`) is unpacked.
         let packs = match request {
@@ -235,12 +265,18 @@ impl Dialer {
         }
         match answer {
             Message::Welcome { .. } => {
+                if let Some(h) = pull_hint {
+                    r.expect_rate(h.rate);
+                }
                 let r: Box<dyn haul_transport::MessageReader> =
                     Box::new(haul_transport::Unpacking::new(r));
-                let w: Box<dyn haul_transport::MessageWriter> = match packs {
+                let mut w: Box<dyn haul_transport::MessageWriter> = match packs {
                     Some(level) => Box::new(haul_transport::Packing::new(w, level)?),
                     None => w,
                 };
+                if let Some(h) = push_hint {
+                    w.start_at(h);
+                }
                 Ok(((r, w), key.map(|k| k.fingerprint)))
             }
             Message::Refused { code, message } => Err(NodeError::Refused { code, message }),

@@ -42,6 +42,7 @@ pub mod local_copy;
 pub mod ls;
 pub mod mirror;
 pub mod node_url;
+pub mod path_memory;
 mod pool;
 pub mod pull;
 pub mod push;

@@ -4,6 +4,7 @@
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use haul_run::backoff::Backoff;
 use haul_run::concurrency::{AutoParams, AutoTuner, Concurrency};
@@ -156,6 +157,11 @@ pub(crate) async fn relist(
     }
 }
 
+/// How often a pool samples the bytes moved for [`Summary::peak_rate`].
+///
+/// [`Summary::peak_rate`]: haul_run::summary::Summary::peak_rate
+const RATE_SAMPLE: Duration = Duration::from_millis(250);
+
 /// Runs workers made by `spawn` under the concurrency policy (`-j auto`:
 /// [`haul_run::steer`], the pull's driver too); returns the most
 /// connections used at once and the first error a worker gave up with.
@@ -187,8 +193,23 @@ where
     tokio::pin!(steering);
     let mut steered = false;
     let mut first_error = None;
+    // The rate over a window, its peak kept in the summary (what a path
+    // carried once up to speed: `path_memory` remembers it).
+    let mut rate = haul_run::rate::WindowedRate::default();
+    let started = tokio::time::Instant::now();
+    let mut sample = tokio::time::interval(RATE_SAMPLE);
+    sample.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         tokio::select! {
+            _ = sample.tick() => {
+                let now = tokio::time::Instant::now().into_std();
+                rate.record(now, tally.moved());
+                // Only whole windows: a burst over half a second is no rate.
+                let whole = started.elapsed() >= haul_run::rate::DEFAULT_WINDOW;
+                if let (true, Some(r)) = (whole, rate.rate(now)) {
+                    tally.note_rate(r);
+                }
+            }
             joined = set.join_next() => match joined {
                 None => break,
                 Some(Ok(Ok(()))) => {}

@@ -173,6 +173,8 @@ pub async fn pull(
                         .open(Request::Fetch {
                             keep: opts.keep,
                             compress: opts.compress.map_or(0, |l| l.clamp(1, 22) as u8),
+                            // The dialer fills it in from the path.
+                            rate_hint: 0,
                         })
                         .await
                         .map_err(|e| (e, Vec::new()))?;

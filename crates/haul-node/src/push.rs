@@ -199,6 +199,8 @@ pub async fn push(
         replace_dirs: opts.replaces_dirs(),
         skip: opts.skip,
         backup: opts.backup.clone(),
+        // The dialer fills it in from the path (`haul_transport::PathLearning`).
+        rate_hint: 0,
     };
     let first = open_first(&remote.dialer, opts, request.clone(), tally.as_ref()).await?;
     let ctx = SenderCtx::for_client(opts, &tally, ChunkBuffers::new(opts.chunk_memory));

@@ -37,6 +37,10 @@ use crate::{ClientOptions, Concurrency, NodeError};
 /// Most downstream nodes one relay forwards to.
 pub const MAX_FORWARDS: usize = 64;
 
+/// The highest rate a client's `Fetch{rate_hint}` starts this node's
+/// sender at: 10 Gbit/s, in bytes per second.
+pub const MAX_RATE_HINT: u64 = 1_250_000_000;
+
 /// How a node serves.
 #[derive(Debug, Clone)]
 pub struct ServeOptions {
@@ -425,10 +429,10 @@ impl Server {
         let relayed = matches!(request, Request::Relayed { .. });
         // Chunks a client compressed (`-z`) are unpacked whatever it asks;
         // a `Fetch` that asks for it gets them compressed.
-        let reader: Box<dyn haul_transport::MessageReader> =
+        let mut reader: Box<dyn haul_transport::MessageReader> =
             Box::new(haul_transport::Unpacking::new(reader));
         let mut writer = match request {
-            Request::Fetch { compress, keep } if compress > 0 || keep.sparse => {
+            Request::Fetch { compress, keep, .. } if compress > 0 || keep.sparse => {
                 // A client's level is capped at 19: zstd's 20-22 take
                 // hundreds of MB per connection and crawl.
                 Box::new(haul_transport::Packing::new(
@@ -488,7 +492,13 @@ impl Server {
                 replace_dirs,
                 skip,
                 backup,
+                rate_hint,
             } => {
+                // The client's sender starts at the path's remembered rate:
+                // the receive window opens for it now, not as data arrives.
+                if rate_hint > 0 {
+                    reader.expect_rate(rate_hint.min(MAX_RATE_HINT));
+                }
                 let backups = self.welcome_into(&mut writer, &dest, backup).await?;
                 let ctx = ReceiverCtx {
                     observer: log.clone(),
@@ -559,7 +569,18 @@ impl Server {
                 self.dest.session_ended();
                 linked
             }
-            Request::Fetch { keep, .. } => {
+            Request::Fetch {
+                keep, rate_hint, ..
+            } => {
+                // The client remembers what a pull over this path settled
+                // at: this side's QUIC sender starts there (capped; the
+                // controller's window bounds one round's sending anyway).
+                if rate_hint > 0 {
+                    writer.start_at(haul_transport::PathHint {
+                        rate: rate_hint.min(MAX_RATE_HINT),
+                        loss: 0.0,
+                    });
+                }
                 writer
                     .send(&Message::Welcome {
                         version: PROTOCOL_VERSION,

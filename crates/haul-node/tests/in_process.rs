@@ -198,6 +198,7 @@ async fn a_node_that_never_answers_the_hello_times_out() {
         .open(Request::Fetch {
             keep: Default::default(),
             compress: 0,
+            rate_hint: 0,
         })
         .await
         .err()

@@ -97,6 +97,7 @@ pub fn encode(msg: &Message, out: &mut Vec<u8>) {
                     replace_dirs,
                     skip,
                     backup,
+                    rate_hint,
                 } => {
                     w.u8(1);
                     w.str(dest);
@@ -107,16 +108,22 @@ pub fn encode(msg: &Message, out: &mut Vec<u8>) {
                     if let Some(b) = backup {
                         w.backup_parts(b);
                     }
+                    w.u64(*rate_hint);
                 }
                 Request::List { path, sums, keep } => {
                     w.u8(2);
                     w.str(path);
                     w.u8(u8::from(*sums) | (keep.bits() << 1));
                 }
-                Request::Fetch { keep, compress } => {
+                Request::Fetch {
+                    keep,
+                    compress,
+                    rate_hint,
+                } => {
                     w.u8(3);
                     w.u8(keep.bits());
                     w.u8(*compress);
+                    w.u64(*rate_hint);
                 }
                 Request::Admit {
                     dest,
@@ -434,6 +441,7 @@ fn decode_body(body: &[u8]) -> Result<Message, DecodeError> {
                         replace_dirs: flags & 2 != 0,
                         skip: crate::SkipRule::from_bits(flags),
                         backup,
+                        rate_hint: r.rate_hint()?,
                     }
                 }
                 2 => {
@@ -451,7 +459,11 @@ fn decode_body(body: &[u8]) -> Result<Message, DecodeError> {
                     if compress > 22 {
                         return Err(DecodeError::Malformed(name));
                     }
-                    Request::Fetch { keep, compress }
+                    Request::Fetch {
+                        keep,
+                        compress,
+                        rate_hint: r.rate_hint()?,
+                    }
                 }
                 4 => Request::Admit {
                     dest: r.str()?,
@@ -840,6 +852,15 @@ impl<'a> Reader<'a> {
     }
     fn u64(&mut self) -> Result<u64, DecodeError> {
         Ok(u64::from_be_bytes(self.arr()?))
+    }
+    /// `Push`'s and `Fetch`'s last field (version 17); absent in an older
+    /// peer's `Hello`, read as none, so that its version is what the node
+    /// refuses it for ("upgrade the older side"), not a malformed frame.
+    fn rate_hint(&mut self) -> Result<u64, DecodeError> {
+        if self.buf.is_empty() {
+            return Ok(0);
+        }
+        self.u64()
     }
     /// A stripe: its index below its count, the count at most [`MAX_STRIPES`].
     fn stripe(&mut self) -> Result<Stripe, DecodeError> {

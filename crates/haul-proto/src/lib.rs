@@ -46,7 +46,9 @@
 //!       with sums (v6, `--checksum`, `haul check`) each file's Listing is
 //!       followed by Hashed{root}, its BLAKE3, or by FileError{Io})
 //!       Hello{.., Fetch{keep}} on each worker connection (v11: `keep` says
-//!       which of owner, group, xattrs and ACLs its offers carry); the server
+//!       which of owner, group, xattrs and ACLs its offers carry; v17:
+//!       `rate_hint`, the rate the node's QUIC sender starts at, from the
+//!       client's memory of the path or `--rate-hint`); the server
 //!       is the sender:
 //!       Want{id, path, dest, a..b} ->      (a window of wants ahead)
 //!                                   <- Offer{id, ...} and the flow below

@@ -52,7 +52,11 @@
 /// one for two seconds tells the client [`Message::Quiet`]: the client
 /// moves it off that sender when the sender itself still answers (a link
 /// cut between two live nodes). A version 15 client would refuse `Quiet`.
-pub const PROTOCOL_VERSION: u16 = 16;
+/// Version 17: `Fetch{rate_hint}` and `Push{rate_hint}`: the goodput the
+/// client remembers of the path (or `--rate-hint`): a fetching node's QUIC
+/// controller starts at it, and a pushed-to node opens its QUIC receive
+/// window for it at once; 0 for none.
+pub const PROTOCOL_VERSION: u16 = 17;
 
 /// Which metadata beyond mode, mtime and symlinks a transfer keeps:
 /// rsync's `-o`, `-g`, `-X` and `-A` (and `--numeric-ids`). A sender puts
@@ -290,6 +294,11 @@ pub enum Request {
         skip: SkipRule,
         /// `--backup`: what a file replaced is kept as (version 13).
         backup: Option<Backup>,
+        /// The rate (bytes per second) the client's sender starts at
+        /// (version 17): the node's QUIC receive window opens for it at
+        /// once (up to 160 MiB) rather than growing with what arrived; 0:
+        /// none.
+        rate_hint: u64,
     },
     /// The client wants the listing of `path` (relative to the server root):
     /// the server answers with [`Message::Listing`]s, then [`Message::Bye`].
@@ -311,6 +320,12 @@ pub enum Request {
         /// `-z` (version 11): the zstd level the node compresses chunks at
         /// (1–22; 0: not compressed).
         compress: u8,
+        /// The rate (bytes per second) the node's sender starts at over
+        /// QUIC (version 17): what a pull over this path settled at before,
+        /// as the client remembers it, or `--rate-hint`; 0: none, start up
+        /// as usual. A hint is checked as the controller's first rounds
+        /// run, and falls back to what the path delivers.
+        rate_hint: u64,
     },
     /// Fan-out control: the client admits this node to a transfer into
     /// `dest`. The node answers `Welcome`, then [`Message::Ticket`]; the

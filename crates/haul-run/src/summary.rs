@@ -48,6 +48,10 @@ pub struct Summary {
     pub seconds: f64,
     /// Connections used at most at once.
     pub connections: u32,
+    /// The highest rate payload moved at, bytes per second over
+    /// [`crate::rate::DEFAULT_WINDOW`] (0: the run was shorter): what the
+    /// path carried once the transfer was up to speed.
+    pub peak_rate: f64,
     /// Entries `--delete` removed from the destination.
     pub deleted: u64,
     /// Files delivered, with hashes.
@@ -124,6 +128,8 @@ pub struct Tally {
     /// Data connections open now, and the most open at once.
     open: AtomicU32,
     peak: AtomicU32,
+    /// [`Summary::peak_rate`]'s bits.
+    peak_rate: AtomicU64,
     /// A path delivered after it failed is not a failure ([`Tally::recovering`]).
     recovers: bool,
 }
@@ -154,6 +160,7 @@ impl Tally {
             paths: Mutex::default(),
             open: AtomicU32::new(0),
             peak: AtomicU32::new(0),
+            peak_rate: AtomicU64::new(0),
             recovers: false,
         })
     }
@@ -183,6 +190,16 @@ impl Tally {
         self.moved.load(Ordering::Relaxed)
     }
 
+    /// Payload moved at `rate` bytes per second over a window: the summary
+    /// keeps the highest ([`Summary::peak_rate`]).
+    pub fn note_rate(&self, rate: f64) {
+        let _ = self
+            .peak_rate
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |bits| {
+                (rate > f64::from_bits(bits)).then(|| rate.to_bits())
+            });
+    }
+
     /// Entries that failed so far.
     pub fn failed(&self) -> u64 {
         self.summary.lock().map(|s| s.failed).unwrap_or(u64::MAX)
@@ -208,6 +225,7 @@ impl Tally {
         let mut s = self.summary.lock().map(|s| s.clone()).unwrap_or_default();
         s.seconds = elapsed.as_secs_f64();
         s.bytes_transferred = self.moved();
+        s.peak_rate = f64::from_bits(self.peak_rate.load(Ordering::Relaxed));
         s.connections = match self.peak.load(Ordering::Relaxed) {
             0 => connections,
             peak => peak,

@@ -16,6 +16,7 @@ pub mod known_hosts;
 pub mod message;
 pub mod pace;
 pub mod packing;
+pub mod path;
 pub mod quic;
 pub mod socket;
 pub mod tls;
@@ -31,6 +32,7 @@ pub use known_hosts::{KnownHosts, TrustDecision};
 pub use message::{Connection, MessageReader, MessageWriter, Payload};
 pub use pace::RateLimit;
 pub use packing::{Packing, Unpacking};
+pub use path::{Flow, PathHint, PathLearning, PathSeen};
 pub use quic::{connect_quic, QuicAccepted, QuicListener};
 pub use socket::{connect, Accepted, Listener, PeerKey, Security, Transport, Tuning};
 

@@ -106,6 +106,11 @@ pub trait MessageReader: Send {
     fn activity(&self) -> Option<std::sync::Arc<crate::Activity>> {
         None
     }
+
+    /// The peer's sender starts at `rate` bytes per second (a path crossed
+    /// before): a transport whose receive window grows with what arrived
+    /// opens it for that rate now. Nothing elsewhere.
+    fn expect_rate(&mut self, _rate: u64) {}
 }
 
 /// The sending half of a connection.
@@ -139,6 +144,13 @@ pub trait MessageWriter: Send {
         header: &ChunkHeader,
         payload: Payload<'_>,
     ) -> Result<(), TransportError>;
+
+    /// Starts the connection's rate controller at `hint` (a path crossed
+    /// before); false where the transport has no controller of its own to
+    /// start (TCP's is the kernel's, memory has none).
+    fn start_at(&mut self, _hint: crate::PathHint) -> bool {
+        false
+    }
 
     /// Queues a small chunk (header and bytes) with no I/O, as
     /// [`MessageWriter::push`] does a message; false when it is too large

@@ -104,6 +104,10 @@ impl MessageWriter for Packing {
         self.inner.push(msg);
     }
 
+    fn start_at(&mut self, hint: crate::PathHint) -> bool {
+        self.inner.start_at(hint)
+    }
+
     fn batch_full(&self) -> bool {
         self.inner.batch_full()
     }
@@ -257,6 +261,10 @@ impl Unpacking {
 
 #[async_trait::async_trait]
 impl MessageReader for Unpacking {
+    fn expect_rate(&mut self, rate: u64) {
+        self.inner.expect_rate(rate);
+    }
+
     async fn recv(&mut self) -> Result<Message, TransportError> {
         let m = self.inner.recv().await?;
         Ok(self.unpacked(m))

@@ -84,6 +84,9 @@ pub struct Tuning {
     /// A byte rate shared by every connection of the transfer
     /// (`--max-rate`): reads and writes are paced to it.
     pub pace: Option<Arc<RateLimit>>,
+    /// The transfer's path: the hint its data connections start at, and
+    /// where its QUIC connections note what they saw.
+    pub path: Option<Arc<crate::PathLearning>>,
 }
 
 impl Default for Tuning {
@@ -92,6 +95,7 @@ impl Default for Tuning {
             socket_buffer: None,
             zero_copy: true,
             pace: None,
+            path: None,
         }
     }
 }

@@ -582,6 +582,15 @@ pub struct TransferArgs {
     /// Also spelled --bwlimit (rsync's name); FTP, SFTP, HTTP and S3 pulls too.
     #[arg(long, visible_alias = "bwlimit", value_name = "RATE")]
     pub max_rate: Option<String>,
+    /// Over QUIC, start at RATE rather than finding the rate from nothing
+    /// (`200mbit`, or bytes per second with K/M/G): what the path is known
+    /// to carry. Without it, a transfer with a node it moved data with
+    /// before (the same way, within 30 days, long enough to have found the
+    /// rate) starts at the rate it reached then, kept in
+    /// ~/.cache/haul/paths; `none` uses neither. The first round trips
+    /// check that the rate holds and fall back to what gets through.
+    #[arg(long, value_name = "RATE")]
+    pub rate_hint: Option<String>,
     /// Append a line per file sent, received or failed (and one for the
     /// transfer) to FILE, as a node's transfer log (rsync's --log-file).
     #[arg(long, value_name = "FILE")]

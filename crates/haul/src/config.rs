@@ -71,6 +71,18 @@ pub fn max_rate(s: &str) -> Result<u64> {
     Ok(r as u64)
 }
 
+/// `--rate-hint` in bytes per second (units as `--max-rate`).
+pub fn rate_hint(s: &str) -> Result<u64> {
+    if s.trim().chars().all(|c| c.is_ascii_digit() || c == '.') {
+        bail!("{s}: give a unit: {s}mbit, or bytes per second as {s}M");
+    }
+    let r = parse_rate(s)?;
+    if r < 1024.0 {
+        bail!("{s} is below 1K per second");
+    }
+    Ok(r as u64)
+}
+
 /// Reads a token from `--token`/`HAUL_TOKEN` or the first line of `--token-file`.
 pub fn token(token: &Option<String>, file: &Option<std::path::PathBuf>) -> Result<Option<String>> {
     if let Some(path) = file {
@@ -210,6 +222,8 @@ pub fn client_options(t: &TransferArgs) -> Result<ClientOptions> {
                 .transpose()
                 .context("--max-rate")?
                 .map(|r| std::sync::Arc::new(haul_transport::RateLimit::new(r))),
+            // Set per transfer (`path_hint`), once the node is known.
+            path: None,
         },
         retry: haul_run::backoff::RetryPolicy {
             retries: t.retries,

@@ -17,6 +17,7 @@ mod man;
 mod named_nodes;
 mod notify;
 mod output;
+mod path_hint;
 mod pull;
 mod push;
 mod rsync_flags;

@@ -27,7 +27,7 @@ const ENVIRONMENT: &[(&str, &str)] = &[
     ),
     (
         "XDG_CACHE_HOME",
-        "The hash cache's store is $XDG_CACHE_HOME/haul/hashes (default ~/.cache/haul/hashes), for files that cannot carry the user.haul.blake3 attribute.",
+        "The hash cache's store is $XDG_CACHE_HOME/haul/hashes (default ~/.cache/haul/hashes), for files that cannot carry the user.haul.blake3 attribute; the rates QUIC transfers with each node reached, which the next one starts at (--rate-hint), are in $XDG_CACHE_HOME/haul/paths.",
     ),
     (
         "HAUL_LOG",

@@ -55,8 +55,17 @@ async fn pull_from(
 ) -> Result<Summary> {
     match Location::parse(&args.source)? {
         Location::Node(at) => {
-            let remote = at.node_path(opts);
-            Ok(haul_node::pull(&remote, &args.dest, opts, display.clone()).await?)
+            let mut opts = opts.clone();
+            let path = usage(crate::path_hint::prepare(
+                &mut opts,
+                args.transfer.rate_hint.as_deref(),
+                &at,
+                haul_transport::Flow::Pull,
+            ))?;
+            let remote = at.node_path(&opts);
+            let summary = haul_node::pull(&remote, &args.dest, &opts, display.clone()).await?;
+            crate::path_hint::remember(path.as_ref(), &opts, &summary);
+            Ok(summary)
         }
         Location::Remote(url) => {
             if args.transfer.delete || args.transfer.delete_excluded {

@@ -45,6 +45,16 @@ pub async fn run(args: PushArgs, mode: Mode) -> Result<u8> {
     if let Some(filter) = &opts.filter {
         usage(config::check_files_from(filter, &paths))?;
     }
+    let path = if args.transfer.dry_run {
+        None
+    } else {
+        usage(crate::path_hint::prepare(
+            &mut opts,
+            args.transfer.rate_hint.as_deref(),
+            &at,
+            haul_transport::Flow::Push,
+        ))?
+    };
     let remote = at.node_path(&opts);
     let log = usage(config::client_log(
         &args.transfer,
@@ -74,5 +84,7 @@ pub async fn run(args: PushArgs, mode: Mode) -> Result<u8> {
     )
     .await?;
     display.finish();
-    Ok(report(mode, &display, &summary?))
+    let summary = summary?;
+    crate::path_hint::remember(path.as_ref(), &opts, &summary);
+    Ok(report(mode, &display, &summary))
 }

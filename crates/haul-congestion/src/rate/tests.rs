@@ -423,3 +423,141 @@ fn the_window_holds_what_delayed_packets_keep_in_flight() {
     );
     assert!(w > w_same, "{w} vs {w_same}");
 }
+
+/// A run at 1 s one way that starts at `hint`.
+fn hinted(spec: &str, hint: PathHint, secs: u64) -> Run {
+    let cfg = RateConfig {
+        start: Some(hint),
+        ..RateConfig::default()
+    };
+    let mut r = Run::new(spec, cfg);
+    r.run_until(secs * SEC);
+    r
+}
+
+/// 200 Mbit/s of payload, in bytes per second.
+const LINK_200: u64 = 25_000_000;
+
+#[test]
+fn a_remembered_rate_fills_a_one_second_link_from_the_first_round() {
+    // Without the hint, startup spends about a dozen 2 s rounds (the test
+    // above: 1 GiB averages ~65 % of the link); with the path's settled
+    // rate, the first round trip of data already runs at it.
+    let cold = run("rate 200mbit delay 1000ms", 20).goodput_mbit(2.0, 20.0);
+    let hint = PathHint {
+        rate: LINK_200 * 95 / 100,
+        loss: 0.0,
+    };
+    let r = hinted("rate 200mbit delay 1000ms", hint, 20);
+    let warm = r.goodput_mbit(2.0, 20.0);
+    assert!(
+        warm > 150.0,
+        "hinted: {warm:.1} Mbit/s over 2-20 s (cold {cold:.1})"
+    );
+    assert!(
+        warm > 1.5 * cold,
+        "hinted {warm:.1} vs cold {cold:.1} Mbit/s"
+    );
+    let st = r.link.stats();
+    let dropped = st.queue_drops as f64 / st.packets as f64;
+    // Cruise at 1 s drops a few percent whatever the start (the window's
+    // bursts into a short queue; the cold run's cruise too).
+    assert!(
+        dropped < 0.15,
+        "{:.1} % dropped by the queue",
+        dropped * 100.0
+    );
+}
+
+#[test]
+fn a_hint_the_path_no_longer_carries_falls_back_in_a_few_rounds() {
+    // Remembered at 200 Mbit/s; the link now gives 50.
+    let hint = PathHint {
+        rate: LINK_200,
+        loss: 0.0,
+    };
+    let r = hinted("rate 50mbit delay 1000ms", hint, 40);
+    let g = r.goodput_mbit(12.0, 40.0);
+    assert!(g > 40.0 && g <= 51.0, "goodput {g:.1} Mbit/s of 50");
+    assert!(
+        (r.c.rate() as f64) < 1.5 * 50e6 / 8.0,
+        "still sending {} B/s",
+        r.c.rate()
+    );
+    let st = r.link.stats();
+    let dropped = st.queue_drops as f64 / st.packets as f64;
+    assert!(
+        dropped < 0.35,
+        "{:.1} % dropped by the queue",
+        dropped * 100.0
+    );
+}
+
+#[test]
+fn a_hint_with_the_paths_loss_starts_at_the_compensated_rate() {
+    let hint = PathHint {
+        rate: LINK_200 * 9 / 10,
+        loss: 0.3,
+    };
+    let r = hinted("rate 200mbit delay 1000ms loss 30%", hint, 20);
+    let g = r.goodput_mbit(2.0, 20.0);
+    assert!(g > 150.0, "goodput {g:.1} Mbit/s at 30 % loss");
+    // Without the loss (a pull's hint: the client does not see the
+    // sender's losses) it falls back, learns the loss, and climbs again.
+    let blind = PathHint { loss: 0.0, ..hint };
+    let r = hinted("rate 200mbit delay 1000ms loss 30%", blind, 40);
+    let g = r.goodput_mbit(16.0, 40.0);
+    assert!(
+        g > 140.0,
+        "goodput {g:.1} Mbit/s at 30 % loss, hint without it"
+    );
+}
+
+#[test]
+fn a_hint_after_startup_found_the_rate_is_not_taken() {
+    let mut r = run("rate 100mbit delay 10ms", 6);
+    assert!(!r.c.in_startup());
+    let before = r.c.bottleneck();
+    r.c.start_at(PathHint {
+        rate: 10 * LINK_200,
+        loss: 0.0,
+    });
+    r.run_until(7 * SEC);
+    assert!(
+        r.c.bottleneck() <= before * 2,
+        "{} after {before}",
+        r.c.bottleneck()
+    );
+}
+
+#[test]
+fn a_hint_below_the_paths_rate_is_climbed_from_in_a_few_rounds() {
+    // Remembered from a run that shared the link: an eighth of it.
+    let hint = PathHint {
+        rate: LINK_200 / 8,
+        loss: 0.0,
+    };
+    let r = hinted("rate 200mbit delay 1000ms", hint, 40);
+    let g = r.goodput_mbit(24.0, 40.0);
+    assert!(g > 150.0, "goodput {g:.1} Mbit/s 24-40 s from a hint of 25");
+    assert!(r.c.settled(), "{:?}", r.c.mode);
+}
+
+#[test]
+fn a_hint_a_little_above_the_link_teaches_no_loss() {
+    // A tenth above the link: the short queue drops what does not fit,
+    // and the RTT hardly shows it; those drops are not the path's loss.
+    let hint = PathHint {
+        rate: LINK_200 * 11 / 10,
+        loss: 0.0,
+    };
+    let r = hinted("rate 200mbit delay 1000ms", hint, 40);
+    let g = r.goodput_mbit(10.0, 40.0);
+    assert!(g > 150.0, "goodput {g:.1} Mbit/s");
+    assert!(r.c.loss() < 0.05, "loss estimate {:.3}", r.c.loss());
+    assert!(
+        (r.c.rate() as f64) < 1.3 * LINK_200 as f64,
+        "rate {} B/s",
+        r.c.rate()
+    );
+}

@@ -77,9 +77,10 @@ fn hex_snapshots() {
                 replace_dirs: false,
                 skip: SkipRule::default(),
                 backup: None,
+                rate_hint: 0,
             }
         }),
-        "0000000f010001000000017401000000016400"
+        "000000170100010000000174010000000164000000000000000000"
     );
     assert_eq!(
         hex_of(&Message::Hello {
@@ -91,9 +92,10 @@ fn hex_snapshots() {
                 replace_dirs: true,
                 skip: SkipRule::default(),
                 backup: None,
+                rate_hint: 0,
             }
         }),
-        "0000000d01000800000000010000000003"
+        "00000015010008000000000100000000030000000000000000"
     );
     // Version 10: the skip rule in bits 2-4 (`--ignore-existing`, `-u`).
     assert_eq!(
@@ -110,9 +112,10 @@ fn hex_snapshots() {
                     update: true,
                 },
                 backup: None,
+                rate_hint: 0x0bebc200,
             }
         }),
-        "0000000d01000a00000000010000000014"
+        "0000001501000a00000000010000000014000000000bebc200"
     );
     assert_eq!(
         hex_of(&Message::Hashed { root: [7; 32] }).len(),
@@ -277,10 +280,28 @@ fn fetch_says_what_it_keeps_in_one_byte() {
         hex_of(&Message::Hello {
             version: 11,
             token: String::new(),
-            request: Request::Fetch { keep, compress: 3 }
+            request: Request::Fetch {
+                keep,
+                compress: 3,
+                rate_hint: 0x0102
+            }
         }),
-        "0000000a01000b00000000030b03"
+        "0000001201000b00000000030b030000000000000102"
     );
+    // A version 16 peer's Fetch (no rate hint) still decodes: the node
+    // refuses it for its version, with the words to upgrade.
+    let old = hex::decode("0000000a01001000000000030b03").unwrap();
+    assert!(matches!(
+        decode_frame(&old),
+        Ok(Decoded::Message(
+            Message::Hello {
+                version: 16,
+                request: Request::Fetch { rate_hint: 0, .. },
+                ..
+            },
+            14
+        ))
+    ));
     assert_eq!(crate::Keep::from_bits(128), None);
     let links = crate::Keep::from_bits(64).map(|k| k.hard_links);
     assert_eq!(links, Some(true));
@@ -430,6 +451,7 @@ fn arb_message() -> impl Strategy<Value = Message> {
                             replace_dirs,
                             skip: SkipRule::from_bits(skip << 2),
                             backup,
+                            rate_hint: u64::from(skip) * 1_000_003,
                         },
                     }
                 }
@@ -450,6 +472,7 @@ fn arb_message() -> impl Strategy<Value = Message> {
             request: Request::Fetch {
                 keep: crate::Keep::from_bits(bits).unwrap_or_default(),
                 compress: bits % 23,
+                rate_hint: u64::from(bits) << 20,
             }
         }),
         (arb_string(), digest, any::<bool>()).prop_map(|(dest, origin, checksum)| {

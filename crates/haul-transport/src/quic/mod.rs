@@ -24,6 +24,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use haul_congestion::quinn::HintSlot;
 use haul_congestion::RateConfig;
 use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
@@ -38,6 +39,7 @@ use crate::conn::{FrameWriter, Sink, Timeouts};
 use crate::identity::ServerIdentity;
 use crate::message::Connection;
 use crate::pace::RateLimit;
+use crate::path::PathLearning;
 use crate::socket::{resolve, PeerKey, Pinning, Security, Tuning};
 use crate::tls::{client_config, server_config};
 use crate::TransportError;
@@ -116,12 +118,18 @@ fn controller_cap(max_rate: u64) -> u64 {
     max_rate.saturating_add(max_rate / 8)
 }
 
-fn transport(idle: Duration, max_rate: Option<u64>) -> Arc<quinn::TransportConfig> {
+/// A connection's transport settings; `slot` takes a hint for its
+/// controller ([`crate::MessageWriter::start_at`]).
+fn transport(
+    idle: Duration,
+    max_rate: Option<u64>,
+    slot: Arc<HintSlot>,
+) -> Arc<quinn::TransportConfig> {
     let rate = RateConfig {
         max_rate: max_rate.map(controller_cap),
         ..RateConfig::default()
     };
-    let mut t = haul_congestion::quinn::transport_config(rate, idle);
+    let mut t = haul_congestion::quinn::transport_config(rate, idle, Some(slot));
     // Windows start small and grow with the path (`windows`); streams go
     // out in the order they were written (a chunk is sent whole before the
     // next, so chunks complete one after another, not all at the end).
@@ -173,6 +181,10 @@ const MAX_CHUNK_STREAMS: u32 = 1024;
 /// A node's QUIC listener.
 pub struct QuicListener {
     endpoint: quinn::Endpoint,
+    /// What each connection is accepted with (its transport settings are
+    /// the connection's own: a hint slot each).
+    config: quinn::ServerConfig,
+    idle: Duration,
 }
 
 impl QuicListener {
@@ -188,7 +200,7 @@ impl QuicListener {
         tls.alpn_protocols = vec![ALPN.to_vec()];
         let crypto = QuicServerConfig::try_from(tls).map_err(|e| tls_err(&host, e))?;
         let mut config = quinn::ServerConfig::with_crypto(Arc::new(crypto));
-        config.transport_config(transport(idle, None));
+        config.transport_config(transport(idle, None, Arc::default()));
         let listen_err = |source| TransportError::Listen {
             addr: host.clone(),
             source,
@@ -196,12 +208,16 @@ impl QuicListener {
         let socket = udp_socket(addr).map_err(listen_err)?;
         let endpoint = quinn::Endpoint::new(
             node_endpoint_config(identity, addr),
-            Some(config),
+            Some(config.clone()),
             socket,
             Arc::new(quinn::TokioRuntime),
         )
         .map_err(listen_err)?;
-        Ok(Self { endpoint })
+        Ok(Self {
+            endpoint,
+            config,
+            idle,
+        })
     }
 
     /// The bound address.
@@ -212,7 +228,11 @@ impl QuicListener {
     /// Waits for the next connection attempt (`None`: the endpoint closed).
     pub async fn accept(&self) -> Option<QuicAccepted> {
         let incoming = self.endpoint.accept().await?;
-        Some(QuicAccepted { incoming })
+        Some(QuicAccepted {
+            incoming,
+            config: self.config.clone(),
+            idle: self.idle,
+        })
     }
 
     /// Stops accepting; connections in flight go on.
@@ -224,6 +244,8 @@ impl QuicListener {
 /// A QUIC connection attempt, before its handshake.
 pub struct QuicAccepted {
     incoming: quinn::Incoming,
+    config: quinn::ServerConfig,
+    idle: Duration,
 }
 
 impl QuicAccepted {
@@ -235,10 +257,23 @@ impl QuicAccepted {
     /// Runs the handshake and takes the client's message stream.
     pub async fn establish(self, timeouts: Timeouts) -> Result<Connection, TransportError> {
         let peer = self.peer().to_string();
+        let slot = Arc::new(HintSlot::default());
+        let mut config = self.config;
+        config.transport_config(transport(self.idle, None, slot.clone()));
         let setup = async {
-            let conn = self.incoming.await.map_err(|e| tls_err(&peer, e))?;
+            let connecting = self
+                .incoming
+                .accept_with(Arc::new(config))
+                .map_err(|e| tls_err(&peer, e))?;
+            let conn = connecting.await.map_err(|e| tls_err(&peer, e))?;
             let (send, recv) = conn.accept_bi().await.map_err(|e| tls_err(&peer, e))?;
-            Ok::<_, TransportError>(halves(conn, None, send, recv, timeouts, None))
+            let ends = Ends {
+                endpoint: None,
+                pace: None,
+                slot,
+                learning: None,
+            };
+            Ok::<_, TransportError>(halves(conn, send, recv, timeouts, ends))
         };
         match tokio::time::timeout(timeouts.handshake, setup).await {
             Ok(r) => r,
@@ -261,12 +296,17 @@ pub async fn connect_quic(
 ) -> Result<(Connection, PeerKey), TransportError> {
     let pace = tuning.pace.clone();
     let max_rate = pace.as_ref().map(|p| p.bytes_per_sec());
-    let (conn, endpoint, key) = quic_connection(addr, security, timeouts, max_rate).await?;
+    let slot = Arc::new(HintSlot::default());
+    let config = transport(timeouts.idle, max_rate, slot.clone());
+    let (conn, endpoint, key) = quic_connection(addr, security, timeouts, config).await?;
     let (send, recv) = conn.open_bi().await.map_err(|e| tls_err(addr, e))?;
-    Ok((
-        halves(conn, Some(endpoint), send, recv, timeouts, pace),
-        key,
-    ))
+    let ends = Ends {
+        endpoint: Some(endpoint),
+        pace,
+        slot,
+        learning: tuning.path.clone(),
+    };
+    Ok((halves(conn, send, recv, timeouts, ends), key))
 }
 
 /// The QUIC connection of [`connect_quic`], before its streams.
@@ -274,7 +314,7 @@ async fn quic_connection(
     addr: &str,
     security: &Security,
     timeouts: Timeouts,
-    max_rate: Option<u64>,
+    transport: Arc<quinn::TransportConfig>,
 ) -> Result<(quinn::Connection, quinn::Endpoint, PeerKey), TransportError> {
     let Security::Tls {
         fingerprint,
@@ -296,7 +336,7 @@ async fn quic_connection(
     tls.alpn_protocols = vec![ALPN.to_vec()];
     let crypto = QuicClientConfig::try_from(tls).map_err(|e| tls_err(addr, e))?;
     let mut config = quinn::ClientConfig::new(Arc::new(crypto));
-    config.transport_config(transport(timeouts.idle, max_rate));
+    config.transport_config(transport);
     let local: SocketAddr = if remote.is_ipv4() {
         ([0, 0, 0, 0], 0).into()
     } else {
@@ -386,14 +426,29 @@ async fn port_closed(remote: SocketAddr) -> std::io::Error {
     )
 }
 
+/// What a connection's halves hold beside the connection.
+struct Ends {
+    /// The client's own endpoint, closed with the connection.
+    endpoint: Option<quinn::Endpoint>,
+    pace: Option<Arc<RateLimit>>,
+    slot: Arc<HintSlot>,
+    /// Where the client notes what the connection saw of the path.
+    learning: Option<Arc<PathLearning>>,
+}
+
 fn halves(
     conn: quinn::Connection,
-    endpoint: Option<quinn::Endpoint>,
     send: quinn::SendStream,
     recv: quinn::RecvStream,
     timeouts: Timeouts,
-    pace: Option<Arc<RateLimit>>,
+    ends: Ends,
 ) -> Connection {
+    let Ends {
+        endpoint,
+        pace,
+        slot,
+        learning,
+    } = ends;
     // Control messages overtake chunk data queued before them.
     let _ = send.set_priority(1);
     let activity = crate::Activity::new();
@@ -402,12 +457,19 @@ fn halves(
         send: Some(send),
         conn: conn.clone(),
         endpoint,
+        learning,
     };
     let mut control = FrameWriter::new(Sink::Boxed(Box::new(write)), timeouts.idle);
     control.set_pace(pace.clone());
     (
         Box::new(read),
-        Box::new(writer::QuicWriter::new(control, conn, timeouts.idle, pace)),
+        Box::new(writer::QuicWriter::new(
+            control,
+            conn,
+            timeouts.idle,
+            pace,
+            slot,
+        )),
     )
 }
 
@@ -436,6 +498,7 @@ struct QuicWrite {
     send: Option<quinn::SendStream>,
     conn: quinn::Connection,
     endpoint: Option<quinn::Endpoint>,
+    learning: Option<Arc<PathLearning>>,
 }
 
 impl AsyncWrite for QuicWrite {
@@ -488,6 +551,13 @@ impl Drop for QuicWrite {
         let Some(mut send) = self.send.take() else {
             return;
         };
+        if let Some(learning) = &self.learning {
+            let p = self.conn.stats().path;
+            let settled = haul_congestion::quinn::settled(self.conn.congestion_state())
+                .filter(|s| s.settled)
+                .map(|s| (s.rate, s.loss));
+            learning.note(p.rtt, settled, p.sent_packets, p.spurious_lost_packets);
+        }
         let _ = send.finish();
         let acked = send.stopped();
         let (conn, endpoint) = (self.conn.clone(), self.endpoint.take());

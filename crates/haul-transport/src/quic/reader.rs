@@ -87,6 +87,9 @@ pub(super) struct QuicReader {
     activity: Arc<Activity>,
     idle: Duration,
     accept: tokio::task::JoinHandle<()>,
+    /// The rate the peer's sender starts at, if told (0: not told): the
+    /// window task opens the receive window for it.
+    expected: Arc<AtomicU64>,
 }
 
 /// Idle limit of the control stream's own reads: the connection's idle
@@ -105,12 +108,14 @@ impl QuicReader {
     ) -> Self {
         let window = Arc::new(Semaphore::new(ReceiveWindow::new().get() as usize));
         let (tx, arrived) = mpsc::unbounded_channel();
+        let expected = Arc::new(AtomicU64::new(0));
         let accept = tokio::spawn(accept_chunks(
             conn,
             tx,
             window.clone(),
             activity.clone(),
             pace.clone(),
+            expected.clone(),
         ));
         let read = super::QuicRead { recv: control };
         let mut control = FrameReader::new(Box::new(read), CONTROL_IDLE);
@@ -128,6 +133,7 @@ impl QuicReader {
             activity,
             idle,
             accept,
+            expected,
         }
     }
 
@@ -240,6 +246,10 @@ impl MessageReader for QuicReader {
     fn activity(&self) -> Option<Arc<Activity>> {
         Some(self.activity.clone())
     }
+
+    fn expect_rate(&mut self, rate: u64) {
+        self.expected.store(rate, Ordering::Relaxed);
+    }
 }
 
 /// Accepts the peer's chunk streams, each read by a task of its own, and
@@ -250,6 +260,7 @@ async fn accept_chunks(
     window: Arc<Semaphore>,
     activity: Arc<Activity>,
     pace: Option<Arc<RateLimit>>,
+    expected: Arc<AtomicU64>,
 ) {
     let mut tune = ReceiveWindow::new();
     let times = Arc::new(ReadTimes::default());
@@ -273,7 +284,12 @@ async fn accept_chunks(
             _ = tick.tick() => {
                 let before = tune.get();
                 let held = times.take_mean();
-                if let Some(w) = tune.on_sample(Instant::now(), conn.stats().udp_rx.bytes, conn.rtt(), held) {
+                let rate = expected.swap(0, Ordering::Relaxed);
+                let grown = match rate {
+                    0 => tune.on_sample(Instant::now(), conn.stats().udp_rx.bytes, conn.rtt(), held),
+                    rate => tune.expect(rate, conn.rtt()),
+                };
+                if let Some(w) = grown {
                     if let Ok(v) = quinn::VarInt::from_u64(w) {
                         conn.set_receive_window(v);
                     }

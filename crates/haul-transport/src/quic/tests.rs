@@ -129,7 +129,10 @@ async fn a_chunk_stream_longer_than_its_header_fails_the_connection() {
         let conn = listener.accept().await.unwrap().establish(T).await;
         (conn, listener)
     });
-    let (conn, _endpoint, _key) = quic_connection(&addr, &security, T, None).await.unwrap();
+    let (conn, _endpoint, _key) =
+        quic_connection(&addr, &security, T, transport(T.idle, None, Arc::default()))
+            .await
+            .unwrap();
     let (mut control, _recv) = conn.open_bi().await.unwrap();
     let mut frame = Vec::new();
     haul_proto::encode(&Message::KeepAlive, &mut frame);

@@ -13,6 +13,11 @@ use haul_congestion::LOSS_AFTER_RTTS;
 /// four 4 MiB chunks in flight, which fills a LAN.
 pub const INITIAL_RECEIVE_WINDOW: u64 = 16 << 20;
 
+/// The most a rate the peer names opens the receive window to
+/// ([`ReceiveWindow::expect`]): 200 Mbit/s over a 2 s round trip, three
+/// round trips of it.
+pub const MAX_EXPECTED_WINDOW: u64 = 160 << 20;
+
 /// The send window (bytes written and not yet acknowledged) at the least.
 pub const MIN_SEND_WINDOW: u64 = 8 << 20;
 
@@ -61,6 +66,23 @@ impl ReceiveWindow {
     /// The window now, in bytes.
     pub fn get(&self) -> u64 {
         self.window
+    }
+
+    /// The peer's sender starts at `rate` bytes per second on a path of
+    /// round trip `rtt` (a path crossed before): the window holds what
+    /// that rate keeps in flight at once, as [`ReceiveWindow::on_sample`]
+    /// would once it measured it. Returns the new window when it grew.
+    /// At most [`MAX_EXPECTED_WINDOW`]: the peer names the rate, and a
+    /// window is memory this side may have to hold; measured delivery
+    /// grows it further.
+    pub fn expect(&mut self, rate: u64, rtt: Duration) -> Option<u64> {
+        let want = (rate as f64 * rtt.as_secs_f64() * RECEIVE_ROUNDS) as u64;
+        let next = want.min(MAX_EXPECTED_WINDOW);
+        if next > self.window {
+            self.window = next;
+            return Some(next);
+        }
+        None
     }
 
     /// `received` bytes in all had arrived at `now`, on a path of round
@@ -173,6 +195,25 @@ mod tests {
             t += step;
         }
         w.get()
+    }
+
+    #[test]
+    fn a_peer_that_starts_at_a_known_rate_gets_its_window_at_once() {
+        let mut w = ReceiveWindow::new();
+        // 25 MB/s at 2 s: three round trips of it, before anything arrived.
+        assert_eq!(
+            w.expect(25_000_000, Duration::from_secs(2)),
+            Some(150_000_000)
+        );
+        // Never shrinks; never past what a peer may open it to.
+        assert_eq!(w.expect(1_000, Duration::from_secs(2)), None);
+        assert_eq!(
+            w.expect(u64::MAX / 4, Duration::from_secs(2)),
+            Some(MAX_EXPECTED_WINDOW)
+        );
+        // On a LAN the initial window holds it already.
+        let mut lan = ReceiveWindow::new();
+        assert_eq!(lan.expect(1_000_000_000, Duration::from_micros(200)), None);
     }
 
     #[test]

@@ -9,6 +9,8 @@ use std::time::{Duration, Instant};
 
 use haul_proto::{encode, ChunkHeader, Message};
 
+use haul_congestion::quinn::HintSlot;
+
 use super::windows::{send_window, LossEstimate};
 use crate::conn::FrameWriter;
 use crate::message::{MessageWriter, Payload};
@@ -28,6 +30,8 @@ pub(super) struct QuicWriter {
     /// The largest chunk sent on a stream so far.
     chunk: u64,
     pace: Option<Arc<RateLimit>>,
+    /// Where a hint for this connection's controller goes.
+    slot: Arc<HintSlot>,
 }
 
 impl QuicWriter {
@@ -36,8 +40,10 @@ impl QuicWriter {
         conn: quinn::Connection,
         idle: Duration,
         pace: Option<Arc<RateLimit>>,
+        slot: Arc<HintSlot>,
     ) -> Self {
         Self {
+            slot,
             control,
             conn,
             idle,
@@ -117,6 +123,16 @@ impl QuicWriter {
 
 #[async_trait::async_trait]
 impl MessageWriter for QuicWriter {
+    fn start_at(&mut self, hint: crate::PathHint) -> bool {
+        tracing::debug!(
+            rate = hint.rate,
+            loss = hint.loss,
+            "QUIC: the controller starts at the path's hinted rate"
+        );
+        self.slot.set(hint);
+        true
+    }
+
     fn push(&mut self, msg: &Message) {
         MessageWriter::push(&mut self.control, msg);
     }

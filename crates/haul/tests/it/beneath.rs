@@ -77,6 +77,7 @@ fn push_session(node: &Node) -> Raw {
             replace_dirs: false,
             skip: Default::default(),
             backup: None,
+            rate_hint: 0,
         }),
         Message::Welcome { .. }
     ));

@@ -37,6 +37,19 @@ impl Node {
         Self::spawn_to(cmd, root, config, "127.0.0.1:0", extra, Some(log))
     }
 
+    /// Starts a node whose log, filtered by `filter` (`HAUL_LOG`), goes to `log`.
+    pub fn start_filtered(
+        root: &Path,
+        config: &Path,
+        extra: &[&str],
+        log: &Path,
+        filter: &str,
+    ) -> Node {
+        let mut cmd = Command::new(BIN);
+        cmd.env("HAUL_LOG", filter);
+        Self::spawn_to(cmd, root, config, "127.0.0.1:0", extra, Some(log))
+    }
+
     /// Starts a node with `cmd` as the program (e.g. `ip netns exec NS haul`).
     pub fn spawn(cmd: Command, root: &Path, config: &Path, listen: &str, extra: &[&str]) -> Node {
         Self::spawn_to(cmd, root, config, listen, extra, None)

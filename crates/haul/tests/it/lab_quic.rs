@@ -17,6 +17,31 @@ fn root() -> crate::harness::LabTurn {
     crate::harness::lab_root("lab QUIC")
 }
 
+/// A two-host lab on `link` with an open node on h2 (its root `node` and
+/// config `cfg` in `s`), listening on port 7878.
+fn lab_with_node(link: &str, seed: u64, s: &Scratch) -> (Lab, Node) {
+    let lab = Lab::builder()
+        .hosts(2)
+        .link(link)
+        .seed(seed)
+        .start()
+        .expect("lab");
+    let node = node_on_h2(&lab, s);
+    (lab, node)
+}
+
+/// An open node on the lab's h2 (again, after a kill: the same root and key).
+fn node_on_h2(lab: &Lab, s: &Scratch) -> Node {
+    let host = lab.host(2);
+    Node::spawn(
+        host.command(BIN),
+        &s.path("node"),
+        &s.path("cfg"),
+        &format!("{}:7878", host.addr()),
+        &["--open"],
+    )
+}
+
 #[test]
 #[cfg_attr(
     not(feature = "root-tests"),
@@ -24,23 +49,10 @@ fn root() -> crate::harness::LabTurn {
 )]
 fn lab_quic_completes_through_bad_links_with_nothing_damaged() {
     let _turn = root();
-    let lab = Lab::builder()
-        .hosts(2)
-        .link("rate 100mbit delay 10ms")
-        .seed(5)
-        .start()
-        .expect("lab");
     let s = Scratch::new();
     write_file(&s.path("src/a.bin"), 6 << 20, 11);
     write_file(&s.path("src/small"), 5000, 12);
-    let host = lab.host(2);
-    let mut node = Node::spawn(
-        host.command(BIN),
-        &s.path("node"),
-        &s.path("cfg"),
-        &format!("{}:7878", host.addr()),
-        &["--open"],
-    );
+    let (lab, mut node) = lab_with_node("rate 100mbit delay 10ms", 5, &s);
     let haul = |args: &[&str]| {
         let mut cmd: Command = lab.host(1).command(BIN);
         cmd.env("HAUL_CONFIG_DIR", s.path("client"))
@@ -142,13 +154,7 @@ fn lab_quic_completes_through_bad_links_with_nothing_damaged() {
     };
     wait_for(LIMIT, "a verified chunk", staged);
     node.kill9();
-    let node = Node::spawn(
-        host.command(BIN),
-        &s.path("node"),
-        &s.path("cfg"),
-        &format!("{}:7878", host.addr()),
-        &["--open"],
-    );
+    let node = node_on_h2(&lab, &s);
     let t0 = std::time::Instant::now();
     let out = pushing.join().expect("push thread");
     eprintln!("restarted: rest {:?}", t0.elapsed());
@@ -219,4 +225,54 @@ fn lab_a_blackholed_node_fails_after_the_connect_timeout() {
             );
         }
     }
+}
+
+#[test]
+#[cfg_attr(
+    not(feature = "root-tests"),
+    ignore = "needs root: run as root with --features root-tests (scripts/test.sh does)"
+)]
+fn lab_a_push_long_enough_is_remembered_and_the_next_starts_at_its_rate() {
+    // 48 MiB over 40 Mbit/s with a 20 ms delay: about 11 s, long enough to
+    // be the path's rate (10 s and 16 round trips).
+    let _turn = root();
+    let s = Scratch::new();
+    write_file(&s.path("big/a.bin"), 48 << 20, 21);
+    write_file(&s.path("small/b.bin"), 1 << 20, 22);
+    let (lab, node) = lab_with_node("rate 40mbit delay 20ms", 6, &s);
+    let haul = |args: &[&str]| {
+        let mut cmd: Command = lab.host(1).command(BIN);
+        cmd.env("HAUL_CONFIG_DIR", s.path("client"))
+            .env("XDG_CACHE_HOME", s.path("client/cache"))
+            .args(args)
+            .args(["--transport", "quic", "--timeout", "20"]);
+        cmd
+    };
+    let mut push = haul(&["push"]);
+    push.arg(s.path("big")).arg(node.url("in"));
+    let out = run(push, LIMIT);
+    assert!(out.status.success(), "{}", said(&out));
+    let paths = std::fs::read_to_string(s.path("client/cache/haul/paths")).unwrap_or_default();
+    let line: Vec<&str> = paths.split_whitespace().collect();
+    assert_eq!(line.len(), 8, "{paths}");
+    assert_eq!(line[..3], ["v1", "push", node.addr.as_str()], "{paths}");
+    // Its own controller's estimate: about the link's 5 MB/s.
+    let rate: f64 = line[3].parse().expect("rate");
+    assert!(rate > 3.5e6 && rate < 5.6e6, "{paths}");
+    let rtt: u64 = line[5].parse().expect("rtt");
+    assert!((40..=80).contains(&rtt), "{paths}");
+
+    let mut push = haul(&["-v", "push"]);
+    push.arg(s.path("small")).arg(node.url("in"));
+    let out = run(push, LIMIT);
+    let said_ = said(&out);
+    assert!(out.status.success(), "{said_}");
+    assert!(
+        said_.contains("push: starting at") && said_.contains("the rate it reached"),
+        "{said_}"
+    );
+    assert_eq!(
+        b3(&s.path("small/b.bin")),
+        b3(&s.path("node/in/small/b.bin"))
+    );
 }

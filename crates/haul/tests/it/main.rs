@@ -37,6 +37,7 @@ mod monitoring;
 mod named_nodes;
 mod node_status;
 mod one_file;
+mod path_memory;
 mod proxy;
 mod quic;
 mod rate;

@@ -52,6 +52,7 @@ fn fifty_connections_announcing_maximal_chunks_stay_within_the_budget() {
                         replace_dirs: false,
                         skip: Default::default(),
                         backup: None,
+                        rate_hint: 0,
                     }),
                     Message::Welcome { .. }
                 ) {

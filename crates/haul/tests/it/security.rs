@@ -33,6 +33,7 @@ fn a_malicious_pusher_cannot_write_outside_the_root() {
             replace_dirs: false,
             skip: Default::default(),
             backup: None,
+            rate_hint: 0,
         }),
         Message::Welcome { .. }
     ));
@@ -198,6 +199,7 @@ fn a_malicious_pusher_cannot_write_outside_the_root() {
             replace_dirs: false,
             skip: Default::default(),
             backup: None,
+            rate_hint: 0,
         }),
         Message::Refused {
             code: ErrorCode::BadPath,
@@ -249,6 +251,7 @@ fn a_malicious_puller_cannot_read_outside_the_root() {
         raw.hello(Request::Fetch {
             keep: Default::default(),
             compress: 0,
+            rate_hint: 0,
         }),
         Message::Welcome { .. }
     ));
@@ -307,6 +310,7 @@ fn malformed_frames_close_only_that_connection() {
             replace_dirs: false,
             skip: Default::default(),
             backup: None,
+            rate_hint: 0,
         }),
         Message::Welcome { .. }
     ));
