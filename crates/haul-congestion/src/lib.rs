@@ -65,9 +65,10 @@
 //!   dozen round trips of 2 s. The first rounds at the hint are checked as
 //!   startup's are (a queue, or loss well above the hint's); a sign that it
 //!   no longer holds sets the estimate to what got through, in one step.
-//!   A hint that held is climbed from by [`CLIMB_GAIN`] a round until
-//!   goodput stops following (a hint below the path's rate is left in a
-//!   few rounds) or the climb overshoots.
+//!   A hint that held and showed the path full (a little loss or queue)
+//!   is cruised at; one that left the path quiet is climbed from by
+//!   [`CLIMB_GAIN`] a round until goodput stops following (a hint below
+//!   the path's rate is left in a few rounds) or the climb overshoots.
 //!
 //! ## Measured
 //! In simulated time (`haul-netsim`'s link model; unit tests here with a

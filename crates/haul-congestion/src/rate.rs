@@ -45,6 +45,9 @@ pub const QUEUE_RTT_SLACK: Duration = Duration::from_millis(10);
 pub const PROBE_LOSS_MARGIN: f64 = 0.08;
 /// Rate growth per round in startup (BBR's 2/ln 2).
 pub const STARTUP_GAIN: f64 = 2.885;
+/// Loss above a hint's that says the hint fills the path (a short queue
+/// dropping the first round's burst): cruise rather than climb.
+const FULL_LOSS_MARGIN: f64 = 0.01;
 /// Rate growth per round after a hint held ([`LossTolerant::start_at`]):
 /// a hint is near the path's rate, and a round at startup's gain from
 /// there would send nearly three times the link for a whole round trip.
@@ -129,10 +132,12 @@ enum Mode {
         best: f64,
     },
     /// Started at a [`PathHint`]: at its rate until two rounds that sent
-    /// showed no sign of a queue (then [`Mode::Climb`]) or one did (then
-    /// the estimate is what got through).
+    /// showed no sign of a queue or one did (then the estimate is what got
+    /// through). `full`: a round lost a little or queued a little — the
+    /// hint fills the path, cruise follows; else [`Mode::Climb`].
     Resumed {
         quiet: u8,
+        full: bool,
     },
     /// After a hint held: a quarter more each round, while goodput follows
     /// (a hint below the path's rate — a run that shared the link — is
@@ -297,7 +302,10 @@ impl LossTolerant {
         self.samples.push_back(hint.rate as f64);
         self.loss = loss;
         self.losses.clear();
-        self.mode = Mode::Resumed { quiet: 0 };
+        self.mode = Mode::Resumed {
+            quiet: 0,
+            full: false,
+        };
         self.set_rate();
     }
 
@@ -504,7 +512,7 @@ impl LossTolerant {
                     };
                 }
             }
-            Mode::Resumed { quiet } => {
+            Mode::Resumed { quiet, full } => {
                 // Sent at the hint: a queue, or loss well above the hint's,
                 // says the path no longer carries it. What got through is
                 // the estimate then (no 15 % steps: the hint may be far off),
@@ -513,6 +521,13 @@ impl LossTolerant {
                     || (seen >= OVERSHOOT_MIN_BYTES
                         && loss.is_some_and(|l| l > self.loss + STARTUP_LOSS_MARGIN));
                 let sending = seen >= MIN_ROUND_BYTES && !round.app_limited;
+                // A little loss above the hint's, or a little queue: the
+                // hint is about what the path carries, nothing to climb to
+                // (a climb round from there overfills a short queue).
+                let full = full
+                    || (sending
+                        && (self.srtt > path + QUEUE_RTT_SLACK
+                            || loss.is_some_and(|l| l > self.loss + FULL_LOSS_MARGIN)));
                 if overshot {
                     tracing::debug!(
                         goodput = goodput as u64,
@@ -522,6 +537,9 @@ impl LossTolerant {
                     self.samples.push_back(goodput.max(self.floor_rate()));
                     self.settling = SETTLE_ROUNDS;
                     self.mode = Mode::Cruise { phase: 1 };
+                } else if sending && quiet >= 1 && full {
+                    self.settling = SETTLE_ROUNDS;
+                    self.mode = Mode::Cruise { phase: 2 };
                 } else if sending && quiet >= 1 {
                     self.mode = Mode::Climb {
                         stalls: 0,
@@ -530,6 +548,7 @@ impl LossTolerant {
                 } else {
                     self.mode = Mode::Resumed {
                         quiet: quiet + u8::from(sending),
+                        full,
                     };
                 }
                 // No loss is noted as the path's here: the first round at

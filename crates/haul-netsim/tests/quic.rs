@@ -175,10 +175,10 @@ fn a_remembered_rate_starts_a_one_second_link_at_speed() {
     // 128 MiB at 200 Mbit/s, 1 s one way, real quinn-proto endpoints:
     // startup spends about a dozen 2 s round trips; a controller started
     // at the rate the path settled at before runs at it from the first
-    // round trip of data (simulated time: 61 → 103 Mbit/s, a round of it
-    // spent checking for more with a quarter above; the handshake and the
-    // last ack are 3 s of the 10.4; at 1 GiB 144 → 165). A hint twice the
-    // link falls back to what got through and still beats startup (107).
+    // round trip of data (simulated time: 61 → 121 Mbit/s; the handshake
+    // and the last ack are 3 s of the 8.9; at 1 GiB 144 → 171). A hint
+    // twice the link falls back to what got through and still beats
+    // startup (107).
     let size = 128 * MIB;
     let spec = "rate 200mbit delay 1000ms";
     let at = |hint: Option<u64>| {
