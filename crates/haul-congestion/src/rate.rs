@@ -537,13 +537,20 @@ impl LossTolerant {
                     self.samples.push_back(goodput.max(self.floor_rate()));
                     self.settling = SETTLE_ROUNDS;
                     self.mode = Mode::Cruise { phase: 1 };
-                } else if sending && quiet >= 1 && full {
-                    self.settling = SETTLE_ROUNDS;
-                    self.mode = Mode::Cruise { phase: 2 };
                 } else if sending && quiet >= 1 {
-                    self.mode = Mode::Climb {
-                        stalls: 0,
-                        best: goodput,
+                    // The hint held: from here the estimate is what was
+                    // measured, not the hint (a connection closing soon
+                    // after must not report the hint back as the path's).
+                    self.samples.clear();
+                    self.samples.push_back(goodput.max(self.floor_rate()));
+                    self.mode = if full {
+                        self.settling = SETTLE_ROUNDS;
+                        Mode::Cruise { phase: 2 }
+                    } else {
+                        Mode::Climb {
+                            stalls: 0,
+                            best: goodput,
+                        }
                     };
                 } else {
                     self.mode = Mode::Resumed {

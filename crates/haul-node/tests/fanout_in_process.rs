@@ -152,12 +152,14 @@ async fn past_a_lying_relay(shape: Shape) -> haul_node::FanoutSummary {
     assert_eq!(evicted, ["haul://node-b:1/in"], "{:#?}", summary.nodes);
     let e = summary.nodes[1].evicted.as_ref().unwrap();
     assert!(e.chunks + e.entries >= 1, "{e:?}");
-    // Nobody receives from it at the end; it received from the client.
+    // Nobody receives from it at the end; the client completed it. (In
+    // striped trees a stripe its parent finished before the eviction
+    // stays that parent's: seen once in 13 CI runs, `node-a:1, client`.)
     for n in &summary.nodes {
         assert!(!n.from.contains("node-b"), "{:#?}", summary.nodes);
     }
     assert!(
-        summary.nodes[1].from.split(", ").all(|f| f == "client"),
+        summary.nodes[1].from.split(", ").any(|f| f == "client"),
         "{:#?}",
         summary.nodes
     );

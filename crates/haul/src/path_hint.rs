@@ -48,6 +48,12 @@ pub fn prepare(
         NodeAt::Haul(url) if !off => PathMemory::in_cache().map(|m| (m, url.addr.clone(), flow)),
         _ => None,
     };
+    // A rate no node takes from a client (`MAX_RATE_HINT`) is not started
+    // at here either: on a short path its window would go out unpaced.
+    let cap = |h: PathHint| PathHint {
+        rate: h.rate.min(haul_node::server::MAX_RATE_HINT),
+        ..h
+    };
     let hint = match (given, &memory) {
         (Some(rate), _) => {
             tracing::info!("{}: starting at {} (--rate-hint)", flow.name(), shown(rate));
@@ -65,7 +71,8 @@ pub fn prepare(
             r.hint()
         }),
         (None, None) => None,
-    };
+    }
+    .map(cap);
     let learning = Arc::new(PathLearning::starting_at(hint));
     opts.tuning.path = Some(learning.clone());
     Ok(Some(PathUse { learning, memory }))
