@@ -6,6 +6,8 @@
 # back over `rate RATE delay 10ms`. One file of SIZE MiB per run:
 #   haul-quic   h1: haul push --transport quic   -> haul serve on h2
 #   haul-tcp    h1: haul push (TLS over TCP)     -> haul serve on h2
+#   haul-auto   h1: haul push --transport auto   -> haul serve on h2 (the
+#               default; its own connections, not -j 1: it measures both)
 #   lftp        h1: lftp get   <- vsftpd on h2   (PushPull's FTP analogue)
 #   rclone      h1: rclone copy <- vsftpd on h2
 # Sweeps (each point is `rate RATE delay 10ms` plus the impairment, except
@@ -23,7 +25,9 @@
 #   sudo bash bench/bad-links.sh                    # about 90 minutes
 # Environment: SIZE (MiB, 256), RUNS (haul runs per point, 3), BASE_RUNS
 #   (lftp/rclone, 1), RATE (200mbit), LIMIT (150), SWEEPS ("delay loss corrupt
-#   reorder duplicate"), TOOLS ("haul-quic haul-tcp lftp rclone"), DELAY_SIZE
+#   reorder duplicate"), POINTS (one list of points for every sweep, instead
+#   of each sweep's own), TOOLS ("haul-quic haul-tcp lftp rclone"; haul-auto
+#   too), DELAY_SIZE
 #   (MiB for the 1 s row, 1024), DELAY_TOOLS (who runs it: "haul-quic
 #   haul-tcp"), TARGETS (1: the target rows), TARGET_ROWS (which: "loss delay
 #   fair loopback"), OUT
@@ -139,6 +143,11 @@ once() { # $1 tool, $2 source file, $3 size MiB
       # shellcheck disable=SC2086 # HINT is two words or none
       inh 1 timeout "$LIMIT" "$HAUL" push "$src" haul://198.18.0.2:7878/d/ -j 1 -q \
         --transport "${tool#haul-}" $HINT >"$W/tool.log" 2>&1 && ok=1 ;;
+    haul-auto)
+      dst="$W/node/d/$(basename "$src")"
+      # shellcheck disable=SC2086 # HINT is two words or none
+      inh 1 timeout "$LIMIT" "$HAUL" push "$src" haul://198.18.0.2:7878/d/ -q \
+        --transport auto $HINT >"$W/tool.log" 2>&1 && ok=1 ;;
     lftp)
       dst="$W/dst/f00.bin"
       inh 1 timeout "$LIMIT" lftp -e "set net:max-retries 0; set net:timeout 30; set ftp:passive-mode on; get /data/f00.bin -o $dst; quit" \
@@ -179,6 +188,7 @@ data_way() { # $1 tool, $2 profile
 }
 
 points() {
+  if [ -n "${POINTS:-}" ]; then echo "$POINTS"; return; fi
   case $1 in
     delay) echo "1 50 250 500 1000" ;;
     loss) echo "0 2 4 8 16 24 32 40 50" ;;

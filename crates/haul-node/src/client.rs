@@ -93,6 +93,17 @@ pub struct ClientOptions {
 }
 
 impl ClientOptions {
+    /// Connections one large file is split across: `--streams`, or two
+    /// while `--transport auto` may still be measuring, so that a single
+    /// large file is carried by both transports and the trial compares
+    /// them ([`haul_transport::choice`]).
+    pub fn file_streams(&self) -> u32 {
+        match self.transport {
+            Transport::Auto if self.streams == 1 => 2,
+            _ => self.streams,
+        }
+    }
+
     /// How a sender's chunks are packed on the wire: zstd at `-z`'s level,
     /// or (`-S` alone) level 0, only chunks of zeros left out.
     pub fn packing(&self) -> Option<i32> {

@@ -142,7 +142,7 @@ impl Dialer {
             timeouts: opts.timeouts,
             tuning: opts.tuning.clone(),
         };
-        Self::new(Arc::new(way), opts.token.clone(), opts.timeouts)
+        Self::new(way.into_dial(), opts.token.clone(), opts.timeouts)
             .compressing(opts.packing())
             .learning(opts.tuning.path.clone())
     }
@@ -305,11 +305,28 @@ pub(crate) struct Network {
     pub(crate) tuning: Tuning,
 }
 
+impl Network {
+    /// The way to connect: over its transport, or over whichever serves
+    /// the node better (`--transport auto`, [`crate::auto_dial`]; plaintext
+    /// has TCP only).
+    pub(crate) fn into_dial(self) -> Arc<dyn Dial> {
+        let plaintext = matches!(self.security, Security::Plaintext);
+        match self.transport {
+            Transport::Auto if plaintext => Arc::new(Network {
+                transport: Transport::Tcp,
+                ..self
+            }),
+            Transport::Auto => Arc::new(crate::auto_dial::AutoDial::new(self)),
+            _ => Arc::new(self),
+        }
+    }
+}
+
 impl Dial for Network {
     fn connect(&self) -> Dialing<'_> {
         Box::pin(async move {
             let (conn, key, over) = match self.transport {
-                Transport::Tcp => {
+                Transport::Tcp | Transport::Auto => {
                     let (conn, key) =
                         connect(&self.addr, &self.security, self.timeouts, &self.tuning).await?;
                     let over = if key.is_some() {
@@ -420,6 +437,10 @@ impl Reach for ByAddress {
             if fingerprint.is_none() {
                 *fingerprint = Some(pinned.clone());
             }
+        }
+        // A node left to `auto` goes as the caller goes (a fan-out: TCP).
+        if own.transport == Transport::Auto {
+            own.transport = opts.transport;
         }
         Dialer::network(addr, &own)
     }

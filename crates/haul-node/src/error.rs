@@ -66,6 +66,12 @@ impl NodeError {
         }
     }
 
+    /// The connection ended because `--transport auto` chose the other
+    /// transport (its work given back): dial again, over that one.
+    pub fn is_other_transport(&self) -> bool {
+        matches!(self, Self::Transport(TransportError::Superseded))
+    }
+
     /// True when retrying cannot help (wrong token, changed key, bad usage).
     pub fn is_permanent(&self) -> bool {
         matches!(

@@ -222,6 +222,14 @@ pub async fn push_fanout(
     observer: Arc<dyn Observer>,
 ) -> Result<FanoutSummary, NodeError> {
     let started = Instant::now();
+    // A relay forwards over the transport its own connection came in on,
+    // while `auto` chooses per node and connection: until relays choose
+    // for themselves, a fan-out left to `auto` runs over TCP.
+    let mut opts = opts.clone();
+    if opts.transport == haul_transport::Transport::Auto {
+        opts.transport = haul_transport::Transport::Tcp;
+    }
+    let opts = &opts;
     for d in dests {
         haul_proto::validate_rel_path(d.path.trim_matches('/'))
             .map_err(|e| NodeError::Usage(e.to_string()))?;

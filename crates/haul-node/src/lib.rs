@@ -19,6 +19,7 @@
 //! - [`counters`] and [`status_routes`]: what a node counts, and the pages
 //!   `haul serve --status` serves from it (`/metrics`, `/status`, `/healthz`).
 
+mod auto_dial;
 pub mod buffers;
 pub mod check;
 pub mod checksum;

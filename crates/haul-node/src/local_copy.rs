@@ -41,6 +41,13 @@ pub async fn copy_local(
     observer: Arc<dyn Observer>,
 ) -> Result<Summary, NodeError> {
     let started = Instant::now();
+    // In process there is no transport to choose (`auto` would split
+    // large files in two for its trial).
+    let mut opts = opts.clone();
+    if opts.transport == haul_transport::Transport::Auto {
+        opts.transport = haul_transport::Transport::Tcp;
+    }
+    let opts = &opts;
     // One file to a DEST that names it: into DEST's directory, under that
     // name; a one-file tree has nothing for --delete to remove.
     let one = copied_as(sources, dest);

@@ -58,6 +58,14 @@ where
         for job in unfinished {
             queue.give_back(job);
         }
+        // Its transport lost the choice: dial again at once, over the
+        // other, while there is work.
+        if err.is_other_transport() {
+            if queue.is_drained() {
+                return Ok(());
+            }
+            continue;
+        }
         if err.is_permanent() {
             return Err(err);
         }

@@ -429,8 +429,9 @@ fn take_listed(
                 Ok(())
             } else {
                 let count = entry.chunk_count();
-                if opts.streams > 1 && entry.size >= opts.split_min && count >= 2 {
-                    let ranges = split_ranges(count, opts.streams);
+                let streams = opts.file_streams();
+                if streams > 1 && entry.size >= opts.split_min && count >= 2 {
+                    let ranges = split_ranges(count, streams);
                     let group = FetchGroup::new(ranges.len() as u32);
                     for (first, end) in ranges {
                         queue.push(FetchJob {

@@ -60,7 +60,7 @@ pub(crate) fn send_queue(
 ) -> Result<Arc<WorkQueue<SendJob>>, NodeError> {
     let walk = dataset.entries()?;
     let observer = tally.clone();
-    let (streams, split_min) = (opts.streams, opts.split_min);
+    let (streams, split_min) = (opts.file_streams(), opts.split_min);
     // The walk's progress, and its end (the total is known then). A
     // fan-out's sends each walk the sources again (one per stripe, and
     // repairs): its coordinator says what the dataset is, once.

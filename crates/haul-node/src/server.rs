@@ -19,7 +19,7 @@ use haul_proto::{
 use haul_session::peer_text::without_root;
 use haul_transport::{
     Accepted, Connection, KnownHosts, Listener, MessageReader, MessageWriter, QuicAccepted,
-    QuicListener, Security, Timeouts, Transport,
+    QuicListener, Security, Timeouts, Transport, TransportError,
 };
 use tokio::task::JoinSet;
 
@@ -409,7 +409,16 @@ impl Server {
         let t = self.opts.timeouts;
         let (mut reader, mut writer) = conn;
         reader.set_idle(t.handshake);
-        let hello = reader.recv().await?;
+        let hello = match reader.recv().await {
+            // Opened and closed unused: `--transport auto` races TCP and
+            // QUIC and keeps one (a port check does the same). Nothing to
+            // serve, nothing failed.
+            Err(TransportError::Closed) => {
+                tracing::debug!("{peer} closed the connection before saying hello");
+                return Ok(());
+            }
+            hello => hello?,
+        };
         reader.set_idle(t.idle);
         let Message::Hello {
             version,

@@ -29,6 +29,15 @@ pub struct Failure {
     pub kind: crate::FailKind,
 }
 
+/// A transport `--transport auto` chose.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ChosenTransport {
+    /// `tcp` or `quic`.
+    pub name: String,
+    /// Why, in one line.
+    pub why: String,
+}
+
 /// What a transfer did.
 #[derive(Debug, Clone, Default, Serialize)]
 pub struct Summary {
@@ -58,6 +67,10 @@ pub struct Summary {
     pub files: Vec<FileRecord>,
     /// Failures with reasons.
     pub failures: Vec<Failure>,
+    /// The transport `--transport auto` chose for the node, and why
+    /// (absent when it did not choose: a fixed transport, a short run).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub transport: Option<ChosenTransport>,
 }
 
 impl Summary {

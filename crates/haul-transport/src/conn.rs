@@ -74,6 +74,8 @@ pub struct FrameReader {
     pace: Option<Arc<RateLimit>>,
     /// When bytes last arrived.
     activity: Arc<Activity>,
+    /// Counts what arrived, for `--transport auto`.
+    meter: Option<Arc<crate::Meter>>,
 }
 
 /// The read buffer's usual capacity (a large control frame grows it for a
@@ -90,7 +92,13 @@ impl FrameReader {
             consumed: 0,
             pace: None,
             activity: Activity::new(),
+            meter: None,
         }
+    }
+
+    /// Counts the bytes that arrive into `meter` from now on.
+    pub(crate) fn set_meter(&mut self, meter: Option<Arc<crate::Meter>>) {
+        self.meter = meter;
     }
 
     /// Reads at most `pace`'s rate from now on.
@@ -113,6 +121,9 @@ impl FrameReader {
     /// now).
     fn paced(&self, n: usize) -> impl std::future::Future<Output = ()> + Send + 'static {
         self.activity.touch();
+        if let Some(m) = &self.meter {
+            m.received(n);
+        }
         let pace = self.pace.clone();
         async move {
             if let Some(p) = pace {
@@ -257,7 +268,13 @@ pub struct FrameWriter {
     sent: u64,
     /// A cap on the bytes written per second (`--max-rate`).
     pace: Option<Arc<RateLimit>>,
+    /// What the peer acknowledged, for `--transport auto` (TCP only).
+    tcp_meter: Option<crate::tcp_info::TcpMeter>,
 }
+
+/// A metered connection's large payloads go out in pieces of this size
+/// (see `FrameWriter::write_payload`).
+const METERED_PIECE: usize = 256 << 10;
 
 /// Flush queued messages once this many bytes wait.
 const BATCH: usize = 256 << 10;
@@ -274,7 +291,18 @@ impl FrameWriter {
             zero_copy,
             sent: 0,
             pace: None,
+            tcp_meter: None,
         }
+    }
+
+    /// Feeds `meter` from the TCP socket `fd` (which the sink writes to,
+    /// and holds open) as it writes.
+    pub(crate) fn set_tcp_meter(
+        &mut self,
+        fd: std::os::fd::RawFd,
+        meter: Option<Arc<crate::Meter>>,
+    ) {
+        self.tcp_meter = meter.map(|m| crate::tcp_info::TcpMeter::new(fd, m));
     }
 
     /// Writes at most `pace`'s rate from now on.
@@ -339,7 +367,7 @@ impl FrameWriter {
 
     async fn write_slice(&mut self, data: &[u8]) -> Result<(), TransportError> {
         self.sent += data.len() as u64;
-        match &mut self.sink {
+        let written = match &mut self.sink {
             Sink::Plain(w) => within(self.idle, "the peer to accept data", w.write_all(data)).await,
             Sink::Boxed(w) => {
                 within(self.idle, "the peer to accept data", async {
@@ -348,7 +376,11 @@ impl FrameWriter {
                 })
                 .await
             }
+        };
+        if let Some(m) = &mut self.tcp_meter {
+            m.note();
         }
+        written
     }
 
     /// True when a payload of `len` bytes goes out straight from its file
@@ -417,6 +449,10 @@ impl FrameWriter {
                     left -= n;
                     paid = paid.saturating_sub(n);
                     self.sent += n as u64;
+                    if let Some(m) = &mut self.tcp_meter {
+                        m.note();
+                        m.check()?;
+                    }
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
                 Err(e) => return Err(TransportError::Io(e)),
@@ -436,7 +472,25 @@ impl FrameWriter {
             return Ok(());
         }
         self.flush().await?;
-        self.write_raw(data).await
+        self.write_payload(data).await
+    }
+
+    /// A large payload from memory: as [`FrameWriter::write_raw`], and on a
+    /// connection `--transport auto` superseded, ended a piece at a time
+    /// (a chunk's write on a crawling link lasts seconds; its driver hands
+    /// the work back). Control messages are never cut: their driver hands
+    /// back between them.
+    async fn write_payload(&mut self, data: &[u8]) -> Result<(), TransportError> {
+        if self.tcp_meter.is_none() || self.pace.is_some() {
+            return self.write_raw(data).await;
+        }
+        for piece in data.chunks(METERED_PIECE) {
+            self.write_slice(piece).await?;
+            if let Some(m) = &self.tcp_meter {
+                m.check()?;
+            }
+        }
+        Ok(())
     }
 
     /// Flushes and shuts the write side down.
@@ -557,6 +611,10 @@ impl MessageWriter for FrameWriter {
 
     fn batch_full(&self) -> bool {
         self.buf.len() >= BATCH
+    }
+
+    fn hand_back(&self) -> Result<(), TransportError> {
+        self.tcp_meter.as_ref().map_or(Ok(()), |m| m.check())
     }
 
     fn push_chunk(&mut self, header: &ChunkHeader, bytes: &[u8]) -> bool {

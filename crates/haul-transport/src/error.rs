@@ -77,6 +77,10 @@ pub enum TransportError {
     /// The peer closed the connection.
     #[error("the peer closed the connection")]
     Closed,
+    /// `--transport auto` chose the other transport: this connection gives
+    /// its work back ([`crate::choice`]).
+    #[error("the connection ended: --transport auto chose the other transport")]
+    Superseded,
     /// A chunk payload longer than allowed.
     #[error("peer announced a {0}-byte chunk, above the limit")]
     ChunkTooLarge(u32),

@@ -8,6 +8,7 @@
 //! a QUIC transport implements the same interface.
 
 pub mod activity;
+pub mod choice;
 pub mod conn;
 pub mod error;
 pub mod fault;
@@ -19,9 +20,11 @@ pub mod packing;
 pub mod path;
 pub mod quic;
 pub mod socket;
+mod tcp_info;
 pub mod tls;
 
 pub use activity::Activity;
+pub use choice::{Choice, Decision, Meter};
 pub use conn::{
     memory_pair, memory_pair_paced, stream_connection, FrameReader, FrameWriter, Timeouts,
 };

@@ -152,6 +152,13 @@ pub trait MessageWriter: Send {
         false
     }
 
+    /// An error ([`TransportError::Superseded`]) once `--transport auto`
+    /// chose the other transport for this connection's node
+    /// ([`crate::choice`]): its driver gives its work back to the pool.
+    fn hand_back(&self) -> Result<(), TransportError> {
+        Ok(())
+    }
+
     /// Queues a small chunk (header and bytes) with no I/O, as
     /// [`MessageWriter::push`] does a message; false when it is too large
     /// for that (then call [`MessageWriter::send_chunk`]).

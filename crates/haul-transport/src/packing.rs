@@ -149,6 +149,10 @@ impl MessageWriter for Packing {
         sent
     }
 
+    fn hand_back(&self) -> Result<(), TransportError> {
+        self.inner.hand_back()
+    }
+
     fn push_chunk(&mut self, header: &ChunkHeader, bytes: &[u8]) -> bool {
         if self.pack(bytes) {
             let packed = std::mem::take(&mut self.packed);

@@ -60,22 +60,46 @@ pub struct PathSeen {
 /// One transfer's hint and notes, shared by its connections.
 #[derive(Debug, Default)]
 pub struct PathLearning {
-    start: Option<PathHint>,
+    start: Mutex<Option<PathHint>>,
     seen: Mutex<PathSeen>,
+    /// What `--transport auto` chose for the node, and why.
+    chosen: Mutex<Option<crate::Decision>>,
 }
 
 impl PathLearning {
     /// A transfer whose data connections start at `hint`.
     pub fn starting_at(hint: Option<PathHint>) -> Self {
         Self {
-            start: hint,
+            start: Mutex::new(hint),
             seen: Mutex::default(),
+            chosen: Mutex::default(),
         }
+    }
+
+    /// `--transport auto` chose a transport for the node.
+    pub fn chose(&self, decision: &crate::Decision) {
+        if let Ok(mut c) = self.chosen.lock() {
+            *c = Some(decision.clone());
+        }
+    }
+
+    /// What `--transport auto` chose, once it did.
+    pub fn chosen(&self) -> Option<crate::Decision> {
+        self.chosen.lock().ok().and_then(|c| c.clone())
     }
 
     /// The hint a data connection starts at.
     pub fn start(&self) -> Option<PathHint> {
-        self.start
+        self.start.lock().ok().and_then(|s| *s)
+    }
+
+    /// What the transfer itself measured of the path (`--transport auto`'s
+    /// trial): the hint of the connections it opens from now on, unless
+    /// it started with one.
+    pub fn measured(&self, hint: PathHint) {
+        if let Ok(mut s) = self.start.lock() {
+            s.get_or_insert(hint);
+        }
     }
 
     /// A connection closed having seen this; `settled` is its controller's
@@ -113,7 +137,12 @@ mod tests {
         };
         let p = PathLearning::starting_at(Some(hint));
         assert_eq!(p.start(), Some(hint));
+        // A hint the transfer started with is kept.
+        p.measured(PathHint { rate: 5, loss: 0.0 });
         assert_eq!(p.start(), Some(hint));
+        let cold = PathLearning::starting_at(None);
+        cold.measured(hint);
+        assert_eq!(cold.start(), Some(hint));
         p.note(Duration::from_millis(30), None, 10, 1);
         p.note(Duration::from_millis(20), Some((100, 0.2)), 5, 0);
         p.note(Duration::ZERO, Some((300, 0.1)), 0, 0);

@@ -72,6 +72,9 @@ pub enum Transport {
     Tcp,
     /// QUIC over UDP, TLS inside ([`crate::quic`]): for lossy or long links.
     Quic,
+    /// Both at first, then the one that moved more ([`crate::choice`]); a
+    /// connection itself is always one of the other two.
+    Auto,
 }
 
 /// How a connection's socket is set up.
@@ -87,6 +90,9 @@ pub struct Tuning {
     /// The transfer's path: the hint its data connections start at, and
     /// where its QUIC connections note what they saw.
     pub path: Option<Arc<crate::PathLearning>>,
+    /// Where this one connection counts what it delivered (`--transport
+    /// auto` compares them: [`crate::choice`]).
+    pub meter: Option<Arc<crate::Meter>>,
 }
 
 impl Default for Tuning {
@@ -96,6 +102,7 @@ impl Default for Tuning {
             zero_copy: true,
             pace: None,
             path: None,
+            meter: None,
         }
     }
 }
@@ -125,14 +132,18 @@ pub async fn connect(
         }),
     };
     tune(&stream, socket_buffer);
+    // Valid while the connection's writer holds the socket's write half.
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&stream);
     let pinning = match security {
         Security::Plaintext => {
             let (r, w) = stream.into_split();
             let mut writer = FrameWriter::new(Sink::Plain(w), timeouts.idle);
             writer.set_zero_copy(tuning.zero_copy);
             writer.set_pace(tuning.pace.clone());
+            writer.set_tcp_meter(fd, tuning.meter.clone());
             let mut reader = FrameReader::new(Box::new(r), timeouts.idle);
             reader.set_pace(tuning.pace.clone());
+            reader.set_meter(tuning.meter.clone());
             return Ok(((Box::new(reader), Box::new(writer)), None));
         }
         Security::Tls {
@@ -163,8 +174,10 @@ pub async fn connect(
     let (r, w) = tokio::io::split(tls);
     let mut reader = FrameReader::new(Box::new(r), timeouts.idle);
     reader.set_pace(tuning.pace.clone());
+    reader.set_meter(tuning.meter.clone());
     let mut writer = FrameWriter::new(Sink::Boxed(Box::new(w)), timeouts.idle);
     writer.set_pace(tuning.pace.clone());
+    writer.set_tcp_meter(fd, tuning.meter.clone());
     Ok(((Box::new(reader), Box::new(writer)), Some(key)))
 }
 

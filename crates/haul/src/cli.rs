@@ -530,10 +530,11 @@ pub struct TransferArgs {
     /// Plaintext TCP (the node must run with --plaintext).
     #[arg(long)]
     pub plaintext: bool,
-    /// `tcp`, or `quic` for lossy or long links (UDP to the node's port;
-    /// TLS 1.3 inside, the same key and pinning as TCP).
-    /// [default: tcp, or a named node's own]
-    #[arg(long, env = "HAUL_TRANSPORT", value_parser = ["tcp", "quic"])]
+    /// `auto`: TCP and QUIC at once, then the one that moves more (`-v`
+    /// says which and why); `tcp`; or `quic` for lossy or long links (UDP
+    /// to the node's port; TLS 1.3 inside, the same key and pinning as TCP).
+    /// [default: auto (TCP with --plaintext), or a named node's own]
+    #[arg(long, env = "HAUL_TRANSPORT", value_parser = ["auto", "tcp", "quic"])]
     pub transport: Option<String>,
     /// Pin the node's key (SHA256:... as `haul serve` prints it).
     #[arg(long)]

@@ -186,11 +186,13 @@ pub fn client_options(t: &TransferArgs) -> Result<ClientOptions> {
             known_hosts,
         }
     };
-    let transport = match t.transport.as_deref().unwrap_or("tcp") {
+    let transport = match t.transport.as_deref().unwrap_or("auto") {
         "quic" if t.plaintext => bail!(
             "--plaintext has no QUIC form (QUIC always encrypts, with TLS 1.3 inside): drop --plaintext, or use --transport tcp"
         ),
         "quic" => haul_transport::Transport::Quic,
+        // Plaintext has TCP only.
+        "auto" if !t.plaintext => haul_transport::Transport::Auto,
         _ => haul_transport::Transport::Tcp,
     };
     let idle = Duration::from_secs(t.timeout);
@@ -224,6 +226,8 @@ pub fn client_options(t: &TransferArgs) -> Result<ClientOptions> {
                 .map(|r| std::sync::Arc::new(haul_transport::RateLimit::new(r))),
             // Set per transfer (`path_hint`), once the node is known.
             path: None,
+            // Set per connection by `--transport auto`.
+            meter: None,
         },
         retry: haul_run::backoff::RetryPolicy {
             retries: t.retries,

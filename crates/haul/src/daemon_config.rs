@@ -592,9 +592,9 @@ fn site_plan(s: &SiteConfig, at: &dyn Fn(std::ops::Range<usize>) -> String) -> R
     transfer.max_rate.clone_from(&s.max_rate);
     if let Some(t) = &s.transport {
         match t.get_ref().as_str() {
-            "tcp" | "quic" => transfer.transport = Some(t.get_ref().clone()),
+            "auto" | "tcp" | "quic" => transfer.transport = Some(t.get_ref().clone()),
             other => bail!(
-                "{}: transport = {other:?}: use \"tcp\" or \"quic\"",
+                "{}: transport = {other:?}: use \"auto\", \"tcp\" or \"quic\"",
                 at(t.span())
             ),
         }

@@ -217,7 +217,7 @@ impl NamedNodes {
                     "url": format!("haul://{}", url.addr),
                     "token": token,
                     "fingerprint": flags.and_then(|f| f.fingerprint.clone()),
-                    "transport": flags.and_then(|f| f.transport.clone()).unwrap_or_else(|| "tcp".into()),
+                    "transport": flags.and_then(|f| f.transport.clone()).unwrap_or_else(|| "auto".into()),
                 })
             })
             .collect();

@@ -34,10 +34,10 @@ pub fn prepare(
         Some(f) if !off => Some(crate::config::rate_hint(f).context("--rate-hint")?),
         _ => None,
     };
-    if opts.transport != Transport::Quic {
+    if opts.transport == Transport::Tcp {
         if given.is_some() {
             tracing::warn!(
-                "--rate-hint applies to QUIC (--transport quic): TCP's controller is the kernel's"
+                "--rate-hint applies to QUIC (--transport quic or auto): TCP's controller is the kernel's"
             );
         }
         return Ok(None);
@@ -76,6 +76,19 @@ pub fn prepare(
     let learning = Arc::new(PathLearning::starting_at(hint));
     opts.tuning.path = Some(learning.clone());
     Ok(Some(PathUse { learning, memory }))
+}
+
+/// What `--transport auto` chose for the transfer's node, for the summary.
+pub fn chosen(path: Option<&PathUse>) -> Option<haul_run::summary::ChosenTransport> {
+    let d = path?.learning.chosen()?;
+    Some(haul_run::summary::ChosenTransport {
+        name: match d.transport {
+            Transport::Quic => "quic",
+            _ => "tcp",
+        }
+        .to_owned(),
+        why: d.why,
+    })
 }
 
 /// Remembers what a transfer that failed nowhere reached, if it ran long

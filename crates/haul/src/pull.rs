@@ -63,8 +63,9 @@ async fn pull_from(
                 haul_transport::Flow::Pull,
             ))?;
             let remote = at.node_path(&opts);
-            let summary = haul_node::pull(&remote, &args.dest, &opts, display.clone()).await?;
+            let mut summary = haul_node::pull(&remote, &args.dest, &opts, display.clone()).await?;
             crate::path_hint::remember(path.as_ref(), &opts, &summary);
+            summary.transport = crate::path_hint::chosen(path.as_ref());
             Ok(summary)
         }
         Location::Remote(url) => {

@@ -84,7 +84,8 @@ pub async fn run(args: PushArgs, mode: Mode) -> Result<u8> {
     )
     .await?;
     display.finish();
-    let summary = summary?;
+    let mut summary = summary?;
     crate::path_hint::remember(path.as_ref(), &opts, &summary);
+    summary.transport = crate::path_hint::chosen(path.as_ref());
     Ok(report(mode, &display, &summary))
 }

@@ -28,6 +28,31 @@ pub fn relayed_heartbeat() -> haul_session::Heartbeat {
     }
 }
 
+/// A finished session's last words (its `Bye`) go out. A peer that left
+/// first — one that handed its work back to a connection over another
+/// transport says `Bye` and goes — is no failure: everything the session
+/// held was done.
+pub(crate) async fn finish(w: &mut dyn haul_transport::MessageWriter) -> Result<(), NodeError> {
+    if let Err(e) = w.flush().await {
+        tracing::debug!("the peer left before our goodbye: {e}");
+    }
+    Ok(())
+}
+
+/// Gives a connection's work back when `--transport auto` chose the other
+/// transport for its node ([`haul_transport::MessageWriter::hand_back`]):
+/// says `Bye` (called between messages: the peer ends its session quietly,
+/// keeping what it verified for the connection that takes over) and ends
+/// with the error that has its pool dial again.
+pub(crate) async fn hand_back(w: &mut dyn haul_transport::MessageWriter) -> Result<(), NodeError> {
+    if let Err(e) = w.hand_back() {
+        let bye = w.send(&haul_proto::Message::Bye);
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(1), bye).await;
+        return Err(e.into());
+    }
+    Ok(())
+}
+
 /// How a session ended when its connection broke: the jobs it still held.
 pub struct Interrupted<J> {
     /// What broke.

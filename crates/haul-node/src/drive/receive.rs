@@ -210,14 +210,14 @@ impl Driver {
     async fn run(&mut self, wants: Option<&WorkQueue<FetchJob>>) -> Result<(), NodeError> {
         loop {
             self.now = Instant::now();
+            super::hand_back(self.w.as_mut()).await?;
             let starved = match wants {
                 Some(q) => self.take_jobs(q),
                 None => false,
             };
             self.pump().await?;
             if self.session.is_finished() {
-                self.w.flush().await?;
-                return Ok(());
+                return super::finish(self.w.as_mut()).await;
             }
             if self.session.poll_timeout().is_some_and(|t| t <= self.now) {
                 self.timers()?;

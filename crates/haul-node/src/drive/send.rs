@@ -281,14 +281,14 @@ impl Driver {
         };
         loop {
             self.now = Instant::now();
+            super::hand_back(self.w.as_mut()).await?;
             let starved = match queue {
                 Some(q) => self.take_jobs(q),
                 None => false,
             };
             self.pump(root).await?;
             if self.session.is_finished() {
-                self.w.flush().await?;
-                return Ok(());
+                return super::finish(self.w.as_mut()).await;
             }
             // Timers first: a flood of input must not keep them waiting.
             if self.session.poll_timeout().is_some_and(|t| t <= self.now) {
@@ -418,6 +418,9 @@ impl Driver {
         loop {
             let now = self.now;
             if let Some(t) = self.session.poll_transmit(now) {
+                // Between messages, chunk after chunk: where a connection
+                // whose transport lost learns it.
+                super::hand_back(self.w.as_mut()).await?;
                 self.transmit(t).await?;
                 continue;
             }

@@ -7,6 +7,8 @@
 //! (the far node or ssh killed), the next connection starts another node:
 //! what was received stays, and the transfer resumes.
 
+use std::sync::Arc;
+
 use haul_transport::{Security, Timeouts, Transport, Tuning};
 use tokio::sync::{Mutex, OnceCell};
 
@@ -32,7 +34,8 @@ struct Started {
     /// The ssh session that started it; its end is the node's end. Its
     /// stdin is held open: closing it tells the node the client is done.
     channel: Channel,
-    network: Network,
+    /// The node's port, over the transport asked for (or both: `auto`).
+    network: Arc<dyn Dial>,
     token: String,
 }
 
@@ -124,7 +127,7 @@ impl SshDial {
         };
         Ok(Started {
             channel,
-            network,
+            network: network.into_dial(),
             token: offer.token,
         })
     }
@@ -154,7 +157,7 @@ impl SshDial {
                 }
                 Way::Unstarted => {
                     let started = self.start().await?;
-                    let addr = started.network.addr.clone();
+                    let addr = started.network.name().to_owned();
                     let why =
                         match tokio::time::timeout(DIRECT_WAIT, started.network.connect()).await {
                             Ok(Ok(mut reached)) => {

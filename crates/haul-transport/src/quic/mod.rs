@@ -272,6 +272,7 @@ impl QuicAccepted {
                 pace: None,
                 slot,
                 learning: None,
+                meter: None,
             };
             Ok::<_, TransportError>(halves(conn, send, recv, timeouts, ends))
         };
@@ -305,6 +306,7 @@ pub async fn connect_quic(
         pace,
         slot,
         learning: tuning.path.clone(),
+        meter: tuning.meter.clone(),
     };
     Ok((halves(conn, send, recv, timeouts, ends), key))
 }
@@ -434,6 +436,8 @@ struct Ends {
     slot: Arc<HintSlot>,
     /// Where the client notes what the connection saw of the path.
     learning: Option<Arc<PathLearning>>,
+    /// Where the connection counts what it delivered (`--transport auto`).
+    meter: Option<Arc<crate::Meter>>,
 }
 
 fn halves(
@@ -448,11 +452,18 @@ fn halves(
         pace,
         slot,
         learning,
+        meter,
     } = ends;
     // Control messages overtake chunk data queued before them.
     let _ = send.set_priority(1);
     let activity = crate::Activity::new();
-    let read = reader::QuicReader::new(conn.clone(), recv, activity, timeouts.idle, pace.clone());
+    let read = reader::QuicReader::new(
+        conn.clone(),
+        recv,
+        activity,
+        timeouts.idle,
+        (pace.clone(), meter.clone()),
+    );
     let write = QuicWrite {
         send: Some(send),
         conn: conn.clone(),
@@ -468,7 +479,7 @@ fn halves(
             conn,
             timeouts.idle,
             pace,
-            slot,
+            (slot, meter),
         )),
     )
 }

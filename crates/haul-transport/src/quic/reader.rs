@@ -104,7 +104,7 @@ impl QuicReader {
         control: quinn::RecvStream,
         activity: Arc<Activity>,
         idle: Duration,
-        pace: Option<Arc<RateLimit>>,
+        (pace, meter): (Option<Arc<RateLimit>>, Option<Arc<crate::Meter>>),
     ) -> Self {
         let window = Arc::new(Semaphore::new(ReceiveWindow::new().get() as usize));
         let (tx, arrived) = mpsc::unbounded_channel();
@@ -114,12 +114,13 @@ impl QuicReader {
             tx,
             window.clone(),
             activity.clone(),
-            pace.clone(),
+            (pace.clone(), meter.clone()),
             expected.clone(),
         ));
         let read = super::QuicRead { recv: control };
         let mut control = FrameReader::new(Box::new(read), CONTROL_IDLE);
         control.set_pace(pace);
+        control.set_meter(meter);
         // A control frame's bytes arriving count on the connection's one
         // clock, as the chunk streams' do.
         control.share_activity(activity.clone());
@@ -259,7 +260,7 @@ async fn accept_chunks(
     tx: mpsc::UnboundedSender<Delivery>,
     window: Arc<Semaphore>,
     activity: Arc<Activity>,
-    pace: Option<Arc<RateLimit>>,
+    (pace, meter): (Option<Arc<RateLimit>>, Option<Arc<crate::Meter>>),
     expected: Arc<AtomicU64>,
 ) {
     let mut tune = ReceiveWindow::new();
@@ -271,9 +272,10 @@ async fn accept_chunks(
             stream = conn.accept_uni() => match stream {
                 Ok(s) => {
                     let (tx, window, activity) = (tx.clone(), window.clone(), activity.clone());
-                    let (pace, times) = (pace.clone(), times.clone());
+                    let (pace, times, meter) = (pace.clone(), times.clone(), meter.clone());
                     tokio::spawn(async move {
-                        if let Some(got) = read_chunk_stream(s, &window, &activity, pace.as_deref(), &times).await {
+                        let arrival = (&*activity, meter.as_deref());
+                        if let Some(got) = read_chunk_stream(s, &window, arrival, pace.as_deref(), &times).await {
                             let _ = tx.send(got);
                         }
                     });
@@ -282,6 +284,17 @@ async fn accept_chunks(
                 Err(_) => return,
             },
             _ = tick.tick() => {
+                if let Some(m) = &meter {
+                    // What this side sent and was not declared lost; what
+                    // arrived is counted as streams read it.
+                    let stats = conn.stats();
+                    m.sender_totals(
+                        stats.udp_tx.bytes.saturating_sub(stats.path.lost_bytes),
+                        stats.path.sent_packets,
+                        stats.path.lost_packets,
+                        stats.path.rtt,
+                    );
+                }
                 let before = tune.get();
                 let held = times.take_mean();
                 let rate = expected.swap(0, Ordering::Relaxed);
@@ -312,7 +325,7 @@ fn broken(what: impl std::fmt::Display) -> TransportError {
 async fn read_chunk_stream(
     mut s: quinn::RecvStream,
     window: &Arc<Semaphore>,
-    activity: &Activity,
+    (activity, meter): (&Activity, Option<&crate::Meter>),
     pace: Option<&RateLimit>,
     times: &ReadTimes,
 ) -> Option<Delivery> {
@@ -376,6 +389,9 @@ async fn read_chunk_stream(
                 payload[at..at + bytes.len()].copy_from_slice(bytes);
                 got += bytes.len();
                 activity.touch();
+                if let Some(m) = meter {
+                    m.received(bytes.len());
+                }
                 if let Some(p) = pace {
                     p.take(bytes.len()).await;
                 }

@@ -32,6 +32,8 @@ pub(super) struct QuicWriter {
     pace: Option<Arc<RateLimit>>,
     /// Where a hint for this connection's controller goes.
     slot: Arc<HintSlot>,
+    /// Says when `--transport auto` chose TCP instead.
+    meter: Option<Arc<crate::Meter>>,
 }
 
 impl QuicWriter {
@@ -40,10 +42,11 @@ impl QuicWriter {
         conn: quinn::Connection,
         idle: Duration,
         pace: Option<Arc<RateLimit>>,
-        slot: Arc<HintSlot>,
+        (slot, meter): (Arc<HintSlot>, Option<Arc<crate::Meter>>),
     ) -> Self {
         Self {
             slot,
+            meter,
             control,
             conn,
             idle,
@@ -164,6 +167,10 @@ impl MessageWriter for QuicWriter {
                 self.chunk_stream(header, &data).await
             }
         }
+    }
+
+    fn hand_back(&self) -> Result<(), TransportError> {
+        self.meter.as_ref().map_or(Ok(()), |m| m.check())
     }
 
     fn push_chunk(&mut self, header: &ChunkHeader, bytes: &[u8]) -> bool {

@@ -498,3 +498,38 @@ pub fn promtool_check(metrics: &str) {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// Drops every outgoing packet `rule` matches (an nftables match, such as
+/// `ip daddr 127.0.0.7` or `udp dport 7878`) while it lives: a firewall on
+/// the way. Root only (the tests that use it are).
+pub struct Firewall(String);
+
+impl Firewall {
+    pub fn drop(rule: &str) -> Firewall {
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let table = format!("haul_test_{}_{n}", std::process::id());
+        let rules = format!(
+            "table ip {table} {{\n chain out {{\n  type filter hook output priority 0;\n  {rule} drop\n }}\n}}\n"
+        );
+        let st = Command::new("nft")
+            .args(["-f", "-"])
+            .stdin(Stdio::piped())
+            .spawn()
+            .and_then(|mut c| {
+                c.stdin.take().unwrap().write_all(rules.as_bytes())?;
+                c.wait()
+            })
+            .expect("nft (apt-get install nftables)");
+        assert!(st.success(), "nft refused the rules");
+        Firewall(table)
+    }
+}
+
+impl Drop for Firewall {
+    fn drop(&mut self) {
+        let _ = Command::new("nft")
+            .args(["delete", "table", "ip", &self.0])
+            .status();
+    }
+}

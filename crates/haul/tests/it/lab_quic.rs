@@ -276,3 +276,100 @@ fn lab_a_push_long_enough_is_remembered_and_the_next_starts_at_its_rate() {
         b3(&s.path("node/in/small/b.bin"))
     );
 }
+
+#[test]
+#[cfg_attr(
+    not(feature = "root-tests"),
+    ignore = "needs root: run as root with --features root-tests (scripts/test.sh does)"
+)]
+fn lab_auto_moves_to_quic_on_a_lossy_link() {
+    // 10 % loss at a 20 ms round trip: Linux TCP moves a few hundred KB/s
+    // a connection, QUIC most of the link. `auto` (the default) measures
+    // both for the first seconds, then the TCP connections hand their files
+    // back and everything ends over QUIC, verified.
+    let _turn = root();
+    let s = Scratch::new();
+    for i in 0..8 {
+        write_file(&s.path(&format!("set/f{i}.bin")), 8 << 20, 40 + i);
+    }
+    let (lab, node) = lab_with_node("rate 100mbit delay 10ms loss 10%", 9, &s);
+    let mut cmd: Command = lab.host(1).command(BIN);
+    cmd.env("HAUL_CONFIG_DIR", s.path("client"))
+        .env("XDG_CACHE_HOME", s.path("client/cache"))
+        .args(["-v", "push", "--json", "-j", "4", "--timeout", "20"])
+        .args(["--transport", "auto"])
+        .arg(s.path("set"))
+        .arg(node.url("in"));
+    let started = std::time::Instant::now();
+    let out = run(cmd, LIMIT);
+    assert!(out.status.success(), "{}", said(&out));
+    let took = started.elapsed();
+    let sum = crate::harness::summary(&out);
+    assert_eq!(sum["transport"]["name"], "quic", "{}", said(&out));
+    for i in 0..8 {
+        let f = format!("f{i}.bin");
+        assert_eq!(
+            b3(&s.path("set").join(&f)),
+            b3(&s.path("node/in/set").join(&f))
+        );
+    }
+    // 64 MiB at most of 100 Mbit/s after a trial of at most 3 s: well
+    // under what TCP alone takes (minutes).
+    assert!(took < Duration::from_secs(45), "{took:?}\n{}", said(&out));
+}
+
+#[test]
+#[cfg_attr(
+    not(feature = "root-tests"),
+    ignore = "needs root: run as root with --features root-tests (scripts/test.sh does)"
+)]
+fn lab_auto_leaves_a_dropped_udp_port_for_tcp_within_two_seconds() {
+    // A 20 ms round trip (no short path) and a firewall on h1 dropping UDP
+    // to the node: the first connection does not wait for QUIC, and the
+    // choice is TCP once QUIC stayed silent 1.5 s.
+    let _turn = root();
+    let s = Scratch::new();
+    write_file(&s.path("small"), 100_000, 50);
+    write_file(&s.path("big.bin"), 12 << 20, 51);
+    let (lab, node) = lab_with_node("rate 100mbit delay 10ms", 10, &s);
+    let mut nft: Command = lab.host(1).command("nft");
+    nft.args([
+        "add table ip haul_lab_auto ; add chain ip haul_lab_auto out { type filter hook output priority 0 ; } ; add rule ip haul_lab_auto out udp dport 7878 drop",
+    ]);
+    assert!(nft.status().expect("nft").success());
+    let haul = |extra: &[&str], src: &str| {
+        let mut cmd: Command = lab.host(1).command(BIN);
+        cmd.env("HAUL_CONFIG_DIR", s.path("client"))
+            .env("XDG_CACHE_HOME", s.path("client/cache"))
+            .args([
+                "-v",
+                "push",
+                "--json",
+                "--transport",
+                "auto",
+                "--timeout",
+                "20",
+            ])
+            .args(extra)
+            .arg(s.path(src))
+            .arg(node.url("in/"));
+        cmd
+    };
+    let started = std::time::Instant::now();
+    let out = run(haul(&[], "small"), LIMIT);
+    assert!(out.status.success(), "{}", said(&out));
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}\n{}",
+        started.elapsed(),
+        said(&out)
+    );
+    // 12 MiB at 3 MB/s: long enough for the choice.
+    let out = run(haul(&["--max-rate", "3M"], "big.bin"), LIMIT);
+    assert!(out.status.success(), "{}", said(&out));
+    let sum = crate::harness::summary(&out);
+    assert_eq!(sum["transport"]["name"], "tcp", "{}", said(&out));
+    let why = sum["transport"]["why"].as_str().unwrap_or_default();
+    assert!(why.contains("QUIC did not answer within 1.5 s"), "{why}");
+    assert_eq!(b3(&s.path("big.bin")), b3(&s.path("node/in/big.bin")));
+}

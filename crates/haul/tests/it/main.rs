@@ -2,6 +2,7 @@
 //! ephemeral ports, real clients, an in-test TCP proxy for faults.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod auto_transport;
 mod backup;
 mod beneath;
 mod browser;

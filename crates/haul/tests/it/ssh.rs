@@ -202,39 +202,6 @@ fn ssh_and_far_side_failures_come_through_in_their_own_words_with_exit_2() {
     assert!(!srv.root().join("one.txt").exists());
 }
 
-/// Drops every packet to `addr` (a loopback address no other test uses)
-/// while it lives: a firewall between the client and the far node's port.
-struct Firewall(String);
-
-impl Firewall {
-    fn drop_to(addr: &str) -> Firewall {
-        let table = format!("haul_test_{}", std::process::id());
-        let rules = format!(
-            "table ip {table} {{\n chain out {{\n  type filter hook output priority 0;\n  ip daddr {addr} drop\n }}\n}}\n"
-        );
-        let st = std::process::Command::new("nft")
-            .args(["-f", "-"])
-            .stdin(std::process::Stdio::piped())
-            .spawn()
-            .and_then(|mut c| {
-                use std::io::Write as _;
-                c.stdin.take().unwrap().write_all(rules.as_bytes())?;
-                c.wait()
-            })
-            .expect("nft (apt-get install nftables)");
-        assert!(st.success(), "nft refused the rules");
-        Firewall(table)
-    }
-}
-
-impl Drop for Firewall {
-    fn drop(&mut self) {
-        let _ = std::process::Command::new("nft")
-            .args(["delete", "table", "ip", &self.0])
-            .status();
-    }
-}
-
 #[test]
 #[cfg_attr(
     not(feature = "root-tests"),
@@ -250,7 +217,7 @@ fn the_ssh_channel_takes_over_when_the_direct_port_is_blocked_and_says_so() {
     std::fs::create_dir_all(&far).unwrap();
     // The far node listens where the ssh connection "arrived": an address
     // the firewall drops.
-    let _wall = Firewall::drop_to("127.0.0.7");
+    let _wall = Firewall::drop("ip daddr 127.0.0.7");
     let remote = format!("env SSH_CONNECTION='127.0.0.1 1 127.0.0.7 22' {BIN}");
     let rsh = rsh(&srv, &srv.known_hosts_file());
     let dest = format!("{}/", at(&far));
