@@ -22,7 +22,8 @@
 //!   transport's goodput per connection over the trial's second half (its
 //!   first half is start-up: slow start, buffers filling); QUIC when it
 //!   delivered at least [`QUIC_MARGIN`] more than TCP, else TCP — kernel TCP
-//!   costs a core less per gigabit, and on a clean link the two are equal;
+//!   costs a core less per gigabit, and on a clean link the two are equal —
+//!   except on a long path ([`LONG_RTT`]), where ties go to QUIC;
 //! - only one transport carried data in that window (one connection for
 //!   one file): that one;
 //! - before the trial's end, a crawl: one transport moving [`CRAWL_RATIO`]
@@ -82,6 +83,8 @@ pub const CLEAN_LOSS: f64 = 0.001;
 
 /// The least stretch of the trial's second half a crawl is judged on.
 pub const EARLY_WINDOW: Duration = Duration::from_millis(500);
+/// A round trip from which ties go to QUIC ([`Choice`]'s goodput rule).
+pub const LONG_RTT: Duration = Duration::from_millis(100);
 /// Data must reach this much before the trial's clock starts (a listing or
 /// a handshake is not data).
 pub const TRIAL_START_BYTES: u64 = 1 << 20;
@@ -437,10 +440,15 @@ impl Choice {
         };
         let d = match (tcp, quic) {
             (Some((t, tn)), Some((q, qn))) => {
-                let transport = if q >= t * QUIC_MARGIN {
-                    Transport::Quic
-                } else {
-                    Transport::Tcp
+                // Ties go to TCP (less CPU), but on a long path to QUIC: there
+                // TCP's window stops at the kernel's buffer limits, later
+                // than a trial of a few round trips sees (250 ms one way:
+                // QUIC 113 Mbit/s, TCP 66, after 10 s).
+                let transport = match rtt >= LONG_RTT {
+                    false if q >= t * QUIC_MARGIN => Transport::Quic,
+                    false => Transport::Tcp,
+                    true if t >= q * QUIC_MARGIN => Transport::Tcp,
+                    true => Transport::Quic,
                 };
                 let won = if transport == Transport::Quic { q } else { t };
                 Decision {

@@ -319,3 +319,18 @@ fn a_stalled_transport_is_a_crawl() {
     assert_eq!(d.transport, Transport::Quic, "{}", d.why);
     assert!(t.elapsed() < TRIAL, "{:?}", t.elapsed());
 }
+
+#[test]
+fn on_a_long_path_ties_go_to_quic() {
+    let rtt = Duration::from_millis(500);
+    for (tcp, quic, chosen) in [
+        (10 * MB, 10 * MB, Transport::Quic),
+        (10 * MB, 9 * MB + MB / 2, Transport::Quic),
+        (12 * MB, 10 * MB, Transport::Tcp),
+    ] {
+        let d = Trial::new(1, 1)
+            .run(tcp, quic, rtt, TRIAL_MAX)
+            .expect("decided");
+        assert_eq!(d.transport, chosen, "{}", d.why);
+    }
+}
