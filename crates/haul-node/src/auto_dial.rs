@@ -131,10 +131,13 @@ impl AutoDial {
                     Err(rest_err) if rest_is == Transport::Tcp => Err(rest_err),
                     Err(_) => Err(first_err),
                 };
-                // Both failed: the next call (a retry) races again.
+                // Both failed: the next call (a retry) races again — unless
+                // another connection came up meanwhile or the choice was made.
                 if result.is_err() {
                     if let Ok(mut s) = self.state.lock() {
-                        *s = State::default();
+                        if s.choice.decided().is_none() && !s.choice.any_up() {
+                            *s = State::default();
+                        }
                     }
                 }
                 result
@@ -270,8 +273,7 @@ impl Dial for AutoDial {
                         .lock()
                         .map_err(|_| NodeError::Internal("a connection attempt panicked".into()))?;
                     let race = !std::mem::replace(&mut s.raced, true);
-                    let wait = s.choice.awaits_quic().then(|| s.choice.quic_deadline());
-                    (race, s.spare.take(), s.choice.next(), wait.flatten())
+                    (race, s.spare.take(), s.choice.next(), s.choice.wait_until())
                 };
                 // The race's other transport: kept only while it may be
                 // chosen, and while its node still waits for its hello.
@@ -281,8 +283,9 @@ impl Dial for AutoDial {
                 if race {
                     return self.race().await;
                 }
-                // QUIC's first handshake still under way: wait for it (or
-                // for the watcher to give up on it), then look again.
+                // The other transport's first handshake still under way:
+                // wait for it (or for the watcher to give up on it), then
+                // look again.
                 if let Some(deadline) = wait {
                     let deadline = tokio::time::Instant::from_std(deadline);
                     if tokio::time::timeout_at(deadline, changed).await.is_ok() {

@@ -335,6 +335,14 @@ impl Receiver {
         self.stage == Stage::Finished
     }
 
+    /// True once the sender said `Bye` and this side has work of its own
+    /// to end (commits under way): a sender that leaves then — one whose
+    /// transport lost under `--transport auto` says `Bye` and goes — owes
+    /// it nothing more.
+    pub fn peer_said_bye(&self) -> bool {
+        self.stage == Stage::PeerSaidBye
+    }
+
     /// True while it takes jobs (a pulling client that is not closing).
     pub fn is_taking(&self) -> bool {
         self.fetching && self.stage == Stage::Running

@@ -4,7 +4,8 @@
 //! The dialer that runs it (haul-node's `auto_dial`) starts a node's first
 //! connection over TCP and QUIC at once and keeps the first that comes up
 //! (happy eyeballs); while undecided, each further connection goes over the
-//! transport with fewer connections, so that both carry data. Each
+//! transport with fewer connections (waiting up to [`QUIC_GRACE`] for the
+//! slower handshake), so that both carry data. Each
 //! connection's [`Meter`] counts what it delivered: the bytes its peer
 //! acknowledged (TCP: `TCP_INFO`'s `bytes_acked`; QUIC: sent less declared
 //! lost) and the bytes it received. The dialer samples them every quarter
@@ -32,7 +33,8 @@
 //! Once decided, the connections of the other transport are
 //! [`Meter::supersede`]d: each gives the work it holds back to its pool
 //! (saying `Bye` to its peer between messages, which keeps what it
-//! verified; only a payload blocked on a crawling TCP link is cut), and the pool
+//! verified; only a pushed chunk still being written over TCP is cut, at
+//! its next 256 KiB), and the pool
 //! dials again, over the chosen transport, which resumes that work from
 //! what the peer holds. Finishing it instead cost more than it saved:
 //! the loser crawls (TCP at 16 % loss moved 11 Mbit/s where QUIC moved
@@ -61,7 +63,8 @@ pub const TRIAL_RTTS: u32 = 6;
 /// The longest trial (a 1 s one-way path: 12 s).
 pub const TRIAL_MAX: Duration = Duration::from_secs(20);
 /// How long QUIC may take to come up after TCP did, before it counts as
-/// blocked (a firewall dropping UDP answers nothing at all).
+/// blocked (a firewall dropping UDP answers nothing at all) — and TCP
+/// after QUIC (its two round trips; a SYN lost on a bad link waits 1 s).
 pub const QUIC_GRACE: Duration = Duration::from_millis(1500);
 /// QUIC is chosen when its goodput per connection is at least this much
 /// above TCP's (ties go to TCP: the kernel's work costs less CPU).
@@ -161,8 +164,8 @@ impl Meter {
 
     /// An error ([`crate::TransportError::Superseded`]) once superseded: the
     /// connection's driver gives its work back (saying `Bye`, between
-    /// messages), and a large payload's write on a crawling TCP link ends
-    /// between its pieces.
+    /// messages), and a large payload's write over TCP ends between its
+    /// 256 KiB pieces (a pull's receiving side is only cut between messages).
     pub fn check(&self) -> Result<(), crate::TransportError> {
         match self.is_superseded() {
             true => Err(crate::TransportError::Superseded),
@@ -541,6 +544,16 @@ impl Choice {
                 why: format!("QUIC did not come up: {why}"),
                 measured: None,
             }),
+            (Standing::Pending, Standing::Up(at)) if now.duration_since(*at) >= QUIC_GRACE => {
+                Some(Decision {
+                    transport: Transport::Quic,
+                    why: format!(
+                        "TCP did not answer within {:.1} s of QUIC",
+                        QUIC_GRACE.as_secs_f64()
+                    ),
+                    measured: None,
+                })
+            }
             (Standing::Up(at), Standing::Pending) if now.duration_since(*at) >= QUIC_GRACE => {
                 Some(Decision {
                     transport: Transport::Tcp,
@@ -555,26 +568,28 @@ impl Choice {
         }
     }
 
-    /// True while no transport is chosen, TCP carries at least one
-    /// connection and QUIC's first handshake is still under way: a new
-    /// connection should wait for it (until [`Choice::quic_deadline`]), so
-    /// that QUIC, once up, carries its share of the trial — a pool opens
-    /// its connections within milliseconds of each other.
-    pub fn awaits_quic(&self) -> bool {
-        self.decided.is_none()
-            && self.quic.standing == Standing::Pending
-            && matches!(self.tcp.standing, Standing::Up(_))
-            && self.tcp.live() > 0
+    /// True once a connection of either transport came up.
+    pub fn any_up(&self) -> bool {
+        [&self.tcp, &self.quic]
+            .iter()
+            .any(|side| matches!(side.standing, Standing::Up(_)))
     }
 
-    /// QUIC's handshake is still under way and TCP's is up: how long the
-    /// dialer should still wait for it before [`Choice::sample`] gives up
-    /// on it (`None`: not waiting).
-    pub fn quic_deadline(&self) -> Option<Instant> {
+    /// Until when a new connection should wait for the other transport's
+    /// first handshake (`None`: not waiting): while nothing is chosen, one
+    /// transport carries a connection and the other's handshake is still
+    /// under way — a pool opens its connections within milliseconds, and
+    /// the slower handshake (QUIC's beside a LAN's TCP; TCP's two round
+    /// trips beside QUIC's one on a long path) would otherwise never carry
+    /// its share of the trial. [`QUIC_GRACE`] after the first came up, the
+    /// watcher decides without it.
+    pub fn wait_until(&self) -> Option<Instant> {
+        if self.decided.is_some() {
+            return None;
+        }
         match (&self.tcp.standing, &self.quic.standing) {
-            (Standing::Up(at), Standing::Pending) if self.decided.is_none() => {
-                Some(*at + QUIC_GRACE)
-            }
+            (Standing::Up(at), Standing::Pending) if self.tcp.live() > 0 => Some(*at + QUIC_GRACE),
+            (Standing::Pending, Standing::Up(at)) if self.quic.live() > 0 => Some(*at + QUIC_GRACE),
             _ => None,
         }
     }

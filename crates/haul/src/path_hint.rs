@@ -104,7 +104,12 @@ pub fn remember(path: Option<&PathUse>, opts: &ClientOptions, summary: &Summary)
         return;
     };
     let unlike_the_path = opts.tuning.pace.is_some() || opts.compress.is_some() || opts.keep.sparse;
-    if summary.failed > 0 || unlike_the_path {
+    // A run `--transport auto` moved over TCP says nothing of where a QUIC
+    // connection should start.
+    let over_tcp = learning
+        .chosen()
+        .is_some_and(|d| d.transport != Transport::Quic);
+    if summary.failed > 0 || unlike_the_path || over_tcp {
         return;
     }
     let seen = learning.seen();

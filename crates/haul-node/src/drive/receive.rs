@@ -15,7 +15,7 @@ use haul_session::{
     ChunkAction, ChunkOutcome, FetchJob, FileId, Observer, Prepared, Receiver, ReceiverIo, Refusal,
     SessionConfig, Transmit,
 };
-use haul_transport::{MessageReader, MessageWriter};
+use haul_transport::{MessageReader, MessageWriter, TransportError};
 use tokio::sync::mpsc;
 
 use super::commit::{commit_all, CommitItem};
@@ -161,6 +161,7 @@ pub async fn run_receiver(
         done_tx,
         done_rx,
         now,
+        peer_gone: false,
     };
     d.ctx.dest.session_started();
     let result = d.run(wants.as_deref()).await;
@@ -197,6 +198,8 @@ struct Driver {
     done_rx: mpsc::UnboundedReceiver<Done>,
     /// The time, read once per step (sessions need it in every call).
     now: Instant,
+    /// The sender said `Bye` and closed: nothing more to read.
+    peer_gone: bool,
     /// A fan-out's relay: changes when another upstream session starts,
     /// which may take this one's place (until then, and after, `None`).
     newer: Option<tokio::sync::watch::Receiver<u64>>,
@@ -250,8 +253,16 @@ impl Driver {
                 // A pulling client waiting for its queue reads nothing: the
                 // peer owes it nothing then (and the transport's idle limit
                 // must not fire).
-                msg = self.r.recv(), if !starved => {
-                    let msg = msg?;
+                msg = self.r.recv(), if !starved && !self.peer_gone => {
+                    let msg = match msg {
+                        // The sender said `Bye` and left: its commits end
+                        // here all the same, and nothing more is read.
+                        Err(TransportError::Closed) if self.session.peer_said_bye() => {
+                            self.peer_gone = true;
+                            continue;
+                        }
+                        msg => msg?,
+                    };
                     self.now = Instant::now();
                     self.incoming(msg).await?;
                 }
