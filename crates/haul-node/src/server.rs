@@ -390,8 +390,23 @@ impl Server {
         peer: std::net::SocketAddr,
         over: Transport,
     ) -> Result<(), NodeError> {
+        let (mut reader, writer) = conn;
+        reader.set_idle(self.opts.timeouts.handshake);
+        let hello = match reader.recv().await {
+            // Opened and closed unused, or left silent by a client that
+            // then exited: `--transport auto` races TCP and QUIC and keeps
+            // one (a port check does the same). Nothing to serve, nothing
+            // failed, never counted as open.
+            Err(e @ (TransportError::Closed | TransportError::Timeout { .. })) => {
+                tracing::debug!("{peer} said no hello: {e}");
+                return Ok(());
+            }
+            hello => hello,
+        };
         let _counted = InFlight::new(&self.in_flight);
-        let served = self.serve_request(conn, peer, over).await;
+        let served = self
+            .serve_request((reader, writer), hello, peer, over)
+            .await;
         if let Err(e) = &served {
             if !matches!(e, NodeError::Refused { .. }) {
                 self.counters.connection_failed();
@@ -403,22 +418,13 @@ impl Server {
     async fn serve_request(
         &self,
         conn: Connection,
+        hello: Result<Message, TransportError>,
         peer: std::net::SocketAddr,
         over: Transport,
     ) -> Result<(), NodeError> {
         let t = self.opts.timeouts;
         let (mut reader, mut writer) = conn;
-        reader.set_idle(t.handshake);
-        let hello = match reader.recv().await {
-            // Opened and closed unused: `--transport auto` races TCP and
-            // QUIC and keeps one (a port check does the same). Nothing to
-            // serve, nothing failed.
-            Err(TransportError::Closed) => {
-                tracing::debug!("{peer} closed the connection before saying hello");
-                return Ok(());
-            }
-            hello => hello?,
-        };
+        let hello = hello?;
         reader.set_idle(t.idle);
         let Message::Hello {
             version,
