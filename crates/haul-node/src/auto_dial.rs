@@ -229,7 +229,7 @@ impl Settling {
         tracing::info!(
             "{}: {} from now on: {}",
             self.name,
-            shown(decided.transport),
+            decided.transport.shown(),
             decided.why
         );
         if let Some(l) = &self.learning {
@@ -247,15 +247,6 @@ impl Settling {
 
 fn now() -> std::time::Instant {
     tokio::time::Instant::now().into_std()
-}
-
-/// A transport as the log names it.
-pub(crate) fn shown(t: Transport) -> &'static str {
-    match t {
-        Transport::Quic => "QUIC",
-        Transport::Tcp => "TCP",
-        Transport::Auto => "auto",
-    }
 }
 
 impl Dial for AutoDial {

@@ -4,7 +4,7 @@
 //! The dialer that runs it (haul-node's `auto_dial`) starts a node's first
 //! connection over TCP and QUIC at once and keeps the first that comes up
 //! (happy eyeballs); while undecided, each further connection goes over the
-//! transport with fewer connections (waiting up to [`QUIC_GRACE`] for the
+//! transport with fewer connections (waiting up to [`HANDSHAKE_GRACE`] for the
 //! slower handshake), so that both carry data. Each
 //! connection's [`Meter`] counts what it delivered: the bytes its peer
 //! acknowledged (TCP: `TCP_INFO`'s `bytes_acked`; QUIC: sent less declared
@@ -16,7 +16,7 @@
 //!   trip under [`SHORT_RTT`] with nothing lost once it carried data: TCP at
 //!   once (QUIC has nothing to win there and costs CPU);
 //! - a transport whose handshake failed (a node with `--no-quic`, UDP
-//!   refused), or QUIC not up [`QUIC_GRACE`] after TCP was (UDP dropped by a
+//!   refused), or QUIC not up [`HANDSHAKE_GRACE`] after TCP was (UDP dropped by a
 //!   firewall): the other, at once;
 //! - otherwise once data flowed for the trial ([`TRIAL`], longer on long
 //!   paths: [`TRIAL_RTTS`] round trips, at most [`TRIAL_MAX`]): each
@@ -65,7 +65,7 @@ pub const TRIAL_MAX: Duration = Duration::from_secs(20);
 /// How long QUIC may take to come up after TCP did, before it counts as
 /// blocked (a firewall dropping UDP answers nothing at all) — and TCP
 /// after QUIC (its two round trips; a SYN lost on a bad link waits 1 s).
-pub const QUIC_GRACE: Duration = Duration::from_millis(1500);
+pub const HANDSHAKE_GRACE: Duration = Duration::from_millis(1500);
 /// QUIC is chosen when its goodput per connection is at least this much
 /// above TCP's (ties go to TCP: the kernel's work costs less CPU).
 pub const QUIC_MARGIN: f64 = 1.10;
@@ -313,6 +313,13 @@ impl Choice {
         }
     }
 
+    fn side_of(&self, t: Transport) -> &Side {
+        match t {
+            Transport::Quic => &self.quic,
+            _ => &self.tcp,
+        }
+    }
+
     /// The decision, once made.
     pub fn decided(&self) -> Option<&Decision> {
         self.decided.as_ref()
@@ -348,10 +355,7 @@ impl Choice {
 
     /// True while `t` may still be tried (not failed, not decided against).
     pub fn usable(&self, t: Transport) -> bool {
-        let side = match t {
-            Transport::Quic => &self.quic,
-            _ => &self.tcp,
-        };
+        let side = self.side_of(t);
         match &self.decided {
             Some(d) => d.transport == t,
             None => !matches!(side.standing, Standing::Failed(_)),
@@ -491,10 +495,7 @@ impl Choice {
     /// `rate` bytes per second over `t`, with the share of `t`'s packets
     /// lost: a hint for the connections that follow.
     fn hint(&self, t: Transport, rate: f64) -> crate::PathHint {
-        let side = match t {
-            Transport::Quic => &self.quic,
-            _ => &self.tcp,
-        };
+        let side = self.side_of(t);
         crate::PathHint {
             rate: rate as u64,
             loss: side.loss().unwrap_or(0.0),
@@ -531,7 +532,7 @@ impl Choice {
     }
 
     /// A decision the handshakes alone make: one failed, or QUIC silent
-    /// [`QUIC_GRACE`] after TCP came up.
+    /// [`HANDSHAKE_GRACE`] after TCP came up.
     fn by_standing(&self, now: Instant) -> Option<Decision> {
         match (&self.tcp.standing, &self.quic.standing) {
             (Standing::Failed(why), Standing::Up(_)) => Some(Decision {
@@ -544,22 +545,22 @@ impl Choice {
                 why: format!("QUIC did not come up: {why}"),
                 measured: None,
             }),
-            (Standing::Pending, Standing::Up(at)) if now.duration_since(*at) >= QUIC_GRACE => {
+            (Standing::Pending, Standing::Up(at)) if now.duration_since(*at) >= HANDSHAKE_GRACE => {
                 Some(Decision {
                     transport: Transport::Quic,
                     why: format!(
                         "TCP did not answer within {:.1} s of QUIC",
-                        QUIC_GRACE.as_secs_f64()
+                        HANDSHAKE_GRACE.as_secs_f64()
                     ),
                     measured: None,
                 })
             }
-            (Standing::Up(at), Standing::Pending) if now.duration_since(*at) >= QUIC_GRACE => {
+            (Standing::Up(at), Standing::Pending) if now.duration_since(*at) >= HANDSHAKE_GRACE => {
                 Some(Decision {
                     transport: Transport::Tcp,
                     why: format!(
                         "QUIC did not answer within {:.1} s of TCP (UDP blocked on the way?)",
-                        QUIC_GRACE.as_secs_f64()
+                        HANDSHAKE_GRACE.as_secs_f64()
                     ),
                     measured: None,
                 })
@@ -581,15 +582,19 @@ impl Choice {
     /// under way — a pool opens its connections within milliseconds, and
     /// the slower handshake (QUIC's beside a LAN's TCP; TCP's two round
     /// trips beside QUIC's one on a long path) would otherwise never carry
-    /// its share of the trial. [`QUIC_GRACE`] after the first came up, the
+    /// its share of the trial. [`HANDSHAKE_GRACE`] after the first came up, the
     /// watcher decides without it.
     pub fn wait_until(&self) -> Option<Instant> {
         if self.decided.is_some() {
             return None;
         }
         match (&self.tcp.standing, &self.quic.standing) {
-            (Standing::Up(at), Standing::Pending) if self.tcp.live() > 0 => Some(*at + QUIC_GRACE),
-            (Standing::Pending, Standing::Up(at)) if self.quic.live() > 0 => Some(*at + QUIC_GRACE),
+            (Standing::Up(at), Standing::Pending) if self.tcp.live() > 0 => {
+                Some(*at + HANDSHAKE_GRACE)
+            }
+            (Standing::Pending, Standing::Up(at)) if self.quic.live() > 0 => {
+                Some(*at + HANDSHAKE_GRACE)
+            }
             _ => None,
         }
     }

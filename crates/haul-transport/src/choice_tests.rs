@@ -200,9 +200,9 @@ fn quic_silent_after_tcp_came_up_counts_as_blocked() {
     let mut c = Choice::new();
     let held = Meter::new();
     c.up(Transport::Tcp, &held, now - LAN * 2, now);
-    assert_eq!(c.wait_until(), Some(now + QUIC_GRACE));
-    assert!(c.sample(now + QUIC_GRACE / 2).is_none());
-    let d = c.sample(now + QUIC_GRACE).expect("decided");
+    assert_eq!(c.wait_until(), Some(now + HANDSHAKE_GRACE));
+    assert!(c.sample(now + HANDSHAKE_GRACE / 2).is_none());
+    let d = c.sample(now + HANDSHAKE_GRACE).expect("decided");
     assert_eq!(d.transport, Transport::Tcp);
     assert!(d.why.contains("UDP blocked"), "{}", d.why);
     assert_eq!(c.wait_until(), None);
@@ -343,15 +343,20 @@ fn a_new_connection_waits_for_the_slower_handshake_and_not_for_ever() {
     let mut c = Choice::new();
     let quic = Meter::new();
     c.up(Transport::Quic, &quic, now - LAN, now);
-    assert_eq!(c.wait_until(), Some(now + QUIC_GRACE));
-    assert!(c.sample(now + QUIC_GRACE / 2).is_none());
+    assert_eq!(c.wait_until(), Some(now + HANDSHAKE_GRACE));
+    assert!(c.sample(now + HANDSHAKE_GRACE / 2).is_none());
     let tcp = Meter::new();
-    c.up(Transport::Tcp, &tcp, now - LAN * 2, now + QUIC_GRACE / 2);
+    c.up(
+        Transport::Tcp,
+        &tcp,
+        now - LAN * 2,
+        now + HANDSHAKE_GRACE / 2,
+    );
     assert_eq!(c.wait_until(), None, "both up: the connections alternate");
     // TCP never came: QUIC, said so.
     let mut c = Choice::new();
     c.up(Transport::Quic, &quic, now - LAN, now);
-    let d = c.sample(now + QUIC_GRACE).expect("decided");
+    let d = c.sample(now + HANDSHAKE_GRACE).expect("decided");
     assert_eq!(d.transport, Transport::Quic);
     assert!(d.why.contains("TCP did not answer"), "{}", d.why);
 }

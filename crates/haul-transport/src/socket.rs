@@ -77,6 +77,26 @@ pub enum Transport {
     Auto,
 }
 
+impl Transport {
+    /// As `--transport` spells it: `tcp`, `quic` or `auto`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Tcp => "tcp",
+            Self::Quic => "quic",
+            Self::Auto => "auto",
+        }
+    }
+
+    /// As a log line names it: `TCP`, `QUIC` or `auto`.
+    pub fn shown(self) -> &'static str {
+        match self {
+            Self::Tcp => "TCP",
+            Self::Quic => "QUIC",
+            Self::Auto => "auto",
+        }
+    }
+}
+
 /// How a connection's socket is set up.
 #[derive(Debug, Clone)]
 pub struct Tuning {

@@ -82,11 +82,7 @@ pub fn prepare(
 pub fn chosen(path: Option<&PathUse>) -> Option<haul_run::summary::ChosenTransport> {
     let d = path?.learning.chosen()?;
     Some(haul_run::summary::ChosenTransport {
-        name: match d.transport {
-            Transport::Quic => "quic",
-            _ => "tcp",
-        }
-        .to_owned(),
+        name: d.transport.name().to_owned(),
         why: d.why,
     })
 }
