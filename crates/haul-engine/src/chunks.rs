@@ -115,6 +115,10 @@ pub enum Confirmation {
     /// It changed (how), or never will be whole: the file must not be
     /// committed anywhere.
     Changed(String),
+    /// It was deleted while it was read (how): its name is gone from the
+    /// source, so it is not committed and counts as vanished (rsync's
+    /// exit 24), not as changed.
+    Gone(String),
     /// Not known yet: [`ChunkSource::on_ready`] wakes the reader when it
     /// is. A relay's source answers this until the origin's seal of the
     /// file's root reached it (`haul_node::relay`); the sending session's
@@ -201,6 +205,9 @@ pub struct LocalFile {
     /// Large enough to cache, with the cache on: what is read is kept.
     cacheable: bool,
     shown: Option<PathBuf>,
+    /// Its name beneath a held directory (a node's files), to tell a file
+    /// deleted while it was read from one replaced; else `shown` is.
+    named: Option<(haul_root::Dir, std::ffi::OsString)>,
 }
 
 impl LocalFile {
@@ -227,7 +234,15 @@ impl LocalFile {
             cache: Reading::new(record),
             cacheable,
             shown: None,
+            named: None,
         })
+    }
+
+    /// Where its name is, beneath a held directory (`shown` then need not
+    /// be a path on this host).
+    pub fn named(mut self, dir: haul_root::Dir, name: impl Into<std::ffi::OsString>) -> Self {
+        self.named = Some((dir, name.into()));
+        self
     }
 
     /// Names the file in what its reads report (a stale cached hash).
@@ -353,8 +368,29 @@ impl ChunkSource for LocalFile {
                 Some(_) if hash_cache::explains(&self.file, &self.identity, &now) => {
                     Confirmation::Unchanged
                 }
+                Some(_) if self.deleted() => Confirmation::Gone("deleted".into()),
                 Some(change) => Confirmation::Changed(change.to_string()),
             },
+        }
+    }
+}
+
+impl LocalFile {
+    /// Whether the file read was deleted since it was opened: it has no
+    /// name left, and nothing is under its name (a file replaced by a
+    /// rename has a new version there, which a retry sends). The name is
+    /// looked at only to say which failure it is; nothing is read there.
+    fn deleted(&self) -> bool {
+        use std::os::unix::fs::MetadataExt;
+        if !self.file.metadata().is_ok_and(|m| m.nlink() == 0) {
+            return false;
+        }
+        match (&self.named, &self.shown) {
+            (Some((dir, name)), _) => matches!(dir.stat(name), Ok(None)),
+            (None, Some(path)) => {
+                std::fs::symlink_metadata(path).is_err_and(|e| e.kind() == io::ErrorKind::NotFound)
+            }
+            (None, None) => false,
         }
     }
 }

@@ -58,7 +58,9 @@ impl ContentHasher for ReadEveryByte {
         let root = root_from_digests(&digests, entry.chunk_size, size)
             .ok_or_else(|| io::Error::other("chunk digests do not cover the file"))?;
         match file.confirm() {
-            Confirmation::Changed(change) => Err(ContentError::Changed(change)),
+            Confirmation::Changed(change) | Confirmation::Gone(change) => {
+                Err(ContentError::Changed(change))
+            }
             _ => Ok(root.into()),
         }
     }

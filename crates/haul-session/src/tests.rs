@@ -10,8 +10,8 @@ use haul_proto::{validate_entry_path, ChunkHeader, Entry, EntryKind, ErrorCode, 
 use proptest::prelude::*;
 
 use crate::{
-    ChunkAction, ChunkOutcome, Event, Prepared, Receiver, ReceiverIo, SendJob, Sender, SenderIo,
-    SessionConfig,
+    ChunkAction, ChunkOutcome, Event, FailKind, Prepared, Receiver, ReceiverIo, SendJob, Sender,
+    SenderIo, SessionConfig,
 };
 
 fn path() -> impl Strategy<Value = String> {
@@ -801,7 +801,7 @@ fn a_read_that_fails_on_a_changed_file_is_a_change() {
                 SenderIo::Read { file, index } => s.read_done(t0, file, index, Ok([0; 32])),
                 SenderIo::Confirm { file: 1 } => {
                     let result = if changed {
-                        Err("size 3000 -> 1500".into())
+                        Err((FailKind::Changed, "size 3000 -> 1500".into()))
                     } else {
                         Ok(())
                     };
@@ -882,7 +882,7 @@ fn read_until_the_check(s: &mut Sender<()>, now: Instant, id: crate::FileId) {
 /// announced (no `Commit`, no `Vouched`), only the receiver told to drop it.
 fn changed_while_read(s: &mut Sender<()>, now: Instant, id: crate::FileId) {
     assert_eq!(send_whole(s, now, id), vec![SenderIo::Confirm { file: id }]);
-    s.confirmed(now, id, Err("modified".into()));
+    s.confirmed(now, id, Err((FailKind::Changed, "modified".into())));
     let sent = drain(s, now);
     assert!(
         matches!(sent.as_slice(), [Message::FileError { id: i, .. }] if *i == id),
@@ -944,7 +944,11 @@ fn a_file_that_changed_while_read_is_offered_again_once_it_settled() {
         send_whole(&mut s, t2, id),
         vec![SenderIo::Confirm { file: id }]
     );
-    s.confirmed(t2, id, Err("grew from 4000 to 5000 bytes".into()));
+    s.confirmed(
+        t2,
+        id,
+        Err((FailKind::Changed, "grew from 4000 to 5000 bytes".into())),
+    );
     drain(&mut s, t2);
     s.handle_timeout(t2 + Duration::from_secs(1)).unwrap();
     assert_eq!(s.poll_io(), None, "not after 1 s this time");
@@ -962,7 +966,7 @@ fn a_file_that_changed_while_read_is_offered_again_once_it_settled() {
         send_whole(&mut s, t3, last),
         vec![SenderIo::Confirm { file: last }]
     );
-    s.confirmed(t3, last, Err("modified".into()));
+    s.confirmed(t3, last, Err((FailKind::Changed, "modified".into())));
     let sent = failed_then_bye(&mut s, t3, "it was not delivered (sent 3 times)");
     assert!(
         matches!(sent.first(), Some(Message::FileError { .. })),

@@ -50,7 +50,7 @@ pub const TABLE: &[(u8, &str)] = &[
     (REFUSED, "the node refused the token, this version of haul, or a push (--read-only)"),
     (UNREACHABLE, "the node could not be reached: refused, no route, no such host"),
     (PARTIAL, "some files failed; the others verified (rsync's partial transfer)"),
-    (VANISHED, "the only failures are source files that vanished after they were listed"),
+    (VANISHED, "the only failures are source files that vanished after they were listed or were deleted while read"),
     (TRANSFER_LIMIT, "--max-transfer was reached: no file was started after it; run again for the rest"),
     (DELETE_LIMIT, "--max-delete stopped the deletions: nothing was deleted"),
     (TIMEOUT, "a node stopped answering within --timeout"),

@@ -131,7 +131,8 @@ pub(crate) fn read_want(
     // Described by the version it sends (see `LocalFile::open`).
     let file = LocalFile::open(file)
         .map_err(|e| (ErrorCode::Io, format!("cannot read {path}: {e}")))?
-        .shown_as(path);
+        .shown_as(path)
+        .named(dir, last);
     let now = *file.identity();
     let entry = haul_proto::Entry {
         attrs: kept,

@@ -698,12 +698,14 @@ impl Driver {
     fn confirm(&mut self, file: FileId) {
         let Some(open) = self.files.get(&file).cloned() else {
             let e = format!("file {file} is not open");
-            self.session.confirmed(self.now, file, Err(e));
+            self.session
+                .confirmed(self.now, file, Err((haul_run::FailKind::Error, e)));
             return;
         };
         let result = match open.source.confirm() {
             Confirmation::Unchanged => Ok(()),
-            Confirmation::Changed(change) => Err(change),
+            Confirmation::Changed(change) => Err((haul_run::FailKind::Changed, change)),
+            Confirmation::Gone(how) => Err((haul_run::FailKind::Vanished, how)),
             Confirmation::Pending => {
                 if self.woken.insert(file) {
                     let tx = self.done_tx.clone();
@@ -714,7 +716,8 @@ impl Driver {
                 // Asked again: it may have settled meanwhile.
                 match open.source.confirm() {
                     Confirmation::Unchanged => Ok(()),
-                    Confirmation::Changed(change) => Err(change),
+                    Confirmation::Changed(change) => Err((haul_run::FailKind::Changed, change)),
+                    Confirmation::Gone(how) => Err((haul_run::FailKind::Vanished, how)),
                     Confirmation::Pending => {
                         // Asked again because it woke: what it waits for
                         // moved, so its deadline counts from now.

@@ -34,8 +34,14 @@ impl<S> Sender<S> {
     }
 
     /// The driver checked the source of `file` after its last read: the
-    /// version it opened (its hash goes out now), or how it changed.
-    pub fn confirmed(&mut self, now: Instant, file: FileId, result: Result<(), String>) {
+    /// version it opened (its hash goes out now), or how it changed —
+    /// [`FailKind::Changed`], or [`FailKind::Vanished`] when it was deleted.
+    pub fn confirmed(
+        &mut self,
+        now: Instant,
+        file: FileId,
+        result: Result<(), (FailKind, String)>,
+    ) {
         if self.overdue.remove(&file) {
             return;
         }
@@ -54,8 +60,8 @@ impl<S> Sender<S> {
             None => return,
         };
         let step = match (result, next) {
-            (Err(change), _) => {
-                self.changed(now, file, change);
+            (Err((kind, change)), _) => {
+                self.changed(now, file, kind, change);
                 Ok(())
             }
             (Ok(()), Confirmed::Commit(root)) => {
@@ -83,8 +89,10 @@ impl<S> Sender<S> {
     }
 
     /// A file changed while it was read. What the receiver got of it is
-    /// dropped; a whole pushed file is offered again once it settled.
-    pub(super) fn changed(&mut self, now: Instant, id: FileId, change: String) {
+    /// dropped; a whole pushed file is offered again once it settled. One
+    /// deleted meanwhile ([`FailKind::Vanished`]) fails at once: there is
+    /// nothing left to send again.
+    pub(super) fn changed(&mut self, now: Instant, id: FileId, kind: FailKind, change: String) {
         let (settle, max) = (self.cfg.settle, self.cfg.changed_retries);
         let push = self.feed == Feed::Push;
         let Some(f) = self.flights.get_mut(&id) else {
@@ -92,6 +100,10 @@ impl<S> Sender<S> {
         };
         let Some(job) = &f.job else { return };
         let whole = job.group.is_none() && job.first == 0 && job.end == job.entry.chunk_count();
+        if kind == FailKind::Vanished {
+            let message = format!("{change} while it was being sent; it was not delivered");
+            return self.fail_local_as(id, message, FailKind::Vanished);
+        }
         if !(push && whole) || f.changes >= max {
             let tries = if f.changes > 0 {
                 format!(" (sent {} times)", f.changes + 1)

@@ -759,3 +759,81 @@ fn changing_matrix_node_pull() {
 fn changing_matrix_fan_out() {
     each_case(fan_out_case);
 }
+
+/// A file deleted while it is sent is not delivered, and counts as
+/// vanished (rsync's exit 24), not as changed (41): for a node serving a
+/// pull, which never sends again, and for a push and a local copy, which
+/// would (there is nothing left to send).
+#[test]
+fn a_file_deleted_while_it_is_sent_is_not_delivered_and_vanished() {
+    std::thread::scope(|scope| {
+        for verb in ["node pull", "push", "pull"] {
+            scope.spawn(move || deleted_case(verb));
+        }
+    });
+}
+
+fn deleted_case(verb: &str) {
+    let s = Scratch::new();
+    let served = verb == "node pull";
+    let path = if served {
+        s.path("node/out/f.bin")
+    } else {
+        s.path("src/f.bin")
+    };
+    write_file(&path, LEN, 9);
+    let receiver = if served { s.path("here") } else { s.path("to") };
+    std::fs::create_dir_all(&receiver).expect("mkdir");
+    let node = match verb {
+        "node pull" => Some(Node::start(
+            &s.path("node"),
+            &s.path("config"),
+            &["--token", "t"],
+        )),
+        "push" => Some(Node::start(&receiver, &s.path("config"), &["--token", "t"])),
+        _ => None,
+    };
+    let (dest, run_it): (PathBuf, Box<dyn FnOnce() -> Output + Send>) = match (verb, &node) {
+        ("node pull", Some(node)) => {
+            let mut c = haul(&s.path("config"));
+            c.args(["pull", "--json", "--bwlimit", RATE, "--token", "t"])
+                .arg(node.url("out/f.bin"))
+                .arg(format!("{}/", receiver.display()));
+            (receiver.join("f.bin"), Box::new(move || run(c, T)))
+        }
+        ("push", Some(node)) => {
+            let (config, url) = (s.path("config"), node.url("in/"));
+            let path = path.clone();
+            let dest = receiver.join("in/f.bin");
+            (dest, Box::new(move || send(&config, "push", &path, &url)))
+        }
+        _ => {
+            let (config, to) = (s.path("config"), format!("{}/", receiver.display()));
+            let path = path.clone();
+            (
+                receiver.join("f.bin"),
+                Box::new(move || send(&config, "pull", &path, &to)),
+            )
+        }
+    };
+    let (out, hit) = while_it_changes(
+        Moment::BetweenChunks,
+        std::slice::from_ref(&receiver),
+        || std::fs::remove_file(&path).expect("rm"),
+        run_it,
+    );
+    assert!(
+        hit,
+        "{verb}: the file was deleted while it was sent: {}",
+        said(&out)
+    );
+    assert_eq!(out.status.code(), Some(24), "{verb}: {}", said(&out));
+    let sum = summary(&out);
+    assert_eq!(sum["failures"][0]["kind"], "vanished", "{verb}: {sum}");
+    let text = said(&out);
+    assert!(
+        text.contains("deleted") && text.contains("not delivered"),
+        "{verb}: the message says the file was deleted and not delivered: {text}"
+    );
+    assert!(!dest.exists(), "{verb}: nothing under the final name");
+}
