@@ -13,7 +13,8 @@ need=()
 # promtool to check the daemon's /metrics, and rsync, whose results on the
 # same trees are the reference for type changes, and chattr, which makes a
 # removal fail even for root, and getfattr/setfacl, which make and read
-# back the xattrs and ACLs that -X and -A keep, and systemd-analyze, which
+# back the xattrs and ACLs that -X and -A keep, and setcap, which gives a
+# file the capability `chown` clears, and systemd-analyze, which
 # checks the systemd units in packaging/, and Debian's chromium with
 # chromium-driver, the real browser the console's tests drive, and
 # logrotate, which the package's check runs on its rule, and strace, which
@@ -22,7 +23,7 @@ for pair in ip:iproute2 nft:nftables \
   /usr/sbin/vsftpd:vsftpd /usr/sbin/sshd:openssh-server /usr/sbin/nginx:nginx-light \
   ssh-keygen:openssh-client openssl:openssl python3:python3 \
   man:man-db script:bsdutils promtool:prometheus rsync:rsync chattr:e2fsprogs \
-  getfattr:attr setfacl:acl systemd-analyze:systemd \
+  getfattr:attr setfacl:acl setcap:libcap2-bin systemd-analyze:systemd \
   chromium:chromium chromedriver:chromium-driver logrotate:logrotate strace:strace; do
   cmd=${pair%%:*} pkg=${pair#*:}
   command -v "$cmd" >/dev/null 2>&1 || [ -x "$cmd" ] || need+=("$pkg")

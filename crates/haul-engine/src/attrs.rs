@@ -106,6 +106,9 @@ impl AttrReader {
             id,
             name: self.name(id, group),
         };
+        // Whether the list holds every attribute kept (none past the
+        // limit left out): a receiver then removes what the source lacks.
+        let mut whole = true;
         let xattrs = if self.keep.xattrs || self.keep.acls {
             let mut list = Vec::new();
             let mut bytes = 0;
@@ -113,10 +116,15 @@ impl AttrReader {
                 let Ok(name) = String::from_utf8(name) else {
                     continue;
                 };
-                if kept(&name, self.keep) && list.len() < MAX_XATTRS {
-                    bytes += name.len() + value.len();
-                    list.push(Xattr { name, value });
+                if !kept(&name, self.keep) {
+                    continue;
                 }
+                if list.len() == MAX_XATTRS {
+                    whole = false;
+                    continue;
+                }
+                bytes += name.len() + value.len();
+                list.push(Xattr { name, value });
             }
             // An entry travels in one frame (at most 4 MiB).
             if bytes > MAX_XATTR_BYTES {
@@ -135,6 +143,8 @@ impl AttrReader {
             xattrs,
             sparse: self.keep.sparse && meta.is_file(),
             linked: false,
+            all_xattrs: self.keep.xattrs && whole,
+            all_acls: self.keep.acls && whole,
         })))
     }
 }
@@ -199,6 +209,21 @@ pub struct AttrWriter {
     groups: Mutex<HashMap<String, Option<u32>>>,
     said_owners: AtomicBool,
     said_privileged: AtomicBool,
+    said_unsupported: AtomicBool,
+}
+
+/// How a file already in place differs from an entry in its extended
+/// attributes: what to set and what to remove.
+#[derive(Debug, Default)]
+struct XattrChanges<'a> {
+    set: Vec<&'a Xattr>,
+    remove: Vec<Vec<u8>>,
+}
+
+impl XattrChanges<'_> {
+    fn is_empty(&self) -> bool {
+        self.set.is_empty() && self.remove.is_empty()
+    }
 }
 
 impl AttrWriter {
@@ -286,13 +311,14 @@ impl AttrWriter {
     }
 
     /// For a file already up to date at `name` in `dir` (found as `st`):
-    /// brings its owner and group in line with the entry's, as rsync does,
-    /// through a descriptor of that very file and only while it is still
-    /// the file checked with no other links (they may be outside the root);
-    /// the set-id bits `chown` clears are set again. False when they
-    /// differ and could not be set (the file is then sent again and
-    /// renamed over).
-    pub fn fix_owner(
+    /// brings its owner and group, and its extended attributes and ACLs,
+    /// in line with the entry's, as rsync does: through a descriptor of
+    /// that very file and only while it is still the file checked with no
+    /// other links (they may be outside the root). The set-id bits and
+    /// `security.capability` that `chown` clears are set again. False when
+    /// something differs and could not be set (the file is then sent again
+    /// and renamed over).
+    pub fn refresh(
         &self,
         dir: &Dir,
         name: &std::ffi::OsStr,
@@ -303,15 +329,118 @@ impl AttrWriter {
             return true;
         };
         let (uid, gid) = self.owners_of(attrs);
-        if uid.is_none_or(|u| u == st.uid) && gid.is_none_or(|g| g == st.gid) {
+        let chown = !(uid.is_none_or(|u| u == st.uid) && gid.is_none_or(|g| g == st.gid));
+        let changes = match (&attrs.xattrs, dir.xattrs_of(name)) {
+            (None, _) => XattrChanges::default(),
+            (Some(_), Ok(have)) => self.xattr_changes(attrs, &have),
+            (Some(_), Err(_)) => return false,
+        };
+        if !chown && changes.is_empty() {
             return true;
         }
         let same = |m: &Meta| m.nlink == 1 && (m.dev, m.ino, m.size) == (st.dev, st.ino, st.size);
-        if !dir.chown_file_if(name, uid, gid, same).unwrap_or(false) {
+        let Ok(Some(file)) = dir.regular_file_if(name, same) else {
+            return false;
+        };
+        let changes = if chown {
+            if file.set_owner(uid, gid).is_err() {
+                return false;
+            }
+            let mode = self.mode_of(entry);
+            if mode & 0o6000 != 0 && file.set_mode(mode).is_err() {
+                return false;
+            }
+            // `chown` took `security.capability` away: looked at again.
+            match (&attrs.xattrs, file.xattrs()) {
+                (None, _) => XattrChanges::default(),
+                (Some(_), Ok(have)) => self.xattr_changes(attrs, &have),
+                (Some(_), Err(_)) => return false,
+            }
+        } else {
+            changes
+        };
+        let done = changes
+            .set
+            .iter()
+            .try_for_each(|x| file.set_xattr(x.name.as_bytes(), &x.value))
+            .and_then(|()| changes.remove.iter().try_for_each(|n| file.remove_xattr(n)));
+        self.unsupported_is_said(done).is_ok()
+    }
+
+    /// Whether this receiver takes the attribute `name` a peer sent: never
+    /// the hash cache's record (records are made here, by whoever hashed
+    /// the file), only what it asked for, and `trusted.*`/`security.*`
+    /// only where owners are taken (else said once).
+    fn takes(&self, name: &str) -> bool {
+        if name == crate::hash_cache::XATTR || self.policy.asked.is_some_and(|k| !kept(name, k)) {
             return false;
         }
-        let mode = self.mode_of(entry);
-        mode & 0o6000 == 0 || dir.chmod_file_if(name, mode, same).unwrap_or(false)
+        let privileged = !(name.starts_with("user.") || ACLS.contains(&name));
+        if privileged && !self.policy.owners {
+            self.say_once(&self.said_privileged, "trusted.* and security.* attributes");
+            return false;
+        }
+        true
+    }
+
+    /// Whether the attribute `name` found here is one `attrs` speaks for:
+    /// of a kind the source listed whole and this receiver takes, so that
+    /// the source lacking it means it goes.
+    fn speaks_for(&self, attrs: &Attrs, name: &str) -> bool {
+        let asked = self.policy.asked.unwrap_or(Keep {
+            xattrs: true,
+            acls: true,
+            ..Keep::default()
+        });
+        let listed = Keep {
+            xattrs: attrs.all_xattrs && asked.xattrs,
+            acls: attrs.all_acls && asked.acls,
+            ..Keep::default()
+        };
+        let privileged = !(name.starts_with("user.") || ACLS.contains(&name));
+        kept(name, listed) && (!privileged || self.policy.owners)
+    }
+
+    /// What differs between the attributes a file here has (`have`) and
+    /// those `attrs` carries, as far as this receiver takes them.
+    fn xattr_changes<'a>(&self, attrs: &'a Attrs, have: &Xattrs) -> XattrChanges<'a> {
+        let Some(want) = &attrs.xattrs else {
+            return XattrChanges::default();
+        };
+        let set = want
+            .iter()
+            .filter(|x| self.takes(&x.name))
+            .filter(|x| {
+                !have
+                    .iter()
+                    .any(|(n, v)| n == x.name.as_bytes() && *v == x.value)
+            })
+            .collect();
+        let remove = have
+            .iter()
+            .filter(|(n, _)| {
+                std::str::from_utf8(n)
+                    .is_ok_and(|n| self.speaks_for(attrs, n) && !want.iter().any(|x| x.name == n))
+            })
+            .map(|(n, _)| n.clone())
+            .collect();
+        XattrChanges { set, remove }
+    }
+
+    /// A filesystem that keeps no extended attributes (or no ACLs) is said
+    /// once, not failed: rsync warns and keeps the file too.
+    fn unsupported_is_said(&self, result: io::Result<()>) -> io::Result<()> {
+        match result {
+            Err(e) if e.raw_os_error() == Some(libc::EOPNOTSUPP) => {
+                if !self.said_unsupported.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(
+                        "extended attributes or ACLs not kept: the destination's filesystem does not support them ({e})"
+                    );
+                }
+                Ok(())
+            }
+            other => other,
+        }
     }
 
     /// Applies `attrs` to `target`: the owner and group first (a `chmod`
@@ -337,24 +466,27 @@ impl AttrWriter {
         let Some(xattrs) = &attrs.xattrs else {
             return Ok(());
         };
-        for x in xattrs {
-            // A peer's hash-cache record is never set: records are made
-            // here, by whoever hashed the file.
-            if x.name == crate::hash_cache::XATTR
-                || self.policy.asked.is_some_and(|k| !kept(&x.name, k))
-            {
-                continue;
-            }
-            let privileged = !(x.name.starts_with("user.") || ACLS.contains(&x.name.as_str()));
-            if privileged && !self.policy.owners {
-                self.say_once(&self.said_privileged, "trusted.* and security.* attributes");
-                continue;
-            }
-            match target {
-                Target::File(f) => haul_root::file_set_xattr(f, x.name.as_bytes(), &x.value)?,
-                Target::Dir(d) => d.set_own_xattr(x.name.as_bytes(), &x.value)?,
-                // A symlink's attributes are not set (see haul_root).
-                Target::Link(..) => {}
+        let set = |x: &Xattr| match target {
+            Target::File(f) => haul_root::file_set_xattr(f, x.name.as_bytes(), &x.value),
+            Target::Dir(d) => d.set_own_xattr(x.name.as_bytes(), &x.value),
+            // A symlink's attributes are not set (see haul_root).
+            Target::Link(..) => Ok(()),
+        };
+        let done = xattrs
+            .iter()
+            .filter(|x| self.takes(&x.name))
+            .try_for_each(set);
+        self.unsupported_is_said(done)?;
+        // A directory already there loses what the source lacks (a file
+        // here is new: staged with nothing but what was just set).
+        if let Target::Dir(d) = target {
+            if attrs.all_xattrs || attrs.all_acls {
+                let changes = self.xattr_changes(attrs, &d.own_xattrs()?);
+                let done = changes
+                    .remove
+                    .iter()
+                    .try_for_each(|n| d.remove_own_xattr(n));
+                self.unsupported_is_said(done)?;
             }
         }
         Ok(())
@@ -405,8 +537,7 @@ mod tests {
                     name: "user.unasked".into(),
                     value: b"v".to_vec(),
                 }]),
-                sparse: false,
-                linked: false,
+                ..Attrs::default()
             })),
         }
     }

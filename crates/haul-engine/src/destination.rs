@@ -344,7 +344,11 @@ impl Destination {
         if let Ok(mut meta) = self.pending_dirs.lock() {
             meta.pending.push(PendingDir {
                 rel: entry.path.clone(),
-                mode: entry.mode & 0o1777,
+                // A directory's set-group-id bit (new files there take its
+                // group) is kept, as `rsync -p` keeps it: it gives no
+                // privilege, and the kernel clears it for a receiver that
+                // is not in the directory's group.
+                mode: entry.mode & 0o3777,
                 mtime: (entry.mtime_sec, entry.mtime_nsec.min(999_999_999)),
                 id: held.id,
             });
@@ -468,7 +472,8 @@ impl Destination {
 
     /// [`up_to_date`], and a file found the same first gets the entry's
     /// owner and group (`-o -g`, as rsync fixes them) where this receiver
-    /// takes owners, then its mode (set-id bits only with them).
+    /// takes owners, and its extended attributes and ACLs (`-X -A`), then
+    /// its mode (set-id bits only with the owner and group).
     fn up_to_date(
         &self,
         found: Option<&Meta>,
@@ -480,7 +485,7 @@ impl Destination {
         let owned = found.is_none_or(|st| {
             rule.ignore_existing
                 || !same_file(st, entry)
-                || writer.fix_owner(&place.dir, place.name.as_ref(), st, entry)
+                || writer.refresh(&place.dir, place.name.as_ref(), st, entry)
         });
         let mode = writer.mode_of(entry);
         owned && up_to_date(found, place, entry, self.sync_modes(), rule, mode)

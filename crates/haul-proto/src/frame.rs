@@ -760,7 +760,7 @@ impl Writer<'_> {
         self.attrs(e.attrs.as_deref());
     }
     /// Version 11: a flag byte (bit 0 owner, 1 group, 2 xattrs, 3 sparse, 4
-    /// linked), then each
+    /// linked; version 18: 5 all xattrs, 6 all ACLs), then each
     /// part present: a principal is `u32 id | str name`; xattrs are
     /// `u16 count | (str name | u32 len | value)*`.
     fn attrs(&mut self, a: Option<&Attrs>) {
@@ -772,7 +772,9 @@ impl Writer<'_> {
             | (u8::from(a.group.is_some()) << 1)
             | (u8::from(a.xattrs.is_some()) << 2)
             | (u8::from(a.sparse) << 3)
-            | (u8::from(a.linked) << 4);
+            | (u8::from(a.linked) << 4)
+            | (u8::from(a.all_xattrs) << 5)
+            | (u8::from(a.all_acls) << 6);
         self.u8(flags);
         for p in [&a.owner, &a.group].into_iter().flatten() {
             self.u32(p.id);
@@ -949,7 +951,7 @@ impl<'a> Reader<'a> {
         if flags == 0 {
             return Ok(None);
         }
-        if flags > 31 {
+        if flags > 127 {
             return Err(DecodeError::Malformed(self.name));
         }
         let owner = if flags & 1 != 0 {
@@ -991,6 +993,8 @@ impl<'a> Reader<'a> {
             xattrs,
             sparse: flags & 8 != 0,
             linked: flags & 16 != 0,
+            all_xattrs: flags & 32 != 0,
+            all_acls: flags & 64 != 0,
         })))
     }
 }

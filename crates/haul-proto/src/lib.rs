@@ -115,7 +115,10 @@
 //! `security.*` only where owners are allowed. What it left out is said
 //! once in the `Done` of the first entry it touched (`ok` with a message).
 //! In a fan-out the entry's seal covers all of it, so no relay can change an
-//! owner on the way.
+//! owner on the way. Bit 3 marks a sparse file (`-S`), bit 4 a first name
+//! of hard links (`-H`, v13); v18: bit 5 says the attributes list every one
+//! `-X` keeps, bit 6 every ACL (`-A`) — a receiver bringing a file already
+//! up to date in line removes the others of those kinds, as rsync does.
 //!
 //! ## Compressed chunks (v11, `-z`)
 //! A `Chunk` header's flag byte (after the digest) has bit 0 for a seal and

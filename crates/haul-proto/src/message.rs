@@ -56,7 +56,11 @@
 /// client remembers of the path (or `--rate-hint`): a fetching node's QUIC
 /// controller starts at it, and a pushed-to node opens its QUIC receive
 /// window for it at once; 0 for none.
-pub const PROTOCOL_VERSION: u16 = 17;
+/// Version 18: [`Attrs::all_xattrs`] and [`Attrs::all_acls`] (bits 5 and 6
+/// of an entry's attribute flags): a receiver brings the attributes and
+/// ACLs of a file already up to date in line with the source's, removing
+/// those the source lacks.
+pub const PROTOCOL_VERSION: u16 = 18;
 
 /// Which metadata beyond mode, mtime and symlinks a transfer keeps:
 /// rsync's `-o`, `-g`, `-X` and `-A` (and `--numeric-ids`). A sender puts
@@ -160,6 +164,14 @@ pub struct Attrs {
     /// `-H` (version 13): the listing names this file again later, as
     /// [`EntryKind::HardLink`]s to this entry's path (a first name).
     pub linked: bool,
+    /// Version 18: `xattrs` lists every attribute `-X` keeps that the
+    /// source has (none was left out): a receiver bringing a file already
+    /// there in line removes the others of those namespaces, as rsync
+    /// `-X` does.
+    pub all_xattrs: bool,
+    /// Version 18: as `all_xattrs`, for the ACLs (`-A`): an ACL the source
+    /// has none of is removed at the receiver.
+    pub all_acls: bool,
 }
 
 /// Which files already at the destination are left as they are, as

@@ -21,7 +21,7 @@ use std::os::fd::AsFd;
 
 use rustix::fs::{AtFlags, Gid, Mode, OFlags, Uid, XattrFlags, CWD};
 
-use crate::dir::{errno, name_of, proc_fd};
+use crate::dir::{errno, name_of, proc_fd, ProcLink};
 use crate::Dir;
 
 /// Extended attributes of one file: (name, value), in the order the
@@ -157,7 +157,67 @@ fn read_at_path(path: &str) -> io::Result<Xattrs> {
     )
 }
 
+/// A file already in place, held by [`Dir::regular_file_if`]: its owner,
+/// mode and attributes changed through that very inode.
+impl ProcLink {
+    /// Its extended attributes.
+    pub fn xattrs(&self) -> io::Result<Xattrs> {
+        read_at_path(self.as_str())
+    }
+
+    /// Sets its extended attribute `name`.
+    pub fn set_xattr(&self, name: &[u8], value: &[u8]) -> io::Result<()> {
+        rustix::fs::setxattr(self.as_str(), name, value, XattrFlags::empty()).map_err(errno)
+    }
+
+    /// Removes its extended attribute `name` (none there is fine).
+    pub fn remove_xattr(&self, name: &[u8]) -> io::Result<()> {
+        match rustix::fs::removexattr(self.as_str(), name) {
+            Ok(()) | Err(rustix::io::Errno::NODATA) => Ok(()),
+            Err(e) => Err(errno(e)),
+        }
+    }
+
+    /// Sets its owner and group; `None` leaves one as it is.
+    pub fn set_owner(&self, uid: Option<u32>, gid: Option<u32>) -> io::Result<()> {
+        rustix::fs::chownat(
+            CWD,
+            self.as_str(),
+            uid.map(Uid::from_raw),
+            gid.map(Gid::from_raw),
+            AtFlags::empty(),
+        )
+        .map_err(errno)
+    }
+
+    /// Sets its permission bits.
+    pub fn set_mode(&self, mode: u32) -> io::Result<()> {
+        rustix::fs::chmodat(
+            CWD,
+            self.as_str(),
+            Mode::from_raw_mode(mode),
+            AtFlags::empty(),
+        )
+        .map_err(errno)
+    }
+}
+
+/// Removes extended attribute `name` of a held directory (none there is
+/// fine).
+fn remove_at_path(path: &str, name: &[u8]) -> io::Result<()> {
+    match rustix::fs::removexattr(path, name) {
+        Ok(()) | Err(rustix::io::Errno::NODATA) => Ok(()),
+        Err(e) => Err(errno(e)),
+    }
+}
+
 impl Dir {
+    /// Removes extended attribute `name` of this directory itself (none
+    /// there is fine).
+    pub fn remove_own_xattr(&self, name: &[u8]) -> io::Result<()> {
+        remove_at_path(&proc_fd(self.fd()), name)
+    }
+
     /// The extended attributes of the file or directory `name` here (none
     /// for a symlink: it is not followed).
     pub fn xattrs_of(&self, name: impl AsRef<OsStr>) -> io::Result<Xattrs> {
@@ -204,30 +264,6 @@ impl Dir {
             AtFlags::SYMLINK_NOFOLLOW,
         )
         .map_err(errno)
-    }
-
-    /// Sets the owner and group of the regular file `name` — through an
-    /// `O_PATH` descriptor of that very file, never through a symlink — if
-    /// `allow` accepts what it is. Returns whether it was set.
-    pub fn chown_file_if(
-        &self,
-        name: impl AsRef<OsStr>,
-        uid: Option<u32>,
-        gid: Option<u32>,
-        allow: impl FnOnce(&crate::Meta) -> bool,
-    ) -> io::Result<bool> {
-        let Some(file) = self.regular_file_if(name.as_ref(), allow)? else {
-            return Ok(false);
-        };
-        rustix::fs::chownat(
-            CWD,
-            file.as_str(),
-            uid.map(Uid::from_raw),
-            gid.map(Gid::from_raw),
-            AtFlags::empty(),
-        )
-        .map_err(errno)?;
-        Ok(true)
     }
 
     /// Sets this directory's own owner and group.

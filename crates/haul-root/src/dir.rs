@@ -123,8 +123,9 @@ pub(crate) fn proc_fd(fd: BorrowedFd<'_>) -> String {
 }
 
 /// An `O_PATH` descriptor held open with its `/proc/self/fd` link, which
-/// names that very inode for calls that take no descriptor.
-pub(crate) struct ProcLink {
+/// names that very inode for calls that take no descriptor (its owner,
+/// mode and extended attributes: see `attrs`).
+pub struct ProcLink {
     _fd: OwnedFd,
     link: String,
 }
@@ -447,7 +448,7 @@ impl Dir {
     /// The `/proc` link of the regular file `name` here — opened with
     /// `O_PATH | O_NOFOLLOW`, so never a symlink's target — when `allow`
     /// accepts what it is; the descriptor stays open with the link.
-    pub(crate) fn regular_file_if(
+    pub fn regular_file_if(
         &self,
         name: &OsStr,
         allow: impl FnOnce(&Meta) -> bool,

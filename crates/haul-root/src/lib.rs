@@ -54,7 +54,7 @@ pub use attrs::{
     file_get_xattr, file_remove_xattr, file_set_owner, file_set_xattr, file_xattrs,
     write_sparse_at, Xattrs,
 };
-pub use dir::{Dir, Meta};
+pub use dir::{Dir, Meta, ProcLink};
 pub use identity::FileIdentity;
 use rustix::fs::{Mode, OFlags, ResolveFlags};
 

@@ -223,8 +223,7 @@ fn attributes_from_a_peer_are_bounded_before_anything_is_kept() {
         owner: None,
         group: None,
         xattrs: Some(xattrs),
-        sparse: false,
-        linked: false,
+        ..Default::default()
     };
     // The largest value Linux takes goes through; one byte more is refused.
     let ok = listing_with(attrs(vec![xattr("user.a", crate::MAX_XATTR_VALUE)]));
@@ -245,10 +244,7 @@ fn attributes_from_a_peer_are_bounded_before_anything_is_kept() {
             id: 0,
             name: name.into(),
         }),
-        group: None,
-        xattrs: None,
-        sparse: false,
-        linked: false,
+        ..Default::default()
     };
     for name in ["a/b", "a:b", "a\0"] {
         let bad = listing_with(owner(name));
@@ -258,7 +254,7 @@ fn attributes_from_a_peer_are_bounded_before_anything_is_kept() {
     let mut unknown = listing_with(owner("root"));
     let at = unknown.len() - (4 + 4 + 4) - 1;
     assert_eq!(unknown[at], 1);
-    unknown[at] = 33;
+    unknown[at] = 129;
     assert_eq!(
         decode_frame(&unknown),
         Err(DecodeError::Malformed("Listing"))
@@ -410,20 +406,27 @@ fn arb_attrs() -> impl Strategy<Value = Option<Box<crate::Attrs>>> {
             proptest::option::of(proptest::collection::vec(xattr, 0..4)),
             any::<bool>(),
             any::<bool>(),
+            any::<(bool, bool)>(),
         )
-            .prop_filter("not empty", |(o, g, x, s, l)| o.is_some()
+            .prop_filter("not empty", |(o, g, x, s, l, (ax, aa))| o.is_some()
                 || g.is_some()
                 || x.is_some()
                 || *s
-                || *l)
+                || *l
+                || *ax
+                || *aa)
             .prop_map(
-                |(owner, group, xattrs, sparse, linked)| Some(Box::new(crate::Attrs {
-                    owner,
-                    group,
-                    xattrs,
-                    sparse,
-                    linked
-                }))
+                |(owner, group, xattrs, sparse, linked, (all_xattrs, all_acls))| {
+                    Some(Box::new(crate::Attrs {
+                        owner,
+                        group,
+                        xattrs,
+                        sparse,
+                        linked,
+                        all_xattrs,
+                        all_acls,
+                    }))
+                }
             ),
     ]
 }

@@ -20,14 +20,16 @@ fn sh(cmd: &str) {
 }
 
 /// A tree with something of each kind: owners by name and by number only,
-/// a setuid file, a multi-chunk file (staged apart from its directory), a
-/// symlink with an owner of its own, user and trusted attributes on files
-/// and directories, an access ACL and a default ACL.
+/// a setuid file, a file with a capability (which `chown` clears), a
+/// multi-chunk file (staged apart from its directory), a symlink with an
+/// owner of its own, user and trusted attributes on files and directories,
+/// an access ACL, and a set-group-id directory with a default ACL.
 fn tree(src: &Path) {
     write_file(&src.join("d/named"), 100, 1);
     write_file(&src.join("d/numbered"), 5 << 20, 2);
     write_file(&src.join("acl.txt"), 10, 3);
     write_file(&src.join("plain"), 10, 4);
+    write_file(&src.join("tool"), 10, 5);
     std::fs::create_dir_all(src.join("shared")).unwrap();
     let s = src.display();
     sh(&format!(
@@ -37,12 +39,16 @@ fn tree(src: &Path) {
          chown 4321:5432 d/numbered
          chmod 4755 d/numbered
          chown 4321:daemon d
+         chown 4321:5432 tool
+         chmod 0755 tool
+         setcap cap_net_raw+ep tool
          ln -s d/named link
          chown -h 4321:5432 link
          setfattr -n user.sst.granule -v 20261205 d/named
          setfattr -n trusted.haul.test -v secret d/named
          setfattr -n user.dir.note -v kept d
          setfacl -m u:4321:rw-,g:daemon:r-- acl.txt
+         chmod 2775 shared
          setfacl -d -m u:4321:rwx shared"
     ));
 }
@@ -114,6 +120,8 @@ fn rsync_reference(s: &Scratch, src: &Path) -> Vec<String> {
         "d/numbered f 4321:5432 4755",
         "link l 4321:5432 0",
         "trusted.haul.test",
+        "shared d 0:0 2775",
+        "tool security.capability",
     ] {
         assert!(want.iter().any(|l| l.contains(must)), "{must}: {want:#?}");
     }
@@ -197,8 +205,11 @@ fn a_x_a_keep_what_rsync_keeps_for_copies_pushes_pulls_and_fan_out() {
         "fan-out, second node"
     );
 
-    // Files already there with the right data get their owners fixed, as
-    // rsync fixes them: a push without -a first, then with it.
+    // Files already there with the right data get their owners, attributes
+    // and ACLs brought in line, as rsync does, and lose those the source
+    // lacks: a push without -a -X -A first, attributes added there, then
+    // a push with them. (A capability, which the owner's change clears, is
+    // set again.)
     ok(&client(
         &s,
         &["push", "-r", "--token", "t", &from, &keeper.url("again")],
@@ -208,15 +219,71 @@ fn a_x_a_keep_what_rsync_keeps_for_copies_pushes_pulls_and_fan_out() {
         plain.iter().any(|l| l.starts_with("d/named f 0:0 ")),
         "{plain:#?}"
     );
+    let again = s.path("keeper/again").display().to_string();
+    sh(&format!(
+        "cd {again}
+         setfattr -n user.extra -v gone plain
+         setfattr -n trusted.extra -v gone d/named
+         setfattr -n user.sst.granule -v old d/named
+         setfacl -m u:4321:r-- plain
+         setfattr -n user.extra -v gone d"
+    ));
     ok(&client(
         &s,
-        &["push", "-a", "--token", "t", &from, &keeper.url("again")],
+        &["push", "-aXA", "--token", "t", &from, &keeper.url("again")],
     ));
-    let fixed = snapshot(&s.path("keeper/again"));
-    assert!(
-        fixed.iter().any(|l| l.starts_with("d/named f 1:1 640")),
-        "{fixed:#?}"
+    assert_eq!(
+        snapshot(&s.path("keeper/again")),
+        want,
+        "refreshed in place"
     );
+}
+
+/// On a filesystem that keeps no extended attributes (ramfs), `-X -A`
+/// copies the files and says once what it could not keep, as rsync warns.
+#[test]
+#[cfg_attr(
+    not(feature = "root-tests"),
+    ignore = "needs root: run as root with --features root-tests (scripts/test.sh does)"
+)]
+fn a_filesystem_without_attributes_gets_the_files_and_one_line() {
+    assert_root("mounting ramfs");
+    let s = Scratch::new();
+    let src = s.path("src");
+    tree(&src);
+    let mnt = s.path("ramfs");
+    std::fs::create_dir_all(&mnt).unwrap();
+    sh(&format!("mount -t ramfs haul-test {}", mnt.display()));
+    struct Unmount(std::path::PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let _unmount = Unmount(mnt.clone());
+    let dest = mnt.join("dest");
+    let out = client(
+        &s,
+        &[
+            "pull",
+            "-aXA",
+            &format!("{}/", src.display()),
+            dest.to_str().unwrap(),
+        ],
+    );
+    ok(&out);
+    assert_eq!(b3(&dest.join("d/numbered")), b3(&src.join("d/numbered")));
+    let m = std::fs::metadata(dest.join("d/numbered")).unwrap();
+    assert_eq!(
+        (m.uid(), m.gid(), m.permissions().mode() & 0o7777),
+        (4321, 5432, 0o4755)
+    );
+    let text = said(&out);
+    let lines = text
+        .lines()
+        .filter(|l| l.contains("extended attributes or ACLs not kept"))
+        .count();
+    assert_eq!(lines, 1, "{text}");
 }
 
 #[test]
