@@ -29,6 +29,17 @@ const MAX_XATTR_BYTES: usize = 1 << 20;
 /// The attributes ACLs are stored as.
 const ACLS: [&str; 2] = ["system.posix_acl_access", "system.posix_acl_default"];
 
+/// What `-X -A` keep: what a node, which asks nothing, takes at most.
+const ALL_XATTRS: Keep = Keep {
+    owner: false,
+    group: false,
+    xattrs: true,
+    acls: true,
+    numeric_ids: false,
+    sparse: false,
+    hard_links: false,
+};
+
 /// Whether `-X` (`xattrs`) or `-A` (`acls`) keeps the attribute `name`.
 /// SELinux labels are left out: they belong to the receiving system's policy.
 fn kept(name: &str, keep: Keep) -> bool {
@@ -310,6 +321,15 @@ impl AttrWriter {
         entry.mode & mask
     }
 
+    /// The permission bits of directory `entry` here: with its
+    /// set-group-id bit (new files in it take its group: no privilege), as
+    /// `rsync -p` keeps it — except on a node that takes no owners, which
+    /// takes no peer's set-id bit at all (see [`AttrWriter::mode_of`]).
+    pub fn dir_mode(&self, entry: &haul_proto::Entry) -> u32 {
+        let setgid = self.policy.owners || self.policy.asked.is_some();
+        entry.mode & (0o1777 | if setgid { 0o2000 } else { 0 })
+    }
+
     /// For a file already up to date at `name` in `dir` (found as `st`):
     /// brings its owner and group, and its extended attributes and ACLs,
     /// in line with the entry's, as rsync does: through a descriptor of
@@ -342,7 +362,7 @@ impl AttrWriter {
         let Ok(Some(file)) = dir.regular_file_if(name, same) else {
             return false;
         };
-        let changes = if chown {
+        if chown {
             if file.set_owner(uid, gid).is_err() {
                 return false;
             }
@@ -350,21 +370,46 @@ impl AttrWriter {
             if mode & 0o6000 != 0 && file.set_mode(mode).is_err() {
                 return false;
             }
-            // `chown` took `security.capability` away: looked at again.
-            match (&attrs.xattrs, file.xattrs()) {
-                (None, _) => XattrChanges::default(),
-                (Some(_), Ok(have)) => self.xattr_changes(attrs, &have),
-                (Some(_), Err(_)) => return false,
-            }
-        } else {
-            changes
+        }
+        // Looked at again through the file checked (and `chown` took
+        // `security.capability` away).
+        let changes = match (&attrs.xattrs, file.xattrs()) {
+            (None, _) => XattrChanges::default(),
+            (Some(_), Ok(have)) => self.xattr_changes(attrs, &have),
+            (Some(_), Err(_)) => return false,
         };
-        let done = changes
+        self.make(
+            &changes,
+            |x| file.set_xattr(x.name.as_bytes(), &x.value),
+            |n| file.remove_xattr(n),
+        )
+        .is_ok()
+    }
+
+    /// Makes `changes` with `set` and `remove`, each attribute on its own:
+    /// one the filesystem does not support is said once and skipped (the
+    /// others are still made); the first other error is returned, once
+    /// every change was tried.
+    fn make(
+        &self,
+        changes: &XattrChanges<'_>,
+        set: impl Fn(&Xattr) -> io::Result<()>,
+        remove: impl Fn(&[u8]) -> io::Result<()>,
+    ) -> io::Result<()> {
+        let mut first = Ok(());
+        let results = changes
             .set
             .iter()
-            .try_for_each(|x| file.set_xattr(x.name.as_bytes(), &x.value))
-            .and_then(|()| changes.remove.iter().try_for_each(|n| file.remove_xattr(n)));
-        self.unsupported_is_said(done).is_ok()
+            .map(|x| set(x))
+            .chain(changes.remove.iter().map(|n| remove(n)));
+        for result in results {
+            if let Err(e) = self.unsupported_is_said(result) {
+                if first.is_ok() {
+                    first = Err(e);
+                }
+            }
+        }
+        first
     }
 
     /// Whether this receiver takes the attribute `name` a peer sent: never
@@ -372,7 +417,9 @@ impl AttrWriter {
     /// the file), only what it asked for, and `trusted.*`/`security.*`
     /// only where owners are taken (else said once).
     fn takes(&self, name: &str) -> bool {
-        if name == crate::hash_cache::XATTR || self.policy.asked.is_some_and(|k| !kept(name, k)) {
+        // A node (asked nothing) takes what either flag keeps: never an
+        // SELinux label or the hash record, whatever a peer sends.
+        if !kept(name, self.policy.asked.unwrap_or(ALL_XATTRS)) {
             return false;
         }
         let privileged = !(name.starts_with("user.") || ACLS.contains(&name));
@@ -387,11 +434,7 @@ impl AttrWriter {
     /// of a kind the source listed whole and this receiver takes, so that
     /// the source lacking it means it goes.
     fn speaks_for(&self, attrs: &Attrs, name: &str) -> bool {
-        let asked = self.policy.asked.unwrap_or(Keep {
-            xattrs: true,
-            acls: true,
-            ..Keep::default()
-        });
+        let asked = self.policy.asked.unwrap_or(ALL_XATTRS);
         let listed = Keep {
             xattrs: attrs.all_xattrs && asked.xattrs,
             acls: attrs.all_acls && asked.acls,
@@ -466,143 +509,41 @@ impl AttrWriter {
         let Some(xattrs) = &attrs.xattrs else {
             return Ok(());
         };
-        let set = |x: &Xattr| match target {
+        let set_one = |x: &Xattr| match target {
             Target::File(f) => haul_root::file_set_xattr(f, x.name.as_bytes(), &x.value),
             Target::Dir(d) => d.set_own_xattr(x.name.as_bytes(), &x.value),
             // A symlink's attributes are not set (see haul_root).
             Target::Link(..) => Ok(()),
         };
-        let done = xattrs
-            .iter()
-            .filter(|x| self.takes(&x.name))
-            .try_for_each(set);
-        self.unsupported_is_said(done)?;
-        // A directory already there loses what the source lacks (a file
-        // here is new: staged with nothing but what was just set).
-        if let Target::Dir(d) = target {
-            if attrs.all_xattrs || attrs.all_acls {
-                let changes = self.xattr_changes(attrs, &d.own_xattrs()?);
-                let done = changes
-                    .remove
-                    .iter()
-                    .try_for_each(|n| d.remove_own_xattr(n));
-                self.unsupported_is_said(done)?;
-            }
+        let set = XattrChanges {
+            set: xattrs.iter().filter(|x| self.takes(&x.name)).collect(),
+            remove: Vec::new(),
+        };
+        self.make(&set, set_one, |_| Ok(()))?;
+        // What the source lacks goes: a directory already there may hold
+        // anything, and a new file may have taken its directory's default
+        // ACL as its own.
+        if attrs.all_xattrs || attrs.all_acls {
+            let have = match target {
+                Target::File(f) => haul_root::file_xattrs(f)?,
+                Target::Dir(d) => d.own_xattrs()?,
+                Target::Link(..) => Vec::new(),
+            };
+            let gone = self.xattr_changes(attrs, &have);
+            let remove_one = |n: &[u8]| match target {
+                Target::File(f) => haul_root::file_remove_xattr(f, n),
+                Target::Dir(d) => d.remove_own_xattr(n),
+                Target::Link(..) => Ok(()),
+            };
+            let gone = XattrChanges {
+                set: Vec::new(),
+                remove: gone.remove,
+            };
+            self.make(&gone, |_| Ok(()), remove_one)?;
         }
         Ok(())
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn x_and_a_keep_their_own_namespaces() {
-        let x = Keep {
-            xattrs: true,
-            ..Keep::default()
-        };
-        let a = Keep {
-            acls: true,
-            ..Keep::default()
-        };
-        assert!(kept("user.a", x) && kept("trusted.b", x) && kept("security.ima", x));
-        assert!(!kept("security.selinux", x) && !kept("system.posix_acl_access", x));
-        assert!(kept("system.posix_acl_access", a) && kept("system.posix_acl_default", a));
-        assert!(
-            !kept("user.haul.blake3", x),
-            "the hash cache's record stays with its inode"
-        );
-        assert!(!kept("user.a", a) && !kept("system.nfs4_acl", a));
-    }
-
-    fn entry(mode: u32) -> haul_proto::Entry {
-        let p = |id| Principal {
-            id,
-            name: String::new(),
-        };
-        haul_proto::Entry {
-            path: "f".into(),
-            kind: haul_proto::EntryKind::File,
-            size: 0,
-            mode,
-            mtime_sec: 0,
-            mtime_nsec: 0,
-            chunk_size: 1024,
-            attrs: Some(Box::new(Attrs {
-                owner: Some(p(4321)),
-                group: Some(p(5432)),
-                xattrs: Some(vec![Xattr {
-                    name: "user.unasked".into(),
-                    value: b"v".to_vec(),
-                }]),
-                ..Attrs::default()
-            })),
-        }
-    }
-
-    #[test]
-    fn a_receiver_takes_only_what_it_asked_for_and_set_id_bits_only_with_their_owner() {
-        let asked = |keep| {
-            AttrWriter::new(AttrPolicy {
-                owners: true,
-                asked: Some(keep),
-                why_not: "",
-            })
-        };
-        let e = entry(0o6755);
-        // Asked for nothing (a root pull without -o -g -X): no set-id bit.
-        assert_eq!(asked(Keep::default()).mode_of(&e), 0o755);
-        // -o: set-user-id goes with the owner, set-group-id does not.
-        let owner = Keep {
-            owner: true,
-            ..Keep::default()
-        };
-        assert_eq!(asked(owner).mode_of(&e), 0o4755);
-        let group = Keep {
-            group: true,
-            ..Keep::default()
-        };
-        assert_eq!(asked(group).mode_of(&e), 0o2755);
-        // A node (asked: None) without --keep-owners: none either.
-        assert_eq!(AttrWriter::new(AttrPolicy::node(false)).mode_of(&e), 0o755);
-        // Nothing unasked is applied: the file keeps its owner and has no
-        // attribute it was sent.
-        let t = tempfile::tempdir().unwrap();
-        let path = t.path().join("f");
-        let file = std::fs::File::create(&path).unwrap();
-        let before = std::fs::metadata(&path).unwrap();
-        asked(Keep::default())
-            .apply(e.attrs.as_deref(), Target::File(&file))
-            .unwrap();
-        use std::os::unix::fs::MetadataExt;
-        let after = std::fs::metadata(&path).unwrap();
-        assert_eq!((after.uid(), after.gid()), (before.uid(), before.gid()));
-        let xattrs = haul_root::file_xattrs(&file).unwrap();
-        assert!(
-            !xattrs.iter().any(|(n, _)| n == b"user.unasked"),
-            "{xattrs:?}"
-        );
-    }
-
-    #[test]
-    fn names_map_to_local_ids_and_unknown_names_keep_their_number() {
-        let w = AttrWriter::new(AttrPolicy::default());
-        let root = Principal {
-            id: 4242,
-            name: "root".into(),
-        };
-        assert_eq!(w.local_id(&root, false), 0);
-        let unknown = Principal {
-            id: 4242,
-            name: "no-such-user-here".into(),
-        };
-        assert_eq!(w.local_id(&unknown, false), 4242);
-        let numeric = Principal {
-            id: 7,
-            name: String::new(),
-        };
-        assert_eq!(w.local_id(&numeric, true), 7);
-    }
-}
+mod tests;

@@ -205,9 +205,9 @@ pub struct LocalFile {
     /// Large enough to cache, with the cache on: what is read is kept.
     cacheable: bool,
     shown: Option<PathBuf>,
-    /// Its name beneath a held directory (a node's files), to tell a file
+    /// Its path beneath a held root (a node's files), to tell a file
     /// deleted while it was read from one replaced; else `shown` is.
-    named: Option<(haul_root::Dir, std::ffi::OsString)>,
+    named: Option<(haul_root::Root, String)>,
 }
 
 impl LocalFile {
@@ -238,10 +238,10 @@ impl LocalFile {
         })
     }
 
-    /// Where its name is, beneath a held directory (`shown` then need not
-    /// be a path on this host).
-    pub fn named(mut self, dir: haul_root::Dir, name: impl Into<std::ffi::OsString>) -> Self {
-        self.named = Some((dir, name.into()));
+    /// Where it is: `path` (checked, relative) beneath `root` (`shown` then
+    /// need not be a path on this host).
+    pub fn named(mut self, root: &haul_root::Root, path: &str) -> Self {
+        self.named = Some((root.clone(), path.to_owned()));
         self
     }
 
@@ -386,7 +386,18 @@ impl LocalFile {
             return false;
         }
         match (&self.named, &self.shown) {
-            (Some((dir, name)), _) => matches!(dir.stat(name), Ok(None)),
+            (Some((root, path)), _) => {
+                let Ok(comps) = haul_proto::validate_entry_path(path) else {
+                    return false;
+                };
+                let Some((last, parents)) = comps.split_last() else {
+                    return false;
+                };
+                match root.open_dir(parents) {
+                    Ok(dir) => matches!(dir.stat(last), Ok(None)),
+                    Err(e) => matches!(e, haul_root::ResolveError::NotFound(_)),
+                }
+            }
             (None, Some(path)) => {
                 std::fs::symlink_metadata(path).is_err_and(|e| e.kind() == io::ErrorKind::NotFound)
             }

@@ -344,11 +344,7 @@ impl Destination {
         if let Ok(mut meta) = self.pending_dirs.lock() {
             meta.pending.push(PendingDir {
                 rel: entry.path.clone(),
-                // A directory's set-group-id bit (new files there take its
-                // group) is kept, as `rsync -p` keeps it: it gives no
-                // privilege, and the kernel clears it for a receiver that
-                // is not in the directory's group.
-                mode: entry.mode & 0o3777,
+                mode: self.attr_writer().dir_mode(entry),
                 mtime: (entry.mtime_sec, entry.mtime_nsec.min(999_999_999)),
                 id: held.id,
             });

@@ -563,6 +563,7 @@ async fn admit(
         dest: dest.path.trim_matches('/').to_owned(),
         origin,
         checksum: opts.checksum,
+        backup: opts.backup.clone(),
     };
     let started = Instant::now();
     let ((mut r, w), fingerprint) = reach.dialer(&dest.addr, opts).open_keyed(request).await?;

@@ -47,6 +47,20 @@ use crate::drive::relay_hook::{Assembly, RelayHook};
 use crate::jobs::{OpenSource, SendJob, Source, WorkQueue};
 pub use crate::seal_book::{SealBook, Vouch};
 
+/// What a node admitted to a fan-out was asked (`Request::Admit`, checked).
+pub struct Admitted {
+    /// Where its files go, beneath the root (validated).
+    pub dest: String,
+    /// The origin's key, which seals every entry and chunk.
+    pub origin: OriginKey,
+    /// `--checksum`: receive whatever is offered.
+    pub checksum: bool,
+    /// `--backup`: what a file relayed in replaces is kept as.
+    pub backups: Option<Arc<haul_engine::backup::Backups>>,
+    /// The transport its forwards use.
+    pub transport: Transport,
+}
+
 /// The transfers a node was admitted to, by ticket.
 #[derive(Default)]
 pub struct Relays {
@@ -59,20 +73,26 @@ impl Relays {
         Arc::default()
     }
 
-    /// Admits a transfer into `dest` (already validated): a fresh ticket.
+    /// Admits a transfer into `dest` (already validated) as `admitted`
+    /// says: a fresh ticket.
     pub fn admit(
         &self,
-        dest: String,
-        origin: OriginKey,
-        checksum: bool,
+        admitted: Admitted,
         root: Arc<Destination>,
         observer: Arc<dyn Observer>,
-        transport: Transport,
     ) -> std::io::Result<(Ticket, Arc<Transfer>)> {
         let mut ticket = [0u8; 32];
         getrandom::getrandom(&mut ticket).map_err(|e| std::io::Error::other(e.to_string()))?;
+        let Admitted {
+            dest,
+            origin,
+            checksum,
+            backups,
+            transport,
+        } = admitted;
         let mut transfer = Transfer::new(dest, origin, root, observer, transport);
         transfer.checksum = checksum;
+        transfer.backups = backups;
         let transfer = Arc::new(transfer);
         if let Ok(mut map) = self.transfers.lock() {
             map.insert(ticket, transfer.clone());
@@ -212,6 +232,8 @@ pub struct Transfer {
     pub transport: Transport,
     /// `--checksum`: nothing relayed in is skipped for its size and mtime.
     pub checksum: bool,
+    /// `--backup`: what a file relayed in replaces is kept as.
+    pub backups: Option<Arc<haul_engine::backup::Backups>>,
     /// The newest upstream session's generation, watched by the older ones.
     newest_upstream: tokio::sync::watch::Sender<u64>,
 }
@@ -243,6 +265,7 @@ impl Transfer {
             changed: Notify::new(),
             transport,
             checksum: false,
+            backups: None,
             newest_upstream: tokio::sync::watch::Sender::new(0),
         }
     }

@@ -13,8 +13,7 @@ use haul_engine::haul_root::ResolveError;
 use haul_engine::source::hash_local;
 use haul_engine::{Destination, LocalTree, Source};
 use haul_proto::{
-    EntryKind, ErrorCode, Message, OriginKey, RelayTarget, Request, Stripe, Ticket,
-    PROTOCOL_VERSION,
+    EntryKind, ErrorCode, Message, RelayTarget, Request, Stripe, Ticket, PROTOCOL_VERSION,
 };
 use haul_session::peer_text::without_root;
 use haul_transport::{
@@ -107,17 +106,6 @@ impl Drop for InFlight {
 }
 
 /// What a fan-out's control connection asked for (`Request::Admit`).
-struct Admission {
-    /// Where its files go, beneath the root.
-    dest: String,
-    /// The origin's key, which seals every entry and chunk.
-    origin: OriginKey,
-    /// `--checksum`: receive whatever is offered.
-    checksum: bool,
-    /// The transport its forwards use.
-    over: Transport,
-}
-
 /// A connection on its way in, before its handshake.
 enum Arrival {
     Tcp(Accepted),
@@ -537,19 +525,20 @@ impl Server {
                 dest,
                 origin,
                 checksum,
+                backup,
             } => {
-                if let Err(e) = haul_proto::validate_rel_path(&dest) {
-                    return self
-                        .refuse(&mut writer, ErrorCode::BadPath, e.to_string())
-                        .await;
-                }
-                let admission = Admission {
+                let backups = match self.backups_for(&dest, backup) {
+                    Ok(b) => b,
+                    Err(e) => return self.refuse(&mut writer, ErrorCode::BadPath, e).await,
+                };
+                let admitted = crate::relay::Admitted {
                     dest,
                     origin,
                     checksum,
-                    over,
+                    backups,
+                    transport: over,
                 };
-                self.admit(reader, writer, admission, log).await
+                self.admit(reader, writer, admitted, log).await
             }
             Request::Relayed {
                 ticket,
@@ -633,18 +622,12 @@ impl Server {
         &self,
         mut reader: Box<dyn MessageReader>,
         mut writer: Box<dyn MessageWriter>,
-        admission: Admission,
+        admitted: crate::relay::Admitted,
         observer: Arc<crate::transfer_log::ConnectionLog>,
     ) -> Result<(), NodeError> {
-        let Admission {
-            dest,
-            origin,
-            checksum,
-            over,
-        } = admission;
         let (ticket, transfer) = self
             .relays
-            .admit(dest, origin, checksum, self.dest.clone(), observer, over)
+            .admit(admitted, self.dest.clone(), observer)
             .map_err(|e| NodeError::Internal(format!("no random bytes for a ticket: {e}")))?;
         // The ticket is revoked however this ends (a client gone before it
         // heard the ticket too).
@@ -877,7 +860,7 @@ impl Server {
             // A fan-out does not replace directories (yet): one in the way
             // fails its file, named in the summary.
             replace_dirs: false,
-            backups: None,
+            backups: transfer.backups.clone(),
             // Its sender says something every heartbeat: a silence is a
             // path gone, told to the client long before `idle`.
             heartbeat: Some(crate::drive::relayed_heartbeat()),
@@ -892,6 +875,21 @@ impl Server {
     /// `dest`, beneath the held root (never the state directory: entry
     /// paths naming it are refused), answering each with `Done`. Texts sent
     /// back name only the client's own path; details go to the node's log.
+    /// The backups a request writing into `dest` keeps under its
+    /// `--backup` rule, both checked (`dest` a path under the root): why
+    /// not, when either is bad.
+    fn backups_for(
+        &self,
+        dest: &str,
+        backup: Option<haul_proto::Backup>,
+    ) -> Result<Option<Arc<haul_engine::backup::Backups>>, String> {
+        haul_proto::validate_rel_path(dest).map_err(|e| e.to_string())?;
+        backup
+            .map(|b| haul_engine::backup::Backups::new(b, self.dest.held_root(), dest))
+            .transpose()
+            .map(|b| b.map(Arc::new))
+    }
+
     /// Welcomes a request that writes into `dest` (a path under the root)
     /// with its `--backup` rule, checked; refuses it (`Err`) when either is
     /// bad. The backups to keep, if any.
@@ -901,18 +899,8 @@ impl Server {
         dest: &str,
         backup: Option<haul_proto::Backup>,
     ) -> Result<Option<Arc<haul_engine::backup::Backups>>, NodeError> {
-        if let Err(e) = haul_proto::validate_rel_path(dest) {
-            return Err(self
-                .refuse(writer, ErrorCode::BadPath, e.to_string())
-                .await
-                .err()
-                .unwrap_or(NodeError::Protocol(e.to_string())));
-        }
-        let backups = backup
-            .map(|b| haul_engine::backup::Backups::new(b, self.dest.held_root(), dest))
-            .transpose();
-        let backups = match backups {
-            Ok(b) => b.map(Arc::new),
+        let backups = match self.backups_for(dest, backup) {
+            Ok(b) => b,
             Err(e) => {
                 return Err(self
                     .refuse(writer, ErrorCode::BadPath, e.clone())

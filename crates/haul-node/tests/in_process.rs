@@ -167,6 +167,7 @@ async fn admission_is_refused_for_a_bad_path_or_token() {
         dest: dest.into(),
         origin,
         checksum: false,
+        backup: None,
     };
     let ok = Dialer::in_process(node.server.clone(), TOKEN, node.timeouts);
     match ok.open(admit("../escape")).await {
@@ -174,6 +175,22 @@ async fn admission_is_refused_for_a_bad_path_or_token() {
         Err(e) => panic!("refused for the wrong reason: {e}"),
         Ok(_) => panic!("a path out of the root was admitted"),
     }
+    // A backup directory out of the destination, as a peer may name one.
+    let backup_out = Request::Admit {
+        dest: "fine".into(),
+        origin,
+        checksum: false,
+        backup: Some(haul_proto::Backup {
+            dir: "../up".into(),
+            suffix: String::new(),
+        }),
+    };
+    // (The node's decoder refuses it before the request is read: the
+    // connection closes.)
+    assert!(
+        ok.open(backup_out).await.is_err(),
+        "a backup directory out of the root was admitted"
+    );
     let wrong = Dialer::in_process(node.server.clone(), "not-the-token", node.timeouts);
     match wrong.open(admit("fine")).await {
         Err(NodeError::Refused { code, message }) => {

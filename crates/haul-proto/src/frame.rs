@@ -129,11 +129,16 @@ pub fn encode(msg: &Message, out: &mut Vec<u8>) {
                     dest,
                     origin,
                     checksum,
+                    backup,
                 } => {
                     w.u8(4);
                     w.str(dest);
                     w.0.extend_from_slice(origin);
-                    w.u8(u8::from(*checksum));
+                    // Bit 0 `--checksum`, bit 5 a backup rule (as `Push`'s).
+                    w.u8(u8::from(*checksum) | (u8::from(backup.is_some()) << 5));
+                    if let Some(b) = backup {
+                        w.backup_parts(b);
+                    }
                 }
                 Request::Relayed {
                     ticket,
@@ -465,11 +470,24 @@ fn decode_body(body: &[u8]) -> Result<Message, DecodeError> {
                         rate_hint: r.rate_hint()?,
                     }
                 }
-                4 => Request::Admit {
-                    dest: r.str()?,
-                    origin: r.digest()?,
-                    checksum: r.bool()?,
-                },
+                4 => {
+                    let dest = r.str()?;
+                    let origin = r.digest()?;
+                    let flags = r.u8()?;
+                    if flags & !0b10_0001 != 0 {
+                        return Err(DecodeError::Malformed(name));
+                    }
+                    let backup = match flags & 32 != 0 {
+                        true => Some(r.backup_parts()?),
+                        false => None,
+                    };
+                    Request::Admit {
+                        dest,
+                        origin,
+                        checksum: flags & 1 != 0,
+                        backup,
+                    }
+                }
                 5 => Request::Relayed {
                     ticket: r.digest()?,
                     stripe: None,

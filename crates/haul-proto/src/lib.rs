@@ -117,8 +117,9 @@
 //! In a fan-out the entry's seal covers all of it, so no relay can change an
 //! owner on the way. Bit 3 marks a sparse file (`-S`), bit 4 a first name
 //! of hard links (`-H`, v13); v18: bit 5 says the attributes list every one
-//! `-X` keeps, bit 6 every ACL (`-A`) — a receiver bringing a file already
-//! up to date in line removes the others of those kinds, as rsync does.
+//! `-X` keeps, bit 6 every ACL (`-A`) — a receiver removes the others of
+//! those kinds, as rsync does, from a file already up to date, a directory
+//! already there and a new file (which may have inherited a default ACL).
 //!
 //! ## Compressed chunks (v11, `-z`)
 //! A `Chunk` header's flag byte (after the digest) has bit 0 for a seal and
@@ -137,7 +138,7 @@
 //! ## Fan-out
 //! ```text
 //! client → every node (control, token-authenticated):
-//!   Hello{.., Admit{dest}} ->
+//!   Hello{.., Admit{dest, origin, checksum, backup}} ->  (v18: `backup`, `-b` on each node)
 //!                          <- Welcome, Ticket{ticket}      (valid while this connection lives)
 //!   Forward{[(addr, fingerprint, ticket, edge)...]} ->     (the node's children in the plan)
 //!                          <- KeepAlive, Progress{bytes, entries} ... Report{ok, failed, bytes, message, lost}

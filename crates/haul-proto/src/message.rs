@@ -59,7 +59,8 @@
 /// Version 18: [`Attrs::all_xattrs`] and [`Attrs::all_acls`] (bits 5 and 6
 /// of an entry's attribute flags): a receiver brings the attributes and
 /// ACLs of a file already up to date in line with the source's, removing
-/// those the source lacks.
+/// those the source lacks. `Admit{backup}`: `-b` for fan-outs, each node
+/// keeping what the relayed push replaces there.
 pub const PROTOCOL_VERSION: u16 = 18;
 
 /// Which metadata beyond mode, mtime and symlinks a transfer keeps:
@@ -354,6 +355,9 @@ pub enum Request {
         /// (`List{sums}`): no file relayed into this transfer is skipped
         /// for its size and mtime.
         checksum: bool,
+        /// `--backup` (version 18): what a file a relayed push replaces is
+        /// kept as, on this node.
+        backup: Option<Backup>,
     },
     /// Fan-out data: a push into the destination of the transfer that
     /// issued `ticket` (the Hello's token is empty: a node's token never

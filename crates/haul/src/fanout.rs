@@ -116,12 +116,6 @@ pub async fn push(
         )
         .into());
     }
-    if args.transfer.backup || args.transfer.backup_dir.is_some() {
-        return Err(UsageError(
-            "-b/--backup is not offered for a fan-out yet (relays replace files as they receive them): push to each node on its own with -b, or leave it out".into(),
-        )
-        .into());
-    }
     if args.transfer.max_delete.is_some() {
         return Err(UsageError(
             "--max-delete is not offered for a fan-out yet (each node would be held back on its own, and the nodes must be pruned alike): push to one node, or leave it out".into(),

@@ -132,7 +132,7 @@ pub(crate) fn read_want(
     let file = LocalFile::open(file)
         .map_err(|e| (ErrorCode::Io, format!("cannot read {path}: {e}")))?
         .shown_as(path)
-        .named(dir, last);
+        .named(root, path);
     let now = *file.identity();
     let entry = haul_proto::Entry {
         attrs: kept,

@@ -478,17 +478,18 @@ fn arb_message() -> impl Strategy<Value = Message> {
                 rate_hint: u64::from(bits) << 20,
             }
         }),
-        (arb_string(), digest, any::<bool>()).prop_map(|(dest, origin, checksum)| {
-            Message::Hello {
+        (arb_string(), digest, any::<bool>(), arb_backup()).prop_map(
+            |(dest, origin, checksum, backup)| Message::Hello {
                 version: 3,
                 token: "t".into(),
                 request: Request::Admit {
                     dest,
                     origin,
                     checksum,
+                    backup,
                 },
             }
-        }),
+        ),
         (
             any::<u32>(),
             proptest::collection::vec((any::<u32>(), digest, arb_seal()), 0..4)

@@ -89,9 +89,10 @@ impl<S> Sender<S> {
     }
 
     /// A file changed while it was read. What the receiver got of it is
-    /// dropped; a whole pushed file is offered again once it settled. One
-    /// deleted meanwhile ([`FailKind::Vanished`]) fails at once: there is
-    /// nothing left to send again.
+    /// dropped; a whole pushed file is offered again once it settled (one
+    /// deleted meanwhile, [`FailKind::Vanished`], too: its reopen finds
+    /// whether a new one is there). Otherwise it fails, as vanished when it
+    /// was deleted.
     pub(super) fn changed(&mut self, now: Instant, id: FileId, kind: FailKind, change: String) {
         let (settle, max) = (self.cfg.settle, self.cfg.changed_retries);
         let push = self.feed == Feed::Push;
@@ -100,7 +101,14 @@ impl<S> Sender<S> {
         };
         let Some(job) = &f.job else { return };
         let whole = job.group.is_none() && job.first == 0 && job.end == job.entry.chunk_count();
-        if kind == FailKind::Vanished {
+        // Not a change of the file: it failed here.
+        if kind == FailKind::Error {
+            return self.fail_local_as(id, change, FailKind::Error);
+        }
+        // Deleted, and nothing will look again: gone. (A push looks again
+        // after settling, as for any change: a writer that unlinks and then
+        // recreates was caught in between; the reopen says what is there.)
+        if kind == FailKind::Vanished && (!(push && whole) || f.changes >= max) {
             let message = format!("{change} while it was being sent; it was not delivered");
             return self.fail_local_as(id, message, FailKind::Vanished);
         }
@@ -178,11 +186,14 @@ impl<S> Sender<S> {
                     _ => FailKind::Error,
                 };
                 if let Some(job) = self.forget(file) {
-                    self.core.event(Event::file_failed(
-                        job.entry.path,
-                        format!("changed while it was being sent, then: {e}"),
-                        kind,
-                    ));
+                    let message = match kind {
+                        FailKind::Vanished => {
+                            format!("deleted while it was being sent ({e}); it was not delivered")
+                        }
+                        _ => format!("changed while it was being sent, then: {e}"),
+                    };
+                    self.core
+                        .event(Event::file_failed(job.entry.path, message, kind));
                 }
                 self.maybe_bye();
                 return None;

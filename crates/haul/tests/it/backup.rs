@@ -1,8 +1,8 @@
 //! rsync's `-b`, `--backup-dir` and `--suffix`: what a transfer replaces
 //! or `--delete` removes is kept — beside it with `~`, or under the backup
-//! directory — for a local copy, a pull from a node and a push, landing as
-//! `rsync -b` lands on the same trees; backups are never deleted by a later
-//! `--delete`; a backup directory that leads out of the root (a peer's
+//! directory — for a local copy, a pull from a node, a push and a fan-out,
+//! landing as `rsync -b` lands on the same trees; backups are never deleted
+//! by a later `--delete`; a backup directory that leads out of the root (a peer's
 //! `..`, a symlink at the node) keeps nothing outside and replaces nothing
 //! (real `haul serve` nodes on 127.0.0.1).
 
@@ -134,6 +134,52 @@ fn b_keeps_what_a_local_copy_replaces_or_deletes_as_rsync_does() {
         .arg(s.path("haul-beside"));
     ok(&run(c, T));
     assert_eq!(contents(&s.path("haul-beside")), beside);
+}
+
+/// A fan-out to two nodes (the first relays to the second): each node
+/// keeps what the push replaces or `--delete` removes there, as `rsync -b`
+/// does on the same tree, with `-b` and with `--backup-dir`.
+#[test]
+fn b_keeps_what_a_fan_out_replaces_or_deletes_on_every_node() {
+    let s = Scratch::new();
+    let src = s.path("src");
+    source(&src);
+    let from = format!("{}/", src.display());
+    let nodes: Vec<Node> = ["n1", "n2"]
+        .iter()
+        .map(|n| Node::start(&s.path(n), &s.path("config"), &["--open"]))
+        .collect();
+    for (name, flags, rsync_flags) in [
+        ("beside", &["-b"][..], &["-a", "-b", "--delete"][..]),
+        (
+            "dir",
+            &["--backup-dir", "old"][..],
+            &["-a", "-b", "--backup-dir", "old", "--delete"][..],
+        ),
+    ] {
+        let theirs = s.path(&format!("rsync-{name}"));
+        dest(&theirs);
+        rsync(rsync_flags, &src, &theirs);
+        for n in ["n1", "n2"] {
+            dest(&s.path(&format!("{n}/{name}")));
+        }
+        let mut c = haul(&s.path("config"));
+        c.arg("push").args(flags).args(["--delete", &from]);
+        for node in &nodes {
+            c.arg(node.url(name));
+        }
+        ok(&run(c, T));
+        for n in ["n1", "n2"] {
+            assert_eq!(
+                contents(&s.path(&format!("{n}/{name}"))),
+                contents(&theirs),
+                "{name} on {n}"
+            );
+        }
+    }
+    let beside = contents(&s.path("n2/beside"));
+    assert!(beside.contains(&"a~: a v1".to_owned()), "{beside:?}");
+    assert!(beside.contains(&"gone~: gone".to_owned()), "{beside:?}");
 }
 
 #[test]

@@ -443,6 +443,7 @@ fn relay_tickets_work_only_on_their_node_and_only_while_the_transfer_lasts() {
         dest: "in".into(),
         origin: [0; 32],
         checksum: false,
+        backup: None,
     });
     assert!(
         matches!(
@@ -462,6 +463,7 @@ fn relay_tickets_work_only_on_their_node_and_only_while_the_transfer_lasts() {
             dest: "in".into(),
             origin: [0; 32],
             checksum: false,
+            backup: None,
         },
     });
     assert!(matches!(control.recv(), Some(Message::Welcome { .. })));

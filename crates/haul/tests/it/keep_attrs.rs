@@ -23,14 +23,17 @@ fn sh(cmd: &str) {
 /// a setuid file, a file with a capability (which `chown` clears), a
 /// multi-chunk file (staged apart from its directory), a symlink with an
 /// owner of its own, user and trusted attributes on files and directories,
-/// an access ACL, and a set-group-id directory with a default ACL.
+/// an access ACL, and a set-group-id directory with a default ACL (and a
+/// file in it without an ACL).
 fn tree(src: &Path) {
     write_file(&src.join("d/named"), 100, 1);
     write_file(&src.join("d/numbered"), 5 << 20, 2);
     write_file(&src.join("acl.txt"), 10, 3);
     write_file(&src.join("plain"), 10, 4);
     write_file(&src.join("tool"), 10, 5);
-    std::fs::create_dir_all(src.join("shared")).unwrap();
+    // Made before its directory has a default ACL: it has no ACL of its
+    // own, and must have none where the directory's default is inherited.
+    write_file(&src.join("shared/inherits"), 10, 6);
     let s = src.display();
     sh(&format!(
         "cd {s}
@@ -226,6 +229,8 @@ fn a_x_a_keep_what_rsync_keeps_for_copies_pushes_pulls_and_fan_out() {
          setfattr -n trusted.extra -v gone d/named
          setfattr -n user.sst.granule -v old d/named
          setfacl -m u:4321:r-- plain
+         setfattr -n user.haul.blake3 -v not-a-peers-to-remove plain
+         setcap cap_net_raw+ep tool
          setfattr -n user.extra -v gone d"
     ));
     ok(&client(
@@ -237,6 +242,13 @@ fn a_x_a_keep_what_rsync_keeps_for_copies_pushes_pulls_and_fan_out() {
         want,
         "refreshed in place"
     );
+    // haul's own hash record is this inode's, never a peer's to remove.
+    let record = Command::new("getfattr")
+        .args(["-n", "user.haul.blake3", "--only-values"])
+        .arg(s.path("keeper/again/plain"))
+        .output()
+        .unwrap();
+    assert_eq!(record.stdout, b"not-a-peers-to-remove");
 }
 
 /// On a filesystem that keeps no extended attributes (ramfs), `-X -A`
