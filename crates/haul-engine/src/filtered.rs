@@ -7,7 +7,9 @@
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use haul_filter::{Filter, Node, TreeFilter};
+use std::collections::HashSet;
+
+use haul_filter::{Filter, NamedPaths, Node, TreeFilter};
 use haul_proto::{Entry, EntryKind};
 
 /// A filter over the entries of one source, streamed parents first.
@@ -16,16 +18,39 @@ pub struct EntryFilter<T> {
     tree: TreeFilter<T>,
     /// The wire path of the source's top (empty: its contents have bare names).
     prefix: String,
+    /// `--files-from`: the paths it names, and those of them offered so far.
+    named: Option<(Arc<NamedPaths>, HashSet<String>)>,
 }
 
 impl<T> EntryFilter<T> {
     /// A filter for the entries of a source whose top is named `prefix`
     /// (empty when only its contents travel).
     pub fn new(filter: Arc<Filter>, prefix: String) -> Self {
+        let named = filter.only.clone().map(|n| (n, HashSet::new()));
         Self {
             tree: TreeFilter::new(filter),
             prefix,
+            named,
         }
+    }
+
+    /// `--files-from`: the paths it names that no entry offered had (the
+    /// source lacks them), as wire paths, sorted; none without the list.
+    /// Meaningful once the whole source was offered.
+    pub fn unlisted(&self) -> Vec<String> {
+        let Some((named, seen)) = &self.named else {
+            return Vec::new();
+        };
+        let mut missing: Vec<String> = named
+            .paths()
+            .filter(|p| !seen.contains(*p))
+            .map(|p| match self.prefix.is_empty() {
+                true => p.to_owned(),
+                false => format!("{}/{p}", self.prefix),
+            })
+            .collect();
+        missing.sort();
+        missing
     }
 
     /// What to pass on, in order, now that `entry` came (see
@@ -49,6 +74,11 @@ impl<T> EntryFilter<T> {
                 None => entry.path.as_str(),
             }
         };
+        if let Some((named, seen)) = &mut self.named {
+            if named.names(rel) {
+                seen.insert(rel.to_owned());
+            }
+        }
         self.tree.offer(rel, node_of(entry), item)
     }
 }

@@ -188,6 +188,10 @@ pub struct LocalTree {
     /// `-H`: later names of a multiply linked file are listed as links to
     /// its first ([`crate::hard_links::FirstNames`]).
     hard_links: bool,
+    /// `-H` over several trees of one transfer: the first names they
+    /// share (a file's names in two sources are joined, as rsync joins
+    /// them); else the walk keeps its own.
+    first_names: Option<Arc<std::sync::Mutex<crate::hard_links::FirstNames>>>,
 }
 
 /// How a tree's entries are named: on the wire, locally, and in errors.
@@ -312,6 +316,7 @@ impl LocalTree {
             skip_state_dir: false,
             filter: None,
             hard_links: false,
+            first_names: None,
         })
     }
 
@@ -345,6 +350,7 @@ impl LocalTree {
                 skip_state_dir: true,
                 filter: None,
                 hard_links: false,
+                first_names: None,
             });
         };
         let parent = root.open_dir(parents)?;
@@ -384,6 +390,7 @@ impl LocalTree {
             skip_state_dir: false,
             filter: None,
             hard_links: false,
+            first_names: None,
         })
     }
 
@@ -446,6 +453,16 @@ impl LocalTree {
     pub fn keeping(mut self, keep: haul_proto::Keep) -> Self {
         self.naming.attrs = keep.any().then(|| Arc::new(AttrReader::new(keep)));
         self.hard_links = keep.hard_links;
+        self
+    }
+
+    /// Shares `names` with the other trees of the transfer (`-H` across
+    /// sources; the trees must be walked one after the other).
+    pub fn sharing_first_names(
+        mut self,
+        names: Arc<std::sync::Mutex<crate::hard_links::FirstNames>>,
+    ) -> Self {
+        self.first_names = Some(names);
         self
     }
 
@@ -546,13 +563,20 @@ impl Source for LocalTree {
             skip_state_dir,
             filter,
             hard_links,
+            first_names,
         } = *self;
         let walked = Self::walk(naming, top, skip_state_dir, filter);
         if !hard_links {
             return walked;
         }
-        let mut names = crate::hard_links::FirstNames::default();
-        Box::new(walked.map(move |item| item.map(|src| names.name(src))))
+        let names = first_names.unwrap_or_default();
+        Box::new(walked.map(move |item| {
+            item.map(|src| match names.lock() {
+                Ok(mut names) => names.name(src),
+                // A walk that panicked holding it: names stay files.
+                Err(_) => src,
+            })
+        }))
     }
 }
 

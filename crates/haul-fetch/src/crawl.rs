@@ -169,12 +169,17 @@ pub(crate) fn join_rel(prefix: &str, rel: &str) -> String {
 /// skipped; the crawl goes on.
 pub(crate) async fn crawl(ctx: Arc<Ctx>, root: String, jobs: mpsc::Sender<FileJob>) {
     let mut stack: Vec<(String, String)> = vec![(root, String::new())];
+    // `--files-from`: the paths it names that were listed, and whether
+    // every listing was whole (else a path not found may be in the
+    // directory that could not be listed).
+    let mut named = Named::default();
     while let Some((dir, rel)) = stack.pop() {
         let mut backoff = Backoff::new(ctx.opts.retry);
         // Names handled in this directory: a retried listing skips them.
         let mut seen = HashSet::new();
         loop {
-            match list_one(&ctx, &dir, &rel, &mut seen, &mut stack, &jobs).await {
+            let lists = list_one(&ctx, &dir, &rel, &mut seen, &mut stack, &jobs);
+            match lists.await {
                 Ok(()) => break,
                 Err(e) => {
                     if let Some(wait) = backoff.next(&e) {
@@ -195,6 +200,7 @@ pub(crate) async fn crawl(ctx: Arc<Ctx>, root: String, jobs: mpsc::Sender<FileJo
                             format!("cannot list {dir}: {e}"),
                             crate::download::fail_kind(&e),
                         ));
+                        named.incomplete = true;
                         break;
                     }
                 }
@@ -202,6 +208,43 @@ pub(crate) async fn crawl(ctx: Arc<Ctx>, root: String, jobs: mpsc::Sender<FileJo
         }
         if jobs.is_closed() {
             return;
+        }
+        if let Some(only) = &ctx.opts.filter.only {
+            named.found.extend(
+                seen.iter()
+                    .map(|name| join_rel(&rel, name))
+                    .filter(|p| only.names(p)),
+            );
+        }
+    }
+    named.say_unlisted(&ctx);
+}
+
+/// `--files-from` over a crawl: which named paths the listings had.
+#[derive(Default)]
+struct Named {
+    found: HashSet<String>,
+    incomplete: bool,
+}
+
+impl Named {
+    /// rsync's "link_stat failed": each path the list names that a whole
+    /// crawl did not find fails (exit 23).
+    fn say_unlisted(&self, ctx: &Ctx) {
+        let Some(only) = &ctx.opts.filter.only else {
+            return;
+        };
+        if self.incomplete {
+            return;
+        }
+        let mut missing: Vec<&str> = only.paths().filter(|p| !self.found.contains(*p)).collect();
+        missing.sort_unstable();
+        for path in missing {
+            ctx.tally.event(&Event::file_failed(
+                path,
+                "named by --files-from, but the source does not have it",
+                haul_run::FailKind::Error,
+            ));
         }
     }
 }

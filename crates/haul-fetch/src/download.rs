@@ -569,11 +569,14 @@ async fn finish(
             return Err(e);
         }
     }
-    let p = part.clone();
-    tokio::task::spawn_blocking(move || p.sync().and_then(|()| p.publish()))
-        .await
-        .map_err(|e| RemoteError::Local(format!("commit task failed: {e}")))?
-        .map_err(local)?;
+    let (p, backups) = (part.clone(), ctx.backups.clone());
+    tokio::task::spawn_blocking(move || {
+        p.sync()
+            .and_then(|()| p.publish_keeping(backups.as_deref()))
+    })
+    .await
+    .map_err(|e| RemoteError::Local(format!("commit task failed: {e}")))?
+    .map_err(local)?;
     Ok(Outcome::Delivered {
         root: hex::encode(root),
         fetched,

@@ -124,6 +124,9 @@ pub struct FetchOptions {
     /// file ([`haul_engine::OneFile`]). Off, DEST is always a directory (a
     /// daemon's); `--rename` turns it off too.
     pub one_file_names: bool,
+    /// `--backup`: what a delivered file or `--delete` replaces or removes
+    /// at the destination is kept as (rsync's `-b`).
+    pub backup: Option<haul_proto::Backup>,
 }
 
 impl Default for FetchOptions {
@@ -148,6 +151,7 @@ impl Default for FetchOptions {
             gate: None,
             staging: None,
             one_file_names: false,
+            backup: None,
         }
     }
 }
@@ -166,6 +170,9 @@ pub enum FetchError {
     /// The destination could not be opened.
     #[error(transparent)]
     Destination(#[from] ReceiveError),
+    /// The backup rule cannot be kept at the destination.
+    #[error("--backup: {0}")]
+    Backup(String),
 }
 
 impl FetchError {
@@ -174,7 +181,7 @@ impl FetchError {
     pub fn fail_kind(&self) -> haul_run::FailKind {
         match self {
             FetchError::Remote { source, .. } => download::fail_kind(source),
-            FetchError::Destination(_) => haul_run::FailKind::Error,
+            FetchError::Destination(_) | FetchError::Backup(_) => haul_run::FailKind::Error,
         }
     }
 
@@ -188,7 +195,7 @@ impl FetchError {
                     | RemoteError::HostKey(_)
                     | RemoteError::Unsupported(_),
                 ..
-            }
+            } | FetchError::Backup(_)
         )
     }
 }
@@ -215,6 +222,8 @@ pub(crate) struct Ctx {
     /// With `--verify-sidecar`: how many files had no checksum file, and
     /// the first few of them.
     pub(crate) without_sidecar: std::sync::Mutex<(u64, Vec<String>)>,
+    /// `--backup`: where what a delivery replaces is kept.
+    pub(crate) backups: Option<Arc<haul_engine::backup::Backups>>,
 }
 
 impl Ctx {
@@ -255,6 +264,12 @@ pub async fn fetch(
         .flatten();
     let dest = one.as_ref().map_or(dest, |one| one.dir.as_path());
     let destination = Destination::open_staged(dest, opts.staging.as_deref())?;
+    let backups = opts
+        .backup
+        .clone()
+        .map(|b| haul_engine::backup::Backups::new(b, destination.held_root(), "").map(Arc::new))
+        .transpose()
+        .map_err(FetchError::Backup)?;
     destination.apply_dir_metadata_at_end();
     // Remote modes are not carried over: local ones are left alone.
     destination.keep_modes();
@@ -268,7 +283,7 @@ pub async fn fetch(
             }
             let dir = &trimmed[..trimmed.len() - name.len()];
             opts.dest_prefix.clear();
-            let ctx = ctx(&pool, &destination, opts, &tally, host);
+            let ctx = ctx(&pool, &destination, opts, &tally, host, backups);
             let entry = haul_remote::RemoteEntry {
                 name: name.clone(),
                 ..root
@@ -303,7 +318,7 @@ pub async fn fetch(
             )))
         }
     }
-    let ctx = ctx(&pool, &destination, opts, &tally, host);
+    let ctx = ctx(&pool, &destination, opts, &tally, host, backups);
     let dir = if path.ends_with('/') {
         path.to_string()
     } else {
@@ -368,7 +383,7 @@ async fn mirror(ctx: &Ctx, dir: &str, dest: &Path, crawled: bool) {
         &source,
         Some(&filter).filter(|_| !ctx.opts.delete_excluded),
         ctx.opts.max_delete,
-        None,
+        ctx.opts.backup.as_ref(),
         ctx.tally.as_ref(),
     );
 }
@@ -379,6 +394,7 @@ fn ctx(
     opts: FetchOptions,
     tally: &Arc<Tally>,
     host: String,
+    backups: Option<Arc<haul_engine::backup::Backups>>,
 ) -> Arc<Ctx> {
     Arc::new(Ctx {
         pool: pool.clone(),
@@ -393,6 +409,7 @@ fn ctx(
         kept_sidecars: AtomicU64::new(0),
         unchecked: AtomicU64::new(0),
         without_sidecar: std::sync::Mutex::new((0, Vec::new())),
+        backups,
     })
 }
 

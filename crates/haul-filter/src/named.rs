@@ -85,6 +85,11 @@ impl NamedPaths {
         self.named.is_empty()
     }
 
+    /// Whether `rel` is one of the paths named (not one beneath them).
+    pub fn names(&self, rel: &str) -> bool {
+        self.named.contains(rel)
+    }
+
     /// Whether file `rel` is taken: named, or beneath a named directory.
     pub fn takes(&self, rel: &str) -> bool {
         self.named.contains(rel) || self.beneath_named(rel)

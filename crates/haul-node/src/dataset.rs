@@ -88,10 +88,15 @@ impl Walk {
 
 impl Dataset for Walk {
     fn entries(&self) -> Result<EntryIter, NodeError> {
+        // `-H`: one map of first names for every source (walked in turn),
+        // so that names of one file in two sources are joined.
+        let names = Arc::new(std::sync::Mutex::new(
+            haul_engine::hard_links::FirstNames::default(),
+        ));
         let walks: Vec<EntryIter> = self
             .trees()?
             .into_iter()
-            .map(|t| Box::new(t).entries())
+            .map(|t| Box::new(t.sharing_first_names(names.clone())).entries())
             .collect();
         Ok(Box::new(walks.into_iter().flatten()))
     }

@@ -126,6 +126,20 @@ pub async fn pull(
                 let _ = lw.send(&Message::Bye).await;
                 let Err(e) = r else {
                     state.count.done();
+                    // rsync's "link_stat failed": a path the list names
+                    // that the source does not have fails (exit 23).
+                    for path in state
+                        .chosen
+                        .as_ref()
+                        .map(|c| c.unlisted())
+                        .unwrap_or_default()
+                    {
+                        tally.event(&Event::file_failed(
+                            path,
+                            "named by --files-from, but the source does not have it",
+                            haul_session::FailKind::Error,
+                        ));
+                    }
                     break Ok(state.listed);
                 };
                 match relist(

@@ -77,9 +77,6 @@ pub fn fetch_options(t: &TransferArgs, r: &RemoteArgs, mut filter: Filter) -> Re
     if client.max_transfer.is_some() {
         bail!("--max-transfer is for haul nodes and local copies; an FTP, SFTP, HTTP or S3 pull does not take it yet");
     }
-    if client.backup.is_some() {
-        bail!("-b/--backup is for haul nodes and local copies; an FTP, SFTP, HTTP or S3 pull does not keep backups yet");
-    }
     if t.size_only || t.update {
         bail!("--size-only and -u/--update are for haul nodes and local copies; an FTP, SFTP, HTTP or S3 pull decides by size and mtime (or -c, or --ignore-existing)");
     }
@@ -106,6 +103,7 @@ pub fn fetch_options(t: &TransferArgs, r: &RemoteArgs, mut filter: Filter) -> Re
         gate: None,
         staging: None,
         one_file_names: true,
+        backup: client.backup,
     })
 }
 

@@ -76,17 +76,8 @@ fn contents(root: &Path) -> Vec<String> {
 }
 
 fn rsync(args: &[&str], src: &Path, dest: &Path) {
-    let out = std::process::Command::new("rsync")
-        .args(args)
-        .arg(format!("{}/", src.display()))
-        .arg(dest)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let from = format!("{}/", src.display());
+    crate::harness::rsync(args, &[Path::new(&from)], dest);
 }
 
 #[test]

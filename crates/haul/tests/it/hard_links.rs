@@ -162,6 +162,33 @@ fn h_makes_one_files_names_links_again_with_its_data_sent_once() {
     assert_eq!(groups(&s.path("apart")).len(), 6);
 }
 
+/// Names of one file in two sources of one push are joined too, as
+/// `rsync -aH one two DEST` joins them.
+#[test]
+fn names_of_one_file_in_two_sources_are_joined() {
+    let s = Scratch::new();
+    write_file(&s.path("src/one/f"), BIG, 1);
+    std::fs::create_dir_all(s.path("src/two")).unwrap();
+    std::fs::hard_link(s.path("src/one/f"), s.path("src/two/g")).unwrap();
+    write_file(&s.path("src/two/solo"), 10, 2);
+    let (one, two) = (s.path("src/one"), s.path("src/two"));
+    let reference = s.path("rsync");
+    rsync(&["-aH"], &[&one, &two], &reference);
+    let want = groups(&reference);
+    assert!(
+        want.contains(&vec!["one/f".to_owned(), "two/g".into()]),
+        "{want:?}"
+    );
+
+    let node = Node::start(&s.path("node"), &s.path("config"), &["--open"]);
+    let mut c = haul(&s.path("config"));
+    c.args(["push", "-H"])
+        .args([&one, &two])
+        .arg(node.url("in"));
+    ok(&run(c, T));
+    assert_eq!(groups(&s.path("node/in")), want, "push");
+}
+
 #[test]
 fn a_first_name_left_out_hands_its_role_to_the_next() {
     // The node's listing names b and sub/c links to a; the pull leaves a

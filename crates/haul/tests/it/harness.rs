@@ -250,6 +250,23 @@ pub fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
+/// Runs `rsync ARGS SOURCES... DEST` (the reference a test compares
+/// haul's result with) and checks it succeeded; its output.
+pub fn rsync(args: &[&str], sources: &[&Path], dest: &Path) -> Output {
+    let out = Command::new("rsync")
+        .args(args)
+        .args(sources)
+        .arg(dest)
+        .output()
+        .expect("rsync (apt-get install rsync; scripts/test.sh does)");
+    assert!(
+        out.status.success(),
+        "rsync {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
 /// What a failed run said, for an assertion's message: stderr, then the
 /// end of stdout (where `--json` puts its error events).
 pub fn said(out: &Output) -> String {

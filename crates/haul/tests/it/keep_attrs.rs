@@ -106,17 +106,8 @@ fn snapshot(root: &Path) -> Vec<String> {
 
 fn rsync_reference(s: &Scratch, src: &Path) -> Vec<String> {
     let reference = s.path("rsync");
-    let out = Command::new("rsync")
-        .arg("-aXA")
-        .arg(format!("{}/", src.display()))
-        .arg(&reference)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let from = format!("{}/", src.display());
+    rsync(&["-aXA"], &[Path::new(&from)], &reference);
     let want = snapshot(&reference);
     // What the comparison must cover, so that it can fail.
     for must in [

@@ -454,7 +454,7 @@ fn ignore_existing_size_only_and_update_keep_what_they_say() {
 
 /// rsync's `--files-from` (and `-0`): only the paths listed, relative to
 /// the source's top, a directory with all beneath it; the same for a local
-/// copy and a push to a node.
+/// copy, a push to a node and a pull from it.
 #[test]
 fn files_from_takes_only_the_paths_listed() {
     let s = Scratch::new();
@@ -495,6 +495,31 @@ fn files_from_takes_only_the_paths_listed() {
         .arg(node.url("in"));
     ok(&run(c, T));
     check(&s.path("node/in"));
+
+    // A pull from the node takes the same paths; one the node does not
+    // have fails (rsync's "link_stat failed", exit 23), the others land.
+    let missing = s.path("list-missing");
+    std::fs::write(
+        &missing,
+        "a/x.nc
+b
+d e
+not/there
+",
+    )
+    .unwrap();
+    let mut c = haul(&s.path("config"));
+    c.args(["pull", "--json", "--token", "t", "--files-from"])
+        .arg(&missing)
+        .arg(format!("{}/", node.url("in")))
+        .arg(s.path("back"));
+    let out = run(c, T);
+    assert_eq!(out.status.code(), Some(23), "{}", said(&out));
+    check(&s.path("back"));
+    let sum = summary(&out);
+    assert_eq!(sum["failed"], 1, "{sum}");
+    assert_eq!(sum["failures"][0]["path"], "not/there", "{sum}");
+    assert!(said(&out).contains("--files-from"), "{}", said(&out));
 
     // A list written relative to another directory: refused, nothing sent.
     std::fs::write(&list, "a/x.nc\nsrc/c\n").unwrap();

@@ -43,16 +43,7 @@ fn s_leaves_holes_unsent_and_unwritten() {
     let from = format!("{}/", s.path("src").display());
 
     // rsync -S on the same file: the reference for what lands.
-    let out = std::process::Command::new("rsync")
-        .args(["-aS", &from])
-        .arg(s.path("rsync"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    rsync(&["-aS"], &[Path::new(&from)], &s.path("rsync"));
     let rsync = allocated(&s.path("rsync/disk.img"));
 
     // A push: about the data crosses, and the node keeps the holes.

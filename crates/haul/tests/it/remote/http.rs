@@ -328,6 +328,91 @@ fn http_filters_rename_and_sidecars() {
     assert!(err.contains("sha256"), "{err}");
 }
 
+/// rsync's `--files-from` over HTTP: only the paths listed arrive, and
+/// one the server does not have fails (exit 23) once the crawl was whole.
+#[test]
+fn http_files_from_takes_the_paths_listed_and_names_the_missing_one() {
+    let srv = server();
+    let tree = srv.root().join("ff");
+    for p in ["a/x.nc", "a/y.nc", "b/deep/z", "c"] {
+        write_file(&tree.join(p), 10, p.len() as u64);
+    }
+    let s = Scratch::new();
+    let list = s.path("list");
+    std::fs::write(
+        &list,
+        "a/x.nc
+b
+not/there
+",
+    )
+    .unwrap();
+    let dst = s.path("dst");
+    let out = pull(
+        &s.path("cfg"),
+        &[
+            &srv.http_url("/ff/"),
+            dst.to_str().unwrap(),
+            "--files-from",
+            list.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(23), "{}", all_output(&out));
+    for (p, taken) in [
+        ("a/x.nc", true),
+        ("a/y.nc", false),
+        ("b/deep/z", true),
+        ("c", false),
+    ] {
+        assert_eq!(dst.join(p).exists(), taken, "{p}: {}", all_output(&out));
+    }
+    let sum = summary(&out);
+    assert_eq!(sum["failed"], 1, "{sum}");
+    assert_eq!(sum["failures"][0]["path"], "not/there", "{sum}");
+}
+
+/// rsync's `-b` for an HTTP pull: what the pull replaces, or `--delete`
+/// removes, is kept beside it (and under `--backup-dir`), and a second run
+/// deletes no backup.
+#[test]
+fn http_backup_keeps_what_a_pull_replaces_or_deletes() {
+    let srv = server();
+    let tree = srv.root().join("bk");
+    write_file(&tree.join("a"), 100, 1);
+    write_file(&tree.join("sub/b"), 100, 2);
+    let s = Scratch::new();
+    for (dst, flags) in [
+        (s.path("beside"), &["-b", "--delete"][..]),
+        (s.path("dir"), &["--backup-dir", "old", "--delete"][..]),
+    ] {
+        std::fs::create_dir_all(dst.join("sub")).unwrap();
+        std::fs::write(dst.join("a"), "old a").unwrap();
+        std::fs::write(dst.join("sub/b"), "old b").unwrap();
+        std::fs::write(dst.join("gone"), "gone").unwrap();
+        let url = srv.http_url("/bk/");
+        let mut args = vec![url.as_str(), dst.to_str().unwrap()];
+        args.extend_from_slice(flags);
+        for _ in 0..2 {
+            let out = pull(&s.path("cfg"), &args);
+            assert_eq!(out.status.code(), Some(0), "{}", all_output(&out));
+        }
+        assert_eq!(b3(&dst.join("a")), b3(&tree.join("a")));
+        assert!(!dst.join("gone").exists());
+        let kept = |p: &str| std::fs::read_to_string(dst.join(p)).unwrap();
+        if flags[0] == "-b" {
+            assert_eq!(
+                (kept("a~"), kept("sub/b~"), kept("gone~")),
+                ("old a".into(), "old b".into(), "gone".into())
+            );
+        } else {
+            assert_eq!(
+                (kept("old/a"), kept("old/sub/b"), kept("old/gone")),
+                ("old a".into(), "old b".into(), "gone".into())
+            );
+        }
+    }
+}
+
 #[test]
 fn http_checksum_headers_are_verified() {
     let srv = server();
