@@ -127,6 +127,9 @@ pub struct FetchOptions {
     /// `--backup`: what a delivered file or `--delete` replaces or removes
     /// at the destination is kept as (rsync's `-b`).
     pub backup: Option<haul_proto::Backup>,
+    /// `--max-transfer`: once this many bytes arrived, no further download
+    /// starts (rclone's soft cutoff; those under way finish).
+    pub max_transfer: Option<u64>,
 }
 
 impl Default for FetchOptions {
@@ -152,6 +155,7 @@ impl Default for FetchOptions {
             staging: None,
             one_file_names: false,
             backup: None,
+            max_transfer: None,
         }
     }
 }
@@ -478,6 +482,23 @@ async fn run_workers(ctx: Arc<Ctx>, mut jobs: mpsc::Receiver<FileJob>) {
         let Ok(permit) = permits.clone().acquire_owned().await else {
             break;
         };
+        if ctx
+            .opts
+            .max_transfer
+            .is_some_and(|max| ctx.tally.moved() >= max)
+        {
+            // Nothing starts after the limit: what the crawl handed over
+            // is counted, and the crawl stops (its sends fail).
+            let mut left = 1;
+            while jobs.try_recv().is_ok() {
+                left += 1;
+            }
+            jobs.close();
+            drop(job);
+            ctx.tally
+                .event(&Event::transfer_limit(ctx.tally.moved(), left));
+            break;
+        }
         let ctx = ctx.clone();
         running.spawn(async move {
             download::download(ctx, job).await;

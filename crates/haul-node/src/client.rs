@@ -188,19 +188,7 @@ pub(crate) fn fail_leftovers<J: crate::jobs::Job>(
         }
         // One line for what --max-transfer left, not one per file.
         let left: std::collections::HashSet<String> = left.iter().map(&path_of).collect();
-        tally.event(&Event::file_failed(
-            String::new(),
-            format!(
-                "--max-transfer reached ({} bytes moved): no file was started after it, and {} \
-                 queued (and any the walk had not reached) are left; run again to send the rest",
-                tally.moved(),
-                match left.len() {
-                    1 => "1 file".to_owned(),
-                    n => format!("{n} files"),
-                }
-            ),
-            haul_run::FailKind::TransferLimit,
-        ));
+        tally.event(&Event::transfer_limit(tally.moved(), left.len()));
         return;
     }
     let (reason, kind) = err.as_ref().map_or_else(

@@ -227,6 +227,23 @@ impl Event {
         }
     }
 
+    /// `--max-transfer` stopped the transfer once `moved` bytes moved:
+    /// one line for the `left` files not started (not one per file).
+    pub fn transfer_limit(moved: u64, left: usize) -> Self {
+        Self::file_failed(
+            String::new(),
+            format!(
+                "--max-transfer reached ({moved} bytes moved): no file was started after it, and \
+                 {} queued (and any the listing had not reached) are left; run again to send the rest",
+                match left {
+                    1 => "1 file".to_owned(),
+                    n => format!("{n} files"),
+                }
+            ),
+            FailKind::TransferLimit,
+        )
+    }
+
     /// A directory or symlink was created.
     pub fn made(path: String) -> Self {
         Self::FileDone {

@@ -653,7 +653,8 @@ pub struct TransferArgs {
     /// Once SIZE bytes moved (K/M/G suffixes), start no further file: those
     /// in flight finish (each connection holds at most two files ahead under
     /// this flag), the rest is left for the next run; exit 8 (rclone's
-    /// --max-transfer with its soft cutoff). Push, pull from a node, local copy.
+    /// --max-transfer with its soft cutoff). Push, pull (from a node or an
+    /// FTP/SFTP/HTTP/S3 server), local copy.
     #[arg(long, value_name = "SIZE")]
     pub max_transfer: Option<String>,
     /// Replace a non-empty directory at DEST where the source has a file or

@@ -74,9 +74,6 @@ pub fn fetch_options(t: &TransferArgs, r: &RemoteArgs, mut filter: Filter) -> Re
     if (t.delete || t.delete_excluded) && r.delete_source {
         bail!("--delete mirrors the source into DEST and --delete-source empties the source: together they would delete the copies too; use one");
     }
-    if client.max_transfer.is_some() {
-        bail!("--max-transfer is for haul nodes and local copies; an FTP, SFTP, HTTP or S3 pull does not take it yet");
-    }
     if t.size_only || t.update {
         bail!("--size-only and -u/--update are for haul nodes and local copies; an FTP, SFTP, HTTP or S3 pull decides by size and mtime (or -c, or --ignore-existing)");
     }
@@ -104,6 +101,7 @@ pub fn fetch_options(t: &TransferArgs, r: &RemoteArgs, mut filter: Filter) -> Re
         staging: None,
         one_file_names: true,
         backup: client.backup,
+        max_transfer: client.max_transfer,
     })
 }
 

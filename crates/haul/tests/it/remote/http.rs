@@ -413,6 +413,38 @@ fn http_backup_keeps_what_a_pull_replaces_or_deletes() {
     }
 }
 
+/// `--max-transfer` on an HTTP pull: rclone's soft cutoff, as for a node
+/// (twelve 1 MiB files, a 3 MiB limit, one at a time: a few land, the run
+/// says once what is left and exits 8; the next run fetches the rest).
+#[test]
+fn http_max_transfer_starts_no_download_after_its_limit() {
+    let srv = server();
+    let tree = srv.root().join("mt");
+    for i in 0..12 {
+        write_file(&tree.join(format!("f{i:02}")), 1 << 20, i);
+    }
+    let s = Scratch::new();
+    let dst = s.path("dst");
+    let url = srv.http_url("/mt/");
+    let args = [url.as_str(), dst.to_str().unwrap(), "-j", "1"];
+    let mut limited = args.to_vec();
+    limited.extend(["--max-transfer", "3M"]);
+    let out = pull(&s.path("cfg"), &limited);
+    assert_eq!(out.status.code(), Some(8), "{}", all_output(&out));
+    let landed = std::fs::read_dir(&dst)
+        .unwrap()
+        .filter(|e| e.as_ref().unwrap().file_name() != ".haul")
+        .count();
+    assert!((3..=6).contains(&landed), "{landed} files landed");
+    let sum = summary(&out);
+    let failures = sum["failures"].as_array().unwrap();
+    assert_eq!(failures.len(), 1, "one line for what is left: {failures:?}");
+    assert_eq!(failures[0]["kind"], "transfer_limit");
+    let out = pull(&s.path("cfg"), &args);
+    assert_eq!(out.status.code(), Some(0), "{}", all_output(&out));
+    assert_eq!(b3(&dst.join("f11")), b3(&tree.join("f11")));
+}
+
 #[test]
 fn http_checksum_headers_are_verified() {
     let srv = server();
