@@ -5,7 +5,13 @@
 //! only when that saves at least 1/32 of it, so data that does not shrink
 //! (already compressed, random) costs one failed attempt and goes as it is.
 //! A chunk of zeros (a sparse file's hole, `-S`) goes as a header with no
-//! payload at all, whether or not it is compressed (level 0: only that).
+//! payload at all, whether or not it is compressed. Level 0 (`-S` alone,
+//! and relays) compresses nothing else but a chunk that is partly holes —
+//! at least 1/8 of it in zeroed 4 KiB blocks, found with a look at each
+//! block's first word —, with zstd's fastest level: its zeros then cost a
+//! few bytes, and its data goes through zstd's fast path for what does not
+//! shrink. So a sparse file's data crosses, not its holes, with no data map
+//! in the protocol: a hole is a run of zeros, found where it is read.
 //! The header says so ([`ChunkHeader::packed`]: the chunk's own length);
 //! transports carry the `len` compressed bytes like any payload, so TCP,
 //! TLS and QUIC need nothing of their own, and every pace and rate limit
@@ -41,7 +47,8 @@ fn bad(what: String) -> TransportError {
 /// Compresses the chunks written through it.
 pub struct Packing {
     inner: Box<dyn MessageWriter>,
-    /// The zstd level; 0: chunks of zeros only.
+    /// The zstd level; 0: chunks of zeros, and chunks partly holes at the
+    /// fastest level.
     level: i32,
     zstd: zstd::bulk::Compressor<'static>,
     /// The chunk as read (a file range is read here: it must pass through
@@ -54,7 +61,7 @@ impl Packing {
     /// `inner`, its chunks compressed at zstd `level` (1–19; negative
     /// levels are faster still; 0: none, only chunks of zeros elided).
     pub fn new(inner: Box<dyn MessageWriter>, level: i32) -> Result<Self, TransportError> {
-        let zstd = zstd::bulk::Compressor::new(level)?;
+        let zstd = zstd::bulk::Compressor::new(if level == 0 { HOLES_LEVEL } else { level })?;
         Ok(Self {
             inner,
             level,
@@ -72,7 +79,7 @@ impl Packing {
             self.packed.clear();
             return true;
         }
-        if data.len() < SMALLEST || self.level == 0 {
+        if data.len() < SMALLEST || (self.level == 0 && !holes(data)) {
             return false;
         }
         let room = data.len() - data.len() / 32;
@@ -81,6 +88,36 @@ impl Packing {
         // zstd writes into the spare capacity and fails when it runs out.
         self.zstd.compress_to_buffer(data, &mut self.packed).is_ok() && self.packed.len() <= room
     }
+}
+
+/// The zstd level a chunk that is partly holes is packed at, level 0 (its
+/// fastest: zeros shrink to almost nothing, and data that does not shrink
+/// passes through quickly).
+const HOLES_LEVEL: i32 = 1;
+
+/// The block a hole is counted in (a filesystem's block).
+const HOLE_BLOCK: usize = 4096;
+
+/// Whether at least 1/8 of `data` is in zeroed [`HOLE_BLOCK`]s (a sparse
+/// file's holes, read as zeros). A block with data is told by its first
+/// word almost always, so data without holes costs one load a block.
+fn holes(data: &[u8]) -> bool {
+    let blocks = data.len() / HOLE_BLOCK;
+    let need = blocks.div_ceil(8).max(1);
+    let mut found = 0;
+    for (i, block) in data.chunks_exact(HOLE_BLOCK).enumerate() {
+        if block[..8] == [0; 8] && zeros(block) {
+            found += 1;
+            if found >= need {
+                return true;
+            }
+        }
+        // Too few blocks left to reach it.
+        if found + (blocks - i - 1) < need {
+            return false;
+        }
+    }
+    false
 }
 
 /// Whether `data` is all zeros (64 bytes at a time, which compilers turn

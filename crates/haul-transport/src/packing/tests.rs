@@ -129,7 +129,31 @@ async fn a_chunk_of_zeros_crosses_as_a_header_alone_even_without_compression() {
         r.read_payload(&h, &mut out).await.unwrap();
         assert!(out == *c, "chunk {i} differs");
     }
-    // Level 0: zeros elided, nothing compressed.
+    // Level 0: zeros elided; a chunk mostly holes compressed (its zeros
+    // cost next to nothing); data without holes, even compressible, not.
     assert!(w.pack(&zero) && w.packed.is_empty());
-    assert!(!w.pack(&almost) && !w.pack(&text(8192)));
+    assert!(
+        w.pack(&almost) && w.packed.len() < 4096,
+        "{}",
+        w.packed.len()
+    );
+    assert!(!w.pack(&text(8192)));
+    assert!(!w.pack(&text(4 << 20)));
+}
+
+#[test]
+fn a_chunk_counts_as_holes_from_an_eighth_of_zeroed_blocks() {
+    let block = 4096;
+    let mut chunk = noise(64 * block);
+    assert!(!holes(&chunk));
+    // Seven zeroed blocks of 64: not yet an eighth.
+    for b in 0..7 {
+        chunk[b * block..(b + 1) * block].fill(0);
+    }
+    assert!(!holes(&chunk));
+    // A block that starts with zeros but holds data is no hole.
+    chunk[7 * block..8 * block - 1].fill(0);
+    assert!(!holes(&chunk));
+    chunk[8 * block - 1] = 0;
+    assert!(holes(&chunk));
 }
