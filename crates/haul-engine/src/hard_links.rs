@@ -6,9 +6,9 @@
 //!   it is, and every later name of the same inode (device and inode as the
 //!   walk's `stat` saw them) as [`EntryKind::HardLink`] naming that first
 //!   name. Only files with more than one link are remembered, so the memory
-//!   is in proportion to the linked files, not to the tree. Names of one
-//!   inode in two sources of one transfer are not joined (each source is
-//!   walked on its own).
+//!   is in proportion to the linked files, not to the tree. The trees of
+//!   one transfer's sources share one map (`LocalTree::sharing_first_names`),
+//!   so names of one inode in two sources are joined, as rsync joins them.
 //! - A receiver sends no data for a further name: once the transfer ended
 //!   and the first name verified (or was found up to date), it makes the
 //!   link with [`link_beneath`] — locally for pulls and copies, on a node by
@@ -60,6 +60,9 @@ impl FirstNames {
                 self.first.insert(id, src.entry.path.clone());
                 src.entry.attrs.get_or_insert_default().linked = true;
             }
+            // The same path again (one source given twice): no link to
+            // itself.
+            Some(first) if *first == src.entry.path => {}
             Some(first) => {
                 src.entry.kind = EntryKind::HardLink {
                     target: first.clone(),

@@ -237,7 +237,16 @@ impl Named {
         if self.incomplete {
             return;
         }
-        let mut missing: Vec<&str> = only.paths().filter(|p| !self.found.contains(*p)).collect();
+        // A path beneath a directory the other rules keep the crawl out of
+        // (`--exclude DIR/`, `--max-depth`) was never looked for.
+        let looked_for = |p: &str| {
+            p.match_indices('/')
+                .all(|(i, _)| ctx.opts.filter.enter_dir(&p[..i]))
+        };
+        let mut missing: Vec<&str> = only
+            .paths()
+            .filter(|p| !self.found.contains(*p) && looked_for(p))
+            .collect();
         missing.sort_unstable();
         for path in missing {
             ctx.tally.event(&Event::file_failed(

@@ -198,6 +198,8 @@ fn would_delete(
         true => entries,
         false => haul_engine::mirror::filtered(entries, Some(&filter), top),
     };
+    // Backups are never deleted (as the real run's prune keeps them).
+    let entries = haul_engine::backup::Backups::unprotected(opts.backup.as_ref(), entries);
     let source: HashSet<&str> = listed.iter().map(String::as_str).collect();
     let gone = haul_engine::mirror::deletions(&entries, &source);
     if let Some(w) = haul_engine::mirror::delete_limit_warning(gone.len(), opts.max_delete) {

@@ -109,6 +109,7 @@ pub async fn pull(
                 count: WalkCount::start(tally.clone()),
                 pending,
                 firsts: Firsts::default(),
+                had_errors: false,
             };
             let mut backoff = connection_backoff(&opts);
             let r = loop {
@@ -128,12 +129,13 @@ pub async fn pull(
                     state.count.done();
                     // rsync's "link_stat failed": a path the list names
                     // that the source does not have fails (exit 23).
-                    for path in state
-                        .chosen
-                        .as_ref()
-                        .map(|c| c.unlisted())
-                        .unwrap_or_default()
-                    {
+                    // (Not when the node skipped or could not read some
+                    // entries: a path named may be one of them.)
+                    let unlisted = match (&state.chosen, state.had_errors) {
+                        (Some(c), false) => c.unlisted(),
+                        _ => Vec::new(),
+                    };
+                    for path in unlisted {
                         tally.event(&Event::file_failed(
                             path,
                             "named by --files-from, but the source does not have it",
@@ -301,6 +303,8 @@ struct ListingState {
     pending: Option<Option<Listed>>,
     /// `-H`: which first names this pull takes.
     firsts: Firsts,
+    /// The node said of some entry that it skipped it or could not read it.
+    had_errors: bool,
 }
 
 /// Reads one listing to its end, handing on what `state.resume` has not
@@ -317,6 +321,7 @@ async fn read_listing(
         count,
         pending,
         firsts,
+        had_errors,
     } = state;
     let ListingSink {
         queue,
@@ -341,12 +346,14 @@ async fn read_listing(
                 code: ErrorCode::Skipped,
                 message,
             }) => {
+                *had_errors = true;
                 tally.event(&Event::Warning {
                     message: format!("node: {message}"),
                 });
                 continue;
             }
             Some(Listed::Error { message, .. }) => {
+                *had_errors = true;
                 tally.event(&Event::file_error(
                     String::new(),
                     format!("node: {message}"),

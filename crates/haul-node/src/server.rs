@@ -870,11 +870,6 @@ impl Server {
         result.map_err(|i| i.error)
     }
 
-    /// Streams the listing of `path`, then `Bye`.
-    /// `haul push --delete`: removes each entry the client names under
-    /// `dest`, beneath the held root (never the state directory: entry
-    /// paths naming it are refused), answering each with `Done`. Texts sent
-    /// back name only the client's own path; details go to the node's log.
     /// The backups a request writing into `dest` keeps under its
     /// `--backup` rule, both checked (`dest` a path under the root): why
     /// not, when either is bad.
@@ -917,6 +912,10 @@ impl Server {
         Ok(backups)
     }
 
+    /// `haul push --delete`: removes each entry the client names under
+    /// `dest`, beneath the held root (never the state directory: entry
+    /// paths naming it are refused), answering each with `Done`. Texts sent
+    /// back name only the client's own path; details go to the node's log.
     async fn prune(
         &self,
         mut reader: Box<dyn MessageReader>,

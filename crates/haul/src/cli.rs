@@ -631,7 +631,7 @@ pub struct TransferArgs {
     pub delete_excluded: bool,
     /// Keep what the transfer replaces or --delete removes at DEST: renamed
     /// with --suffix (default `~`) beside it, or moved under --backup-dir
-    /// (push, pull from a node, local copy; rsync's -b). Backups are never
+    /// (push, pull, local copy, fan-out; rsync's -b). Backups are never
     /// deleted by --delete.
     #[arg(short = 'b', long)]
     pub backup: bool,

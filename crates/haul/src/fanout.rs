@@ -116,6 +116,12 @@ pub async fn push(
         )
         .into());
     }
+    if args.transfer.checksum && (args.transfer.backup || args.transfer.backup_dir.is_some()) {
+        return Err(UsageError(
+            "-c with -b is not offered for a fan-out yet (a node that already holds a file would keep a backup of it): push to each node on its own, or leave one out".into(),
+        )
+        .into());
+    }
     if args.transfer.max_delete.is_some() {
         return Err(UsageError(
             "--max-delete is not offered for a fan-out yet (each node would be held back on its own, and the nodes must be pruned alike): push to one node, or leave it out".into(),

@@ -499,15 +499,7 @@ fn files_from_takes_only_the_paths_listed() {
     // A pull from the node takes the same paths; one the node does not
     // have fails (rsync's "link_stat failed", exit 23), the others land.
     let missing = s.path("list-missing");
-    std::fs::write(
-        &missing,
-        "a/x.nc
-b
-d e
-not/there
-",
-    )
-    .unwrap();
+    std::fs::write(&missing, "a/x.nc\nb\nd e\nnot/there\n").unwrap();
     let mut c = haul(&s.path("config"));
     c.args(["pull", "--json", "--token", "t", "--files-from"])
         .arg(&missing)
@@ -520,6 +512,23 @@ not/there
     assert_eq!(sum["failed"], 1, "{sum}");
     assert_eq!(sum["failures"][0]["path"], "not/there", "{sum}");
     assert!(said(&out).contains("--files-from"), "{}", said(&out));
+    // A named entry the node skips (a FIFO: it says so) is not called
+    // missing: the listing was not whole.
+    let fifo = s.path("node/in/fifo");
+    assert!(std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .unwrap()
+        .success());
+    std::fs::write(&missing, "a/x.nc\nfifo\n").unwrap();
+    let mut c = haul(&s.path("config"));
+    c.args(["pull", "--json", "--token", "t", "--files-from"])
+        .arg(&missing)
+        .arg(format!("{}/", node.url("in")))
+        .arg(s.path("back2"));
+    let out = run(c, T);
+    assert_eq!(out.status.code(), Some(0), "{}", said(&out));
+    assert!(s.path("back2/a/x.nc").exists());
 
     // A list written relative to another directory: refused, nothing sent.
     std::fs::write(&list, "a/x.nc\nsrc/c\n").unwrap();

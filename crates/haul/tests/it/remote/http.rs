@@ -334,19 +334,14 @@ fn http_filters_rename_and_sidecars() {
 fn http_files_from_takes_the_paths_listed_and_names_the_missing_one() {
     let srv = server();
     let tree = srv.root().join("ff");
-    for p in ["a/x.nc", "a/y.nc", "b/deep/z", "c"] {
+    for p in ["a/x.nc", "a/y.nc", "b/deep/z", "c", "skip/me"] {
         write_file(&tree.join(p), 10, p.len() as u64);
     }
     let s = Scratch::new();
     let list = s.path("list");
-    std::fs::write(
-        &list,
-        "a/x.nc
-b
-not/there
-",
-    )
-    .unwrap();
+    // `skip/me` is there, in a directory the crawl is kept out of: not
+    // looked for, so not called missing.
+    std::fs::write(&list, "a/x.nc\nb\nnot/there\nskip/me\n").unwrap();
     let dst = s.path("dst");
     let out = pull(
         &s.path("cfg"),
@@ -355,6 +350,8 @@ not/there
             dst.to_str().unwrap(),
             "--files-from",
             list.to_str().unwrap(),
+            "--exclude",
+            "skip/",
         ],
     );
     assert_eq!(out.status.code(), Some(23), "{}", all_output(&out));
