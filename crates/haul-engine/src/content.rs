@@ -58,9 +58,13 @@ impl ContentHasher for ReadEveryByte {
         let root = root_from_digests(&digests, entry.chunk_size, size)
             .ok_or_else(|| io::Error::other("chunk digests do not cover the file"))?;
         match file.confirm() {
-            Confirmation::Changed(change) | Confirmation::Gone(change) => {
-                Err(ContentError::Changed(change))
-            }
+            Confirmation::Changed(change) => Err(ContentError::Changed(change)),
+            // Gone from the source: vanished (rsync's 24), as a file that
+            // was not there at all.
+            Confirmation::Gone(how) => Err(ContentError::Io(io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("{how} while it was being read"),
+            ))),
             _ => Ok(root.into()),
         }
     }

@@ -43,8 +43,12 @@ pub use crate::receive_error::ReceiveError;
 /// What [`Destination::prepare_file`] found.
 #[derive(Debug)]
 pub enum Prepared {
-    /// The same file (size and mtime) is already in place.
-    UpToDate,
+    /// The same file (size and mtime) is already in place; `perms_fixed`:
+    /// its permission bits were brought in line (`-i` says `.f...p.....`).
+    UpToDate {
+        /// Its permission bits differed and were set.
+        perms_fixed: bool,
+    },
     /// Receive into this partial file.
     Receive(Arc<PartialFile>),
 }
@@ -550,7 +554,9 @@ impl Destination {
     pub fn begin_file(&self, entry: &Entry) -> Result<Arc<PartialFile>, ReceiveError> {
         match self.prepare_file(entry, None)? {
             Prepared::Receive(part) => Ok(part),
-            Prepared::UpToDate => Err(ReceiveError::BadOffer("unreachable quick check".into())),
+            Prepared::UpToDate { .. } => {
+                Err(ReceiveError::BadOffer("unreachable quick check".into()))
+            }
         }
     }
 
@@ -589,8 +595,13 @@ impl Destination {
                     .load(std::sync::atomic::Ordering::Relaxed)
             });
             if let Some(rule) = quick_check {
+                // Whether only its permission bits differ (then set).
+                let perms_fixed = self.sync_modes()
+                    && !rule.ignore_existing
+                    && same_file(st, entry)
+                    && st.permissions() != self.attr_writer().mode_of(entry);
                 if self.up_to_date(found.as_ref(), &place, entry, rule) {
-                    return Ok(Prepared::UpToDate);
+                    return Ok(Prepared::UpToDate { perms_fixed });
                 }
             }
         }

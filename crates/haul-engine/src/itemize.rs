@@ -100,6 +100,21 @@ pub fn listed(entry: &Entry, there: Option<&Entry>, content: bool) -> String {
     code
 }
 
+/// The change string of a file found up to date whose permission bits
+/// were set in place (rsync's `.f...p.....`: attributes only).
+pub fn perms_fixed(entry: &Entry) -> String {
+    let (_, x) = letters(entry);
+    string(
+        '.',
+        x,
+        false,
+        Differs {
+            perms: true,
+            ..Differs::default()
+        },
+    )
+}
+
 /// The line `-i` shows for a deletion (rsync's).
 pub fn deleting(path: &str) -> String {
     format!("*deleting   {path}")

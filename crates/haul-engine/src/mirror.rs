@@ -69,14 +69,25 @@ pub fn walk_dest(dest: &Path, top: &str, hard_links: bool) -> Result<Option<Entr
 /// `entries` the filter takes (a destination's too: what the rules leave
 /// out is never deleted, as rsync protects excluded files).
 pub fn filtered(entries: Vec<Entry>, filter: Option<&Arc<Filter>>, top: &str) -> Vec<Entry> {
+    filtered_and_unlisted(entries, filter, top).0
+}
+
+/// [`filtered`], and the paths `--files-from` names that `entries` lack
+/// ([`EntryFilter::unlisted`]: meaningful for a whole listing).
+pub fn filtered_and_unlisted(
+    entries: Vec<Entry>,
+    filter: Option<&Arc<Filter>>,
+    top: &str,
+) -> (Vec<Entry>, Vec<String>) {
     let Some(filter) = filter else {
-        return entries;
+        return (entries, Vec::new());
     };
     let mut chosen = EntryFilter::new(filter.clone(), top.to_owned());
-    entries
+    let taken = entries
         .into_iter()
         .flat_map(|e| chosen.offer(&e.clone(), e))
-        .collect()
+        .collect();
+    (taken, chosen.unlisted())
 }
 
 /// The destination's entries the source does not have, deepest first (a

@@ -446,7 +446,7 @@ async fn attempt(
         .prepare_file_version(&entry, &version, quick_check.then_some(SkipRule::default()))
         .map_err(local)?;
     let part = match prepared {
-        Prepared::UpToDate => {
+        Prepared::UpToDate { .. } => {
             ctx.pool.give_back(lease);
             return Ok(Outcome::UpToDate);
         }

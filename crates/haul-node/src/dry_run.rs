@@ -31,6 +31,9 @@ pub(crate) struct Side {
     pub sums: HashMap<String, Digest>,
     /// With a listing with sums: files the node could not read, and why.
     pub unreadable: Vec<(String, String)>,
+    /// Entries the node said it skipped (special files, names that cannot
+    /// travel).
+    pub skipped: u64,
 }
 
 impl Side {
@@ -80,9 +83,17 @@ pub async fn dry_run_push(
     let dest = named.as_ref().map_or(dest, |(dir, _)| dir.clone());
     let named = named.map(|(_, name)| name);
     let mut report = DryRunReport::default();
+    let names = FirstNames::default();
     for s in sources {
-        let (source, top) =
-            walk_local(s, named.as_deref(), opts, opts.checksum, observer.as_ref())?;
+        let walked = walk_local_sharing(
+            s,
+            named.as_deref(),
+            opts,
+            opts.checksum,
+            observer.as_ref(),
+            &names,
+        );
+        let (source, top) = walked?;
         let under = crate::mirror::under_dest(&dest, &top);
         let keep = links_only(opts.keep);
         let theirs = list_node_with(
@@ -131,7 +142,21 @@ pub async fn dry_run_pull(
     if delete {
         crate::mirror::check_dest(dest)?;
     }
-    let source = filtered(theirs, opts, &top);
+    let whole = theirs.errors == 0 && theirs.skipped == 0;
+    let (entries, unlisted) =
+        haul_engine::mirror::filtered_and_unlisted(theirs.entries, opts.filter.as_ref(), &top);
+    let mut source = Side { entries, ..theirs };
+    // As the pull would: a path the list names that a whole listing lacks
+    // fails (rsync's "link_stat failed").
+    if whole {
+        for path in unlisted {
+            source.errors += 1;
+            observer.event(&Event::file_error(
+                path,
+                "named by --files-from, but the source does not have it",
+            ));
+        }
+    }
     let (source, dest, top) = match &one {
         Some(one) => (
             source.renamed(&top, &one.name),
@@ -169,8 +194,10 @@ pub fn dry_run_local(
     let named = one.as_ref().map(|one| one.name.as_str());
     let dest = one.as_ref().map_or(dest, |one| one.dir.as_path());
     let mut report = DryRunReport::default();
+    let names = FirstNames::default();
     for s in sources {
-        let (source, top) = walk_local(s, named, opts, opts.checksum, observer.as_ref())?;
+        let walked = walk_local_sharing(s, named, opts, opts.checksum, observer.as_ref(), &names);
+        let (source, top) = walked?;
         let ours = walk_dest(
             dest,
             &top,
@@ -203,6 +230,23 @@ pub(crate) fn walk_local(
     sums: bool,
     observer: &dyn Observer,
 ) -> Result<(Side, String), NodeError> {
+    walk_local_sharing(source, named, opts, sums, observer, &FirstNames::default())
+}
+
+/// The first names `-H` shares between the sources of one transfer.
+type FirstNames = Arc<std::sync::Mutex<haul_engine::hard_links::FirstNames>>;
+
+/// [`walk_local`] for one of several sources, sharing `names` with the
+/// others (walked in turn): `-H` joins names of one file in two sources,
+/// as the transfer itself does ([`crate::dataset::Walk`]).
+fn walk_local_sharing(
+    source: &str,
+    named: Option<&str>,
+    opts: &ClientOptions,
+    sums: bool,
+    observer: &dyn Observer,
+    names: &FirstNames,
+) -> Result<(Side, String), NodeError> {
     let mut tree = LocalTree::new(source).map_err(|e| NodeError::Usage(e.to_string()))?;
     if let Some(name) = named {
         tree = tree.named(name);
@@ -211,7 +255,9 @@ pub(crate) fn walk_local(
     if let Some(f) = &opts.filter {
         tree = tree.with_filter(f.clone());
     }
-    let tree = tree.keeping(links_only(opts.keep));
+    let tree = tree
+        .keeping(links_only(opts.keep))
+        .sharing_first_names(names.clone());
     let mut side = Side::default();
     for item in Box::new(tree).entries() {
         match item {
@@ -349,7 +395,7 @@ pub(crate) async fn list_node_with(
             Listed::Error {
                 code: ErrorCode::Skipped,
                 ..
-            } => {}
+            } => side.skipped += 1,
             Listed::Error { message, .. } => {
                 side.errors += 1;
                 observer.event(&Event::file_error(
@@ -441,6 +487,20 @@ fn compare(
             }
             _ => DryRunAction::Make,
         };
+        // -i: a file up to date whose permission bits the run would set.
+        // (Only the same version: one kept by a skip rule is left as it is.)
+        if action == DryRunAction::UpToDate
+            && !skip.ignore_existing
+            && there.is_some_and(|t| {
+                t.mode & 0o1777 != e.mode & 0o1777
+                    && kept(Held::listed(t), e, haul_proto::SkipRule::default())
+            })
+        {
+            observer.event(&Event::Itemized {
+                path: e.path.clone(),
+                code: haul_engine::itemize::perms_fixed(e),
+            });
+        }
         if action != DryRunAction::UpToDate {
             // -i: what would change, as the run's receiver would say it.
             let there = there.copied();

@@ -742,11 +742,13 @@ impl Receiver {
                     skip: true,
                     have: Vec::new(),
                 });
+                // -i: what was brought in line in place, if anything.
+                let message = self.changes_of(file, &path);
                 self.core.send(Message::Done {
                     id: file,
                     ok: true,
                     root: [0; 32],
-                    message: String::new(),
+                    message,
                 });
                 self.settle(file);
                 self.core.event(Event::up_to_date(path, size));

@@ -160,7 +160,7 @@ fn refuses_escapes_and_symlinked_dirs() {
 /// Receives `data` as the one-chunk file `entry` (quick check on).
 fn receive_small(dest: &Destination, entry: &Entry, data: &[u8]) -> bool {
     match dest.prepare_file(entry, Some(SkipRule::default())).unwrap() {
-        Prepared::UpToDate => false,
+        Prepared::UpToDate { .. } => false,
         Prepared::Receive(part) => {
             let d = chunk_digest(data, 0, entry.chunk_size, entry.size);
             assert_eq!(part.write_chunk(0, data, &d).unwrap(), ChunkVerdict::Good);
@@ -338,7 +338,7 @@ fn one_process_at_a_time_per_staging_file() {
         .unwrap()
     {
         Prepared::Receive(p) => p,
-        Prepared::UpToDate => panic!("nothing is there yet"),
+        Prepared::UpToDate { .. } => panic!("nothing is there yet"),
     };
     assert!(matches!(
         second.prepare_file(&entry, Some(SkipRule::default())),

@@ -103,7 +103,7 @@ impl DescribedSink for DescribedRead<'_> {
             )
             .map_err(local)?;
         match prepared {
-            Prepared::UpToDate => Ok(false),
+            Prepared::UpToDate { .. } => Ok(false),
             Prepared::Receive(part) => {
                 let end = part.entry().chunk_count();
                 self.writer = Some(ChunkWriter::new(self.ctx, &part, self.progress, 0, end));

@@ -447,7 +447,13 @@ impl Driver {
     ) {
         let now = self.now;
         let (answer, part) = match staged {
-            Ok(Staged::UpToDate) => (Ok(Prepared::UpToDate), None),
+            Ok(Staged::UpToDate { perms_fixed }) => {
+                if perms_fixed {
+                    let code = haul_engine::itemize::perms_fixed(entry);
+                    self.session.itemized(file, code);
+                }
+                (Ok(Prepared::UpToDate), None)
+            }
             Ok(Staged::Receive(part)) => {
                 let code = haul_engine::itemize::received(entry, part.replaced());
                 self.session.itemized(file, code);

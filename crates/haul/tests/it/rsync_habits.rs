@@ -512,6 +512,15 @@ fn files_from_takes_only_the_paths_listed() {
     assert_eq!(sum["failed"], 1, "{sum}");
     assert_eq!(sum["failures"][0]["path"], "not/there", "{sum}");
     assert!(said(&out).contains("--files-from"), "{}", said(&out));
+    // Its dry run says the same.
+    let mut c = haul(&s.path("config"));
+    c.args(["pull", "-n", "--token", "t", "--files-from"])
+        .arg(&missing)
+        .arg(format!("{}/", node.url("in")))
+        .arg(s.path("back"));
+    let out = run(c, T);
+    assert_eq!(out.status.code(), Some(23), "{}", said(&out));
+    assert!(said(&out).contains("not/there"), "{}", said(&out));
     // A named entry the node skips (a FIFO: it says so) is not called
     // missing: the listing was not whole.
     let fifo = s.path("node/in/fifo");
@@ -714,17 +723,19 @@ fn max_transfer_starts_no_file_after_its_limit_and_exits_8() {
 #[test]
 fn i_itemizes_what_changes_as_rsync_does() {
     // The same trees for rsync and haul: a new file, one whose size and
-    // mtime changed, one up to date, a new directory with a file, one
-    // DEST has and SRC not (--delete), two names of one file (-H).
+    // mtime changed, one up to date, one up to date but for its permission
+    // bits, a new directory with a file, one DEST has and SRC not
+    // (--delete), two names of one file (-H).
     let s = Scratch::new();
     let src = s.path("src");
     write_file(&src.join("new"), 100, 1);
     write_file(&src.join("changed"), 200, 2);
     write_file(&src.join("same"), 50, 3);
     write_file(&src.join("dir/inner"), 10, 4);
+    write_file(&src.join("perm"), 30, 7);
     std::fs::hard_link(src.join("same"), src.join("same2")).unwrap();
     let past = std::time::SystemTime::now() - Duration::from_secs(3600);
-    for f in ["changed", "same", "dir/inner", "new"] {
+    for f in ["changed", "same", "dir/inner", "new", "perm"] {
         let file = std::fs::File::options()
             .write(true)
             .open(src.join(f))
@@ -735,13 +746,17 @@ fn i_itemizes_what_changes_as_rsync_does() {
     for d in [&ours, &theirs] {
         write_file(&d.join("changed"), 150, 5);
         write_file(&d.join("gone"), 10, 6);
-        let out = std::process::Command::new("cp")
-            .args(["-p"])
-            .arg(src.join("same"))
-            .arg(d.join("same"))
-            .output()
-            .unwrap();
-        assert!(out.status.success());
+        for f in ["same", "perm"] {
+            let out = std::process::Command::new("cp")
+                .args(["-p"])
+                .arg(src.join(f))
+                .arg(d.join(f))
+                .output()
+                .unwrap();
+            assert!(out.status.success());
+        }
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(d.join("perm"), std::fs::Permissions::from_mode(0o600)).unwrap();
     }
     let out = std::process::Command::new("rsync")
         .args(["-aHi", "--delete"])
@@ -795,6 +810,7 @@ fn i_itemizes_what_changes_as_rsync_does() {
         [
             "<f+++++++++ dir/inner",
             "<f+++++++++ new",
+            "<f+++++++++ perm",
             "<f+++++++++ same",
             "<f+++++++++ same2",
             "<f.st...... changed",
