@@ -463,11 +463,29 @@ impl Destination {
     /// Its permission bits are brought in line with the entry's when only
     /// they differ.
     pub fn quick_check(&self, entry: &Entry, rule: SkipRule) -> bool {
-        let Ok(place) = self.resolve(&entry.path) else {
-            return false;
-        };
+        self.quick_check_fixing(entry, rule).is_some()
+    }
+
+    /// [`Destination::quick_check`], saying whether the file's permission
+    /// bits were set in place (`-i`'s `.f...p.....`): `None` when it is not
+    /// up to date.
+    pub fn quick_check_fixing(&self, entry: &Entry, rule: SkipRule) -> Option<bool> {
+        let place = self.resolve(&entry.path).ok()?;
         let found = self.look_up(&place);
+        let fixed = found
+            .as_ref()
+            .is_some_and(|st| self.perms_differ(st, entry, rule));
         self.up_to_date(found.as_ref(), &place, entry, rule)
+            .then_some(fixed)
+    }
+
+    /// Whether `st`, found where `entry` goes, is the same version but for
+    /// permission bits that [`Destination::up_to_date`] would set in place.
+    fn perms_differ(&self, st: &Meta, entry: &Entry, rule: SkipRule) -> bool {
+        self.sync_modes()
+            && !rule.ignore_existing
+            && same_file(st, entry)
+            && st.permissions() != self.attr_writer().mode_of(entry)
     }
 
     /// [`up_to_date`], and a file found the same first gets the entry's
@@ -596,10 +614,7 @@ impl Destination {
             });
             if let Some(rule) = quick_check {
                 // Whether only its permission bits differ (then set).
-                let perms_fixed = self.sync_modes()
-                    && !rule.ignore_existing
-                    && same_file(st, entry)
-                    && st.permissions() != self.attr_writer().mode_of(entry);
+                let perms_fixed = self.perms_differ(st, entry, rule);
                 if self.up_to_date(found.as_ref(), &place, entry, rule) {
                     return Ok(Prepared::UpToDate { perms_fixed });
                 }

@@ -83,17 +83,11 @@ pub async fn dry_run_push(
     let dest = named.as_ref().map_or(dest, |(dir, _)| dir.clone());
     let named = named.map(|(_, name)| name);
     let mut report = DryRunReport::default();
-    let names = FirstNames::default();
+    // (Each source on its own, as its destination is listed: a name of a
+    // file in another source shows as a file to send.)
     for s in sources {
-        let walked = walk_local_sharing(
-            s,
-            named.as_deref(),
-            opts,
-            opts.checksum,
-            observer.as_ref(),
-            &names,
-        );
-        let (source, top) = walked?;
+        let (source, top) =
+            walk_local(s, named.as_deref(), opts, opts.checksum, observer.as_ref())?;
         let under = crate::mirror::under_dest(&dest, &top);
         let keep = links_only(opts.keep);
         let theirs = list_node_with(
@@ -194,10 +188,8 @@ pub fn dry_run_local(
     let named = one.as_ref().map(|one| one.name.as_str());
     let dest = one.as_ref().map_or(dest, |one| one.dir.as_path());
     let mut report = DryRunReport::default();
-    let names = FirstNames::default();
     for s in sources {
-        let walked = walk_local_sharing(s, named, opts, opts.checksum, observer.as_ref(), &names);
-        let (source, top) = walked?;
+        let (source, top) = walk_local(s, named, opts, opts.checksum, observer.as_ref())?;
         let ours = walk_dest(
             dest,
             &top,
@@ -230,23 +222,6 @@ pub(crate) fn walk_local(
     sums: bool,
     observer: &dyn Observer,
 ) -> Result<(Side, String), NodeError> {
-    walk_local_sharing(source, named, opts, sums, observer, &FirstNames::default())
-}
-
-/// The first names `-H` shares between the sources of one transfer.
-type FirstNames = Arc<std::sync::Mutex<haul_engine::hard_links::FirstNames>>;
-
-/// [`walk_local`] for one of several sources, sharing `names` with the
-/// others (walked in turn): `-H` joins names of one file in two sources,
-/// as the transfer itself does ([`crate::dataset::Walk`]).
-fn walk_local_sharing(
-    source: &str,
-    named: Option<&str>,
-    opts: &ClientOptions,
-    sums: bool,
-    observer: &dyn Observer,
-    names: &FirstNames,
-) -> Result<(Side, String), NodeError> {
     let mut tree = LocalTree::new(source).map_err(|e| NodeError::Usage(e.to_string()))?;
     if let Some(name) = named {
         tree = tree.named(name);
@@ -255,9 +230,7 @@ fn walk_local_sharing(
     if let Some(f) = &opts.filter {
         tree = tree.with_filter(f.clone());
     }
-    let tree = tree
-        .keeping(links_only(opts.keep))
-        .sharing_first_names(names.clone());
+    let tree = tree.keeping(links_only(opts.keep));
     let mut side = Side::default();
     for item in Box::new(tree).entries() {
         match item {
@@ -458,6 +431,9 @@ fn compare(
         }
     };
     let theirs: HashMap<&str, &Entry> = dest.entries.iter().map(|e| (e.path.as_str(), e)).collect();
+    // The permission bits a receiver here would give each file.
+    let modes =
+        haul_engine::attrs::AttrWriter::new(haul_engine::attrs::AttrPolicy::here(opts.keep));
     let mut say = |entry: &Entry, action: DryRunAction| {
         let size = if entry.kind == EntryKind::File {
             entry.size
@@ -488,11 +464,13 @@ fn compare(
             _ => DryRunAction::Make,
         };
         // -i: a file up to date whose permission bits the run would set.
-        // (Only the same version: one kept by a skip rule is left as it is.)
+        // (Only the same version: one kept by a skip rule is left as it is;
+        // and not under -c, where a file whose content matches is left.)
         if action == DryRunAction::UpToDate
             && !skip.ignore_existing
+            && !checksum
             && there.is_some_and(|t| {
-                t.mode & 0o1777 != e.mode & 0o1777
+                t.mode & 0o7777 != modes.mode_of(e)
                     && kept(Held::listed(t), e, haul_proto::SkipRule::default())
             })
         {

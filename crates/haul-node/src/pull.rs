@@ -445,7 +445,16 @@ fn take_listed(
         EntryKind::File => {
             if let Err(e) = haul_proto::validate_entry_path(&entry.path) {
                 Err(e.into())
-            } else if !opts.checksum && dest.quick_check(&entry, opts.skip) {
+            } else if let Some(fixed) = (!opts.checksum)
+                .then(|| dest.quick_check_fixing(&entry, opts.skip))
+                .flatten()
+            {
+                if fixed {
+                    tally.event(&Event::Itemized {
+                        path: path.clone(),
+                        code: haul_engine::itemize::perms_fixed(&entry),
+                    });
+                }
                 tally.event(&Event::up_to_date(path.clone(), entry.size));
                 Ok(())
             } else {

@@ -775,9 +775,10 @@ impl Server {
             window: self.opts.window,
             max_retries: self.opts.max_retries,
             chunk_memory: self.opts.chunk_memory,
-            // Chunks of zeros pass on as headers alone, whatever the
-            // origin asked (not compressed: a relay does not spend its
-            // cores re-compressing what it passes on).
+            // Chunks of zeros pass on as headers alone, and chunks partly
+            // holes at zstd's fastest level, whatever the origin asked
+            // (nothing else compressed: a relay does not spend its cores
+            // re-compressing what it passes on).
             compress: Some(0),
             ..ClientOptions::default()
         };

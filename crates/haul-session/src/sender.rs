@@ -1042,16 +1042,27 @@ impl<S> Sender<S> {
         // A split file is reported once: when its commit is done, or when
         // every range was skipped.
         let group = job.group.as_ref();
+        // Version 13: what changed at the receiver (`-i`), when it says so
+        // in rsync's form (nothing else from a peer is printed this way).
+        // A range found up to date says what it set in place itself (only
+        // one range of a file does); a received file, once, at its end.
+        let change = is_change_string(&message).then_some(message);
+        let itemize = |core: &mut Core<SenderIo>, code: String| {
+            core.event(Event::Itemized {
+                path: e.path.clone(),
+                code,
+            })
+        };
+        if skipped && group.is_some() {
+            if let Some(code) = change.clone() {
+                itemize(&mut self.core, code);
+            }
+        }
         if skipped && group.is_some_and(|g| !g.range_skipped(job.first)) {
             return;
         }
-        // Version 13: what changed at the receiver (`-i`), when it says so
-        // in rsync's form (nothing else from a peer is printed this way).
-        if is_change_string(&message) {
-            self.core.event(Event::Itemized {
-                path: e.path.clone(),
-                code: message,
-            });
+        if let Some(code) = change.filter(|_| !(skipped && group.is_some())) {
+            itemize(&mut self.core, code);
         }
         self.core.event(Event::FileDone {
             path: e.path.clone(),

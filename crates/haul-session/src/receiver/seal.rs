@@ -76,11 +76,12 @@ impl Receiver {
             *left = left.saturating_sub(chunks.len() as u32);
             if *left == 0 {
                 let (path, size) = (f.entry.path.clone(), f.entry.size);
+                let message = self.changes_of(id, &path);
                 self.core.send(Message::Done {
                     id,
                     ok: true,
                     root: [0; 32],
-                    message: String::new(),
+                    message,
                 });
                 self.settle(id);
                 self.core.event(Event::up_to_date(path, size));

@@ -187,16 +187,6 @@ fn names_of_one_file_in_two_sources_are_joined() {
         .arg(node.url("in"));
     ok(&run(c, T));
     assert_eq!(groups(&s.path("node/in")), want, "push");
-
-    // A dry run to a fresh DEST says the second name is a link to make.
-    let mut c = haul(&s.path("config"));
-    c.args(["push", "-H", "-n", "-i"])
-        .args([&one, &two])
-        .arg(node.url("fresh"));
-    let out = run(c, T);
-    ok(&out);
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("two/g => one/f"), "{text}");
 }
 
 #[test]

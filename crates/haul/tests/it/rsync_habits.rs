@@ -817,4 +817,21 @@ fn i_itemizes_what_changes_as_rsync_does() {
             "cd+++++++++ dir/",
         ]
     );
+
+    // A pull from the node says what it set in place too.
+    let back = s.path("back");
+    let pull = |extra: &[&str]| {
+        let mut c = haul(&s.path("config"));
+        c.args(["pull", "--plaintext"])
+            .args(extra)
+            .arg(format!("{}/", node.url("in")))
+            .arg(&back);
+        run(c, T)
+    };
+    ok(&pull(&[]));
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(back.join("perm"), std::fs::Permissions::from_mode(0o600)).unwrap();
+    let out = pull(&["-i"]);
+    ok(&out);
+    assert_eq!(stdout_lines(&out), [".f...p..... perm"]);
 }
