@@ -378,30 +378,20 @@ impl AttrWriter {
             (Some(_), Ok(have)) => self.xattr_changes(attrs, &have),
             (Some(_), Err(_)) => return false,
         };
-        self.make(
-            &changes,
-            |x| file.set_xattr(x.name.as_bytes(), &x.value),
-            |n| file.remove_xattr(n),
-        )
-        .is_ok()
-    }
-
-    /// Makes `changes` with `set` and `remove`, each attribute on its own:
-    /// one the filesystem does not support is said once and skipped (the
-    /// others are still made); the first other error is returned, once
-    /// every change was tried.
-    fn make(
-        &self,
-        changes: &XattrChanges<'_>,
-        set: impl Fn(&Xattr) -> io::Result<()>,
-        remove: impl Fn(&[u8]) -> io::Result<()>,
-    ) -> io::Result<()> {
-        let mut first = Ok(());
-        let results = changes
+        let set = changes
             .set
             .iter()
-            .map(|x| set(x))
-            .chain(changes.remove.iter().map(|n| remove(n)));
+            .map(|x| file.set_xattr(x.name.as_bytes(), &x.value));
+        let removed = changes.remove.iter().map(|n| file.remove_xattr(n));
+        self.make(set.chain(removed)).is_ok()
+    }
+
+    /// The outcomes of changing attributes one at a time: one the
+    /// filesystem does not support is said once and skipped (the others are
+    /// still made); the first other error is returned, once every change
+    /// was tried.
+    fn make(&self, results: impl Iterator<Item = io::Result<()>>) -> io::Result<()> {
+        let mut first = Ok(());
         for result in results {
             if let Err(e) = self.unsupported_is_said(result) {
                 if first.is_ok() {
@@ -515,11 +505,7 @@ impl AttrWriter {
             // A symlink's attributes are not set (see haul_root).
             Target::Link(..) => Ok(()),
         };
-        let set = XattrChanges {
-            set: xattrs.iter().filter(|x| self.takes(&x.name)).collect(),
-            remove: Vec::new(),
-        };
-        self.make(&set, set_one, |_| Ok(()))?;
+        self.make(xattrs.iter().filter(|x| self.takes(&x.name)).map(set_one))?;
         // What the source lacks goes: a directory already there may hold
         // anything, and a new file may have taken its directory's default
         // ACL as its own.
@@ -529,17 +515,13 @@ impl AttrWriter {
                 Target::Dir(d) => d.own_xattrs()?,
                 Target::Link(..) => Vec::new(),
             };
-            let gone = self.xattr_changes(attrs, &have);
-            let remove_one = |n: &[u8]| match target {
+            let remove_one = |n: &Vec<u8>| match target {
                 Target::File(f) => haul_root::file_remove_xattr(f, n),
                 Target::Dir(d) => d.remove_own_xattr(n),
                 Target::Link(..) => Ok(()),
             };
-            let gone = XattrChanges {
-                set: Vec::new(),
-                remove: gone.remove,
-            };
-            self.make(&gone, |_| Ok(()), remove_one)?;
+            let gone = self.xattr_changes(attrs, &have).remove;
+            self.make(gone.iter().map(remove_one))?;
         }
         Ok(())
     }

@@ -41,16 +41,14 @@ impl<T> EntryFilter<T> {
         let Some((named, seen)) = &self.named else {
             return Vec::new();
         };
-        let mut missing: Vec<String> = named
-            .paths()
-            .filter(|p| !seen.contains(*p))
+        named
+            .not_found(seen, |_| true)
+            .into_iter()
             .map(|p| match self.prefix.is_empty() {
                 true => p.to_owned(),
                 false => format!("{}/{p}", self.prefix),
             })
-            .collect();
-        missing.sort();
-        missing
+            .collect()
     }
 
     /// What to pass on, in order, now that `entry` came (see

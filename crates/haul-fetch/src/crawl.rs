@@ -243,11 +243,7 @@ impl Named {
             p.match_indices('/')
                 .all(|(i, _)| ctx.opts.filter.enter_dir(&p[..i]))
         };
-        let mut missing: Vec<&str> = only
-            .paths()
-            .filter(|p| !self.found.contains(*p) && looked_for(p))
-            .collect();
-        missing.sort_unstable();
+        let missing = only.not_found(&self.found, looked_for);
         for path in missing {
             ctx.tally.event(&Event::file_failed(
                 path,

@@ -85,6 +85,21 @@ impl NamedPaths {
         self.named.is_empty()
     }
 
+    /// The paths named that `found` lacks (those `keep` still wants
+    /// reported), sorted: what a whole listing did not have.
+    pub fn not_found<'a>(
+        &'a self,
+        found: &HashSet<String>,
+        keep: impl Fn(&str) -> bool,
+    ) -> Vec<&'a str> {
+        let mut missing: Vec<&str> = self
+            .paths()
+            .filter(|p| !found.contains(*p) && keep(p))
+            .collect();
+        missing.sort_unstable();
+        missing
+    }
+
     /// Whether `rel` is one of the paths named (not one beneath them).
     pub fn names(&self, rel: &str) -> bool {
         self.named.contains(rel)
