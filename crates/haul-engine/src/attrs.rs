@@ -19,6 +19,7 @@ use std::io;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 
+use crate::itemize::InPlace;
 use haul_proto::{Attrs, Keep, Principal, Xattr, MAX_XATTRS};
 use haul_root::{Dir, Meta, Xattrs};
 
@@ -235,6 +236,23 @@ impl XattrChanges<'_> {
     fn is_empty(&self) -> bool {
         self.set.is_empty() && self.remove.is_empty()
     }
+
+    /// Whether they change ACLs, and other attributes.
+    fn kinds(&self) -> (bool, bool) {
+        let names = self
+            .set
+            .iter()
+            .map(|x| x.name.as_bytes())
+            .chain(self.remove.iter().map(Vec::as_slice));
+        let (mut acls, mut others) = (false, false);
+        for n in names {
+            match ACLS.iter().any(|a| a.as_bytes() == n) {
+                true => acls = true,
+                false => others = true,
+            }
+        }
+        (acls, others)
+    }
 }
 
 impl AttrWriter {
@@ -306,15 +324,40 @@ impl AttrWriter {
         (uid, gid)
     }
 
+    /// The owner and group `entry` gets here: `None` for one not taken
+    /// (not kept, or this receiver takes no owners).
+    pub fn ids_of(&self, entry: &haul_proto::Entry) -> (Option<u32>, Option<u32>) {
+        entry
+            .attrs
+            .as_deref()
+            .map_or((None, None), |a| self.owners_of(a))
+    }
+
+    /// Whether the ACLs, and the other extended attributes, of `name` in
+    /// `dir` differ from those `entry` carries, as far as this receiver
+    /// takes them (`-i` for a directory already there).
+    pub fn xattrs_differ(
+        &self,
+        dir: &Dir,
+        name: &std::ffi::OsStr,
+        entry: &haul_proto::Entry,
+    ) -> (bool, bool) {
+        // Not on a filesystem that keeps none (they would differ forever).
+        if self.said_unsupported.load(Ordering::Relaxed) {
+            return (false, false);
+        }
+        match (entry.attrs.as_deref(), dir.xattrs_of(name)) {
+            (Some(attrs), Ok(have)) => self.xattr_changes(attrs, &have).kinds(),
+            _ => (false, false),
+        }
+    }
+
     /// The permission bits of `entry` a file here gets: the set-user-id
     /// bit only when the entry's owner is applied, set-group-id only when
     /// its group is (never a peer's set-id bits on a file owned by whoever
     /// runs this).
     pub fn mode_of(&self, entry: &haul_proto::Entry) -> u32 {
-        let (uid, gid) = entry
-            .attrs
-            .as_deref()
-            .map_or((None, None), |a| self.owners_of(a));
+        let (uid, gid) = self.ids_of(entry);
         let mask = 0o1777
             | if uid.is_some() { 0o4000 } else { 0 }
             | if gid.is_some() { 0o2000 } else { 0 };
@@ -327,7 +370,9 @@ impl AttrWriter {
     /// takes no peer's set-id bit at all (see [`AttrWriter::mode_of`]).
     pub fn dir_mode(&self, entry: &haul_proto::Entry) -> u32 {
         let setgid = self.policy.owners || self.policy.asked.is_some();
-        entry.mode & (0o1777 | if setgid { 0o2000 } else { 0 })
+        // The owner can always enter, list and write it: a later run, or a
+        // resumed one, must be able to (as on a file's way in).
+        entry.mode & (0o1777 | if setgid { 0o2000 } else { 0 }) | 0o700
     }
 
     /// For a file already up to date at `name` in `dir` (found as `st`):
@@ -335,40 +380,40 @@ impl AttrWriter {
     /// in line with the entry's, as rsync does: through a descriptor of
     /// that very file and only while it is still the file checked with no
     /// other links (they may be outside the root). The set-id bits and
-    /// `security.capability` that `chown` clears are set again. False when
-    /// something differs and could not be set (the file is then sent again
-    /// and renamed over).
+    /// `security.capability` that `chown` clears are set again. Says what
+    /// it changed (`-i`); `None` when something differs and could not be
+    /// set (the file is then sent again and renamed over).
     pub fn refresh(
         &self,
         dir: &Dir,
         name: &std::ffi::OsStr,
         st: &Meta,
         entry: &haul_proto::Entry,
-    ) -> bool {
+    ) -> Option<InPlace> {
         let Some(attrs) = entry.attrs.as_deref() else {
-            return true;
+            return Some(InPlace::default());
         };
         let (uid, gid) = self.owners_of(attrs);
-        let chown = !(uid.is_none_or(|u| u == st.uid) && gid.is_none_or(|g| g == st.gid));
+        let owner = uid.is_some_and(|u| u != st.uid);
+        let group = gid.is_some_and(|g| g != st.gid);
         let changes = match (&attrs.xattrs, dir.xattrs_of(name)) {
             (None, _) => XattrChanges::default(),
             (Some(_), Ok(have)) => self.xattr_changes(attrs, &have),
-            (Some(_), Err(_)) => return false,
+            (Some(_), Err(_)) => return None,
         };
-        if !chown && changes.is_empty() {
-            return true;
+        if !owner && !group && changes.is_empty() {
+            return Some(InPlace::default());
         }
+
         let same = |m: &Meta| m.nlink == 1 && (m.dev, m.ino, m.size) == (st.dev, st.ino, st.size);
         let Ok(Some(file)) = dir.regular_file_if(name, same) else {
-            return false;
+            return None;
         };
-        if chown {
-            if file.set_owner(uid, gid).is_err() {
-                return false;
-            }
+        if owner || group {
+            file.set_owner(uid, gid).ok()?;
             let mode = self.mode_of(entry);
-            if mode & 0o6000 != 0 && file.set_mode(mode).is_err() {
-                return false;
+            if mode & 0o6000 != 0 {
+                file.set_mode(mode).ok()?;
             }
         }
         // Looked at again through the file checked (and `chown` took
@@ -376,14 +421,26 @@ impl AttrWriter {
         let changes = match (&attrs.xattrs, file.xattrs()) {
             (None, _) => XattrChanges::default(),
             (Some(_), Ok(have)) => self.xattr_changes(attrs, &have),
-            (Some(_), Err(_)) => return false,
+            (Some(_), Err(_)) => return None,
         };
+        // What is set (`-i`; a capability `chown` took away counts, as
+        // rsync says).
+        let (acls, xattrs) = changes.kinds();
         let set = changes
             .set
             .iter()
             .map(|x| file.set_xattr(x.name.as_bytes(), &x.value));
         let removed = changes.remove.iter().map(|n| file.remove_xattr(n));
-        self.make(set.chain(removed)).is_ok()
+        self.make(set.chain(removed)).ok()?;
+        // Said only where they are kept (else they would differ forever).
+        let kept = !self.said_unsupported.load(Ordering::Relaxed);
+        Some(InPlace {
+            owner,
+            group,
+            acls: acls && kept,
+            xattrs: xattrs && kept,
+            perms: false,
+        })
     }
 
     /// The outcomes of changing attributes one at a time: one the

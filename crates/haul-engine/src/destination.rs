@@ -38,16 +38,17 @@ use known_dirs::KnownDirs;
 
 mod known_dirs;
 
+use crate::itemize::InPlace;
 pub use crate::receive_error::ReceiveError;
 
 /// What [`Destination::prepare_file`] found.
 #[derive(Debug)]
 pub enum Prepared {
-    /// The same file (size and mtime) is already in place; `perms_fixed`:
-    /// its permission bits were brought in line (`-i` says `.f...p.....`).
+    /// The same file (size and mtime) is already in place; `fixed`: what
+    /// was brought in line on it (`-i` says `.f...p.....`, `.f....og...`).
     UpToDate {
-        /// Its permission bits differed and were set.
-        perms_fixed: bool,
+        /// What differed and was set.
+        fixed: InPlace,
     },
     /// Receive into this partial file.
     Receive(Arc<PartialFile>),
@@ -451,6 +452,61 @@ impl Destination {
         }
     }
 
+    /// What `-i` says of directory or symlink `entry` when it is made now
+    /// ([`crate::itemize::made`]): `None` when it is there already as the
+    /// entry says. Asked before making it.
+    pub fn making_change(&self, entry: &Entry) -> Option<String> {
+        let place = self.resolve(&entry.path).ok();
+        let there = place
+            .as_ref()
+            .and_then(|p| p.dir.stat(&p.name).ok().flatten());
+        // A directory this transfer made (another session made it, or a
+        // file's way into it did) is new, and said so once.
+        if entry.kind == haul_proto::EntryKind::Dir {
+            let made_here = match &there {
+                None => true,
+                Some(m) => {
+                    m.is_dir()
+                        && self
+                            .known_dirs
+                            .lock()
+                            .is_ok_and(|k| k.created((m.dev, m.ino)))
+                }
+            };
+            if made_here {
+                let first = self
+                    .known_dirs
+                    .lock()
+                    .map_or(true, |mut k| k.say_made(&entry.path));
+                let new = crate::itemize::made(entry, None, crate::itemize::Here::default());
+                return new.filter(|_| first);
+            }
+        }
+        let target = match (&place, &there) {
+            (Some(p), Some(m)) if m.is_symlink() => p.dir.read_link(&p.name).ok(),
+            _ => None,
+        };
+        let target = target.as_ref().map(|t| t.to_string_lossy());
+        let writer = self.attr_writer();
+        let xattrs = match (&place, &there) {
+            (Some(p), Some(m)) if m.is_dir() => {
+                writer.xattrs_differ(&p.dir, p.name.as_ref(), entry)
+            }
+            _ => (false, false),
+        };
+        crate::itemize::made(
+            entry,
+            there
+                .as_ref()
+                .map(|m| crate::itemize::Found::stat(m, target.as_deref())),
+            crate::itemize::Here {
+                mode: writer.dir_mode(entry),
+                ids: writer.ids_of(entry),
+                xattrs,
+            },
+        )
+    }
+
     /// What is at `rel` now, without following a symlink (`None`: nothing,
     /// or a path that cannot be resolved).
     pub fn existing(&self, rel: &str) -> Option<Meta> {
@@ -460,23 +516,18 @@ impl Destination {
 
     /// True when the final file already exists with this size and mtime
     /// (rsync's quick check), or is kept by `rule`: nothing needs sending.
-    /// Its permission bits are brought in line with the entry's when only
-    /// they differ.
+    /// Its permission bits, owner, group, extended attributes and ACLs are
+    /// brought in line with the entry's ([`Destination::quick_check_fixing`]).
     pub fn quick_check(&self, entry: &Entry, rule: SkipRule) -> bool {
         self.quick_check_fixing(entry, rule).is_some()
     }
 
-    /// [`Destination::quick_check`], saying whether the file's permission
-    /// bits were set in place (`-i`'s `.f...p.....`): `None` when it is not
-    /// up to date.
-    pub fn quick_check_fixing(&self, entry: &Entry, rule: SkipRule) -> Option<bool> {
+    /// [`Destination::quick_check`], saying what was brought in line on
+    /// the file (`-i`): `None` when it is not up to date.
+    pub fn quick_check_fixing(&self, entry: &Entry, rule: SkipRule) -> Option<InPlace> {
         let place = self.resolve(&entry.path).ok()?;
         let found = self.look_up(&place);
-        let fixed = found
-            .as_ref()
-            .is_some_and(|st| self.perms_differ(st, entry, rule));
         self.up_to_date(found.as_ref(), &place, entry, rule)
-            .then_some(fixed)
     }
 
     /// Whether `st`, found where `entry` goes, is the same version but for
@@ -491,22 +542,26 @@ impl Destination {
     /// [`up_to_date`], and a file found the same first gets the entry's
     /// owner and group (`-o -g`, as rsync fixes them) where this receiver
     /// takes owners, and its extended attributes and ACLs (`-X -A`), then
-    /// its mode (set-id bits only with the owner and group).
+    /// its mode (set-id bits only with the owner and group). What was set
+    /// in place, when up to date.
     fn up_to_date(
         &self,
         found: Option<&Meta>,
         place: &Place,
         entry: &Entry,
         rule: SkipRule,
-    ) -> bool {
+    ) -> Option<InPlace> {
         let writer = self.attr_writer();
-        let owned = found.is_none_or(|st| {
-            rule.ignore_existing
-                || !same_file(st, entry)
-                || writer.refresh(&place.dir, place.name.as_ref(), st, entry)
-        });
+        let refreshed = match found {
+            Some(st) if !rule.ignore_existing && same_file(st, entry) => {
+                writer.refresh(&place.dir, place.name.as_ref(), st, entry)?
+            }
+            _ => InPlace::default(),
+        };
+        let perms = found.is_some_and(|st| self.perms_differ(st, entry, rule));
         let mode = writer.mode_of(entry);
-        owned && up_to_date(found, place, entry, self.sync_modes(), rule, mode)
+        up_to_date(found, place, entry, self.sync_modes(), rule, mode)
+            .then_some(InPlace { perms, ..refreshed })
     }
 
     /// True when nothing is at `rel` yet — no file (nor anything else) under
@@ -613,10 +668,8 @@ impl Destination {
                     .load(std::sync::atomic::Ordering::Relaxed)
             });
             if let Some(rule) = quick_check {
-                // Whether only its permission bits differ (then set).
-                let perms_fixed = self.perms_differ(st, entry, rule);
-                if self.up_to_date(found.as_ref(), &place, entry, rule) {
-                    return Ok(Prepared::UpToDate { perms_fixed });
+                if let Some(fixed) = self.up_to_date(found.as_ref(), &place, entry, rule) {
+                    return Ok(Prepared::UpToDate { fixed });
                 }
             }
         }

@@ -237,17 +237,11 @@ impl Named {
         if self.incomplete {
             return;
         }
-        // A path beneath a directory the other rules keep the crawl out of
-        // (`--exclude DIR/`, `--max-depth`) was never looked for.
-        let looked_for = |p: &str| {
-            p.match_indices('/')
-                .all(|(i, _)| ctx.opts.filter.enter_dir(&p[..i]))
-        };
-        let missing = only.not_found(&self.found, looked_for);
+        let missing = only.not_found(&self.found, |p| ctx.opts.filter.looks_for(p));
         for path in missing {
             ctx.tally.event(&Event::file_failed(
                 path,
-                "named by --files-from, but the source does not have it",
+                haul_filter::NamedPaths::NOT_FOUND,
                 haul_run::FailKind::Error,
             ));
         }

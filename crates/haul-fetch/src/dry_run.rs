@@ -41,6 +41,17 @@ pub async fn dry_run_fetch(
             format!("cannot list: {error}"),
         ));
     }
+    // `--files-from`: each path named that a whole listing did not have
+    // fails the run (exit 23), and is said here as it will be.
+    if let (Some(only), true) = (&opts.filter.only, listing.errors.is_empty()) {
+        for path in only.not_found(&listing.named, |p| opts.filter.looks_for(p)) {
+            report.errors += 1;
+            observer.event(&Event::file_error(
+                path.to_owned(),
+                haul_filter::NamedPaths::NOT_FOUND,
+            ));
+        }
+    }
     // `URL/` puts the contents into DEST, `URL` (a directory) DEST/NAME.
     let trimmed = path.trim_end_matches('/');
     let name = trimmed.rsplit('/').next().unwrap_or("");

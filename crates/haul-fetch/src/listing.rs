@@ -4,6 +4,7 @@
 //! bounded by the remote's own timeout; a directory that cannot be listed
 //! is reported in the result and the walk goes on.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
 use haul_filter::{Filter, Node, TreeFilter};
@@ -30,6 +31,8 @@ pub struct Listing {
     pub entries: Vec<Listed>,
     /// `(path, error)` for each directory that could not be listed.
     pub errors: Vec<(String, String)>,
+    /// `--files-from`: the paths it names that the source has.
+    pub named: HashSet<String>,
 }
 
 /// Lists `path` on `remote` (a directory's entries; `recursive`: the tree).
@@ -50,6 +53,9 @@ pub async fn list_remote(
             .next()
             .unwrap_or("")
             .to_owned();
+        if filter.only.as_ref().is_some_and(|o| o.names(&name)) {
+            out.named.insert(name.clone());
+        }
         let node = node_of(&top);
         out.entries.extend(
             chosen
@@ -117,6 +123,9 @@ pub async fn list_remote(
             } else {
                 format!("{rel}/{}", e.name)
             };
+            if filter.only.as_ref().is_some_and(|o| o.names(&child)) {
+                out.named.insert(child.clone());
+            }
             if e.kind == EntryKind::Dir {
                 if filter.enter_dir(&child) {
                     subdirs.push((child, Some(e)));

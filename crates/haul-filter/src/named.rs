@@ -85,6 +85,10 @@ impl NamedPaths {
         self.named.is_empty()
     }
 
+    /// What a path named that the source lacks fails with (rsync's
+    /// "link_stat failed"; exit 23), in every kind of pull and its dry run.
+    pub const NOT_FOUND: &'static str = "named by --files-from, but the source does not have it";
+
     /// The paths named that `found` lacks (those `keep` still wants
     /// reported), sorted: what a whole listing did not have.
     pub fn not_found<'a>(

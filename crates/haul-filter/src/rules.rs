@@ -172,6 +172,14 @@ impl Filter {
         Ok(())
     }
 
+    /// Whether a walk looks for `rel` at all: it enters every directory on
+    /// the way (a path beneath one `--exclude DIR/` or `--max-depth` keeps
+    /// it out of is never looked for, so not missing when not found).
+    pub fn looks_for(&self, rel: &str) -> bool {
+        rel.match_indices('/')
+            .all(|(i, _)| self.enter_dir(&rel[..i]))
+    }
+
     /// Whether the crawl enters directory `rel` (relative path, `depth` ≥ 1
     /// components below the source).
     pub fn enter_dir(&self, rel: &str) -> bool {

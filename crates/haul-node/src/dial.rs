@@ -102,6 +102,8 @@ pub struct Dialer {
     compress: Option<i32>,
     /// The transfer's path: the rate its data connections start at.
     path: Option<Arc<haul_transport::PathLearning>>,
+    /// A relay's: compressed frames received, sent again as they came.
+    frames: Option<haul_transport::FrameCache>,
 }
 
 impl std::fmt::Debug for Dialer {
@@ -122,7 +124,16 @@ impl Dialer {
             timeouts,
             compress: None,
             path: None,
+            frames: None,
         }
+    }
+
+    /// The same, sending a chunk that came to this node compressed as the
+    /// frame that came ([`haul_transport::frames`]; a relay's forwards),
+    /// the others packed at its `-z` level or, without one, level 0.
+    pub fn reusing(mut self, frames: haul_transport::FrameCache) -> Self {
+        self.frames = Some(frames);
+        self
     }
 
     /// The same, compressing the chunks it sends at zstd `level` (`-z`);
@@ -219,7 +230,9 @@ impl Dialer {
         // A sender's chunks go compressed with -z; whatever comes back
         // compressed (a node's answer to `Fetch{compress}`) is unpacked.
         let packs = match request {
-            Request::Push { .. } | Request::Relayed { .. } => self.compress,
+            Request::Push { .. } | Request::Relayed { .. } => {
+                self.compress.or(self.frames.as_ref().map(|_| 0))
+            }
             _ => None,
         };
         let Reached {
@@ -271,7 +284,13 @@ impl Dialer {
                 let r: Box<dyn haul_transport::MessageReader> =
                     Box::new(haul_transport::Unpacking::new(r));
                 let mut w: Box<dyn haul_transport::MessageWriter> = match packs {
-                    Some(level) => Box::new(haul_transport::Packing::new(w, level)?),
+                    Some(level) => {
+                        let packing = haul_transport::Packing::new(w, level)?;
+                        Box::new(match &self.frames {
+                            Some(f) => packing.reusing(f.clone()),
+                            None => packing,
+                        })
+                    }
                     None => w,
                 };
                 if let Some(h) = push_hint {

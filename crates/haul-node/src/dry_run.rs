@@ -147,7 +147,7 @@ pub async fn dry_run_pull(
             source.errors += 1;
             observer.event(&Event::file_error(
                 path,
-                "named by --files-from, but the source does not have it",
+                haul_engine::haul_filter::NamedPaths::NOT_FOUND,
             ));
         }
     }
@@ -454,9 +454,34 @@ fn compare(
                 DryRunAction::UpToDate
             }
             (EntryKind::File, _) => DryRunAction::Send,
-            (EntryKind::Dir, Some(EntryKind::Dir)) => continue,
-            (EntryKind::Symlink { target }, Some(EntryKind::Symlink { target: t }))
-            | (EntryKind::HardLink { target }, Some(EntryKind::HardLink { target: t }))
+            (EntryKind::Dir, Some(EntryKind::Dir))
+            | (EntryKind::Symlink { .. }, Some(EntryKind::Symlink { .. })) => {
+                // -i: what the run would change about it — a directory's
+                // mtime or mode, where a symlink points (it is made again).
+                // A directory's set-group-id bit is left out: a node that
+                // takes no owners does not keep it (the dry run cannot tell).
+                let found = there.map(|t| haul_engine::itemize::Found {
+                    perms: t.mode & 0o5777,
+                    ..haul_engine::itemize::Found::listed(t)
+                });
+                let here = haul_engine::itemize::Here {
+                    mode: modes.dir_mode(e) & 0o5777,
+                    ..Default::default()
+                };
+                let Some(code) = haul_engine::itemize::made(e, found, here) else {
+                    continue;
+                };
+                let again = code.starts_with('c');
+                observer.event(&Event::Itemized {
+                    path: e.named(),
+                    code,
+                });
+                if again {
+                    say(e, DryRunAction::Make);
+                }
+                continue;
+            }
+            (EntryKind::HardLink { target }, Some(EntryKind::HardLink { target: t }))
                 if t == target =>
             {
                 continue
@@ -466,17 +491,21 @@ fn compare(
         // -i: a file up to date whose permission bits the run would set.
         // (Only the same version: one kept by a skip rule is left as it is;
         // and not under -c, where a file whose content matches is left.)
-        if action == DryRunAction::UpToDate
+        let perms = action == DryRunAction::UpToDate
             && !skip.ignore_existing
             && !checksum
             && there.is_some_and(|t| {
                 t.mode & 0o7777 != modes.mode_of(e)
                     && kept(Held::listed(t), e, haul_proto::SkipRule::default())
-            })
-        {
+            });
+        let fixed = haul_engine::itemize::InPlace {
+            perms,
+            ..Default::default()
+        };
+        if let Some(code) = haul_engine::itemize::in_place(e, fixed) {
             observer.event(&Event::Itemized {
                 path: e.path.clone(),
-                code: haul_engine::itemize::perms_fixed(e),
+                code,
             });
         }
         if action != DryRunAction::UpToDate {
@@ -484,10 +513,7 @@ fn compare(
             let there = there.copied();
             let content = checksum && there.is_some_and(|t| t.size == e.size);
             let mut code = haul_engine::itemize::listed(e, there, content);
-            let path = match &e.kind {
-                EntryKind::HardLink { target } => format!("{} => {target}", e.path),
-                _ => e.path.clone(),
-            };
+            let path = e.named();
             if code.starts_with('h') {
                 code.replace_range(2.., "+++++++++");
             }

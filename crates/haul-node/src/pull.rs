@@ -138,7 +138,7 @@ pub async fn pull(
                     for path in unlisted {
                         tally.event(&Event::file_failed(
                             path,
-                            "named by --files-from, but the source does not have it",
+                            haul_engine::haul_filter::NamedPaths::NOT_FOUND,
                             haul_session::FailKind::Error,
                         ));
                     }
@@ -437,8 +437,21 @@ fn take_listed(
     let path = entry.path.clone();
     let result = match &entry.kind {
         EntryKind::Dir | EntryKind::Symlink { .. } | EntryKind::HardLink { .. } => {
+            // -i: what changes about it (asked before it is made).
+            let change = match entry.kind {
+                EntryKind::HardLink { .. } => None,
+                _ => dest.making_change(&entry),
+            };
             match dest.make_dir_or_link(&entry, backups) {
-                Some(made) => made.map(|()| tally.event(&Event::made(path.clone()))),
+                Some(made) => made.map(|()| {
+                    if let Some(code) = change {
+                        tally.event(&Event::Itemized {
+                            path: entry.named(),
+                            code,
+                        });
+                    }
+                    tally.event(&Event::made(path.clone()));
+                }),
                 None => Ok(()),
             }
         }
@@ -449,10 +462,10 @@ fn take_listed(
                 .then(|| dest.quick_check_fixing(&entry, opts.skip))
                 .flatten()
             {
-                if fixed {
+                if let Some(code) = haul_engine::itemize::in_place(&entry, fixed) {
                     tally.event(&Event::Itemized {
                         path: path.clone(),
-                        code: haul_engine::itemize::perms_fixed(&entry),
+                        code,
                     });
                 }
                 tally.event(&Event::up_to_date(path.clone(), entry.size));

@@ -65,12 +65,21 @@ pub struct Admitted {
 #[derive(Default)]
 pub struct Relays {
     transfers: Mutex<HashMap<Ticket, Arc<Transfer>>>,
+    /// `-z` chunks forwarded as the frames received, in every transfer.
+    frames_passed_on: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl Relays {
     /// No transfers.
     pub fn new() -> Arc<Self> {
         Arc::default()
+    }
+
+    /// `-z` chunks this node's forwards sent as the frames it received
+    /// ([`haul_transport::frames`]).
+    pub fn frames_passed_on(&self) -> u64 {
+        self.frames_passed_on
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// Admits a transfer into `dest` (already validated) as `admitted`
@@ -91,6 +100,10 @@ impl Relays {
             transport,
         } = admitted;
         let mut transfer = Transfer::new(dest, origin, root, observer, transport);
+        transfer.frames = haul_transport::FrameCache::new(
+            haul_transport::frames::DEFAULT_BUDGET,
+            self.frames_passed_on.clone(),
+        );
         transfer.checksum = checksum;
         transfer.backups = backups;
         let transfer = Arc::new(transfer);
@@ -236,6 +249,9 @@ pub struct Transfer {
     pub backups: Option<Arc<haul_engine::backup::Backups>>,
     /// The newest upstream session's generation, watched by the older ones.
     newest_upstream: tokio::sync::watch::Sender<u64>,
+    /// `-z`: the frames upstream sessions brought, kept while this node
+    /// forwards, so that its forwards send them as they came.
+    pub frames: haul_transport::FrameCache,
 }
 
 impl Transfer {
@@ -267,6 +283,7 @@ impl Transfer {
             checksum: false,
             backups: None,
             newest_upstream: tokio::sync::watch::Sender::new(0),
+            frames: haul_transport::FrameCache::new(0, Arc::default()),
         }
     }
 
@@ -536,6 +553,7 @@ impl Transfer {
                 task,
             });
         }
+        self.frames.set_forwarding(!state.forwards.is_empty());
         drop(state);
         self.changed.notify_waiters();
     }
@@ -545,6 +563,9 @@ impl Transfer {
         if let Ok(mut state) = self.state.lock() {
             state.forwards.retain(|f| f.target != *target);
             state.ended.push((target.addr.clone(), error));
+            if state.forwards.is_empty() {
+                self.frames.set_forwarding(false);
+            }
         }
         self.changed.notify_waiters();
     }
@@ -592,6 +613,7 @@ impl Transfer {
     }
 
     fn stop(&self) {
+        self.frames.set_forwarding(false);
         if let Ok(mut state) = self.state.lock() {
             state.stopped = true;
             for f in state.forwards.drain(..) {

@@ -105,7 +105,6 @@ impl Drop for InFlight {
     }
 }
 
-/// What a fan-out's control connection asked for (`Request::Admit`).
 /// A connection on its way in, before its handshake.
 enum Arrival {
     Tcp(Accepted),
@@ -284,6 +283,12 @@ impl Server {
         &self.counters
     }
 
+    /// `-z` chunks this node's relay forwards sent as the compressed frames
+    /// it received ([`haul_transport::frames`]).
+    pub fn frames_passed_on(&self) -> u64 {
+        self.relays.frames_passed_on()
+    }
+
     /// Bytes of chunk buffers now: in use by transfers, kept for reuse,
     /// and the budget (`--chunk-memory`).
     pub fn chunk_memory(&self) -> (usize, usize, usize) {
@@ -430,10 +435,18 @@ impl Server {
         }
         // A relayed push presents the transfer's ticket instead of a token.
         let relayed = matches!(request, Request::Relayed { .. });
-        // Chunks a client compressed (`-z`) are unpacked whatever it asks;
-        // a `Fetch` that asks for it gets them compressed.
-        let mut reader: Box<dyn haul_transport::MessageReader> =
-            Box::new(haul_transport::Unpacking::new(reader));
+        // Chunks a client compressed (`-z`) are unpacked whatever it asks
+        // (and a fan-out's kept, to be forwarded as they came); a `Fetch`
+        // that asks for it gets them compressed.
+        let unpacking = haul_transport::Unpacking::new(reader);
+        let frames = match &request {
+            Request::Relayed { ticket, .. } => self.relays.get(ticket).map(|t| t.frames.clone()),
+            _ => None,
+        };
+        let mut reader: Box<dyn haul_transport::MessageReader> = match frames {
+            Some(frames) => Box::new(unpacking.keeping(frames)),
+            None => Box::new(unpacking),
+        };
         let mut writer = match request {
             Request::Fetch { compress, keep, .. } if compress > 0 || keep.sparse => {
                 // A client's level is capped at 19: zstd's 20-22 take
@@ -550,8 +563,14 @@ impl Server {
             }
             Request::Prune { dest, backup } => {
                 let backups = self.welcome_into(&mut writer, &dest, backup).await?;
-                self.prune(reader, writer, &dest, backups.as_deref(), log.as_ref())
-                    .await
+                // As a push's session: the mtimes of directories it removes
+                // entries from are set again once the node is idle.
+                self.dest.session_started();
+                let pruned = self
+                    .prune(reader, writer, &dest, backups.as_deref(), log.as_ref())
+                    .await;
+                self.dest.session_ended();
+                pruned
             }
             Request::Link { dest, backup, skip } => {
                 let backups = self.welcome_into(&mut writer, &dest, backup).await?;
@@ -775,10 +794,10 @@ impl Server {
             window: self.opts.window,
             max_retries: self.opts.max_retries,
             chunk_memory: self.opts.chunk_memory,
-            // Chunks of zeros pass on as headers alone, and chunks partly
-            // holes at zstd's fastest level, whatever the origin asked
-            // (nothing else compressed: a relay does not spend its cores
-            // re-compressing what it passes on).
+            // Chunks that came compressed pass on as the frames that came
+            // (`frames`), chunks of zeros as headers alone, and chunks
+            // partly holes at zstd's fastest level, whatever the origin
+            // asked: a relay does not spend its cores compressing again.
             compress: Some(0),
             ..ClientOptions::default()
         };
@@ -801,11 +820,11 @@ impl Server {
                 ..base.clone()
             };
             let (buffers, transfer, reach) = (buffers.clone(), me.clone(), reach.clone());
-            let counters = counters.clone();
+            let (counters, frames) = (counters.clone(), me.frames.clone());
             counters.forwards.fetch_add(1, Relaxed);
             tokio::spawn(async move {
                 let book = transfer.book.clone();
-                let dialer = reach.dialer(&target.addr, &opts);
+                let dialer = reach.dialer(&target.addr, &opts).reusing(frames);
                 let sends = ForwardSends {
                     buffers,
                     book,

@@ -144,6 +144,12 @@ impl NodeRoutes {
         for (name, help, value) in files {
             e.single(name, "counter", help, get(value));
         }
+        e.single(
+            "haul_node_relay_frames_passed_on_total",
+            "counter",
+            "Compressed chunks (-z) relay forwards sent as the frames this node received, not compressed again.",
+            self.server.frames_passed_on() as f64,
+        );
         let (in_use, kept, budget) = self.server.chunk_memory();
         e.family(
             "haul_node_chunk_memory_bytes",
@@ -246,7 +252,11 @@ impl NodeRoutes {
                 "payload_sent": get(&c.payload_sent),
             },
             "fanouts": get(&c.fanouts),
-            "relay_forwards": { "started": get(&c.forwards), "failed": get(&c.forwards_failed) },
+            "relay_forwards": {
+                "started": get(&c.forwards),
+                "failed": get(&c.forwards_failed),
+                "frames_passed_on": self.server.frames_passed_on(),
+            },
             "chunk_memory": { "in_use": in_use, "kept": kept, "limit": budget },
             "partials": match staged {
                 Ok(s) => serde_json::json!({ "files": s.files, "bytes": s.bytes }),

@@ -506,6 +506,16 @@ pub struct Entry {
 }
 
 impl Entry {
+    /// Its name as `-i` and `-v` show it: a symlink's with ` -> TARGET`, a
+    /// hard link's with ` => FIRST NAME` (rsync's `%n%L`).
+    pub fn named(&self) -> String {
+        match &self.kind {
+            EntryKind::Symlink { target } => format!("{} -> {target}", self.path),
+            EntryKind::HardLink { target } => format!("{} => {target}", self.path),
+            _ => self.path.clone(),
+        }
+    }
+
     /// The modification time as a `SystemTime` (a peer's nanoseconds
     /// clamped to a valid value; times before 1970 kept).
     pub fn mtime(&self) -> std::time::SystemTime {

@@ -665,15 +665,15 @@ impl Receiver {
     }
 
     /// The changes of `file` as its `Done` carries them, told here too.
-    fn changes_of(&mut self, file: FileId, path: &str) -> String {
-        let code = self
-            .files
-            .get_mut(&file)
-            .and_then(|f| f.changes.take())
-            .unwrap_or_default();
+    fn changes_of(&mut self, file: FileId) -> String {
+        let Some(f) = self.files.get_mut(&file) else {
+            return String::new();
+        };
+        let code = f.changes.take().unwrap_or_default();
         if !code.is_empty() {
+            let path = f.entry.named();
             self.core.event(Event::Itemized {
-                path: path.to_owned(),
+                path,
                 code: code.clone(),
             });
         }
@@ -693,7 +693,7 @@ impl Receiver {
         };
         match result {
             Ok(()) => {
-                let message = self.changes_of(file, &path);
+                let message = self.changes_of(file);
                 self.core.send(Message::Done {
                     id: file,
                     ok: true,
@@ -743,7 +743,7 @@ impl Receiver {
                     have: Vec::new(),
                 });
                 // -i: what was brought in line in place, if anything.
-                let message = self.changes_of(file, &path);
+                let message = self.changes_of(file);
                 self.core.send(Message::Done {
                     id: file,
                     ok: true,
@@ -996,7 +996,7 @@ impl Receiver {
         let (path, size, received) = (f.entry.path.clone(), f.entry.size, f.received);
         match result {
             Ok(root) => {
-                let message = self.changes_of(file, &path);
+                let message = self.changes_of(file);
                 self.core.send(Message::Done {
                     id: file,
                     ok: true,

@@ -1049,7 +1049,7 @@ impl<S> Sender<S> {
         let change = is_change_string(&message).then_some(message);
         let itemize = |core: &mut Core<SenderIo>, code: String| {
             core.event(Event::Itemized {
-                path: e.path.clone(),
+                path: e.named(),
                 code,
             })
         };

@@ -12,6 +12,7 @@ pub mod choice;
 pub mod conn;
 pub mod error;
 pub mod fault;
+pub mod frames;
 pub mod identity;
 pub mod known_hosts;
 pub mod message;
@@ -30,6 +31,7 @@ pub use conn::{
 };
 pub use error::TransportError;
 pub use fault::{faulty_memory_pair, Breakage, Direction, Fault, FaultPlan};
+pub use frames::FrameCache;
 pub use identity::{fingerprint_of, ServerIdentity};
 pub use known_hosts::{KnownHosts, TrustDecision};
 pub use message::{Connection, MessageReader, MessageWriter, Payload};

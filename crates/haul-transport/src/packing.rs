@@ -30,6 +30,7 @@ use std::time::Duration;
 
 use haul_proto::{ChunkHeader, Message};
 
+use crate::frames::FrameCache;
 use crate::message::{MessageReader, MessageWriter, Payload};
 use crate::TransportError;
 
@@ -55,6 +56,14 @@ pub struct Packing {
     /// memory to be compressed).
     raw: Vec<u8>,
     packed: Vec<u8>,
+    /// A relay's frames received ([`crate::frames`]): one found for a chunk
+    /// is sent in its place once checked against it.
+    frames: Option<FrameCache>,
+    unzstd: Option<zstd::bulk::Decompressor<'static>>,
+    /// A kept frame decompressed, to be compared with the chunk.
+    check: Vec<u8>,
+    /// The chunk just packed is a kept frame.
+    reused: bool,
 }
 
 impl Packing {
@@ -68,15 +77,31 @@ impl Packing {
             zstd,
             raw: Vec::new(),
             packed: Vec::new(),
+            frames: None,
+            unzstd: None,
+            check: Vec::new(),
+            reused: false,
         })
     }
 
-    /// Compresses `data` into `self.packed` (nothing for a chunk of
-    /// zeros); false when that would not save at least 1/32 of it (then it
-    /// goes as it is).
-    fn pack(&mut self, data: &[u8]) -> bool {
+    /// The same, sending a chunk as the frame `frames` kept for it when
+    /// there is one that decompresses to exactly the chunk (a relay passing
+    /// on what it received compressed).
+    pub fn reusing(mut self, frames: FrameCache) -> Self {
+        self.frames = Some(frames);
+        self
+    }
+
+    /// Compresses `data`, the chunk `header` names, into `self.packed`
+    /// (nothing for a chunk of zeros); false when that would not save at
+    /// least 1/32 of it (then it goes as it is).
+    fn pack(&mut self, header: &ChunkHeader, data: &[u8]) -> bool {
+        self.reused = false;
         if !data.is_empty() && zeros(data) {
             self.packed.clear();
+            return true;
+        }
+        if self.reuse(header, data) {
             return true;
         }
         if data.len() < SMALLEST || (self.level == 0 && !holes(data)) {
@@ -87,6 +112,50 @@ impl Packing {
         self.packed.reserve(room);
         // zstd writes into the spare capacity and fails when it runs out.
         self.zstd.compress_to_buffer(data, &mut self.packed).is_ok() && self.packed.len() <= room
+    }
+
+    /// Puts into `self.packed` the frame kept for `header`'s chunk when it
+    /// decompresses to exactly `data`.
+    fn reuse(&mut self, header: &ChunkHeader, data: &[u8]) -> bool {
+        let Some(frames) = &self.frames else {
+            return false;
+        };
+        let Some(frame) = frames.get(&header.digest, header.len) else {
+            return false;
+        };
+        let unzstd = match &mut self.unzstd {
+            Some(z) => z,
+            None => match zstd::bulk::Decompressor::new() {
+                Ok(z) => self.unzstd.insert(z),
+                Err(_) => return false,
+            },
+        };
+        // Only a frame that saves what packing here would have to (a
+        // padded one is not passed on).
+        if frame.len() > data.len() - data.len() / 32 {
+            return false;
+        }
+        // One buffer of a chunk's size, kept: a relay checks every chunk.
+        self.check.clear();
+        self.check.reserve_exact(data.len());
+        let same = matches!(unzstd.decompress_to_buffer(&frame[..], &mut self.check), Ok(n) if n == data.len())
+            && self.check == data;
+        if !same {
+            return false;
+        }
+        self.packed.clear();
+        self.packed.extend_from_slice(&frame);
+        self.reused = true;
+        true
+    }
+
+    /// Counts the chunk just packed as a frame sent as received, if it was.
+    fn count_reused(&mut self) {
+        if std::mem::take(&mut self.reused) {
+            if let Some(frames) = &self.frames {
+                frames.count_reused();
+            }
+        }
     }
 }
 
@@ -155,12 +224,12 @@ impl MessageWriter for Packing {
         payload: Payload<'_>,
     ) -> Result<(), TransportError> {
         let packed = match payload {
-            Payload::Bytes(b) => self.pack(b),
+            Payload::Bytes(b) => self.pack(header, b),
             Payload::File { file, offset, len } => {
                 let mut raw = std::mem::take(&mut self.raw);
                 raw.resize(len, 0);
                 std::os::unix::fs::FileExt::read_exact_at(file, &mut raw, offset)?;
-                let packed = self.pack(&raw);
+                let packed = self.pack(header, &raw);
                 self.raw = raw;
                 if !packed {
                     let raw = std::mem::take(&mut self.raw);
@@ -183,6 +252,9 @@ impl MessageWriter for Packing {
             )
             .await;
         self.packed = packed;
+        if sent.is_ok() {
+            self.count_reused();
+        }
         sent
     }
 
@@ -191,12 +263,15 @@ impl MessageWriter for Packing {
     }
 
     fn push_chunk(&mut self, header: &ChunkHeader, bytes: &[u8]) -> bool {
-        if self.pack(bytes) {
+        if self.pack(header, bytes) {
             let packed = std::mem::take(&mut self.packed);
             let queued = self
                 .inner
                 .push_chunk(&packed_header(header, packed.len()), &packed);
             self.packed = packed;
+            if queued {
+                self.count_reused();
+            }
             // Too large to queue even packed: the caller sends it (and it
             // is packed again there).
             return queued;
@@ -226,6 +301,9 @@ pub struct Unpacking {
     /// header as it came (what the transport knows it by).
     pending: HashMap<(u32, u32), ChunkHeader>,
     wire: Vec<u8>,
+    /// A relay's: each frame decompressed is kept to be forwarded as it
+    /// came ([`crate::frames`]).
+    frames: Option<FrameCache>,
 }
 
 impl Unpacking {
@@ -236,7 +314,15 @@ impl Unpacking {
             zstd: None,
             pending: HashMap::new(),
             wire: Vec::new(),
+            frames: None,
         }
+    }
+
+    /// The same, keeping each frame it decompressed in `frames` (a relay's
+    /// inbound connection: [`Packing::reusing`] passes them on).
+    pub fn keeping(mut self, frames: FrameCache) -> Self {
+        self.frames = Some(frames);
+        self
     }
 
     /// A packed chunk's header as sessions see it: its own length.
@@ -295,6 +381,9 @@ impl Unpacking {
                 "compressed chunk {} of file {} holds {got} bytes, not {want}",
                 header.index, header.id
             )));
+        }
+        if let Some(frames) = &self.frames {
+            frames.keep(&header.digest, header.len, &self.wire);
         }
         Ok(())
     }

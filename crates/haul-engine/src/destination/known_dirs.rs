@@ -30,6 +30,9 @@ pub(crate) struct KnownDirs {
     dirs: HashMap<DirId, Option<HashSet<OsString>>>,
     /// Names held in all the sets.
     names: usize,
+    /// Directories `-i` said were made (`cd+++++++++`), by path: said once
+    /// however many sessions (stripes, connections) make them.
+    said_made: HashSet<String>,
 }
 
 impl KnownDirs {
@@ -67,10 +70,24 @@ impl KnownDirs {
         first
     }
 
+    /// Whether `dir` was created by this destination (while its sessions run).
+    pub(crate) fn created(&self, dir: DirId) -> bool {
+        matches!(self.dirs.get(&dir), Some(Some(_)))
+    }
+
+    /// Whether directory `rel` is said to be made now: the first time only.
+    pub(crate) fn say_made(&mut self, rel: &str) -> bool {
+        if self.said_made.len() >= MAX_DIRS {
+            return true;
+        }
+        self.said_made.insert(rel.to_owned())
+    }
+
     /// Forgets everything (directories may change while no session runs).
     pub(crate) fn clear(&mut self) {
         self.dirs.clear();
         self.names = 0;
+        self.said_made.clear();
     }
 }
 

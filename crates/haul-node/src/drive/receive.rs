@@ -349,8 +349,8 @@ impl Driver {
         match io {
             ReceiverIo::Make { file, entry } => {
                 let dest = &self.ctx.dest;
-                // -i: a directory or symlink that was not there is new.
-                let new = dest.existing(&entry.path).is_none();
+                // -i: what changes about it (asked before it is made).
+                let change = dest.making_change(&entry);
                 let made = match entry.kind {
                     EntryKind::File => Err(Refusal {
                         code: ErrorCode::Protocol,
@@ -365,9 +365,8 @@ impl Driver {
                 if let (Some(relay), Ok(())) = (&self.ctx.relay, &made) {
                     relay.offered(&entry, None);
                 }
-                if new && made.is_ok() {
-                    self.session
-                        .itemized(file, haul_engine::itemize::received(&entry, None));
+                if let (Some(code), Ok(())) = (change, &made) {
+                    self.session.itemized(file, code);
                 }
                 self.session.made(now, file, made);
             }
@@ -447,9 +446,8 @@ impl Driver {
     ) {
         let now = self.now;
         let (answer, part) = match staged {
-            Ok(Staged::UpToDate { perms_fixed }) => {
-                if perms_fixed {
-                    let code = haul_engine::itemize::perms_fixed(entry);
+            Ok(Staged::UpToDate { fixed }) => {
+                if let Some(code) = haul_engine::itemize::in_place(entry, fixed) {
                     self.session.itemized(file, code);
                 }
                 (Ok(Prepared::UpToDate), None)

@@ -76,7 +76,7 @@ impl Receiver {
             *left = left.saturating_sub(chunks.len() as u32);
             if *left == 0 {
                 let (path, size) = (f.entry.path.clone(), f.entry.size);
-                let message = self.changes_of(id, &path);
+                let message = self.changes_of(id);
                 self.core.send(Message::Done {
                     id,
                     ok: true,

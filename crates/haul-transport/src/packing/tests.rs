@@ -59,10 +59,10 @@ async fn chunks_arrive_as_sent_and_only_compressible_ones_shrink_on_the_wire() {
         assert!(out == *c, "chunk {i} differs");
     }
     // What the wire carried: the text packed, the noise and the tiny chunk not.
-    assert!(w.pack(&text(1 << 20)));
+    assert!(w.pack(&header(0, 1 << 20), &text(1 << 20)));
     assert!(w.packed.len() < (1 << 20) / 20, "{}", w.packed.len());
-    assert!(!w.pack(&noise(1 << 20)));
-    assert!(!w.pack(&text(100)));
+    assert!(!w.pack(&header(0, 1 << 20), &noise(1 << 20)));
+    assert!(!w.pack(&header(0, 100), &text(100)));
 }
 
 #[tokio::test]
@@ -131,14 +131,14 @@ async fn a_chunk_of_zeros_crosses_as_a_header_alone_even_without_compression() {
     }
     // Level 0: zeros elided; a chunk mostly holes compressed (its zeros
     // cost next to nothing); data without holes, even compressible, not.
-    assert!(w.pack(&zero) && w.packed.is_empty());
+    assert!(w.pack(&header(0, 0), &zero) && w.packed.is_empty());
     assert!(
-        w.pack(&almost) && w.packed.len() < 4096,
+        w.pack(&header(0, 0), &almost) && w.packed.len() < 4096,
         "{}",
         w.packed.len()
     );
-    assert!(!w.pack(&text(8192)));
-    assert!(!w.pack(&text(4 << 20)));
+    assert!(!w.pack(&header(0, 0), &text(8192)));
+    assert!(!w.pack(&header(0, 0), &text(4 << 20)));
 }
 
 #[test]
@@ -156,4 +156,76 @@ fn a_chunk_counts_as_holes_from_an_eighth_of_zeroed_blocks() {
     assert!(!holes(&chunk));
     chunk[8 * block - 1] = 0;
     assert!(holes(&chunk));
+}
+
+/// What one chunk crosses a connection as: its header and payload on the wire.
+async fn on_the_wire(
+    w: &mut Packing,
+    r: &mut Box<dyn MessageReader>,
+    h: &ChunkHeader,
+    data: &[u8],
+) -> (ChunkHeader, Vec<u8>) {
+    w.send_chunk(h, Payload::Bytes(data)).await.unwrap();
+    w.flush().await.unwrap();
+    let Message::Chunk(wire) = r.recv().await.unwrap() else {
+        panic!("not a chunk")
+    };
+    let mut bytes = Vec::new();
+    r.read_payload(&wire, &mut bytes).await.unwrap();
+    (wire, bytes)
+}
+
+#[tokio::test]
+async fn a_relay_forwards_the_frames_it_received_and_never_one_that_differs() {
+    let frames = FrameCache::new(1 << 20, Default::default());
+    frames.set_forwarding(true);
+    // Origin -> relay: level 19, the relay keeping what it decompressed.
+    let ((_, w), (r, _)) = memory_pair(Timeouts::default());
+    let mut origin = Packing::new(w, 19).unwrap();
+    let mut relay_in = Unpacking::new(r).keeping(frames.clone());
+    let data = text(256 << 10);
+    let h = ChunkHeader {
+        digest: [7; 32],
+        ..header(0, data.len())
+    };
+    origin.send_chunk(&h, Payload::Bytes(&data)).await.unwrap();
+    origin.flush().await.unwrap();
+    let Message::Chunk(got) = relay_in.recv().await.unwrap() else {
+        panic!("not a chunk")
+    };
+    let mut staged = Vec::new();
+    relay_in.read_payload(&got, &mut staged).await.unwrap();
+    assert!(staged == data);
+
+    // Relay -> child at level 0: the level-19 frame, as it came.
+    let ((_, w), (mut child, _)) = memory_pair(Timeouts::default());
+    let mut relay_out = Packing::new(w, 0).unwrap().reusing(frames.clone());
+    let (wire, bytes) = on_the_wire(&mut relay_out, &mut child, &h, &staged).await;
+    assert_eq!(wire.packed, Some(data.len() as u32));
+    assert_eq!(bytes, zstd::bulk::compress(&data, 19).unwrap());
+    assert_eq!(frames.reused(), 1);
+
+    // A frame kept under a digest whose chunk here holds other bytes (a
+    // lying upstream, a chunk the session refused) is not passed on: the
+    // chunk goes as level 0 sends it.
+    let mut other = data.clone();
+    other[1000] ^= 1;
+    let (wire, bytes) = on_the_wire(&mut relay_out, &mut child, &h, &other).await;
+    assert_eq!(wire.packed, None);
+    assert!(bytes == other);
+    // Nor is one kept for another length.
+    let short = &data[..data.len() - 1];
+    let h_short = header(0, short.len());
+    let (wire, _) = on_the_wire(
+        &mut relay_out,
+        &mut child,
+        &ChunkHeader {
+            digest: [7; 32],
+            ..h_short
+        },
+        short,
+    )
+    .await;
+    assert_eq!(wire.packed, None);
+    assert_eq!(frames.reused(), 1);
 }

@@ -118,3 +118,54 @@ fn z_over_quic_and_through_a_fan_out_arrives_byte_for_byte() {
         }
     }
 }
+
+/// Each hop of a fan-out passes on the compressed frames it received:
+/// counted on the wire into the second node (a relay's forward), the text
+/// crosses in a fraction of its size there too, though a relay compresses
+/// nothing itself (it packs at level 0: without the frames it received,
+/// the text would cross whole).
+#[test]
+fn z_through_a_fan_out_each_relay_forwards_the_frames_it_received() {
+    let s = Scratch::new();
+    let src = s.path("src");
+    csv(&src.join("table.csv"), 200_000);
+    write_file(&src.join("random.bin"), 4 << 20, 5);
+    let text = std::fs::metadata(src.join("table.csv")).unwrap().len();
+    let open = ["--open", "--plaintext"];
+    let one = Node::start(
+        &s.path("one"),
+        &s.path("config"),
+        &["--open", "--plaintext", "--status", "127.0.0.1:0"],
+    );
+    let two = Node::start(&s.path("two"), &s.path("config"), &open);
+    let (to_one, to_two) = (
+        crate::proxy::Proxy::start(&one.addr, Faults::default()),
+        crate::proxy::Proxy::start(&two.addr, Faults::default()),
+    );
+    let from = format!("{}/", src.display());
+    let mut c = haul(&s.path("config"));
+    c.args(["push", "--plaintext", "-z", "--plan", "chain", &from])
+        .arg(to_one.url("fan"))
+        .arg(to_two.url("fan"));
+    ok(&run(c, T));
+    for f in ["table.csv", "random.bin"] {
+        let want = b3(&src.join(f));
+        for node in ["one", "two"] {
+            assert_eq!(b3(&s.path(&format!("{node}/fan/{f}"))), want, "{node}/{f}");
+        }
+    }
+    // The relay said so.
+    let port = one.status.expect("the node's status address");
+    let (_, status) = http_get(port, "/status");
+    let status: serde_json::Value = serde_json::from_str(&status).unwrap();
+    let passed_on = &status["relay_forwards"]["frames_passed_on"];
+    assert!(passed_on.as_u64().is_some_and(|n| n > 0), "{status}");
+    for (hop, proxy) in [("origin to one", &to_one), ("one to two", &to_two)] {
+        let up = proxy.up_bytes.load(Ordering::Relaxed);
+        assert!(up > 4 << 20, "{hop}: {up}");
+        assert!(
+            up < (4 << 20) + text / 4,
+            "{hop}: {up} bytes for {text} of text"
+        );
+    }
+}

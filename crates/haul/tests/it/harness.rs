@@ -267,6 +267,14 @@ pub fn rsync(args: &[&str], sources: &[&Path], dest: &Path) -> Output {
     out
 }
 
+/// What a run printed on stdout, line by line.
+pub fn stdout_lines(out: &Output) -> Vec<String> {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
 /// What a failed run said, for an assertion's message: stderr, then the
 /// end of stdout (where `--json` puts its error events).
 pub fn said(out: &Output) -> String {

@@ -213,21 +213,40 @@ fn a_x_a_keep_what_rsync_keeps_for_copies_pushes_pulls_and_fan_out() {
         plain.iter().any(|l| l.starts_with("d/named f 0:0 ")),
         "{plain:#?}"
     );
-    let again = s.path("keeper/again").display().to_string();
-    sh(&format!(
-        "cd {again}
-         setfattr -n user.extra -v gone plain
-         setfattr -n trusted.extra -v gone d/named
-         setfattr -n user.sst.granule -v old d/named
-         setfacl -m u:4321:r-- plain
-         setfattr -n user.haul.blake3 -v not-a-peers-to-remove plain
-         setcap cap_net_raw+ep tool
-         setfattr -n user.extra -v gone d"
-    ));
-    ok(&client(
+    // The same for rsync: what -i says is compared.
+    let theirs = s.path("rsync-again");
+    rsync(&["-rlpt"], &[Path::new(&from)], &theirs);
+    for dir in [s.path("keeper/again"), theirs.clone()] {
+        sh(&format!(
+            "cd {}
+             setfattr -n user.extra -v gone plain
+             setfattr -n trusted.extra -v gone d/named
+             setfattr -n user.sst.granule -v old d/named
+             setfacl -m u:4321:r-- plain
+             setfattr -n user.haul.blake3 -v not-a-peers-to-remove plain
+             setcap cap_net_raw+ep tool
+             setfattr -n user.extra -v gone d",
+            dir.display()
+        ));
+    }
+    let out = client(
         &s,
-        &["push", "-aXA", "--token", "t", &from, &keeper.url("again")],
-    ));
+        &["push", "-aXAi", "--token", "t", &from, &keeper.url("again")],
+    );
+    ok(&out);
+    let said = stdout_lines(&rsync(&["-aXAi"], &[Path::new(&from)], &theirs));
+    let mut ours = stdout_lines(&out);
+    ours.sort();
+    // `rsync -rlpt` kept the set-user-id bit of a file it gave to root
+    // (`haul push -r` does not): that line is haul's own.
+    let numbered = ".f...pog... d/numbered";
+    let mut theirs: Vec<String> = said
+        .into_iter()
+        .filter(|l| !l.ends_with(" ./") && !l.ends_with(" d/numbered"))
+        .chain([numbered.to_owned()])
+        .collect();
+    theirs.sort();
+    assert_eq!(ours, theirs, "-i");
     assert_eq!(
         snapshot(&s.path("keeper/again")),
         want,

@@ -10,13 +10,6 @@ use crate::harness::*;
 
 const T: Duration = Duration::from_secs(120);
 
-fn stdout_lines(out: &std::process::Output) -> Vec<String> {
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(str::to_owned)
-        .collect()
-}
-
 fn local_copy(config: &Path, flags: &[&str], src: &Path, dst: &Path) -> std::process::Output {
     let mut c = haul(config);
     c.arg("pull").args(flags);
@@ -734,18 +727,40 @@ fn i_itemizes_what_changes_as_rsync_does() {
     write_file(&src.join("dir/inner"), 10, 4);
     write_file(&src.join("perm"), 30, 7);
     std::fs::hard_link(src.join("same"), src.join("same2")).unwrap();
+    // A symlink DEST has pointing elsewhere, and a directory DEST has with
+    // another mtime.
+    std::os::unix::fs::symlink("new", src.join("link")).unwrap();
+    std::fs::create_dir(src.join("kept")).unwrap();
     let past = std::time::SystemTime::now() - Duration::from_secs(3600);
-    for f in ["changed", "same", "dir/inner", "new", "perm"] {
-        let file = std::fs::File::options()
-            .write(true)
-            .open(src.join(f))
+    let set_mtime = |path: &std::path::Path, t: std::time::SystemTime| {
+        let secs = t.duration_since(std::time::UNIX_EPOCH).unwrap().as_secs();
+        let out = std::process::Command::new("touch")
+            .args(["-h", "-d", &format!("@{secs}")])
+            .arg(path)
+            .output()
             .unwrap();
-        file.set_modified(past).unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+    };
+    for f in [
+        "changed",
+        "same",
+        "dir/inner",
+        "new",
+        "perm",
+        "link",
+        "kept",
+        "dir",
+        "",
+    ] {
+        set_mtime(&src.join(f), past);
     }
     let (ours, theirs) = (s.path("haul"), s.path("rsync"));
     for d in [&ours, &theirs] {
         write_file(&d.join("changed"), 150, 5);
         write_file(&d.join("gone"), 10, 6);
+        std::os::unix::fs::symlink("gone", d.join("link")).unwrap();
+        std::fs::create_dir(d.join("kept")).unwrap();
+        set_mtime(&d.join("kept"), past - Duration::from_secs(60));
         for f in ["same", "perm"] {
             let out = std::process::Command::new("cp")
                 .args(["-p"])
@@ -757,6 +772,7 @@ fn i_itemizes_what_changes_as_rsync_does() {
         }
         use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(d.join("perm"), std::fs::Permissions::from_mode(0o600)).unwrap();
+        set_mtime(d, past);
     }
     let out = std::process::Command::new("rsync")
         .args(["-aHi", "--delete"])
@@ -765,10 +781,11 @@ fn i_itemizes_what_changes_as_rsync_does() {
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
-    let rsync: Vec<String> = stdout_lines(&out)
-        .into_iter()
-        .filter(|l| !l.starts_with(".d"))
-        .collect();
+    let rsync = stdout_lines(&out);
+    // What rsync says of the directory and the link too.
+    for line in ["cLc.t...... link -> new", ".d..t...... kept/"] {
+        assert!(rsync.iter().any(|l| l == line), "{rsync:?}");
+    }
     for (flags, dest) in [
         (&["-Hi", "-n", "--delete"][..], &ours),
         (&["-Hi", "--delete"][..], &ours),
@@ -797,16 +814,19 @@ fn i_itemizes_what_changes_as_rsync_does() {
         &["--open", "--plaintext"],
     );
     write_file(&s.path("node/in/changed"), 150, 5);
-    let mut c = haul(&s.path("config"));
-    c.args(["push", "--plaintext", "-i"])
-        .arg(format!("{}/", src.display()))
-        .arg(node.url("in"));
-    let out = run(c, T);
-    ok(&out);
-    let mut lines = stdout_lines(&out);
-    lines.sort();
+    let push = || {
+        let mut c = haul(&s.path("config"));
+        c.args(["push", "--plaintext", "-i"])
+            .arg(format!("{}/", src.display()))
+            .arg(node.url("in"));
+        let out = run(c, T);
+        ok(&out);
+        let mut lines = stdout_lines(&out);
+        lines.sort();
+        lines
+    };
     assert_eq!(
-        lines,
+        push(),
         [
             "<f+++++++++ dir/inner",
             "<f+++++++++ new",
@@ -814,7 +834,9 @@ fn i_itemizes_what_changes_as_rsync_does() {
             "<f+++++++++ same",
             "<f+++++++++ same2",
             "<f.st...... changed",
+            "cL+++++++++ link -> new",
             "cd+++++++++ dir/",
+            "cd+++++++++ kept/",
         ]
     );
 
@@ -831,7 +853,36 @@ fn i_itemizes_what_changes_as_rsync_does() {
     ok(&pull(&[]));
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(back.join("perm"), std::fs::Permissions::from_mode(0o600)).unwrap();
+    set_mtime(&back.join("kept"), past - Duration::from_secs(60));
+    std::fs::remove_file(back.join("link")).unwrap();
+    std::os::unix::fs::symlink("perm", back.join("link")).unwrap();
     let out = pull(&["-i"]);
     ok(&out);
-    assert_eq!(stdout_lines(&out), [".f...p..... perm"]);
+    let mut lines = stdout_lines(&out);
+    lines.sort();
+    assert_eq!(
+        lines,
+        [
+            ".d..t...... kept/",
+            ".f...p..... perm",
+            "cLc.t...... link -> new"
+        ]
+    );
+    // And a push, of what the node changed in place: a directory made
+    // there by hand (a node that just served a push sets the mtimes of the
+    // directories it made again when it goes idle), and one without
+    // write permission for its owner, which haul gives it (said once).
+    use std::os::unix::fs::DirBuilderExt;
+    for d in [src.join("by-hand"), s.path("node/in/by-hand")] {
+        std::fs::create_dir(&d).unwrap();
+    }
+    set_mtime(&src.join("by-hand"), past);
+    set_mtime(&s.path("node/in/by-hand"), past - Duration::from_secs(60));
+    std::fs::DirBuilder::new()
+        .mode(0o555)
+        .create(src.join("read-only"))
+        .unwrap();
+    set_mtime(&src.join("read-only"), past);
+    assert_eq!(push(), [".d..t...... by-hand/", "cd+++++++++ read-only/"]);
+    assert_eq!(push(), Vec::<String>::new());
 }

@@ -343,6 +343,24 @@ fn http_files_from_takes_the_paths_listed_and_names_the_missing_one() {
     // looked for, so not called missing.
     std::fs::write(&list, "a/x.nc\nb\nnot/there\nskip/me\n").unwrap();
     let dst = s.path("dst");
+    // Its dry run says so first, as the run will (and fetches nothing).
+    let out = pull(
+        &s.path("cfg"),
+        &[
+            &srv.http_url("/ff/"),
+            dst.to_str().unwrap(),
+            "-n",
+            "--files-from",
+            list.to_str().unwrap(),
+            "--exclude",
+            "skip/",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(23), "{}", all_output(&out));
+    let said = all_output(&out);
+    assert!(said.contains("not/there"), "{said}");
+    assert!(!said.contains("skip/me"), "{said}");
+    assert!(!dst.exists(), "{said}");
     let out = pull(
         &s.path("cfg"),
         &[
