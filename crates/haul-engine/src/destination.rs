@@ -248,6 +248,9 @@ impl Destination {
             }
         }
         let base = base.unwrap_or_else(|| self.root.dir().clone());
+        // Held while directories are made and recorded: `-i` on another
+        // connection never sees one made here before it is known as such.
+        let mut known = self.known_dirs.lock();
         let mut levels = Vec::new();
         let mut made = self.root.make_dirs_from(
             &base,
@@ -282,16 +285,17 @@ impl Destination {
         let last = made?;
         let last = Arc::new(last);
         let mut id = (0, 0);
-        if let Ok(mut known) = self.known_dirs.lock() {
+        if let Ok(known) = &mut known {
             for (i, meta, created) in levels {
                 if let Some(m) = meta {
-                    known.insert((m.dev, m.ino), created);
+                    known.insert((m.dev, m.ino), created, Some(m));
                     if i + 1 == comps.len() {
                         id = (m.dev, m.ino);
                     }
                 }
             }
         }
+        drop(known);
         if comps.is_empty() {
             id = self
                 .root
@@ -456,55 +460,52 @@ impl Destination {
     /// ([`crate::itemize::made`]): `None` when it is there already as the
     /// entry says. Asked before making it.
     pub fn making_change(&self, entry: &Entry) -> Option<String> {
-        let place = self.resolve(&entry.path).ok();
-        let there = place
-            .as_ref()
-            .and_then(|p| p.dir.stat(&p.name).ok().flatten());
-        // A directory this transfer made (another session made it, or a
-        // file's way into it did) is new, and said so once.
-        if entry.kind == haul_proto::EntryKind::Dir {
-            let made_here = match &there {
-                None => true,
-                Some(m) => {
-                    m.is_dir()
-                        && self
-                            .known_dirs
-                            .lock()
-                            .is_ok_and(|k| k.created((m.dev, m.ino)))
-                }
+        let place = self.resolve(&entry.path).ok()?;
+        let writer = self.attr_writer();
+        let here = |xattrs| crate::itemize::Here {
+            mode: writer.dir_mode(entry),
+            ids: writer.ids_of(entry),
+            xattrs,
+        };
+        if entry.kind != haul_proto::EntryKind::Dir {
+            let there = place.dir.stat(&place.name).ok().flatten();
+            let target = match &there {
+                Some(m) if m.is_symlink() => place.dir.read_link(&place.name).ok(),
+                _ => None,
             };
-            if made_here {
-                let first = self
-                    .known_dirs
-                    .lock()
-                    .map_or(true, |mut k| k.say_made(&entry.path));
-                let new = crate::itemize::made(entry, None, crate::itemize::Here::default());
-                return new.filter(|_| first);
-            }
+            let target = target.as_ref().map(|t| t.to_string_lossy());
+            let found = there.map(|m| crate::itemize::Found::stat(&m, target.as_deref()));
+            return crate::itemize::made(entry, found, here((false, false)));
         }
-        let target = match (&place, &there) {
-            (Some(p), Some(m)) if m.is_symlink() => p.dir.read_link(&p.name).ok(),
+        // A directory: looked at under the lock its making holds, compared
+        // as it was when this transfer first came to it (files renamed into
+        // it since changed its mtime, not the source), said once however
+        // many sessions make it (stripes, connections).
+        let mut known = self.known_dirs.lock().ok()?;
+        let there = place.dir.stat(&place.name).ok().flatten();
+        // `None`: new (nothing there, another kind, or made by this transfer).
+        let first = match &there {
+            Some(m) if m.is_dir() => match known.seen((m.dev, m.ino)) {
+                Some((true, _)) => None,
+                Some((false, first)) => Some(first.copied().unwrap_or(*m)),
+                None => Some(*m),
+            },
             _ => None,
         };
-        let target = target.as_ref().map(|t| t.to_string_lossy());
-        let writer = self.attr_writer();
-        let xattrs = match (&place, &there) {
-            (Some(p), Some(m)) if m.is_dir() => {
-                writer.xattrs_differ(&p.dir, p.name.as_ref(), entry)
+        let code = match first {
+            None => crate::itemize::made(entry, None, here((false, false))),
+            Some(first) => {
+                let xattrs = match &entry.attrs {
+                    Some(a) if a.xattrs.is_some() => {
+                        writer.xattrs_differ(&place.dir, place.name.as_ref(), entry)
+                    }
+                    _ => (false, false),
+                };
+                let found = crate::itemize::Found::stat(&first, None);
+                crate::itemize::made(entry, Some(found), here(xattrs))
             }
-            _ => (false, false),
         };
-        crate::itemize::made(
-            entry,
-            there
-                .as_ref()
-                .map(|m| crate::itemize::Found::stat(m, target.as_deref())),
-            crate::itemize::Here {
-                mode: writer.dir_mode(entry),
-                ids: writer.ids_of(entry),
-                xattrs,
-            },
-        )
+        code.filter(|_| known.say_once(&entry.path))
     }
 
     /// What is at `rel` now, without following a symlink (`None`: nothing,

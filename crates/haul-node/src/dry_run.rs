@@ -34,6 +34,9 @@ pub(crate) struct Side {
     /// Entries the node said it skipped (special files, names that cannot
     /// travel).
     pub skipped: u64,
+    /// A node's tree, pushed to: whether it keeps a directory's set-group-id
+    /// bit is its operator's choice, unknown here.
+    pub node: bool,
 }
 
 impl Side {
@@ -98,7 +101,8 @@ pub async fn dry_run_push(
             observer.as_ref(),
         )
         .await?;
-        let theirs = dest_filtered(theirs, opts, &top);
+        let mut theirs = dest_filtered(theirs, opts, &top);
+        theirs.node = true;
         compare(source, theirs, delete, opts, observer.as_ref(), &mut report);
     }
     Ok(report)
@@ -414,6 +418,7 @@ fn compare(
     report: &mut DryRunReport,
 ) {
     let (checksum, skip) = (opts.checksum, opts.skip);
+    let dest_is_node = dest.node;
     report.errors += source.errors + dest.errors;
     for (path, why) in source.unreadable.iter().chain(&dest.unreadable) {
         report.errors += 1;
@@ -458,14 +463,15 @@ fn compare(
             | (EntryKind::Symlink { .. }, Some(EntryKind::Symlink { .. })) => {
                 // -i: what the run would change about it — a directory's
                 // mtime or mode, where a symlink points (it is made again).
-                // A directory's set-group-id bit is left out: a node that
-                // takes no owners does not keep it (the dry run cannot tell).
+                // Pushed to a node, a directory's set-group-id bit is left
+                // out: one that takes no owners does not keep it.
+                let setgid = if dest_is_node { 0o5777 } else { 0o7777 };
                 let found = there.map(|t| haul_engine::itemize::Found {
-                    perms: t.mode & 0o5777,
+                    perms: t.mode & setgid,
                     ..haul_engine::itemize::Found::listed(t)
                 });
                 let here = haul_engine::itemize::Here {
-                    mode: modes.dir_mode(e) & 0o5777,
+                    mode: modes.dir_mode(e) & setgid,
                     ..Default::default()
                 };
                 let Some(code) = haul_engine::itemize::made(e, found, here) else {

@@ -67,6 +67,8 @@ pub struct Relays {
     transfers: Mutex<HashMap<Ticket, Arc<Transfer>>>,
     /// `-z` chunks forwarded as the frames received, in every transfer.
     frames_passed_on: Arc<std::sync::atomic::AtomicU64>,
+    /// Bytes of frames kept across the transfers (one budget for all).
+    frames_kept: Arc<std::sync::atomic::AtomicUsize>,
 }
 
 impl Relays {
@@ -102,6 +104,7 @@ impl Relays {
         let mut transfer = Transfer::new(dest, origin, root, observer, transport);
         transfer.frames = haul_transport::FrameCache::new(
             haul_transport::frames::DEFAULT_BUDGET,
+            self.frames_kept.clone(),
             self.frames_passed_on.clone(),
         );
         transfer.checksum = checksum;
@@ -283,7 +286,7 @@ impl Transfer {
             checksum: false,
             backups: None,
             newest_upstream: tokio::sync::watch::Sender::new(0),
-            frames: haul_transport::FrameCache::new(0, Arc::default()),
+            frames: haul_transport::FrameCache::new(0, Arc::default(), Arc::default()),
         }
     }
 
@@ -563,9 +566,6 @@ impl Transfer {
         if let Ok(mut state) = self.state.lock() {
             state.forwards.retain(|f| f.target != *target);
             state.ended.push((target.addr.clone(), error));
-            if state.forwards.is_empty() {
-                self.frames.set_forwarding(false);
-            }
         }
         self.changed.notify_waiters();
     }
@@ -613,9 +613,10 @@ impl Transfer {
     }
 
     fn stop(&self) {
-        self.frames.set_forwarding(false);
         if let Ok(mut state) = self.state.lock() {
             state.stopped = true;
+            // Under the lock: no forward starts keeping them again.
+            self.frames.set_forwarding(false);
             for f in state.forwards.drain(..) {
                 f.task.abort();
             }

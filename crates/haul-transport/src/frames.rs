@@ -14,9 +14,11 @@
 //! Decompressing costs a fraction of compressing, and a frame not found
 //! (evicted, or the chunk came uncompressed) is packed as usual.
 //!
-//! Bounded: frames are kept oldest first out up to a byte budget (each
-//! counted with [`ENTRY_COST`] more, so tiny frames of repetitive data
-//! cannot hold millions of entries); a relay forwards a chunk within
+//! Bounded: frames are kept oldest first out up to a byte budget, per
+//! transfer and across a node's transfers (each counted with
+//! [`ENTRY_COST`] more, so tiny frames of repetitive data cannot hold
+//! millions of entries; a transfer that comes while others hold the budget
+//! keeps little until theirs end); a relay forwards a chunk within
 //! moments of staging it, so a few dozen MiB are enough for its children
 //! to find theirs. A frame is kept only while there is someone to forward
 //! it to ([`FrameCache::set_forwarding`]), and only as one whole zstd
@@ -28,7 +30,7 @@
 //! [`Packing::reusing`]: crate::Packing::reusing
 
 use std::collections::{HashMap, VecDeque};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Mutex};
 
 use haul_proto::Digest;
@@ -45,13 +47,23 @@ pub struct FrameCache {
 }
 
 struct Inner {
+    /// Bytes this cache keeps at most, and all of a node's together.
     budget: usize,
+    /// Bytes all of a node's caches keep now.
+    node: Arc<AtomicUsize>,
     kept: Mutex<Kept>,
     /// Whether frames are kept now (the transfer has forwards).
     forwarding: AtomicBool,
     /// Frames sent as received: this cache's, and a node's total.
     reused: Arc<AtomicU64>,
     missed: AtomicU64,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        let kept = self.kept.get_mut().map_or(0, |k| k.bytes);
+        self.node.fetch_sub(kept, Relaxed);
+    }
 }
 
 #[derive(Default)]
@@ -79,12 +91,14 @@ impl std::fmt::Debug for FrameCache {
 }
 
 impl FrameCache {
-    /// Keeps frames up to `budget` bytes, once forwarding; `reused` counts
-    /// the frames sent as received (shared: a node's total).
-    pub fn new(budget: usize, reused: Arc<AtomicU64>) -> Self {
+    /// Keeps frames up to `budget` bytes once forwarding, and no more than
+    /// that with the other caches sharing `node` (a node's transfers);
+    /// `reused` counts the frames sent as received (a node's total).
+    pub fn new(budget: usize, node: Arc<AtomicUsize>, reused: Arc<AtomicU64>) -> Self {
         Self {
             inner: Arc::new(Inner {
                 budget,
+                node,
                 kept: Mutex::new(Kept::default()),
                 forwarding: AtomicBool::new(false),
                 reused,
@@ -102,9 +116,11 @@ impl FrameCache {
     /// Starts keeping frames (a relay's forwards began) or stops and lets
     /// go of those kept.
     pub fn set_forwarding(&self, on: bool) {
+        let mut kept = self.kept();
         self.inner.forwarding.store(on, Relaxed);
         if !on {
-            *self.kept() = Kept::default();
+            self.inner.node.fetch_sub(kept.bytes, Relaxed);
+            *kept = Kept::default();
         }
     }
 
@@ -124,18 +140,37 @@ impl FrameCache {
         let key = (*digest, len);
         let bytes: Arc<[u8]> = frame.into();
         let mut kept = self.kept();
-        if kept.frames.contains_key(&key) {
+        // Checked again under the lock: none kept after forwards ended.
+        if !self.inner.forwarding.load(Relaxed) {
             return;
         }
-        kept.frames.insert(key, bytes);
-        kept.order.push_back(key);
-        kept.bytes += cost;
-        while kept.bytes > self.inner.budget {
+        match kept.frames.get_mut(&key) {
+            // Identical content repeats: nothing to add.
+            Some(old) if **old == *frame => return,
+            // Another frame for the same bytes (a chunk sent again after
+            // one that did not verify): the newer replaces it in place.
+            Some(old) => {
+                let was = old.len();
+                *old = bytes;
+                kept.bytes = kept.bytes - was + frame.len();
+                self.inner.node.fetch_sub(was, Relaxed);
+                self.inner.node.fetch_add(frame.len(), Relaxed);
+            }
+            None => {
+                kept.frames.insert(key, bytes);
+                kept.order.push_back(key);
+                kept.bytes += cost;
+                self.inner.node.fetch_add(cost, Relaxed);
+            }
+        }
+        // Within this transfer's budget, and the node's across transfers.
+        while kept.bytes > self.inner.budget || self.inner.node.load(Relaxed) > self.inner.budget {
             let Some(oldest) = kept.order.pop_front() else {
                 break;
             };
             if let Some(gone) = kept.frames.remove(&oldest) {
                 kept.bytes -= gone.len() + ENTRY_COST;
+                self.inner.node.fetch_sub(gone.len() + ENTRY_COST, Relaxed);
             }
         }
     }
@@ -155,7 +190,7 @@ impl FrameCache {
         self.inner.reused.fetch_add(1, Relaxed);
     }
 
-    /// Frames sent as they were received.
+    /// Frames sent as received (by every cache sharing the counter).
     pub fn reused(&self) -> u64 {
         self.inner.reused.load(Relaxed)
     }
@@ -182,7 +217,8 @@ mod tests {
     #[test]
     fn frames_past_the_budget_go_oldest_first_and_only_while_forwarding() {
         let (one, two, three) = (frame(1, 4000), frame(2, 4000), frame(3, 4000));
-        let cache = FrameCache::new(2 * (one.len() + ENTRY_COST), Arc::default());
+        let node = Arc::<AtomicUsize>::default();
+        let cache = FrameCache::new(2 * (one.len() + ENTRY_COST), node.clone(), Arc::default());
         // Not forwarding yet: nothing kept.
         cache.keep(&[1; 32], 4000, &one);
         assert!(cache.get(&[1; 32], 4000).is_none());
@@ -201,9 +237,19 @@ mod tests {
         padded.extend_from_slice(&[0; 16]);
         cache.keep(&[4; 32], 4000, &padded);
         assert!(cache.get(&[4; 32], 4000).is_none());
+        // A second transfer's cache shares the node's budget: full, it
+        // keeps its own newest (pushing out its own oldest) and no more.
+        assert_eq!(node.load(Relaxed), cache.bytes());
+        let other = FrameCache::new(2 * (one.len() + ENTRY_COST), node.clone(), Arc::default());
+        other.set_forwarding(true);
+        other.keep(&[5; 32], 4000, &frame(5, 4000));
+        assert!(node.load(Relaxed) <= 2 * (one.len() + ENTRY_COST));
+        drop(other);
+        assert_eq!(node.load(Relaxed), cache.bytes());
         // Forwards over: everything goes.
         cache.set_forwarding(false);
         assert_eq!(cache.bytes(), 0);
+        assert_eq!(node.load(Relaxed), 0);
         assert!(cache.get(&[3; 32], 4000).is_none());
     }
 }

@@ -602,8 +602,9 @@ pub struct TransferArgs {
     /// Compress chunks on the wire with zstd (rsync's -z): each chunk on its
     /// own, sent compressed only when that saves at least 1/32 of it, so
     /// data that does not shrink costs almost nothing. Pushes compress here,
-    /// pulls from a node there; digests are of the data itself. Rates and
-    /// --bwlimit count the bytes on the wire.
+    /// pulls from a node there, and a fan-out's relays pass on the frames
+    /// they received; digests are of the data itself. Rates and --bwlimit
+    /// count the bytes on the wire.
     #[arg(short = 'z', long)]
     pub compress: bool,
     /// zstd level for -z, 1 (fastest) to 19 (smallest); 0 turns -z off.
@@ -646,8 +647,10 @@ pub struct TransferArgs {
     /// Print rsync's change string for each entry that changes, on stdout:
     /// `>f+++++++++` a new file received (`<` sent by a push), `>f.st......`
     /// its size and mtime changed, `cd+++++++++` a directory made,
-    /// `hf+++++++++` a hard link, `*deleting` (--json: `itemized` events).
-    /// With -n, what would change.
+    /// `hf+++++++++` a hard link, `*deleting`; `.f...pog..x` what was set in
+    /// place on a file up to date, `.d..t......` a directory's mtime,
+    /// `cLc.t......` a symlink pointing elsewhere (--json: `itemized`
+    /// events). With -n, what would change.
     #[arg(short = 'i', long)]
     pub itemize_changes: bool,
     /// Once SIZE bytes moved (K/M/G suffixes), start no further file: those

@@ -15,6 +15,8 @@
 use std::collections::{HashMap, HashSet};
 use std::ffi::{OsStr, OsString};
 
+use haul_root::Meta;
+
 use crate::dir_cache::DirId;
 
 /// At most this many directories are remembered (then they are checked again).
@@ -23,16 +25,29 @@ const MAX_DIRS: usize = 100_000;
 /// it, every name is looked at again (memory stays bounded on huge trees).
 const MAX_NAMES: usize = 1_000_000;
 
+/// What is known of one directory.
+#[derive(Debug)]
+struct Known {
+    /// This destination created it.
+    created: bool,
+    /// For one created here, the names handed out in it (`None` past
+    /// [`MAX_NAMES`]: every name is looked at again).
+    names: Option<HashSet<OsString>>,
+    /// How it was when first resolved (for `-i`: what the transfer's own
+    /// files, renamed into it meanwhile, did to its mtime is not a change
+    /// the source asked for).
+    first: Option<Meta>,
+}
+
 /// Directories resolved under a destination's root.
 #[derive(Debug, Default)]
 pub(crate) struct KnownDirs {
-    /// Each resolved directory; for one created here, the names handed out in it.
-    dirs: HashMap<DirId, Option<HashSet<OsString>>>,
+    dirs: HashMap<DirId, Known>,
     /// Names held in all the sets.
     names: usize,
-    /// Directories `-i` said were made (`cd+++++++++`), by path: said once
-    /// however many sessions (stripes, connections) make them.
-    said_made: HashSet<String>,
+    /// Directories `-i` spoke of, by path: said once however many sessions
+    /// (stripes, connections) make them.
+    said: HashSet<String>,
 }
 
 impl KnownDirs {
@@ -42,12 +57,17 @@ impl KnownDirs {
     }
 
     /// Remembers that `dir` is a real directory, `created` (empty) by this
-    /// destination. The first report of a directory wins: of two sessions
-    /// racing to create it, the one that found it existing must not make it
-    /// look empty.
-    pub(crate) fn insert(&mut self, dir: DirId, created: bool) {
+    /// destination, found as `meta`. The first report of a directory wins:
+    /// of two sessions racing to create it, the one that found it existing
+    /// must not make it look empty.
+    pub(crate) fn insert(&mut self, dir: DirId, created: bool, meta: Option<Meta>) {
         if self.dirs.len() < MAX_DIRS && !self.dirs.contains_key(&dir) {
-            self.dirs.insert(dir, created.then(HashSet::new));
+            let known = Known {
+                created,
+                names: created.then(HashSet::new),
+                first: meta,
+            };
+            self.dirs.insert(dir, known);
         }
     }
 
@@ -55,12 +75,15 @@ impl KnownDirs {
     /// `dir` was created here and `name` was not handed out in it before.
     /// Hands `name` out.
     pub(crate) fn first_use_in_created(&mut self, dir: DirId, name: &OsStr) -> bool {
-        let Some(Some(names)) = self.dirs.get_mut(&dir) else {
+        let Some(Known {
+            names: Some(names), ..
+        }) = self.dirs.get_mut(&dir)
+        else {
             return false;
         };
         if self.names >= MAX_NAMES {
-            for names in self.dirs.values_mut() {
-                *names = None;
+            for known in self.dirs.values_mut() {
+                known.names = None;
             }
             self.names = 0;
             return false;
@@ -70,24 +93,25 @@ impl KnownDirs {
         first
     }
 
-    /// Whether `dir` was created by this destination (while its sessions run).
-    pub(crate) fn created(&self, dir: DirId) -> bool {
-        matches!(self.dirs.get(&dir), Some(Some(_)))
+    /// Whether `dir` was created by this destination (while its sessions
+    /// run), and how it was when first resolved.
+    pub(crate) fn seen(&self, dir: DirId) -> Option<(bool, Option<&Meta>)> {
+        self.dirs.get(&dir).map(|k| (k.created, k.first.as_ref()))
     }
 
-    /// Whether directory `rel` is said to be made now: the first time only.
-    pub(crate) fn say_made(&mut self, rel: &str) -> bool {
-        if self.said_made.len() >= MAX_DIRS {
-            return true;
+    /// Whether `-i` speaks of directory `rel` now: the first time only.
+    pub(crate) fn say_once(&mut self, rel: &str) -> bool {
+        if self.said.len() >= MAX_DIRS {
+            return !self.said.contains(rel);
         }
-        self.said_made.insert(rel.to_owned())
+        self.said.insert(rel.to_owned())
     }
 
     /// Forgets everything (directories may change while no session runs).
     pub(crate) fn clear(&mut self) {
         self.dirs.clear();
         self.names = 0;
-        self.said_made.clear();
+        self.said.clear();
     }
 }
 
@@ -99,17 +123,20 @@ mod tests {
     fn a_name_is_new_once_and_only_in_a_created_directory() {
         let (made, found, other) = ((1, 10), (1, 11), (1, 12));
         let mut k = KnownDirs::default();
-        k.insert(made, true);
-        k.insert(found, false);
+        k.insert(made, true, None);
+        k.insert(found, false, None);
         // A later report of the same directory does not change it.
-        k.insert(found, true);
+        k.insert(found, true, None);
         assert!(k.contains(made) && k.contains(found));
         assert!(k.first_use_in_created(made, OsStr::new("a")));
         assert!(!k.first_use_in_created(made, OsStr::new("a")));
         assert!(k.first_use_in_created(made, OsStr::new("b")));
         assert!(!k.first_use_in_created(found, OsStr::new("c")));
         assert!(!k.first_use_in_created(other, OsStr::new("c")));
+        // -i speaks of a directory once.
+        assert!(k.say_once("d") && !k.say_once("d"));
         k.clear();
+        assert!(k.say_once("d"));
         assert!(!k.contains(made));
         assert!(!k.first_use_in_created(made, OsStr::new("z")));
     }
@@ -118,11 +145,12 @@ mod tests {
     fn past_the_name_limit_every_name_is_looked_at() {
         let made = (1, 10);
         let mut k = KnownDirs::default();
-        k.insert(made, true);
+        k.insert(made, true, None);
         k.names = MAX_NAMES;
         assert!(!k.first_use_in_created(made, OsStr::new("a")));
-        // The directory is now treated as found, not created.
+        // Every name is looked at again, and the directory is still one
+        // created here.
         assert!(!k.first_use_in_created(made, OsStr::new("b")));
-        assert!(k.contains(made));
+        assert!(k.seen(made).is_some_and(|(created, _)| created));
     }
 }

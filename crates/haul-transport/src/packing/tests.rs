@@ -177,7 +177,7 @@ async fn on_the_wire(
 
 #[tokio::test]
 async fn a_relay_forwards_the_frames_it_received_and_never_one_that_differs() {
-    let frames = FrameCache::new(1 << 20, Default::default());
+    let frames = FrameCache::new(1 << 20, Default::default(), Default::default());
     frames.set_forwarding(true);
     // Origin -> relay: level 19, the relay keeping what it decompressed.
     let ((_, w), (r, _)) = memory_pair(Timeouts::default());
