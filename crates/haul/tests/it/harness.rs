@@ -267,6 +267,25 @@ pub fn rsync(args: &[&str], sources: &[&Path], dest: &Path) -> Output {
     out
 }
 
+/// Waits (up to 10 s) until each of `dirs` that `dest` has has the mtime
+/// it has under `src`: a node sets its directories' mtimes once it goes
+/// idle, which may be just after the client exits.
+pub fn dir_mtimes_settled(src: &Path, dest: &Path, dirs: &[&str]) {
+    let mtime = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !dirs.iter().all(|d| {
+        let there = mtime(&dest.join(d));
+        there.is_none() || there == mtime(&src.join(d))
+    }) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the node never set the mtimes of {dirs:?} in {}",
+            dest.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// What a run printed on stdout, line by line.
 pub fn stdout_lines(out: &Output) -> Vec<String> {
     String::from_utf8_lossy(&out.stdout)

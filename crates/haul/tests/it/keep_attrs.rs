@@ -208,6 +208,7 @@ fn a_x_a_keep_what_rsync_keeps_for_copies_pushes_pulls_and_fan_out() {
         &s,
         &["push", "-r", "--token", "t", &from, &keeper.url("again")],
     ));
+    dir_mtimes_settled(&src, &s.path("keeper/again"), &["d", "shared"]);
     let plain = snapshot(&s.path("keeper/again"));
     assert!(
         plain.iter().any(|l| l.starts_with("d/named f 0:0 ")),

@@ -814,23 +814,7 @@ fn i_itemizes_what_changes_as_rsync_does() {
         &["--open", "--plaintext"],
     );
     write_file(&s.path("node/in/changed"), 150, 5);
-    // The node sets its directories' mtimes once it goes idle, which may
-    // be just after the client exits: each push waits for that.
-    let settled = || {
-        let mtime = |p: &Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        let dirs = ["dir", "kept", "by-hand", "read-only"];
-        while !dirs.iter().all(|d| {
-            let there = mtime(&s.path(&format!("node/in/{d}")));
-            there.is_none() || there == mtime(&src.join(d))
-        }) {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "the node never set its directories' mtimes"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-    };
+    // Each push waits for the node to set its directories' mtimes.
     let push = || {
         let mut c = haul(&s.path("config"));
         c.args(["push", "--plaintext", "-i"])
@@ -838,7 +822,8 @@ fn i_itemizes_what_changes_as_rsync_does() {
             .arg(node.url("in"));
         let out = run(c, T);
         ok(&out);
-        settled();
+        let dirs = ["dir", "kept", "by-hand", "read-only"];
+        dir_mtimes_settled(&src, &s.path("node/in"), &dirs);
         let mut lines = stdout_lines(&out);
         lines.sort();
         lines
