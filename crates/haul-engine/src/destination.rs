@@ -202,6 +202,13 @@ impl Destination {
             .store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
+    /// Whether it receives every file offered (`-c`: the sender compared
+    /// contents and offers only files that differ).
+    pub fn receives_everything_offered(&self) -> bool {
+        self.no_quick_check
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// For entries from a haul sender (a tree walked at the source): a
     /// regular file standing where an entry's parent directory must be is
     /// replaced by the directory, as that directory's own entry replaces it

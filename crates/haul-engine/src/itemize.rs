@@ -56,8 +56,10 @@ fn string(y: char, x: char, new: bool, d: Differs) -> String {
 
 /// The change string of `entry` received over what a `stat` found at its
 /// name (`None`: nothing was there). Owners and groups count only when the
-/// entry carries them (`-o`, `-g`).
-pub fn received(entry: &Entry, there: Option<&Meta>) -> String {
+/// entry carries them (`-o`, `-g`). `by_content`: the sender compared
+/// contents (`-c`) and offers only files that differ, so one of the same
+/// size differs in content (`c`, as rsync says).
+pub fn received(entry: &Entry, there: Option<&Meta>, by_content: bool) -> String {
     let (y, x) = letters(entry);
     // Another kind there (a symlink where a file goes): new, as rsync says.
     let same_kind = |m: &&Meta| match entry.kind {
@@ -81,7 +83,11 @@ pub fn received(entry: &Entry, there: Option<&Meta>) -> String {
             .is_some_and(|g| g.id != m.gid),
         ..Differs::default()
     };
-    string(y, x, false, d)
+    let mut code = string(y, x, false, d);
+    if by_content && entry.kind == EntryKind::File && m.size == entry.size {
+        code.replace_range(2..3, "c");
+    }
+    code
 }
 
 /// The change string a dry run shows for `entry` against the entry listed

@@ -453,7 +453,9 @@ impl Driver {
                 (Ok(Prepared::UpToDate), None)
             }
             Ok(Staged::Receive(part)) => {
-                let code = haul_engine::itemize::received(entry, part.replaced());
+                let by_content =
+                    self.ctx.quick_check.is_none() || self.ctx.dest.receives_everything_offered();
+                let code = haul_engine::itemize::received(entry, part.replaced(), by_content);
                 self.session.itemized(file, code);
                 let have = part.have(first, end);
                 (Ok(Prepared::Receive { have }), Some(part))

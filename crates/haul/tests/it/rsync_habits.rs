@@ -806,6 +806,29 @@ fn i_itemizes_what_changes_as_rsync_does() {
     ok(&out);
     assert_eq!(stdout_lines(&out), Vec::<String>::new());
 
+    // -c: a file of the same size and mtime whose content differs (the
+    // quick check would keep it) is received, and says `c`, as rsync's.
+    for d in [&ours, &theirs] {
+        write_file(&d.join("same"), 50, 99);
+        set_mtime(&d.join("same"), past);
+    }
+    let out = std::process::Command::new("rsync")
+        .args(["-aci"])
+        .arg(format!("{}/", src.display()))
+        .arg(&theirs)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    // (`same2` is the same file at DEST, linked by the -H run above.)
+    let want = [">fc........ same", ">fc........ same2"];
+    assert_eq!(stdout_lines(&out), want);
+    let out = local_copy(&s.path("config"), &["-ci"], &src, &ours);
+    ok(&out);
+    let mut lines = stdout_lines(&out);
+    lines.sort();
+    assert_eq!(lines, want, "{}", said(&out));
+    assert_eq!(b3(&ours.join("same")), b3(&src.join("same")));
+
     // A push says what the node changed, as sent (`<`), as `rsync -i` to a
     // remote does.
     let node = Node::start(
