@@ -439,7 +439,7 @@ impl AttrWriter {
             group,
             acls: acls && kept,
             xattrs: xattrs && kept,
-            perms: false,
+            ..InPlace::default()
         })
     }
 

@@ -604,6 +604,52 @@ impl Destination {
         crate::content::whole_file(&file).ok()
     }
 
+    /// `-c`: when the regular file at `entry`'s path holds `digest` (its
+    /// size and BLAKE3, read now), brings its mtime, permission bits,
+    /// owner, group, extended attributes and ACLs in line with the entry's
+    /// as rsync does, through descriptors of that very file, and says what
+    /// it set (`-i`). `None` when the content differs or cannot be read, or
+    /// when something differs that cannot be set in place (a file with
+    /// other links is never changed in place): then it is received again.
+    pub fn same_content_fixing(&self, entry: &Entry, digest: &[u8; 32]) -> Option<InPlace> {
+        let place = self.resolve(&entry.path).ok()?;
+        let (file, st) = place.dir.open_regular(&place.name).ok()?;
+        if st.size != entry.size {
+            return None;
+        }
+        let file = crate::LocalFile::open(file).ok()?;
+        let hash = crate::content::whole_file(&file).ok()?;
+        if hash.as_bytes() != digest {
+            return None;
+        }
+        let writer = self.attr_writer();
+        let mode = writer.mode_of(entry);
+        let time = (st.mtime, st.mtime_nsec) != (entry.mtime_sec, entry.mtime_nsec);
+        let perms = self.sync_modes() && st.permissions() != mode;
+        let refreshed = writer.refresh(&place.dir, place.name.as_ref(), &st, entry)?;
+        if (time || perms) && st.nlink > 1 {
+            return None;
+        }
+        // Still the version hashed: written to meanwhile, its mtime moved.
+        let same = |m: &Meta| {
+            (m.dev, m.ino, m.size, m.mtime, m.mtime_nsec)
+                == (st.dev, st.ino, st.size, st.mtime, st.mtime_nsec)
+        };
+        if perms {
+            let held = place.dir.regular_file_if(&place.name, same).ok()??;
+            held.set_mode(mode).ok()?;
+        }
+        if time {
+            let held = place.dir.regular_file_if(&place.name, same).ok()??;
+            held.set_mtime(entry.mtime_sec, entry.mtime_nsec).ok()?;
+        }
+        Some(InPlace {
+            perms,
+            time,
+            ..refreshed
+        })
+    }
+
     /// Opens the regular file at `rel` for reading, if one is there
     /// (beneath the held root, no symlink followed, nothing created).
     pub fn open_existing(&self, rel: &str) -> Option<std::fs::File> {

@@ -216,6 +216,8 @@ pub fn made(entry: &Entry, found: Option<Found<'_>>, here: Here) -> Option<Strin
 /// attributes-only change: `.f...p.....`, `.f....og...`, `.f.......ax`).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct InPlace {
+    /// Its mtime (`-c`: the same content, another mtime).
+    pub time: bool,
     /// Its permission bits.
     pub perms: bool,
     /// Its owner.
@@ -243,6 +245,7 @@ pub fn in_place(entry: &Entry, fixed: InPlace) -> Option<String> {
     }
     let (_, x) = letters(entry);
     let d = Differs {
+        time: fixed.time,
         perms: fixed.perms,
         owner: fixed.owner,
         group: fixed.group,
@@ -299,6 +302,7 @@ mod tests {
         let f = file(10, 5, 0o644);
         assert_eq!(in_place(&f, InPlace::default()), None);
         let fixed = |perms, owner, group, acls, xattrs| InPlace {
+            time: false,
             perms,
             owner,
             group,

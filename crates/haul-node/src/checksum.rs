@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use haul_engine::haul_root::Root;
+use haul_engine::itemize::InPlace;
 use haul_engine::SourceEntry;
 use haul_proto::Digest;
 use haul_run::summary::Tally;
@@ -18,23 +18,32 @@ use crate::NodeError;
 /// `--checksum`: what each file to send is compared with; a file whose
 /// content is already there is up to date and not offered.
 pub(crate) enum SameContent {
-    /// A local destination (a local copy), read through held descriptors.
-    At(Arc<Root>),
+    /// A local destination (a local copy), read through held descriptors;
+    /// a file found there with the same content is brought in line (its
+    /// mtime, mode and attributes) as rsync's `-c` does.
+    At(Arc<haul_engine::Destination>),
     /// What the node holds, by wire path: size and BLAKE3 (its listing
     /// with sums, `Request::List{sums}`).
     Listed(HashMap<String, (u64, Digest)>),
 }
 
 impl SameContent {
-    /// Whether the destination holds `src`'s content under its path.
-    pub(crate) fn holds(&self, src: &SourceEntry) -> bool {
+    /// Whether the destination holds `src`'s content under its path, and
+    /// what was set in place on it then (`-i`; a node's file is left as it
+    /// is).
+    pub(crate) fn holds(&self, src: &SourceEntry) -> Option<InPlace> {
         match self {
-            Self::At(root) => same_content(src, root),
+            Self::At(dest) => {
+                let ours = haul_engine::source::hash_local(src).ok()?;
+                dest.same_content_fixing(&src.entry, ours.as_bytes())
+            }
             Self::Listed(sums) => match sums.get(&src.entry.path) {
                 Some((size, digest)) if *size == src.entry.size => {
-                    haul_engine::source::hash_local(src).is_ok_and(|h| h.as_bytes() == digest)
+                    haul_engine::source::hash_local(src)
+                        .is_ok_and(|h| h.as_bytes() == digest)
+                        .then(InPlace::default)
                 }
-                _ => false,
+                _ => None,
             },
         }
     }
@@ -70,32 +79,5 @@ impl SameContent {
             }
         }
         Ok(Self::Listed(sums))
-    }
-}
-
-/// `--checksum`: whether the file at `src`'s path beneath `root` has the
-/// same size and BLAKE3 (both read through held descriptors).
-fn same_content(src: &SourceEntry, root: &Root) -> bool {
-    let Ok(comps) = haul_proto::validate_entry_path(&src.entry.path) else {
-        return false;
-    };
-    let Some((last, parents)) = comps.split_last() else {
-        return false;
-    };
-    let Ok(dir) = root.open_dir(parents) else {
-        return false;
-    };
-    let Ok((theirs, meta)) = dir.open_regular(last) else {
-        return false;
-    };
-    if meta.size != src.entry.size {
-        return false;
-    }
-    let theirs = haul_engine::LocalFile::open(theirs)
-        .ok()
-        .and_then(|f| haul_engine::content::whole_file(&f).ok());
-    match (haul_engine::source::hash_local(src).ok(), theirs) {
-        (Some(a), Some(b)) => a == b,
-        _ => false,
     }
 }

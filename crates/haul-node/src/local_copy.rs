@@ -6,7 +6,6 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use haul_engine::haul_root::Root;
 use haul_engine::one_file::{self, OneFile};
 use haul_engine::{Destination, LocalTree};
 use haul_run::summary::{Summary, Tally};
@@ -72,9 +71,7 @@ pub async fn copy_local(
     destination.set_attr_policy(haul_engine::attrs::AttrPolicy::here(opts.keep));
     let same = if opts.checksum {
         destination.receive_everything_offered();
-        let root = Root::open(dest)
-            .map_err(|e| NodeError::Usage(format!("cannot open {}: {e}", dest.display())))?;
-        Some(Arc::new(SameContent::At(Arc::new(root))))
+        Some(Arc::new(SameContent::At(destination.clone())))
     } else {
         None
     };

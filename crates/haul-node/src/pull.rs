@@ -394,12 +394,17 @@ async fn read_listing(
             if entry.kind == EntryKind::File {
                 count.found(entry.size);
             }
-            if opts.checksum
-                && entry.kind == EntryKind::File
-                && holds_content(dest, &entry, sum).await
-            {
-                tally.event(&Event::up_to_date(entry.path.clone(), entry.size));
-                continue;
+            if opts.checksum && entry.kind == EntryKind::File {
+                if let Some(fixed) = holds_content(dest, &entry, sum).await {
+                    if let Some(code) = haul_engine::itemize::in_place(&entry, fixed) {
+                        tally.event(&Event::Itemized {
+                            path: entry.path.clone(),
+                            code,
+                        });
+                    }
+                    tally.event(&Event::up_to_date(entry.path.clone(), entry.size));
+                    continue;
+                }
             }
             take_listed(entry, served, queue, tally, dest, sink.backups, opts);
         }
@@ -407,20 +412,23 @@ async fn read_listing(
 }
 
 /// `--checksum` for a pull: whether DEST holds a file of `entry`'s size
-/// whose BLAKE3 is the node's `digest` (hashed on a blocking thread).
-async fn holds_content(dest: &Arc<Destination>, entry: &Entry, digest: Option<Digest>) -> bool {
-    let Some(digest) = digest else {
-        return false;
-    };
+/// whose BLAKE3 is the node's `digest` (hashed on a blocking thread), and
+/// what was then set in place on it (its mtime, mode and attributes, as
+/// rsync's `-c` brings them in line).
+async fn holds_content(
+    dest: &Arc<Destination>,
+    entry: &Entry,
+    digest: Option<Digest>,
+) -> Option<haul_engine::itemize::InPlace> {
+    let digest = digest?;
     if dest.existing_file_size(&entry.path) != Some(entry.size) {
-        return false;
+        return None;
     }
-    let (dest, path) = (dest.clone(), entry.path.clone());
-    tokio::task::spawn_blocking(move || dest.hash_existing(&path))
+    let (dest, entry) = (dest.clone(), entry.clone());
+    tokio::task::spawn_blocking(move || dest.same_content_fixing(&entry, &digest))
         .await
         .ok()
         .flatten()
-        .is_some_and(|h| *h.as_bytes() == digest)
 }
 
 /// Makes a listed directory or link, or queues a listed file unless it

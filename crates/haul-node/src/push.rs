@@ -97,9 +97,17 @@ pub(crate) fn send_queue(
                 return Vec::new();
             }
             if let Some(same) = &same {
-                if src.entry.kind == EntryKind::File && same.holds(&src) {
-                    observer.event(&Event::up_to_date(src.entry.path.clone(), src.entry.size));
-                    return Vec::new();
+                if src.entry.kind == EntryKind::File {
+                    if let Some(fixed) = same.holds(&src) {
+                        if let Some(code) = haul_engine::itemize::in_place(&src.entry, fixed) {
+                            observer.event(&Event::Itemized {
+                                path: src.entry.path.clone(),
+                                code,
+                            });
+                        }
+                        observer.event(&Event::up_to_date(src.entry.path.clone(), src.entry.size));
+                        return Vec::new();
+                    }
                 }
             }
             let Some(fan) = fanout else {

@@ -200,6 +200,12 @@ impl ProcLink {
         )
         .map_err(errno)
     }
+
+    /// Sets its mtime (its atime is left alone).
+    pub fn set_mtime(&self, sec: i64, nsec: u32) -> io::Result<()> {
+        let t = crate::dir::timestamps(sec, nsec, true);
+        rustix::fs::utimensat(CWD, self.as_str(), &t, AtFlags::empty()).map_err(errno)
+    }
 }
 
 /// Removes extended attribute `name` of a held directory (none there is

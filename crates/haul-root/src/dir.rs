@@ -518,7 +518,7 @@ impl Dir {
     }
 }
 
-fn timestamps(sec: i64, nsec: u32, omit_atime: bool) -> Timestamps {
+pub(crate) fn timestamps(sec: i64, nsec: u32, omit_atime: bool) -> Timestamps {
     let m = Timespec {
         tv_sec: sec,
         tv_nsec: i64::from(nsec.min(999_999_999)) as _,

@@ -812,6 +812,11 @@ fn i_itemizes_what_changes_as_rsync_does() {
         write_file(&d.join("same"), 50, 99);
         set_mtime(&d.join("same"), past);
     }
+    // And a file whose content matches but whose mtime does not is
+    // brought in line (`.f..t......`), not sent.
+    for d in [&ours, &theirs] {
+        set_mtime(&d.join("changed"), past - Duration::from_secs(100));
+    }
     let out = std::process::Command::new("rsync")
         .args(["-aci"])
         .arg(format!("{}/", src.display()))
@@ -820,14 +825,26 @@ fn i_itemizes_what_changes_as_rsync_does() {
         .unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
     // (`same2` is the same file at DEST, linked by the -H run above.)
-    let want = [">fc........ same", ">fc........ same2"];
-    assert_eq!(stdout_lines(&out), want);
+    let want = [
+        ".f..t...... changed",
+        ">fc........ same",
+        ">fc........ same2",
+    ];
+    let mut theirs_said = stdout_lines(&out);
+    theirs_said.sort();
+    assert_eq!(theirs_said, want);
     let out = local_copy(&s.path("config"), &["-ci"], &src, &ours);
     ok(&out);
     let mut lines = stdout_lines(&out);
     lines.sort();
     assert_eq!(lines, want, "{}", said(&out));
     assert_eq!(b3(&ours.join("same")), b3(&src.join("same")));
+    // Nothing left to change, with or without -c.
+    for flags in [&["-i"][..], &["-ci"][..]] {
+        let out = local_copy(&s.path("config"), flags, &src, &ours);
+        ok(&out);
+        assert_eq!(stdout_lines(&out), Vec::<String>::new(), "{flags:?}");
+    }
 
     // A push says what the node changed, as sent (`<`), as `rsync -i` to a
     // remote does.
@@ -880,6 +897,23 @@ fn i_itemizes_what_changes_as_rsync_does() {
     use std::os::unix::fs::PermissionsExt;
     std::fs::set_permissions(back.join("perm"), std::fs::Permissions::from_mode(0o600)).unwrap();
     set_mtime(&back.join("kept"), past - Duration::from_secs(60));
+    std::fs::remove_file(back.join("link")).unwrap();
+    std::os::unix::fs::symlink("perm", back.join("link")).unwrap();
+    // -c brings a file of the same content in line too.
+    set_mtime(&back.join("new"), past - Duration::from_secs(60));
+    let out = pull(&["-ci"]);
+    ok(&out);
+    assert_eq!(
+        stdout_lines(&out)
+            .iter()
+            .filter(|l| l.split_once(" ").is_some_and(|(_, p)| p == "new"))
+            .collect::<Vec<_>>(),
+        [".f..t...... new"],
+        "{}",
+        said(&out)
+    );
+    set_mtime(&back.join("kept"), past - Duration::from_secs(60));
+    std::fs::set_permissions(back.join("perm"), std::fs::Permissions::from_mode(0o600)).unwrap();
     std::fs::remove_file(back.join("link")).unwrap();
     std::os::unix::fs::symlink("perm", back.join("link")).unwrap();
     let out = pull(&["-i"]);
