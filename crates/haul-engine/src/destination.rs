@@ -624,16 +624,21 @@ impl Destination {
         }
         let writer = self.attr_writer();
         let mode = writer.mode_of(entry);
-        let time = (st.mtime, st.mtime_nsec) != (entry.mtime_sec, entry.mtime_nsec);
+        let nsec = entry.mtime_nsec.min(999_999_999);
+        let time = (st.mtime, st.mtime_nsec) != (entry.mtime_sec, nsec);
         let perms = self.sync_modes() && st.permissions() != mode;
-        let refreshed = writer.refresh(&place.dir, place.name.as_ref(), &st, entry)?;
+        // A file with other links is not changed in place (they may be
+        // outside the root): received again and renamed over.
         if (time || perms) && st.nlink > 1 {
             return None;
         }
-        // Still the version hashed: written to meanwhile, its mtime moved.
+        let refreshed = writer.refresh(&place.dir, place.name.as_ref(), &st, entry)?;
+        // Still the version hashed (written to meanwhile, its mtime moved),
+        // with no other name.
         let same = |m: &Meta| {
-            (m.dev, m.ino, m.size, m.mtime, m.mtime_nsec)
-                == (st.dev, st.ino, st.size, st.mtime, st.mtime_nsec)
+            m.nlink == 1
+                && (m.dev, m.ino, m.size, m.mtime, m.mtime_nsec)
+                    == (st.dev, st.ino, st.size, st.mtime, st.mtime_nsec)
         };
         if perms {
             let held = place.dir.regular_file_if(&place.name, same).ok()??;
@@ -641,7 +646,7 @@ impl Destination {
         }
         if time {
             let held = place.dir.regular_file_if(&place.name, same).ok()??;
-            held.set_mtime(entry.mtime_sec, entry.mtime_nsec).ok()?;
+            held.set_mtime(entry.mtime_sec, nsec).ok()?;
         }
         Some(InPlace {
             perms,

@@ -34,6 +34,10 @@ impl SameContent {
     pub(crate) fn holds(&self, src: &SourceEntry) -> Option<InPlace> {
         match self {
             Self::At(dest) => {
+                // Nothing read unless DEST has a file of that size.
+                if dest.existing_file_size(&src.entry.path) != Some(src.entry.size) {
+                    return None;
+                }
                 let ours = haul_engine::source::hash_local(src).ok()?;
                 dest.same_content_fixing(&src.entry, ours.as_bytes())
             }

@@ -494,18 +494,22 @@ fn compare(
             }
             _ => DryRunAction::Make,
         };
-        // -i: a file up to date whose permission bits the run would set.
-        // (Only the same version: one kept by a skip rule is left as it is;
-        // and not under -c, where a file whose content matches is left.)
-        let perms = action == DryRunAction::UpToDate
-            && !skip.ignore_existing
-            && !checksum
+        // -i: a file up to date whose permission bits the run would set —
+        // only the same version (one kept by a skip rule is left as it
+        // is) — or, under -c, whose mtime and permission bits a pull or
+        // local copy sets on a file of the same content (a node's is left).
+        let by_content = checksum && !dest_is_node;
+        let up_to_date = action == DryRunAction::UpToDate && !skip.ignore_existing;
+        let same_version = |t: &Entry| kept(Held::listed(t), e, haul_proto::SkipRule::default());
+        let perms = up_to_date
             && there.is_some_and(|t| {
                 t.mode & 0o7777 != modes.mode_of(e)
-                    && kept(Held::listed(t), e, haul_proto::SkipRule::default())
+                    && (by_content || (!checksum && same_version(t)))
             });
+        let time = up_to_date && by_content && there.is_some_and(|t| !same_version(t));
         let fixed = haul_engine::itemize::InPlace {
             perms,
+            time,
             ..Default::default()
         };
         if let Some(code) = haul_engine::itemize::in_place(e, fixed) {

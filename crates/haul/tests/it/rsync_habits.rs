@@ -833,11 +833,16 @@ fn i_itemizes_what_changes_as_rsync_does() {
     let mut theirs_said = stdout_lines(&out);
     theirs_said.sort();
     assert_eq!(theirs_said, want);
-    let out = local_copy(&s.path("config"), &["-ci"], &src, &ours);
-    ok(&out);
-    let mut lines = stdout_lines(&out);
-    lines.sort();
-    assert_eq!(lines, want, "{}", said(&out));
+    for flags in [&["-n", "-ci"][..], &["-ci"][..]] {
+        let out = local_copy(&s.path("config"), flags, &src, &ours);
+        ok(&out);
+        let mut lines: Vec<String> = stdout_lines(&out)
+            .into_iter()
+            .filter(|l| !l.starts_with("dry run:"))
+            .collect();
+        lines.sort();
+        assert_eq!(lines, want, "{flags:?}: {}", said(&out));
+    }
     assert_eq!(b3(&ours.join("same")), b3(&src.join("same")));
     // Nothing left to change, with or without -c.
     for flags in [&["-i"][..], &["-ci"][..]] {
