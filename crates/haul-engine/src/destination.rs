@@ -515,13 +515,6 @@ impl Destination {
         code.filter(|_| known.say_once(&entry.path))
     }
 
-    /// What is at `rel` now, without following a symlink (`None`: nothing,
-    /// or a path that cannot be resolved).
-    pub fn existing(&self, rel: &str) -> Option<Meta> {
-        let place = self.resolve(rel).ok()?;
-        place.dir.stat(&place.name).ok().flatten()
-    }
-
     /// True when the final file already exists with this size and mtime
     /// (rsync's quick check), or is kept by `rule`: nothing needs sending.
     /// Its permission bits, owner, group, extended attributes and ACLs are

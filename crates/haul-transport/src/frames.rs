@@ -56,7 +56,6 @@ struct Inner {
     forwarding: AtomicBool,
     /// Frames sent as received: this cache's, and a node's total.
     reused: Arc<AtomicU64>,
-    missed: AtomicU64,
 }
 
 impl Drop for Inner {
@@ -102,7 +101,6 @@ impl FrameCache {
                 kept: Mutex::new(Kept::default()),
                 forwarding: AtomicBool::new(false),
                 reused,
-                missed: AtomicU64::new(0),
             }),
         }
     }
@@ -178,11 +176,7 @@ impl FrameCache {
     /// The frame kept for the chunk of length `len` with `digest`, if any
     /// (to be checked against the chunk before it is sent).
     pub fn get(&self, digest: &Digest, len: u32) -> Option<Arc<[u8]>> {
-        let found = self.kept().frames.get(&(*digest, len)).cloned();
-        if found.is_none() {
-            self.inner.missed.fetch_add(1, Relaxed);
-        }
-        found
+        self.kept().frames.get(&(*digest, len)).cloned()
     }
 
     /// Counts a frame sent as it was received.
@@ -193,11 +187,6 @@ impl FrameCache {
     /// Frames sent as received (by every cache sharing the counter).
     pub fn reused(&self) -> u64 {
         self.inner.reused.load(Relaxed)
-    }
-
-    /// Chunks sent that found no frame (packed again, or sent as they are).
-    pub fn missed(&self) -> u64 {
-        self.inner.missed.load(Relaxed)
     }
 
     /// Bytes kept now (each frame with its [`ENTRY_COST`]).
