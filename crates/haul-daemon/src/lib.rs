@@ -61,6 +61,30 @@ use crate::writes::CatalogWrites;
 /// as `newer_than = "7d"` are relative to the run).
 pub type OptionsFactory = Arc<dyn Fn() -> Result<FetchOptions, String> + Send + Sync>;
 
+/// Builds a run's node and the options of its pull (called at each run,
+/// as [`OptionsFactory`]; an ssh source starts its node afresh each run).
+pub type NodeFactory =
+    Arc<dyn Fn() -> Result<(haul_node::NodePath, haul_node::ClientOptions), String> + Send + Sync>;
+
+/// Where a source's files come from, and how each run reads them.
+#[derive(Clone)]
+pub enum SourceFrom {
+    /// A remote haul-fetch reads (FTP, FTPS, SFTP, HTTP(S), S3).
+    Remote {
+        /// The opened remote.
+        remote: Arc<dyn Remote>,
+        /// The directory on the remote.
+        path: String,
+        /// Each run's fetch options.
+        options: OptionsFactory,
+    },
+    /// A haul node (`haul://HOST:PORT/DIR`, or `[user@]host:DIR` over
+    /// ssh), pulled as `haul pull` does: verified chunk by chunk, resumed
+    /// from what a broken run left. The node path names a directory whose
+    /// contents land in `dest`.
+    Node(NodeFactory),
+}
+
 /// One source, validated.
 pub struct SourceSpec {
     /// Its name (the catalog's key).
@@ -69,10 +93,8 @@ pub struct SourceSpec {
     pub url: String,
     /// The host the caps count against.
     pub host: String,
-    /// The opened remote.
-    pub remote: Arc<dyn Remote>,
-    /// The path on the remote.
-    pub path: String,
+    /// Where its files come from.
+    pub from: SourceFrom,
     /// The local destination.
     pub dest: PathBuf,
     /// When it runs.
@@ -83,8 +105,6 @@ pub struct SourceSpec {
     pub refetch: Refetch,
     /// Network timeout of each wait.
     pub timeout: Duration,
-    /// Its fetch options.
-    pub options: OptionsFactory,
     /// Write `NAME.haul.json` beside each delivered file.
     pub sidecar: bool,
     /// `sh -c` command after each delivered file.

@@ -36,7 +36,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use crate::delivery::{file_env, run_env, run_hook, FileFacts, RunFacts};
 use crate::status::Board;
 use crate::writes::{CatalogWrites, Write};
-use crate::{unix, DaemonError, SourceSpec};
+use crate::{unix, DaemonError, SourceFrom, SourceSpec};
 
 /// Most files claimed in one catalog call (the crawl's queue of admitted
 /// files, 64 in haul-fetch, usually bounds a batch first).
@@ -653,33 +653,59 @@ pub(crate) async fn run_once(
         run: id,
         unreachable: std::sync::Mutex::new((0, None)),
     });
-    let result = match (source.options)() {
-        Err(why) => Err(DaemonError::Options(why)),
-        Ok(mut opts) => {
-            opts.gate = Some(Gate(gate.clone()));
-            opts.staging = source.staging.clone();
-            // The catalog decides what is fetched, not what the destination
-            // holds: a file forgotten in the catalog is fetched again.
-            opts.quick_check = false;
-            let observer = Arc::new(RunLog {
-                source: source.name.clone(),
-                transfer_log: ctx
-                    .log
-                    .as_ref()
-                    .map(|l| l.daemon_run(&source.name, &source.url)),
-            });
-            haul_fetch::fetch(
-                source.remote.clone(),
-                &source.path,
-                &source.dest,
-                opts,
-                observer,
-                source.timeout,
-            )
-            .await
-            .map(|_| ())
-            .map_err(|e| DaemonError::Fetch(haul_run::error_text(&e)))
-        }
+    let observer = Arc::new(RunLog {
+        source: source.name.clone(),
+        transfer_log: ctx
+            .log
+            .as_ref()
+            .map(|l| l.daemon_run(&source.name, &source.url)),
+    });
+    let result = match &source.from {
+        SourceFrom::Remote {
+            remote,
+            path,
+            options,
+        } => match options() {
+            Err(why) => Err(DaemonError::Options(why)),
+            Ok(mut opts) => {
+                opts.gate = Some(Gate(gate.clone()));
+                opts.staging = source.staging.clone();
+                // The catalog decides what is fetched, not what the
+                // destination holds: a file forgotten in the catalog is
+                // fetched again.
+                opts.quick_check = false;
+                haul_fetch::fetch(
+                    remote.clone(),
+                    path,
+                    &source.dest,
+                    opts,
+                    observer,
+                    source.timeout,
+                )
+                .await
+                .map(|_| ())
+                .map_err(|e| DaemonError::Fetch(haul_run::error_text(&e)))
+            }
+        },
+        SourceFrom::Node(node) => match node() {
+            Err(why) => Err(DaemonError::Options(why)),
+            Ok((at, mut opts)) => {
+                // As over any remote: the catalog decides (the pull then
+                // receives whatever it starts, whatever DEST holds).
+                opts.gate = Some(Gate(gate.clone()));
+                opts.staging = source.staging.clone();
+                match std::fs::create_dir_all(&source.dest) {
+                    Err(e) => Err(DaemonError::Fetch(format!(
+                        "cannot make dest {}: {e}",
+                        source.dest.display()
+                    ))),
+                    Ok(()) => haul_node::pull(&at, &source.dest, &opts, observer)
+                        .await
+                        .map(|_| ())
+                        .map_err(|e| DaemonError::Fetch(haul_run::error_text(&e))),
+                }
+            }
+        },
     };
     gate.release_unstarted().await;
     // Listed, but its files stopped reaching the source: a source that is

@@ -8,10 +8,10 @@ use haul_remote::{join, EntryKind, RemoteEntry, RemoteError};
 use haul_run::{Event, Observer};
 use tokio::sync::mpsc;
 
-use crate::gate::GateFile;
 use crate::rename::RenameInput;
 use crate::retry::Backoff;
 use crate::Ctx;
+use haul_remote::gate::GateFile;
 
 /// One file to download.
 #[derive(Debug, Clone)]

@@ -13,10 +13,10 @@ use haul_remote::{Checksum, Remote, RemoteEntry, RemoteError};
 use haul_run::{Event, Observer};
 
 use crate::crawl::FileJob;
-use crate::gate::GateOutcome;
 use crate::retry::Backoff;
 use crate::sessions::Lease;
 use crate::Ctx;
+use haul_remote::gate::GateOutcome;
 
 mod described;
 mod ranged;

@@ -37,7 +37,6 @@ pub mod check;
 mod crawl;
 mod download;
 pub mod dry_run;
-pub mod gate;
 pub mod listing;
 pub mod pace;
 pub mod rename;
@@ -59,10 +58,10 @@ use haul_run::summary::{Summary, Tally};
 use haul_run::{Event, Observer};
 use tokio::sync::{mpsc, Semaphore};
 
-pub use gate::{FileGate, Gate, GateFile, GateOutcome};
 /// The filters, shared with pushes and node pulls (`haul-filter`).
 pub use haul_filter as filter;
 pub use haul_filter::{Filter, RuleKind};
+pub use haul_remote::gate::{FileGate, Gate, GateFile, GateOutcome};
 pub use rename::RenameTemplate;
 
 use crate::crawl::FileJob;

@@ -90,6 +90,12 @@ pub struct ClientOptions {
     pub force: bool,
     /// How `host:path` locations are reached (`--rsh`, `--remote-haul`).
     pub ssh: crate::ssh::SshOptions,
+    /// A pull's gate (the daemon's catalog): which listed files are
+    /// fetched, when, and what became of each ([`crate::pull_gate`]).
+    pub gate: Option<haul_remote::gate::Gate>,
+    /// Where a pull stages its partial files (the daemon's `staging`, on
+    /// DEST's filesystem); `None`: `DEST/.haul/partial`.
+    pub staging: Option<std::path::PathBuf>,
 }
 
 impl ClientOptions {
@@ -165,6 +171,8 @@ impl Default for ClientOptions {
             checksum: false,
             force: false,
             ssh: crate::ssh::SshOptions::default(),
+            gate: None,
+            staging: None,
         }
     }
 }

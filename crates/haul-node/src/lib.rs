@@ -46,6 +46,7 @@ pub mod node_url;
 pub mod path_memory;
 mod pool;
 pub mod pull;
+mod pull_gate;
 pub mod push;
 pub mod relay;
 mod seal_book;

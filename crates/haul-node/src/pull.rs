@@ -12,6 +12,7 @@ use haul_engine::one_file::OneFile;
 use haul_engine::{split_ranges, Destination, EntryFilter};
 use haul_proto::{Digest, Entry, EntryKind, ErrorCode, Message, Request};
 use haul_run::summary::{Summary, Tally};
+use haul_run::FailKind;
 use haul_session::{Event, Observer};
 
 use crate::client::{check_dest_dir, fail_leftovers, finish, ClientOptions};
@@ -23,6 +24,7 @@ use crate::listing::list_top;
 use crate::listing::{self, Listed};
 use crate::listing_resume::ResumePoint;
 use crate::pool::{connection_backoff, open_first, relist, run_pool, with_retries};
+use crate::pull_gate::{Admitted, Gated, ADMITTED_AHEAD};
 use crate::walk_count::WalkCount;
 use crate::NodeError;
 
@@ -42,6 +44,13 @@ pub async fn pull(
     if one.is_none() {
         check_dest_dir(dest)?;
     }
+    // A gate (the daemon's catalog) hears each started file's outcome
+    // from the pull's own events.
+    let gated = opts.gate.clone().map(Gated::new);
+    let observer = match &gated {
+        Some(g) => g.watching(observer),
+        None => observer,
+    };
     let tally = Tally::new(observer);
     let list_request = Request::List {
         path: remote.path.clone(),
@@ -73,13 +82,13 @@ pub async fn pull(
         None => (dest, None),
     };
     // Only now that the node lists the path: a refused pull leaves no DEST.
-    let destination = Destination::open(dest)?;
+    let destination = Destination::open_staged(dest, opts.staging.as_deref())?;
     let backups = opts.backups_at(destination.held_root())?;
     destination.replace_files_in_the_way();
     destination.set_attr_policy(haul_engine::attrs::AttrPolicy::here(opts.keep));
-    if opts.checksum {
-        // Files were compared by content while listed: none is skipped
-        // for its size and mtime.
+    if opts.checksum || gated.is_some() {
+        // Files were compared by content while listed, or the gate chose
+        // them: none is skipped for its size and mtime.
         destination.receive_everything_offered();
     }
     destination.apply_dir_metadata_at_end();
@@ -95,72 +104,107 @@ pub async fn pull(
             links.clone(),
             backups.clone(),
         );
-        let (top, dialer) = (top.clone(), remote.dialer.clone());
+        let (top, dialer, gated) = (top.clone(), remote.dialer.clone(), gated.clone());
         tokio::spawn(async move {
-            // A listing that breaks off is opened again and goes on after
-            // the last entry taken (`--retries` times, with backoff).
-            let mut state = ListingState {
-                resume: ResumePoint::default(),
-                chosen: opts
-                    .filter
-                    .clone()
-                    .map(|f| EntryFilter::new(f, top.clone())),
-                listed: HashSet::new(),
-                count: WalkCount::start(tally.clone()),
-                pending,
-                firsts: Firsts::default(),
-                had_errors: false,
+            // Files a gate admitted wait here for its start.
+            let (admitted, mut to_start) = match gated {
+                Some(_) => {
+                    let (tx, rx) = tokio::sync::mpsc::channel(ADMITTED_AHEAD);
+                    (Some(tx), Some(rx))
+                }
+                None => (None, None),
             };
-            let mut backoff = connection_backoff(&opts);
-            let r = loop {
-                let got = ListingSink {
-                    queue: &queue,
-                    tally: &tally,
-                    dest: &destination,
-                    base: &base,
-                    opts: &opts,
-                    renamed: renamed.as_ref(),
-                    links: &links,
-                    backups: backups.as_deref(),
+            let starting = async {
+                let (Some(gated), Some(rx)) = (&gated, &mut to_start) else {
+                    return;
                 };
-                let r = read_listing(&mut lr, &got, &mut state).await;
-                let _ = lw.send(&Message::Bye).await;
-                let Err(e) = r else {
-                    state.count.done();
-                    // rsync's "link_stat failed": a path the list names
-                    // that the source does not have fails (exit 23).
-                    // (Not when the node skipped or could not read some
-                    // entries: a path named may be one of them.)
-                    let unlisted = match (&state.chosen, state.had_errors) {
-                        (Some(c), false) => c.unlisted(),
-                        _ => Vec::new(),
-                    };
-                    for path in unlisted {
-                        tally.event(&Event::file_failed(
-                            path,
-                            haul_engine::haul_filter::NamedPaths::NOT_FOUND,
-                            haul_session::FailKind::Error,
-                        ));
+                while let Some(file) = rx.recv().await {
+                    if let Some(file) = gated.start(file, &destination).await {
+                        let backups = backups.as_deref();
+                        take_listed(
+                            file.entry,
+                            file.served,
+                            &queue,
+                            &tally,
+                            &destination,
+                            backups,
+                            &opts,
+                        );
                     }
-                    break Ok(state.listed);
-                };
-                match relist(
-                    &dialer,
-                    &opts,
-                    list_request.clone(),
-                    &tally,
-                    &mut backoff,
-                    e,
-                )
-                .await
-                {
-                    Ok((r, w)) => {
-                        (lr, lw) = (r, w);
-                        state.resume.restart();
-                    }
-                    Err(e) => break Err(e),
                 }
             };
+            // A listing that breaks off is opened again and goes on after
+            // the last entry taken (`--retries` times, with backoff).
+            let listing = async {
+                let admitted = admitted;
+                let mut state = ListingState {
+                    resume: ResumePoint::default(),
+                    chosen: opts
+                        .filter
+                        .clone()
+                        .map(|f| EntryFilter::new(f, top.clone())),
+                    listed: HashSet::new(),
+                    count: WalkCount::start(tally.clone()),
+                    pending,
+                    firsts: Firsts::default(),
+                    had_errors: false,
+                };
+                let mut backoff = connection_backoff(&opts);
+                let r = loop {
+                    let got = ListingSink {
+                        queue: &queue,
+                        tally: &tally,
+                        dest: &destination,
+                        base: &base,
+                        opts: &opts,
+                        renamed: renamed.as_ref(),
+                        links: &links,
+                        backups: backups.as_deref(),
+                        gated: gated.as_deref().zip(admitted.as_ref()),
+                    };
+                    let r = read_listing(&mut lr, &got, &mut state).await;
+                    let _ = lw.send(&Message::Bye).await;
+                    let Err(e) = r else {
+                        state.count.done();
+                        // rsync's "link_stat failed": a path the list names
+                        // that the source does not have fails (exit 23).
+                        // (Not when the node skipped or could not read some
+                        // entries: a path named may be one of them.)
+                        let unlisted = match (&state.chosen, state.had_errors) {
+                            (Some(c), false) => c.unlisted(),
+                            _ => Vec::new(),
+                        };
+                        for path in unlisted {
+                            tally.event(&Event::file_failed(
+                                path,
+                                haul_engine::haul_filter::NamedPaths::NOT_FOUND,
+                                haul_session::FailKind::Error,
+                            ));
+                        }
+                        break Ok(state.listed);
+                    };
+                    match relist(
+                        &dialer,
+                        &opts,
+                        list_request.clone(),
+                        &tally,
+                        &mut backoff,
+                        e,
+                    )
+                    .await
+                    {
+                        Ok((r, w)) => {
+                            (lr, lw) = (r, w);
+                            state.resume.restart();
+                        }
+                        Err(e) => break Err(e),
+                    }
+                };
+                // The last admitted file is started once the listing ended.
+                drop(admitted);
+                r
+            };
+            let (r, ()) = tokio::join!(listing, starting);
             queue.close();
             r
         })
@@ -232,6 +276,16 @@ pub async fn pull(
         err = Some(e);
     }
     fail_leftovers(&queue, &tally, &err, |j| j.entry.path.clone());
+    if let Some(gated) = &gated {
+        let (why, unreachable) = match &err {
+            Some(e) => (
+                format!("not fetched: {e}"),
+                matches!(e.fail_kind(), FailKind::Unreachable | FailKind::Timeout),
+            ),
+            None => ("not fetched: the pull ended before it".to_owned(), false),
+        };
+        gated.finish(&why, unreachable).await;
+    }
     let root = destination.held_root();
     let complete = err.is_none() && !queue.was_cut();
     link_here(root, backups.as_deref(), &links, opts, &tally, complete);
@@ -268,6 +322,9 @@ struct ListingSink<'a> {
     links: &'a Links,
     /// `--backup`: what a symlink made replaces is kept.
     backups: Option<&'a Backups>,
+    /// A gate's pull: listed files go to the gate, and those it admits
+    /// to this channel, to wait for their start.
+    gated: Option<(&'a Gated, &'a tokio::sync::mpsc::Sender<Admitted>)>,
 }
 
 impl ListingSink<'_> {
@@ -406,6 +463,20 @@ async fn read_listing(
                     continue;
                 }
             }
+            if let (Some((gated, admitted)), EntryKind::File) = (sink.gated, &entry.kind) {
+                let file = Gated::file(&entry, &served);
+                if gated.admit(&file).await {
+                    let file = Admitted {
+                        entry,
+                        served,
+                        file,
+                    };
+                    if admitted.send(file).await.is_err() {
+                        return Ok(());
+                    }
+                }
+                continue;
+            }
             take_listed(entry, served, queue, tally, dest, sink.backups, opts);
         }
     }
@@ -466,7 +537,7 @@ fn take_listed(
         EntryKind::File => {
             if let Err(e) = haul_proto::validate_entry_path(&entry.path) {
                 Err(e.into())
-            } else if let Some(fixed) = (!opts.checksum)
+            } else if let Some(fixed) = (!opts.checksum && opts.gate.is_none())
                 .then(|| dest.quick_check_fixing(&entry, opts.skip))
                 .flatten()
             {

@@ -23,6 +23,7 @@
 pub mod collect;
 mod entry;
 mod error;
+pub mod gate;
 mod url;
 
 use std::path::PathBuf;

@@ -7,7 +7,7 @@ use std::time::SystemTime;
 
 use anyhow::{Context, Result};
 use haul_catalog::{Catalog, State};
-use haul_daemon::{Board, Command, DaemonOptions, SourceSpec};
+use haul_daemon::{Board, Command, DaemonOptions, SourceFrom, SourceSpec};
 use haul_remote::{RemoteUrl, Secret};
 use haul_status::console::ConsoleKey;
 use tokio::signal::unix::{signal, Signal, SignalKind};
@@ -15,6 +15,7 @@ use tokio::sync::mpsc;
 
 use crate::cli::{CatalogArgs, CatalogCommand, DaemonArgs, StatusArgs};
 use crate::daemon_config::{self, DaemonConfig, SitePlan, SourcePlan};
+use crate::location::NodeAt;
 use crate::{exit, fetch, usage};
 
 /// `haul daemon --check`: validates and prints each source's plan and next runs.
@@ -23,7 +24,7 @@ pub fn check(args: &DaemonArgs, json: bool) -> Result<u8> {
     let now = SystemTime::now();
     let mut out = Vec::new();
     for s in &config.sources {
-        let url = usage(RemoteUrl::parse(&s.url).map_err(anyhow::Error::from))?;
+        let url = s.shown_url();
         let mut next = Vec::new();
         let mut t = s.schedule.first(now);
         for _ in 0..3 {
@@ -37,7 +38,7 @@ pub fn check(args: &DaemonArgs, json: bool) -> Result<u8> {
             .iter()
             .map(|(s, url, next)| {
                 serde_json::json!({
-                    "name": s.name, "url": url.to_string(), "dest": s.dest,
+                    "name": s.name, "url": url, "dest": s.dest,
                     "schedule": s.schedule.describe(), "jitter_seconds": s.jitter.as_secs(),
                     "refetch": refetch_name(s.refetch), "rules": s.rules.iter().map(|(k, g)| format!("{k:?} {g}")).collect::<Vec<_>>(),
                     "next_runs": next.iter().map(|t| rfc3339(*t)).collect::<Vec<_>>(),
@@ -260,6 +261,62 @@ fn open_transfer_log(config: &DaemonConfig) -> Result<Option<Arc<haul_node::Tran
 }
 
 fn source_spec(plan: &SourcePlan, hook_timeout: std::time::Duration) -> Result<SourceSpec> {
+    let (from, url, host, timeout) = match &plan.node {
+        Some(node) => node_source(plan, node),
+        None => remote_source(plan)?,
+    };
+    Ok(SourceSpec {
+        name: plan.name.clone(),
+        url,
+        host,
+        from,
+        dest: plan.dest.clone(),
+        schedule: plan.schedule.clone(),
+        jitter: plan.jitter,
+        refetch: plan.refetch,
+        timeout,
+        sidecar: plan.sidecar,
+        on_file: plan.on_file.clone(),
+        on_run: plan.on_run.clone(),
+        hook_timeout,
+        staging: plan.staging.clone(),
+        deliver: Vec::new(),
+        catch_up: plan.catch_up,
+        keep_local: plan.keep_local,
+        on_deliver: plan.on_deliver.clone(),
+        deliver_batch: plan.deliver_batch,
+    })
+}
+
+/// Where a source's files come from, as messages show it, the host its
+/// caps count against, and its network timeout.
+type SourceOrigin = (SourceFrom, String, String, std::time::Duration);
+
+/// A haul node source: each run reaches the node afresh (over ssh, a new
+/// node for the run) with the source's filter as of that run.
+fn node_source(plan: &SourcePlan, node: &daemon_config::NodeSource) -> SourceOrigin {
+    let host = match &node.at {
+        NodeAt::Haul(url) => url.addr.clone(),
+        NodeAt::Ssh(at) => at.name(),
+    };
+    let (at, client, filter, remote_args) = (
+        node.at.clone(),
+        node.client.clone(),
+        plan.filter.clone(),
+        plan.remote.clone(),
+    );
+    let from = SourceFrom::Node(Arc::new(move || {
+        let filter =
+            daemon_config::node_filter(&filter, &remote_args).map_err(|e| format!("{e:#}"))?;
+        let mut opts = client.clone();
+        opts.filter = Some(Arc::new(filter));
+        Ok((at.node_path(&opts), opts))
+    }));
+    (from, plan.shown_url(), host, node.client.timeouts.idle)
+}
+
+/// A source haul-fetch reads (FTP, FTPS, SFTP, HTTP(S), S3).
+fn remote_source(plan: &SourcePlan) -> Result<SourceOrigin> {
     let context = || format!("source {:?}", plan.name);
     let url = RemoteUrl::parse(&plan.url).with_context(context)?;
     let mut ropts = fetch::remote_options(&plan.transfer, &plan.remote).with_context(context)?;
@@ -278,33 +335,17 @@ fn source_spec(plan: &SourcePlan, hook_timeout: std::time::Duration) -> Result<S
         plan.remote.clone(),
         plan.filter.clone(),
     );
-    Ok(SourceSpec {
-        name: plan.name.clone(),
-        url: url.to_string(),
-        host: format!("{}:{}", url.host, url.port),
+    let from = SourceFrom::Remote {
         remote,
         path: url.path.clone(),
-        dest: plan.dest.clone(),
-        schedule: plan.schedule.clone(),
-        jitter: plan.jitter,
-        refetch: plan.refetch,
-        timeout: ropts.timeout,
         options: Arc::new(move || {
             crate::config::filter(&filter)
                 .and_then(|f| fetch::fetch_options(&transfer, &remote_args, f))
                 .map_err(|e| format!("{e:#}"))
         }),
-        sidecar: plan.sidecar,
-        on_file: plan.on_file.clone(),
-        on_run: plan.on_run.clone(),
-        hook_timeout,
-        staging: plan.staging.clone(),
-        deliver: Vec::new(),
-        catch_up: plan.catch_up,
-        keep_local: plan.keep_local,
-        on_deliver: plan.on_deliver.clone(),
-        deliver_batch: plan.deliver_batch,
-    })
+    };
+    let host = format!("{}:{}", url.host, url.port);
+    Ok((from, url.to_string(), host, ropts.timeout))
 }
 
 /// `haul daemon --config FILE`: runs until SIGTERM or SIGINT; SIGHUP reloads.

@@ -16,6 +16,7 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use crate::cli::{flag_defaults, FilterArgs, FilterRule, RemoteArgs, TransferArgs};
+use crate::location::NodeAt;
 
 /// How long an untouched partial download is kept by default: a week, as
 /// `haul serve --partial-ttl`.
@@ -161,7 +162,9 @@ fn default_max_files_per_host() -> usize {
 pub struct SourceConfig {
     /// The catalog's key for it.
     pub name: String,
-    /// Any URL `haul pull` takes from a remote: ftp, ftps, sftp, http(s), s3.
+    /// Any URL `haul pull` takes from a remote: ftp, ftps, sftp, http(s),
+    /// s3; or a haul node: `haul://HOST:PORT/DIR`, `[user@]host:DIR` or
+    /// `ssh://[user@]host[:port]/DIR` (a node started over ssh).
     pub url: Spanned<String>,
     /// Local destination directory.
     pub dest: PathBuf,
@@ -235,6 +238,27 @@ pub struct SourceConfig {
     /// `--s3-path-style`.
     #[serde(default)]
     pub s3_path_style: bool,
+    /// A node source: the file holding its token, as `--token-file`.
+    pub token_file: Option<PathBuf>,
+    /// A node source: pin its key (`SHA256:…`), as `--fingerprint`.
+    pub fingerprint: Option<String>,
+    /// A node source: known-hosts file for its key (default: the user's).
+    pub known_hosts: Option<PathBuf>,
+    /// A node source: `auto`, `tcp` or `quic`, as `--transport`.
+    pub transport: Option<Spanned<String>>,
+    /// A node source running with `--plaintext`.
+    #[serde(default)]
+    pub plaintext: bool,
+    /// An ssh source: the remote shell, as `--rsh` (default `ssh`).
+    pub rsh: Option<String>,
+    /// An ssh source: haul on the far side, as `--remote-haul`.
+    pub remote_haul: Option<String>,
+    /// An ssh source: run over the ssh channel itself, as `--ssh-tunnel`.
+    #[serde(default)]
+    pub ssh_tunnel: bool,
+    /// An ssh source: copy this build there once, as `--ssh-install`.
+    #[serde(default)]
+    pub ssh_install: bool,
     /// Write `NAME.haul.json` (the file's facts) beside each delivered file.
     #[serde(default)]
     pub sidecar: bool,
@@ -324,12 +348,23 @@ pub struct SitePlan {
     pub client: haul_node::ClientOptions,
 }
 
+/// A source that is a haul node, validated.
+pub struct NodeSource {
+    /// The node, and the directory whose contents come to `dest`.
+    pub at: NodeAt,
+    /// `haul pull`'s options for it (the token read once; the filter is
+    /// added at each run).
+    pub client: haul_node::ClientOptions,
+}
+
 /// One source, validated: its flags as `haul pull` takes them.
 pub struct SourcePlan {
     /// Name.
     pub name: String,
     /// URL as written (may hold a password: show it only through `RemoteUrl`).
     pub url: String,
+    /// A haul node source (`None`: a remote haul-fetch reads).
+    pub node: Option<NodeSource>,
     /// Destination.
     pub dest: PathBuf,
     /// Schedule.
@@ -584,21 +619,16 @@ fn site_plan(s: &SiteConfig, at: &dyn Fn(std::ops::Range<usize>) -> String) -> R
     };
     let defaults = || anyhow::anyhow!("the flags' defaults do not parse (a bug)");
     let mut transfer: TransferArgs = flag_defaults().map_err(|_| defaults())?;
-    transfer.token_file.clone_from(&s.token_file);
-    transfer.fingerprint.clone_from(&s.fingerprint);
-    transfer.known_hosts.clone_from(&s.known_hosts);
-    transfer.plaintext = s.plaintext;
+    NodeKeys {
+        token_file: &s.token_file,
+        fingerprint: &s.fingerprint,
+        known_hosts: &s.known_hosts,
+        plaintext: s.plaintext,
+        transport: &s.transport,
+    }
+    .apply(&mut transfer, at)?;
     transfer.timeout = s.timeout.unwrap_or(transfer.timeout);
     transfer.max_rate.clone_from(&s.max_rate);
-    if let Some(t) = &s.transport {
-        match t.get_ref().as_str() {
-            "auto" | "tcp" | "quic" => transfer.transport = Some(t.get_ref().clone()),
-            other => bail!(
-                "{}: transport = {other:?}: use \"auto\", \"tcp\" or \"quic\"",
-                at(t.span())
-            ),
-        }
-    }
     // Read now (the token file too), not at the first delivery.
     let client = crate::config::client_options(&transfer)?;
     Ok(SitePlan {
@@ -675,14 +705,21 @@ fn source_plan(
         bail!("name must be a non-empty plain name");
     }
     let url = s.url.get_ref();
-    if !haul_remote::RemoteUrl::is_remote_url(url) {
-        bail!(
-            "{}: url: {:?} is not an ftp://, ftps://, sftp://, http(s):// or s3:// URL",
-            at(s.url.span()),
-            crate::shown_source(url)
-        );
+    let node_at = match NodeAt::parse(url) {
+        Some(parsed) => Some(parsed.with_context(|| format!("{}: url", at(s.url.span())))?),
+        None => None,
+    };
+    if node_at.is_none() {
+        if !haul_remote::RemoteUrl::is_remote_url(url) {
+            bail!(
+                "{}: url: {:?} is not an ftp://, ftps://, sftp://, http(s):// or s3:// URL, nor a haul node (haul://HOST:PORT/DIR, [user@]host:DIR)",
+                at(s.url.span()),
+                crate::shown_source(url)
+            );
+        }
+        haul_remote::RemoteUrl::parse(url).with_context(|| format!("{}: url", at(s.url.span())))?;
     }
-    haul_remote::RemoteUrl::parse(url).with_context(|| format!("{}: url", at(s.url.span())))?;
+    check_keys_fit(s, node_at.is_some())?;
     let schedule = Schedule::parse(s.schedule.get_ref())
         .with_context(|| format!("{}: schedule", at(s.schedule.span())))?;
     let jitter = match &s.jitter {
@@ -770,9 +807,14 @@ fn source_plan(
             .map(|(k, g)| FilterRule::Glob(*k, g.clone()))
             .collect(),
     };
+    let node = match node_at {
+        None => None,
+        Some(node_at) => Some(node_source(s, node_at, &transfer, at)?),
+    };
     let plan = SourcePlan {
         name: s.name.clone(),
         url: url.clone(),
+        node,
         dest: s.dest.clone(),
         schedule,
         jitter,
@@ -810,12 +852,179 @@ fn source_plan(
         },
     };
     // Everything `haul pull` checks, checked now rather than at the first run.
-    crate::fetch::fetch_options(
-        &plan.transfer,
-        &plan.remote,
-        crate::config::filter(&plan.filter)?,
-    )?;
+    match &plan.node {
+        None => {
+            crate::fetch::fetch_options(
+                &plan.transfer,
+                &plan.remote,
+                crate::config::filter(&plan.filter)?,
+            )?;
+        }
+        Some(_) => {
+            node_filter(&plan.filter, &plan.remote)?;
+        }
+    }
     Ok(plan)
+}
+
+/// The keys of a remote source (FTP, SFTP, HTTP, S3) and of a node
+/// source, each refused on the other kind, naming what to do.
+fn check_keys_fit(s: &SourceConfig, node: bool) -> Result<()> {
+    let remote_only = [
+        ("rename", s.rename.is_some()),
+        ("verify_sidecar", s.verify_sidecar),
+        ("delete_source", s.delete_source),
+        ("max_conn", s.max_conn.is_some()),
+        ("user", s.user.is_some()),
+        ("password_file", s.password_file.is_some()),
+        ("password_env", s.password_env.is_some()),
+        ("ssh_key", !s.ssh_key.is_empty()),
+        ("ssh_known_hosts", s.ssh_known_hosts.is_some()),
+        ("accept_new_host_key", s.accept_new_host_key),
+        ("ca_cert", s.ca_cert.is_some()),
+        ("insecure", s.insecure),
+        ("s3_endpoint", s.s3_endpoint.is_some()),
+        ("s3_region", s.s3_region.is_some()),
+        ("s3_path_style", s.s3_path_style),
+    ];
+    let node_only = [
+        ("token_file", s.token_file.is_some()),
+        ("fingerprint", s.fingerprint.is_some()),
+        ("known_hosts", s.known_hosts.is_some()),
+        ("transport", s.transport.is_some()),
+        ("plaintext", s.plaintext),
+        ("rsh", s.rsh.is_some()),
+        ("remote_haul", s.remote_haul.is_some()),
+        ("ssh_tunnel", s.ssh_tunnel),
+        ("ssh_install", s.ssh_install),
+    ];
+    let (wrong, kind, other) = match node {
+        true => (
+            &remote_only[..],
+            "a haul node",
+            "FTP, SFTP, HTTP and S3 sources",
+        ),
+        false => (
+            &node_only[..],
+            "an FTP, SFTP, HTTP or S3 remote",
+            "haul node sources (haul:// and host:DIR)",
+        ),
+    };
+    let set: Vec<&str> = wrong
+        .iter()
+        .filter(|(_, on)| *on)
+        .map(|(k, _)| *k)
+        .collect();
+    if !set.is_empty() {
+        bail!(
+            "{} {} for {other} only: this source is {kind}; remove {}",
+            set.join(", "),
+            if set.len() == 1 { "is" } else { "are" },
+            if set.len() == 1 { "it" } else { "them" }
+        );
+    }
+    Ok(())
+}
+
+/// A node source's options: how it is reached (token, key, transport,
+/// ssh) on top of the source's own `-j`, `--streams`, timeout, retries.
+fn node_source(
+    s: &SourceConfig,
+    mut node_at: NodeAt,
+    transfer: &TransferArgs,
+    at: &dyn Fn(std::ops::Range<usize>) -> String,
+) -> Result<NodeSource> {
+    // The directory's contents come to dest, as from any other source.
+    match &mut node_at {
+        NodeAt::Haul(url) => contents_of(&mut url.path),
+        NodeAt::Ssh(ssh) => contents_of(&mut ssh.path),
+    }
+    let mut transfer = transfer.clone();
+    NodeKeys {
+        token_file: &s.token_file,
+        fingerprint: &s.fingerprint,
+        known_hosts: &s.known_hosts,
+        plaintext: s.plaintext,
+        transport: &s.transport,
+    }
+    .apply(&mut transfer, at)?;
+    transfer.rsh.clone_from(&s.rsh);
+    if let Some(r) = &s.remote_haul {
+        transfer.remote_haul.clone_from(r);
+    }
+    transfer.ssh_tunnel = s.ssh_tunnel;
+    transfer.ssh_install = s.ssh_install;
+    // Read now (the token file too), not at the first run.
+    let client = crate::config::client_options(&transfer)?;
+    Ok(NodeSource {
+        at: node_at,
+        client,
+    })
+}
+
+/// The keys that say how a node is reached, a site's or a node source's.
+struct NodeKeys<'a> {
+    token_file: &'a Option<PathBuf>,
+    fingerprint: &'a Option<String>,
+    known_hosts: &'a Option<PathBuf>,
+    plaintext: bool,
+    transport: &'a Option<Spanned<String>>,
+}
+
+impl NodeKeys<'_> {
+    /// Onto `haul push`'s and `haul pull`'s flags.
+    fn apply(
+        &self,
+        transfer: &mut TransferArgs,
+        at: &dyn Fn(std::ops::Range<usize>) -> String,
+    ) -> Result<()> {
+        transfer.token_file.clone_from(self.token_file);
+        transfer.fingerprint.clone_from(self.fingerprint);
+        transfer.known_hosts.clone_from(self.known_hosts);
+        transfer.plaintext = self.plaintext;
+        if let Some(t) = self.transport {
+            match t.get_ref().as_str() {
+                "auto" | "tcp" | "quic" => transfer.transport = Some(t.get_ref().clone()),
+                other => bail!(
+                    "{}: transport = {other:?}: use \"auto\", \"tcp\" or \"quic\"",
+                    at(t.span())
+                ),
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A node path naming a directory's contents (`DIR/`); empty stays the
+/// whole root.
+fn contents_of(path: &mut String) {
+    if !path.is_empty() && !path.ends_with('/') {
+        path.push('/');
+    }
+}
+
+impl SourcePlan {
+    /// The source as messages show it: a remote's URL without its
+    /// password, a node as written.
+    pub fn shown_url(&self) -> String {
+        match &self.node {
+            Some(_) => self.url.clone(),
+            None => crate::shown_source(&self.url),
+        }
+    }
+}
+
+/// A node source's filter for a run (`--newer-than` is relative to it):
+/// its rules, with `regex` and `dir_struct` as a remote's fetch takes them.
+pub fn node_filter(filter: &FilterArgs, remote: &RemoteArgs) -> Result<haul_fetch::Filter> {
+    let mut f = crate::config::filter(filter)?;
+    if let Some(re) = &remote.regex {
+        f.set_regex(re)?;
+    }
+    if let Some(spec) = &remote.dir_struct {
+        f.set_dir_struct(spec)?;
+    }
+    Ok(f)
 }
 
 #[cfg(test)]
@@ -875,6 +1084,55 @@ deliver = ["a", "b"]
 "#,
             d = dir.display()
         )
+    }
+
+    #[test]
+    fn nodes_are_sources_with_their_own_keys_and_refuse_a_remotes() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("up.token"), "t-up\n").unwrap();
+        let node = MINIMAL.replace(
+            "url = \"https://archive.example/pub/sst/\"",
+            &format!(
+                "url = \"haul://up.example:7878/sst\"\ntoken_file = \"{}/up.token\"\ntransport = \"quic\"",
+                dir.path().display()
+            ),
+        );
+        let c = parse(&node).unwrap();
+        let n = c.sources[0].node.as_ref().expect("a node source");
+        assert_eq!(n.client.token, "t-up");
+        assert_eq!(n.client.transport, haul_transport::Transport::Quic);
+        // Its directory's contents come to dest.
+        assert!(
+            matches!(&n.at, NodeAt::Haul(u) if u.path.ends_with("sst/")),
+            "{:?}",
+            n.at
+        );
+        assert_eq!(c.sources[0].shown_url(), "haul://up.example:7878/sst");
+        // Over ssh, with the remote shell and the far haul.
+        let ssh = MINIMAL.replace(
+            "url = \"https://archive.example/pub/sst/\"",
+            "url = \"haul@far.example:/srv/out\"\nrsh = \"ssh -p 2222\"\nremote_haul = \"/opt/haul\"",
+        );
+        let c = parse(&ssh).unwrap();
+        let n = c.sources[0].node.as_ref().expect("an ssh source");
+        assert!(
+            matches!(&n.at, NodeAt::Ssh(at) if at.path == "/srv/out/" && at.host == "far.example")
+        );
+        assert_eq!(n.client.ssh.remote_haul, "/opt/haul");
+        // A remote's keys on a node, a node's on a remote: refused, named.
+        let e = error_of(&node.replace(
+            "schedule =",
+            "rename = \"{name}\"\nuser = \"x\"\nschedule =",
+        ));
+        assert!(
+            e.contains("rename, user are for FTP, SFTP, HTTP and S3 sources only"),
+            "{e}"
+        );
+        let e = error_of(&MINIMAL.replace("schedule =", "token_file = \"/t\"\nschedule ="));
+        assert!(e.contains("token_file is for haul node sources"), "{e}");
+        // Neither a remote nor a node.
+        let e = error_of(&MINIMAL.replace("https://archive.example/pub/sst/", "/local/dir"));
+        assert!(e.contains("nor a haul node"), "{e}");
     }
 
     #[test]

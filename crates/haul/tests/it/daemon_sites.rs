@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use crate::daemon::{catalog, free_port, Daemon};
 use crate::harness::http_get;
-use crate::harness::{b3, wait_for, write_file, Node, Scratch};
+use crate::harness::{b3, logged_with_payload, wait_for, write_file, Node, Scratch};
 
 /// A site: a node with its own token, logging each file it receives.
 struct Site {
@@ -42,18 +42,7 @@ fn start_site(s: &Scratch, name: &'static str, listen: &str) -> Site {
 
 /// How many times each path was received by site `name` (its log).
 fn received(s: &Scratch, name: &str) -> HashMap<String, usize> {
-    let text = std::fs::read_to_string(s.path(&format!("{name}.log"))).unwrap_or_default();
-    let mut out = HashMap::new();
-    for line in text.lines() {
-        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
-            continue;
-        };
-        if v["event"] == "file_received" && v["sent"].as_u64().unwrap_or(0) > 0 {
-            *out.entry(v["path"].as_str().unwrap_or("").to_owned())
-                .or_default() += 1;
-        }
-    }
-    out
+    logged_with_payload(&s.path(&format!("{name}.log")), "file_received")
 }
 
 fn config(

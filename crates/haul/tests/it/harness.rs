@@ -577,3 +577,20 @@ impl Drop for Firewall {
             .status();
     }
 }
+
+/// How many lines of the JSON transfer log at `path` say `event` (such as
+/// `file_received`, `file_sent`) with payload (`sent` > 0), by path.
+pub fn logged_with_payload(path: &Path, event: &str) -> std::collections::HashMap<String, usize> {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let mut out = std::collections::HashMap::new();
+    for line in text.lines() {
+        let Ok(v) = serde_json::from_str::<serde_json::Value>(line) else {
+            continue;
+        };
+        if v["event"] == event && v["sent"].as_u64().unwrap_or(0) > 0 {
+            *out.entry(v["path"].as_str().unwrap_or("").to_owned())
+                .or_default() += 1;
+        }
+    }
+    out
+}

@@ -15,6 +15,7 @@ mod console;
 mod corruption;
 mod daemon;
 mod daemon_faults;
+mod daemon_nodes;
 mod daemon_sites;
 mod dry_run;
 mod env_flags;

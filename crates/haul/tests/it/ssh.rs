@@ -19,7 +19,7 @@ fn server() -> TestServer {
 }
 
 /// `-e`: the test's key, host key pinned, never a prompt.
-fn rsh(srv: &TestServer, known_hosts: &Path) -> String {
+pub(crate) fn rsh(srv: &TestServer, known_hosts: &Path) -> String {
     rsh_with(srv, &srv.client_key(), known_hosts)
 }
 

@@ -1,10 +1,14 @@
 //! A caller's say over each listed file (`haul daemon`'s catalog): whether
 //! it is fetched at all, when its download may start (caps shared with
 //! other fetches), and what became of it.
+//!
+//! Both pull drivers take one: haul-fetch's (FTP, SFTP, HTTP, S3) and a
+//! node pull's (`haul_node::pull`, for `haul://` and ssh sources), so the
+//! daemon decides over a node's files as over any other source's.
 
 use std::sync::Arc;
 
-use haul_remote::RemoteEntry;
+use crate::RemoteEntry;
 
 /// A file the filter took, as the gate sees it.
 #[derive(Debug, Clone)]
@@ -78,8 +82,7 @@ pub trait FileGate: Send + Sync {
     }
 }
 
-/// [`FetchOptions::gate`](crate::FetchOptions::gate): a [`FileGate`] that
-/// prints as its name.
+/// A [`FileGate`] as a fetch's options hold it: prints as its name.
 #[derive(Clone)]
 pub struct Gate(pub Arc<dyn FileGate>);
 

@@ -1,0 +1,218 @@
+//! `haul daemon` with haul nodes as sources (LDM's REQUEST): a real
+//! `haul serve` upstream as `haul://`, and one started over ssh by a real
+//! OpenSSH sshd as `host:DIR`; the catalog decides what is fetched, each
+//! file is fetched once (counted in the upstream node's own log), and what
+//! comes in goes on to the sites as from any other source.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::Duration;
+
+use crate::daemon::{catalog, free_port, Daemon};
+use crate::harness::{b3, logged_with_payload, wait_for, write_file, Node, Scratch, BIN};
+
+/// An upstream node with a token and a JSON transfer log.
+fn upstream(s: &Scratch, name: &str) -> Node {
+    let token = s.path(&format!("{name}.token"));
+    std::fs::write(&token, format!("token-of-{name}\n")).unwrap();
+    Node::start(
+        &s.path(name),
+        &s.path(&format!("config-{name}")),
+        &[
+            "--token-file",
+            &token.display().to_string(),
+            "--log-format",
+            "json",
+            "--log-file",
+            &s.path(&format!("{name}.log")).display().to_string(),
+        ],
+    )
+}
+
+/// How many times node `name` sent each file of `data/` (its log).
+fn sent_by(s: &Scratch, name: &str) -> HashMap<String, usize> {
+    logged_with_payload(&s.path(&format!("{name}.log")), "file_sent")
+        .into_iter()
+        .map(|(path, n)| (path.trim_start_matches("data/").to_owned(), n))
+        .collect()
+}
+
+/// Every one of `files` under `dir` as under `from`.
+fn same(dir: &Path, from: &Path, files: &[&str]) -> bool {
+    files.iter().all(|f| {
+        let here = dir.join(f);
+        here.exists() && b3(&here) == b3(&from.join(f))
+    })
+}
+
+#[test]
+fn a_node_is_a_daemon_source_and_what_it_fetches_goes_on_to_the_sites() {
+    let s = Scratch::new();
+    let up = upstream(&s, "up");
+    let data = s.path("up/data");
+    write_file(&data.join("f0.nc"), 9 << 20, 1);
+    write_file(&data.join("f1.nc"), 10_000, 2);
+    write_file(&data.join("2026/f2.nc"), 70_000, 3);
+    write_file(&data.join("skip.txt"), 100, 4);
+    let site = upstream(&s, "site");
+    std::fs::create_dir_all(s.path("site/sst")).unwrap();
+    let status = free_port();
+    let acquired = s.path("acquired");
+    let config = s.path("haul.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"catalog = "sqlite:{catalog}"
+status = "127.0.0.1:{status}"
+down_retry = "1s"
+
+[[site]]
+name = "a"
+url = "{site_url}"
+token_file = "{site_token}"
+fingerprint = "{site_fp}"
+
+[[source]]
+name = "sst"
+url = "{up_url}"
+token_file = "{up_token}"
+fingerprint = "{up_fp}"
+dest = "{dest}"
+schedule = "every 1s"
+refetch = "if-changed"
+include = ["*.nc"]
+deliver = ["a"]
+"#,
+            catalog = s.path("catalog.db").display(),
+            site_url = site.url("sst"),
+            site_token = s.path("site.token").display(),
+            site_fp = site.fingerprint.as_deref().unwrap_or(""),
+            // No trailing slash: a source's directory's contents come to
+            // dest, as from any other source.
+            up_url = up.url("data"),
+            up_token = s.path("up.token").display(),
+            up_fp = up.fingerprint.as_deref().unwrap_or(""),
+            dest = acquired.display(),
+        ),
+    )
+    .unwrap();
+    // --check names the node, keys of other sources are refused.
+    let mut check = crate::harness::haul(&s.path("cfg"));
+    check.args(["daemon", "--check", "--config"]).arg(&config);
+    let out = crate::harness::run(check, Duration::from_secs(30));
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        said.contains(&format!("[sst] {} -> ", up.url("data"))),
+        "{said}"
+    );
+    let wrong = s.path("wrong.toml");
+    let text = std::fs::read_to_string(&config).unwrap();
+    std::fs::write(
+        &wrong,
+        text.replace("refetch =", "rename = \"{name}\"\nrefetch ="),
+    )
+    .unwrap();
+    let mut check = crate::harness::haul(&s.path("cfg"));
+    check.args(["daemon", "--check", "--config"]).arg(&wrong);
+    let out = crate::harness::run(check, Duration::from_secs(30));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("rename is for FTP, SFTP, HTTP and S3 sources only"),
+        "{err}"
+    );
+
+    let daemon = Daemon::start(&config, &s.path("daemon.log"));
+    let first = ["f0.nc", "f1.nc", "2026/f2.nc"];
+    wait_for(
+        Duration::from_secs(90),
+        "the node's files here and at the site",
+        || same(&acquired, &data, &first) && same(&s.path("site/sst"), &data, &first),
+    );
+    assert!(!acquired.join("skip.txt").exists());
+    // The catalog holds each with its BLAKE3, as the node's file.
+    let fetched = catalog(&config, &["list", "--source", "sst"]);
+    assert_eq!(fetched.len(), 3, "{fetched:?}");
+    assert!(
+        fetched.iter().all(|f| f["state"] == "fetched"),
+        "{fetched:?}"
+    );
+    for f in first {
+        let shown = catalog(&config, &["show", "sst", f]);
+        assert_eq!(shown[0]["blake3"], b3(&data.join(f)).as_str(), "{f}");
+    }
+    // A new file, and one changed at the node: only they come again.
+    write_file(&data.join("f3.nc"), 30_000, 5);
+    write_file(&data.join("f1.nc"), 12_000, 6);
+    wait_for(
+        Duration::from_secs(60),
+        "the new and the changed file",
+        || {
+            same(&acquired, &data, &["f1.nc", "f3.nc"])
+                && same(&s.path("site/sst"), &data, &["f1.nc", "f3.nc"])
+        },
+    );
+    // Runs go on every second; each file left the node once per version.
+    std::thread::sleep(Duration::from_secs(3));
+    let sent = sent_by(&s, "up");
+    assert_eq!(sent.get("f0.nc"), Some(&1), "{sent:?}");
+    assert_eq!(sent.get("2026/f2.nc"), Some(&1), "{sent:?}");
+    assert_eq!(sent.get("f3.nc"), Some(&1), "{sent:?}");
+    assert_eq!(sent.get("f1.nc"), Some(&2), "{sent:?}");
+    assert!(!sent.contains_key("skip.txt"), "{sent:?}");
+    // A file the catalog has is not fetched again because it is gone here
+    // (the catalog decides, not what dest holds).
+    std::fs::remove_file(acquired.join("f3.nc")).unwrap();
+    std::thread::sleep(Duration::from_secs(3));
+    assert!(!acquired.join("f3.nc").exists());
+    assert_eq!(sent_by(&s, "up").get("f3.nc"), Some(&1));
+    drop(daemon);
+}
+
+#[test]
+fn a_node_started_over_ssh_is_a_daemon_source() {
+    let srv = haul_sftp::testserver::TestServer::start()
+        .expect("start sshd (apt-get install openssh-server; needs root)");
+    let s = Scratch::new();
+    let far = srv.root().join("archive");
+    write_file(&far.join("a.nc"), 3 << 20, 7);
+    write_file(&far.join("sub/b.nc"), 5_000, 8);
+    let acquired = s.path("acquired");
+    let rsh = crate::ssh::rsh(&srv, &srv.known_hosts_file());
+    let config = s.path("haul.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"catalog = "sqlite:{catalog}"
+status = "127.0.0.1:{status}"
+
+[[source]]
+name = "far"
+url = "{user}@127.0.0.1:{far}"
+rsh = "{rsh}"
+remote_haul = "{bin}"
+dest = "{dest}"
+schedule = "every 1s"
+"#,
+            catalog = s.path("catalog.db").display(),
+            status = free_port(),
+            user = haul_sftp::testserver::TestServer::key_user(),
+            far = far.display(),
+            bin = BIN,
+            dest = acquired.display(),
+        ),
+    )
+    .unwrap();
+    let daemon = Daemon::start(&config, &s.path("daemon.log"));
+    wait_for(Duration::from_secs(90), "the far files here", || {
+        same(&acquired, &far, &["a.nc", "sub/b.nc"])
+    });
+    let shown = catalog(&config, &["show", "far", "sub/b.nc"]);
+    assert_eq!(shown[0]["blake3"], b3(&far.join("sub/b.nc")).as_str());
+    drop(daemon);
+}
