@@ -33,7 +33,9 @@ use std::time::{Duration, Instant, SystemTime};
 
 use haul_catalog::{Catalog, Owed};
 use haul_node::dataset::Chosen;
-use haul_node::{ClientOptions, FanoutOptions, NodeUrl};
+use haul_node::FanoutOptions;
+
+use crate::sites::SiteSpec;
 use haul_plan::Shape;
 use haul_run::backoff::Backoff;
 use haul_run::event::{Event, Observer};
@@ -58,19 +60,6 @@ pub const BATCH: u32 = 1000;
 
 /// The longest a site that keeps failing waits between attempts.
 pub const MAX_SITE_WAIT: Duration = Duration::from_secs(600);
-
-/// A node deliveries go to.
-#[derive(Debug, Clone)]
-pub struct SiteSpec {
-    /// Its name (the catalog's key).
-    pub name: String,
-    /// The node and the directory deliveries go under.
-    pub url: NodeUrl,
-    /// Its upload rate (bytes per second) when known: places it in the plan.
-    pub rate: Option<f64>,
-    /// How it is reached: its token, transport, security.
-    pub client: ClientOptions,
-}
 
 /// What a distributor shares with the daemon.
 pub(crate) struct Distributor {
@@ -98,7 +87,7 @@ impl<'a> DeliveryLog<'a> {
     fn new(d: &'a Distributor, site: &SiteSpec) -> Option<Self> {
         Some(Self {
             log: d.log.as_deref()?,
-            peer: format!("haul://{}/{}", site.url.addr, site.url.path),
+            peer: site.at.shown(),
         })
     }
 
@@ -405,19 +394,20 @@ async fn deliver(d: &Distributor, spec: &SourceSpec, claimed: &Batch, shared: &M
         return;
     }
     let dataset = Arc::new(Chosen::new(spec.dest.clone(), files.clone()));
-    let urls: Vec<NodeUrl> = claimed.iter().map(|(s, _)| s.url.clone()).collect();
-    // Each site by its address, with its own options (token, transport).
-    let reach = Arc::new(haul_node::ByAddress {
-        options: claimed
-            .iter()
-            .map(|(s, _)| (s.url.addr.clone(), s.client.clone()))
-            .collect(),
-        otherwise: Arc::new(haul_node::OverNetwork),
-    });
+    // Each site by its address, with its own options (token, transport);
+    // one over ssh with the node started for this round.
+    let sites: Vec<&SiteSpec> = claimed.iter().map(|(s, _)| s.as_ref()).collect();
+    let reached = crate::sites::reach(&sites).await;
+    let mut rates = vec![None; reached.urls.len()];
+    for (site, place) in sites.iter().zip(&reached.placed) {
+        if let Ok(i) = place {
+            rates[*i] = site.rate;
+        }
+    }
     let fan = FanoutOptions {
         shape: Shape::Auto,
-        rates: claimed.iter().map(|(s, _)| s.rate).collect(),
-        reach,
+        rates,
+        reach: reached.reach.clone(),
     };
     let opts = claimed[0].0.client.clone();
     let seen = Arc::new(Seen::new(&spec.dest));
@@ -429,18 +419,29 @@ async fn deliver(d: &Distributor, spec: &SourceSpec, claimed: &Batch, shared: &M
         unique.len(),
         names.join(", ")
     );
-    let result = haul_node::push_fanout(dataset, &urls, &opts, &fan, seen.clone()).await;
+    let result = match reached.urls.is_empty() {
+        true => Err(haul_node::NodeError::Usage(
+            "no site could be reached".into(),
+        )),
+        false => haul_node::push_fanout(dataset, &reached.urls, &opts, &fan, seen.clone()).await,
+    };
     let mut confirmed_paths: Vec<String> = Vec::new();
     let done = seen.done.lock().map(|m| m.clone()).unwrap_or_default();
     let failed_here = seen.failed.lock().map(|m| m.clone()).unwrap_or_default();
     for (i, (site, owed)) in claimed.iter().enumerate() {
-        let report = result.as_ref().map(|s| s.nodes.get(i));
+        let report = match &reached.placed[i] {
+            Ok(j) => result
+                .as_ref()
+                .map(|s| s.nodes.get(*j))
+                .map_err(ToString::to_string),
+            Err(e) => Err(e.clone()),
+        };
         let site_error = match &report {
             Ok(Some(n)) if n.ok => None,
             Ok(Some(n)) if !n.error.is_empty() => Some(n.error.clone()),
             Ok(Some(n)) => Some(format!("{} of its files failed there", n.failed)),
             Ok(None) => Some("no report from the fan-out".to_owned()),
-            Err(e) => Some(e.to_string()),
+            Err(e) => Some(e.clone()),
         };
         let (mut good, mut bad) = (Vec::new(), Vec::new());
         // The files this round's fan-out read and carried (not found up to
@@ -621,11 +622,7 @@ async fn on_deliver(
             fetched_at,
             worker: d.worker.clone(),
             site: Some(site.name.clone()),
-            site_url: Some(format!(
-                "haul://{}/{}/{rel}",
-                site.url.addr,
-                site.url.path.trim_matches('/')
-            )),
+            site_url: Some(site.url_of(&rel)),
             delivered_at: Some(at),
         };
         let json = serde_json::to_value(&facts).unwrap_or_default();

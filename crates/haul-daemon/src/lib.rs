@@ -30,6 +30,7 @@ mod listener;
 mod metrics;
 mod run;
 pub mod schedule;
+mod sites;
 pub mod status;
 mod writes;
 
@@ -47,11 +48,11 @@ use tokio::task::JoinSet;
 
 pub use control::{Action, Answer};
 pub use delivery::HOOK_VARIABLES;
-pub use distribute::SiteSpec;
 pub use haul_status::StatusListener;
 pub use listener::DaemonRoutes;
 pub use metrics::prometheus_text;
 pub use schedule::Schedule;
+pub use sites::SiteSpec;
 pub use status::{Board, SiteRow, Snapshot, SourceStatus};
 
 use crate::run::{blocking, run_once, RunContext};

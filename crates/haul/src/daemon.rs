@@ -53,7 +53,7 @@ pub fn check(args: &DaemonArgs, json: bool) -> Result<u8> {
             "max_files": config.max_files, "max_files_per_host": config.max_files_per_host,
             "staging": config.staging.as_ref().map(|p| p.display().to_string()),
             "sites": config.sites.iter().map(|s| serde_json::json!({
-                "name": s.name, "url": format!("haul://{}/{}", s.url.addr, s.url.path.trim_matches('/')),
+                "name": s.name, "url": s.at.shown(),
                 "rate": s.rate, "transport": s.transfer.transport.as_deref().unwrap_or("tcp"),
             })).collect::<Vec<_>>(),
             "sources": sources,
@@ -80,10 +80,9 @@ pub fn check(args: &DaemonArgs, json: bool) -> Result<u8> {
     }
     for site in &config.sites {
         println!(
-            "site {}: haul://{}/{} ({}{})",
+            "site {}: {} ({}{})",
             site.name,
-            site.url.addr,
-            site.url.path.trim_matches('/'),
+            site.at.shown(),
             site.transfer.transport.as_deref().unwrap_or("tcp"),
             site.rate.map_or_else(String::new, |r| format!(
                 ", uploads {}/s",
@@ -214,7 +213,7 @@ fn daemon_options(config: &DaemonConfig) -> Result<DaemonOptions> {
         .map(|s| {
             Arc::new(haul_daemon::SiteSpec {
                 name: s.name.clone(),
-                url: s.url.clone(),
+                at: s.at.clone(),
                 rate: s.rate,
                 client: s.client.clone(),
             })

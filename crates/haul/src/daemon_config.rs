@@ -84,7 +84,8 @@ pub struct SiteConfig {
     /// The name sources' `deliver` lists give (the catalog's key).
     pub name: String,
     /// `haul://HOST:PORT/DIR`: the node, and the directory under its root
-    /// deliveries go under.
+    /// deliveries go under; or `[user@]host:DIR` (`ssh://…`): a node
+    /// started over ssh for each round, serving DIR.
     pub url: Spanned<String>,
     /// File holding the node's token (first line), as `--token-file`.
     pub token_file: Option<PathBuf>,
@@ -105,6 +106,16 @@ pub struct SiteConfig {
     /// Cap on what the daemon itself sends this site (`50mbit`, `10M`), as
     /// `--max-rate`; relays between sites are not capped by it.
     pub max_rate: Option<String>,
+    /// An ssh site: the remote shell, as `--rsh` (default `ssh`).
+    pub rsh: Option<String>,
+    /// An ssh site: haul on the far side, as `--remote-haul`.
+    pub remote_haul: Option<String>,
+    /// An ssh site: run over the ssh channel itself, as `--ssh-tunnel`.
+    #[serde(default)]
+    pub ssh_tunnel: bool,
+    /// An ssh site: copy this build there once, as `--ssh-install`.
+    #[serde(default)]
+    pub ssh_install: bool,
 }
 
 /// The console's token, from `status_token` or `status_token_file`.
@@ -338,8 +349,8 @@ pub struct DaemonConfig {
 pub struct SitePlan {
     /// Name.
     pub name: String,
-    /// The node and directory.
-    pub url: haul_node::NodeUrl,
+    /// The node and directory (over ssh: a node started each round).
+    pub at: NodeAt,
     /// Upload rate, bytes per second.
     pub rate: Option<f64>,
     /// `haul push`'s flags for it (token file, transport, security).
@@ -477,15 +488,20 @@ pub fn parse(text: &str) -> Result<DaemonConfig> {
         let line = at(site.span());
         let plan = site_plan(site.get_ref(), &at)
             .with_context(|| format!("[[site]] {:?} ({line})", site.get_ref().name))?;
-        if let Some(other) = sites
-            .iter()
-            .find(|s: &&SitePlan| s.url.addr == plan.url.addr)
-        {
+        let addr = |s: &SitePlan| match &s.at {
+            NodeAt::Haul(url) => Some(url.addr.clone()),
+            // Each round starts a node of its own for each.
+            NodeAt::Ssh(_) => None,
+        };
+        if let Some((other, addr)) = sites.iter().find_map(|s| {
+            addr(s)
+                .filter(|a| Some(a) == addr(&plan).as_ref())
+                .map(|a| (s, a))
+        }) {
             bail!(
-                "{line}: [[site]] {:?} is the node of [[site]] {:?} ({}): one site per node (a fan-out reaches each node once)",
+                "{line}: [[site]] {:?} is the node of [[site]] {:?} ({addr}): one site per node (a fan-out reaches each node once)",
                 plan.name,
                 other.name,
-                plan.url.addr
             );
         }
         if sites.iter().any(|s: &SitePlan| s.name == plan.name) {
@@ -596,20 +612,32 @@ fn site_plan(s: &SiteConfig, at: &dyn Fn(std::ops::Range<usize>) -> String) -> R
     if s.name.is_empty() || s.name.chars().any(char::is_control) {
         bail!("name must be a non-empty plain name");
     }
-    let url = haul_node::NodeUrl::parse(s.url.get_ref()).map_err(|e| {
+    let bad = |e: String| {
         anyhow::anyhow!(
-            "{}: url = {:?}: {e} (use haul://HOST:PORT/DIR)",
+            "{}: url = {:?}: {e} (use haul://HOST:PORT/DIR or [user@]host:DIR)",
             at(s.url.span()),
             s.url.get_ref()
         )
-    })?;
-    haul_proto::validate_rel_path(url.path.trim_matches('/')).map_err(|e| {
-        anyhow::anyhow!(
-            "{}: url: the directory {:?}: {e}",
-            at(s.url.span()),
-            url.path
-        )
-    })?;
+    };
+    let site_at = match crate::location::node_at(s.url.get_ref()) {
+        Some(parsed) => parsed.map_err(|e| bad(format!("{e:#}")))?,
+        None => return Err(bad("not a haul node".into())),
+    };
+    let site_at = match site_at {
+        NodeAt::Haul(url) => {
+            haul_proto::validate_rel_path(url.path.trim_matches('/')).map_err(|e| {
+                anyhow::anyhow!(
+                    "{}: url: the directory {:?}: {e}",
+                    at(s.url.span()),
+                    url.path
+                )
+            })?;
+            NodeAt::Haul(url)
+        }
+        // The node started there serves the directory itself: nothing
+        // outside it can be named.
+        ssh @ NodeAt::Ssh(_) => ssh.naming_contents(),
+    };
     let rate = match &s.rate {
         None => None,
         Some(r) => Some(
@@ -627,13 +655,20 @@ fn site_plan(s: &SiteConfig, at: &dyn Fn(std::ops::Range<usize>) -> String) -> R
         transport: &s.transport,
     }
     .apply(&mut transfer, at)?;
+    SshKeys {
+        rsh: &s.rsh,
+        remote_haul: &s.remote_haul,
+        tunnel: s.ssh_tunnel,
+        install: s.ssh_install,
+    }
+    .apply(&mut transfer);
     transfer.timeout = s.timeout.unwrap_or(transfer.timeout);
     transfer.max_rate.clone_from(&s.max_rate);
     // Read now (the token file too), not at the first delivery.
     let client = crate::config::client_options(&transfer)?;
     Ok(SitePlan {
         name: s.name.clone(),
-        url,
+        at: site_at,
         rate,
         transfer,
         client,
@@ -705,7 +740,7 @@ fn source_plan(
         bail!("name must be a non-empty plain name");
     }
     let url = s.url.get_ref();
-    let node_at = match NodeAt::parse(url) {
+    let node_at = match crate::location::node_at(url) {
         Some(parsed) => Some(parsed.with_context(|| format!("{}: url", at(s.url.span())))?),
         None => None,
     };
@@ -930,15 +965,12 @@ fn check_keys_fit(s: &SourceConfig, node: bool) -> Result<()> {
 /// ssh) on top of the source's own `-j`, `--streams`, timeout, retries.
 fn node_source(
     s: &SourceConfig,
-    mut node_at: NodeAt,
+    node_at: NodeAt,
     transfer: &TransferArgs,
     at: &dyn Fn(std::ops::Range<usize>) -> String,
 ) -> Result<NodeSource> {
     // The directory's contents come to dest, as from any other source.
-    match &mut node_at {
-        NodeAt::Haul(url) => contents_of(&mut url.path),
-        NodeAt::Ssh(ssh) => contents_of(&mut ssh.path),
-    }
+    let node_at = node_at.naming_contents();
     let mut transfer = transfer.clone();
     NodeKeys {
         token_file: &s.token_file,
@@ -948,12 +980,13 @@ fn node_source(
         transport: &s.transport,
     }
     .apply(&mut transfer, at)?;
-    transfer.rsh.clone_from(&s.rsh);
-    if let Some(r) = &s.remote_haul {
-        transfer.remote_haul.clone_from(r);
+    SshKeys {
+        rsh: &s.rsh,
+        remote_haul: &s.remote_haul,
+        tunnel: s.ssh_tunnel,
+        install: s.ssh_install,
     }
-    transfer.ssh_tunnel = s.ssh_tunnel;
-    transfer.ssh_install = s.ssh_install;
+    .apply(&mut transfer);
     // Read now (the token file too), not at the first run.
     let client = crate::config::client_options(&transfer)?;
     Ok(NodeSource {
@@ -995,11 +1028,23 @@ impl NodeKeys<'_> {
     }
 }
 
-/// A node path naming a directory's contents (`DIR/`); empty stays the
-/// whole root.
-fn contents_of(path: &mut String) {
-    if !path.is_empty() && !path.ends_with('/') {
-        path.push('/');
+/// The keys that say how a node is started over ssh, a site's or a source's.
+struct SshKeys<'a> {
+    rsh: &'a Option<String>,
+    remote_haul: &'a Option<String>,
+    tunnel: bool,
+    install: bool,
+}
+
+impl SshKeys<'_> {
+    /// Onto `--rsh`, `--remote-haul`, `--ssh-tunnel`, `--ssh-install`.
+    fn apply(&self, transfer: &mut TransferArgs) {
+        transfer.rsh.clone_from(self.rsh);
+        if let Some(r) = self.remote_haul {
+            transfer.remote_haul.clone_from(r);
+        }
+        transfer.ssh_tunnel = self.tunnel;
+        transfer.ssh_install = self.install;
     }
 }
 
@@ -1136,12 +1181,38 @@ deliver = ["a", "b"]
     }
 
     #[test]
+    fn sites_over_ssh_serve_their_directory_and_may_share_a_host() {
+        let dir = tempfile::tempdir().unwrap();
+        let text = with_sites(dir.path())
+            .replace(
+                "url = \"haul://a.example:7878/sst\"",
+                "url = \"haul@far.example:/srv/sst\"\nrsh = \"ssh -p 2222\"",
+            )
+            .replace(
+                "url = \"haul://b.example:7878/sst\"",
+                "url = \"haul@far.example:/srv/other\"",
+            );
+        let c = parse(&text).unwrap();
+        assert!(
+            matches!(&c.sites[0].at, NodeAt::Ssh(at) if at.path == "/srv/sst/" && at.host == "far.example"),
+            "{:?}",
+            c.sites[0].at
+        );
+        assert_eq!(c.sites[0].client.ssh.rsh, ["ssh", "-p", "2222"]);
+        assert_eq!(c.sites[1].at.shown(), "haul@far.example:/srv/other/");
+        let e =
+            error_of(&with_sites(dir.path()).replace("haul://a.example:7878/sst", "/local/sst"));
+        assert!(e.contains("not a haul node"), "{e}");
+    }
+
+    #[test]
     fn the_issues_config_with_sites_parses() {
         let dir = tempfile::tempdir().unwrap();
         let c = parse(&with_sites(dir.path())).unwrap();
         assert_eq!(c.sites.len(), 2);
-        assert_eq!(c.sites[0].url.addr, "a.example:7878");
-        assert_eq!(c.sites[0].url.path.trim_matches('/'), "sst");
+        assert!(
+            matches!(&c.sites[0].at, NodeAt::Haul(u) if u.addr == "a.example:7878" && u.path.trim_matches('/') == "sst")
+        );
         assert_eq!(c.sites[1].client.token, "t-b");
         let s = &c.sources[0];
         assert_eq!(s.deliver, ["a", "b"]);

@@ -8,7 +8,8 @@
 
 use anyhow::Result;
 use haul_node::ssh::SshLocation;
-use haul_node::{ClientOptions, NodePath, NodeUrl};
+pub use haul_node::NodeAt;
+use haul_node::NodeUrl;
 use haul_remote::RemoteUrl;
 
 use crate::{usage, UsageError};
@@ -50,34 +51,13 @@ impl Location {
     }
 }
 
-/// How a node is reached.
-#[derive(Debug, Clone)]
-pub enum NodeAt {
-    /// A running `haul serve` at `haul://HOST:PORT/PATH`.
-    Haul(NodeUrl),
-    /// A host reached over ssh, where a node is started for the transfer.
-    Ssh(SshLocation),
-}
-
-impl NodeAt {
-    /// `text` when it names a node (`haul://`, `host:path`, `ssh://`).
-    pub fn parse(text: &str) -> Option<Result<Self>> {
-        match Location::parse(text) {
-            Ok(Location::Node(at)) => Some(Ok(at)),
-            Ok(_) => None,
-            Err(e) if NodeUrl::is_remote(text) || SshLocation::parse(text).is_some() => {
-                Some(Err(e))
-            }
-            Err(_) => None,
-        }
-    }
-
-    /// The node path to dial, as `opts` say.
-    pub fn node_path(&self, opts: &ClientOptions) -> NodePath {
-        match self {
-            Self::Haul(url) => NodePath::network(url, opts),
-            Self::Ssh(at) => NodePath::ssh(at, opts),
-        }
+/// `text` when it names a node (`haul://`, `host:path`, `ssh://`).
+pub fn node_at(text: &str) -> Option<Result<NodeAt>> {
+    match Location::parse(text) {
+        Ok(Location::Node(at)) => Some(Ok(at)),
+        Ok(_) => None,
+        Err(e) if NodeUrl::is_remote(text) || SshLocation::parse(text).is_some() => Some(Err(e)),
+        Err(_) => None,
     }
 }
 

@@ -54,10 +54,21 @@ impl Fleet {
         opts: &ClientOptions,
         parallel: usize,
     ) -> (Arc<Self>, Vec<Result<NodeUrl, NodeError>>) {
+        let each = dests.iter().map(|at| (at.clone(), opts.clone()));
+        Self::start_each(each.collect(), parallel).await
+    }
+
+    /// [`Fleet::start`] with each host's own options (its `--rsh`,
+    /// `--remote-haul`: the daemon's sites).
+    pub async fn start_each(
+        dests: Vec<(SshLocation, ClientOptions)>,
+        parallel: usize,
+    ) -> (Arc<Self>, Vec<Result<NodeUrl, NodeError>>) {
         let permits = Arc::new(Semaphore::new(parallel.max(1)));
         let mut tasks = JoinSet::new();
-        for (i, at) in dests.iter().enumerate() {
-            let (at, opts, permits) = (at.clone(), opts.clone(), permits.clone());
+        let count = dests.len();
+        for (i, (at, opts)) in dests.into_iter().enumerate() {
+            let permits = permits.clone();
             tasks.spawn(async move {
                 let _turn = permits.acquire_owned().await;
                 let (root, path) = at.root_and_path();
@@ -65,7 +76,7 @@ impl Fleet {
                 (i, dial.offered().await.map(|(ch, offer)| (ch, offer, path)))
             });
         }
-        let mut started: Vec<Option<Result<_, NodeError>>> = dests.iter().map(|_| None).collect();
+        let mut started: Vec<Option<Result<_, NodeError>>> = (0..count).map(|_| None).collect();
         while let Some(done) = tasks.join_next().await {
             match done {
                 Ok((i, outcome)) => started[i] = Some(outcome),
@@ -100,14 +111,23 @@ impl Fleet {
     }
 }
 
-impl Reach for Fleet {
-    fn dialer(&self, addr: &str, opts: &ClientOptions) -> Dialer {
-        let Some(node) = self.nodes.get(addr) else {
-            return Dialer::network(addr, opts);
-        };
+impl Fleet {
+    /// `opts` for the node this fleet started at `addr`: its one-time
+    /// token, its key pinned. `None`: no node of this fleet is there.
+    pub fn options_for(&self, addr: &str, opts: &ClientOptions) -> Option<ClientOptions> {
+        let node = self.nodes.get(addr)?;
         let mut opts = opts.clone();
         opts.token.clone_from(&node.token);
         opts.security = pinned(&opts.security, node.fingerprint.clone());
-        Dialer::network(addr, &opts)
+        Some(opts)
+    }
+}
+
+impl Reach for Fleet {
+    fn dialer(&self, addr: &str, opts: &ClientOptions) -> Dialer {
+        match self.options_for(addr, opts) {
+            Some(own) => Dialer::network(addr, &own),
+            None => Dialer::network(addr, opts),
+        }
     }
 }

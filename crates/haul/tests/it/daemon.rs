@@ -105,6 +105,25 @@ pub(crate) fn catalog(config: &Path, args: &[&str]) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// `haul daemon --check --config CONFIG`: its output (and exit code).
+pub(crate) fn check(config: &Path) -> std::process::Output {
+    let mut cmd = haul(config.parent().expect("dir"));
+    cmd.args(["daemon", "--check", "--config"]).arg(config);
+    run(cmd, Duration::from_secs(30))
+}
+
+/// [`check`] of a config that must pass: what it printed.
+pub(crate) fn checked(config: &Path) -> String {
+    let out = check(config);
+    let said = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{said}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    said
+}
+
 /// Lines of nginx's access log that GET `uri` (with any range).
 fn gets(log: &str, uri: &str) -> usize {
     log.lines()

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::path::Path;
 use std::time::Duration;
 
-use crate::daemon::{catalog, free_port, Daemon};
+use crate::daemon::{catalog, check, checked, free_port, Daemon};
 use crate::harness::{b3, logged_with_payload, wait_for, write_file, Node, Scratch, BIN};
 
 /// An upstream node with a token and a JSON transfer log.
@@ -97,15 +97,7 @@ deliver = ["a"]
     )
     .unwrap();
     // --check names the node, keys of other sources are refused.
-    let mut check = crate::harness::haul(&s.path("cfg"));
-    check.args(["daemon", "--check", "--config"]).arg(&config);
-    let out = crate::harness::run(check, Duration::from_secs(30));
-    let said = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{said}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let said = checked(&config);
     assert!(
         said.contains(&format!("[sst] {} -> ", up.url("data"))),
         "{said}"
@@ -117,9 +109,7 @@ deliver = ["a"]
         text.replace("refetch =", "rename = \"{name}\"\nrefetch ="),
     )
     .unwrap();
-    let mut check = crate::harness::haul(&s.path("cfg"));
-    check.args(["daemon", "--check", "--config"]).arg(&wrong);
-    let out = crate::harness::run(check, Duration::from_secs(30));
+    let out = check(&wrong);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(2), "{err}");
     assert!(
@@ -175,7 +165,7 @@ deliver = ["a"]
 }
 
 #[test]
-fn a_node_started_over_ssh_is_a_daemon_source() {
+fn a_node_started_over_ssh_is_a_daemon_source_and_a_site() {
     let srv = haul_sftp::testserver::TestServer::start()
         .expect("start sshd (apt-get install openssh-server; needs root)");
     let s = Scratch::new();
@@ -183,6 +173,10 @@ fn a_node_started_over_ssh_is_a_daemon_source() {
     write_file(&far.join("a.nc"), 3 << 20, 7);
     write_file(&far.join("sub/b.nc"), 5_000, 8);
     let acquired = s.path("acquired");
+    // The site: a directory on the same host, a node started there over
+    // ssh for each delivery round.
+    let site = srv.root().join("site");
+    std::fs::create_dir_all(&site).unwrap();
     let rsh = crate::ssh::rsh(&srv, &srv.known_hosts_file());
     let config = s.path("haul.toml");
     std::fs::write(
@@ -190,6 +184,13 @@ fn a_node_started_over_ssh_is_a_daemon_source() {
         format!(
             r#"catalog = "sqlite:{catalog}"
 status = "127.0.0.1:{status}"
+down_retry = "1s"
+
+[[site]]
+name = "s"
+url = "{user}@127.0.0.1:{site}"
+rsh = "{rsh}"
+remote_haul = "{bin}"
 
 [[source]]
 name = "far"
@@ -198,20 +199,39 @@ rsh = "{rsh}"
 remote_haul = "{bin}"
 dest = "{dest}"
 schedule = "every 1s"
+deliver = ["s"]
 "#,
             catalog = s.path("catalog.db").display(),
             status = free_port(),
             user = haul_sftp::testserver::TestServer::key_user(),
             far = far.display(),
+            site = site.display(),
             bin = BIN,
             dest = acquired.display(),
         ),
     )
     .unwrap();
+    // --check names the site as written.
+    let said = checked(&config);
+    assert!(
+        said.contains(&format!(
+            "site s: {}@127.0.0.1:{}/",
+            haul_sftp::testserver::TestServer::key_user(),
+            site.display()
+        )),
+        "{said}"
+    );
     let daemon = Daemon::start(&config, &s.path("daemon.log"));
-    wait_for(Duration::from_secs(90), "the far files here", || {
-        same(&acquired, &far, &["a.nc", "sub/b.nc"])
-    });
+    wait_for(
+        Duration::from_secs(90),
+        "the far files here and at the site",
+        || same(&acquired, &far, &["a.nc", "sub/b.nc"]) && same(&site, &far, &["a.nc", "sub/b.nc"]),
+    );
+    wait_for(
+        Duration::from_secs(30),
+        "both confirmed by the site",
+        || catalog(&config, &["list", "--site", "s", "--state", "delivered"]).len() == 2,
+    );
     let shown = catalog(&config, &["show", "far", "sub/b.nc"]);
     assert_eq!(shown[0]["blake3"], b3(&far.join("sub/b.nc")).as_str());
     drop(daemon);

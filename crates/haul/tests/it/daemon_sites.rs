@@ -148,15 +148,7 @@ fn every_new_file_reaches_every_site_once_and_a_site_down_catches_up() {
         "",
     );
     // --check shows the sites and the plan.
-    let mut check = crate::harness::haul(&s.path("cfg"));
-    check.args(["daemon", "--check", "--config"]).arg(&config);
-    let out = crate::harness::run(check, Duration::from_secs(30));
-    let said = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{said}{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let said = crate::daemon::checked(&config);
     assert!(said.contains("site a: haul://"), "{said}");
     assert!(
         said.contains("deliver:  a, b, c (oldest first); one fan-out per batch, plan"),
