@@ -12,7 +12,6 @@ use haul_engine::one_file::OneFile;
 use haul_engine::{split_ranges, Destination, EntryFilter};
 use haul_proto::{Digest, Entry, EntryKind, ErrorCode, Message, Request};
 use haul_run::summary::{Summary, Tally};
-use haul_run::FailKind;
 use haul_session::{Event, Observer};
 
 use crate::client::{check_dest_dir, fail_leftovers, finish, ClientOptions};
@@ -24,7 +23,7 @@ use crate::listing::list_top;
 use crate::listing::{self, Listed};
 use crate::listing_resume::ResumePoint;
 use crate::pool::{connection_backoff, open_first, relist, run_pool, with_retries};
-use crate::pull_gate::{Admitted, Gated, ADMITTED_AHEAD};
+use crate::pull_gate::{Admitted, Gated};
 use crate::walk_count::WalkCount;
 use crate::NodeError;
 
@@ -109,7 +108,7 @@ pub async fn pull(
             // Files a gate admitted wait here for its start.
             let (admitted, mut to_start) = match gated {
                 Some(_) => {
-                    let (tx, rx) = tokio::sync::mpsc::channel(ADMITTED_AHEAD);
+                    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
                     (Some(tx), Some(rx))
                 }
                 None => (None, None),
@@ -249,8 +248,11 @@ pub async fn pull(
     })
     .await;
     let mut listed = HashSet::new();
-    if queue.was_cut() {
-        // --max-transfer: the rest of the listing would only be left.
+    if queue.was_cut() || (gated.is_some() && err.is_some()) {
+        // --max-transfer: the rest of the listing would only be left. A
+        // gate's pull whose connections all gave up: nothing would fetch
+        // what is still to start, and a start may wait for the very caps
+        // the files started before hold until they are settled (below).
         lister.abort();
     }
     let broke = match lister.await {
@@ -275,17 +277,17 @@ pub async fn pull(
         ));
         err = Some(e);
     }
-    fail_leftovers(&queue, &tally, &err, |j| j.entry.path.clone());
+    // Told to the gate before the queue's leftovers are failed below.
     if let Some(gated) = &gated {
+        // Connections that all gave up (retries spent, a node that refused
+        // us, an ssh that failed): the source, not the file, is the cause.
         let (why, unreachable) = match &err {
-            Some(e) => (
-                format!("not fetched: {e}"),
-                matches!(e.fail_kind(), FailKind::Unreachable | FailKind::Timeout),
-            ),
+            Some(e) => (format!("not fetched: {e}"), true),
             None => ("not fetched: the pull ended before it".to_owned(), false),
         };
         gated.finish(&why, unreachable).await;
     }
+    fail_leftovers(&queue, &tally, &err, |j| j.entry.path.clone());
     let root = destination.held_root();
     let complete = err.is_none() && !queue.was_cut();
     link_here(root, backups.as_deref(), &links, opts, &tally, complete);
@@ -324,7 +326,7 @@ struct ListingSink<'a> {
     backups: Option<&'a Backups>,
     /// A gate's pull: listed files go to the gate, and those it admits
     /// to this channel, to wait for their start.
-    gated: Option<(&'a Gated, &'a tokio::sync::mpsc::Sender<Admitted>)>,
+    gated: Option<(&'a Gated, &'a tokio::sync::mpsc::UnboundedSender<Admitted>)>,
 }
 
 impl ListingSink<'_> {
@@ -464,6 +466,12 @@ async fn read_listing(
                 }
             }
             if let (Some((gated, admitted)), EntryKind::File) = (sink.gated, &entry.kind) {
+                // A name the node should never have listed is refused before
+                // the gate (the catalog) hears of it.
+                if let Err(e) = haul_proto::validate_entry_path(&entry.path) {
+                    tally.event(&Event::file_error(entry.path.clone(), e.to_string()));
+                    continue;
+                }
                 let file = Gated::file(&entry, &served);
                 if gated.admit(&file).await {
                     let file = Admitted {
@@ -471,7 +479,7 @@ async fn read_listing(
                         served,
                         file,
                     };
-                    if admitted.send(file).await.is_err() {
+                    if admitted.send(file).is_err() {
                         return Ok(());
                     }
                 }

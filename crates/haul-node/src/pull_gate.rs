@@ -6,10 +6,12 @@
 //!
 //! The order is haul-fetch's: every listed file the filter took is
 //! [admitted](haul_remote::gate::FileGate::admit) in listing order, and
-//! admitted files wait in a bounded channel for a
+//! admitted files wait in a channel for a
 //! [start](haul_remote::gate::FileGate::start) (the gate's caps and
 //! claims), so the gate may claim files in batches while earlier ones
-//! download. A started file is fetched whatever DEST holds (the gate
+//! download. The channel is not bounded, as a pull's queue is not: the
+//! node's listing is read at its own pace, never held up by the caps
+//! (a listing left unread would time out on the node). A started file is fetched whatever DEST holds (the gate
 //! decides, not the quick check), except a copy the gate
 //! [adopts](haul_remote::gate::FileGate::adopt_existing): one with the
 //! listed size and mtime is hashed there and settled up to date. Each
@@ -29,10 +31,6 @@ use haul_run::FailKind;
 use haul_session::{Event, Observer};
 use tokio::task::JoinSet;
 
-/// Admitted files waiting for their start, at most (haul-fetch's queue of
-/// admitted files is as long).
-pub(crate) const ADMITTED_AHEAD: usize = 64;
-
 /// A listed file the gate admitted: what the pull queues once it starts.
 pub(crate) struct Admitted {
     /// The entry as DEST names it.
@@ -43,8 +41,9 @@ pub(crate) struct Admitted {
     pub file: GateFile,
 }
 
-/// A started file, and the gate's permit held until it is settled.
-type Started = (GateFile, Box<dyn Send>);
+/// A started file, the gate's permit held until it is settled, and the
+/// verified bytes that came for it over every connection.
+type Started = (GateFile, Box<dyn Send>, u64);
 
 /// The gate of one pull, and the files it started that are not settled.
 pub(crate) struct Gated {
@@ -124,9 +123,16 @@ impl Gated {
             }
             // Not readable as one version: fetched after all.
         }
-        if let Ok(mut started) = self.started.lock() {
-            started.insert(file.dest_rel.clone(), (file.clone(), permit));
+        let Ok(mut started) = self.started.lock() else {
+            return None;
+        };
+        if started.contains_key(&file.dest_rel) {
+            // Listed twice: fetched once, and this start let go at once.
+            drop(started);
+            self.settle(file.clone(), GateOutcome::Dropped, permit);
+            return None;
         }
+        started.insert(file.dest_rel.clone(), (file.clone(), permit, 0));
         Some(admitted)
     }
 
@@ -134,6 +140,9 @@ impl Gated {
     fn settle(&self, file: GateFile, outcome: GateOutcome, permit: Box<dyn Send>) {
         let gate = self.gate.clone();
         if let Ok(mut settling) = self.settling.lock() {
+            // Those already told are reaped as new ones go (a pull of a
+            // million files does not keep a million finished tasks).
+            while settling.try_join_next().is_some() {}
             settling.spawn(async move {
                 gate.0.settled(&file, outcome).await;
                 drop(permit);
@@ -143,6 +152,14 @@ impl Gated {
 
     /// The pull's event about `path`, if it settles a started file.
     fn heard(&self, event: &Event) {
+        if let Event::Progress { path, bytes } = event {
+            if let Ok(mut started) = self.started.lock() {
+                if let Some((_, _, came)) = started.get_mut(path) {
+                    *came = came.saturating_add(*bytes);
+                }
+            }
+            return;
+        }
         let (path, outcome) = match event {
             Event::FileDone {
                 path,
@@ -174,7 +191,21 @@ impl Gated {
             _ => return,
         };
         let taken = self.started.lock().ok().and_then(|mut s| s.remove(path));
-        if let Some((file, permit)) = taken {
+        if let Some((file, permit, came)) = taken {
+            // A file split over connections: its `file_done` counts the
+            // committing one's bytes, its progress every connection's.
+            let outcome = match outcome {
+                GateOutcome::Delivered {
+                    blake3,
+                    size,
+                    fetched,
+                } => GateOutcome::Delivered {
+                    blake3,
+                    size,
+                    fetched: fetched.max(came),
+                },
+                other => other,
+            };
             self.settle(file, outcome, permit);
         }
     }
@@ -187,7 +218,7 @@ impl Gated {
             .lock()
             .map(|mut s| s.drain().map(|(_, v)| v).collect())
             .unwrap_or_default();
-        for (file, permit) in left {
+        for (file, permit, _) in left {
             let outcome = GateOutcome::Failed {
                 error: why.to_owned(),
                 unreachable,

@@ -296,7 +296,8 @@ type SourceOrigin = (SourceFrom, String, String, std::time::Duration);
 fn node_source(plan: &SourcePlan, node: &daemon_config::NodeSource) -> SourceOrigin {
     let host = match &node.at {
         NodeAt::Haul(url) => url.addr.clone(),
-        NodeAt::Ssh(at) => at.name(),
+        // The host's caps, whoever logs in there.
+        NodeAt::Ssh(at) => at.host.clone(),
     };
     let (at, client, filter, remote_args) = (
         node.at.clone(),

@@ -625,6 +625,7 @@ fn site_plan(s: &SiteConfig, at: &dyn Fn(std::ops::Range<usize>) -> String) -> R
     };
     let site_at = match site_at {
         NodeAt::Haul(url) => {
+            ssh_keys_only_over_ssh(&s.rsh, &s.remote_haul, s.ssh_tunnel, s.ssh_install)?;
             haul_proto::validate_rel_path(url.path.trim_matches('/')).map_err(|e| {
                 anyhow::anyhow!(
                     "{}: url: the directory {:?}: {e}",
@@ -754,7 +755,7 @@ fn source_plan(
         }
         haul_remote::RemoteUrl::parse(url).with_context(|| format!("{}: url", at(s.url.span())))?;
     }
-    check_keys_fit(s, node_at.is_some())?;
+    check_keys_fit(s, node_at.as_ref())?;
     let schedule = Schedule::parse(s.schedule.get_ref())
         .with_context(|| format!("{}: schedule", at(s.schedule.span())))?;
     let jitter = match &s.jitter {
@@ -904,7 +905,27 @@ fn source_plan(
 
 /// The keys of a remote source (FTP, SFTP, HTTP, S3) and of a node
 /// source, each refused on the other kind, naming what to do.
-fn check_keys_fit(s: &SourceConfig, node: bool) -> Result<()> {
+fn check_keys_fit(s: &SourceConfig, node: Option<&NodeAt>) -> Result<()> {
+    if let Some(NodeAt::Ssh(_)) = node {
+        // What an sftp:// source takes from these keys, ssh takes from its
+        // own command line and the URL.
+        let ssh_says = [
+            ("user", s.user.is_some(), "user@ in the url"),
+            ("ssh_key", !s.ssh_key.is_empty(), "rsh = \"ssh -i KEY\""),
+            (
+                "ssh_known_hosts",
+                s.ssh_known_hosts.is_some(),
+                "rsh = \"ssh -o UserKnownHostsFile=FILE\"",
+            ),
+        ];
+        if let Some((key, _, instead)) = ssh_says.iter().find(|(_, on, _)| *on) {
+            bail!("{key} is for sftp:// sources: a node reached over ssh takes it from ssh, as {instead}");
+        }
+    }
+    if let Some(NodeAt::Haul(_)) = node {
+        ssh_keys_only_over_ssh(&s.rsh, &s.remote_haul, s.ssh_tunnel, s.ssh_install)?;
+    }
+    let node = node.is_some();
     let remote_only = [
         ("rename", s.rename.is_some()),
         ("verify_sidecar", s.verify_sidecar),
@@ -945,14 +966,16 @@ fn check_keys_fit(s: &SourceConfig, node: bool) -> Result<()> {
             "haul node sources (haul:// and host:DIR)",
         ),
     };
-    let set: Vec<&str> = wrong
-        .iter()
-        .filter(|(_, on)| *on)
-        .map(|(k, _)| *k)
-        .collect();
+    refuse_keys(wrong, &format!("for {other} only: this source is {kind}"))
+}
+
+/// The keys of `keys` that are set, refused in one line: `why` they do
+/// not belong.
+fn refuse_keys(keys: &[(&str, bool)], why: &str) -> Result<()> {
+    let set: Vec<&str> = keys.iter().filter(|(_, on)| *on).map(|(k, _)| *k).collect();
     if !set.is_empty() {
         bail!(
-            "{} {} for {other} only: this source is {kind}; remove {}",
+            "{} {} {why}; remove {}",
             set.join(", "),
             if set.len() == 1 { "is" } else { "are" },
             if set.len() == 1 { "it" } else { "them" }
@@ -1026,6 +1049,25 @@ impl NodeKeys<'_> {
         }
         Ok(())
     }
+}
+
+/// `rsh`, `remote_haul`, `ssh_tunnel`, `ssh_install` on a `haul://` node:
+/// refused (nothing is started over ssh for it).
+fn ssh_keys_only_over_ssh(
+    rsh: &Option<String>,
+    remote_haul: &Option<String>,
+    tunnel: bool,
+    install: bool,
+) -> Result<()> {
+    refuse_keys(
+        &[
+            ("rsh", rsh.is_some()),
+            ("remote_haul", remote_haul.is_some()),
+            ("ssh_tunnel", tunnel),
+            ("ssh_install", install),
+        ],
+        "for a node started over ssh ([user@]host:DIR): a haul:// node is already running",
+    )
 }
 
 /// The keys that say how a node is started over ssh, a site's or a source's.
@@ -1175,6 +1217,10 @@ deliver = ["a", "b"]
         );
         let e = error_of(&MINIMAL.replace("schedule =", "token_file = \"/t\"\nschedule ="));
         assert!(e.contains("token_file is for haul node sources"), "{e}");
+        let e = error_of(&node.replace("schedule =", "rsh = \"ssh -p 2\"\nschedule ="));
+        assert!(e.contains("rsh is for a node started over ssh"), "{e}");
+        let e = error_of(&ssh.replace("schedule =", "ssh_key = [\"/k\"]\nschedule ="));
+        assert!(e.contains("as rsh = \"ssh -i KEY\""), "{e}");
         // Neither a remote nor a node.
         let e = error_of(&MINIMAL.replace("https://archive.example/pub/sst/", "/local/dir"));
         assert!(e.contains("nor a haul node"), "{e}");

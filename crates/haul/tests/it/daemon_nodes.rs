@@ -138,7 +138,9 @@ deliver = ["a"]
     }
     // A new file, and one changed at the node: only they come again.
     write_file(&data.join("f3.nc"), 30_000, 5);
-    write_file(&data.join("f1.nc"), 12_000, 6);
+    // Replaced whole (as an archive does), never seen half-written.
+    write_file(&data.join("f1.tmp"), 12_000, 6);
+    std::fs::rename(data.join("f1.tmp"), data.join("f1.nc")).unwrap();
     wait_for(
         Duration::from_secs(60),
         "the new and the changed file",
