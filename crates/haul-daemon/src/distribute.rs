@@ -409,7 +409,16 @@ async fn deliver(d: &Distributor, spec: &SourceSpec, claimed: &Batch, shared: &M
         rates,
         reach: reached.reach.clone(),
     };
-    let opts = claimed[0].0.client.clone();
+    // The fan-out's own options (timeouts, transport) from a site it
+    // reaches; each site's token and key come from the reach.
+    let opts = claimed
+        .iter()
+        .zip(&reached.placed)
+        .find(|(_, place)| place.is_ok())
+        .map_or_else(
+            || claimed[0].0.client.clone(),
+            |((s, _), _)| s.client.clone(),
+        );
     let seen = Arc::new(Seen::new(&spec.dest));
     let names: Vec<&str> = claimed.iter().map(|(s, _)| s.name.as_str()).collect();
     let unique: HashSet<&String> = files.iter().collect();
@@ -425,11 +434,15 @@ async fn deliver(d: &Distributor, spec: &SourceSpec, claimed: &Batch, shared: &M
         )),
         false => haul_node::push_fanout(dataset, &reached.urls, &opts, &fan, seen.clone()).await,
     };
+    // The nodes started over ssh for this round end with it, before the
+    // catalog writes and hooks below.
+    drop(fan);
+    let placed = reached.end();
     let mut confirmed_paths: Vec<String> = Vec::new();
     let done = seen.done.lock().map(|m| m.clone()).unwrap_or_default();
     let failed_here = seen.failed.lock().map(|m| m.clone()).unwrap_or_default();
     for (i, (site, owed)) in claimed.iter().enumerate() {
-        let report = match &reached.placed[i] {
+        let report = match &placed[i] {
             Ok(j) => result
                 .as_ref()
                 .map(|s| s.nodes.get(*j))

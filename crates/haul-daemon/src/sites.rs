@@ -48,6 +48,14 @@ pub(crate) struct Reached {
     _fleet: Option<Arc<Fleet>>,
 }
 
+impl Reached {
+    /// Ends the round's nodes over ssh (their sessions close); what is
+    /// left is where each site was placed.
+    pub fn end(self) -> Vec<Result<usize, String>> {
+        self.placed
+    }
+}
+
 /// Reaches `sites`: a node over ssh started for each ssh site (all at
 /// once), the others as they are.
 pub(crate) async fn reach(sites: &[&SiteSpec]) -> Reached {

@@ -72,10 +72,12 @@ use crate::jobs::{SendJob, WorkQueue};
 use crate::pool::send_all;
 use crate::push::{send_queue, FanoutJobs};
 use crate::stripe_vouch::StripeVouchers;
+use cutoff::Cutoff;
 use edges::Edges;
 
 mod after_run;
 mod control;
+mod cutoff;
 mod edges;
 mod failures;
 use crate::{NodeError, NodeUrl};
@@ -164,7 +166,15 @@ pub struct FanoutSummary {
 impl FanoutSummary {
     /// True when every destination holds everything.
     pub fn all_ok(&self) -> bool {
-        self.nodes.iter().all(|n| n.ok) && self.sent.failed == 0
+        // A limit reached (--max-transfer, --max-delete) is no failure of
+        // a node: every node holds the same, and the run says which limit.
+        let limit = |f: &haul_run::summary::Failure| {
+            matches!(
+                f.kind,
+                haul_run::FailKind::TransferLimit | haul_run::FailKind::DeleteLimit
+            )
+        };
+        self.nodes.iter().all(|n| n.ok) && self.sent.failures.iter().all(limit)
     }
 
     /// The relays evicted for data that failed the origin's seal.
@@ -299,6 +309,14 @@ pub async fn push_fanout(
         files,
         bytes: total,
     });
+    // --max-transfer: one cut, the same for every send (see `cutoff`).
+    let cutoff = opts
+        .max_transfer
+        .map(|limit| Arc::new(Cutoff::new(dataset.clone(), limit, tally.clone())));
+    let sent_dataset: Arc<dyn Dataset> = match &cutoff {
+        Some(c) => c.clone(),
+        None => dataset.clone(),
+    };
     let plan = Plan::build_among(&rates, fan.shape, largest, Candidates::All);
     for (i, a) in admitted.iter().enumerate() {
         let from: Vec<String> = (0..plan.stripe_count())
@@ -328,7 +346,7 @@ pub async fn push_fanout(
         rtts: admitted.iter().map(|a| a.rtt).collect(),
         commands: Vec::new(),
         news_tx: None,
-        dataset: dataset.clone(),
+        dataset: sent_dataset,
         same: match opts.checksum {
             true => Some(Arc::new(
                 same_on_every_node(
@@ -491,10 +509,29 @@ pub async fn push_fanout(
             .collect();
         nodes[run.index[i]].from = from.join(", ");
     }
-    if opts.keep.hard_links {
+    // Cut by --max-transfer: one line for what is left; links and
+    // deletions wait for a run that sends everything, as a push's do.
+    let cut = cutoff.as_ref().and_then(|c| c.left());
+    if let Some(left) = cut {
+        run.tally
+            .event(&Event::transfer_limit(run.tally.moved(), left));
+        for (asked, what) in [
+            (opts.keep.hard_links, "-H: no hard link made"),
+            (opts.delete, "--delete: nothing deleted"),
+        ] {
+            if asked {
+                run.tally.event(&Event::Warning {
+                    message: format!(
+                        "{what}: --max-transfer ended the run before every file was sent"
+                    ),
+                });
+            }
+        }
+    }
+    if opts.keep.hard_links && cut.is_none() {
         run.link(dests, &mut nodes).await?;
     }
-    if opts.delete {
+    if opts.delete && cut.is_none() {
         run.prune(dests, &mut nodes).await?;
     }
     let sent = run.tally.finish(started.elapsed(), 0);

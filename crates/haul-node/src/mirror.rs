@@ -40,6 +40,42 @@ pub(crate) async fn prune_node(
     if !nothing_failed(tally, stopped) {
         return;
     }
+    let Some(gone) = node_deletions(remote, dest, source, sent, opts, tally).await else {
+        return;
+    };
+    if let Some(refused) = gone.over_limit(opts.max_delete) {
+        tally.event(&refused);
+        return;
+    }
+    remove_on_node(remote, dest, gone, opts, tally).await;
+}
+
+/// What `--delete` would remove on one node.
+pub(crate) struct NodeDeletions {
+    /// What the node listed (DEST/TOP).
+    under: String,
+    gone: Vec<haul_proto::Entry>,
+}
+
+impl NodeDeletions {
+    /// `--max-delete MAX`'s refusal, when more would go.
+    pub fn over_limit(&self, max: Option<u64>) -> Option<Event> {
+        over_delete_limit(self.gone.len(), max, &self.under)
+    }
+}
+
+/// What the node holds under DEST/TOP (filtered like the source, backups
+/// kept) that the source did not send. `None`: nothing, or the node's
+/// listing could not be read whole (then `tally` says so, and nothing may
+/// be deleted).
+pub(crate) async fn node_deletions(
+    remote: &NodePath,
+    dest: &str,
+    source: &str,
+    sent: &HashSet<String>,
+    opts: &ClientOptions,
+    tally: &Tally,
+) -> Option<NodeDeletions> {
     let top = LocalTree::new(source)
         .map(|t| t.top_name().to_owned())
         .unwrap_or_default();
@@ -48,26 +84,35 @@ pub(crate) async fn prune_node(
         Ok(side) if side.errors == 0 => side,
         Ok(_) => {
             tally.event(&nothing_deleted("the node's listing was not complete"));
-            return;
+            return None;
         }
         Err(e) => {
             tally.event(&Event::file_error(
                 under,
                 format!("--delete cannot list the destination: {e}"),
             ));
-            return;
+            return None;
         }
     };
     let side = dest_filtered(side, opts, &top);
     let entries = Backups::unprotected(opts.backup.as_ref(), side.entries);
     let gone = deletions(&entries, &sent.iter().map(String::as_str).collect());
     if gone.is_empty() {
-        return;
+        return None;
     }
-    if let Some(refused) = over_delete_limit(gone.len(), opts.max_delete, &under) {
-        tally.event(&refused);
-        return;
-    }
+    let gone = gone.into_iter().cloned().collect();
+    Some(NodeDeletions { under, gone })
+}
+
+/// Removes `gone` on the node, one `Remove` at a time, each answered.
+pub(crate) async fn remove_on_node(
+    remote: &NodePath,
+    dest: &str,
+    gone: NodeDeletions,
+    opts: &ClientOptions,
+    tally: &Tally,
+) {
+    let NodeDeletions { under, gone } = gone;
     let request = Request::Prune {
         dest: dest.to_owned(),
         backup: opts.backup.clone(),

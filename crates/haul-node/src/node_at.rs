@@ -28,14 +28,23 @@ impl NodeAt {
     pub fn shown(&self) -> String {
         match self {
             Self::Haul(url) => format!("haul://{}/{}", url.addr, url.path.trim_start_matches('/')),
-            Self::Ssh(at) => match at.port {
-                Some(port) => format!(
-                    "ssh://{}:{port}/{}",
-                    at.name(),
-                    at.path.trim_start_matches('/')
-                ),
-                None => format!("{}:{}", at.name(), at.path),
-            },
+            Self::Ssh(at) => {
+                // An IPv6 address in brackets, so the text parses back.
+                let host = match at.host.contains(':') {
+                    true => format!("[{}]", at.host),
+                    false => at.host.clone(),
+                };
+                let login = match &at.user {
+                    Some(u) => format!("{u}@{host}"),
+                    None => host,
+                };
+                match at.port {
+                    Some(port) => {
+                        format!("ssh://{login}:{port}/{}", at.path.trim_start_matches('/'))
+                    }
+                    None => format!("{login}:{}", at.path),
+                }
+            }
         }
     }
 
@@ -50,5 +59,29 @@ impl NodeAt {
             path.push('/');
         }
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_form_shows_as_it_parses_back() {
+        for text in [
+            "haul@far.example:/srv/sst/",
+            "u@[::1]:/x/",
+            "far:rel/dir",
+            "ssh://u@[::1]:2222/srv/x",
+            "ssh://far:2222/srv/x",
+        ] {
+            let at = SshLocation::parse(text).unwrap().unwrap();
+            let shown = NodeAt::Ssh(at.clone()).shown();
+            assert_eq!(
+                SshLocation::parse(&shown).unwrap().unwrap(),
+                at,
+                "{text} -> {shown}"
+            );
+        }
     }
 }

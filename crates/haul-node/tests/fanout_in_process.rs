@@ -14,6 +14,16 @@ use haul_node::{FanoutOptions, NodeUrl};
 use haul_plan::Shape;
 use test_node::{options, pattern, write, Directory, Heard, TestNode, TOKEN};
 
+/// A node for each of `names`, in one directory.
+fn start_nodes(names: &[&str]) -> (Arc<Directory>, Vec<TestNode>) {
+    let directory = Arc::new(Directory::default());
+    let nodes = names
+        .iter()
+        .map(|n| TestNode::start_in(&directory, n))
+        .collect();
+    (directory, nodes)
+}
+
 /// Each node's `in/` as the fan-out's destinations, and the client's
 /// options for them.
 fn dests_and_options(names: &[&str], node: &TestNode) -> (Vec<NodeUrl>, haul_node::ClientOptions) {
@@ -102,12 +112,8 @@ impl Set {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_chain_of_three_relays_delivers_the_same_files_to_every_node() {
-    let directory = Arc::new(Directory::default());
     let names = ["node-a:1", "node-b:1", "node-c:1"];
-    let nodes: Vec<TestNode> = names
-        .iter()
-        .map(|n| TestNode::start_in(&directory, n))
-        .collect();
+    let (directory, nodes) = start_nodes(&names);
     let set = Set::new(9 << 20, 3, 5, 1000);
     let (summary, _) = set
         .fan_out(&directory, &names, &nodes[0], Shape::Chain)
@@ -264,4 +270,143 @@ async fn a_link_cut_between_two_live_relays_moves_the_child_in_seconds() {
     );
     // In seconds: not the idle limit.
     assert!(took < std::time::Duration::from_secs(15), "took {took:?}");
+}
+
+/// `--max-transfer` over a fan-out, in a plan whose client sends to two
+/// nodes itself (a tree of two, and two stripes): every node ends with the
+/// same files, the first ones of the walk, and the run says it was cut;
+/// the next run without the limit completes every node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_transfer_cuts_every_node_at_the_same_file() {
+    for shape in [Shape::Tree(2), Shape::Stripes(2)] {
+        let names = ["node-a:1", "node-b:1", "node-c:1"];
+        let (directory, nodes) = start_nodes(&names);
+        let src = tempfile::tempdir().unwrap();
+        let files = 12;
+        for i in 0..files {
+            write(
+                &src.path().join(format!("set/f{i:02}.bin")),
+                &pattern(1 << 20, i as u8),
+            );
+        }
+        let (dests, opts) = dests_and_options(&names, &nodes[0]);
+        let fan = FanoutOptions {
+            shape,
+            rates: vec![None; names.len()],
+            reach: directory.clone(),
+        };
+        let sources = [src.path().join("set").display().to_string()];
+        let run = |max_transfer: Option<u64>| {
+            let (dests, fan, sources) = (dests.clone(), &fan, sources.clone());
+            let mut opts = opts.clone();
+            opts.max_transfer = max_transfer;
+            // As the binary sets it under the flag: two files ahead.
+            opts.window = 2;
+            async move {
+                let dataset = Arc::new(Walk::new(&sources, None));
+                let heard = Arc::new(Heard::default());
+                haul_node::push_fanout(dataset, &dests, &opts, fan, heard)
+                    .await
+                    .unwrap()
+            }
+        };
+        let summary = run(Some(3 << 20)).await;
+        assert!(summary.all_ok(), "{shape:?}: {:#?}", summary.nodes);
+        let cut: Vec<_> = summary
+            .sent
+            .failures
+            .iter()
+            .filter(|f| f.kind == haul_run::FailKind::TransferLimit)
+            .collect();
+        assert_eq!(cut.len(), 1, "{shape:?}: {:?}", summary.sent.failures);
+        let held = |node: &TestNode| -> Vec<String> {
+            let mut names: Vec<String> = std::fs::read_dir(node.file("in/set"))
+                .map(|d| {
+                    d.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                        .collect()
+                })
+                .unwrap_or_default();
+            names.sort();
+            names
+        };
+        let first = held(&nodes[0]);
+        assert!(
+            !first.is_empty() && first.len() < files,
+            "{shape:?}: {first:?}"
+        );
+        // The first files of the walk, the same on every node.
+        let walked: Vec<String> = (0..first.len()).map(|i| format!("f{i:02}.bin")).collect();
+        assert_eq!(first, walked, "{shape:?}");
+        for node in &nodes[1..] {
+            assert_eq!(held(node), first, "{shape:?}");
+        }
+        // The next run sends the rest.
+        let summary = run(None).await;
+        assert!(summary.all_ok(), "{shape:?}: {:#?}", summary.nodes);
+        for node in &nodes {
+            assert_eq!(held(node).len(), files, "{shape:?}");
+        }
+    }
+}
+
+/// `--delete --max-delete N` over a fan-out: the nodes are pruned alike —
+/// when one would lose more than N entries, none loses any (and the run
+/// says which limit held it back); within the limit, every node is pruned.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_delete_prunes_every_node_or_none() {
+    let names = ["node-a:1", "node-b:1"];
+    let (directory, nodes) = start_nodes(&names);
+    let set = Set::new(1 << 20, 5, 2, 100);
+    // One extra entry on a, three on b.
+    write(&nodes[0].file("in/set/extra0"), b"x");
+    for i in 0..3 {
+        write(&nodes[1].file(&format!("in/set/extra{i}")), b"x");
+    }
+    let (dests, opts) = dests_and_options(&names, &nodes[0]);
+    let fan = FanoutOptions {
+        shape: Shape::Chain,
+        rates: vec![None; names.len()],
+        reach: directory.clone(),
+    };
+    let sources = [set.dir.path().join("set").display().to_string()];
+    let run = |max_delete: u64| {
+        let mut opts = opts.clone();
+        opts.delete = true;
+        opts.max_delete = Some(max_delete);
+        let (dests, fan, sources) = (dests.clone(), &fan, sources.clone());
+        async move {
+            let dataset = Arc::new(Walk::new(&sources, None));
+            let heard = Arc::new(Heard::default());
+            haul_node::push_fanout(dataset, &dests, &opts, fan, heard)
+                .await
+                .unwrap()
+        }
+    };
+    let summary = run(2).await;
+    assert!(summary.all_ok(), "{:#?}", summary.nodes);
+    assert!(
+        summary
+            .sent
+            .failures
+            .iter()
+            .any(|f| f.kind == haul_run::FailKind::DeleteLimit),
+        "{:?}",
+        summary.sent.failures
+    );
+    assert!(
+        nodes[0].file("in/set/extra0").exists(),
+        "a was pruned alone"
+    );
+    assert!(nodes[1].file("in/set/extra2").exists());
+    set.assert_on(&nodes, &names, &summary);
+    let summary = run(3).await;
+    assert!(summary.all_ok(), "{:#?}", summary.nodes);
+    assert!(
+        summary.sent.failures.is_empty(),
+        "{:?}",
+        summary.sent.failures
+    );
+    assert!(!nodes[0].file("in/set/extra0").exists());
+    assert!((0..3).all(|i| !nodes[1].file(&format!("in/set/extra{i}")).exists()));
+    assert_eq!(summary.nodes.iter().map(|n| n.deleted).sum::<u64>(), 4);
 }

@@ -657,7 +657,8 @@ pub struct TransferArgs {
     /// in flight finish (each connection holds at most two files ahead under
     /// this flag), the rest is left for the next run; exit 8 (rclone's
     /// --max-transfer with its soft cutoff). Push, pull (from a node or an
-    /// FTP/SFTP/HTTP/S3 server), local copy.
+    /// FTP/SFTP/HTTP/S3 server), local copy, and fan-outs (the client's own
+    /// bytes count; every node is cut after the same file).
     #[arg(long, value_name = "SIZE")]
     pub max_transfer: Option<String>,
     /// Replace a non-empty directory at DEST where the source has a file or

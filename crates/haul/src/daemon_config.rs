@@ -488,10 +488,11 @@ pub fn parse(text: &str) -> Result<DaemonConfig> {
         let line = at(site.span());
         let plan = site_plan(site.get_ref(), &at)
             .with_context(|| format!("[[site]] {:?} ({line})", site.get_ref().name))?;
+        // A node's address; over ssh, the host and directory its node
+        // serves (each round starts one for each site).
         let addr = |s: &SitePlan| match &s.at {
             NodeAt::Haul(url) => Some(url.addr.clone()),
-            // Each round starts a node of its own for each.
-            NodeAt::Ssh(_) => None,
+            ssh @ NodeAt::Ssh(_) => Some(ssh.shown()),
         };
         if let Some((other, addr)) = sites.iter().find_map(|s| {
             addr(s)
@@ -637,7 +638,15 @@ fn site_plan(s: &SiteConfig, at: &dyn Fn(std::ops::Range<usize>) -> String) -> R
         }
         // The node started there serves the directory itself: nothing
         // outside it can be named.
-        ssh @ NodeAt::Ssh(_) => ssh.naming_contents(),
+        ssh @ NodeAt::Ssh(_) => {
+            offered_over_ssh(&s.token_file, &s.fingerprint, &s.known_hosts, s.plaintext)?;
+            refuse_keys(
+                &[("ssh_tunnel", s.ssh_tunnel)],
+                "not for a site: the other sites' relays reach its node port to port, never over \
+                 this host's ssh channel",
+            )?;
+            ssh.naming_contents()
+        }
     };
     let rate = match &s.rate {
         None => None,
@@ -907,6 +916,7 @@ fn source_plan(
 /// source, each refused on the other kind, naming what to do.
 fn check_keys_fit(s: &SourceConfig, node: Option<&NodeAt>) -> Result<()> {
     if let Some(NodeAt::Ssh(_)) = node {
+        offered_over_ssh(&s.token_file, &s.fingerprint, &s.known_hosts, s.plaintext)?;
         // What an sftp:// source takes from these keys, ssh takes from its
         // own command line and the URL.
         let ssh_says = [
@@ -1049,6 +1059,27 @@ impl NodeKeys<'_> {
         }
         Ok(())
     }
+}
+
+/// `token_file`, `fingerprint`, `known_hosts`, `plaintext` on a node
+/// started over ssh: refused (its node offers a token and key of its own
+/// over the ssh channel, which are used).
+fn offered_over_ssh(
+    token_file: &Option<PathBuf>,
+    fingerprint: &Option<String>,
+    known_hosts: &Option<PathBuf>,
+    plaintext: bool,
+) -> Result<()> {
+    refuse_keys(
+        &[
+            ("token_file", token_file.is_some()),
+            ("fingerprint", fingerprint.is_some()),
+            ("known_hosts", known_hosts.is_some()),
+            ("plaintext", plaintext),
+        ],
+        "for a haul:// node: a node started over ssh offers a token and key of its own over the \
+         ssh channel, and those are used",
+    )
 }
 
 /// `rsh`, `remote_haul`, `ssh_tunnel`, `ssh_install` on a `haul://` node:
@@ -1219,6 +1250,8 @@ deliver = ["a", "b"]
         assert!(e.contains("token_file is for haul node sources"), "{e}");
         let e = error_of(&node.replace("schedule =", "rsh = \"ssh -p 2\"\nschedule ="));
         assert!(e.contains("rsh is for a node started over ssh"), "{e}");
+        let e = error_of(&ssh.replace("schedule =", "fingerprint = \"SHA256:x\"\nschedule ="));
+        assert!(e.contains("fingerprint is for a haul:// node"), "{e}");
         let e = error_of(&ssh.replace("schedule =", "ssh_key = [\"/k\"]\nschedule ="));
         assert!(e.contains("as rsh = \"ssh -i KEY\""), "{e}");
         // Neither a remote nor a node.
@@ -1229,13 +1262,15 @@ deliver = ["a", "b"]
     #[test]
     fn sites_over_ssh_serve_their_directory_and_may_share_a_host() {
         let dir = tempfile::tempdir().unwrap();
+        // An ssh site's node offers its own token and key: none is given.
+        let d = dir.path().display();
         let text = with_sites(dir.path())
             .replace(
-                "url = \"haul://a.example:7878/sst\"",
+                &format!("url = \"haul://a.example:7878/sst\"\ntoken_file = \"{d}/a.token\""),
                 "url = \"haul@far.example:/srv/sst\"\nrsh = \"ssh -p 2222\"",
             )
             .replace(
-                "url = \"haul://b.example:7878/sst\"",
+                &format!("url = \"haul://b.example:7878/sst\"\ntoken_file = \"{d}/b.token\""),
                 "url = \"haul@far.example:/srv/other\"",
             );
         let c = parse(&text).unwrap();
@@ -1246,6 +1281,17 @@ deliver = ["a", "b"]
         );
         assert_eq!(c.sites[0].client.ssh.rsh, ["ssh", "-p", "2222"]);
         assert_eq!(c.sites[1].at.shown(), "haul@far.example:/srv/other/");
+        // One directory twice, and a key the ssh offer overrides: refused.
+        let twice = text.replace("/srv/other", "/srv/sst/");
+        assert!(
+            error_of(&twice).contains("one site per node"),
+            "{}",
+            error_of(&twice)
+        );
+        let e = error_of(&text.replace("rsh = ", "ssh_tunnel = true\nrsh = "));
+        assert!(e.contains("ssh_tunnel is not for a site"), "{e}");
+        let e = error_of(&text.replace("rsh = ", "plaintext = true\nrsh = "));
+        assert!(e.contains("plaintext is for a haul:// node"), "{e}");
         let e =
             error_of(&with_sites(dir.path()).replace("haul://a.example:7878/sst", "/local/sst"));
         assert!(e.contains("not a haul node"), "{e}");

@@ -110,21 +110,9 @@ pub async fn push(
         )
         .into());
     }
-    if args.transfer.max_transfer.is_some() {
-        return Err(UsageError(
-            "--max-transfer is not offered for a fan-out yet (each node would stop at its own point): push to each node on its own, or leave it out".into(),
-        )
-        .into());
-    }
     if args.transfer.checksum && (args.transfer.backup || args.transfer.backup_dir.is_some()) {
         return Err(UsageError(
             "-c with -b is not offered for a fan-out yet (a node that already holds a file would keep a backup of it): push to each node on its own, or leave one out".into(),
-        )
-        .into());
-    }
-    if args.transfer.max_delete.is_some() {
-        return Err(UsageError(
-            "--max-delete is not offered for a fan-out yet (each node would be held back on its own, and the nodes must be pruned alike): push to one node, or leave it out".into(),
         )
         .into());
     }
@@ -211,7 +199,9 @@ fn exit_code(summary: &FanoutSummary, unstarted: usize) -> u8 {
     } else if summary.evicted().next().is_some() {
         exit::EVICTED
     } else {
-        exit::OK
+        // Every node holds the same: a limit reached (--max-delete 25,
+        // --max-transfer 8) is all that may be left to say.
+        exit::for_failures(&summary.sent.failures)
     }
 }
 

@@ -118,11 +118,44 @@ impl Run {
             return Ok(());
         }
         let sent = side.entries.into_iter().map(|e| e.path).collect();
+        // Every node's deletions first: with --max-delete, the nodes are
+        // pruned alike — all, or (one over the limit) none.
+        let mut planned = Vec::new();
         for (i, dialer) in self.dialers.iter().enumerate() {
             let url = NodePath::new(dialer.clone(), dests[self.index[i]].path.clone());
             let here = Tally::new(self.tally.clone());
-            let dest = url.path.trim_matches('/');
-            crate::mirror::prune_node(&url, dest, source, &sent, &self.opts, &here, None).await;
+            let dest = url.path.trim_matches('/').to_owned();
+            let gone =
+                crate::mirror::node_deletions(&url, &dest, source, &sent, &self.opts, &here).await;
+            planned.push((i, url, dest, here, gone));
+        }
+        let over: Vec<(usize, Event)> = planned
+            .iter()
+            .filter_map(|(i, _, _, _, gone)| {
+                let refused = gone.as_ref()?.over_limit(self.opts.max_delete)?;
+                Some((*i, refused))
+            })
+            .collect();
+        if !over.is_empty() {
+            for (i, refused) in &over {
+                self.tally.event(refused);
+                nodes[self.index[*i]].error = join_errors(
+                    &nodes[self.index[*i]].error,
+                    "--max-delete: more would have been deleted there than allowed",
+                );
+            }
+            self.tally.event(&Event::Warning {
+                message: format!(
+                    "--max-delete: nothing deleted on any node ({} would have gone beyond it), so that every node holds the same",
+                    over.len()
+                ),
+            });
+            return Ok(());
+        }
+        for (i, url, dest, here, gone) in planned {
+            if let Some(gone) = gone {
+                crate::mirror::remove_on_node(&url, &dest, gone, &self.opts, &here).await;
+            }
             nodes[self.index[i]].deleted = here.finish(Duration::ZERO, 0).deleted;
         }
         Ok(())

@@ -24,9 +24,17 @@ impl SshLocation {
         if text.contains("://") {
             return None;
         }
-        // rsync's rule: a colon before any slash names a host ([v6]:path too).
-        let colon = match text.strip_prefix('[') {
-            Some(rest) => rest.find("]:")? + 2,
+        // rsync's rule: a colon before any slash names a host ([v6]:path
+        // and user@[v6]:path too, as scp takes them).
+        let bracket = match text.strip_prefix('[') {
+            Some(_) => Some(0),
+            None => text
+                .find('@')
+                .filter(|&at| text[at + 1..].starts_with('['))
+                .map(|at| at + 1),
+        };
+        let colon = match bracket {
+            Some(open) => open + text[open..].find("]:")? + 1,
             None => text.find(':')?,
         };
         if text[..colon].contains('/') {
@@ -151,6 +159,11 @@ mod tests {
         assert_eq!(u.path, "/srv/in/");
         assert_eq!(at("ssh://h").path, "");
         assert_eq!(at("[::1]:/x").host, "::1");
+        let v6 = at("u@[::1]:/x");
+        assert_eq!(
+            (v6.user.as_deref(), v6.host.as_str(), v6.path.as_str()),
+            (Some("u"), "::1", "/x")
+        );
         // Not SSH: local paths (a slash before the colon), other schemes.
         for local in ["./a:b", "/abs/a:b", "plain", "haul://h:1/x", "sftp://h/x"] {
             assert!(SshLocation::parse(local).is_none(), "{local}");

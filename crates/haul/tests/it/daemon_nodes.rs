@@ -194,6 +194,12 @@ url = "{user}@127.0.0.1:{site}"
 rsh = "{rsh}"
 remote_haul = "{bin}"
 
+[[site]]
+name = "t"
+url = "{user}@127.0.0.1:{site}-t"
+rsh = "{rsh}"
+remote_haul = "/nowhere/haul"
+
 [[source]]
 name = "far"
 url = "{user}@127.0.0.1:{far}"
@@ -201,7 +207,7 @@ rsh = "{rsh}"
 remote_haul = "{bin}"
 dest = "{dest}"
 schedule = "every 1s"
-deliver = ["s"]
+deliver = ["s", "t"]
 "#,
             catalog = s.path("catalog.db").display(),
             status = free_port(),
@@ -233,6 +239,19 @@ deliver = ["s"]
         Duration::from_secs(30),
         "both confirmed by the site",
         || catalog(&config, &["list", "--site", "s", "--state", "delivered"]).len() == 2,
+    );
+    // The site whose node cannot start there fails with ssh's words, and
+    // held back nothing of the other's.
+    let mut failed = Vec::new();
+    wait_for(Duration::from_secs(30), "t's failures recorded", || {
+        failed = catalog(&config, &["list", "--site", "t", "--state", "failed"]);
+        failed.len() == 2
+    });
+    assert!(
+        failed.iter().all(|f| f["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("/nowhere/haul"))),
+        "{failed:?}"
     );
     let shown = catalog(&config, &["show", "far", "sub/b.nc"]);
     assert_eq!(shown[0]["blake3"], b3(&far.join("sub/b.nc")).as_str());

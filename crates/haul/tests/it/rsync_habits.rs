@@ -700,6 +700,30 @@ fn max_transfer_starts_no_file_after_its_limit_and_exits_8() {
     assert_eq!(out.status.code(), Some(8), "{}", said(&out));
     let landed = std::fs::read_dir(s.path("node/in")).unwrap().count();
     assert!((3..=6).contains(&landed), "{landed} files landed");
+    // A fan-out to two nodes: both cut after the same file.
+    let other = Node::start(
+        &s.path("other"),
+        &s.path("config"),
+        &["--open", "--plaintext"],
+    );
+    let mut c = haul(&s.path("config"));
+    c.args(["push", "--plaintext", "--max-transfer", "3M"])
+        .arg(format!("{}/", src.display()))
+        .arg(node.url("fan"))
+        .arg(other.url("fan"));
+    let out = run(c, T);
+    assert_eq!(out.status.code(), Some(8), "{}", said(&out));
+    let held = |dir: &str| {
+        let mut names: Vec<String> = std::fs::read_dir(s.path(dir))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        names
+    };
+    let fanned = held("node/fan");
+    assert!(!fanned.is_empty() && fanned.len() < 12, "{fanned:?}");
+    assert_eq!(held("other/fan"), fanned);
 
     // A run whose last file takes it past the limit left nothing: exit 0.
     write_file(&s.path("one/big"), 2 << 20, 99);
