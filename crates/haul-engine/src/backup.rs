@@ -46,6 +46,10 @@ pub struct Backups {
     base: String,
     /// The destination root, held: backup directories are made beneath it.
     root: Root,
+    /// No backup of a file replaced by the same content (`-c -b` in a
+    /// fan-out: a node that holds a file whose content matches receives it
+    /// again when another node lacks it; rsync would have left it alone).
+    spare_same_content: bool,
 }
 
 impl Backups {
@@ -58,7 +62,20 @@ impl Backups {
             spec,
             base: base.to_owned(),
             root: root.clone(),
+            spare_same_content: false,
         })
+    }
+
+    /// The same rule, keeping no backup of a file whose content is what
+    /// replaces it (`-c`: such a file was not replaced in rsync's eyes).
+    pub fn sparing_same_content(mut self) -> Self {
+        self.spare_same_content = true;
+        self
+    }
+
+    /// Whether a file replaced by the same content is kept no backup of.
+    pub fn spares_same_content(&self) -> bool {
+        self.spare_same_content
     }
 
     /// `rel` (a path under the root) relative to the transfer's

@@ -684,6 +684,7 @@ impl PartialFile {
         let name = self.place.name.to_str().unwrap_or_default();
         let kept = match backups {
             None => Kept::Nothing,
+            Some(b) if b.spares_same_content() && self.replaces_same_content() => Kept::Nothing,
             Some(b) => b
                 .keep_replaced(&self.place.dir, name, &self.entry.path)
                 .map_err(|e| {
@@ -714,6 +715,28 @@ impl PartialFile {
         }
         self.keep_hashes();
         Ok(())
+    }
+
+    /// Whether the regular file at the final name holds exactly what this
+    /// staging verified (its size, then its BLAKE3 of one version read now).
+    fn replaces_same_content(&self) -> bool {
+        let Ok((file, st)) = self.place.dir.open_regular(&self.place.name) else {
+            return false;
+        };
+        if st.size != self.entry.size {
+            return false;
+        }
+        let root = self.state.lock().ok().and_then(|state| {
+            let digests: Option<Vec<Digest>> = state.digests.iter().copied().collect();
+            root_from_digests(&digests?, self.entry.chunk_size, self.entry.size)
+        });
+        let Some(root) = root else {
+            return false;
+        };
+        crate::LocalFile::open(file)
+            .ok()
+            .and_then(|f| crate::content::whole_file(&f).ok())
+            .is_some_and(|h| *h.as_bytes() == root)
     }
 
     /// Keeps the digests every chunk verified against as the file's

@@ -544,6 +544,12 @@ impl Server {
                     Ok(b) => b,
                     Err(e) => return self.refuse(&mut writer, ErrorCode::BadPath, e).await,
                 };
+                // -c: a file here of the same content is received again
+                // when another node lacks it; it is no change to keep.
+                let backups = match checksum {
+                    true => backups.map(|b| Arc::new((*b).clone().sparing_same_content())),
+                    false => backups,
+                };
                 let admitted = crate::relay::Admitted {
                     dest,
                     origin,

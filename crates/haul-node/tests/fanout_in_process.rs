@@ -410,3 +410,45 @@ async fn max_delete_prunes_every_node_or_none() {
     assert!((0..3).all(|i| !nodes[1].file(&format!("in/set/extra{i}")).exists()));
     assert_eq!(summary.nodes.iter().map(|n| n.deleted).sum::<u64>(), 4);
 }
+
+/// `-c -b` over a fan-out: a node whose copy matches the source's content
+/// receives the file again (another node lacks it) but keeps no backup of
+/// it; a node whose copy differs keeps its old copy as the backup.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c_b_keeps_a_backup_only_of_what_changed() {
+    let names = ["node-a:1", "node-b:1", "node-c:1"];
+    let (directory, nodes) = start_nodes(&names);
+    let set = Set::new(3 << 20, 9, 1, 500);
+    // a holds the same big.bin (another mtime), b another content of the
+    // same size, c nothing.
+    write(&nodes[0].file("in/set/big.bin"), &set.big);
+    write(&nodes[1].file("in/set/big.bin"), &pattern(3 << 20, 10));
+    let (dests, mut opts) = dests_and_options(&names, &nodes[0]);
+    opts.checksum = true;
+    opts.backup = Some(haul_proto::Backup {
+        dir: String::new(),
+        suffix: "~".into(),
+    });
+    let fan = FanoutOptions {
+        shape: Shape::Chain,
+        rates: vec![None; names.len()],
+        reach: directory.clone(),
+    };
+    let sources = [set.dir.path().join("set").display().to_string()];
+    let dataset = Arc::new(Walk::new(&sources, None));
+    let heard = Arc::new(Heard::default());
+    let summary = haul_node::push_fanout(dataset, &dests, &opts, &fan, heard)
+        .await
+        .unwrap();
+    assert!(summary.all_ok(), "{:#?}", summary.nodes);
+    set.assert_on(&nodes, &names, &summary);
+    assert!(
+        !nodes[0].file("in/set/big.bin~").exists(),
+        "a backup of the same content"
+    );
+    assert_eq!(
+        std::fs::read(nodes[1].file("in/set/big.bin~")).unwrap(),
+        pattern(3 << 20, 10)
+    );
+    assert!(!nodes[2].file("in/set/big.bin~").exists());
+}

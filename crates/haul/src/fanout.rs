@@ -110,12 +110,6 @@ pub async fn push(
         )
         .into());
     }
-    if args.transfer.checksum && (args.transfer.backup || args.transfer.backup_dir.is_some()) {
-        return Err(UsageError(
-            "-c with -b is not offered for a fan-out yet (a node that already holds a file would keep a backup of it): push to each node on its own, or leave one out".into(),
-        )
-        .into());
-    }
     let mut opts = usage(config::filtered_client_options(
         &args.transfer,
         &args.filter,
