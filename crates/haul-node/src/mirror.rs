@@ -40,7 +40,7 @@ pub(crate) async fn prune_node(
     if !nothing_failed(tally, stopped) {
         return;
     }
-    let Some(gone) = node_deletions(remote, dest, source, sent, opts, tally).await else {
+    let Ok(Some(gone)) = node_deletions(remote, dest, source, sent, opts, tally).await else {
         return;
     };
     if let Some(refused) = gone.over_limit(opts.max_delete) {
@@ -64,10 +64,13 @@ impl NodeDeletions {
     }
 }
 
+/// The node's listing could not be read whole (`tally` said so): nothing
+/// may be deleted.
+#[derive(Debug)]
+pub(crate) struct Unlisted;
+
 /// What the node holds under DEST/TOP (filtered like the source, backups
-/// kept) that the source did not send. `None`: nothing, or the node's
-/// listing could not be read whole (then `tally` says so, and nothing may
-/// be deleted).
+/// kept) that the source did not send (`None`: nothing).
 pub(crate) async fn node_deletions(
     remote: &NodePath,
     dest: &str,
@@ -75,7 +78,7 @@ pub(crate) async fn node_deletions(
     sent: &HashSet<String>,
     opts: &ClientOptions,
     tally: &Tally,
-) -> Option<NodeDeletions> {
+) -> Result<Option<NodeDeletions>, Unlisted> {
     let top = LocalTree::new(source)
         .map(|t| t.top_name().to_owned())
         .unwrap_or_default();
@@ -84,24 +87,24 @@ pub(crate) async fn node_deletions(
         Ok(side) if side.errors == 0 => side,
         Ok(_) => {
             tally.event(&nothing_deleted("the node's listing was not complete"));
-            return None;
+            return Err(Unlisted);
         }
         Err(e) => {
             tally.event(&Event::file_error(
                 under,
                 format!("--delete cannot list the destination: {e}"),
             ));
-            return None;
+            return Err(Unlisted);
         }
     };
     let side = dest_filtered(side, opts, &top);
     let entries = Backups::unprotected(opts.backup.as_ref(), side.entries);
     let gone = deletions(&entries, &sent.iter().map(String::as_str).collect());
     if gone.is_empty() {
-        return None;
+        return Ok(None);
     }
     let gone = gone.into_iter().cloned().collect();
-    Some(NodeDeletions { under, gone })
+    Ok(Some(NodeDeletions { under, gone }))
 }
 
 /// Removes `gone` on the node, one `Remove` at a time, each answered.

@@ -452,3 +452,32 @@ async fn c_b_keeps_a_backup_only_of_what_changed() {
     );
     assert!(!nodes[2].file("in/set/big.bin~").exists());
 }
+
+/// A fan-out whose every file is gone by the time it is read (a daemon's
+/// acquired files removed meanwhile) ends, each file failed once, in
+/// bounded time: there is nothing to relay and nothing to wait for.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fan_out_whose_files_all_vanished_ends() {
+    let names = ["node-a:1", "node-b:1"];
+    let (directory, nodes) = start_nodes(&names);
+    let src = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(src.path().join("d")).unwrap();
+    let (dests, opts) = dests_and_options(&names, &nodes[0]);
+    let fan = FanoutOptions {
+        shape: Shape::Chain,
+        rates: vec![None; names.len()],
+        reach: directory.clone(),
+    };
+    let files = vec!["d/gone1".to_owned(), "d/gone2".to_owned()];
+    let dataset = Arc::new(haul_node::dataset::Chosen::new(
+        src.path().to_owned(),
+        files,
+    ));
+    let heard = Arc::new(Heard::default());
+    let run = haul_node::push_fanout(dataset, &dests, &opts, &fan, heard);
+    let summary = tokio::time::timeout(std::time::Duration::from_secs(20), run)
+        .await
+        .expect("the fan-out ended")
+        .unwrap();
+    assert_eq!(summary.sent.failed, 2, "{:?}", summary.sent.failures);
+}

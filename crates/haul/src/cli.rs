@@ -658,7 +658,8 @@ pub struct TransferArgs {
     /// this flag), the rest is left for the next run; exit 8 (rclone's
     /// --max-transfer with its soft cutoff). Push, pull (from a node or an
     /// FTP/SFTP/HTTP/S3 server), local copy, and fan-outs (the client's own
-    /// bytes count; every node is cut after the same file).
+    /// bytes count — in a tree where it feeds k nodes, each byte k times —
+    /// and every node is cut after the same file).
     #[arg(long, value_name = "SIZE")]
     pub max_transfer: Option<String>,
     /// Replace a non-empty directory at DEST where the source has a file or

@@ -129,10 +129,22 @@ impl Run {
                 crate::mirror::node_deletions(&url, &dest, source, &sent, &self.opts, &here).await;
             planned.push((i, url, dest, here, gone));
         }
+        // A node whose listing could not be read whole (it said why) is
+        // pruned nowhere, and so no node is.
+        if planned.iter().any(|(_, _, _, _, gone)| gone.is_err()) {
+            self.tally.event(&haul_engine::mirror::nothing_deleted(
+                "a node's listing could not be read whole, and the nodes are pruned alike",
+            ));
+            return Ok(());
+        }
         let over: Vec<(usize, Event)> = planned
             .iter()
             .filter_map(|(i, _, _, _, gone)| {
-                let refused = gone.as_ref()?.over_limit(self.opts.max_delete)?;
+                let refused = gone
+                    .as_ref()
+                    .ok()?
+                    .as_ref()?
+                    .over_limit(self.opts.max_delete)?;
                 Some((*i, refused))
             })
             .collect();
@@ -153,7 +165,7 @@ impl Run {
             return Ok(());
         }
         for (i, url, dest, here, gone) in planned {
-            if let Some(gone) = gone {
+            if let Ok(Some(gone)) = gone {
                 crate::mirror::remove_on_node(&url, &dest, gone, &self.opts, &here).await;
             }
             nodes[self.index[i]].deleted = here.finish(Duration::ZERO, 0).deleted;
