@@ -74,12 +74,14 @@ use crate::push::{send_queue, FanoutJobs};
 use crate::stripe_vouch::StripeVouchers;
 use cutoff::Cutoff;
 use edges::Edges;
+use kept::Kept;
 
 mod after_run;
 mod control;
 mod cutoff;
 mod edges;
 mod failures;
+mod kept;
 use crate::{NodeError, NodeUrl};
 
 /// How a fan-out is planned.
@@ -309,13 +311,29 @@ pub async fn push_fanout(
         files,
         bytes: total,
     });
+    let reached: Vec<(usize, Dialer)> = admitted
+        .iter()
+        .map(|a| (a.index, a.dialer.clone()))
+        .collect();
+    // --ignore-existing, --size-only, -u: what some node keeps is left out
+    // of the fan-out (see `kept`).
+    let kept = match opts.skip == haul_proto::SkipRule::default() {
+        true => None,
+        false => Some(Arc::new(
+            Kept::listed(dataset.as_ref(), dests, &reached, opts.skip).await?,
+        )),
+    };
+    let relayed = match &kept {
+        Some(k) => k.relayed(dataset.clone()),
+        None => dataset.clone(),
+    };
     // --max-transfer: one cut, the same for every send (see `cutoff`).
     let cutoff = opts
         .max_transfer
-        .map(|limit| Arc::new(Cutoff::new(dataset.clone(), limit, tally.clone())));
+        .map(|limit| Arc::new(Cutoff::new(relayed.clone(), limit, tally.clone())));
     let sent_dataset: Arc<dyn Dataset> = match &cutoff {
         Some(c) => c.clone(),
-        None => dataset.clone(),
+        None => relayed,
     };
     let plan = Plan::build_among(&rates, fan.shape, largest, Candidates::All);
     for (i, a) in admitted.iter().enumerate() {
@@ -349,18 +367,11 @@ pub async fn push_fanout(
         dataset: sent_dataset,
         same: match opts.checksum {
             true => Some(Arc::new(
-                same_on_every_node(
-                    dataset.as_ref(),
-                    dests,
-                    admitted
-                        .iter()
-                        .map(|a| (a.index, a.dialer.clone()))
-                        .collect(),
-                )
-                .await?,
+                same_on_every_node(dataset.as_ref(), dests, reached).await?,
             )),
             false => None,
         },
+        kept: kept.map(|k| (k, dataset.clone())),
         stripes: StripeVouchers::new(origin.clone()),
         origin,
         opts: opts.clone(),
@@ -486,6 +497,11 @@ pub async fn push_fanout(
     // 5. What failed on its way through the relays, the client sends
     // itself (each node says what it already holds).
     run.repair(&mut nodes).await;
+    // What some nodes keep and others lack, the client sends those itself
+    // (not after a cut: the next run does).
+    if cutoff.as_ref().is_none_or(|c| c.left().is_none()) {
+        run.fill_in_kept(dests, &mut nodes).await;
+    }
     // Whoever is still unannounced (its upstream never reported) is done.
     for i in 0..run.targets.len() {
         run.announce(i, &nodes);
@@ -677,6 +693,9 @@ struct Run {
     short: HashSet<usize>,
     /// Nodes that hold everything, announced once their upstreams are done.
     unannounced: HashSet<usize>,
+    /// --ignore-existing, --size-only, -u: what nodes keep, and the whole
+    /// dataset the files some lack are taken from.
+    kept: Option<(Arc<Kept>, Arc<dyn Dataset>)>,
 }
 
 impl Run {
@@ -942,11 +961,20 @@ impl Run {
         &self,
         stripe: Option<Stripe>,
     ) -> Result<(Arc<WorkQueue<SendJob>>, ClientOptions), NodeError> {
+        self.queue_of(self.dataset.as_ref(), stripe)
+    }
+
+    /// [`Run::direct_queue`] of another dataset.
+    fn queue_of(
+        &self,
+        dataset: &dyn Dataset,
+        stripe: Option<Stripe>,
+    ) -> Result<(Arc<WorkQueue<SendJob>>, ClientOptions), NodeError> {
         let mut opts = self.opts.clone();
         opts.streams = 1;
         opts.jobs = crate::Concurrency::Fixed(1);
         let queue = send_queue(
-            self.dataset.as_ref(),
+            dataset,
             &opts,
             &self.tally,
             Some(FanoutJobs {

@@ -189,18 +189,58 @@ pub async fn push(
         false => None,
     };
     let links = Arc::new(Links::default());
-    let queue = send_queue(
+    let dest_dir = dest.clone();
+    let sent = push_entries(
         &walk,
+        remote,
+        dest,
         opts,
         &tally,
-        None,
-        seen.clone(),
-        same,
-        Some(links.clone()),
-    )?;
-    opts.limit(&queue, &tally);
-    // Fail fast on a wrong address, token or key before spawning workers.
-    let dest_dir = dest.clone();
+        (seen.clone(), same, Some(links.clone())),
+    )
+    .await?;
+    let (workers, err) = (sent.workers, sent.err);
+    let complete = sent.complete;
+    link_on_node(remote, &dest_dir, &links, opts, &tally, complete).await;
+    if let (Some(seen), Some(source)) = (seen, sources.first()) {
+        let sent = seen.lock().map(|s| s.clone()).unwrap_or_default();
+        let dest = remote.path.trim_matches('/');
+        crate::mirror::prune_node(remote, dest, source, &sent, opts, &tally, err.as_ref()).await;
+    }
+    finish(&tally, started, workers, err)
+}
+
+/// What [`push_entries`] did.
+pub(crate) struct Pushed {
+    /// Connections it ran.
+    pub workers: u32,
+    /// What stopped it, if anything did.
+    pub err: Option<NodeError>,
+    /// Every entry went (nothing stopped it, `--max-transfer` cut nothing).
+    pub complete: bool,
+}
+
+/// What a push's send queue also does: note what is sent (`--delete`),
+/// leave out what DEST holds already (`-c`), keep further names (`-H`).
+pub(crate) type Along = (
+    Option<Arc<Mutex<HashSet<String>>>>,
+    Option<Arc<SameContent>>,
+    Option<Arc<Links>>,
+);
+
+/// Pushes `dataset` into `dest` on the node `remote` reaches (a plain
+/// `Request::Push`, the node deciding by `opts.skip` what it keeps), over a
+/// pool of connections; every entry left over is failed once.
+pub(crate) async fn push_entries(
+    dataset: &dyn Dataset,
+    remote: &NodePath,
+    dest: String,
+    opts: &ClientOptions,
+    tally: &Arc<Tally>,
+    (seen, same, links): Along,
+) -> Result<Pushed, NodeError> {
+    let queue = send_queue(dataset, opts, tally, None, seen, same, links)?;
+    opts.limit(&queue, tally);
     let request = Request::Push {
         dest,
         checksum: opts.checksum,
@@ -210,27 +250,26 @@ pub async fn push(
         // The dialer fills it in from the path (`haul_transport::PathLearning`).
         rate_hint: 0,
     };
+    // Fail fast on a wrong address, token or key before spawning workers.
     let first = open_first(&remote.dialer, opts, request.clone(), tally.as_ref()).await?;
-    let ctx = SenderCtx::for_client(opts, &tally, ChunkBuffers::new(opts.chunk_memory));
+    let ctx = SenderCtx::for_client(opts, tally, ChunkBuffers::new(opts.chunk_memory));
     let (workers, err) = send_all(
         &queue,
         &remote.dialer,
         request,
         Some(first),
         opts,
-        &tally,
+        tally,
         ctx,
     )
     .await;
-    fail_leftovers(&queue, &tally, &err, |j| j.entry.path.clone());
+    fail_leftovers(&queue, tally, &err, |j| j.entry.path.clone());
     let complete = err.is_none() && !queue.was_cut();
-    link_on_node(remote, &dest_dir, &links, opts, &tally, complete).await;
-    if let (Some(seen), Some(source)) = (seen, sources.first()) {
-        let sent = seen.lock().map(|s| s.clone()).unwrap_or_default();
-        let dest = remote.path.trim_matches('/');
-        crate::mirror::prune_node(remote, dest, source, &sent, opts, &tally, err.as_ref()).await;
-    }
-    finish(&tally, started, workers, err)
+    Ok(Pushed {
+        workers,
+        err,
+        complete,
+    })
 }
 
 /// A push of one file to a node path that names it ([`OneFile`]: nothing

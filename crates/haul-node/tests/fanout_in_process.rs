@@ -481,3 +481,62 @@ async fn a_fan_out_whose_files_all_vanished_ends() {
         .unwrap();
     assert_eq!(summary.sent.failed, 2, "{:?}", summary.sent.failures);
 }
+
+/// `--ignore-existing` and `--size-only` over a fan-out: each node keeps
+/// what the rule keeps there, and gets what it lacks, even when the node
+/// it is relayed from keeps a version of its own (the client sends it
+/// that file itself).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn skip_rules_keep_each_nodes_own_version_and_fill_in_the_rest() {
+    for rule in ["ignore-existing", "size-only"] {
+        let names = ["node-a:1", "node-b:1", "node-c:1"];
+        let (directory, nodes) = start_nodes(&names);
+        let src = tempfile::tempdir().unwrap();
+        let (f, g, h) = (pattern(2 << 20, 1), pattern(1 << 20, 2), pattern(5000, 3));
+        write(&src.path().join("set/f"), &f);
+        write(&src.path().join("set/g"), &g);
+        write(&src.path().join("set/h"), &h);
+        // a (the head of the chain) and c hold f of their own (the same
+        // size, other bytes and mtime); b lacks it. Every node holds h of
+        // its own, the same size.
+        let own_f = pattern(2 << 20, 40);
+        for i in [0, 2] {
+            write(&nodes[i].file("in/set/f"), &own_f);
+        }
+        for node in &nodes {
+            write(&node.file("in/set/h"), &pattern(5000, 50));
+        }
+        let (dests, mut opts) = dests_and_options(&names, &nodes[0]);
+        opts.skip = match rule {
+            "ignore-existing" => haul_proto::SkipRule {
+                ignore_existing: true,
+                ..Default::default()
+            },
+            _ => haul_proto::SkipRule {
+                size_only: true,
+                ..Default::default()
+            },
+        };
+        let fan = FanoutOptions {
+            shape: Shape::Chain,
+            rates: vec![None; names.len()],
+            reach: directory.clone(),
+        };
+        let sources = [src.path().join("set").display().to_string()];
+        let dataset = Arc::new(Walk::new(&sources, None));
+        let heard = Arc::new(Heard::default());
+        let summary = haul_node::push_fanout(dataset, &dests, &opts, &fan, heard)
+            .await
+            .unwrap();
+        assert!(summary.all_ok(), "{rule}: {:#?}", summary.nodes);
+        let read =
+            |i: usize, name: &str| std::fs::read(nodes[i].file(&format!("in/set/{name}"))).unwrap();
+        assert_eq!(read(0, "f"), own_f, "{rule}: a keeps its f");
+        assert_eq!(read(1, "f"), f, "{rule}: b gets f, though a keeps its own");
+        assert_eq!(read(2, "f"), own_f, "{rule}: c keeps its f");
+        for i in 0..3 {
+            assert_eq!(read(i, "g"), g, "{rule}");
+            assert_eq!(read(i, "h"), pattern(5000, 50), "{rule}");
+        }
+    }
+}

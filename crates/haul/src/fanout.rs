@@ -104,12 +104,6 @@ pub async fn push(
             .into());
         }
     }
-    if args.transfer.ignore_existing || args.transfer.size_only || args.transfer.update {
-        return Err(UsageError(
-            "--ignore-existing, --size-only and -u are not offered for a fan-out yet (the nodes relay one set of files to each other): push to one node, or leave them out".into(),
-        )
-        .into());
-    }
     let mut opts = usage(config::filtered_client_options(
         &args.transfer,
         &args.filter,

@@ -377,6 +377,7 @@ fn max_age_and_min_age_pick_files_by_age() {
 fn ignore_existing_size_only_and_update_keep_what_they_say() {
     let s = Scratch::new();
     let node = Node::start(&s.path("node"), &s.path("config"), &["--token", "t"]);
+    let other = Node::start(&s.path("other"), &s.path("config"), &["--token", "t"]);
     let now = std::time::SystemTime::now();
     let age = |p: &Path, secs: u64| {
         let f = std::fs::File::options().write(true).open(p).unwrap();
@@ -441,6 +442,25 @@ fn ignore_existing_size_only_and_update_keep_what_they_say() {
         for name in ["a", "b", "c", "d"] {
             let same = b3(&held.join(name)) == b3(&src.join(name));
             assert_eq!(same, sent.contains(&name), "push {flag} {name}");
+        }
+
+        // A fan-out: the first node holds DEST's files and keeps what the
+        // rule keeps; the second, fed through it, lacks them and gets all.
+        let at = format!("fan{flag}");
+        let held = s.path(&format!("node/{at}"));
+        fill(&held);
+        let mut c = haul(&s.path("config"));
+        c.args(["push", flag, "--token", "t"])
+            .arg(format!("{}/", src.display()))
+            .arg(node.url(&at))
+            .arg(other.url(&at));
+        let out = run(c, T);
+        ok(&out);
+        for name in ["a", "b", "c", "d"] {
+            let same = b3(&held.join(name)) == b3(&src.join(name));
+            assert_eq!(same, sent.contains(&name), "fan-out {flag} {name}");
+            let there = s.path(&format!("other/{at}/{name}"));
+            assert_eq!(b3(&there), b3(&src.join(name)), "fan-out {flag} {name}");
         }
     }
 }

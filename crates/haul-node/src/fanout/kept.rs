@@ -1,0 +1,197 @@
+//! `--ignore-existing`, `--size-only` and `-u` over a fan-out.
+//!
+//! A node keeps its own version of a file when the rule says so, and a
+//! node that keeps its own version cannot relay the origin's to the nodes
+//! below it. So the client decides, before anything moves, from every
+//! node's listing (size and mtime, as the node's own quick check would
+//! read them): a file no node keeps goes through the fan-out as usual (the
+//! nodes' default quick check keeps less than any of these rules, so each
+//! receives it); a file every node keeps is not sent; a file some nodes
+//! keep and others lack is left out of the fan-out and sent by the client
+//! itself, once the fan-out ended, to each node that lacks it — as a push
+//! of its own (the node applying the rule too), never through the relays,
+//! which would carry it on to nodes that keep their own.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+
+use haul_engine::quick_check::{kept, Held};
+use haul_engine::{EntryIter, SourceEntry};
+use haul_proto::{EntryKind, SkipRule};
+use haul_run::summary::Tally;
+
+use super::{join_errors, NodeReport, Run};
+use crate::dataset::Dataset;
+use crate::dial::{Dialer, NodePath};
+use crate::{NodeError, NodeUrl};
+
+/// What every admitted node keeps of the dataset by the rule.
+#[derive(Debug, Default)]
+pub(super) struct Kept {
+    /// Files some node keeps (left out of the fan-out).
+    kept_somewhere: HashSet<String>,
+    /// By admitted node: the files of `kept_somewhere` it lacks (the
+    /// client sends them to it itself).
+    lacking: Vec<HashSet<String>>,
+}
+
+impl Kept {
+    /// Lists every admitted node (`admitted`: its index in `dests` and its
+    /// dialer) and reads the dataset once, deciding each file by `rule`.
+    pub async fn listed(
+        dataset: &dyn Dataset,
+        dests: &[NodeUrl],
+        admitted: &[(usize, Dialer)],
+        rule: SkipRule,
+    ) -> Result<Self, NodeError> {
+        let quiet = Tally::new(Arc::new(haul_run::event::Quiet));
+        let mut held: Vec<HashMap<String, Held>> = Vec::new();
+        for (index, dialer) in admitted {
+            let url = &dests[*index];
+            let dest = url.path.trim_matches('/');
+            let mut here = HashMap::new();
+            for top in dataset.tops()? {
+                let under = crate::mirror::under_dest(dest, &top);
+                let node = NodePath::new(dialer.clone(), url.path.clone());
+                let side = crate::dry_run::list_node(&node.dialer, &under, quiet.as_ref()).await?;
+                for e in side.entries {
+                    if e.kind == EntryKind::File {
+                        here.insert(e.path.clone(), Held::listed(&e));
+                    }
+                }
+            }
+            held.push(here);
+        }
+        let mut out = Self {
+            lacking: vec![HashSet::new(); held.len()],
+            ..Self::default()
+        };
+        for item in dataset.entries()?.flatten() {
+            if item.entry.kind != EntryKind::File {
+                continue;
+            }
+            let keeps: Vec<bool> = held
+                .iter()
+                .map(|h| {
+                    h.get(&item.entry.path)
+                        .is_some_and(|&there| kept(there, &item.entry, rule))
+                })
+                .collect();
+            if !keeps.iter().any(|&k| k) {
+                continue;
+            }
+            out.kept_somewhere.insert(item.entry.path.clone());
+            for (lacking, keeps) in out.lacking.iter_mut().zip(keeps) {
+                if !keeps {
+                    lacking.insert(item.entry.path.clone());
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// The dataset the fan-out sends: every file no node keeps.
+    pub fn relayed(self: &Arc<Self>, dataset: Arc<dyn Dataset>) -> Arc<dyn Dataset> {
+        let kept = self.clone();
+        Arc::new(Subset {
+            inner: dataset,
+            takes: Arc::new(move |path: &str| !kept.kept_somewhere.contains(path)),
+        })
+    }
+
+    /// What the client sends admitted node `node` itself once the fan-out
+    /// ended (`None`: nothing).
+    pub fn lacked_by(
+        self: &Arc<Self>,
+        node: usize,
+        dataset: Arc<dyn Dataset>,
+    ) -> Option<Arc<dyn Dataset>> {
+        if self.lacking.get(node).is_none_or(HashSet::is_empty) {
+            return None;
+        }
+        let kept = self.clone();
+        Some(Arc::new(Subset {
+            inner: dataset,
+            takes: Arc::new(move |path: &str| {
+                kept.lacking.get(node).is_some_and(|l| l.contains(path))
+            }),
+        }))
+    }
+}
+
+/// The files of a dataset a predicate takes (with every directory and
+/// link: they are made wherever they are missing).
+struct Subset {
+    inner: Arc<dyn Dataset>,
+    takes: Arc<dyn Fn(&str) -> bool + Send + Sync>,
+}
+
+impl Dataset for Subset {
+    fn entries(&self) -> Result<EntryIter, NodeError> {
+        let takes = self.takes.clone();
+        let walk = self.inner.entries()?;
+        Ok(Box::new(walk.filter(move |item| match item {
+            Ok(SourceEntry { entry, .. }) if entry.kind == EntryKind::File => takes(&entry.path),
+            _ => true,
+        })))
+    }
+
+    fn tops(&self) -> Result<Vec<String>, NodeError> {
+        self.inner.tops()
+    }
+
+    fn mirrored(&self) -> Option<&str> {
+        self.inner.mirrored()
+    }
+}
+
+impl Run {
+    /// Pushes each node the files some other node keeps and it lacks, once
+    /// the fan-out ended: a push of its own to each (all at once), so no
+    /// relay carries them on to a node that keeps its own.
+    pub(super) async fn fill_in_kept(&mut self, dests: &[NodeUrl], nodes: &mut [NodeReport]) {
+        let Some((kept, whole)) = self.kept.clone() else {
+            return;
+        };
+        let mut sends = tokio::task::JoinSet::new();
+        for i in 0..self.targets.len() {
+            let Some(dataset) = kept.lacked_by(i, whole.clone()) else {
+                continue;
+            };
+            let url = &dests[self.index[i]];
+            let node = NodePath::new(self.dialers[i].clone(), url.path.clone());
+            let dest = url.path.trim_matches('/').to_owned();
+            let (opts, tally) = (self.opts.clone(), Tally::new(self.tally.clone()));
+            sends.spawn(async move {
+                let along = (None, None, None);
+                let sent =
+                    crate::push::push_entries(dataset.as_ref(), &node, dest, &opts, &tally, along)
+                        .await;
+                let err = match sent {
+                    Ok(p) => p.err,
+                    Err(e) => Some(e),
+                };
+                (i, tally.finish(std::time::Duration::ZERO, 0), err)
+            });
+        }
+        while let Some(joined) = sends.join_next().await {
+            let Ok((i, summary, err)) = joined else {
+                continue;
+            };
+            let node = &mut nodes[self.index[i]];
+            node.entries_ok += summary.entries_ok;
+            node.failed += summary.failed;
+            let why = match (&err, summary.failed) {
+                (Some(e), _) => Some(format!(
+                    "the files other nodes keep could not be sent to it: {e}"
+                )),
+                (None, 0) => None,
+                (None, n) => Some(format!("{n} of the files other nodes keep failed there")),
+            };
+            if let Some(why) = why {
+                node.ok = false;
+                node.error = join_errors(&node.error, &why);
+            }
+        }
+    }
+}
