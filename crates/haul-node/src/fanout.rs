@@ -315,26 +315,6 @@ pub async fn push_fanout(
         .iter()
         .map(|a| (a.index, a.dialer.clone()))
         .collect();
-    // --ignore-existing, --size-only, -u: what some node keeps is left out
-    // of the fan-out (see `kept`).
-    let kept = match opts.skip == haul_proto::SkipRule::default() {
-        true => None,
-        false => Some(Arc::new(
-            Kept::listed(dataset.as_ref(), dests, &reached, opts.skip).await?,
-        )),
-    };
-    let relayed = match &kept {
-        Some(k) => k.relayed(dataset.clone()),
-        None => dataset.clone(),
-    };
-    // --max-transfer: one cut, the same for every send (see `cutoff`).
-    let cutoff = opts
-        .max_transfer
-        .map(|limit| Arc::new(Cutoff::new(relayed.clone(), limit, tally.clone())));
-    let sent_dataset: Arc<dyn Dataset> = match &cutoff {
-        Some(c) => c.clone(),
-        None => relayed,
-    };
     let plan = Plan::build_among(&rates, fan.shape, largest, Candidates::All);
     for (i, a) in admitted.iter().enumerate() {
         let from: Vec<String> = (0..plan.stripe_count())
@@ -364,14 +344,10 @@ pub async fn push_fanout(
         rtts: admitted.iter().map(|a| a.rtt).collect(),
         commands: Vec::new(),
         news_tx: None,
-        dataset: sent_dataset,
-        same: match opts.checksum {
-            true => Some(Arc::new(
-                same_on_every_node(dataset.as_ref(), dests, reached).await?,
-            )),
-            false => None,
-        },
-        kept: kept.map(|k| (k, dataset.clone())),
+        // What is sent is settled below, once the nodes were listed.
+        dataset: dataset.clone(),
+        same: None,
+        kept: None,
         stripes: StripeVouchers::new(origin.clone()),
         origin,
         opts: opts.clone(),
@@ -403,6 +379,26 @@ pub async fn push_fanout(
         let idle = opts.timeouts.idle;
         let heard = run.heard.clone();
         controls.spawn(control::control(i, a.control, rx, news, heard, idle, a.rtt));
+    }
+    // What the nodes hold (-c, the skip rules) is listed now, while the
+    // control connections keep every admission alive.
+    if opts.checksum {
+        let held = same_on_every_node(dataset.as_ref(), dests, reached.clone()).await?;
+        run.same = Some(Arc::new(held));
+    }
+    // --ignore-existing, --size-only, -u: what some node keeps is left out
+    // of the fan-out (see `kept`).
+    if opts.skip != haul_proto::SkipRule::default() {
+        let kept = Arc::new(Kept::listed(dataset.as_ref(), dests, &reached, opts.skip).await?);
+        run.dataset = kept.relayed(dataset.clone());
+        run.kept = Some((kept, dataset.clone()));
+    }
+    // --max-transfer: one cut, the same for every send (see `cutoff`).
+    let cutoff = opts
+        .max_transfer
+        .map(|limit| Arc::new(Cutoff::new(run.dataset.clone(), limit, run.tally.clone())));
+    if let Some(c) = &cutoff {
+        run.dataset = c.clone();
     }
     let start = run.routing.start();
     run.apply(start);

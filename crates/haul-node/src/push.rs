@@ -197,6 +197,7 @@ pub async fn push(
         opts,
         &tally,
         (seen.clone(), same, Some(links.clone())),
+        ChunkBuffers::new(opts.chunk_memory),
     )
     .await?;
     let (workers, err) = (sent.workers, sent.err);
@@ -238,6 +239,7 @@ pub(crate) async fn push_entries(
     opts: &ClientOptions,
     tally: &Arc<Tally>,
     (seen, same, links): Along,
+    buffers: Arc<ChunkBuffers>,
 ) -> Result<Pushed, NodeError> {
     let queue = send_queue(dataset, opts, tally, None, seen, same, links)?;
     opts.limit(&queue, tally);
@@ -252,7 +254,7 @@ pub(crate) async fn push_entries(
     };
     // Fail fast on a wrong address, token or key before spawning workers.
     let first = open_first(&remote.dialer, opts, request.clone(), tally.as_ref()).await?;
-    let ctx = SenderCtx::for_client(opts, tally, ChunkBuffers::new(opts.chunk_memory));
+    let ctx = SenderCtx::for_client(opts, tally, buffers);
     let (workers, err) = send_all(
         &queue,
         &remote.dialer,

@@ -496,6 +496,9 @@ async fn skip_rules_keep_each_nodes_own_version_and_fill_in_the_rest() {
         write(&src.path().join("set/f"), &f);
         write(&src.path().join("set/g"), &g);
         write(&src.path().join("set/h"), &h);
+        // -H too: a second name of g, linked on every node afterwards (a
+        // node's fill-in carries no links).
+        std::fs::hard_link(src.path().join("set/g"), src.path().join("set/g2")).unwrap();
         // a (the head of the chain) and c hold f of their own (the same
         // size, other bytes and mtime); b lacks it. Every node holds h of
         // its own, the same size.
@@ -517,18 +520,28 @@ async fn skip_rules_keep_each_nodes_own_version_and_fill_in_the_rest() {
                 ..Default::default()
             },
         };
+        opts.keep.hard_links = true;
         let fan = FanoutOptions {
             shape: Shape::Chain,
             rates: vec![None; names.len()],
             reach: directory.clone(),
         };
         let sources = [src.path().join("set").display().to_string()];
-        let dataset = Arc::new(Walk::new(&sources, None));
+        let dataset = Arc::new(Walk::new(&sources, None).keeping(opts.keep));
         let heard = Arc::new(Heard::default());
         let summary = haul_node::push_fanout(dataset, &dests, &opts, &fan, heard)
             .await
             .unwrap();
         assert!(summary.all_ok(), "{rule}: {:#?}", summary.nodes);
+        for node in &nodes {
+            use std::os::unix::fs::MetadataExt;
+            let ino = |n: &str| {
+                std::fs::metadata(node.file(&format!("in/set/{n}")))
+                    .unwrap()
+                    .ino()
+            };
+            assert_eq!(ino("g"), ino("g2"), "{rule}: g2 a link of g");
+        }
         let read =
             |i: usize, name: &str| std::fs::read(nodes[i].file(&format!("in/set/{name}"))).unwrap();
         assert_eq!(read(0, "f"), own_f, "{rule}: a keeps its f");

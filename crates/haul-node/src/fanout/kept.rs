@@ -53,7 +53,21 @@ impl Kept {
             for top in dataset.tops()? {
                 let under = crate::mirror::under_dest(dest, &top);
                 let node = NodePath::new(dialer.clone(), url.path.clone());
-                let side = crate::dry_run::list_node(&node.dialer, &under, quiet.as_ref()).await?;
+                let unlisted = |why: String| {
+                    NodeError::Usage(format!(
+                        "{}: cannot list {under} there, and the skip rules decide from every node's listing: {why}",
+                        url.addr
+                    ))
+                };
+                let side = crate::dry_run::list_node(&node.dialer, &under, quiet.as_ref())
+                    .await
+                    .map_err(|e| unlisted(e.to_string()))?;
+                if side.errors > 0 {
+                    return Err(unlisted(format!(
+                        "{} entries could not be read",
+                        side.errors
+                    )));
+                }
                 for e in side.entries {
                     if e.kind == EntryKind::File {
                         here.insert(e.path.clone(), Held::listed(&e));
@@ -70,11 +84,16 @@ impl Kept {
             if item.entry.kind != EntryKind::File {
                 continue;
             }
+            // Only another version matters: one the node's own quick check
+            // finds up to date is safe in the relays (a relay forwards its
+            // copy only where it matches the origin's seals).
             let keeps: Vec<bool> = held
                 .iter()
                 .map(|h| {
-                    h.get(&item.entry.path)
-                        .is_some_and(|&there| kept(there, &item.entry, rule))
+                    h.get(&item.entry.path).is_some_and(|&there| {
+                        kept(there, &item.entry, rule)
+                            && !kept(there, &item.entry, SkipRule::default())
+                    })
                 })
                 .collect();
             if !keeps.iter().any(|&k| k) {
@@ -90,12 +109,15 @@ impl Kept {
         Ok(out)
     }
 
-    /// The dataset the fan-out sends: every file no node keeps.
+    /// The dataset the fan-out sends: every file no node keeps, and every
+    /// other entry.
     pub fn relayed(self: &Arc<Self>, dataset: Arc<dyn Dataset>) -> Arc<dyn Dataset> {
         let kept = self.clone();
         Arc::new(Subset {
             inner: dataset,
-            takes: Arc::new(move |path: &str| !kept.kept_somewhere.contains(path)),
+            takes: Arc::new(move |entry: &haul_proto::Entry| {
+                entry.kind != EntryKind::File || !kept.kept_somewhere.contains(&entry.path)
+            }),
         })
     }
 
@@ -112,18 +134,25 @@ impl Kept {
         let kept = self.clone();
         Some(Arc::new(Subset {
             inner: dataset,
-            takes: Arc::new(move |path: &str| {
-                kept.lacking.get(node).is_some_and(|l| l.contains(path))
+            // Its files, and the directories above them (the relays made
+            // every link and other entry already; -H links come after).
+            takes: Arc::new(move |entry: &haul_proto::Entry| match entry.kind {
+                EntryKind::File => kept
+                    .lacking
+                    .get(node)
+                    .is_some_and(|l| l.contains(&entry.path)),
+                EntryKind::Dir => true,
+                _ => false,
             }),
         }))
     }
 }
 
-/// The files of a dataset a predicate takes (with every directory and
-/// link: they are made wherever they are missing).
+/// The entries of a dataset a predicate takes (an entry that could not be
+/// read goes on, for its send to fail it once).
 struct Subset {
     inner: Arc<dyn Dataset>,
-    takes: Arc<dyn Fn(&str) -> bool + Send + Sync>,
+    takes: Arc<dyn Fn(&haul_proto::Entry) -> bool + Send + Sync>,
 }
 
 impl Dataset for Subset {
@@ -131,8 +160,8 @@ impl Dataset for Subset {
         let takes = self.takes.clone();
         let walk = self.inner.entries()?;
         Ok(Box::new(walk.filter(move |item| match item {
-            Ok(SourceEntry { entry, .. }) if entry.kind == EntryKind::File => takes(&entry.path),
-            _ => true,
+            Ok(SourceEntry { entry, .. }) => takes(entry),
+            Err(_) => true,
         })))
     }
 
@@ -158,15 +187,33 @@ impl Run {
             let Some(dataset) = kept.lacked_by(i, whole.clone()) else {
                 continue;
             };
+            // As the repair: a node lost for good is not fed.
+            let alive = self.routing.is_alive(i) || self.routing.is_done(i);
+            if !alive || !nodes[self.index[i]].ok {
+                continue;
+            }
             let url = &dests[self.index[i]];
             let node = NodePath::new(self.dialers[i].clone(), url.path.clone());
             let dest = url.path.trim_matches('/').to_owned();
-            let (opts, tally) = (self.opts.clone(), Tally::new(self.tally.clone()));
+            // The run was not cut (or this is not called): the fill-ins are
+            // what the limit let through. Their walks are the run's, not a
+            // listing of their own to show.
+            let mut opts = self.opts.clone();
+            opts.max_transfer = None;
+            let tally = Tally::new(Arc::new(NoListing(self.tally.clone())));
+            let buffers = self.buffers.clone();
             sends.spawn(async move {
                 let along = (None, None, None);
-                let sent =
-                    crate::push::push_entries(dataset.as_ref(), &node, dest, &opts, &tally, along)
-                        .await;
+                let sent = crate::push::push_entries(
+                    dataset.as_ref(),
+                    &node,
+                    dest,
+                    &opts,
+                    &tally,
+                    along,
+                    buffers,
+                )
+                .await;
                 let err = match sent {
                     Ok(p) => p.err,
                     Err(e) => Some(e),
@@ -179,7 +226,7 @@ impl Run {
                 continue;
             };
             let node = &mut nodes[self.index[i]];
-            node.entries_ok += summary.entries_ok;
+            node.entries_ok += summary.files_ok;
             node.failed += summary.failed;
             let why = match (&err, summary.failed) {
                 (Some(e), _) => Some(format!(
@@ -192,6 +239,22 @@ impl Run {
                 node.ok = false;
                 node.error = join_errors(&node.error, &why);
             }
+        }
+    }
+}
+
+/// An observer that passes on all but a walk's listing events (a fill-in
+/// walks the run's own dataset again: its totals are the run's).
+struct NoListing(Arc<Tally>);
+
+impl haul_session::Observer for NoListing {
+    fn event(&self, event: &haul_session::Event) {
+        use haul_session::Event;
+        if !matches!(
+            event,
+            Event::ListingProgress { .. } | Event::ListingDone { .. }
+        ) {
+            self.0.event(event);
         }
     }
 }
