@@ -1,17 +1,19 @@
 //! `haul daemon`: sources on their schedules, decided from the catalog,
-//! fetched through haul-fetch's download driver, for months.
+//! fetched through haul-fetch's download driver (FTP, SFTP, HTTP, S3) or
+//! pulled from haul nodes as `haul pull` does (`haul://`, ssh), for months.
 //!
 //! Bird's-eye view: [`run`] keeps one slot per source (its next run, its
 //! run in progress, how long it has been down). A due source gets a run
-//! (`run.rs`): haul-fetch crawls it with a [`haul_fetch::FileGate`] that
-//! decides each listed file from the catalog — files the catalog holds as
-//! done are skipped in memory (one query per run loads them), the others
-//! are claimed with a lease — and waits for the daemon-wide caps (files in
-//! flight in all, and per host) before each download. A source that cannot
-//! be listed is tried again with backoff; it never holds up another. A
-//! worker renews its leases while it lives; on start it takes back the
-//! claims it held before a crash, and resumes their partial downloads from
-//! the verified chunks haul-fetch kept.
+//! (`run.rs`): haul-fetch's crawl, or a node pull, with a
+//! [`haul_fetch::FileGate`] that decides each listed file from the
+//! catalog — files the catalog holds as done are skipped in memory (one
+//! query per run loads them), the others are claimed with a lease — and
+//! waits for the daemon-wide caps (files in flight in all, and per host)
+//! before each download. A source that cannot be listed is tried again
+//! with backoff; it never holds up another. A worker renews its leases
+//! while it lives; on start it takes back the claims it held before a
+//! crash, and resumes their partial downloads from the verified chunks
+//! kept.
 //!
 //! A source with sites (`deliver`) has a distributor too
 //! (`distribute.rs`): what the source fetched goes to its sites through the

@@ -1,4 +1,5 @@
-//! One run of one source: list it through haul-fetch's crawl, decide each
+//! One run of one source: list it through haul-fetch's crawl (or a node's
+//! listing, `SourceFrom::Node`: `haul_node::pull` under the same gate), decide each
 //! listed file from the catalog (known files in memory, the rest claimed),
 //! fetch the claimed ones within the daemon's caps, record each outcome.
 //!

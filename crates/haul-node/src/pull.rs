@@ -23,7 +23,7 @@ use crate::listing::list_top;
 use crate::listing::{self, Listed};
 use crate::listing_resume::ResumePoint;
 use crate::pool::{connection_backoff, open_first, relist, run_pool, with_retries};
-use crate::pull_gate::{Admitted, Gated};
+use crate::pull_gate::{AdmittedFile, Gated};
 use crate::walk_count::WalkCount;
 use crate::NodeError;
 
@@ -326,7 +326,10 @@ struct ListingSink<'a> {
     backups: Option<&'a Backups>,
     /// A gate's pull: listed files go to the gate, and those it admits
     /// to this channel, to wait for their start.
-    gated: Option<(&'a Gated, &'a tokio::sync::mpsc::UnboundedSender<Admitted>)>,
+    gated: Option<(
+        &'a Gated,
+        &'a tokio::sync::mpsc::UnboundedSender<AdmittedFile>,
+    )>,
 }
 
 impl ListingSink<'_> {
@@ -474,7 +477,7 @@ async fn read_listing(
                 }
                 let file = Gated::file(&entry, &served);
                 if gated.admit(&file).await {
-                    let file = Admitted {
+                    let file = AdmittedFile {
                         entry,
                         served,
                         file,

@@ -32,7 +32,7 @@ use haul_session::{Event, Observer};
 use tokio::task::JoinSet;
 
 /// A listed file the gate admitted: what the pull queues once it starts.
-pub(crate) struct Admitted {
+pub(crate) struct AdmittedFile {
     /// The entry as DEST names it.
     pub entry: Entry,
     /// The path the node serves it under.
@@ -102,7 +102,11 @@ impl Gated {
     /// Waits for the gate's start of `admitted`. `Some`: fetch it (it is
     /// settled from the pull's events). `None`: not this one (the gate
     /// took it back, or adopted the copy DEST holds: settled already).
-    pub async fn start(&self, admitted: Admitted, dest: &Arc<Destination>) -> Option<Admitted> {
+    pub async fn start(
+        &self,
+        admitted: AdmittedFile,
+        dest: &Arc<Destination>,
+    ) -> Option<AdmittedFile> {
         let file = &admitted.file;
         let permit = self.gate.0.start(file).await?;
         if self.gate.0.adopt_existing(file)

@@ -196,7 +196,11 @@ pub async fn push(
         dest,
         opts,
         &tally,
-        (seen.clone(), same, Some(links.clone())),
+        Along {
+            seen: seen.clone(),
+            same,
+            links: Some(links.clone()),
+        },
         ChunkBuffers::new(opts.chunk_memory),
     )
     .await?;
@@ -221,13 +225,16 @@ pub(crate) struct Pushed {
     pub complete: bool,
 }
 
-/// What a push's send queue also does: note what is sent (`--delete`),
-/// leave out what DEST holds already (`-c`), keep further names (`-H`).
-pub(crate) type Along = (
-    Option<Arc<Mutex<HashSet<String>>>>,
-    Option<Arc<SameContent>>,
-    Option<Arc<Links>>,
-);
+/// What a push's send queue does along the way, each when asked.
+#[derive(Default)]
+pub(crate) struct Along {
+    /// `--delete`: notes the paths it sent.
+    pub seen: Option<Arc<Mutex<HashSet<String>>>>,
+    /// `-c`: leaves out what DEST holds already.
+    pub same: Option<Arc<SameContent>>,
+    /// `-H`: keeps further names, linked afterwards.
+    pub links: Option<Arc<Links>>,
+}
 
 /// Pushes `dataset` into `dest` on the node `remote` reaches (a plain
 /// `Request::Push`, the node deciding by `opts.skip` what it keeps), over a
@@ -238,7 +245,7 @@ pub(crate) async fn push_entries(
     dest: String,
     opts: &ClientOptions,
     tally: &Arc<Tally>,
-    (seen, same, links): Along,
+    Along { seen, same, links }: Along,
     buffers: Arc<ChunkBuffers>,
 ) -> Result<Pushed, NodeError> {
     let queue = send_queue(dataset, opts, tally, None, seen, same, links)?;

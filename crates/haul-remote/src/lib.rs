@@ -7,6 +7,10 @@
 //! paths, read byte ranges and delete files. The driver owns everything else:
 //! crawling, filtering, concurrency, resume, staging, verification.
 //!
+//! [`gate`] is the other side of a pull: a caller's say over each listed
+//! file (the daemon's catalog), taken by haul-fetch's driver and by a
+//! node pull alike.
+//!
 //! Rules every implementation keeps:
 //! - **Paths** given to a session are absolute remote paths, `/`-separated and
 //!   percent-decoded (`/pub/data/a b.txt`; for S3 the key with a leading `/`).

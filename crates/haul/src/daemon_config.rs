@@ -18,6 +18,12 @@ use toml::Spanned;
 use crate::cli::{flag_defaults, FilterArgs, FilterRule, RemoteArgs, TransferArgs};
 use crate::location::NodeAt;
 
+mod node_keys;
+use node_keys::{
+    check_keys_fit, node_source, offered_over_ssh, refuse_keys, ssh_keys_only_over_ssh, NodeKeys,
+    SshKeys,
+};
+
 /// How long an untouched partial download is kept by default: a week, as
 /// `haul serve --partial-ttl`.
 pub const DEFAULT_PARTIAL_TTL: Duration = Duration::from_secs(7 * 86_400);
@@ -110,7 +116,8 @@ pub struct SiteConfig {
     pub rsh: Option<String>,
     /// An ssh site: haul on the far side, as `--remote-haul`.
     pub remote_haul: Option<String>,
-    /// An ssh site: run over the ssh channel itself, as `--ssh-tunnel`.
+    /// Refused on a site (its node is reached port to port by the other
+    /// sites' relays, never over ssh's channel): kept to say so.
     #[serde(default)]
     pub ssh_tunnel: bool,
     /// An ssh site: copy this build there once, as `--ssh-install`.
@@ -491,14 +498,14 @@ pub fn parse(text: &str) -> Result<DaemonConfig> {
         // A node's address; over ssh, the host and directory its node
         // serves (each round starts one for each site).
         let addr = |s: &SitePlan| match &s.at {
-            NodeAt::Haul(url) => Some(url.addr.clone()),
-            ssh @ NodeAt::Ssh(_) => Some(ssh.shown()),
+            NodeAt::Haul(url) => url.addr.clone(),
+            ssh @ NodeAt::Ssh(_) => ssh.shown(),
         };
-        if let Some((other, addr)) = sites.iter().find_map(|s| {
-            addr(s)
-                .filter(|a| Some(a) == addr(&plan).as_ref())
-                .map(|a| (s, a))
-        }) {
+        if let Some((other, addr)) = sites
+            .iter()
+            .map(|s| (s, addr(s)))
+            .find(|(_, a)| *a == addr(&plan))
+        {
             bail!(
                 "{line}: [[site]] {:?} is the node of [[site]] {:?} ({addr}): one site per node (a fan-out reaches each node once)",
                 plan.name,
@@ -620,7 +627,7 @@ fn site_plan(s: &SiteConfig, at: &dyn Fn(std::ops::Range<usize>) -> String) -> R
             s.url.get_ref()
         )
     };
-    let site_at = match crate::location::node_at(s.url.get_ref()) {
+    let site_at = match crate::location::parse_node_at(s.url.get_ref()) {
         Some(parsed) => parsed.map_err(|e| bad(format!("{e:#}")))?,
         None => return Err(bad("not a haul node".into())),
     };
@@ -750,7 +757,7 @@ fn source_plan(
         bail!("name must be a non-empty plain name");
     }
     let url = s.url.get_ref();
-    let node_at = match crate::location::node_at(url) {
+    let node_at = match crate::location::parse_node_at(url) {
         Some(parsed) => Some(parsed.with_context(|| format!("{}: url", at(s.url.span())))?),
         None => None,
     };
@@ -912,215 +919,6 @@ fn source_plan(
     Ok(plan)
 }
 
-/// The keys of a remote source (FTP, SFTP, HTTP, S3) and of a node
-/// source, each refused on the other kind, naming what to do.
-fn check_keys_fit(s: &SourceConfig, node: Option<&NodeAt>) -> Result<()> {
-    if let Some(NodeAt::Ssh(_)) = node {
-        offered_over_ssh(&s.token_file, &s.fingerprint, &s.known_hosts, s.plaintext)?;
-        // What an sftp:// source takes from these keys, ssh takes from its
-        // own command line and the URL.
-        let ssh_says = [
-            ("user", s.user.is_some(), "user@ in the url"),
-            ("ssh_key", !s.ssh_key.is_empty(), "rsh = \"ssh -i KEY\""),
-            (
-                "ssh_known_hosts",
-                s.ssh_known_hosts.is_some(),
-                "rsh = \"ssh -o UserKnownHostsFile=FILE\"",
-            ),
-        ];
-        if let Some((key, _, instead)) = ssh_says.iter().find(|(_, on, _)| *on) {
-            bail!("{key} is for sftp:// sources: a node reached over ssh takes it from ssh, as {instead}");
-        }
-    }
-    if let Some(NodeAt::Haul(_)) = node {
-        ssh_keys_only_over_ssh(&s.rsh, &s.remote_haul, s.ssh_tunnel, s.ssh_install)?;
-    }
-    let node = node.is_some();
-    let remote_only = [
-        ("rename", s.rename.is_some()),
-        ("verify_sidecar", s.verify_sidecar),
-        ("delete_source", s.delete_source),
-        ("max_conn", s.max_conn.is_some()),
-        ("user", s.user.is_some()),
-        ("password_file", s.password_file.is_some()),
-        ("password_env", s.password_env.is_some()),
-        ("ssh_key", !s.ssh_key.is_empty()),
-        ("ssh_known_hosts", s.ssh_known_hosts.is_some()),
-        ("accept_new_host_key", s.accept_new_host_key),
-        ("ca_cert", s.ca_cert.is_some()),
-        ("insecure", s.insecure),
-        ("s3_endpoint", s.s3_endpoint.is_some()),
-        ("s3_region", s.s3_region.is_some()),
-        ("s3_path_style", s.s3_path_style),
-    ];
-    let node_only = [
-        ("token_file", s.token_file.is_some()),
-        ("fingerprint", s.fingerprint.is_some()),
-        ("known_hosts", s.known_hosts.is_some()),
-        ("transport", s.transport.is_some()),
-        ("plaintext", s.plaintext),
-        ("rsh", s.rsh.is_some()),
-        ("remote_haul", s.remote_haul.is_some()),
-        ("ssh_tunnel", s.ssh_tunnel),
-        ("ssh_install", s.ssh_install),
-    ];
-    let (wrong, kind, other) = match node {
-        true => (
-            &remote_only[..],
-            "a haul node",
-            "FTP, SFTP, HTTP and S3 sources",
-        ),
-        false => (
-            &node_only[..],
-            "an FTP, SFTP, HTTP or S3 remote",
-            "haul node sources (haul:// and host:DIR)",
-        ),
-    };
-    refuse_keys(wrong, &format!("for {other} only: this source is {kind}"))
-}
-
-/// The keys of `keys` that are set, refused in one line: `why` they do
-/// not belong.
-fn refuse_keys(keys: &[(&str, bool)], why: &str) -> Result<()> {
-    let set: Vec<&str> = keys.iter().filter(|(_, on)| *on).map(|(k, _)| *k).collect();
-    if !set.is_empty() {
-        bail!(
-            "{} {} {why}; remove {}",
-            set.join(", "),
-            if set.len() == 1 { "is" } else { "are" },
-            if set.len() == 1 { "it" } else { "them" }
-        );
-    }
-    Ok(())
-}
-
-/// A node source's options: how it is reached (token, key, transport,
-/// ssh) on top of the source's own `-j`, `--streams`, timeout, retries.
-fn node_source(
-    s: &SourceConfig,
-    node_at: NodeAt,
-    transfer: &TransferArgs,
-    at: &dyn Fn(std::ops::Range<usize>) -> String,
-) -> Result<NodeSource> {
-    // The directory's contents come to dest, as from any other source.
-    let node_at = node_at.naming_contents();
-    let mut transfer = transfer.clone();
-    NodeKeys {
-        token_file: &s.token_file,
-        fingerprint: &s.fingerprint,
-        known_hosts: &s.known_hosts,
-        plaintext: s.plaintext,
-        transport: &s.transport,
-    }
-    .apply(&mut transfer, at)?;
-    SshKeys {
-        rsh: &s.rsh,
-        remote_haul: &s.remote_haul,
-        tunnel: s.ssh_tunnel,
-        install: s.ssh_install,
-    }
-    .apply(&mut transfer);
-    // Read now (the token file too), not at the first run.
-    let client = crate::config::client_options(&transfer)?;
-    Ok(NodeSource {
-        at: node_at,
-        client,
-    })
-}
-
-/// The keys that say how a node is reached, a site's or a node source's.
-struct NodeKeys<'a> {
-    token_file: &'a Option<PathBuf>,
-    fingerprint: &'a Option<String>,
-    known_hosts: &'a Option<PathBuf>,
-    plaintext: bool,
-    transport: &'a Option<Spanned<String>>,
-}
-
-impl NodeKeys<'_> {
-    /// Onto `haul push`'s and `haul pull`'s flags.
-    fn apply(
-        &self,
-        transfer: &mut TransferArgs,
-        at: &dyn Fn(std::ops::Range<usize>) -> String,
-    ) -> Result<()> {
-        transfer.token_file.clone_from(self.token_file);
-        transfer.fingerprint.clone_from(self.fingerprint);
-        transfer.known_hosts.clone_from(self.known_hosts);
-        transfer.plaintext = self.plaintext;
-        if let Some(t) = self.transport {
-            match t.get_ref().as_str() {
-                "auto" | "tcp" | "quic" => transfer.transport = Some(t.get_ref().clone()),
-                other => bail!(
-                    "{}: transport = {other:?}: use \"auto\", \"tcp\" or \"quic\"",
-                    at(t.span())
-                ),
-            }
-        }
-        Ok(())
-    }
-}
-
-/// `token_file`, `fingerprint`, `known_hosts`, `plaintext` on a node
-/// started over ssh: refused (its node offers a token and key of its own
-/// over the ssh channel, which are used).
-fn offered_over_ssh(
-    token_file: &Option<PathBuf>,
-    fingerprint: &Option<String>,
-    known_hosts: &Option<PathBuf>,
-    plaintext: bool,
-) -> Result<()> {
-    refuse_keys(
-        &[
-            ("token_file", token_file.is_some()),
-            ("fingerprint", fingerprint.is_some()),
-            ("known_hosts", known_hosts.is_some()),
-            ("plaintext", plaintext),
-        ],
-        "for a haul:// node: a node started over ssh offers a token and key of its own over the \
-         ssh channel, and those are used",
-    )
-}
-
-/// `rsh`, `remote_haul`, `ssh_tunnel`, `ssh_install` on a `haul://` node:
-/// refused (nothing is started over ssh for it).
-fn ssh_keys_only_over_ssh(
-    rsh: &Option<String>,
-    remote_haul: &Option<String>,
-    tunnel: bool,
-    install: bool,
-) -> Result<()> {
-    refuse_keys(
-        &[
-            ("rsh", rsh.is_some()),
-            ("remote_haul", remote_haul.is_some()),
-            ("ssh_tunnel", tunnel),
-            ("ssh_install", install),
-        ],
-        "for a node started over ssh ([user@]host:DIR): a haul:// node is already running",
-    )
-}
-
-/// The keys that say how a node is started over ssh, a site's or a source's.
-struct SshKeys<'a> {
-    rsh: &'a Option<String>,
-    remote_haul: &'a Option<String>,
-    tunnel: bool,
-    install: bool,
-}
-
-impl SshKeys<'_> {
-    /// Onto `--rsh`, `--remote-haul`, `--ssh-tunnel`, `--ssh-install`.
-    fn apply(&self, transfer: &mut TransferArgs) {
-        transfer.rsh.clone_from(self.rsh);
-        if let Some(r) = self.remote_haul {
-            transfer.remote_haul.clone_from(r);
-        }
-        transfer.ssh_tunnel = self.tunnel;
-        transfer.ssh_install = self.install;
-    }
-}
-
 impl SourcePlan {
     /// The source as messages show it: a remote's URL without its
     /// password, a node as written.
@@ -1135,14 +933,7 @@ impl SourcePlan {
 /// A node source's filter for a run (`--newer-than` is relative to it):
 /// its rules, with `regex` and `dir_struct` as a remote's fetch takes them.
 pub fn node_filter(filter: &FilterArgs, remote: &RemoteArgs) -> Result<haul_fetch::Filter> {
-    let mut f = crate::config::filter(filter)?;
-    if let Some(re) = &remote.regex {
-        f.set_regex(re)?;
-    }
-    if let Some(spec) = &remote.dir_struct {
-        f.set_dir_struct(spec)?;
-    }
-    Ok(f)
+    crate::fetch::with_path_rules(crate::config::filter(filter)?, remote)
 }
 
 #[cfg(test)]

@@ -25,7 +25,7 @@ pub fn read_url_file(path: &Path) -> Result<Vec<String>> {
         if line.is_empty() || line.starts_with('#') {
             continue;
         }
-        match crate::location::node_at(line) {
+        match crate::location::parse_node_at(line) {
             Some(Ok(_)) => {}
             Some(Err(e)) => bail!("{}:{}: {e}", path.display(), n + 1),
             None => bail!(
@@ -67,7 +67,7 @@ pub async fn push(
     }
     let ats: Vec<NodeAt> = dests
         .iter()
-        .map(|d| match crate::location::node_at(d) {
+        .map(|d| match crate::location::parse_node_at(d) {
             Some(at) => at,
             None => Err(UsageError(format!(
                 "{d:?} is not a node (haul://HOST:PORT/DEST or [user@]host:DEST)"

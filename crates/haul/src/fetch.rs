@@ -57,17 +57,24 @@ pub fn remote_options(t: &TransferArgs, r: &RemoteArgs) -> Result<RemoteOptions>
     })
 }
 
-/// Fetch options from the flags; `filter` is what the filter flags
-/// describe ([`crate::config::filter`]), to which `--regex` and
-/// `--dir-struct` are added here.
-pub fn fetch_options(t: &TransferArgs, r: &RemoteArgs, mut filter: Filter) -> Result<FetchOptions> {
-    let client = client_options(t)?;
+/// `filter` with `--regex` and `--dir-struct` (rules on a file's whole
+/// path, for pulls from remotes and the daemon's node sources alike).
+pub fn with_path_rules(mut filter: Filter, r: &RemoteArgs) -> Result<Filter> {
     if let Some(re) = &r.regex {
         filter.set_regex(re)?;
     }
     if let Some(spec) = &r.dir_struct {
         filter.set_dir_struct(spec)?;
     }
+    Ok(filter)
+}
+
+/// Fetch options from the flags; `filter` is what the filter flags
+/// describe ([`crate::config::filter`]), to which `--regex` and
+/// `--dir-struct` are added here.
+pub fn fetch_options(t: &TransferArgs, r: &RemoteArgs, filter: Filter) -> Result<FetchOptions> {
+    let client = client_options(t)?;
+    let filter = with_path_rules(filter, r)?;
     if r.max_conn_per_host == 0 {
         bail!("--max-conn-per-host must be at least 1");
     }

@@ -52,7 +52,7 @@ impl Location {
 }
 
 /// `text` when it names a node (`haul://`, `host:path`, `ssh://`).
-pub fn node_at(text: &str) -> Option<Result<NodeAt>> {
+pub fn parse_node_at(text: &str) -> Option<Result<NodeAt>> {
     match Location::parse(text) {
         Ok(Location::Node(at)) => Some(Ok(at)),
         Ok(_) => None,

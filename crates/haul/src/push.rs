@@ -16,7 +16,7 @@ pub async fn run(args: PushArgs, mode: Mode) -> Result<u8> {
         .paths
         .iter()
         .cloned()
-        .partition(|p| crate::location::node_at(p).is_some());
+        .partition(|p| crate::location::parse_node_at(p).is_some());
     if let Some(file) = &args.to_file {
         dests.extend(usage(fanout::read_url_file(file))?);
     }
@@ -28,7 +28,7 @@ pub async fn run(args: PushArgs, mode: Mode) -> Result<u8> {
     let target = dests
         .pop()
         .unwrap_or_else(|| paths.pop().unwrap_or_default());
-    let Some(at) = crate::location::node_at(&target) else {
+    let Some(at) = crate::location::parse_node_at(&target) else {
         return Err(UsageError(format!("the last argument of push must be haul://HOST:PORT/DEST or [user@]host:DEST, not {target:?} (for a local copy use `haul pull SRC DEST`)")).into());
     };
     let at = at?;

@@ -52,14 +52,13 @@ impl Kept {
             let mut here = HashMap::new();
             for top in dataset.tops()? {
                 let under = crate::mirror::under_dest(dest, &top);
-                let node = NodePath::new(dialer.clone(), url.path.clone());
                 let unlisted = |why: String| {
                     NodeError::Usage(format!(
                         "{}: cannot list {under} there, and the skip rules decide from every node's listing: {why}",
                         url.addr
                     ))
                 };
-                let side = crate::dry_run::list_node(&node.dialer, &under, quiet.as_ref())
+                let side = crate::dry_run::list_node(dialer, &under, quiet.as_ref())
                     .await
                     .map_err(|e| unlisted(e.to_string()))?;
                 if side.errors > 0 {
@@ -203,7 +202,7 @@ impl Run {
             let tally = Tally::new(Arc::new(NoListing(self.tally.clone())));
             let buffers = self.buffers.clone();
             sends.spawn(async move {
-                let along = (None, None, None);
+                let along = crate::push::Along::default();
                 let sent = crate::push::push_entries(
                     dataset.as_ref(),
                     &node,
