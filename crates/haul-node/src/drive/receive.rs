@@ -171,6 +171,11 @@ pub async fn run_receiver(
     // session ends and directory metadata is applied.
     d.finish_commits().await;
     d.ctx.dest.session_ended();
+    // What the session learned before the connection ended (and what the
+    // commits above settled) is told, not dropped with it.
+    while let Some(e) = d.session.poll_event() {
+        d.ctx.observer.event(&e);
+    }
     result.map_err(|error| Interrupted {
         error,
         unfinished: d.session.into_unfinished(),

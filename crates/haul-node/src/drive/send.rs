@@ -196,6 +196,12 @@ pub async fn run_sender(
     let reader_task = AbortOnDrop(tokio::spawn(forward(reader, tx)));
     let result = d.run(&feed, &mut rx, done_rx).await;
     drop(reader_task);
+    // What the session learned before the connection ended (a `Done` read
+    // just before it broke or was handed back) is told, not dropped with
+    // it: that file is delivered, and it is no longer among the unfinished.
+    while let Some(e) = d.session.poll_event() {
+        d.ctx.observer.event(&e);
+    }
     result.map_err(|error| Interrupted {
         error,
         unfinished: d.session.into_unfinished(),
