@@ -193,6 +193,7 @@ impl Sim {
     pub fn push_all(&mut self) {
         for (path, (entry, _)) in &self.src.entries {
             self.push_jobs.push_back(SendJob {
+                content: None,
                 entry: entry.clone(),
                 first: 0,
                 end: entry.chunk_count(),
@@ -517,6 +518,7 @@ fn sender_io(
                 let end = end.min(entry.chunk_count());
                 paths.insert(file, path.clone());
                 let job = SendJob {
+                    content: None,
                     entry,
                     first,
                     end,
@@ -595,6 +597,7 @@ fn receiver_io(
             entry,
             first,
             end,
+            ..
         } => {
             paths.insert(file, entry.path.clone());
             let prepared = if dest.up_to_date(&entry) {

@@ -211,6 +211,7 @@ fn a_split_file_travels_over_several_sessions_and_commits_once() {
     );
     for (first, end) in [(0, 6), (6, 11), (11, count)] {
         sim.push_job(SendJob {
+            content: None,
             entry: entry.clone(),
             first,
             end,

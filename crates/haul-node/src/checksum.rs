@@ -16,37 +16,89 @@ use crate::dial::NodePath;
 use crate::NodeError;
 
 /// `--checksum`: what each file to send is compared with; a file whose
-/// content is already there is up to date and not offered.
+/// content is already there is not sent.
 pub(crate) enum SameContent {
     /// A local destination (a local copy), read through held descriptors;
     /// a file found there with the same content is brought in line (its
     /// mtime, mode and attributes) as rsync's `-c` does.
     At(Arc<haul_engine::Destination>),
-    /// What the node holds, by wire path: size and BLAKE3 (its listing
-    /// with sums, `Request::List{sums}`).
-    Listed(HashMap<String, (u64, Digest)>),
+    /// What the one node a push goes to holds (its listing with sums,
+    /// `Request::List{sums}`): a file of the same content is offered with
+    /// its BLAKE3 when the node may have to bring its metadata in line
+    /// (`Offer{content}`), and left out when nothing can differ.
+    Node {
+        /// The node's files by wire path.
+        files: Listed,
+        /// `-o`/`-g`/`-X`/`-A`: what the listing does not show, so a file
+        /// of the same content is always offered.
+        attrs: bool,
+    },
+    /// What every node of a fan-out holds with the same size and BLAKE3:
+    /// not sent (a content offer does not travel through relays).
+    Everywhere(Arc<HashMap<String, (u64, Digest)>>),
+}
+
+/// A node's files, by wire path, as its listing with sums showed them.
+pub(crate) type Listed = HashMap<String, ListedFile>;
+
+/// One file of a node's listing with sums.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ListedFile {
+    /// Its size.
+    pub size: u64,
+    /// Its BLAKE3, read by the node.
+    pub digest: Digest,
+    /// Its mtime (seconds, nanoseconds).
+    pub mtime: (i64, u32),
+    /// Its permission bits.
+    pub mode: u32,
+}
+
+/// What `-c` found of a file's content at the destination.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Held {
+    /// There, and in line (what was set in place to make it so: `-i`).
+    InLine(InPlace),
+    /// There at a node, which brings its metadata in line when offered it
+    /// with this BLAKE3 (read here).
+    Offer(Digest),
 }
 
 impl SameContent {
-    /// Whether the destination holds `src`'s content under its path, and
-    /// what was set in place on it then (`-i`; a node's file is left as it
-    /// is).
-    pub(crate) fn holds(&self, src: &SourceEntry) -> Option<InPlace> {
+    /// Whether the destination holds `src`'s content under its path.
+    pub(crate) fn holds(&self, src: &SourceEntry) -> Option<Held> {
+        let ours = || haul_engine::source::hash_local(src).ok();
         match self {
             Self::At(dest) => {
                 // Nothing read unless DEST has a file of that size.
                 if dest.existing_file_size(&src.entry.path) != Some(src.entry.size) {
                     return None;
                 }
-                let ours = haul_engine::source::hash_local(src).ok()?;
-                dest.same_content_fixing(&src.entry, ours.as_bytes())
+                dest.same_content_fixing(&src.entry, ours()?.as_bytes())
+                    .map(Held::InLine)
             }
-            Self::Listed(sums) => match sums.get(&src.entry.path) {
-                Some((size, digest)) if *size == src.entry.size => {
-                    haul_engine::source::hash_local(src)
-                        .is_ok_and(|h| h.as_bytes() == digest)
-                        .then(InPlace::default)
+            Self::Node { files, attrs } => {
+                let theirs = files.get(&src.entry.path)?;
+                if theirs.size != src.entry.size {
+                    return None;
                 }
+                let ours = *ours()?.as_bytes();
+                if ours != theirs.digest {
+                    return None;
+                }
+                let e = &src.entry;
+                let in_line = !attrs
+                    && theirs.mtime == (e.mtime_sec, e.mtime_nsec)
+                    && theirs.mode & 0o7777 == e.mode & 0o7777;
+                Some(match in_line {
+                    true => Held::InLine(InPlace::default()),
+                    false => Held::Offer(ours),
+                })
+            }
+            Self::Everywhere(sums) => match sums.get(&src.entry.path) {
+                Some((size, digest)) if *size == src.entry.size => ours()
+                    .is_some_and(|h| h.as_bytes() == digest)
+                    .then(|| Held::InLine(InPlace::default())),
                 _ => None,
             },
         }
@@ -59,8 +111,8 @@ impl SameContent {
         dest: &str,
         dataset: &dyn Dataset,
         tally: &Tally,
-    ) -> Result<Self, NodeError> {
-        let mut sums = HashMap::new();
+    ) -> Result<Listed, NodeError> {
+        let mut files = HashMap::new();
         for top in dataset.tops()? {
             let under = crate::mirror::under_dest(dest, &top);
             let side = crate::dry_run::list_node_with(
@@ -78,10 +130,16 @@ impl SameContent {
             }
             for e in side.entries {
                 if let Some(d) = side.sums.get(&e.path) {
-                    sums.insert(e.path, (e.size, *d));
+                    let file = ListedFile {
+                        size: e.size,
+                        digest: *d,
+                        mtime: (e.mtime_sec, e.mtime_nsec),
+                        mode: e.mode,
+                    };
+                    files.insert(e.path, file);
                 }
             }
         }
-        Ok(Self::Listed(sums))
+        Ok(files)
     }
 }

@@ -496,9 +496,10 @@ fn compare(
         };
         // -i: a file up to date whose permission bits the run would set —
         // only the same version (one kept by a skip rule is left as it
-        // is) — or, under -c, whose mtime and permission bits a pull or
-        // local copy sets on a file of the same content (a node's is left).
-        let by_content = checksum && !dest_is_node;
+        // is) — or, under -c, whose mtime and permission bits the run sets
+        // on a file of the same content (a node sets them when offered the
+        // content it listed, `Offer{content}`).
+        let by_content = checksum;
         let up_to_date = action == DryRunAction::UpToDate && !skip.ignore_existing;
         let same_version = |t: &Entry| kept(Held::listed(t), e, haul_proto::SkipRule::default());
         let perms = up_to_date

@@ -65,8 +65,8 @@ use crate::buffers::ChunkBuffers;
 use crate::checksum::SameContent;
 use crate::client::ClientOptions;
 use crate::dataset::Dataset;
+use crate::dial::Dialer;
 use crate::dial::Reach;
-use crate::dial::{Dialer, NodePath};
 use crate::drive::send::SenderCtx;
 use crate::jobs::{SendJob, WorkQueue};
 use crate::pool::send_all;
@@ -74,6 +74,7 @@ use crate::push::{send_queue, FanoutJobs};
 use crate::stripe_vouch::StripeVouchers;
 use cutoff::Cutoff;
 use edges::Edges;
+use in_line::EveryNode;
 use kept::Kept;
 
 mod after_run;
@@ -81,6 +82,7 @@ mod control;
 mod cutoff;
 mod edges;
 mod failures;
+mod in_line;
 mod kept;
 use crate::{NodeError, NodeUrl};
 
@@ -348,6 +350,7 @@ pub async fn push_fanout(
         dataset: dataset.clone(),
         same: None,
         kept: None,
+        every_node: None,
         stripes: StripeVouchers::new(origin.clone()),
         origin,
         opts: opts.clone(),
@@ -383,8 +386,11 @@ pub async fn push_fanout(
     // What the nodes hold (-c, the skip rules) is listed now, while the
     // control connections keep every admission alive.
     if opts.checksum {
-        let held = same_on_every_node(dataset.as_ref(), dests, reached.clone()).await?;
-        run.same = Some(Arc::new(held));
+        let k = opts.keep;
+        let attrs = k.owner || k.group || k.xattrs || k.acls;
+        let every = EveryNode::listed(dataset.clone(), dests, &reached, attrs).await?;
+        run.same = Some(Arc::new(SameContent::Everywhere(every.common.clone())));
+        run.every_node = Some(Arc::new(every));
     }
     // --ignore-existing, --size-only, -u: what some node keeps is left out
     // of the fan-out (see `kept`).
@@ -497,6 +503,8 @@ pub async fn push_fanout(
     // (not after a cut: the next run does).
     if cutoff.as_ref().is_none_or(|c| c.left().is_none()) {
         run.fill_in_kept(dests, &mut nodes).await;
+        // -c: what every node held already, with other metadata there.
+        run.bring_in_line(dests, &mut nodes).await;
     }
     // Whoever is still unannounced (its upstream never reported) is done.
     for i in 0..run.targets.len() {
@@ -553,37 +561,6 @@ pub async fn push_fanout(
         sent,
         seconds: started.elapsed().as_secs_f64(),
     })
-}
-
-/// `--checksum`: the files every admitted node holds with the same BLAKE3
-/// (each node hashes its own, `List{sums}`); only they are not sent.
-/// (`admitted`: each node's index in `dests` and its dialer; not the
-/// admissions themselves, whose control connections a fan-out run on
-/// another task must not share across this wait.)
-async fn same_on_every_node(
-    dataset: &dyn Dataset,
-    dests: &[NodeUrl],
-    admitted: Vec<(usize, Dialer)>,
-) -> Result<SameContent, NodeError> {
-    let quiet = Tally::new(Arc::new(haul_run::event::Quiet));
-    let mut common: Option<HashMap<String, (u64, haul_proto::Digest)>> = None;
-    for (index, dialer) in admitted {
-        let url = &dests[index];
-        let node = NodePath::new(dialer, url.path.clone());
-        let dest = url.path.trim_matches('/');
-        let SameContent::Listed(held) = SameContent::listed(&node, dest, dataset, &quiet).await?
-        else {
-            continue;
-        };
-        common = Some(match common {
-            None => held,
-            Some(mut c) => {
-                c.retain(|path, v| held.get(path) == Some(v));
-                c
-            }
-        });
-    }
-    Ok(SameContent::Listed(common.unwrap_or_default()))
 }
 
 /// The node at `addr` over the network, pinned to the key it presented
@@ -692,6 +669,8 @@ struct Run {
     /// --ignore-existing, --size-only, -u: what nodes keep, and the whole
     /// dataset the files some lack are taken from.
     kept: Option<(Arc<Kept>, Arc<dyn Dataset>)>,
+    /// `-c`: what every node held already, brought in line at the end.
+    every_node: Option<Arc<in_line::EveryNode>>,
 }
 
 impl Run {

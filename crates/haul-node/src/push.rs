@@ -13,7 +13,7 @@ use haul_run::summary::{Summary, Tally};
 use haul_session::{Event, Observer};
 
 use crate::buffers::ChunkBuffers;
-use crate::checksum::SameContent;
+use crate::checksum::{Held, SameContent};
 use crate::client::{fail_leftovers, finish, ClientOptions};
 use crate::dataset::{Dataset, Walk};
 use crate::dial::NodePath;
@@ -36,6 +36,7 @@ fn send_jobs(src: SourceEntry, streams: u32, split_min: u64) -> Vec<SendJob> {
     ranges
         .into_iter()
         .map(|(first, end)| SendJob {
+            content: None,
             entry: src.entry.clone(),
             first,
             end,
@@ -98,15 +99,28 @@ pub(crate) fn send_queue(
             }
             if let Some(same) = &same {
                 if src.entry.kind == EntryKind::File {
-                    if let Some(fixed) = same.holds(&src) {
-                        if let Some(code) = haul_engine::itemize::in_place(&src.entry, fixed) {
-                            observer.event(&Event::Itemized {
-                                path: src.entry.path.clone(),
-                                code,
-                            });
+                    match same.holds(&src) {
+                        Some(Held::InLine(fixed)) => {
+                            if let Some(code) = haul_engine::itemize::in_place(&src.entry, fixed) {
+                                observer.event(&Event::Itemized {
+                                    path: src.entry.path.clone(),
+                                    code,
+                                });
+                            }
+                            observer
+                                .event(&Event::up_to_date(src.entry.path.clone(), src.entry.size));
+                            return Vec::new();
                         }
-                        observer.event(&Event::up_to_date(src.entry.path.clone(), src.entry.size));
-                        return Vec::new();
+                        // The node brings it in line itself: offered whole,
+                        // with the content it listed (no data unless it
+                        // changed there meanwhile).
+                        Some(Held::Offer(digest)) if fanout.is_none() => {
+                            return vec![SendJob {
+                                content: Some(digest),
+                                ..crate::drive::local_job(src)
+                            }];
+                        }
+                        Some(Held::Offer(_)) | None => {}
                     }
                 }
             }
@@ -183,9 +197,10 @@ pub async fn push(
         .named(named.as_deref())
         .keeping(opts.keep);
     let same = match opts.checksum {
-        true => Some(Arc::new(
-            SameContent::listed(remote, &dest, &walk, &tally).await?,
-        )),
+        true => Some(Arc::new(SameContent::Node {
+            files: SameContent::listed(remote, &dest, &walk, &tally).await?,
+            attrs: opts.keep.owner || opts.keep.group || opts.keep.xattrs || opts.keep.acls,
+        })),
         false => None,
     };
     let links = Arc::new(Links::default());

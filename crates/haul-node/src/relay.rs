@@ -640,6 +640,7 @@ impl Transfer {
             None => (0, entry.chunk_count()),
         };
         Some(SendJob {
+            content: None,
             entry: entry.clone(),
             first,
             end,

@@ -453,6 +453,67 @@ async fn c_b_keeps_a_backup_only_of_what_changed() {
     assert!(!nodes[2].file("in/set/big.bin~").exists());
 }
 
+/// `-c` over a fan-out: a file every node holds with the source's content
+/// is not sent, and each node whose copy has another mtime or mode brings
+/// it in line, as `haul push -c` does (the client offers each the content
+/// it listed; no data moves for it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn c_brings_what_every_node_holds_in_line() {
+    use std::os::unix::fs::PermissionsExt;
+    let names = ["node-a:1", "node-b:1"];
+    let (directory, nodes) = start_nodes(&names);
+    let set = Set::new(3 << 20, 9, 2, 500);
+    let big = set.dir.path().join("set/big.bin");
+    let past = std::time::SystemTime::UNIX_EPOCH + std::time::Duration::from_secs(1_600_000_000);
+    let set_mtime = |p: &std::path::Path, t| {
+        let f = std::fs::File::options().write(true).open(p).unwrap();
+        f.set_modified(t).unwrap();
+    };
+    set_mtime(&big, past);
+    // a holds big.bin with another mtime, b with another mode.
+    let (at_a, at_b) = (
+        nodes[0].file("in/set/big.bin"),
+        nodes[1].file("in/set/big.bin"),
+    );
+    write(&at_a, &set.big);
+    set_mtime(&at_a, past - std::time::Duration::from_secs(60));
+    write(&at_b, &set.big);
+    set_mtime(&at_b, past);
+    std::fs::set_permissions(&at_b, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let (dests, mut opts) = dests_and_options(&names, &nodes[0]);
+    opts.checksum = true;
+    let fan = FanoutOptions {
+        shape: Shape::Chain,
+        rates: vec![None; names.len()],
+        reach: directory.clone(),
+    };
+    let sources = [set.dir.path().join("set").display().to_string()];
+    let dataset = Arc::new(Walk::new(&sources, None));
+    let heard = Arc::new(Heard::default());
+    let summary = haul_node::push_fanout(dataset, &dests, &opts, &fan, heard)
+        .await
+        .unwrap();
+    assert!(summary.all_ok(), "{:#?}", summary.nodes);
+    set.assert_on(&nodes, &names, &summary);
+    let meta = |p: &std::path::Path| std::fs::metadata(p).unwrap();
+    let want = meta(&big);
+    for at in [&at_a, &at_b] {
+        let got = meta(at);
+        assert_eq!(got.modified().unwrap(), past, "{}", at.display());
+        assert_eq!(
+            got.permissions().mode() & 0o7777,
+            want.permissions().mode() & 0o7777,
+            "{}",
+            at.display()
+        );
+    }
+    assert!(
+        summary.sent.bytes_transferred < 1 << 20,
+        "big.bin was sent: {:?}",
+        summary.sent
+    );
+}
+
 /// A fan-out whose every file is gone by the time it is read (a daemon's
 /// acquired files removed meanwhile) ends, each file failed once, in
 /// bounded time: there is nothing to relay and nothing to wait for.

@@ -81,6 +81,7 @@ async fn a_file_still_being_received_is_sent_on_as_its_chunks_verify() {
     });
     let source: Arc<dyn ChunkSource> = staging.clone();
     let queue = WorkQueue::fed_by(std::iter::once(SendJob {
+        content: None,
         entry: entry.clone(),
         first: 0,
         end: entry.chunk_count(),

@@ -188,6 +188,7 @@ pub fn encode(msg: &Message, out: &mut Vec<u8>) {
             first,
             end,
             seal,
+            content,
         } => {
             w.u8(kind::OFFER);
             w.u32(*id);
@@ -195,6 +196,7 @@ pub fn encode(msg: &Message, out: &mut Vec<u8>) {
             w.u32(*first);
             w.u32(*end);
             w.seal(seal.as_ref());
+            w.digest_opt(content.as_deref());
         }
         Message::Sealed { id, chunks } => {
             w.u8(kind::SEALED);
@@ -529,6 +531,7 @@ fn decode_body(body: &[u8]) -> Result<Message, DecodeError> {
             first: r.u32()?,
             end: r.u32()?,
             seal: r.seal()?,
+            content: r.digest_opt()?.map(Box::new),
         },
         kind::SEALED => {
             let id = r.u32()?;
@@ -819,6 +822,15 @@ impl Writer<'_> {
         self.str(&b.suffix);
     }
     /// An optional seal: a flag byte, then 64 bytes when present.
+    fn digest_opt(&mut self, d: Option<&Digest>) {
+        match d {
+            None => self.u8(0),
+            Some(d) => {
+                self.u8(1);
+                self.0.extend_from_slice(d);
+            }
+        }
+    }
     fn seal(&mut self, s: Option<&Seal>) {
         match s {
             None => self.u8(0),
@@ -908,6 +920,13 @@ impl<'a> Reader<'a> {
         };
         b.check().map_err(|_| DecodeError::Malformed(self.name))?;
         Ok(b)
+    }
+    fn digest_opt(&mut self) -> Result<Option<Digest>, DecodeError> {
+        match self.u8()? {
+            0 => Ok(None),
+            1 => Ok(Some(self.arr()?)),
+            _ => Err(DecodeError::Malformed(self.name)),
+        }
     }
     fn seal(&mut self) -> Result<Option<Seal>, DecodeError> {
         match self.u8()? {

@@ -62,6 +62,13 @@
 //!       backup directory and suffix), Prune{dest, backup} and
 //!       Link{dest, backup, skip}: what the node replaces or removes under
 //!       dest is kept as rsync's -b, --backup-dir and --suffix say.
+//! push -c (v19): a file the node's listing with sums showed with the
+//!       source's size and BLAKE3, whose mtime or mode differ there (or
+//!       whose attributes are kept), is offered whole with
+//!       Offer{.., content: BLAKE3}; the node reads its file again and, if it
+//!       still holds that content, sets its mtime, mode and attributes in
+//!       place and answers Need{skip} and Done{message: what it set}; if not,
+//!       Need as for any offer. Relayed and served offers never carry it.
 //! push --delete, after a push that failed nowhere (v5):
 //!       Hello{.., Prune{dest}} -> then, one at a time,
 //!       Remove{path} ->  <- Done{ok, message}   (path under dest; never .haul)

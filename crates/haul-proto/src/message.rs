@@ -61,7 +61,13 @@
 /// ACLs of a file already up to date in line with the source's, removing
 /// those the source lacks. `Admit{backup}`: `-b` for fan-outs, each node
 /// keeping what the relayed push replaces there.
-pub const PROTOCOL_VERSION: u16 = 18;
+/// Version 19: `Offer{content}`: a pushing `-c` sender that found the
+/// receiver listing a file of the same size and BLAKE3 offers it with that
+/// BLAKE3; a receiver whose file there still hashes to it brings its
+/// mtime, mode and attributes in line and answers `Need{skip}` (rsync's
+/// `-c`), else receives it as usual. Direct pushes only: a relayed or
+/// served offer with one is a protocol error.
+pub const PROTOCOL_VERSION: u16 = 19;
 
 /// Which metadata beyond mode, mtime and symlinks a transfer keeps:
 /// rsync's `-o`, `-g`, `-X` and `-A` (and `--numeric-ids`). A sender puts
@@ -720,6 +726,12 @@ pub enum Message {
         end: u32,
         /// The origin's seal of the entry (fan-out only).
         seal: Option<Seal>,
+        /// `-c`, pushed (version 19): the whole-file BLAKE3 the sender read
+        /// and found the receiver listing under the entry's path, so a
+        /// receiver still holding it brings the file's metadata in line
+        /// instead of receiving it again. Whole-file offers of a direct
+        /// push only. (Boxed: it would make every message larger.)
+        content: Option<Box<Digest>>,
     },
     /// Fan-out, sender → receiver: the origin's seals of chunks the
     /// receiver holds (its `Need{have}`, or every chunk of a file it

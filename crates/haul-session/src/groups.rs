@@ -138,6 +138,10 @@ pub struct SendJob<S> {
     pub group: Option<Arc<RangeGroup>>,
     /// The driver's handle on the data.
     pub source: S,
+    /// `-c`, pushed: the file's BLAKE3 when the receiver listed that
+    /// content under its path (`Offer{content}`: brought in line there,
+    /// not sent). Only on a whole-file job of a direct push.
+    pub content: Option<haul_proto::Digest>,
 }
 
 impl<S: Send + 'static> Job for SendJob<S> {

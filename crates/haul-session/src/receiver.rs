@@ -58,6 +58,12 @@ pub enum ReceiverIo {
         first: u32,
         /// One past the last.
         end: u32,
+        /// `-c`, pushed: the sender's BLAKE3 of the file, which it found
+        /// listed here. When the file at the entry's path still holds it
+        /// (read now), bring its mtime, mode and attributes in line and
+        /// answer [`Prepared::UpToDate`] (with [`Receiver::itemized`] for
+        /// what was set); else prepare as usual.
+        content: Option<Digest>,
     },
     /// Check the whole-file hash against `root`, make the data durable and
     /// give the file its final name; answer [`Receiver::committed`]. Drivers
@@ -422,7 +428,8 @@ impl Receiver {
                 first,
                 end,
                 seal,
-            } => self.offer(id, entry, first, end, seal),
+                content,
+            } => self.offer(id, entry, first, end, seal, content.map(|d| *d)),
             Message::Sealed { id, chunks } => self.sealed(id, chunks),
             Message::Vouched { id, root, seal } => self.vouched(id, root, seal),
             Message::Chunk(_) => Err(protocol("a chunk header handed over as a message")),
@@ -536,7 +543,19 @@ impl Receiver {
         first: u32,
         end: u32,
         seal: Option<Seal>,
+        content: Option<Digest>,
     ) -> Result<(), SessionError> {
+        // `-c`'s content offer: a direct push's whole file only (a relay
+        // could not vouch for it, a serving node was asked for data).
+        let whole = first == 0 && end == entry.chunk_count();
+        if content.is_some()
+            && (self.fetching || self.origin.is_some() || !whole || entry.kind != EntryKind::File)
+        {
+            return Err(protocol(format!(
+                "offer {id} ({:?}) names its content where only a direct push's whole file may",
+                entry.path
+            )));
+        }
         let open = self.files.len() - self.wanted;
         if open >= MAX_OPEN {
             return Err(protocol(format!(
@@ -635,6 +654,7 @@ impl Receiver {
                     entry,
                     first,
                     end,
+                    content,
                 });
             }
         }

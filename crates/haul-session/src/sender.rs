@@ -366,6 +366,8 @@ impl<S> Sender<S> {
             entry: entry.clone(),
             first: job.first,
             end: job.end,
+            // Never through a relay: only the origin could vouch for it.
+            content: job.content.filter(|_| self.sealer.is_none()).map(Box::new),
             seal,
         });
         if job.first == 0 {

@@ -57,15 +57,21 @@ fn entry() -> impl Strategy<Value = Entry> {
 fn to_receiver() -> impl Strategy<Value = Message> {
     let id = 0u32..6;
     prop_oneof![
-        (id.clone(), entry(), 0u32..6, 0u32..6).prop_map(|(id, entry, first, end)| {
-            Message::Offer {
+        (
+            id.clone(),
+            entry(),
+            0u32..6,
+            0u32..6,
+            proptest::option::of(any::<[u8; 32]>())
+        )
+            .prop_map(|(id, entry, first, end, content)| Message::Offer {
+                content: content.map(Box::new),
                 id,
                 entry,
                 first,
                 end,
                 seal: None,
-            }
-        }),
+            }),
         (id.clone(), 0u32..6, 0u32..5000, any::<[u8; 32]>()).prop_map(
             |(id, index, len, digest)| {
                 Message::Chunk(ChunkHeader {
@@ -226,7 +232,7 @@ proptest! {
                             chunk_size: 1024,
                         };
                         let end = end.min(entry.chunk_count());
-                        s.resolved(now, file, Ok(SendJob { entry, first, end, group: None, source: () }));
+                        s.resolved(now, file, Ok(SendJob { entry, first, end, group: None, source: (), content: None }));
                     }
                     SenderIo::Read { file, index } => {
                         prop_assert!(index < 5);
@@ -269,6 +275,7 @@ fn a_receiver_waits_for_every_counted_chunk_in_any_order() {
     r.handle(
         t0,
         Message::Offer {
+            content: None,
             id: 1,
             entry,
             first: 0,
@@ -347,6 +354,7 @@ fn a_busy_session_keeps_the_peer_informed_and_a_silent_peer_times_out() {
     r.handle(
         t0,
         Message::Offer {
+            content: None,
             id: 1,
             entry,
             first: 0,
@@ -416,6 +424,7 @@ fn a_superseded_receiver_ends_once_its_sender_is_quiet_and_not_before() {
             chunk_size: 1024,
         };
         let offer = Message::Offer {
+            content: None,
             id: k,
             entry,
             first: 0,
@@ -459,6 +468,7 @@ fn one_file(size: u64) -> Entry {
 /// A job that sends all of `entry`.
 fn whole_job(entry: Entry) -> SendJob<()> {
     SendJob {
+        content: None,
         end: entry.chunk_count(),
         entry,
         first: 0,
@@ -499,6 +509,7 @@ fn a_file_not_ready_yet_lets_the_others_read_and_reads_again_when_woken() {
         end: size.div_ceil(1024) as u32,
         group: None,
         source: (),
+        content: None,
     };
     s.push_job(t0, file("small", 100));
     s.push_job(t0, file("big", 8 * 1024));
@@ -606,6 +617,7 @@ fn chunks_of_files_never_offered_are_refused_not_dropped() {
     r.handle(
         t0,
         Message::Offer {
+            content: None,
             id: u32::MAX,
             entry: one_file(3000),
             first: 0,
@@ -626,6 +638,42 @@ fn chunks_of_files_never_offered_are_refused_not_dropped() {
     assert!(r.handle_chunk(t0, h).is_err());
 }
 
+/// `-c`'s content offer (version 19): a pushed whole file's BLAKE3 goes to
+/// the driver with its `Prepare`; on a range, through a fan-out (sealed by
+/// an origin) or to a fetching receiver it is a protocol error.
+#[test]
+fn a_content_offer_is_a_direct_pushs_whole_file_only() {
+    let t0 = Instant::now();
+    let entry = one_file(3000);
+    let offer = |first, end| Message::Offer {
+        content: Some(Box::new([7; 32])),
+        id: 1,
+        entry: entry.clone(),
+        first,
+        end,
+        seal: None,
+    };
+    let mut r = Receiver::for_push(SessionConfig::default(), String::new(), t0);
+    r.handle(t0, offer(0, 3)).unwrap();
+    assert!(matches!(
+        r.poll_io(),
+        Some(ReceiverIo::Prepare {
+            content: Some([7, ..]),
+            first: 0,
+            end: 3,
+            ..
+        })
+    ));
+    let mut r = Receiver::for_push(SessionConfig::default(), String::new(), t0);
+    assert!(r.handle(t0, offer(0, 2)).is_err(), "a range");
+    let mut r = Receiver::for_push(SessionConfig::default(), String::new(), t0);
+    let origin = haul_proto::seal::Origin::generate().unwrap();
+    r.check_origin(std::sync::Arc::new(crate::OriginPublic(origin.public())));
+    assert!(r.handle(t0, offer(0, 3)).is_err(), "through a fan-out");
+    let mut r = Receiver::for_pull(SessionConfig::default(), t0);
+    assert!(r.handle(t0, offer(0, 3)).is_err(), "to a fetching receiver");
+}
+
 /// At `t0`, a fan-out receiver is offered chunks `first..end` of `entry` as file
 /// `id`, sealed by `origin`, and they arrive clean (`RangeStatus` sent).
 fn stripe_arrives(
@@ -639,6 +687,7 @@ fn stripe_arrives(
 ) -> Vec<crate::Transmit> {
     let hash = haul_proto::seal::entry_hash(entry);
     let offer = Message::Offer {
+        content: None,
         id,
         entry: entry.clone(),
         first,
@@ -726,6 +775,7 @@ fn stripes_are_put_together_by_the_receiver_and_released_by_the_others() {
     s.push_job(
         t0,
         SendJob {
+            content: None,
             entry: entry.clone(),
             first: 1,
             end: 3,
@@ -1237,6 +1287,7 @@ fn a_stripe_is_put_together_only_under_the_root_the_origin_vouched_for() {
         s.push_job(
             t0,
             SendJob {
+                content: None,
                 entry: entry.clone(),
                 first: 1,
                 end: 3,
@@ -1351,6 +1402,7 @@ fn only_a_failed_seal_or_unsealed_bytes_are_evidence_against_the_sender() {
             .collect()
     };
     let offer = |id, seal| Message::Offer {
+        content: None,
         id,
         entry: entry.clone(),
         first: 0,

@@ -147,6 +147,7 @@ pub(crate) fn read_want(
     let end = end.min(entry.chunk_count());
     let source: Arc<dyn ChunkSource> = Arc::new(file);
     let job = SendJob {
+        content: None,
         entry,
         first,
         end,
@@ -160,6 +161,7 @@ pub(crate) fn read_want(
 pub fn local_job(src: SourceEntry) -> SendJob {
     let end = src.entry.chunk_count();
     SendJob {
+        content: None,
         entry: src.entry,
         first: 0,
         end,

@@ -380,12 +380,20 @@ impl Driver {
                 entry,
                 first,
                 end,
+                content,
             } => {
                 // The quick check applies to a range too: a split file already
                 // in place is skipped range by range (the sender reports it once).
                 let dest = self.ctx.dest.clone();
                 let (quick_check, replace) = (self.ctx.quick_check, self.ctx.replaces_dirs());
                 let prepare = move |dest: &Destination, entry: &Entry| {
+                    // -c: the content the sender found listed here, still
+                    // here (read again now), is brought in line, not sent.
+                    let same = content
+                        .filter(|_| dest.existing_file_size(&entry.path) == Some(entry.size));
+                    if let Some(fixed) = same.and_then(|d| dest.same_content_fixing(entry, &d)) {
+                        return Ok(Staged::UpToDate { fixed });
+                    }
                     replacing(dest, replace, &entry.path, || {
                         dest.prepare_file(entry, quick_check)
                     })

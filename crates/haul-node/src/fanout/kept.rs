@@ -21,6 +21,7 @@ use haul_proto::{EntryKind, SkipRule};
 use haul_run::summary::Tally;
 
 use super::{join_errors, NodeReport, Run};
+use crate::checksum::SameContent;
 use crate::dataset::Dataset;
 use crate::dial::{Dialer, NodePath};
 use crate::{NodeError, NodeUrl};
@@ -147,11 +148,21 @@ impl Kept {
     }
 }
 
+/// What a predicate over entries takes.
+type Takes = Arc<dyn Fn(&haul_proto::Entry) -> bool + Send + Sync>;
+
 /// The entries of a dataset a predicate takes (an entry that could not be
 /// read goes on, for its send to fail it once).
-struct Subset {
+pub(super) struct Subset {
     inner: Arc<dyn Dataset>,
-    takes: Arc<dyn Fn(&haul_proto::Entry) -> bool + Send + Sync>,
+    takes: Takes,
+}
+
+impl Subset {
+    /// The entries of `inner` that `takes` takes, as a dataset.
+    pub fn taking(inner: Arc<dyn Dataset>, takes: Takes) -> Arc<dyn Dataset> {
+        Arc::new(Self { inner, takes })
+    }
 }
 
 impl Dataset for Subset {
@@ -181,11 +192,61 @@ impl Run {
         let Some((kept, whole)) = self.kept.clone() else {
             return;
         };
+        let pushes = (0..self.targets.len())
+            .filter_map(|node| {
+                let dataset = kept.lacked_by(node, whole.clone())?;
+                Some(NodePush {
+                    node,
+                    dataset,
+                    same: None,
+                })
+            })
+            .collect();
+        let observer = Arc::new(NoListing(self.tally.clone()));
+        self.push_each(dests, nodes, pushes, observer, "the files other nodes keep")
+            .await;
+    }
+
+    /// `-c`: offers each node the files every node held with the source's
+    /// content whose metadata differs there, once the fan-out ended, so it
+    /// brings them in line (see `in_line`). Files it finds in line there
+    /// were counted up to date already: only what changes is told.
+    pub(super) async fn bring_in_line(&mut self, dests: &[NodeUrl], nodes: &mut [NodeReport]) {
+        let Some(every) = self.every_node.clone() else {
+            return;
+        };
+        let pushes = (0..self.targets.len())
+            .filter_map(|node| {
+                let (dataset, same) = every.for_node(node)?;
+                Some(NodePush {
+                    node,
+                    dataset,
+                    same: Some(Arc::new(same)),
+                })
+            })
+            .collect();
+        let observer = Arc::new(ChangesOnly(self.tally.clone()));
+        self.push_each(dests, nodes, pushes, observer, "the files brought in line")
+            .await;
+    }
+
+    /// Pushes each admitted node its dataset, all at once, telling `observer`; a node lost for
+    /// good is not fed, and what fails marks the node, naming `what`.
+    async fn push_each(
+        &mut self,
+        dests: &[NodeUrl],
+        nodes: &mut [NodeReport],
+        pushes: Vec<NodePush>,
+        observer: Arc<dyn haul_session::Observer>,
+        what: &'static str,
+    ) {
         let mut sends = tokio::task::JoinSet::new();
-        for i in 0..self.targets.len() {
-            let Some(dataset) = kept.lacked_by(i, whole.clone()) else {
-                continue;
-            };
+        for NodePush {
+            node: i,
+            dataset,
+            same,
+        } in pushes
+        {
             // As the repair: a node lost for good is not fed.
             let alive = self.routing.is_alive(i) || self.routing.is_done(i);
             if !alive || !nodes[self.index[i]].ok {
@@ -194,21 +255,24 @@ impl Run {
             let url = &dests[self.index[i]];
             let node = NodePath::new(self.dialers[i].clone(), url.path.clone());
             let dest = url.path.trim_matches('/').to_owned();
-            // The run was not cut (or this is not called): the fill-ins are
-            // what the limit let through. Their walks are the run's, not a
-            // listing of their own to show.
+            // The run was not cut (or this is not called): these pushes
+            // are what the limit let through. Their walks are the run's,
+            // not a listing of their own to show.
             let mut opts = self.opts.clone();
             opts.max_transfer = None;
-            let tally = Tally::new(Arc::new(NoListing(self.tally.clone())));
+            let node_tally = Tally::new(observer.clone());
             let buffers = self.buffers.clone();
             sends.spawn(async move {
-                let along = crate::push::Along::default();
+                let along = crate::push::Along {
+                    same,
+                    ..Default::default()
+                };
                 let sent = crate::push::push_entries(
                     dataset.as_ref(),
                     &node,
                     dest,
                     &opts,
-                    &tally,
+                    &node_tally,
                     along,
                     buffers,
                 )
@@ -217,7 +281,7 @@ impl Run {
                     Ok(p) => p.err,
                     Err(e) => Some(e),
                 };
-                (i, tally.finish(std::time::Duration::ZERO, 0), err)
+                (i, node_tally.finish(std::time::Duration::ZERO, 0), err)
             });
         }
         while let Some(joined) = sends.join_next().await {
@@ -228,16 +292,44 @@ impl Run {
             node.entries_ok += summary.files_ok;
             node.failed += summary.failed;
             let why = match (&err, summary.failed) {
-                (Some(e), _) => Some(format!(
-                    "the files other nodes keep could not be sent to it: {e}"
-                )),
+                (Some(e), _) => Some(format!("{what} could not be sent to it: {e}")),
                 (None, 0) => None,
-                (None, n) => Some(format!("{n} of the files other nodes keep failed there")),
+                (None, n) => Some(format!("{n} of {what} failed there")),
             };
             if let Some(why) = why {
                 node.ok = false;
                 node.error = join_errors(&node.error, &why);
             }
+        }
+    }
+}
+
+/// A push of its own to one admitted node once the fan-out ended.
+struct NodePush {
+    /// The admitted node.
+    node: usize,
+    /// What it gets.
+    dataset: Arc<dyn Dataset>,
+    /// How `-c` compares there (`None`: as the run's options say).
+    same: Option<Arc<SameContent>>,
+}
+
+/// An observer that passes on what a push brought in line (`-i`) and what
+/// failed, not the files it found up to date (counted by the fan-out).
+struct ChangesOnly(Arc<Tally>);
+
+impl haul_session::Observer for ChangesOnly {
+    fn event(&self, event: &haul_session::Event) {
+        use haul_session::Event;
+        let pass = match event {
+            Event::FileDone { skipped, .. } => !skipped,
+            Event::FileStart { .. } | Event::ListingProgress { .. } | Event::ListingDone { .. } => {
+                false
+            }
+            _ => true,
+        };
+        if pass {
+            self.0.event(event);
         }
     }
 }

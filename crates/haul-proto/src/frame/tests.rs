@@ -626,14 +626,16 @@ fn arb_message() -> impl Strategy<Value = Message> {
             arb_entry(),
             any::<u32>(),
             any::<u32>(),
-            arb_seal()
+            arb_seal(),
+            proptest::option::of(any::<[u8; 32]>())
         )
-            .prop_map(|(id, entry, first, end, seal)| Message::Offer {
+            .prop_map(|(id, entry, first, end, seal, content)| Message::Offer {
                 id,
                 entry,
                 first,
                 end,
-                seal
+                seal,
+                content: content.map(Box::new)
             }),
         (
             any::<u32>(),

@@ -111,6 +111,7 @@ fn no_peer_can_change_the_roots_own_mode() {
     let node = open_node(&s);
     let mut raw = push_session(&node);
     raw.send(&Message::Offer {
+        content: None,
         id: 1,
         entry: dir_entry("", 0o777),
         first: 0,
@@ -143,6 +144,7 @@ fn a_directory_swapped_between_two_offers_leads_nowhere() {
     let before = snapshot(&outside);
     let mut raw = push_session(&node);
     raw.send(&Message::Offer {
+        content: None,
         id: 1,
         entry: dir_entry("d/e", 0o777),
         first: 0,
@@ -259,6 +261,7 @@ fn fake_node(listener: TcpListener, mut before_first_commit: impl FnMut() + Send
                             let (_, data) = files.iter().find(|(p, _)| *p == path).expect("known");
                             let entry = file(&dest, data.len() as u64);
                             raw.send(&Message::Offer {
+                                content: None,
                                 id,
                                 entry: entry.clone(),
                                 first: 0,

@@ -63,6 +63,7 @@ fn fifty_connections_announcing_maximal_chunks_stay_within_the_budget() {
                     ..file(&format!("big{i}"), max)
                 };
                 raw.send(&Message::Offer {
+                    content: None,
                     id: 1,
                     entry,
                     first: 0,

@@ -85,6 +85,7 @@ impl Raw {
     pub fn offer_and_send(&mut self, id: u32, entry: &Entry, data: &[u8]) -> Option<Message> {
         let count = data.len().div_ceil(entry.chunk_size as usize).max(1) as u32;
         self.send(&Message::Offer {
+            content: None,
             id,
             entry: entry.clone(),
             first: 0,

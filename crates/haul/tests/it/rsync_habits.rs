@@ -904,19 +904,24 @@ fn i_itemizes_what_changes_as_rsync_does() {
     );
     write_file(&s.path("node/in/changed"), 150, 5);
     // Each push waits for the node to set its directories' mtimes.
-    let push = || {
+    let push_with = |extra: &[&str]| {
         let mut c = haul(&s.path("config"));
         c.args(["push", "--plaintext", "-i"])
+            .args(extra)
             .arg(format!("{}/", src.display()))
             .arg(node.url("in"));
         let out = run(c, T);
         ok(&out);
         let dirs = ["dir", "kept", "by-hand", "read-only"];
         dir_mtimes_settled(&src, &s.path("node/in"), &dirs);
-        let mut lines = stdout_lines(&out);
+        let mut lines: Vec<String> = stdout_lines(&out)
+            .into_iter()
+            .filter(|l| !l.starts_with("dry run:"))
+            .collect();
         lines.sort();
         lines
     };
+    let push = || push_with(&[]);
     assert_eq!(
         push(),
         [
@@ -994,4 +999,21 @@ fn i_itemizes_what_changes_as_rsync_does() {
     set_mtime(&src.join("read-only"), past);
     assert_eq!(push(), [".d..t...... by-hand/", "cd+++++++++ read-only/"]);
     assert_eq!(push(), Vec::<String>::new());
+
+    // -c brings the node's file of the same content in line, as
+    // `rsync -aci` to a remote does (the node reads it again and sets its
+    // mtime and mode; nothing is sent), and says so in a dry run too.
+    set_mtime(&s.path("node/in/new"), past - Duration::from_secs(60));
+    let perm = s.path("node/in/perm");
+    std::fs::set_permissions(&perm, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let want = [".f...p..... perm", ".f..t...... new"];
+    assert_eq!(push_with(&["-n", "-c"]), want);
+    assert_eq!(push_with(&["-c"]), want);
+    let mtime = |p: &Path| std::fs::metadata(p).unwrap().modified().unwrap();
+    assert_eq!(mtime(&s.path("node/in/new")), mtime(&src.join("new")));
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+    assert_eq!(mode(&perm), mode(&src.join("perm")));
+    // In line: nothing left, with or without -c.
+    assert_eq!(push(), Vec::<String>::new());
+    assert_eq!(push_with(&["-c"]), Vec::<String>::new());
 }

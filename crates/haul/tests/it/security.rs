@@ -50,6 +50,7 @@ fn a_malicious_pusher_cannot_write_outside_the_root() {
     for path in evil {
         id += 1;
         raw.send(&Message::Offer {
+            content: None,
             id,
             entry: file(path, 5),
             first: 0,
@@ -73,6 +74,7 @@ fn a_malicious_pusher_cannot_write_outside_the_root() {
     for path in [long.as_str(), nul.as_str()] {
         id += 1;
         raw.send(&Message::Offer {
+            content: None,
             id,
             entry: file(path, 5),
             first: 0,
@@ -97,6 +99,7 @@ fn a_malicious_pusher_cannot_write_outside_the_root() {
             ..file("l", 0)
         };
         raw.send(&Message::Offer {
+            content: None,
             id,
             entry,
             first: 0,
@@ -116,6 +119,7 @@ fn a_malicious_pusher_cannot_write_outside_the_root() {
         ..file("a", 0)
     };
     raw.send(&Message::Offer {
+        content: None,
         id,
         entry: dir,
         first: 0,
@@ -131,6 +135,7 @@ fn a_malicious_pusher_cannot_write_outside_the_root() {
         ..file("a/s", 0)
     };
     raw.send(&Message::Offer {
+        content: None,
         id,
         entry: up,
         first: 0,
@@ -147,6 +152,7 @@ fn a_malicious_pusher_cannot_write_outside_the_root() {
             ..file(link, 0)
         };
         raw.send(&Message::Offer {
+            content: None,
             id,
             entry,
             first: 0,
@@ -164,6 +170,7 @@ fn a_malicious_pusher_cannot_write_outside_the_root() {
     let data = b"hello";
     let digest = *blake3::hash(data).as_bytes();
     raw.send(&Message::Offer {
+        content: None,
         id,
         entry: file("x", 5),
         first: 0,
@@ -315,6 +322,7 @@ fn malformed_frames_close_only_that_connection() {
         Message::Welcome { .. }
     ));
     raw.send(&Message::Offer {
+        content: None,
         id: 1,
         entry: file("f10", 10),
         first: 0,
