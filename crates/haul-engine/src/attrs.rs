@@ -157,6 +157,8 @@ impl AttrReader {
             linked: false,
             all_xattrs: self.keep.xattrs && whole,
             all_acls: self.keep.acls && whole,
+            // Only root reads trusted.*: anyone else's list lacks them.
+            all_trusted: self.keep.xattrs && whole && haul_root::my_uid() == 0,
         })))
     }
 }
@@ -333,6 +335,46 @@ impl AttrWriter {
             .map_or((None, None), |a| self.owners_of(a))
     }
 
+    /// What a receiver under this policy would set on `found` (a dry run's
+    /// listing of what is there) to give it `entry`'s owner, group,
+    /// extended attributes and ACLs: `-i`'s `o`, `g`, `a` and `x`, as
+    /// [`AttrWriter::refresh`] would say them. Only what both sides listed
+    /// is compared.
+    pub fn would_set(&self, entry: &haul_proto::Entry, found: &haul_proto::Entry) -> InPlace {
+        let (Some(want), Some(there)) = (entry.attrs.as_deref(), found.attrs.as_deref()) else {
+            return InPlace::default();
+        };
+        let (uid, gid) = self.owners_of(want);
+        let differs = |w: Option<u32>, t: &Option<Principal>| {
+            w.zip(t.as_ref()).is_some_and(|(w, t)| w != t.id)
+        };
+        let (acls, xattrs) = match &there.xattrs {
+            Some(listed) => {
+                let have: Xattrs = listed
+                    .iter()
+                    .map(|x| (x.name.clone().into_bytes(), x.value.clone()))
+                    .collect();
+                self.xattr_changes(want, &have).kinds()
+            }
+            None => (false, false),
+        };
+        let (owner, group) = (differs(uid, &there.owner), differs(gid, &there.group));
+        // `chown` takes a file's capability away: set again, it counts.
+        let capability = (owner || group)
+            && want
+                .xattrs
+                .iter()
+                .flatten()
+                .any(|x| x.name == "security.capability" && self.takes(&x.name));
+        InPlace {
+            owner,
+            group,
+            acls,
+            xattrs: xattrs || capability,
+            ..InPlace::default()
+        }
+    }
+
     /// Whether the ACLs, and the other extended attributes, of `name` in
     /// `dir` differ from those `entry` carries, as far as this receiver
     /// takes them (`-i` for a directory already there).
@@ -488,7 +530,8 @@ impl AttrWriter {
             ..Keep::default()
         };
         let privileged = !(name.starts_with("user.") || ACLS.contains(&name));
-        kept(name, listed) && (!privileged || self.policy.owners)
+        let unseen = name.starts_with("trusted.") && !attrs.all_trusted;
+        kept(name, listed) && (!privileged || self.policy.owners) && !unseen
     }
 
     /// What differs between the attributes a file here has (`have`) and

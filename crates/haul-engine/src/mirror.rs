@@ -45,22 +45,21 @@ pub fn check_dest(dest: &Path) -> Result<(), String> {
 /// What a local DEST holds where a source's top goes (`top` empty: DEST's
 /// own contents, without haul's state directory), walked beneath a held
 /// root: `Ok(None)` when DEST or the top does not exist (it holds nothing;
-/// nothing is created), `Err` when DEST cannot be opened. With
-/// `hard_links`, later names of a linked file are listed as links (`-H`).
-pub fn walk_dest(dest: &Path, top: &str, hard_links: bool) -> Result<Option<EntryIter>, String> {
+/// nothing is created), `Err` when DEST cannot be opened. Entries carry
+/// what `keep` keeps: later names of a linked file as links (`-H`), owners
+/// and attributes (a dry run's `-i`).
+pub fn walk_dest(
+    dest: &Path,
+    top: &str,
+    keep: haul_proto::Keep,
+) -> Result<Option<EntryIter>, String> {
     let root = match Root::open(dest) {
         Ok(root) => root,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(format!("cannot read the destination: {e}")),
     };
     match LocalTree::beneath(&root, top, top.is_empty()) {
-        Ok(tree) => {
-            let keep = haul_proto::Keep {
-                hard_links,
-                ..Default::default()
-            };
-            Ok(Some(Box::new(tree.keeping(keep)).entries()))
-        }
+        Ok(tree) => Ok(Some(Box::new(tree.keeping(keep)).entries())),
         Err(ResolveError::NotFound(_)) => Ok(None),
         Err(e) => Err(format!("cannot read the destination: {e}")),
     }
@@ -188,7 +187,7 @@ pub fn prune(
     on: &mut dyn FnMut(Pruned),
 ) -> Result<Option<Event>, String> {
     let mut entries = Vec::new();
-    if let Some(walk) = walk_dest(dest, top, false)? {
+    if let Some(walk) = walk_dest(dest, top, haul_proto::Keep::default())? {
         for item in walk {
             match item {
                 Ok(src) => entries.push(src.entry),

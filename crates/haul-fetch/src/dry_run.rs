@@ -183,7 +183,7 @@ fn would_delete(
     report: &mut DryRunReport,
 ) {
     let mut entries = Vec::new();
-    match haul_engine::mirror::walk_dest(dest, top, false) {
+    match haul_engine::mirror::walk_dest(dest, top, haul_proto::Keep::default()) {
         Ok(None) => return,
         Ok(Some(walk)) => {
             for item in walk {

@@ -92,7 +92,7 @@ pub async fn dry_run_push(
         let (source, top) =
             walk_local(s, named.as_deref(), opts, opts.checksum, observer.as_ref())?;
         let under = crate::mirror::under_dest(&dest, &top);
-        let keep = links_only(opts.keep);
+        let keep = compared(opts.keep);
         let theirs = list_node_with(
             &remote.dialer,
             &under,
@@ -121,7 +121,7 @@ pub async fn dry_run_pull(
         &remote.dialer,
         &remote.path,
         opts.checksum,
-        links_only(opts.keep),
+        compared(opts.keep),
         observer.as_ref(),
     )
     .await?;
@@ -167,7 +167,7 @@ pub async fn dry_run_pull(
         dest,
         &top,
         opts.checksum,
-        opts.keep.hard_links,
+        compared(opts.keep),
         observer.as_ref(),
     );
     let ours = dest_filtered(ours, opts, &top);
@@ -198,7 +198,7 @@ pub fn dry_run_local(
             dest,
             &top,
             opts.checksum,
-            opts.keep.hard_links,
+            compared(opts.keep),
             observer.as_ref(),
         );
         let ours = dest_filtered(ours, opts, &top);
@@ -207,12 +207,14 @@ pub fn dry_run_local(
     Ok(report)
 }
 
-/// What a dry run's listings keep: hard links alone (what it compares
-/// beyond size, mtime and symlink targets).
-fn links_only(keep: Keep) -> Keep {
+/// What a dry run's listings keep: what it compares beyond size, mtime,
+/// mode and symlink targets — hard links, and the owners, groups,
+/// extended attributes and ACLs the transfer keeps (`-i`'s `o`, `g`, `x`,
+/// `a`); never holes.
+fn compared(keep: Keep) -> Keep {
     Keep {
-        hard_links: keep.hard_links,
-        ..Keep::default()
+        sparse: false,
+        ..keep
     }
 }
 
@@ -234,7 +236,7 @@ pub(crate) fn walk_local(
     if let Some(f) = &opts.filter {
         tree = tree.with_filter(f.clone());
     }
-    let tree = tree.keeping(links_only(opts.keep));
+    let tree = tree.keeping(compared(opts.keep));
     let mut side = Side::default();
     for item in Box::new(tree).entries() {
         match item {
@@ -259,11 +261,11 @@ pub(crate) fn walk_dest(
     dest: &Path,
     top: &str,
     sums: bool,
-    hard_links: bool,
+    keep: Keep,
     observer: &dyn Observer,
 ) -> Side {
     let mut side = Side::default();
-    let walk = match haul_engine::mirror::walk_dest(dest, top, hard_links) {
+    let walk = match haul_engine::mirror::walk_dest(dest, top, keep) {
         Ok(Some(walk)) => walk,
         Ok(None) => return side,
         Err(error) => {
@@ -470,9 +472,11 @@ fn compare(
                     perms: t.mode & setgid,
                     ..haul_engine::itemize::Found::listed(t)
                 });
+                let set = there.map(|t| modes.would_set(e, t)).unwrap_or_default();
                 let here = haul_engine::itemize::Here {
                     mode: modes.dir_mode(e) & setgid,
-                    ..Default::default()
+                    ids: modes.ids_of(e),
+                    xattrs: (set.acls, set.xattrs),
                 };
                 let Some(code) = haul_engine::itemize::made(e, found, here) else {
                     continue;
@@ -508,11 +512,13 @@ fn compare(
                     && (by_content || (!checksum && same_version(t)))
             });
         let time = up_to_date && by_content && there.is_some_and(|t| !same_version(t));
-        let fixed = haul_engine::itemize::InPlace {
-            perms,
-            time,
-            ..Default::default()
-        };
+        // Owner, group, attributes and ACLs, as far as both sides listed
+        // them (a file the run leaves as it is keeps its own).
+        let set = there
+            .filter(|&&t| up_to_date && (by_content || (!checksum && same_version(t))))
+            .map(|t| modes.would_set(e, t))
+            .unwrap_or_default();
+        let fixed = haul_engine::itemize::InPlace { perms, time, ..set };
         if let Some(code) = haul_engine::itemize::in_place(e, fixed) {
             observer.event(&Event::Itemized {
                 path: e.path.clone(),

@@ -795,7 +795,8 @@ impl Writer<'_> {
             | (u8::from(a.sparse) << 3)
             | (u8::from(a.linked) << 4)
             | (u8::from(a.all_xattrs) << 5)
-            | (u8::from(a.all_acls) << 6);
+            | (u8::from(a.all_acls) << 6)
+            | (u8::from(a.all_trusted) << 7);
         self.u8(flags);
         for p in [&a.owner, &a.group].into_iter().flatten() {
             self.u32(p.id);
@@ -988,9 +989,6 @@ impl<'a> Reader<'a> {
         if flags == 0 {
             return Ok(None);
         }
-        if flags > 127 {
-            return Err(DecodeError::Malformed(self.name));
-        }
         let owner = if flags & 1 != 0 {
             Some(self.principal()?)
         } else {
@@ -1032,6 +1030,7 @@ impl<'a> Reader<'a> {
             linked: flags & 16 != 0,
             all_xattrs: flags & 32 != 0,
             all_acls: flags & 64 != 0,
+            all_trusted: flags & 128 != 0,
         })))
     }
 }

@@ -66,7 +66,9 @@
 /// BLAKE3; a receiver whose file there still hashes to it brings its
 /// mtime, mode and attributes in line and answers `Need{skip}` (rsync's
 /// `-c`), else receives it as usual. Direct pushes only: a relayed or
-/// served offer with one is a protocol error.
+/// served offer with one is a protocol error. [`Attrs::all_trusted`] (bit
+/// 7 of an entry's attribute flags): only a source that could read
+/// `trusted.*` has a receiver remove those it lacks.
 pub const PROTOCOL_VERSION: u16 = 19;
 
 /// Which metadata beyond mode, mtime and symlinks a transfer keeps:
@@ -179,6 +181,10 @@ pub struct Attrs {
     /// Version 18: as `all_xattrs`, for the ACLs (`-A`): an ACL the source
     /// has none of is removed at the receiver.
     pub all_acls: bool,
+    /// Version 19: with `all_xattrs`, the list speaks for `trusted.*` too:
+    /// the source could read them (it runs as root). A source that cannot
+    /// see them never has a receiver remove them.
+    pub all_trusted: bool,
 }
 
 /// Which files already at the destination are left as they are, as

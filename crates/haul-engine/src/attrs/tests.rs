@@ -122,6 +122,8 @@ fn attrs_with(names: &[(&str, &str)], all_xattrs: bool, all_acls: bool) -> Attrs
         ),
         all_xattrs,
         all_acls,
+        // As a root sender lists them.
+        all_trusted: all_xattrs,
         ..Attrs::default()
     }
 }
@@ -174,6 +176,14 @@ fn a_file_here_loses_only_what_the_source_listed_whole_and_this_receiver_takes()
     let c = policy(true, Some(x)).xattr_changes(&src, &here);
     assert_eq!(removed(&c), ["trusted.extra", "user.extra"]);
     assert_eq!(c.set.len(), 1, "only what differs is set");
+    // A sender that is not root cannot see trusted.*: its list does not
+    // speak for them.
+    let not_root = Attrs {
+        all_trusted: false,
+        ..src.clone()
+    };
+    let c = policy(true, Some(x)).xattr_changes(&not_root, &here);
+    assert_eq!(removed(&c), ["user.extra"]);
     // -A alone: the ACL goes, no other attribute.
     let src = attrs_with(&[], false, true);
     let c = policy(true, Some(a)).xattr_changes(&src, &here);

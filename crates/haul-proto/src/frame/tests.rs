@@ -250,15 +250,17 @@ fn attributes_from_a_peer_are_bounded_before_anything_is_kept() {
         let bad = listing_with(owner(name));
         assert_eq!(decode_frame(&bad), Err(DecodeError::BadString("Listing")));
     }
-    // A flag bit this version does not know.
-    let mut unknown = listing_with(owner("root"));
-    let at = unknown.len() - (4 + 4 + 4) - 1;
-    assert_eq!(unknown[at], 1);
-    unknown[at] = 129;
-    assert_eq!(
-        decode_frame(&unknown),
-        Err(DecodeError::Malformed("Listing"))
-    );
+    // Every flag bit has a meaning since version 19 (bit 7: `all_trusted`).
+    let mut trusted = listing_with(owner("root"));
+    let at = trusted.len() - (4 + 4 + 4) - 1;
+    assert_eq!(trusted[at], 1);
+    trusted[at] = 129;
+    let Ok(Decoded::Message(Message::Listing { entry }, _)) = decode_frame(&trusted) else {
+        panic!("bit 7 decodes");
+    };
+    assert!(entry
+        .attrs
+        .is_some_and(|a| a.all_trusted && a.owner.is_some()));
 }
 
 #[test]
@@ -406,17 +408,18 @@ fn arb_attrs() -> impl Strategy<Value = Option<Box<crate::Attrs>>> {
             proptest::option::of(proptest::collection::vec(xattr, 0..4)),
             any::<bool>(),
             any::<bool>(),
-            any::<(bool, bool)>(),
+            any::<(bool, bool, bool)>(),
         )
-            .prop_filter("not empty", |(o, g, x, s, l, (ax, aa))| o.is_some()
+            .prop_filter("not empty", |(o, g, x, s, l, (ax, aa, at))| o.is_some()
                 || g.is_some()
                 || x.is_some()
                 || *s
                 || *l
                 || *ax
-                || *aa)
+                || *aa
+                || *at)
             .prop_map(
-                |(owner, group, xattrs, sparse, linked, (all_xattrs, all_acls))| {
+                |(owner, group, xattrs, sparse, linked, (all_xattrs, all_acls, all_trusted))| {
                     Some(Box::new(crate::Attrs {
                         owner,
                         group,
@@ -425,6 +428,7 @@ fn arb_attrs() -> impl Strategy<Value = Option<Box<crate::Attrs>>> {
                         linked,
                         all_xattrs,
                         all_acls,
+                        all_trusted,
                     }))
                 }
             ),

@@ -230,6 +230,20 @@ fn a_x_a_keep_what_rsync_keeps_for_copies_pushes_pulls_and_fan_out() {
             dir.display()
         ));
     }
+    // A dry run first: it says the same lines.
+    let dry = client(
+        &s,
+        &[
+            "push",
+            "-n",
+            "-aXAi",
+            "--token",
+            "t",
+            &from,
+            &keeper.url("again"),
+        ],
+    );
+    ok(&dry);
     let out = client(
         &s,
         &["push", "-aXAi", "--token", "t", &from, &keeper.url("again")],
@@ -248,6 +262,12 @@ fn a_x_a_keep_what_rsync_keeps_for_copies_pushes_pulls_and_fan_out() {
         .collect();
     theirs.sort();
     assert_eq!(ours, theirs, "-i");
+    let mut dry_said: Vec<String> = stdout_lines(&dry)
+        .into_iter()
+        .filter(|l| !l.starts_with("dry run:"))
+        .collect();
+    dry_said.sort();
+    assert_eq!(dry_said, theirs, "-n -i");
     assert_eq!(
         snapshot(&s.path("keeper/again")),
         want,
