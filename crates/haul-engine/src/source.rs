@@ -661,6 +661,20 @@ pub fn open_local(entry: &SourceEntry) -> Result<File, SourceError> {
 /// The hash is of one version that existed: a file that changed while it
 /// was read fails ([`SourceError::Changed`]).
 pub fn hash_local(entry: &SourceEntry) -> Result<blake3::Hash, SourceError> {
+    hash_open(entry).map(|(_, hash)| hash)
+}
+
+/// [`hash_local`], of the version the walk listed only: `Ok(None)` when
+/// the file changed since (or the walk kept no identity of it), so that a
+/// claim about its content (`-c`'s content offer) is never made for
+/// another version than the one [`open_to_send`] checks.
+pub fn hash_listed(entry: &SourceEntry) -> Result<Option<blake3::Hash>, SourceError> {
+    let (file, hash) = hash_open(entry)?;
+    Ok(is_listed_version(&file, entry.data.as_ref()).then_some(hash))
+}
+
+/// Opens `entry`'s file and hashes it whole, as one version.
+fn hash_open(entry: &SourceEntry) -> Result<(LocalFile, blake3::Hash), SourceError> {
     let io = |source| SourceError::Io {
         path: entry.local.display().to_string(),
         source,
@@ -668,14 +682,28 @@ pub fn hash_local(entry: &SourceEntry) -> Result<blake3::Hash, SourceError> {
     let file = LocalFile::open(open_local(entry)?)
         .map_err(io)?
         .shown_as(&entry.local);
-    crate::content::whole_file(&file).map_err(|e| match e {
+    let hash = crate::content::whole_file(&file).map_err(|e| match e {
         ContentError::Io(e) => io(e),
         ContentError::Changed(change) => SourceError::Changed {
             path: entry.local.display().to_string(),
             change,
             when: "while it was being read",
         },
-    })
+    })?;
+    Ok((file, hash))
+}
+
+/// Whether `file`, open now, is the version the walk listed (`data`): the
+/// same identity, or one whose ctime moved only for a content-hash record
+/// set on it since (`-c` hashed it). `false` without `data`.
+pub fn is_listed_version(file: &LocalFile, data: Option<&LocalData>) -> bool {
+    let Some(d) = data else {
+        return false;
+    };
+    let now = *file.identity();
+    d.listed.change_to(&now).is_none()
+        || crate::ChunkSource::file(file)
+            .is_some_and(|f| crate::hash_cache::explains(f, &d.listed, &now))
 }
 
 /// Opens a walked file to send it as `entry`, and fixes which version goes:
@@ -700,14 +728,9 @@ pub fn open_to_send(
         .shown_as(local);
     let now = *file.identity();
     if range {
-        // A content-hash record set on it since (`-c` hashed it) moved
-        // only its ctime: the same version.
-        let change = data.and_then(|d| {
-            let change = d.listed.change_to(&now)?;
-            let ours = crate::ChunkSource::file(&file)
-                .is_some_and(|f| crate::hash_cache::explains(f, &d.listed, &now));
-            (!ours).then_some(change)
-        });
+        let change = data
+            .filter(|_| !is_listed_version(&file, data))
+            .and_then(|d| d.listed.change_to(&now));
         if let Some(change) = change {
             return Err(SourceError::Changed {
                 path: local.display().to_string(),
@@ -779,6 +802,42 @@ mod tests {
         let file = Box::new(LocalTree::new(d.join("a b.txt").to_str().unwrap()).unwrap());
         let names: Vec<String> = file.entries().map(|e| e.unwrap().entry.path).collect();
         assert_eq!(names, ["a b.txt"]);
+    }
+
+    /// `-c`'s content claim is of the version walked: a file written to
+    /// since its walk (same size) hashes to nothing to claim, and a send
+    /// that opens another version than the walk's knows it.
+    #[test]
+    fn only_the_version_walked_is_hashed_for_a_claim() {
+        let tmp = tempfile::tempdir().unwrap();
+        let f = tmp.path().join("f");
+        std::fs::write(&f, b"one").unwrap();
+        let walked = walk(f.to_str().unwrap()).pop().unwrap().unwrap();
+        assert_eq!(
+            hash_listed(&walked).unwrap(),
+            Some(blake3::hash(b"one")),
+            "still the version walked"
+        );
+        let file = open_to_send(
+            &mut walked.entry.clone(),
+            &walked.local,
+            walked.data.as_ref(),
+            false,
+        )
+        .unwrap();
+        assert!(is_listed_version(&file, walked.data.as_ref()));
+        // Rewritten in place, the same size (its ctime moves).
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        std::fs::write(&f, b"two").unwrap();
+        assert_eq!(hash_listed(&walked).unwrap(), None);
+        let file = open_to_send(
+            &mut walked.entry.clone(),
+            &walked.local,
+            walked.data.as_ref(),
+            false,
+        )
+        .unwrap();
+        assert!(!is_listed_version(&file, walked.data.as_ref()));
     }
 
     #[test]

@@ -82,14 +82,18 @@ impl SameContent {
                 if theirs.size != src.entry.size {
                     return None;
                 }
-                let ours = *ours()?.as_bytes();
+                // Only the version walked: the send checks it is the one
+                // it opens (a claim about another would be false).
+                let ours = *haul_engine::source::hash_listed(src).ok()??.as_bytes();
                 if ours != theirs.digest {
                     return None;
                 }
                 let e = &src.entry;
+                // (A node that takes no owners drops the set-id bits:
+                // compared without them, else always offered.)
                 let in_line = !attrs
                     && theirs.mtime == (e.mtime_sec, e.mtime_nsec)
-                    && theirs.mode & 0o7777 == e.mode & 0o7777;
+                    && theirs.mode & 0o1777 == e.mode & 0o1777;
                 Some(match in_line {
                     true => Held::InLine(InPlace::default()),
                     false => Held::Offer(ours),

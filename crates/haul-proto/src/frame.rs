@@ -822,7 +822,7 @@ impl Writer<'_> {
         self.str(&b.dir);
         self.str(&b.suffix);
     }
-    /// An optional seal: a flag byte, then 64 bytes when present.
+    /// An optional digest: a flag byte, then 32 bytes when present.
     fn digest_opt(&mut self, d: Option<&Digest>) {
         match d {
             None => self.u8(0),
@@ -832,6 +832,7 @@ impl Writer<'_> {
             }
         }
     }
+    /// An optional seal: a flag byte, then 64 bytes when present.
     fn seal(&mut self, s: Option<&Seal>) {
         match s {
             None => self.u8(0),

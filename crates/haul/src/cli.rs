@@ -672,8 +672,9 @@ pub struct TransferArgs {
     /// both files for haul:// (the node hashes its own) and local copies;
     /// for FTP, SFTP, HTTP and S3 pulls, the checksums the server offers
     /// (size and mtime where it offers none). Only files that differ move;
-    /// a local copy or a pull from a node sets the mtime, mode and kept
-    /// attributes of a file whose content matches, as rsync -c does.
+    /// a local copy, a pull from a node, a push and a fan-out set the
+    /// mtime, mode and kept attributes of a file whose content matches, as
+    /// rsync -c does.
     #[arg(short = 'c', long)]
     pub checksum: bool,
     /// Keep every regular file DEST already has, whatever its size and

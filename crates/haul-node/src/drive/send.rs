@@ -373,6 +373,13 @@ impl Driver {
                             if whole {
                                 job.end = job.entry.chunk_count();
                             }
+                            // -c's content claim is of the version walked
+                            // and hashed: any other is sent as usual.
+                            let listed =
+                                || haul_engine::source::is_listed_version(&f, data.as_ref());
+                            if job.content.is_some() && !listed() {
+                                job.content = None;
+                            }
                             match stripes {
                                 // A stripe of the client's own: confirmed
                                 // with the file's other stripes.

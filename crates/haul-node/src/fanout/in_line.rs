@@ -76,8 +76,9 @@ impl EveryNode {
                 let Some(theirs) = listing.get(&e.path) else {
                     continue;
                 };
+                // Set-id bits aside, as `SameContent::holds` compares.
                 let differs = theirs.mtime != (e.mtime_sec, e.mtime_nsec)
-                    || theirs.mode & 0o7777 != e.mode & 0o7777;
+                    || theirs.mode & 0o1777 != e.mode & 0o1777;
                 if attrs || differs {
                     out.insert(e.path.clone(), *theirs);
                 }
@@ -102,16 +103,15 @@ impl EveryNode {
             .clone();
         let paths: Arc<std::collections::HashSet<String>> =
             Arc::new(files.keys().cloned().collect());
-        // Its files, and the directories above them (made already: the
-        // push finds them in line).
+        // Its files alone (their directories are there, in line since
+        // the fan-out); what cannot be read was told by the fan-out.
         let dataset = Subset::taking(
             self.dataset.clone(),
-            Arc::new(move |entry: &haul_proto::Entry| match entry.kind {
-                EntryKind::File => paths.contains(&entry.path),
-                EntryKind::Dir => true,
-                _ => false,
+            Arc::new(move |entry: &haul_proto::Entry| {
+                entry.kind == EntryKind::File && paths.contains(&entry.path)
             }),
-        );
+        )
+        .without_errors();
         let same = SameContent::Node {
             files,
             attrs: self.attrs,

@@ -113,12 +113,12 @@ impl Kept {
     /// other entry.
     pub fn relayed(self: &Arc<Self>, dataset: Arc<dyn Dataset>) -> Arc<dyn Dataset> {
         let kept = self.clone();
-        Arc::new(Subset {
-            inner: dataset,
-            takes: Arc::new(move |entry: &haul_proto::Entry| {
+        Arc::new(Subset::taking(
+            dataset,
+            Arc::new(move |entry: &haul_proto::Entry| {
                 entry.kind != EntryKind::File || !kept.kept_somewhere.contains(&entry.path)
             }),
-        })
+        ))
     }
 
     /// What the client sends admitted node `node` itself once the fan-out
@@ -132,11 +132,11 @@ impl Kept {
             return None;
         }
         let kept = self.clone();
-        Some(Arc::new(Subset {
-            inner: dataset,
+        Some(Arc::new(Subset::taking(
+            dataset,
             // Its files, and the directories above them (the relays made
             // every link and other entry already; -H links come after).
-            takes: Arc::new(move |entry: &haul_proto::Entry| match entry.kind {
+            Arc::new(move |entry: &haul_proto::Entry| match entry.kind {
                 EntryKind::File => kept
                     .lacking
                     .get(node)
@@ -144,7 +144,7 @@ impl Kept {
                 EntryKind::Dir => true,
                 _ => false,
             }),
-        }))
+        )))
     }
 }
 
@@ -156,22 +156,37 @@ type Takes = Arc<dyn Fn(&haul_proto::Entry) -> bool + Send + Sync>;
 pub(super) struct Subset {
     inner: Arc<dyn Dataset>,
     takes: Takes,
+    /// Whether an entry that could not be read goes on (to fail once).
+    errors: bool,
 }
 
 impl Subset {
-    /// The entries of `inner` that `takes` takes, as a dataset.
-    pub fn taking(inner: Arc<dyn Dataset>, takes: Takes) -> Arc<dyn Dataset> {
-        Arc::new(Self { inner, takes })
+    /// The entries of `inner` that `takes` takes, and those it could not
+    /// read.
+    pub fn taking(inner: Arc<dyn Dataset>, takes: Takes) -> Self {
+        Self {
+            inner,
+            takes,
+            errors: true,
+        }
+    }
+
+    /// Without the entries it could not read (told already).
+    pub fn without_errors(self) -> Arc<dyn Dataset> {
+        Arc::new(Self {
+            errors: false,
+            ..self
+        })
     }
 }
 
 impl Dataset for Subset {
     fn entries(&self) -> Result<EntryIter, NodeError> {
-        let takes = self.takes.clone();
+        let (takes, errors) = (self.takes.clone(), self.errors);
         let walk = self.inner.entries()?;
         Ok(Box::new(walk.filter(move |item| match item {
             Ok(SourceEntry { entry, .. }) => takes(entry),
-            Err(_) => true,
+            Err(_) => errors,
         })))
     }
 

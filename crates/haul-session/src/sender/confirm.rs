@@ -203,6 +203,8 @@ impl<S> Sender<S> {
         let mut job = self.forget(file)?;
         job.end = entry.chunk_count();
         job.entry = entry;
+        // Another version: sent, never claimed to be the content hashed.
+        job.content = None;
         let id = self.next_id;
         self.next_id += 1;
         self.offer_again(id, job, changes);
