@@ -393,7 +393,7 @@ async fn deliver(d: &Distributor, spec: &SourceSpec, claimed: &Batch, shared: &M
     if files.is_empty() {
         return;
     }
-    let dataset = Arc::new(Chosen::new(spec.dest.clone(), files.clone()));
+    let dataset = Arc::new(Chosen::new(spec.dest.clone(), files.clone()).keeping(spec.keep));
     // Each site by its address, with its own options (token, transport);
     // one over ssh with the node started for this round.
     let sites: Vec<&SiteSpec> = claimed.iter().map(|(s, _)| s.as_ref()).collect();
@@ -411,7 +411,7 @@ async fn deliver(d: &Distributor, spec: &SourceSpec, claimed: &Batch, shared: &M
     };
     // The fan-out's own options (timeouts, transport) from a site it
     // reaches; each site's token and key come from the reach.
-    let opts = claimed
+    let mut opts = claimed
         .iter()
         .zip(&reached.placed)
         .find(|(_, place)| place.is_ok())
@@ -419,6 +419,8 @@ async fn deliver(d: &Distributor, spec: &SourceSpec, claimed: &Batch, shared: &M
             || claimed[0].0.client.clone(),
             |((s, _), _)| s.client.clone(),
         );
+    // What the source keeps, on every site.
+    opts.keep = spec.keep;
     let seen = Arc::new(Seen::new(&spec.dest));
     let names: Vec<&str> = claimed.iter().map(|(s, _)| s.name.as_str()).collect();
     let unique: HashSet<&String> = files.iter().collect();

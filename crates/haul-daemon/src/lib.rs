@@ -124,6 +124,9 @@ pub struct SourceSpec {
     pub deliver: Vec<Arc<SiteSpec>>,
     /// Which owed files a site behind gets first.
     pub catch_up: CatchUp,
+    /// What its pulls from a node and its deliveries keep beyond mode and
+    /// mtime (owner, group, attributes, ACLs, holes).
+    pub keep: haul_proto::Keep,
     /// Keep the fetched files here once every site confirmed them (false:
     /// the daemon's disk is a buffer, never emptied of a file some site
     /// still lacks).

@@ -397,9 +397,13 @@ impl LocalTree {
     /// The one entry at `rel` beneath a held `root`, named `rel` — a
     /// directory without what it holds, a file opened as a walk would open
     /// it: what a dataset of chosen files (a daemon's deliveries) sends for
-    /// each file and each directory above it. No symlink is followed on the
-    /// way.
-    pub fn entry_beneath(root: &Root, rel: &str) -> Result<SourceEntry, SourceError> {
+    /// each file and each directory above it, carrying what `attrs` reads
+    /// (`-o`, `-g`, `-X`, `-A`, `-S`). No symlink is followed on the way.
+    pub fn entry_beneath(
+        root: &Root,
+        rel: &str,
+        attrs: Option<&Arc<AttrReader>>,
+    ) -> Result<SourceEntry, SourceError> {
         let path = root.path().join(rel);
         let comps =
             haul_proto::validate_rel_path(rel).map_err(|_| SourceError::BadName(rel.to_owned()))?;
@@ -413,7 +417,7 @@ impl LocalTree {
             path: path.clone(),
             prefix: rel.to_owned(),
             shown_from: Some(root.path().to_path_buf()),
-            attrs: None,
+            attrs: attrs.cloned(),
         };
         match open_top(parent, std::ffi::OsStr::new(last), &path, false)? {
             Top::Dir { meta, dir, .. } => naming.make(Path::new(""), &meta, None, None, Some(&dir)),

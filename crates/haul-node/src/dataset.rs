@@ -128,6 +128,8 @@ impl Dataset for Walk {
 pub struct Chosen {
     root: PathBuf,
     files: Vec<String>,
+    /// What each entry carries beyond mode and mtime.
+    attrs: Option<Arc<haul_engine::attrs::AttrReader>>,
 }
 
 impl Chosen {
@@ -135,7 +137,21 @@ impl Chosen {
     pub fn new(root: PathBuf, mut files: Vec<String>) -> Self {
         files.sort();
         files.dedup();
-        Self { root, files }
+        Self {
+            root,
+            files,
+            attrs: None,
+        }
+    }
+
+    /// The same, each entry carrying what `keep` keeps (owner, group,
+    /// attributes, ACLs, holes; a chosen file's further names are not
+    /// looked for: `-H` is not for chosen files).
+    pub fn keeping(mut self, keep: haul_proto::Keep) -> Self {
+        self.attrs = keep
+            .any()
+            .then(|| Arc::new(haul_engine::attrs::AttrReader::new(keep)));
+        self
     }
 }
 
@@ -154,10 +170,10 @@ impl Dataset for Chosen {
                 }
                 dir.push_str(comp);
                 if made.insert(dir.clone()) {
-                    out.push(LocalTree::entry_beneath(&root, &dir));
+                    out.push(LocalTree::entry_beneath(&root, &dir, self.attrs.as_ref()));
                 }
             }
-            out.push(LocalTree::entry_beneath(&root, file));
+            out.push(LocalTree::entry_beneath(&root, file, self.attrs.as_ref()));
         }
         Ok(Box::new(out.into_iter()))
     }

@@ -123,6 +123,9 @@ pub fn check(args: &DaemonArgs, json: bool) -> Result<u8> {
                 );
             }
         }
+        if let Some(kept) = daemon_config::shown_keep(s.keep) {
+            println!("  keep:     {kept} (beyond mode and mtime)");
+        }
     }
     Ok(exit::OK)
 }
@@ -282,6 +285,7 @@ fn source_spec(plan: &SourcePlan, hook_timeout: std::time::Duration) -> Result<S
         deliver: Vec::new(),
         catch_up: plan.catch_up,
         keep_local: plan.keep_local,
+        keep: plan.keep,
         on_deliver: plan.on_deliver.clone(),
         deliver_batch: plan.deliver_batch,
     })

@@ -18,7 +18,10 @@ use toml::Spanned;
 use crate::cli::{flag_defaults, FilterArgs, FilterRule, RemoteArgs, TransferArgs};
 use crate::location::NodeAt;
 
+mod keep;
 mod node_keys;
+
+pub(crate) use keep::shown as shown_keep;
 use node_keys::{
     check_keys_fit, node_source, offered_over_ssh, refuse_keys, ssh_keys_only_over_ssh, NodeKeys,
     SshKeys,
@@ -297,6 +300,10 @@ pub struct SourceConfig {
     /// Files one delivery round claims per site at most (default 1000):
     /// smaller shares a burst among workers on one PostgreSQL catalog.
     pub deliver_batch: Option<u32>,
+    /// What its pulls from a node and its deliveries keep beyond mode and
+    /// mtime: `owner`, `group`, `numeric-ids`, `xattrs`, `acls`, `sparse`
+    /// (`archive`: owner and group), as `haul push`'s flags.
+    pub keep: Option<Spanned<Vec<String>>>,
 }
 
 fn yes() -> bool {
@@ -416,6 +423,8 @@ pub struct SourcePlan {
     pub catch_up: haul_catalog::CatchUp,
     /// Keep fetched files once every site confirmed them.
     pub keep_local: bool,
+    /// What its node pulls and its deliveries keep beyond mode and mtime.
+    pub keep: haul_proto::Keep,
     /// `on_deliver` hook.
     pub on_deliver: Option<String>,
     /// Files a delivery round claims per site.
@@ -859,10 +868,28 @@ fn source_plan(
             .map(|(k, g)| FilterRule::Glob(*k, g.clone()))
             .collect(),
     };
+    let keep = match &s.keep {
+        None => haul_proto::Keep::default(),
+        Some(k) => {
+            keep::parse(k.get_ref()).map_err(|e| anyhow::anyhow!("{}: keep: {e}", at(k.span())))?
+        }
+    };
+    if node_at.is_none() && s.deliver.is_empty() && keep != haul_proto::Keep::default() {
+        bail!(
+            "keep: an FTP, SFTP, HTTP or S3 source carries no owners or attributes to keep; keep \
+             is for haul:// and ssh node sources and for the deliveries to sites (add deliver = \
+             [\"SITE\", …] or drop keep)"
+        );
+    }
     let node = match node_at {
         None => None,
         Some(node_at) => Some(node_source(s, node_at, &transfer, at)?),
-    };
+    }
+    .map(|mut n| {
+        // What the pulls keep, as `haul pull -o -g -X -A -S` does.
+        n.client.keep = keep;
+        n
+    });
     let plan = SourcePlan {
         name: s.name.clone(),
         url: url.clone(),
@@ -889,6 +916,7 @@ fn source_plan(
                 .collect()
         },
         keep_local: s.keep_local,
+        keep,
         on_deliver: s.on_deliver.clone(),
         deliver_batch: match s.deliver_batch {
             None => haul_daemon::distribute::BATCH,
@@ -1101,6 +1129,28 @@ deliver = ["a", "b"]
         assert_eq!(s.deliver, ["a", "b"]);
         assert!(s.keep_local);
         assert_eq!(s.catch_up, haul_catalog::CatchUp::Oldest);
+    }
+
+    /// `keep`: on the deliveries of a source with sites (and a node
+    /// source's pulls); an FTP/SFTP/HTTP/S3 source without sites is told
+    /// it has nothing to keep, an unknown name what `keep` takes.
+    #[test]
+    fn keep_is_for_node_pulls_and_deliveries() {
+        let dir = tempfile::tempdir().unwrap();
+        let with = |text: &str, keep: &str| {
+            text.replace("include = [", &format!("keep = {keep}\ninclude = ["))
+        };
+        let c = parse(&with(&with_sites(dir.path()), r#"["archive", "xattrs"]"#)).unwrap();
+        let k = c.sources[0].keep;
+        assert!(k.owner && k.group && k.xattrs && !k.acls);
+        assert_eq!(
+            parse(MINIMAL).unwrap().sources[0].keep,
+            haul_proto::Keep::default()
+        );
+        let e = error_of(&with(MINIMAL, r#"["xattrs"]"#));
+        assert!(e.contains("carries no owners or attributes"), "{e}");
+        let e = error_of(&with(&with_sites(dir.path()), r#"["xattr"]"#));
+        assert!(e.contains("keep: \"xattr\" is not one of"), "{e}");
     }
 
     #[test]

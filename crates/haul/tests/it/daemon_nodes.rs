@@ -54,6 +54,25 @@ fn a_node_is_a_daemon_source_and_what_it_fetches_goes_on_to_the_sites() {
     write_file(&data.join("f1.nc"), 10_000, 2);
     write_file(&data.join("2026/f2.nc"), 70_000, 3);
     write_file(&data.join("skip.txt"), 100, 4);
+    // `keep = ["xattrs"]`: an attribute comes here and goes on to the site.
+    let tag = |p: &Path| {
+        let out = std::process::Command::new("getfattr")
+            .args(["-n", "user.sst.granule", "--only-values"])
+            .arg(p)
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let set = std::process::Command::new("setfattr")
+        .args(["-n", "user.sst.granule", "-v", "g-0042"])
+        .arg(data.join("f1.nc"))
+        .status()
+        .unwrap();
+    assert!(set.success());
+    // And, as root, its owner (a number no name has here).
+    if cfg!(feature = "root-tests") {
+        std::os::unix::fs::chown(data.join("f1.nc"), Some(4321), Some(4322)).unwrap();
+    }
     let site = upstream(&s, "site");
     std::fs::create_dir_all(s.path("site/sst")).unwrap();
     let status = free_port();
@@ -82,6 +101,7 @@ schedule = "every 1s"
 refetch = "if-changed"
 include = ["*.nc"]
 deliver = ["a"]
+keep = ["archive", "xattrs"]
 "#,
             catalog = s.path("catalog.db").display(),
             site_url = site.url("sst"),
@@ -125,6 +145,14 @@ deliver = ["a"]
         || same(&acquired, &data, &first) && same(&s.path("site/sst"), &data, &first),
     );
     assert!(!acquired.join("skip.txt").exists());
+    assert!(said.contains("keep:     owner, group, xattrs"), "{said}");
+    assert_eq!(tag(&acquired.join("f1.nc")), "g-0042", "kept here");
+    if cfg!(feature = "root-tests") {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(acquired.join("f1.nc")).unwrap();
+        assert_eq!((m.uid(), m.gid()), (4321, 4322), "owners kept here");
+    }
+    assert_eq!(tag(&s.path("site/sst/f1.nc")), "g-0042", "kept at the site");
     // The catalog holds each with its BLAKE3, as the node's file.
     let fetched = catalog(&config, &["list", "--source", "sst"]);
     assert_eq!(fetched.len(), 3, "{fetched:?}");
