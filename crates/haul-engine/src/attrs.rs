@@ -157,8 +157,8 @@ impl AttrReader {
             linked: false,
             all_xattrs: self.keep.xattrs && whole,
             all_acls: self.keep.acls && whole,
-            // Only root reads trusted.*: anyone else's list lacks them.
-            all_trusted: self.keep.xattrs && whole && haul_root::my_uid() == 0,
+            // Only one who sees trusted.* speaks for them.
+            all_trusted: self.keep.xattrs && whole && haul_root::sees_trusted_xattrs(),
         })))
     }
 }

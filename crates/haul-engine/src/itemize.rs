@@ -125,8 +125,8 @@ pub struct Found<'a> {
     pub mtime: (i64, u32),
     /// Its permission bits.
     pub perms: u32,
-    /// Its owner and group, where known.
-    pub ids: Option<(u32, u32)>,
+    /// Its owner and group, each where known.
+    pub ids: (Option<u32>, Option<u32>),
 }
 
 impl<'a> Found<'a> {
@@ -137,16 +137,17 @@ impl<'a> Found<'a> {
             target: target.filter(|_| m.is_symlink()),
             mtime: (m.mtime, m.mtime_nsec),
             perms: m.permissions(),
-            ids: Some((m.uid, m.gid)),
+            ids: (Some(m.uid), Some(m.gid)),
         }
     }
 
     /// What a listing found.
     pub fn listed(t: &'a Entry) -> Self {
-        let ids = t
-            .attrs
-            .as_deref()
-            .and_then(|a| Some((a.owner.as_ref()?.id, a.group.as_ref()?.id)));
+        let attrs = t.attrs.as_deref();
+        let ids = (
+            attrs.and_then(|a| Some(a.owner.as_ref()?.id)),
+            attrs.and_then(|a| Some(a.group.as_ref()?.id)),
+        );
         Self {
             dir: t.kind == EntryKind::Dir,
             target: match &t.kind {
@@ -195,8 +196,8 @@ pub fn made(entry: &Entry, found: Option<Found<'_>>, here: Here) -> Option<Strin
     let d = Differs {
         time: f.mtime != (entry.mtime_sec, entry.mtime_nsec),
         perms: target.is_none() && f.perms != here.mode & 0o7777,
-        owner: uid.zip(f.ids).is_some_and(|(w, (u, _))| w != u),
-        group: gid.zip(f.ids).is_some_and(|(w, (_, g))| w != g),
+        owner: uid.zip(f.ids.0).is_some_and(|(w, u)| w != u),
+        group: gid.zip(f.ids.1).is_some_and(|(w, g)| w != g),
         acls: here.xattrs.0,
         xattrs: here.xattrs.1,
         size: false,
@@ -335,7 +336,7 @@ mod tests {
             target,
             mtime: (mtime, 0),
             perms,
-            ids: Some((0, 0)),
+            ids: (Some(0), Some(0)),
         };
         assert_eq!(
             made(&dir, None, here(0o755, (None, None))).as_deref(),

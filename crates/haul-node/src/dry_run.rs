@@ -438,9 +438,18 @@ fn compare(
         }
     };
     let theirs: HashMap<&str, &Entry> = dest.entries.iter().map(|e| (e.path.as_str(), e)).collect();
-    // The permission bits a receiver here would give each file.
-    let modes =
-        haul_engine::attrs::AttrWriter::new(haul_engine::attrs::AttrPolicy::here(opts.keep));
+    // What a receiver there would give each entry: here, as this process
+    // applies it; a node's policy (`--keep-owners`) is its own, so a push
+    // says what one that takes no owners would change.
+    let policy = match dest_is_node {
+        false => haul_engine::attrs::AttrPolicy::here(opts.keep),
+        true => haul_engine::attrs::AttrPolicy {
+            owners: false,
+            asked: None,
+            why_not: "",
+        },
+    };
+    let modes = haul_engine::attrs::AttrWriter::new(policy);
     let mut say = |entry: &Entry, action: DryRunAction| {
         let size = if entry.kind == EntryKind::File {
             entry.size

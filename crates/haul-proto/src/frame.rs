@@ -781,7 +781,8 @@ impl Writer<'_> {
         self.attrs(e.attrs.as_deref());
     }
     /// Version 11: a flag byte (bit 0 owner, 1 group, 2 xattrs, 3 sparse, 4
-    /// linked; version 18: 5 all xattrs, 6 all ACLs), then each
+    /// linked; version 18: 5 all xattrs, 6 all ACLs; version 19: 7 all
+    /// `trusted.*`), then each
     /// part present: a principal is `u32 id | str name`; xattrs are
     /// `u16 count | (str name | u32 len | value)*`.
     fn attrs(&mut self, a: Option<&Attrs>) {

@@ -126,7 +126,10 @@
 //! of hard links (`-H`, v13); v18: bit 5 says the attributes list every one
 //! `-X` keeps, bit 6 every ACL (`-A`) — a receiver removes the others of
 //! those kinds, as rsync does, from a file already up to date, a directory
-//! already there and a new file (which may have inherited a default ACL).
+//! already there and a new file (which may have inherited a default ACL);
+//! v19: bit 7 says that list speaks for `trusted.*` too (the source could
+//! see them: `CAP_SYS_ADMIN` in the initial user namespace) — without it a
+//! receiver removes none of those.
 //!
 //! ## Compressed chunks (v11, `-z`)
 //! A `Chunk` header's flag byte (after the digest) has bit 0 for a seal and

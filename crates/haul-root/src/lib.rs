@@ -301,6 +301,26 @@ pub fn my_uid() -> u32 {
     rustix::process::geteuid().as_raw()
 }
 
+/// Whether this process sees `trusted.*` attributes: the kernel shows
+/// them only to a holder of `CAP_SYS_ADMIN` in the initial user namespace,
+/// so root in a container of its own namespace does not (its lists lack
+/// them, though it runs as uid 0). Read once from `/proc/self`.
+pub fn sees_trusted_xattrs() -> bool {
+    static SEES: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *SEES.get_or_init(|| {
+        const CAP_SYS_ADMIN: u32 = 21;
+        let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+        let effective = status
+            .lines()
+            .find_map(|l| l.strip_prefix("CapEff:"))
+            .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
+            .unwrap_or(0);
+        let map = std::fs::read_to_string("/proc/self/uid_map").unwrap_or_default();
+        let initial = map.split_whitespace().eq(["0", "0", "4294967295"]);
+        effective & (1 << CAP_SYS_ADMIN) != 0 && initial
+    })
+}
+
 /// Checks that `name` is one plain component: not empty, not `.` or `..`,
 /// without `/` or NUL.
 pub fn check_name(name: &str) -> Result<(), ResolveError> {

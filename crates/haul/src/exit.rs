@@ -1,6 +1,7 @@
 //! Exit codes scripts can branch on: rsync's numbers where the meaning is
 //! the same (23 some files failed, 24 some source files vanished, 30 a
-//! timeout, 10 the node could not be reached, 5 the node refused us), and
+//! timeout, 35 no answer to connect, 10 the node could not be reached, 5
+//! the node refused us), and
 //! haul's own where it has its own. One table: `--help` and `haul man`
 //! print it.
 
@@ -31,6 +32,9 @@ pub const DELETE_LIMIT: u8 = 25;
 pub const TRANSFER_LIMIT: u8 = 8;
 /// A node stopped answering within --timeout.
 pub const TIMEOUT: u8 = 30;
+/// Nothing answered within --connect-timeout (rsync: "timeout waiting for
+/// daemon connection").
+pub const CONNECT_TIMEOUT: u8 = 35;
 /// The node's key is not the one pinned for it (haul's own).
 pub const KEY_CHANGED: u8 = 40;
 /// The only failures: source files that changed every time they were
@@ -54,6 +58,7 @@ pub const TABLE: &[(u8, &str)] = &[
     (TRANSFER_LIMIT, "--max-transfer was reached: no file was started after it; run again for the rest"),
     (DELETE_LIMIT, "--max-delete stopped the deletions: nothing was deleted"),
     (TIMEOUT, "a node stopped answering within --timeout"),
+    (CONNECT_TIMEOUT, "nothing answered within --connect-timeout (a host that drops the packets, a firewall)"),
     (KEY_CHANGED, "the node's key is not the one pinned for it (known_hosts, --fingerprint)"),
     (CHANGED, "the only failures are source files that changed every time they were read (and vanished ones)"),
     (EVICTED, "a fan-out delivered everything, but a relay was evicted: it relayed data that failed the origin's seal"),
@@ -98,6 +103,7 @@ pub fn for_node_error(e: &NodeError) -> u8 {
             ..
         } => USAGE,
         NodeError::Transport(TransportError::KeyChanged { .. }) => KEY_CHANGED,
+        NodeError::Transport(TransportError::Unanswered { .. }) => CONNECT_TIMEOUT,
         e => match e.fail_kind() {
             FailKind::Timeout => TIMEOUT,
             FailKind::Unreachable => UNREACHABLE,

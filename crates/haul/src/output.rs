@@ -300,6 +300,15 @@ impl Observer for Display {
                     }
                     return;
                 }
+                if let (Event::Deleted { path, .. }, true) = (event, self.name_files) {
+                    // rsync's -v: `deleting PATH`, on stdout with the names sent.
+                    let line = format!("deleting {path}");
+                    match &self.bars {
+                        Some(b) => b.multi.suspend(|| println!("{line}")),
+                        None => println!("{line}"),
+                    }
+                    return;
+                }
                 if newly_verified && self.itemize.is_none() {
                     self.name_sent(event);
                 }

@@ -92,6 +92,82 @@ const TIPS: &[(&[&str], &str)] = &[
         &["--password-file"],
         "a haul node takes --token-file FILE",
     ),
+    (
+        &["--link-dest", "--compare-dest", "--copy-dest"],
+        "not offered by haul: it compares with DEST itself only (-c by content); a file already there with the same data is not sent",
+    ),
+    (
+        &["--mkpath"],
+        "haul makes a missing destination directory itself, as --mkpath does",
+    ),
+    (
+        &["-C", "--cvs-exclude"],
+        "name what to leave out: --exclude GLOB, or --exclude-from FILE",
+    ),
+    (
+        &["-O", "--omit-dir-times", "-J", "--omit-link-times"],
+        "haul always keeps the mtimes of directories and symlinks",
+    ),
+    (
+        &["--modify-window", "-@"],
+        "haul compares mtimes to the nanosecond the filesystems keep; --size-only or -c when they cannot agree",
+    ),
+    (
+        &["-y", "--fuzzy"],
+        "haul resumes a partial file of the same name by its verified chunks; it does not look for similar files",
+    ),
+    (
+        &["--ignore-errors", "--force-delete"],
+        "haul's --delete removes nothing when anything failed, by design",
+    ),
+    (
+        &["--ignore-missing-args", "--delete-missing-args"],
+        "a --files-from path the source lacks is named and the run exits 23; nothing is deleted for it",
+    ),
+    (
+        &["--preallocate", "--fsync", "--open-noatime", "--no-implied-dirs"],
+        "haul writes each file to a staging name, makes it durable and renames it into place once verified: nothing to set",
+    ),
+    (
+        &["-s", "--protect-args", "--secluded-args", "--old-args", "--iconv", "-8", "--8-bit-output"],
+        "haul passes file names as bytes, never through a remote shell's word splitting: nothing to set",
+    ),
+    (
+        &["-U", "--atimes", "-N", "--crtimes"],
+        "haul keeps mtimes, not access or creation times",
+    ),
+    (
+        &["-4", "--ipv4", "-6", "--ipv6", "--address", "--sockopts", "--blocking-io", "--outbuf"],
+        "give the address in the URL (haul://[::1]:7878/PATH for IPv6); haul sets its sockets itself",
+    ),
+    (
+        &["-d", "--dirs", "--no-recursive", "--no-r"],
+        "haul always recurses; --max-depth 0 takes the top's own files only",
+    ),
+    (
+        &["--no-perms", "--no-p", "--no-times", "--no-t", "--no-owner", "--no-o", "--no-group", "--no-g", "--no-links", "--no-l"],
+        "haul always keeps permission bits, mtimes and symlinks; owners and groups only with -a, -o, -g",
+    ),
+    (
+        &["-B", "--block-size", "--checksum-choice", "--cc", "--checksum-seed"],
+        "haul verifies every chunk with BLAKE3 and sizes chunks itself (--chunk-memory bounds the memory)",
+    ),
+    (
+        &["--write-batch", "--only-write-batch", "--read-batch"],
+        "not offered by haul; a fan-out (haul push DATA node1 node2 …) sends one dataset to many nodes at once",
+    ),
+    (
+        &["--stop-after", "--time-limit", "--stop-at"],
+        "--max-transfer SIZE stops starting files after SIZE; a timeout of your own (timeout 1h haul …) and the same command later resumes",
+    ),
+    (
+        &["--copy-devices", "--write-devices", "--devices", "--specials"],
+        "haul sends regular files, directories and symlinks; devices, FIFOs and sockets are skipped with a warning",
+    ),
+    (
+        &["-M", "--remote-option", "--daemon", "--no-motd"],
+        "a haul node is `haul serve`; over ssh, haul starts one itself (--remote-haul PATH names it)",
+    ),
 ];
 
 /// What to say instead of clap's generic tip when `flag` (as typed,
@@ -136,6 +212,8 @@ mod tests {
         assert!(tip("--zc=lz4").is_some_and(|t| t.contains("zstd only")));
         assert!(tip("--skip-compress").is_some());
         assert!(tip("--append-verify").is_some_and(|t| t.contains("in place")));
+        assert!(tip("--link-dest=/prev").is_some_and(|t| t.contains("-c")));
+        assert!(tip("--no-perms").is_some_and(|t| t.contains("permission bits")));
         assert_eq!(tip("--frobnicate"), None);
         // Every flag is in one entry only.
         let mut seen = std::collections::HashSet::new();

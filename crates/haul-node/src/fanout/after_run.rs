@@ -110,8 +110,13 @@ impl Run {
             return Ok(());
         };
         let quiet = Tally::new(Arc::new(haul_run::event::Quiet));
-        let (side, _) =
-            crate::dry_run::walk_local(source, None, &self.opts, false, quiet.as_ref())?;
+        // Its paths only: no owner or attribute read for them.
+        let mut opts = self.opts.clone();
+        opts.keep = haul_proto::Keep {
+            hard_links: opts.keep.hard_links,
+            ..haul_proto::Keep::default()
+        };
+        let (side, _) = crate::dry_run::walk_local(source, None, &opts, false, quiet.as_ref())?;
         if side.errors > 0 {
             let why = "the source could not be read in full";
             self.tally.event(&haul_engine::mirror::nothing_deleted(why));

@@ -206,7 +206,7 @@ fn exit_codes_say_unreachable_refused_and_timed_out() {
         T,
     );
     let text = String::from_utf8_lossy(&help.stdout);
-    for code in ["23", "24", "30", "10", "41"] {
+    for code in ["23", "24", "30", "35", "10", "41"] {
         assert!(
             text.contains(&format!("  {code}  ")),
             "--help lists {code}: {text}"
@@ -583,9 +583,17 @@ fn delete_excluded_removes_what_the_rules_leave_out() {
     let src = s.path("src");
     let flags = |extra: &'static str| vec!["--exclude", "*.log", extra];
 
-    let out = local_copy(&s.path("config"), &flags("--delete"), &src, &dst);
+    // -v names each deletion on stdout, as rsync's does.
+    let mut verbose = flags("--delete");
+    verbose.push("-v");
+    let out = local_copy(&s.path("config"), &verbose, &src, &dst);
     ok(&out);
     assert!(dst.join("old.log").exists() && !dst.join("gone.nc").exists());
+    assert!(
+        stdout_lines(&out).contains(&"deleting gone.nc".to_owned()),
+        "{}",
+        said(&out)
+    );
     assert!(!dst.join("new.log").exists());
     let out = local_copy(&s.path("config"), &flags("--delete-excluded"), &src, &dst);
     ok(&out);
