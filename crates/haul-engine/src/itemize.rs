@@ -7,8 +7,7 @@
 //! `p` permissions, `o` owner, `g` group, `a` ACLs, `x` other extended
 //! attributes; `u` is not compared) or `.` — all `+` for a new entry. A
 //! receiver says what its `stat` found and what it set in place; a dry run
-//! says what a listing shows (times and permissions: no owners, ACLs or
-//! attributes), through the same functions.
+//! says what its listings show, through the same functions.
 
 use haul_proto::{Entry, EntryKind};
 use haul_root::Meta;
@@ -52,6 +51,44 @@ fn string(y: char, x: char, new: bool, d: Differs) -> String {
         flag(d.acls, 'a'),
         flag(d.xattrs, 'x'),
     )
+}
+
+/// The fields a change string says changed, by name, for `--json`: `new`
+/// for a new entry, `deleted`, else each of `content` (a file's, by
+/// checksum), `target` (a symlink's), `size`, `mtime`, `perms`, `owner`,
+/// `group`, `acls`, `xattrs` whose letter is set.
+pub fn fields(code: &str) -> Vec<&'static str> {
+    if code.starts_with("*deleting") {
+        return vec!["deleted"];
+    }
+    let letters: Vec<char> = code.chars().collect();
+    if letters.len() < 11 {
+        return Vec::new();
+    }
+    if letters[2..].iter().all(|&c| c == '+') {
+        return vec!["new"];
+    }
+    let names = [
+        if letters[1] == 'L' {
+            "target"
+        } else {
+            "content"
+        },
+        "size",
+        "mtime",
+        "perms",
+        "owner",
+        "group",
+        "",
+        "acls",
+        "xattrs",
+    ];
+    letters[2..11]
+        .iter()
+        .zip(names)
+        .filter(|(c, name)| !matches!(c, '.' | ' ') && !name.is_empty())
+        .map(|(_, name)| name)
+        .collect()
 }
 
 /// The change string of `entry` received over what a `stat` found at its
@@ -265,6 +302,20 @@ pub fn deleting(path: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn fields_name_each_letter_set() {
+        assert_eq!(fields(">f.st......"), ["size", "mtime"]);
+        assert_eq!(fields(">fc........"), ["content"]);
+        assert_eq!(fields("cLc.t......"), ["target", "mtime"]);
+        assert_eq!(
+            fields(".f...pog.ax"),
+            ["perms", "owner", "group", "acls", "xattrs"]
+        );
+        assert_eq!(fields("cd+++++++++"), ["new"]);
+        assert_eq!(fields("*deleting  "), ["deleted"]);
+        assert!(fields("bad").is_empty());
+    }
 
     fn file(size: u64, mtime: i64, mode: u32) -> Entry {
         Entry {

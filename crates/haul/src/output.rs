@@ -276,7 +276,13 @@ impl Observer for Display {
         match self.mode {
             Mode::Json => match event {
                 Event::Progress { bytes, .. } => self.json_progress(*bytes),
-                Event::Itemized { .. } if self.itemize.is_none() => {}
+                // Which fields changed, named (with -i or without).
+                Event::Itemized { code, .. } => {
+                    if let Ok(mut v) = serde_json::to_value(event) {
+                        v["fields"] = serde_json::json!(haul_engine::itemize::fields(code));
+                        json_line(&v);
+                    }
+                }
                 _ => {
                     if let Ok(v) = serde_json::to_value(event) {
                         json_line(&v);

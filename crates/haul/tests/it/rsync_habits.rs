@@ -17,6 +17,26 @@ fn local_copy(config: &Path, flags: &[&str], src: &Path, dst: &Path) -> std::pro
     run(c, T)
 }
 
+/// `--json` says which fields of each entry changed, `-i` or not.
+#[test]
+fn json_names_the_fields_that_changed() {
+    let s = Scratch::new();
+    let (src, dst) = (s.path("src"), s.path("dst"));
+    write_file(&src.join("grown"), 200, 1);
+    write_file(&dst.join("grown"), 100, 1);
+    write_file(&src.join("new"), 10, 2);
+    let out = local_copy(&s.path("config"), &["--json"], &src, &dst);
+    ok(&out);
+    let fields = |path: &str| {
+        crate::remote::events(&out)
+            .into_iter()
+            .find(|e| e["event"] == "itemized" && e["path"] == path)
+            .map(|e| e["fields"].clone())
+    };
+    assert_eq!(fields("grown"), Some(serde_json::json!(["size"])));
+    assert_eq!(fields("new"), Some(serde_json::json!(["new"])));
+}
+
 #[test]
 fn avp_and_exclude_from_are_taken_and_v_names_each_file_sent() {
     let s = Scratch::new();
