@@ -68,7 +68,7 @@ fn dir_entry(path: &str, mode: u32) -> Entry {
     }
 }
 
-fn push_session(node: &Node) -> Raw {
+pub(crate) fn push_session(node: &Node) -> Raw {
     let mut raw = Raw::connect(&node.addr);
     assert!(matches!(
         raw.hello(Request::Push {
@@ -84,7 +84,7 @@ fn push_session(node: &Node) -> Raw {
     raw
 }
 
-fn open_node(s: &Scratch) -> Node {
+pub(crate) fn open_node(s: &Scratch) -> Node {
     std::fs::create_dir_all(s.path("node")).expect("mkdir");
     std::fs::set_permissions(s.path("node"), std::fs::Permissions::from_mode(0o755))
         .expect("chmod");

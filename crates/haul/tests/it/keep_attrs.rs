@@ -393,3 +393,112 @@ fn a_node_without_keep_owners_keeps_user_attributes_only_and_says_so_once() {
         "{said}"
     );
 }
+
+/// A hostile client pushing to a node that runs as root without
+/// `--keep-owners`: an owner and a `trusted.*` attribute on a file are not
+/// applied (a `user.*` one is); an attribute value past Linux's 64 KiB, or
+/// a 64 MiB one, ends the session before anything is written or kept in
+/// memory.
+#[test]
+#[cfg_attr(
+    not(feature = "root-tests"),
+    ignore = "needs root: run as root with --features root-tests (scripts/test.sh does)"
+)]
+fn a_hostile_peers_owners_and_attributes_are_bounded_and_taken_as_the_node_allows() {
+    use haul_proto::{Attrs, Message, Principal, Xattr};
+    assert_root("a node taking owners as root");
+    let s = Scratch::new();
+    let node = crate::beneath::open_node(&s);
+    let with = |path: &str, xattrs: Vec<Xattr>| {
+        let mut entry = crate::raw::file(path, 5);
+        entry.attrs = Some(Box::new(Attrs {
+            owner: Some(Principal {
+                id: 4321,
+                name: String::new(),
+            }),
+            group: Some(Principal {
+                id: 4321,
+                name: String::new(),
+            }),
+            xattrs: Some(xattrs),
+            ..Attrs::default()
+        }));
+        entry
+    };
+    let xattr = |name: &str, value: Vec<u8>| Xattr {
+        name: name.into(),
+        value,
+    };
+    let mut raw = crate::beneath::push_session(&node);
+    let entry = with(
+        "f",
+        vec![
+            xattr("trusted.evil", b"x".to_vec()),
+            xattr("user.ok", b"y".to_vec()),
+        ],
+    );
+    let answer = raw.offer_and_send(1, &entry, b"hello");
+    assert!(
+        matches!(answer, Some(Message::RangeStatus { ref bad, .. }) if bad.is_empty()),
+        "{answer:?}"
+    );
+    raw.send(&Message::Commit {
+        id: 1,
+        root: crate::raw::file_root(&entry, b"hello"),
+    });
+    let done = raw.recv_skipping_keepalives();
+    assert!(
+        matches!(done, Some(Message::Done { ok: true, .. })),
+        "{done:?}"
+    );
+    raw.send(&Message::Bye);
+    let _ = raw.recv_skipping_keepalives();
+    let f = s.path("node/f");
+    assert_eq!(std::fs::read(&f).unwrap(), b"hello");
+    let m = std::fs::metadata(&f).unwrap();
+    assert_ne!(
+        (m.uid(), m.gid()),
+        (4321, 4321),
+        "an owner the node does not take"
+    );
+    let value = |name: &str| {
+        let out = Command::new("getfattr")
+            .args(["-n", name, "--only-values"])
+            .arg(&f)
+            .output()
+            .unwrap();
+        out.status.success().then_some(out.stdout)
+    };
+    assert_eq!(value("user.ok").as_deref(), Some(&b"y"[..]));
+    assert_eq!(
+        value("trusted.evil"),
+        None,
+        "trusted.* without --keep-owners"
+    );
+
+    // Values past the bound: refused as they are read, nothing written.
+    for (name, len) in [("big", (64 << 10) + 1), ("huge", 64 << 20)] {
+        let mut raw = crate::beneath::push_session(&node);
+        let entry = with(name, vec![xattr("user.big", vec![7; len])]);
+        let mut frame = Vec::new();
+        haul_proto::encode(
+            &Message::Offer {
+                content: None,
+                id: 1,
+                entry,
+                first: 0,
+                end: 1,
+                seal: None,
+            },
+            &mut frame,
+        );
+        // The node may close before it was all written.
+        let _ = std::io::Write::write_all(&mut raw.s, &frame);
+        let answer = raw.recv_skipping_keepalives();
+        assert!(
+            !matches!(answer, Some(Message::Need { .. })),
+            "{name}: {answer:?}"
+        );
+        assert!(!s.path(&format!("node/{name}")).exists(), "{name}");
+    }
+}

@@ -388,6 +388,26 @@ fn max_age_and_min_age_pick_files_by_age() {
     let out = local_copy(&s.path("config"), &["--max-age", "2d"], &src, &s.path("b"));
     ok(&out);
     assert!(!s.path("b/old").exists() && s.path("b/new").exists());
+    // A push and a pull from a node pick the same way; --include-from
+    // takes its rules from a file, one kind of rule.
+    let node = Node::start(&s.path("node"), &s.path("config"), &["--token", "t"]);
+    let mut c = haul(&s.path("config"));
+    c.args(["push", "--token", "t", "--min-age", "2d"])
+        .arg(format!("{}/", src.display()))
+        .arg(node.url("in"));
+    ok(&run(c, T));
+    assert!(s.path("node/in/old").exists() && !s.path("node/in/new").exists());
+    write_file(&s.path("node/in/fresh"), 10, 3);
+    let rules = s.path("includes");
+    std::fs::write(&rules, "# taken\nfresh\n").unwrap();
+    let mut c = haul(&s.path("config"));
+    c.args(["pull", "--token", "t", "--max-age", "2d", "--include-from"])
+        .arg(&rules)
+        .args(["--exclude", "*"])
+        .arg(format!("{}/", node.url("in")))
+        .arg(s.path("c"));
+    ok(&run(c, T));
+    assert!(s.path("c/fresh").exists() && !s.path("c/old").exists());
 }
 
 /// rsync's `--ignore-existing`, `--size-only` and `-u`: what DEST already
