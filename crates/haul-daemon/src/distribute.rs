@@ -355,10 +355,10 @@ async fn deliver(d: &Distributor, spec: &SourceSpec, claimed: &Batch, shared: &M
     // Files that cannot be read here are failed now, never offered: a
     // fan-out whose every entry fails to open does not end (noted for the
     // fan-out), and a site must never be said to hold what was not sent.
-    let dest = spec.dest.clone();
+    let (dest, keep) = (spec.dest.clone(), spec.keep);
     let probe = files.clone();
     let unreadable: HashMap<String, String> =
-        tokio::task::spawn_blocking(move || unreadable_beneath(&dest, &probe))
+        tokio::task::spawn_blocking(move || unreadable_beneath(&dest, &probe, keep))
             .await
             .unwrap_or_default();
     if !unreadable.is_empty() {
@@ -769,7 +769,11 @@ fn remove_if_same(dir: &haul_root::Dir, name: &str, blake3: &str) -> Result<(), 
 
 /// Those of `files` (paths under `dest`) that cannot be opened as regular
 /// files beneath `dest`'s held directories, with why.
-fn unreadable_beneath(dest: &Path, files: &[String]) -> HashMap<String, String> {
+fn unreadable_beneath(
+    dest: &Path,
+    files: &[String],
+    keep: haul_proto::Keep,
+) -> HashMap<String, String> {
     let root = match haul_root::Root::open(dest) {
         Ok(r) => r,
         Err(e) => {
@@ -777,10 +781,31 @@ fn unreadable_beneath(dest: &Path, files: &[String]) -> HashMap<String, String> 
             return files.iter().map(|f| (f.clone(), why.clone())).collect();
         }
     };
+    // With `keep`, read as the fan-out reads them: the file and each
+    // directory above it with their owners and attributes.
+    let attrs = keep
+        .any()
+        .then(|| std::sync::Arc::new(haul_engine::attrs::AttrReader::new(keep)));
+    let as_sent = |rel: &str| -> Result<(), String> {
+        let Some(attrs) = &attrs else {
+            return Ok(());
+        };
+        let mut at = String::new();
+        for comp in rel.split('/') {
+            if !at.is_empty() {
+                at.push('/');
+            }
+            at.push_str(comp);
+            haul_engine::LocalTree::entry_beneath(&root, &at, Some(attrs))
+                .map_err(|e| e.to_string())?;
+        }
+        Ok(())
+    };
     let mut out = HashMap::new();
     for rel in files {
         let opened = parent_of(&root, rel)
-            .and_then(|(dir, name)| dir.open_regular(name).map_err(|e| e.to_string()));
+            .and_then(|(dir, name)| dir.open_regular(name).map_err(|e| e.to_string()))
+            .and_then(|_| as_sent(rel));
         if let Err(e) = opened {
             out.insert(
                 rel.clone(),

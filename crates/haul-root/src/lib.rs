@@ -315,8 +315,9 @@ pub fn sees_trusted_xattrs() -> bool {
             .find_map(|l| l.strip_prefix("CapEff:"))
             .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())
             .unwrap_or(0);
-        let map = std::fs::read_to_string("/proc/self/uid_map").unwrap_or_default();
-        let initial = map.split_whitespace().eq(["0", "0", "4294967295"]);
+        // The initial user namespace's inode is fixed (PROC_USER_INIT_INO).
+        let ns = std::fs::read_link("/proc/self/ns/user").unwrap_or_default();
+        let initial = ns.as_os_str() == "user:[4026531837]";
         effective & (1 << CAP_SYS_ADMIN) != 0 && initial
     })
 }

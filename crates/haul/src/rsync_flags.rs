@@ -122,7 +122,7 @@ const TIPS: &[(&[&str], &str)] = &[
     ),
     (
         &["--ignore-missing-args", "--delete-missing-args"],
-        "a --files-from path the source lacks is named and the run exits 23; nothing is deleted for it",
+        "a --files-from path the source lacks is named: a local source's stops the run (exit 2) before anything is sent, a node's or server's fails (exit 23); nothing is deleted for it",
     ),
     (
         &["--preallocate", "--fsync", "--open-noatime", "--no-implied-dirs"],
@@ -130,7 +130,7 @@ const TIPS: &[(&[&str], &str)] = &[
     ),
     (
         &["-s", "--protect-args", "--secluded-args", "--old-args", "--iconv", "-8", "--8-bit-output"],
-        "haul passes file names as bytes, never through a remote shell's word splitting: nothing to set",
+        "haul's names are UTF-8 (others are skipped with a warning) and never pass through a remote shell's word splitting: nothing to set",
     ),
     (
         &["-U", "--atimes", "-N", "--crtimes"],

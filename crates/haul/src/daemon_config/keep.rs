@@ -31,6 +31,9 @@ pub(crate) fn parse(names: &[String]) -> Result<Keep, String> {
             other => return Err(format!("{other:?} is not one of: {NAMES}")),
         }
     }
+    if keep.numeric_ids && !(keep.owner || keep.group) {
+        return Err("\"numeric-ids\" says how owners and groups go: add \"owner\", \"group\" or \"archive\"".into());
+    }
     Ok(keep)
 }
 
@@ -72,6 +75,9 @@ mod tests {
             e.contains("\"owners\"") && e.contains("owner, group"),
             "{e}"
         );
+        let e = of(&["numeric-ids"]).unwrap_err();
+        assert!(e.contains("add \"owner\""), "{e}");
+        assert!(of(&["archive", "numeric-ids"]).unwrap().numeric_ids);
         let e = of(&["hard-links"]).unwrap_err();
         assert!(e.contains("not for the daemon"), "{e}");
     }
