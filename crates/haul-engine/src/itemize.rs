@@ -54,7 +54,7 @@ fn string(y: char, x: char, new: bool, d: Differs) -> String {
 }
 
 /// The fields a change string says changed, by name, for `--json`: `new`
-/// for a new entry, `deleted`, else each of `content` (a file's, by
+/// for a new entry, `deleted` for rsync's `*deleting`, else each of `content` (a file's, by
 /// checksum), `target` (a symlink's), `size`, `mtime`, `perms`, `owner`,
 /// `group`, `acls`, `xattrs` whose letter is set.
 pub fn fields(code: &str) -> Vec<&'static str> {

@@ -29,9 +29,9 @@ pub(crate) enum SameContent {
     Node {
         /// The node's files by wire path.
         files: Listed,
-        /// `-o`/`-g`/`-X`/`-A`: what the listing does not show, so a file
-        /// of the same content is always offered.
-        attrs: bool,
+        /// `-o`/`-g`/`-X`/`-A`: what the listing does not show is kept,
+        /// so a file of the same content is always offered.
+        unlisted_kept: bool,
     },
     /// What every node of a fan-out holds with the same size and BLAKE3:
     /// not sent (a content offer does not travel through relays).
@@ -52,6 +52,15 @@ pub(crate) struct ListedFile {
     pub mtime: (i64, u32),
     /// Its permission bits.
     pub mode: u32,
+}
+
+impl ListedFile {
+    /// Whether its mtime and mode are `e`'s, set-id bits aside (a node
+    /// that takes no owners drops them: compared with them, such a file
+    /// would be offered on every run).
+    pub(crate) fn in_line_with(&self, e: &haul_proto::Entry) -> bool {
+        self.mtime == (e.mtime_sec, e.mtime_nsec) && self.mode & 0o1777 == e.mode & 0o1777
+    }
 }
 
 /// What `-c` found of a file's content at the destination.
@@ -77,7 +86,10 @@ impl SameContent {
                 dest.same_content_fixing(&src.entry, ours()?.as_bytes())
                     .map(Held::InLine)
             }
-            Self::Node { files, attrs } => {
+            Self::Node {
+                files,
+                unlisted_kept,
+            } => {
                 let theirs = files.get(&src.entry.path)?;
                 if theirs.size != src.entry.size {
                     return None;
@@ -88,12 +100,7 @@ impl SameContent {
                 if ours != theirs.digest {
                     return None;
                 }
-                let e = &src.entry;
-                // (A node that takes no owners drops the set-id bits:
-                // compared without them, else always offered.)
-                let in_line = !attrs
-                    && theirs.mtime == (e.mtime_sec, e.mtime_nsec)
-                    && theirs.mode & 0o1777 == e.mode & 0o1777;
+                let in_line = !unlisted_kept && theirs.in_line_with(&src.entry);
                 Some(match in_line {
                     true => Held::InLine(InPlace::default()),
                     false => Held::Offer(ours),

@@ -386,9 +386,8 @@ pub async fn push_fanout(
     // What the nodes hold (-c, the skip rules) is listed now, while the
     // control connections keep every admission alive.
     if opts.checksum {
-        let k = opts.keep;
-        let attrs = k.owner || k.group || k.xattrs || k.acls;
-        let every = EveryNode::listed(dataset.clone(), dests, &reached, attrs).await?;
+        let unlisted_kept = opts.keep.owners_or_attributes();
+        let every = EveryNode::listed(dataset.clone(), dests, &reached, unlisted_kept).await?;
         run.same = Some(Arc::new(SameContent::Everywhere(every.common.clone())));
         run.every_node = Some(Arc::new(every));
     }
@@ -777,7 +776,11 @@ impl Run {
             .collect();
         for i in settled {
             self.unannounced.remove(&i);
-            if nodes[self.index[i]].ok {
+            // One the client pushes more to once the fan-out ended is
+            // announced after that (the last loop of the run).
+            let more = self.kept.as_ref().is_some_and(|(k, _)| k.lacks_any(i))
+                || self.every_node.as_ref().is_some_and(|e| e.out_of_line(i));
+            if nodes[self.index[i]].ok && !more {
                 self.announce(i, nodes);
             }
         }

@@ -199,7 +199,7 @@ pub async fn push(
     let same = match opts.checksum {
         true => Some(Arc::new(SameContent::Node {
             files: SameContent::listed(remote, &dest, &walk, &tally).await?,
-            attrs: opts.keep.owner || opts.keep.group || opts.keep.xattrs || opts.keep.acls,
+            unlisted_kept: opts.keep.owners_or_attributes(),
         })),
         false => None,
     };

@@ -490,11 +490,28 @@ async fn c_brings_what_every_node_holds_in_line() {
     let sources = [set.dir.path().join("set").display().to_string()];
     let dataset = Arc::new(Walk::new(&sources, None));
     let heard = Arc::new(Heard::default());
-    let summary = haul_node::push_fanout(dataset, &dests, &opts, &fan, heard)
+    let summary = haul_node::push_fanout(dataset, &dests, &opts, &fan, heard.clone())
         .await
         .unwrap();
     assert!(summary.all_ok(), "{:#?}", summary.nodes);
     set.assert_on(&nodes, &names, &summary);
+    // Each node is announced done once its copy was brought in line (the
+    // pass's -i lines come first), and big.bin was counted once.
+    let events = heard.events();
+    let last_change = events
+        .iter()
+        .rposition(|e| matches!(e, haul_run::event::Event::Itemized { .. }))
+        .expect("the in-line pass says what it set");
+    let first_done = events
+        .iter()
+        .position(|e| matches!(e, haul_run::event::Event::NodeDone { .. }))
+        .expect("node_done");
+    assert!(first_done > last_change, "{events:#?}");
+    let big_done = events
+        .iter()
+        .filter(|e| matches!(e, haul_run::event::Event::FileDone { path, .. } if path.ends_with("big.bin")))
+        .count();
+    assert_eq!(big_done, 1, "{events:#?}");
     let meta = |p: &std::path::Path| std::fs::metadata(p).unwrap();
     let want = meta(&big);
     for at in [&at_a, &at_b] {

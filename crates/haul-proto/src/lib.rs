@@ -54,7 +54,9 @@
 //!                                   <- Offer{id, ...} and the flow below
 //! push --checksum (v6): the client first lists DEST with sums, offers only
 //!       files whose BLAKE3 differs, in Hello{.., Push{dest, checksum: true}}:
-//!       the receiver then skips nothing for its size and mtime.
+//!       the receiver then skips nothing for its size and mtime (v19: and
+//!       files of the same content with other metadata, as Offer{content},
+//!       below).
 //! push --ignore-existing / --size-only / -u (v10): Push{.., skip} carries the
 //!       client's SkipRule; the receiver keeps what the rule keeps (the
 //!       quick check otherwise), as the client's own dry run decides.

@@ -101,6 +101,12 @@ impl Keep {
         self.owner || self.group || self.xattrs || self.acls || self.sparse
     }
 
+    /// Whether owners, groups, attributes or ACLs are kept (what a listing
+    /// of sizes, mtimes and modes does not show).
+    pub fn owners_or_attributes(self) -> bool {
+        self.owner || self.group || self.xattrs || self.acls
+    }
+
     /// The flag bits on the wire.
     pub fn bits(self) -> u8 {
         u8::from(self.owner)
@@ -182,8 +188,9 @@ pub struct Attrs {
     /// has none of is removed at the receiver.
     pub all_acls: bool,
     /// Version 19: with `all_xattrs`, the list speaks for `trusted.*` too:
-    /// the source could read them (it runs as root). A source that cannot
-    /// see them never has a receiver remove them.
+    /// the source could read them (it holds `CAP_SYS_ADMIN` in the initial
+    /// user namespace). A source that cannot see them never has a receiver
+    /// remove them.
     pub all_trusted: bool,
 }
 
@@ -310,7 +317,8 @@ pub enum Request {
         dest: String,
         /// `--checksum`: the client already compared contents (by the
         /// node's `List{sums}`), so every file it offers is received —
-        /// none is skipped for having the same size and mtime.
+        /// none is skipped for having the same size and mtime — but for
+        /// an `Offer{content}` whose content is still there (version 19).
         checksum: bool,
         /// `--force`/`--delete`: a non-empty directory where the client
         /// has a file or symlink is removed to make room (version 8).

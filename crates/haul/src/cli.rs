@@ -24,7 +24,9 @@ pub struct Cli {
     /// Only print errors.
     #[arg(short, long, global = true)]
     pub quiet: bool,
-    /// More logging on stderr (-v info, -vv debug, -vvv trace).
+    /// Name each file sent and each entry deleted (`deleting PATH`) on
+    /// stdout, as rsync's -v; more logging on stderr (-v info, -vv debug,
+    /// -vvv trace).
     #[arg(short, long, global = true, action = clap::ArgAction::Count)]
     pub verbose: u8,
     /// Neither use nor keep content hashes: read every file whose hash is
@@ -649,8 +651,9 @@ pub struct TransferArgs {
     /// its size and mtime changed, `cd+++++++++` a directory made,
     /// `hf+++++++++` a hard link, `*deleting`; `.f...pog..x` what was set in
     /// place on a file up to date, `.d..t......` a directory's mtime,
-    /// `cLc.t......` a symlink pointing elsewhere (--json: `itemized`
-    /// events). With -n, what would change.
+    /// `cLc.t......` a symlink pointing elsewhere (--json carries
+    /// `itemized` events with their `fields` with or without -i). With -n,
+    /// what would change.
     #[arg(short = 'i', long)]
     pub itemize_changes: bool,
     /// Once SIZE bytes moved (K/M/G suffixes), start no further file: those

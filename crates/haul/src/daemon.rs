@@ -43,6 +43,7 @@ pub fn check(args: &DaemonArgs, json: bool) -> Result<u8> {
                     "refetch": refetch_name(s.refetch), "rules": s.rules.iter().map(|(k, g)| format!("{k:?} {g}")).collect::<Vec<_>>(),
                     "next_runs": next.iter().map(|t| rfc3339(*t)).collect::<Vec<_>>(),
                     "deliver": s.deliver, "catch_up": catch_up_name(s.catch_up),
+                    "keep": daemon_config::shown_keep(s.keep),
                     "plan": (!s.deliver.is_empty()).then(|| delivery_plan(&config.sites, &s.deliver)),
                 })
             })

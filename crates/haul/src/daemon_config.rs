@@ -874,11 +874,13 @@ fn source_plan(
             keep::parse(k.get_ref()).map_err(|e| anyhow::anyhow!("{}: keep: {e}", at(k.span())))?
         }
     };
-    if node_at.is_none() && s.deliver.is_empty() && keep != haul_proto::Keep::default() {
+    let kept = s.keep.as_ref().filter(|k| !k.get_ref().is_empty());
+    if let (None, true, Some(k)) = (&node_at, s.deliver.is_empty(), kept) {
         bail!(
-            "keep: an FTP, SFTP, HTTP or S3 source carries no owners or attributes to keep; keep \
+            "{}: keep: an FTP, SFTP, HTTP or S3 source carries no owners or attributes to keep; keep \
              is for haul:// and ssh node sources and for the deliveries to sites (add deliver = \
-             [\"SITE\", …] or drop keep)"
+             [\"SITE\", …] or drop keep)",
+            at(k.span())
         );
     }
     let node = match node_at {

@@ -61,7 +61,7 @@ const TIPS: &[(&[&str], &str)] = &[
         "haul's --log-file lines have a fixed form: --log-format text or json",
     ),
     (
-        &["-x", "--one-file-system", "-R", "--relative"],
+        &["-x", "--one-file-system", "-R", "--relative", "--no-implied-dirs"],
         "not offered by haul yet",
     ),
     (
@@ -125,7 +125,7 @@ const TIPS: &[(&[&str], &str)] = &[
         "a --files-from path the source lacks is named: a local source's stops the run (exit 2) before anything is sent, a node's or server's fails (exit 23); nothing is deleted for it",
     ),
     (
-        &["--preallocate", "--fsync", "--open-noatime", "--no-implied-dirs"],
+        &["--preallocate", "--fsync", "--open-noatime"],
         "haul writes each file to a staging name, makes it durable and renames it into place once verified: nothing to set",
     ),
     (

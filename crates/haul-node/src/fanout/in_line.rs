@@ -28,10 +28,10 @@ pub(super) struct EveryNode {
     /// The files every node holds: size and BLAKE3 (not relayed).
     pub common: Arc<HashMap<String, (u64, Digest)>>,
     /// By admitted node: its copies of `common` whose metadata differs
-    /// from the source's (or may, `attrs`), as it listed them.
+    /// from the source's (or may, `unlisted_kept`), as it listed them.
     out_of_line: Vec<Listed>,
     /// `-o`/`-g`/`-X`/`-A`: what a listing does not show is kept.
-    attrs: bool,
+    unlisted_kept: bool,
     /// The dataset the files are taken from.
     dataset: Arc<dyn Dataset>,
 }
@@ -44,7 +44,7 @@ impl EveryNode {
         dataset: Arc<dyn Dataset>,
         dests: &[NodeUrl],
         admitted: &[(usize, Dialer)],
-        attrs: bool,
+        unlisted_kept: bool,
     ) -> Result<Self, NodeError> {
         let quiet = Tally::new(Arc::new(haul_run::event::Quiet));
         let mut listings: Vec<Listed> = Vec::new();
@@ -76,10 +76,7 @@ impl EveryNode {
                 let Some(theirs) = listing.get(&e.path) else {
                     continue;
                 };
-                // Set-id bits aside, as `SameContent::holds` compares.
-                let differs = theirs.mtime != (e.mtime_sec, e.mtime_nsec)
-                    || theirs.mode & 0o1777 != e.mode & 0o1777;
-                if attrs || differs {
+                if unlisted_kept || !theirs.in_line_with(e) {
                     out.insert(e.path.clone(), *theirs);
                 }
             }
@@ -87,9 +84,14 @@ impl EveryNode {
         Ok(Self {
             common: Arc::new(common),
             out_of_line,
-            attrs,
+            unlisted_kept,
             dataset,
         })
+    }
+
+    /// Whether admitted node `node` holds a copy to bring in line.
+    pub fn out_of_line(&self, node: usize) -> bool {
+        self.out_of_line.get(node).is_some_and(|l| !l.is_empty())
     }
 
     /// What the client pushes admitted node `node` once the fan-out ended,
@@ -114,7 +116,7 @@ impl EveryNode {
         .without_errors();
         let same = SameContent::Node {
             files,
-            attrs: self.attrs,
+            unlisted_kept: self.unlisted_kept,
         };
         Some((dataset, same))
     }

@@ -121,6 +121,12 @@ impl Kept {
         ))
     }
 
+    /// Whether the client sends admitted node `node` files itself once the
+    /// fan-out ended.
+    pub fn lacks_any(&self, node: usize) -> bool {
+        self.lacking.get(node).is_some_and(|l| !l.is_empty())
+    }
+
     /// What the client sends admitted node `node` itself once the fan-out
     /// ended (`None`: nothing).
     pub fn lacked_by(
@@ -329,21 +335,15 @@ struct NodePush {
     same: Option<Arc<SameContent>>,
 }
 
-/// An observer that passes on what a push brought in line (`-i`) and what
-/// failed, not the files it found up to date (counted by the fan-out).
+/// An observer that passes on what a push brought in line (`-i`) and its
+/// warnings only: the files were counted by the fan-out already, and what
+/// fails is the node's (its report says so).
 struct ChangesOnly(Arc<Tally>);
 
 impl haul_session::Observer for ChangesOnly {
     fn event(&self, event: &haul_session::Event) {
         use haul_session::Event;
-        let pass = match event {
-            Event::FileDone { skipped, .. } => !skipped,
-            Event::FileStart { .. } | Event::ListingProgress { .. } | Event::ListingDone { .. } => {
-                false
-            }
-            _ => true,
-        };
-        if pass {
+        if matches!(event, Event::Itemized { .. } | Event::Warning { .. }) {
             self.0.event(event);
         }
     }
