@@ -226,6 +226,22 @@ pub(crate) fn finish(
     }
 }
 
+/// With `-z` or `-S`, `summary`'s bytes on the wire: its payload bytes
+/// less what packing kept off the wire on `dialer`'s connections.
+pub(crate) fn with_wire(
+    mut summary: Summary,
+    dialer: &crate::dial::Dialer,
+    opts: &ClientOptions,
+) -> Summary {
+    if opts.packing().is_some() {
+        let on_wire = summary
+            .bytes_transferred
+            .saturating_sub(dialer.kept_off_wire());
+        summary.bytes_on_wire = Some(on_wire);
+    }
+    summary
+}
+
 /// A destination must be a directory, or not exist yet.
 pub(crate) fn check_dest_dir(dest: &Path) -> Result<(), NodeError> {
     match std::fs::metadata(dest) {

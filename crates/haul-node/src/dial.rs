@@ -104,6 +104,9 @@ pub struct Dialer {
     path: Option<Arc<haul_transport::PathLearning>>,
     /// A relay's: compressed frames received, sent again as they came.
     frames: Option<haul_transport::FrameCache>,
+    /// Payload bytes `-z` (and `-S`) kept off the wire, both ways, on every
+    /// connection this dialer and its clones made.
+    kept_off_wire: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl std::fmt::Debug for Dialer {
@@ -125,7 +128,16 @@ impl Dialer {
             compress: None,
             path: None,
             frames: None,
+            kept_off_wire: Arc::default(),
         }
+    }
+
+    /// Payload bytes packing kept off the wire so far, both ways, on the
+    /// connections this dialer and its clones made: a run's bytes on the
+    /// wire are its payload bytes less these.
+    pub fn kept_off_wire(&self) -> u64 {
+        self.kept_off_wire
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The same, sending a chunk that came to this node compressed as the
@@ -281,11 +293,12 @@ impl Dialer {
                 if let Some(h) = pull_hint {
                     r.expect_rate(h.rate);
                 }
+                let kept_off = self.kept_off_wire.clone();
                 let r: Box<dyn haul_transport::MessageReader> =
-                    Box::new(haul_transport::Unpacking::new(r));
+                    Box::new(haul_transport::Unpacking::new(r).counting(kept_off.clone()));
                 let mut w: Box<dyn haul_transport::MessageWriter> = match packs {
                     Some(level) => {
-                        let packing = haul_transport::Packing::new(w, level)?;
+                        let packing = haul_transport::Packing::new(w, level)?.counting(kept_off);
                         Box::new(match &self.frames {
                             Some(f) => packing.reusing(f.clone()),
                             None => packing,

@@ -53,6 +53,10 @@ pub struct Summary {
     pub bytes_verified: u64,
     /// Payload bytes that crossed the network (resends included).
     pub bytes_transferred: u64,
+    /// With `-z` (or `-S`): those bytes as they went on the wire, packed
+    /// (what compression and holes kept off it taken away).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub bytes_on_wire: Option<u64>,
     /// Wall time in seconds.
     pub seconds: f64,
     /// Connections used at most at once.

@@ -26,6 +26,8 @@
 //! it.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use haul_proto::{ChunkHeader, Message};
@@ -64,6 +66,8 @@ pub struct Packing {
     check: Vec<u8>,
     /// The chunk just packed is a kept frame.
     reused: bool,
+    /// Payload bytes packing kept off the wire, added up here.
+    saved: Option<Arc<AtomicU64>>,
 }
 
 impl Packing {
@@ -81,7 +85,16 @@ impl Packing {
             unzstd: None,
             check: Vec::new(),
             reused: false,
+            saved: None,
         })
+    }
+
+    /// The same, adding to `saved` the payload bytes each packed chunk
+    /// kept off the wire (its length less what went): a run's bytes on
+    /// the wire are its payload bytes less those.
+    pub fn counting(mut self, saved: Arc<AtomicU64>) -> Self {
+        self.saved = Some(saved);
+        self
     }
 
     /// The same, sending a chunk as the frame `frames` kept for it when
@@ -251,10 +264,14 @@ impl MessageWriter for Packing {
                 Payload::Bytes(&packed),
             )
             .await;
-        self.packed = packed;
         if sent.is_ok() {
             self.count_reused();
+            if let Some(saved) = &self.saved {
+                let kept_off = u64::from(header.len).saturating_sub(packed.len() as u64);
+                saved.fetch_add(kept_off, Ordering::Relaxed);
+            }
         }
+        self.packed = packed;
         sent
     }
 
@@ -304,6 +321,8 @@ pub struct Unpacking {
     /// A relay's: each frame decompressed is kept to be forwarded as it
     /// came ([`crate::frames`]).
     frames: Option<FrameCache>,
+    /// Payload bytes the peer's packing kept off the wire, added up here.
+    saved: Option<Arc<AtomicU64>>,
 }
 
 impl Unpacking {
@@ -315,7 +334,15 @@ impl Unpacking {
             pending: HashMap::new(),
             wire: Vec::new(),
             frames: None,
+            saved: None,
         }
+    }
+
+    /// The same, adding to `saved` the payload bytes each packed chunk
+    /// read kept off the wire (as its header says: only a count).
+    pub fn counting(mut self, saved: Arc<AtomicU64>) -> Self {
+        self.saved = Some(saved);
+        self
     }
 
     /// The same, keeping each frame it decompressed in `frames` (a relay's
@@ -330,6 +357,9 @@ impl Unpacking {
         match msg {
             Message::Chunk(h) if h.packed.is_some() => {
                 let raw = h.packed.unwrap_or(h.len);
+                if let Some(saved) = &self.saved {
+                    saved.fetch_add(u64::from(raw.saturating_sub(h.len)), Ordering::Relaxed);
+                }
                 self.pending.insert((h.id, h.index), h);
                 Message::Chunk(ChunkHeader {
                     len: raw,

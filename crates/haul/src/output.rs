@@ -560,8 +560,13 @@ pub fn print_summary(mode: Mode, s: &Summary) {
         }
         Mode::Human => {
             let mark = if s.failed == 0 { "ok" } else { "FAILED" };
+            // -z: what went on the wire, packed.
+            let wire = s
+                .bytes_on_wire
+                .map(|w| format!(" ({} on the wire)", human_bytes(w)))
+                .unwrap_or_default();
             eprintln!(
-                "{mark}: {} file{} ({}) verified, {} already up to date, {} failed; {} transferred in {:.2}s ({}/s, {} connection{})",
+                "{mark}: {} file{} ({}) verified, {} already up to date, {} failed; {}{wire} transferred in {:.2}s ({}/s, {} connection{})",
                 s.files_ok,
                 if s.files_ok == 1 { "" } else { "s" },
                 human_bytes(s.bytes_verified),

@@ -42,9 +42,10 @@ fn z_sends_compressible_chunks_compressed_and_random_ones_as_they_are() {
     let from = format!("{}/", src.display());
 
     let mut c = haul(&s.path("config"));
-    c.args(["push", "--plaintext", "-z", "-j", "1", &from])
+    c.args(["push", "--plaintext", "-z", "-j", "1", "--json", &from])
         .arg(proxy.url("in"));
-    ok(&run(c, T));
+    let out = run(c, T);
+    ok(&out);
     for f in ["table.csv", "random.bin"] {
         assert_eq!(
             b3(&s.path(&format!("node/in/{f}"))),
@@ -56,14 +57,38 @@ fn z_sends_compressible_chunks_compressed_and_random_ones_as_they_are() {
     // The random file as it is, the text in a fraction of its size.
     assert!(up > 6 << 20, "{up}");
     assert!(up < (6 << 20) + text / 4, "{up} bytes for {text} of text");
+    // The summary says what went on the wire: the payload the proxy
+    // counted (its headers and handshakes aside), less than the data.
+    let on_wire = |out: &std::process::Output, counted: u64| {
+        let sum = summary(out);
+        let wire = sum["bytes_on_wire"].as_u64().expect("bytes_on_wire");
+        let data = sum["bytes_transferred"].as_u64().unwrap_or(0);
+        assert!(
+            wire < data && wire <= counted,
+            "{wire} of {data}, {counted} counted"
+        );
+        assert!(
+            counted - wire < 256 << 10,
+            "{wire} on the wire, {counted} counted"
+        );
+    };
+    on_wire(&out, up);
 
     // A pull: the node compresses.
     let down_before = proxy.down_bytes.load(Ordering::Relaxed);
     let mut c = haul(&s.path("config"));
-    c.args(["pull", "--plaintext", "--compress", "--compress-level", "9"])
-        .arg(proxy.url("in/"))
-        .arg(s.path("back"));
-    ok(&run(c, T));
+    c.args([
+        "pull",
+        "--plaintext",
+        "--compress",
+        "--compress-level",
+        "9",
+        "--json",
+    ])
+    .arg(proxy.url("in/"))
+    .arg(s.path("back"));
+    let out = run(c, T);
+    ok(&out);
     for f in ["table.csv", "random.bin"] {
         assert_eq!(b3(&s.path(&format!("back/{f}"))), b3(&src.join(f)), "{f}");
     }
@@ -73,6 +98,7 @@ fn z_sends_compressible_chunks_compressed_and_random_ones_as_they_are() {
         down < (6 << 20) + text / 4,
         "{down} bytes for {text} of text"
     );
+    on_wire(&out, down);
 
     // Without -z, the text crosses whole: the comparison above can fail.
     let up_before = proxy.up_bytes.load(Ordering::Relaxed);
