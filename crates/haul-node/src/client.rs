@@ -227,16 +227,15 @@ pub(crate) fn finish(
 }
 
 /// With `-z` or `-S`, `summary`'s bytes on the wire: its payload bytes
-/// less what packing kept off the wire on `dialer`'s connections.
-pub(crate) fn with_wire(
+/// less what packing kept off the wire on `dialers`' connections.
+pub(crate) fn with_wire<'a>(
     mut summary: Summary,
-    dialer: &crate::dial::Dialer,
+    dialers: impl IntoIterator<Item = &'a crate::dial::Dialer>,
     opts: &ClientOptions,
 ) -> Summary {
     if opts.packing().is_some() {
-        let on_wire = summary
-            .bytes_transferred
-            .saturating_sub(dialer.kept_off_wire());
+        let kept_off: u64 = dialers.into_iter().map(|d| d.kept_off_wire()).sum();
+        let on_wire = summary.bytes_transferred.saturating_sub(kept_off);
         summary.bytes_on_wire = Some(on_wire);
     }
     summary

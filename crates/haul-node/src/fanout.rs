@@ -554,6 +554,8 @@ pub async fn push_fanout(
         run.prune(dests, &mut nodes).await?;
     }
     let sent = run.tally.finish(started.elapsed(), 0);
+    // What the client itself sent, as it went on the wire (-z).
+    let sent = crate::client::with_wire(sent, &run.dialers, opts);
     Ok(FanoutSummary {
         plan,
         nodes,

@@ -296,7 +296,8 @@ pub async fn pull(
     }
     destination.apply_dir_metadata();
     destination.tidy_state_dir();
-    finish(&tally, started, workers, err).map(|s| crate::client::with_wire(s, &remote.dialer, opts))
+    finish(&tally, started, workers, err)
+        .map(|s| crate::client::with_wire(s, [&remote.dialer], opts))
 }
 
 /// The server directory listing paths are relative to.

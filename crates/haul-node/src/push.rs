@@ -227,7 +227,8 @@ pub async fn push(
         let dest = remote.path.trim_matches('/');
         crate::mirror::prune_node(remote, dest, source, &sent, opts, &tally, err.as_ref()).await;
     }
-    finish(&tally, started, workers, err).map(|s| crate::client::with_wire(s, &remote.dialer, opts))
+    finish(&tally, started, workers, err)
+        .map(|s| crate::client::with_wire(s, [&remote.dialer], opts))
 }
 
 /// What [`push_entries`] did.

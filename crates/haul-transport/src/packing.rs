@@ -162,6 +162,15 @@ impl Packing {
         true
     }
 
+    /// Adds what packing `header`'s chunk into `wire_len` bytes kept off
+    /// the wire to the count ([`Packing::counting`]).
+    fn count_kept_off(&self, header: &ChunkHeader, wire_len: usize) {
+        if let Some(saved) = &self.saved {
+            let kept_off = u64::from(header.len).saturating_sub(wire_len as u64);
+            saved.fetch_add(kept_off, Ordering::Relaxed);
+        }
+    }
+
     /// Counts the chunk just packed as a frame sent as received, if it was.
     fn count_reused(&mut self) {
         if std::mem::take(&mut self.reused) {
@@ -266,10 +275,7 @@ impl MessageWriter for Packing {
             .await;
         if sent.is_ok() {
             self.count_reused();
-            if let Some(saved) = &self.saved {
-                let kept_off = u64::from(header.len).saturating_sub(packed.len() as u64);
-                saved.fetch_add(kept_off, Ordering::Relaxed);
-            }
+            self.count_kept_off(header, packed.len());
         }
         self.packed = packed;
         sent
@@ -285,10 +291,11 @@ impl MessageWriter for Packing {
             let queued = self
                 .inner
                 .push_chunk(&packed_header(header, packed.len()), &packed);
-            self.packed = packed;
             if queued {
                 self.count_reused();
+                self.count_kept_off(header, packed.len());
             }
+            self.packed = packed;
             // Too large to queue even packed: the caller sends it (and it
             // is packed again there).
             return queued;

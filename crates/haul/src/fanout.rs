@@ -321,8 +321,14 @@ fn print(mode: Mode, s: &FanoutSummary) {
         Mode::Human => {
             let failed = s.nodes.iter().filter(|n| !n.ok).count();
             let mark = if s.all_ok() { "ok" } else { "FAILED" };
+            // -z: what went on the wire, packed.
+            let wire = s
+                .sent
+                .bytes_on_wire
+                .map(|w| format!(" ({} on the wire)", human_bytes(w)))
+                .unwrap_or_default();
             eprintln!(
-                "{mark}: {} of {} nodes complete ({} plan), {} sent by this client, in {:.2}s",
+                "{mark}: {} of {} nodes complete ({} plan), {}{wire} sent by this client, in {:.2}s",
                 s.nodes.len() - failed,
                 s.nodes.len(),
                 s.plan.shape,

@@ -170,10 +170,34 @@ fn z_through_a_fan_out_each_relay_forwards_the_frames_it_received() {
     );
     let from = format!("{}/", src.display());
     let mut c = haul(&s.path("config"));
-    c.args(["push", "--plaintext", "-z", "--plan", "chain", &from])
-        .arg(to_one.url("fan"))
-        .arg(to_two.url("fan"));
-    ok(&run(c, T));
+    c.args([
+        "push",
+        "--plaintext",
+        "-z",
+        "--plan",
+        "chain",
+        "--json",
+        &from,
+    ])
+    .arg(to_one.url("fan"))
+    .arg(to_two.url("fan"));
+    let out = run(c, T);
+    ok(&out);
+    // What the client sent, as it went on the wire (its proxy counted the
+    // payload, headers and handshakes too).
+    let fanout = crate::remote::events(&out)
+        .into_iter()
+        .find(|e| e["event"] == "fanout")
+        .expect("a fanout event");
+    let wire = fanout["sent"]["bytes_on_wire"]
+        .as_u64()
+        .expect("bytes_on_wire");
+    let counted = to_one.up_bytes.load(Ordering::Relaxed);
+    assert!(
+        wire <= counted && counted - wire < 256 << 10,
+        "{wire} of {counted}: {}",
+        fanout["sent"]
+    );
     for f in ["table.csv", "random.bin"] {
         let want = b3(&src.join(f));
         for node in ["one", "two"] {
