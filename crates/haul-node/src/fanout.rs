@@ -778,14 +778,18 @@ impl Run {
             .collect();
         for i in settled {
             self.unannounced.remove(&i);
-            // One the client pushes more to once the fan-out ended is
-            // announced after that (the last loop of the run).
-            let more = self.kept.as_ref().is_some_and(|(k, _)| k.lacks_any(i))
-                || self.every_node.as_ref().is_some_and(|e| e.out_of_line(i));
-            if nodes[self.index[i]].ok && !more {
+            if nodes[self.index[i]].ok && !self.pushed_more(i) {
                 self.announce(i, nodes);
             }
         }
+    }
+
+    /// Whether the client pushes node `i` more itself once the fan-out
+    /// ended (the skip rules' fill-in, `-c`'s in-line pass): it is
+    /// announced after that, in the last loop of the run.
+    fn pushed_more(&self, i: usize) -> bool {
+        self.kept.as_ref().is_some_and(|(k, _)| k.lacks_any(i))
+            || self.every_node.as_ref().is_some_and(|e| e.out_of_line(i))
     }
 
     /// Tells the observer that node `i` is done (or failed).
@@ -929,7 +933,9 @@ impl Run {
                 None => format!("the client filled in {} files itself", summary.files_ok),
             };
             node.error = join_errors(&node.error, &how);
-            self.announce(i, nodes);
+            if !self.pushed_more(i) {
+                self.announce(i, nodes);
+            }
         }
     }
 

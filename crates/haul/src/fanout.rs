@@ -325,6 +325,7 @@ fn print(mode: Mode, s: &FanoutSummary) {
             let wire = s
                 .sent
                 .bytes_on_wire
+                .filter(|&w| w != s.sent.bytes_transferred)
                 .map(|w| format!(" ({} on the wire)", human_bytes(w)))
                 .unwrap_or_default();
             eprintln!(

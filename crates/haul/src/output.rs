@@ -563,6 +563,7 @@ pub fn print_summary(mode: Mode, s: &Summary) {
             // -z: what went on the wire, packed.
             let wire = s
                 .bytes_on_wire
+                .filter(|&w| w != s.bytes_transferred)
                 .map(|w| format!(" ({} on the wire)", human_bytes(w)))
                 .unwrap_or_default();
             eprintln!(

@@ -312,10 +312,17 @@ impl Run {
             let node = &mut nodes[self.index[i]];
             node.entries_ok += summary.files_ok;
             node.failed += summary.failed;
+            // Which, and why (the first few): its own report came before.
+            let which: Vec<String> = summary
+                .failures
+                .iter()
+                .take(3)
+                .map(|f| format!("{}: {}", f.path, f.error))
+                .collect();
             let why = match (&err, summary.failed) {
                 (Some(e), _) => Some(format!("{what} could not be sent to it: {e}")),
                 (None, 0) => None,
-                (None, n) => Some(format!("{n} of {what} failed there")),
+                (None, n) => Some(format!("{n} of {what} failed there ({})", which.join("; "))),
             };
             if let Some(why) = why {
                 node.ok = false;
