@@ -437,6 +437,23 @@ impl Dial for InProcess {
 pub trait Reach: Send + Sync + std::fmt::Debug {
     /// A dialer for the node at `addr`, as `opts` say (security, token).
     fn dialer(&self, addr: &str, opts: &ClientOptions) -> Dialer;
+
+    /// Another way to the node at `addr` than its port, for when the client
+    /// cannot reach that (a node started over ssh: its ssh channel). `None`:
+    /// there is none.
+    fn channel(&self, _addr: &str, _opts: &ClientOptions) -> Option<Channelled> {
+        None
+    }
+}
+
+/// A node's other way ([`Reach::channel`]).
+#[derive(Debug, Clone)]
+pub struct Channelled {
+    /// Reaches the node that way (a session of its own per connection).
+    pub dialer: Dialer,
+    /// How long a direct connection may take before that way is taken
+    /// (zero: it is taken at once, `--ssh-tunnel`).
+    pub wait: std::time::Duration,
 }
 
 /// Each node known by its address dialled with its own options (its token,
@@ -475,6 +492,11 @@ impl Reach for ByAddress {
             own.transport = opts.transport;
         }
         Dialer::network(addr, &own)
+    }
+
+    fn channel(&self, addr: &str, opts: &ClientOptions) -> Option<Channelled> {
+        let own = self.options.get(addr).unwrap_or(opts);
+        self.otherwise.channel(addr, own)
     }
 }
 

@@ -3,7 +3,9 @@
 //!
 //! 1. **Admit.** A control connection to every node (its token, its key
 //!    pinned as for any push) asks `Admit{dest}` and gets a ticket valid
-//!    for this transfer only, while that connection lives.
+//!    for this transfer only, while that connection lives. A node started
+//!    over ssh whose port the client cannot reach is fed through its ssh
+//!    channel instead, by a push of its own ([`channel_fed`]).
 //! 2. **Plan.** [`haul_plan::Plan`] over the admitted nodes (a chain by
 //!    default); each node with children gets `Forward{children}`: their
 //!    address, the key fingerprint this client saw, their ticket. A node's
@@ -72,12 +74,14 @@ use crate::jobs::{SendJob, WorkQueue};
 use crate::pool::send_all;
 use crate::push::{send_queue, FanoutJobs};
 use crate::stripe_vouch::StripeVouchers;
+use channel_fed::ChannelFed;
 use cutoff::Cutoff;
 use edges::Edges;
 use in_line::EveryNode;
 use kept::Kept;
 
 mod after_run;
+mod channel_fed;
 mod control;
 mod cutoff;
 mod edges;
@@ -161,7 +165,8 @@ pub struct FanoutSummary {
     pub plan: Plan,
     /// One report per destination, in the order given.
     pub nodes: Vec<NodeReport>,
-    /// What this client sent itself (to its children in the plan).
+    /// What this client sent itself (to its children in the plan, and to
+    /// the nodes it fed through their ssh channels).
     pub sent: Summary,
     /// Wall time.
     pub seconds: f64,
@@ -274,9 +279,22 @@ pub async fn push_fanout(
     // whatever reaches it through relays must carry the origin's seals.
     let origin = Arc::new(Origin::generate().map_err(|e| NodeError::Internal(e.to_string()))?);
     let key = origin.public();
+    // A node with another way than its port (its ssh channel) waits for
+    // its port only so long, and is fed that way when it does not answer.
     let mut admitting = JoinSet::new();
+    let mut channels = HashMap::new();
+    let mut fed = Vec::new();
     for (index, d) in dests.iter().enumerate() {
-        let (d, opts, reach) = (d.clone(), opts.clone(), fan.reach.clone());
+        let mut opts = opts.clone();
+        if let Some(channel) = fan.reach.channel(&d.addr, &opts) {
+            if channel.wait.is_zero() {
+                fed.push((index, channel.dialer, "--ssh-tunnel".to_owned()));
+                continue;
+            }
+            opts.timeouts.connect = opts.timeouts.connect.min(channel.wait);
+            channels.insert(index, channel.dialer);
+        }
+        let (d, reach) = (d.clone(), fan.reach.clone());
         admitting.spawn(async move { (index, admit(&*reach, &d, &opts, key).await) });
     }
     let mut admitted: Vec<Admitted> = Vec::new();
@@ -284,20 +302,34 @@ pub async fn push_fanout(
         let Ok((index, result)) = joined else {
             continue;
         };
-        match result {
-            Ok(a) => admitted.push(Admitted { index, ..a }),
-            Err(e) => nodes[index].error = format!("not admitted: {e}"),
+        match (result, channels.remove(&index)) {
+            (Ok(a), _) => admitted.push(Admitted { index, ..a }),
+            (Err(e), Some(channel)) => fed.push((
+                index,
+                channel,
+                format!(
+                    "the direct connection to {} did not come up ({e})",
+                    dests[index].addr
+                ),
+            )),
+            (Err(e), None) => nodes[index].error = format!("not admitted: {e}"),
         }
     }
     admitted.sort_by_key(|a| a.index);
-    if admitted.is_empty() {
+    fed.sort_by_key(|f| f.0);
+    if admitted.is_empty() && fed.is_empty() {
         let why = nodes.iter().map(|n| n.error.as_str()).collect::<Vec<_>>();
         return Err(NodeError::Usage(format!(
             "no destination could be reached: {}",
             why.join("; ")
         )));
     }
-    // 2. Plan over the admitted nodes.
+    // 2. Plan over the admitted nodes (none: every node is fed through
+    // its channel).
+    let shape = match admitted.is_empty() {
+        true => Shape::Chain,
+        false => fan.shape,
+    };
     let rates = Rates {
         client: None,
         nodes: admitted
@@ -308,16 +340,19 @@ pub async fn push_fanout(
     };
     let (largest, files, total) = dataset_size(dataset.as_ref())?;
     let tally = Tally::new(observer);
-    // The dataset was walked whole: its total is known before anything moves.
+    // The dataset was walked whole: its total is known before anything
+    // moves (once more for each node fed through its channel).
+    let copies = u64::from(!admitted.is_empty()) + fed.len() as u64;
     tally.event(&Event::ListingDone {
-        files,
-        bytes: total,
+        files: files * copies,
+        bytes: total.saturating_mul(copies),
     });
+    let channel_fed = ChannelFed::start(fed, &dataset, dests, opts, &tally, started);
     let reached: Vec<(usize, Dialer)> = admitted
         .iter()
         .map(|a| (a.index, a.dialer.clone()))
         .collect();
-    let plan = Plan::build_among(&rates, fan.shape, largest, Candidates::All);
+    let plan = Plan::build_among(&rates, shape, largest, Candidates::All);
     for (i, a) in admitted.iter().enumerate() {
         let from: Vec<String> = (0..plan.stripe_count())
             .map(|s| match plan.stripe(s)[i] {
@@ -547,6 +582,10 @@ pub async fn push_fanout(
             }
         }
     }
+    // The nodes fed through their channels linked and pruned themselves;
+    // one that failed keeps every other node from pruning too.
+    let fed_dialers = channel_fed.dialers.clone();
+    channel_fed.finish(&mut nodes).await;
     if opts.keep.hard_links && cut.is_none() {
         run.link(dests, &mut nodes).await?;
     }
@@ -555,7 +594,7 @@ pub async fn push_fanout(
     }
     let sent = run.tally.finish(started.elapsed(), 0);
     // What the client itself sent, as it went on the wire (-z).
-    let sent = crate::client::with_wire(sent, &run.dialers, opts);
+    let sent = crate::client::with_wire(sent, run.dialers.iter().chain(&fed_dialers), opts);
     Ok(FanoutSummary {
         plan,
         nodes,

@@ -192,43 +192,71 @@ pub async fn push(
     let named = pushed_as(remote, sources, opts, tally.as_ref()).await?;
     let dest = named.as_ref().map_or(dest, |(dir, _)| dir.clone());
     let named = named.map(|(_, name)| name);
-    let seen = (opts.delete && named.is_none()).then(|| Arc::new(Mutex::new(HashSet::new())));
     let walk = Walk::new(sources, opts.filter.clone())
         .named(named.as_deref())
         .keeping(opts.keep);
+    let mirror = sources.first().filter(|_| opts.delete && named.is_none());
+    let whole = Whole {
+        dataset: &walk,
+        mirror: mirror.map(String::as_str),
+        dest,
+        buffers: ChunkBuffers::new(opts.chunk_memory),
+    };
+    let (workers, err) = push_whole(whole, remote, opts, &tally).await?;
+    finish(&tally, started, workers, err)
+        .map(|s| crate::client::with_wire(s, [&remote.dialer], opts))
+}
+
+/// What [`push_whole`] pushes.
+pub(crate) struct Whole<'a> {
+    /// The entries.
+    pub dataset: &'a dyn Dataset,
+    /// `--delete`: the one local directory DEST mirrors.
+    pub mirror: Option<&'a str>,
+    /// The directory beneath the node's root they go into.
+    pub dest: String,
+    pub buffers: Arc<ChunkBuffers>,
+}
+
+/// Everything a push does with a dataset: `-c`'s listing of the node, the
+/// send, `-H`'s links and `--delete`'s deletions once it ended. The
+/// connections it ran, and what stopped it.
+pub(crate) async fn push_whole(
+    whole: Whole<'_>,
+    remote: &NodePath,
+    opts: &ClientOptions,
+    tally: &Arc<Tally>,
+) -> Result<(u32, Option<NodeError>), NodeError> {
+    let Whole {
+        dataset,
+        mirror,
+        dest,
+        buffers,
+    } = whole;
+    let seen = mirror.map(|_| Arc::new(Mutex::new(HashSet::new())));
     let same = match opts.checksum {
         true => Some(Arc::new(SameContent::Node {
-            files: SameContent::listed(remote, &dest, &walk, &tally).await?,
+            files: SameContent::listed(remote, &dest, dataset, tally).await?,
             unlisted_kept: opts.keep.owners_or_attributes(),
         })),
         false => None,
     };
     let links = Arc::new(Links::default());
     let dest_dir = dest.clone();
-    let sent = push_entries(
-        &walk,
-        remote,
-        dest,
-        opts,
-        &tally,
-        Along {
-            seen: seen.clone(),
-            same,
-            links: Some(links.clone()),
-        },
-        ChunkBuffers::new(opts.chunk_memory),
-    )
-    .await?;
+    let along = Along {
+        seen: seen.clone(),
+        same,
+        links: Some(links.clone()),
+    };
+    let sent = push_entries(dataset, remote, dest, opts, tally, along, buffers).await?;
     let (workers, err) = (sent.workers, sent.err);
-    let complete = sent.complete;
-    link_on_node(remote, &dest_dir, &links, opts, &tally, complete).await;
-    if let (Some(seen), Some(source)) = (seen, sources.first()) {
+    link_on_node(remote, &dest_dir, &links, opts, tally, sent.complete).await;
+    if let (Some(seen), Some(source)) = (seen, mirror) {
         let sent = seen.lock().map(|s| s.clone()).unwrap_or_default();
-        let dest = remote.path.trim_matches('/');
-        crate::mirror::prune_node(remote, dest, source, &sent, opts, &tally, err.as_ref()).await;
+        let dest = &dest_dir;
+        crate::mirror::prune_node(remote, dest, source, &sent, opts, tally, err.as_ref()).await;
     }
-    finish(&tally, started, workers, err)
-        .map(|s| crate::client::with_wire(s, [&remote.dialer], opts))
+    Ok((workers, err))
 }
 
 /// What [`push_entries`] did.

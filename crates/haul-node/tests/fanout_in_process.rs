@@ -631,3 +631,99 @@ async fn skip_rules_keep_each_nodes_own_version_and_fill_in_the_rest() {
         }
     }
 }
+
+/// The client's reach when some nodes' ports cannot be reached from it
+/// (every connection to them is cut at once), though their other way —
+/// their "ssh channel", here the in-memory transport — can.
+#[derive(Debug)]
+struct Walled {
+    directory: Arc<Directory>,
+    walled: Vec<&'static str>,
+}
+
+impl haul_node::Reach for Walled {
+    fn dialer(&self, addr: &str, opts: &haul_node::ClientOptions) -> haul_node::Dialer {
+        if !self.walled.contains(&addr) {
+            return self.directory.dialer(addr, opts);
+        }
+        let cut = haul_transport::Fault::cut(haul_transport::Direction::Outbound, 0);
+        haul_node::Dialer::with_faults(
+            self.directory.server(addr),
+            &opts.token,
+            opts.timeouts,
+            haul_transport::FaultPlan::new(std::iter::repeat_n(Some(cut), 1000)),
+        )
+    }
+
+    fn channel(
+        &self,
+        addr: &str,
+        opts: &haul_node::ClientOptions,
+    ) -> Option<haul_node::Channelled> {
+        let dialer =
+            haul_node::Dialer::in_process(self.directory.server(addr), &opts.token, opts.timeouts);
+        Some(haul_node::Channelled {
+            dialer,
+            wait: std::time::Duration::from_secs(1),
+        })
+    }
+}
+
+/// A fan-out to `names` (`walled` among them) with `--delete`.
+async fn past_a_wall(
+    set: &Set,
+    directory: &Arc<Directory>,
+    names: &[&str],
+    walled: Vec<&'static str>,
+    first: &TestNode,
+) -> haul_node::FanoutSummary {
+    let (dests, mut opts) = dests_and_options(names, first);
+    opts.delete = true;
+    let fan = FanoutOptions {
+        shape: Shape::Chain,
+        rates: vec![None; names.len()],
+        reach: Arc::new(Walled {
+            directory: directory.clone(),
+            walled,
+        }),
+    };
+    let sources = [set.dir.path().join("set").display().to_string()];
+    let dataset = Arc::new(Walk::new(&sources, None));
+    haul_node::push_fanout(dataset, &dests, &opts, &fan, Arc::new(Heard::default()))
+        .await
+        .unwrap()
+}
+
+/// A node whose port the client cannot reach is fed through its other way
+/// by a push of its own (its `--delete` too), never relays, and holds
+/// nobody else back; with every node walled, each is fed that way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_the_client_cannot_reach_is_fed_through_its_channel() {
+    let names = ["node-a:1", "node-w:1", "node-c:1"];
+    let (directory, nodes) = start_nodes(&names);
+    let set = Set::new(2 << 20, 6, 3, 300);
+    for node in &nodes {
+        write(&node.file("in/set/stale"), b"x");
+    }
+    let summary = past_a_wall(&set, &directory, &names, vec!["node-w:1"], &nodes[0]).await;
+    assert!(summary.all_ok(), "{:#?}", summary.nodes);
+    set.assert_on(&nodes, &names, &summary);
+    let from: Vec<&str> = summary.nodes.iter().map(|n| n.from.as_str()).collect();
+    assert_eq!(from, ["client", "client (ssh channel)", "node-a:1"]);
+    assert!(nodes.iter().all(|n| !n.file("in/set/stale").exists()));
+    assert_eq!(summary.nodes.iter().map(|n| n.deleted).sum::<u64>(), 3);
+    // One copy to the chain, one through the channel.
+    let once = set.big.len() as u64;
+    let sent = summary.sent.bytes_transferred;
+    assert!(sent >= 2 * once && sent < 3 * once, "sent {sent}");
+    // Every node walled: each fed through its channel, nothing relayed.
+    let set = Set::new(1 << 20, 7, 2, 200);
+    let walled = vec!["node-a:1", "node-w:1", "node-c:1"];
+    let summary = past_a_wall(&set, &directory, &names, walled, &nodes[0]).await;
+    assert!(summary.all_ok(), "{:#?}", summary.nodes);
+    set.assert_on(&nodes, &names, &summary);
+    assert!(summary
+        .nodes
+        .iter()
+        .all(|n| n.from == "client (ssh channel)"));
+}

@@ -23,8 +23,7 @@ mod node_keys;
 
 pub(crate) use keep::shown as shown_keep;
 use node_keys::{
-    check_keys_fit, node_source, offered_over_ssh, refuse_keys, ssh_keys_only_over_ssh, NodeKeys,
-    SshKeys,
+    check_keys_fit, node_source, offered_over_ssh, ssh_keys_only_over_ssh, NodeKeys, SshKeys,
 };
 
 /// How long an untouched partial download is kept by default: a week, as
@@ -656,11 +655,6 @@ fn site_plan(s: &SiteConfig, at: &dyn Fn(std::ops::Range<usize>) -> String) -> R
         // outside it can be named.
         ssh @ NodeAt::Ssh(_) => {
             offered_over_ssh(&s.token_file, &s.fingerprint, &s.known_hosts, s.plaintext)?;
-            refuse_keys(
-                &[("ssh_tunnel", s.ssh_tunnel)],
-                "not for a site: the other sites' relays reach its node port to port, never over \
-                 this host's ssh channel",
-            )?;
             ssh.naming_contents()
         }
     };
@@ -1109,8 +1103,9 @@ deliver = ["a", "b"]
             "{}",
             error_of(&twice)
         );
-        let e = error_of(&text.replace("rsh = ", "ssh_tunnel = true\nrsh = "));
-        assert!(e.contains("ssh_tunnel is not for a site"), "{e}");
+        // ssh_tunnel: that site is fed through its ssh channel, never a relay.
+        let tunnelled = parse(&text.replace("rsh = ", "ssh_tunnel = true\nrsh = ")).unwrap();
+        assert!(tunnelled.sites[0].client.ssh.tunnel);
         let e = error_of(&text.replace("rsh = ", "plaintext = true\nrsh = "));
         assert!(e.contains("plaintext is for a haul:// node"), "{e}");
         let e =

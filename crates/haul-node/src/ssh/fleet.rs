@@ -8,7 +8,11 @@
 //! The [`Fleet`] holds every ssh session while the fan-out runs (a node
 //! lives while its session does) and is the fan-out's [`Reach`]: an
 //! address it started gets that node's token and key, any other address
-//! (a `haul://` destination in the same run) is dialled as usual.
+//! (a `haul://` destination in the same run) is dialled as usual. A node
+//! the client cannot reach at its port (a firewall lets only ssh through)
+//! has its ssh channel as the other way ([`Reach::channel`]): the fan-out
+//! feeds it through that, as a push of its own; `--ssh-tunnel` takes that
+//! way at once.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -18,15 +22,19 @@ use tokio::task::JoinSet;
 
 use super::channel::Channel;
 use super::direct::SshDial;
-use super::{pinned, SshLocation};
-use crate::dial::{Dialer, Reach};
+use super::{pinned, SshLocation, DIRECT_WAIT};
+use crate::dial::{Channelled, Dialer, NodePath, Reach};
 use crate::{ClientOptions, NodeError, NodeUrl};
 
-/// The key and token a node started over ssh offered.
+/// The key and token a node started over ssh offered, and where it is.
 #[derive(Debug, Clone)]
 struct Offered {
     token: String,
     fingerprint: String,
+    /// The host and path, for its ssh channel.
+    at: SshLocation,
+    /// How ssh is run there (its own `--rsh`, `--remote-haul`).
+    ssh: super::SshOptions,
 }
 
 /// The nodes a fan-out started over ssh, and the sessions they live by.
@@ -73,7 +81,11 @@ impl Fleet {
                 let _turn = permits.acquire_owned().await;
                 let (root, path) = at.root_and_path();
                 let dial = SshDial::new(&at, root, &opts);
-                (i, dial.offered().await.map(|(ch, offer)| (ch, offer, path)))
+                let started = dial.offered().await;
+                (
+                    i,
+                    started.map(|(ch, offer)| (ch, offer, path, at, opts.ssh)),
+                )
             });
         }
         let mut started: Vec<Option<Result<_, NodeError>>> = (0..count).map(|_| None).collect();
@@ -90,13 +102,15 @@ impl Fleet {
         let mut sessions = Vec::new();
         let mut urls = Vec::new();
         for outcome in started {
-            urls.push(outcome.map(|(channel, offer, path)| {
+            urls.push(outcome.map(|(channel, offer, path, at, ssh)| {
                 let addr = offer.addr.to_string();
                 nodes.insert(
                     addr.clone(),
                     Offered {
                         token: offer.token,
                         fingerprint: offer.fingerprint,
+                        at,
+                        ssh,
                     },
                 );
                 sessions.push(channel);
@@ -129,5 +143,23 @@ impl Reach for Fleet {
             Some(own) => Dialer::network(addr, &own),
             None => Dialer::network(addr, opts),
         }
+    }
+
+    fn channel(&self, addr: &str, opts: &ClientOptions) -> Option<Channelled> {
+        let node = self.nodes.get(addr)?;
+        let mut opts = opts.clone();
+        opts.ssh = super::SshOptions {
+            tunnel: true,
+            ..node.ssh.clone()
+        };
+        let wait = if node.ssh.tunnel {
+            std::time::Duration::ZERO
+        } else {
+            DIRECT_WAIT
+        };
+        Some(Channelled {
+            dialer: NodePath::ssh(&node.at, &opts).dialer,
+            wait,
+        })
     }
 }

@@ -80,7 +80,7 @@ pub(super) fn check_keys_fit(s: &SourceConfig, node: Option<&NodeAt>) -> Result<
 
 /// The keys of `keys` that are set, refused in one line: `why` they do
 /// not belong.
-pub(super) fn refuse_keys(keys: &[(&str, bool)], why: &str) -> Result<()> {
+fn refuse_keys(keys: &[(&str, bool)], why: &str) -> Result<()> {
     let set: Vec<&str> = keys.iter().filter(|(_, on)| *on).map(|(k, _)| *k).collect();
     if !set.is_empty() {
         bail!(

@@ -207,6 +207,8 @@ fn a_node_started_over_ssh_is_a_daemon_source_and_a_site() {
     // ssh for each delivery round.
     let site = srv.root().join("site");
     std::fs::create_dir_all(&site).unwrap();
+    let tunnelled = srv.root().join("site-u");
+    std::fs::create_dir_all(&tunnelled).unwrap();
     let rsh = crate::ssh::rsh(&srv, &srv.known_hosts_file());
     let config = s.path("haul.toml");
     std::fs::write(
@@ -228,6 +230,14 @@ url = "{user}@127.0.0.1:{site}-t"
 rsh = "{rsh}"
 remote_haul = "/nowhere/haul"
 
+# Fed through its ssh channel, never a relay.
+[[site]]
+name = "u"
+url = "{user}@127.0.0.1:{site}-u"
+rsh = "{rsh}"
+remote_haul = "{bin}"
+ssh_tunnel = true
+
 [[source]]
 name = "far"
 url = "{user}@127.0.0.1:{far}"
@@ -235,7 +245,7 @@ rsh = "{rsh}"
 remote_haul = "{bin}"
 dest = "{dest}"
 schedule = "every 1s"
-deliver = ["s", "t"]
+deliver = ["s", "t", "u"]
 "#,
             catalog = s.path("catalog.db").display(),
             status = free_port(),
@@ -267,6 +277,14 @@ deliver = ["s", "t"]
         Duration::from_secs(30),
         "both confirmed by the site",
         || catalog(&config, &["list", "--site", "s", "--state", "delivered"]).len() == 2,
+    );
+    wait_for(
+        Duration::from_secs(30),
+        "both at and confirmed by the site fed through its ssh channel",
+        || {
+            same(&tunnelled, &far, &["a.nc", "sub/b.nc"])
+                && catalog(&config, &["list", "--site", "u", "--state", "delivered"]).len() == 2
+        },
     );
     // The site whose node cannot start there fails with ssh's words, and
     // held back nothing of the other's.

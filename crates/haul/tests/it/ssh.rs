@@ -52,6 +52,15 @@ fn over_ssh_via(s: &Scratch, rsh: &str, remote: &str, args: &[&str]) -> Output {
     run(c, T)
 }
 
+/// The `fanout` event of a `--json` fan-out's output.
+fn fanout_summary(out: &Output) -> serde_json::Value {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|v| v["event"] == "fanout")
+        .expect("a fanout summary")
+}
+
 /// No far-side node for `root` left running (waits a little: sshd reaps
 /// its session after the client went). A port belongs to a process, so
 /// none is left listening either.
@@ -553,11 +562,7 @@ fn a_fan_out_over_ssh_starts_every_node_and_names_a_host_it_cannot_reach() {
     for d in &fars {
         assert_eq!(listing(&d.join("set")), listing(&src), "{}", d.display());
     }
-    let fanout = stdout
-        .lines()
-        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-        .find(|v| v["event"] == "fanout")
-        .expect("a fanout summary");
+    let fanout = fanout_summary(&out);
     let nodes = fanout["nodes"].as_array().unwrap();
     assert_eq!(nodes.len(), 3);
     assert!(nodes.iter().all(|n| n["ok"] == true), "{fanout}");
@@ -575,6 +580,87 @@ fn a_fan_out_over_ssh_starts_every_node_and_names_a_host_it_cannot_reach() {
     // The chain relayed: the client sent one copy, not three.
     let sent = fanout["sent"]["bytes_transferred"].as_u64().unwrap();
     assert!(sent < 2 * (5 << 20), "the client sent {sent} bytes");
+    for d in &fars {
+        nothing_left_running(d);
+    }
+}
+
+#[test]
+#[cfg_attr(
+    not(feature = "root-tests"),
+    ignore = "needs root: run as root with --features root-tests (scripts/test.sh does)"
+)]
+fn a_fan_out_feeds_a_walled_node_through_its_ssh_channel() {
+    let srv = server();
+    let s = Scratch::new();
+    let src = s.path("src/set");
+    write_file(&src.join("big.bin"), 4 << 20, 11);
+    write_file(&src.join("sub/small.txt"), 700, 12);
+    let fars: Vec<_> = ["n1", "walled", "n3"]
+        .iter()
+        .map(|n| {
+            let d = srv.root().join(n);
+            std::fs::create_dir_all(&d).unwrap();
+            d
+        })
+        .collect();
+    // What --delete removes there: the walled node's own push mirrors too.
+    write_file(&fars[1].join("set/stale.txt"), 10, 13);
+    // The middle node listens where its ssh connection "arrived": an
+    // address the firewall drops. The others are reached at their ports.
+    let _wall = Firewall::drop("ip daddr 127.0.0.7");
+    let wrap = s.path("haul-wrap");
+    std::fs::write(
+        &wrap,
+        format!(
+            "#!/bin/sh\ncase \"$*\" in *walled*) export SSH_CONNECTION='127.0.0.1 1 127.0.0.7 22';; esac\nexec {BIN} \"$@\"\n"
+        ),
+    )
+    .unwrap();
+    std::fs::set_permissions(&wrap, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let dests: Vec<String> = fars.iter().map(|d| format!("{}/", at(d))).collect();
+    let mut args = vec!["push", "--delete", src.to_str().unwrap()];
+    args.extend(dests.iter().map(String::as_str));
+    let rsh = rsh(&srv, &srv.known_hosts_file());
+    let out = over_ssh_via(&s, &rsh, wrap.to_str().unwrap(), &args);
+    ok(&out);
+    for d in &fars {
+        assert_eq!(listing(&d.join("set")), listing(&src), "{}", d.display());
+    }
+    let all = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        all.contains("127.0.0.7")
+            && all.contains("did not come up")
+            && all.contains("fed through its ssh channel")
+            && !all.contains("nothing deleted"),
+        "{all}"
+    );
+    let fanout = fanout_summary(&out);
+    let nodes = fanout["nodes"].as_array().unwrap();
+    assert!(nodes.iter().all(|n| n["ok"] == true), "{fanout}");
+    let walled = nodes
+        .iter()
+        .find(|n| n["url"] == dests[1].as_str())
+        .expect("the walled node's report");
+    assert_eq!(walled["from"], "client (ssh channel)", "{fanout}");
+    assert_eq!(walled["deleted"], 1, "{fanout}");
+    // The other two relayed: n3 from n1, never from the walled node.
+    assert!(
+        nodes.iter().all(|n| n["from"] != dests[1].as_str()),
+        "{fanout}"
+    );
+    // The client sent one copy to the chain and one through the channel.
+    let sent = fanout["sent"]["bytes_transferred"].as_u64().unwrap();
+    assert!(sent < 3 * (4 << 20), "the client sent {sent} bytes");
+    // Nothing moves on a second run, through the channel or the relays.
+    let out = over_ssh_via(&s, &rsh, wrap.to_str().unwrap(), &args);
+    ok(&out);
+    let fanout = fanout_summary(&out);
+    assert_eq!(fanout["sent"]["bytes_transferred"], 0, "{fanout}");
     for d in &fars {
         nothing_left_running(d);
     }
