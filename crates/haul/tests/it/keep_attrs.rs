@@ -502,3 +502,87 @@ fn a_hostile_peers_owners_and_attributes_are_bounded_and_taken_as_the_node_allow
         assert!(!s.path(&format!("node/{name}")).exists(), "{name}");
     }
 }
+
+/// `-o -g` map owners by name, as rsync does, and `--numeric-ids` keeps
+/// the numbers: the node runs where `daemon` is another uid and gid (its
+/// own /etc/passwd and /etc/group, bind-mounted in a mount namespace of
+/// its own), both ways.
+#[test]
+#[cfg_attr(
+    not(feature = "root-tests"),
+    ignore = "needs root: run as root with --features root-tests (scripts/test.sh does)"
+)]
+fn owners_go_by_name_unless_numeric_ids_both_ways() {
+    assert_root("keeping owners");
+    let s = Scratch::new();
+    let src = s.path("src");
+    write_file(&src.join("named"), 10, 1);
+    write_file(&src.join("numbered"), 10, 2);
+    let (passwd, group) = (s.path("passwd"), s.path("group"));
+    sh(&format!(
+        "cd {}
+         chown daemon:daemon named
+         chown 4321:5432 numbered
+         sed 's/^daemon:x:1:1:/daemon:x:2345:1:/' /etc/passwd > {}
+         sed 's/^daemon:x:1:/daemon:x:2346:/' /etc/group > {}",
+        src.display(),
+        passwd.display(),
+        group.display()
+    ));
+    assert!(std::fs::read_to_string(&passwd)
+        .unwrap()
+        .contains("daemon:x:2345:"));
+    let mut there = Command::new("unshare");
+    there.args([
+        "-m",
+        "sh",
+        "-ec",
+        &format!(
+            "mount --bind {} /etc/passwd; mount --bind {} /etc/group; exec \"$0\" \"$@\"",
+            passwd.display(),
+            group.display()
+        ),
+        BIN,
+    ]);
+    let node = Node::spawn(
+        there,
+        &s.path("node"),
+        &s.path("config"),
+        "127.0.0.1:0",
+        &["--token", "t", "--keep-owners"],
+    );
+    let owner = |p: &Path| {
+        let m = std::fs::symlink_metadata(p).unwrap();
+        (m.uid(), m.gid())
+    };
+    let from = format!("{}/", src.display());
+    for (dir, numeric, named) in [("by-name", false, (2345, 2346)), ("by-id", true, (1, 1))] {
+        let mut args = vec!["push", "-a", "--token", "t", &from];
+        let url = node.url(dir);
+        args.push(&url);
+        if numeric {
+            args.push("--numeric-ids");
+        }
+        ok(&client(&s, &args));
+        let at = s.path("node").join(dir);
+        assert_eq!(owner(&at.join("named")), named, "push {dir}");
+        // A number with no name here stays that number.
+        assert_eq!(owner(&at.join("numbered")), (4321, 5432), "push {dir}");
+    }
+    // Back: the node's daemon (2345:2346 there) is this host's daemon (1:1)
+    // by name; by number it stays 2345:2346.
+    for (dir, numeric, named) in [
+        ("back-by-name", false, (1, 1)),
+        ("back-by-id", true, (2345, 2346)),
+    ] {
+        let here = s.path(dir);
+        let url = format!("{}/", node.url("by-name"));
+        let mut args = vec!["pull", "-a", "--token", "t", &url, here.to_str().unwrap()];
+        if numeric {
+            args.push("--numeric-ids");
+        }
+        ok(&client(&s, &args));
+        assert_eq!(owner(&here.join("named")), named, "pull {dir}");
+        assert_eq!(owner(&here.join("numbered")), (4321, 5432), "pull {dir}");
+    }
+}
