@@ -183,6 +183,9 @@ impl Observer for Seen {
                     m.insert(self.rel(path), error.clone());
                 }
             }
+            // What the fan-out warns of (a site fed through its ssh
+            // channel, deletions left undone) is the operator's to read.
+            Event::Warning { message } => tracing::warn!("delivery: {message}"),
             _ => {}
         }
     }

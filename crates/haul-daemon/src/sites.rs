@@ -98,7 +98,11 @@ pub(crate) async fn reach(sites: &[&SiteSpec]) -> Reached {
         urls,
         reach: Arc::new(ByAddress {
             options,
-            otherwise: Arc::new(OverNetwork),
+            // The fleet knows each ssh site's channel (`Reach::channel`).
+            otherwise: match &fleet {
+                Some(fleet) => fleet.clone(),
+                None => Arc::new(OverNetwork),
+            },
         }),
         _fleet: fleet,
     }

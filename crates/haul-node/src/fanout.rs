@@ -165,8 +165,9 @@ pub struct FanoutSummary {
     pub plan: Plan,
     /// One report per destination, in the order given.
     pub nodes: Vec<NodeReport>,
-    /// What this client sent itself (to its children in the plan, and to
-    /// the nodes it fed through their ssh channels).
+    /// What this client sent itself to its children in the plan (a node fed
+    /// through its ssh channel says what it received in its own report),
+    /// and every limit a push reached.
     pub sent: Summary,
     /// Wall time.
     pub seconds: f64,
@@ -285,17 +286,17 @@ pub async fn push_fanout(
     let mut channels = HashMap::new();
     let mut fed = Vec::new();
     for (index, d) in dests.iter().enumerate() {
-        let mut opts = opts.clone();
-        if let Some(channel) = fan.reach.channel(&d.addr, &opts) {
+        let mut wait = None;
+        if let Some(channel) = fan.reach.channel(&d.addr, opts) {
             if channel.wait.is_zero() {
                 fed.push((index, channel.dialer, "--ssh-tunnel".to_owned()));
                 continue;
             }
-            opts.timeouts.connect = opts.timeouts.connect.min(channel.wait);
+            wait = Some(channel.wait);
             channels.insert(index, channel.dialer);
         }
-        let (d, reach) = (d.clone(), fan.reach.clone());
-        admitting.spawn(async move { (index, admit(&*reach, &d, &opts, key).await) });
+        let (d, opts, reach) = (d.clone(), opts.clone(), fan.reach.clone());
+        admitting.spawn(async move { (index, admit(&*reach, &d, &opts, key, wait).await) });
     }
     let mut admitted: Vec<Admitted> = Vec::new();
     while let Some(joined) = admitting.join_next().await {
@@ -304,7 +305,9 @@ pub async fn push_fanout(
         };
         match (result, channels.remove(&index)) {
             (Ok(a), _) => admitted.push(Admitted { index, ..a }),
-            (Err(e), Some(channel)) => fed.push((
+            // Its port did not answer (a refusal there would be the
+            // channel's too, and is said as any other).
+            (Err(e @ NodeError::Transport(_)), Some(channel)) => fed.push((
                 index,
                 channel,
                 format!(
@@ -312,7 +315,7 @@ pub async fn push_fanout(
                     dests[index].addr
                 ),
             )),
-            (Err(e), None) => nodes[index].error = format!("not admitted: {e}"),
+            (Err(e), _) => nodes[index].error = format!("not admitted: {e}"),
         }
     }
     admitted.sort_by_key(|a| a.index);
@@ -339,15 +342,15 @@ pub async fn push_fanout(
         delay: hop_delay(&admitted),
     };
     let (largest, files, total) = dataset_size(dataset.as_ref())?;
-    let tally = Tally::new(observer);
+    let tally = Tally::new(observer.clone());
     // The dataset was walked whole: its total is known before anything
-    // moves (once more for each node fed through its channel).
+    // moves (once more for each node fed through its channel: their
+    // progress is shown too).
     let copies = u64::from(!admitted.is_empty()) + fed.len() as u64;
     tally.event(&Event::ListingDone {
         files: files * copies,
         bytes: total.saturating_mul(copies),
     });
-    let channel_fed = ChannelFed::start(fed, &dataset, dests, opts, &tally, started);
     let reached: Vec<(usize, Dialer)> = admitted
         .iter()
         .map(|a| (a.index, a.dialer.clone()))
@@ -433,6 +436,9 @@ pub async fn push_fanout(
         run.dataset = kept.relayed(dataset.clone());
         run.kept = Some((kept, dataset.clone()));
     }
+    // The nodes fed through their channels, from now on (nothing above
+    // may end the run early and leave them half done).
+    let channel_fed = ChannelFed::start(fed, &dataset, dests, opts, &observer, started);
     // --max-transfer: one cut, the same for every send (see `cutoff`).
     let cutoff = opts
         .max_transfer
@@ -582,19 +588,21 @@ pub async fn push_fanout(
             }
         }
     }
-    // The nodes fed through their channels linked and pruned themselves;
-    // one that failed keeps every other node from pruning too.
-    let fed_dialers = channel_fed.dialers.clone();
-    channel_fed.finish(&mut nodes).await;
+    // The nodes fed through their channels made their own links; they are
+    // pruned with the others (alike, or none if one failed). What limits
+    // their own pushes reached, the run says.
+    let fed = channel_fed.dialers.clone();
+    let limits = channel_fed.finish(&mut nodes).await;
     if opts.keep.hard_links && cut.is_none() {
         run.link(dests, &mut nodes).await?;
     }
     if opts.delete && cut.is_none() {
-        run.prune(dests, &mut nodes).await?;
+        run.prune(dests, &mut nodes, &fed).await?;
     }
-    let sent = run.tally.finish(started.elapsed(), 0);
+    let mut sent = run.tally.finish(started.elapsed(), 0);
+    sent.failures.extend(limits);
     // What the client itself sent, as it went on the wire (-z).
-    let sent = crate::client::with_wire(sent, run.dialers.iter().chain(&fed_dialers), opts);
+    let sent = crate::client::with_wire(sent, &run.dialers, opts);
     Ok(FanoutSummary {
         plan,
         nodes,
@@ -618,12 +626,15 @@ fn pinned(
     reach.dialer(addr, &opts)
 }
 
-/// Opens a node's control connection and gets its ticket.
+/// Opens a node's control connection and gets its ticket; its connection
+/// may take `wait` at most (a node with another way), later ones as `opts`
+/// say.
 async fn admit(
     reach: &dyn Reach,
     dest: &NodeUrl,
     opts: &ClientOptions,
     origin: OriginKey,
+    wait: Option<Duration>,
 ) -> Result<Admitted, NodeError> {
     let request = Request::Admit {
         dest: dest.path.trim_matches('/').to_owned(),
@@ -632,7 +643,11 @@ async fn admit(
         backup: opts.backup.clone(),
     };
     let started = Instant::now();
-    let ((mut r, w), fingerprint) = reach.dialer(&dest.addr, opts).open_keyed(request).await?;
+    let mut first = opts.clone();
+    if let Some(wait) = wait {
+        first.timeouts.connect = first.timeouts.connect.min(wait);
+    }
+    let ((mut r, w), fingerprint) = reach.dialer(&dest.addr, &first).open_keyed(request).await?;
     // TCP's handshake, TLS 1.3's, then Hello/Welcome.
     let trips = if fingerprint.is_some() { 3 } else { 2 };
     let rtt = started.elapsed() / trips;

@@ -8,7 +8,7 @@ use haul_run::summary::Tally;
 use haul_session::{Event, Observer};
 
 use super::{join_errors, NodeReport, Run};
-use crate::dial::NodePath;
+use crate::dial::{Dialer, NodePath};
 use crate::{NodeError, NodeUrl};
 
 impl Run {
@@ -91,11 +91,14 @@ impl Run {
 
     /// `--delete`, once every node holds everything: each removes what it
     /// holds under DEST that the source does not have (`Request::Prune`,
-    /// as `haul push --delete`); nothing anywhere when a node failed.
+    /// as `haul push --delete`); nothing anywhere when a node failed. The
+    /// admitted nodes and `fed` (each node fed through its channel, by its
+    /// index in `dests`).
     pub(super) async fn prune(
         &self,
         dests: &[NodeUrl],
         nodes: &mut [NodeReport],
+        fed: &[(usize, Dialer)],
     ) -> Result<(), NodeError> {
         if let Some(n) = nodes.iter().find(|n| !n.ok || n.failed > 0) {
             self.tally.event(&Event::Warning {
@@ -126,8 +129,9 @@ impl Run {
         // Every node's deletions first: with --max-delete, the nodes are
         // pruned alike — all, or (one over the limit) none.
         let mut planned = Vec::new();
-        for (i, dialer) in self.dialers.iter().enumerate() {
-            let url = NodePath::new(dialer.clone(), dests[self.index[i]].path.clone());
+        let every = self.index.iter().copied().zip(self.dialers.iter().cloned());
+        for (i, dialer) in every.chain(fed.iter().cloned()) {
+            let url = NodePath::new(dialer, dests[i].path.clone());
             let here = Tally::new(self.tally.clone());
             let dest = url.path.trim_matches('/').to_owned();
             let gone =
@@ -156,8 +160,8 @@ impl Run {
         if !over.is_empty() {
             for (i, refused) in &over {
                 self.tally.event(refused);
-                nodes[self.index[*i]].error = join_errors(
-                    &nodes[self.index[*i]].error,
+                nodes[*i].error = join_errors(
+                    &nodes[*i].error,
                     "--max-delete: more would have been deleted there than allowed",
                 );
             }
@@ -173,7 +177,7 @@ impl Run {
             if let Ok(Some(gone)) = gone {
                 crate::mirror::remove_on_node(&url, &dest, gone, &self.opts, &here).await;
             }
-            nodes[self.index[i]].deleted = here.finish(Duration::ZERO, 0).deleted;
+            nodes[i].deleted = here.finish(Duration::ZERO, 0).deleted;
         }
         Ok(())
     }

@@ -345,7 +345,7 @@ struct NodePush {
 /// An observer that passes on what a push brought in line (`-i`) and its
 /// warnings only: the files were counted by the fan-out already, and what
 /// fails is the node's (its report says so).
-pub(super) struct ChangesOnly(pub Arc<Tally>);
+struct ChangesOnly(Arc<Tally>);
 
 impl haul_session::Observer for ChangesOnly {
     fn event(&self, event: &haul_session::Event) {
@@ -358,7 +358,7 @@ impl haul_session::Observer for ChangesOnly {
 
 /// An observer that passes on all but a walk's listing events (a fill-in
 /// walks the run's own dataset again: its totals are the run's).
-pub(super) struct NoListing(pub Arc<Tally>);
+struct NoListing(Arc<Tally>);
 
 impl haul_session::Observer for NoListing {
     fn event(&self, event: &haul_session::Event) {

@@ -80,12 +80,16 @@ impl Fleet {
             tasks.spawn(async move {
                 let _turn = permits.acquire_owned().await;
                 let (root, path) = at.root_and_path();
+                // `--ssh-tunnel`: nothing to start, each connection starts
+                // its own over the channel.
+                if opts.ssh.tunnel {
+                    return (i, Ok((None, None, path, at, opts.ssh)));
+                }
                 let dial = SshDial::new(&at, root, &opts);
                 let started = dial.offered().await;
-                (
-                    i,
-                    started.map(|(ch, offer)| (ch, offer, path, at, opts.ssh)),
-                )
+                let started =
+                    started.map(|(ch, offer)| (Some(ch), Some(offer), path, at, opts.ssh));
+                (i, started)
             });
         }
         let mut started: Vec<Option<Result<_, NodeError>>> = (0..count).map(|_| None).collect();
@@ -101,19 +105,28 @@ impl Fleet {
         let mut nodes = HashMap::new();
         let mut sessions = Vec::new();
         let mut urls = Vec::new();
-        for outcome in started {
+        for (i, outcome) in started.enumerate() {
             urls.push(outcome.map(|(channel, offer, path, at, ssh)| {
-                let addr = offer.addr.to_string();
+                // A node reached over its channel only has no address: it
+                // is known by a name no network dial could take.
+                let (addr, token, fingerprint) = match offer {
+                    Some(o) => (o.addr.to_string(), o.token, o.fingerprint),
+                    None => (
+                        format!("ssh-channel-{i}.invalid:0"),
+                        String::new(),
+                        String::new(),
+                    ),
+                };
                 nodes.insert(
                     addr.clone(),
                     Offered {
-                        token: offer.token,
-                        fingerprint: offer.fingerprint,
+                        token,
+                        fingerprint,
                         at,
                         ssh,
                     },
                 );
-                sessions.push(channel);
+                sessions.extend(channel);
                 NodeUrl { addr, path }
             }));
         }

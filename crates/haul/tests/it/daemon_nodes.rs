@@ -286,6 +286,11 @@ deliver = ["s", "t", "u"]
                 && catalog(&config, &["list", "--site", "u", "--state", "delivered"]).len() == 2
         },
     );
+    let log = std::fs::read_to_string(s.path("daemon.log")).unwrap();
+    assert!(
+        log.contains("--ssh-tunnel; fed through its ssh channel"),
+        "{log}"
+    );
     // The site whose node cannot start there fails with ssh's words, and
     // held back nothing of the other's.
     let mut failed = Vec::new();
