@@ -639,6 +639,23 @@ async fn skip_rules_keep_each_nodes_own_version_and_fill_in_the_rest() {
 struct Walled {
     directory: Arc<Directory>,
     walled: Vec<&'static str>,
+    /// Their other way is cut too.
+    shut: bool,
+}
+
+/// A dialer to `addr` in `directory` whose every connection is cut at once.
+fn cut_off(
+    directory: &Directory,
+    addr: &str,
+    opts: &haul_node::ClientOptions,
+) -> haul_node::Dialer {
+    let cut = haul_transport::Fault::cut(haul_transport::Direction::Outbound, 0);
+    haul_node::Dialer::with_faults(
+        directory.server(addr),
+        &opts.token,
+        opts.timeouts,
+        haul_transport::FaultPlan::new(std::iter::repeat_n(Some(cut), 1000)),
+    )
 }
 
 impl haul_node::Reach for Walled {
@@ -646,13 +663,7 @@ impl haul_node::Reach for Walled {
         if !self.walled.contains(&addr) {
             return self.directory.dialer(addr, opts);
         }
-        let cut = haul_transport::Fault::cut(haul_transport::Direction::Outbound, 0);
-        haul_node::Dialer::with_faults(
-            self.directory.server(addr),
-            &opts.token,
-            opts.timeouts,
-            haul_transport::FaultPlan::new(std::iter::repeat_n(Some(cut), 1000)),
-        )
+        cut_off(&self.directory, addr, opts)
     }
 
     fn channel(
@@ -660,8 +671,14 @@ impl haul_node::Reach for Walled {
         addr: &str,
         opts: &haul_node::ClientOptions,
     ) -> Option<haul_node::Channelled> {
-        let dialer =
-            haul_node::Dialer::in_process(self.directory.server(addr), &opts.token, opts.timeouts);
+        let dialer = match self.shut {
+            true => cut_off(&self.directory, addr, opts),
+            false => haul_node::Dialer::in_process(
+                self.directory.server(addr),
+                &opts.token,
+                opts.timeouts,
+            ),
+        };
         Some(haul_node::Channelled {
             dialer,
             wait: std::time::Duration::from_secs(1),
@@ -675,6 +692,7 @@ async fn past_a_wall(
     directory: &Arc<Directory>,
     names: &[&str],
     walled: Vec<&'static str>,
+    shut: bool,
     first: &TestNode,
 ) -> haul_node::FanoutSummary {
     let (dests, mut opts) = dests_and_options(names, first);
@@ -685,6 +703,7 @@ async fn past_a_wall(
         reach: Arc::new(Walled {
             directory: directory.clone(),
             walled,
+            shut,
         }),
     };
     let sources = [set.dir.path().join("set").display().to_string()];
@@ -705,7 +724,7 @@ async fn a_node_the_client_cannot_reach_is_fed_through_its_channel() {
     for node in &nodes {
         write(&node.file("in/set/stale"), b"x");
     }
-    let summary = past_a_wall(&set, &directory, &names, vec!["node-w:1"], &nodes[0]).await;
+    let summary = past_a_wall(&set, &directory, &names, vec!["node-w:1"], false, &nodes[0]).await;
     assert!(summary.all_ok(), "{:#?}", summary.nodes);
     set.assert_on(&nodes, &names, &summary);
     let from: Vec<&str> = summary.nodes.iter().map(|n| n.from.as_str()).collect();
@@ -720,11 +739,31 @@ async fn a_node_the_client_cannot_reach_is_fed_through_its_channel() {
     // Every node walled: each fed through its channel, nothing relayed.
     let set = Set::new(1 << 20, 7, 2, 200);
     let walled = vec!["node-a:1", "node-w:1", "node-c:1"];
-    let summary = past_a_wall(&set, &directory, &names, walled, &nodes[0]).await;
+    let summary = past_a_wall(&set, &directory, &names, walled, false, &nodes[0]).await;
     assert!(summary.all_ok(), "{:#?}", summary.nodes);
     set.assert_on(&nodes, &names, &summary);
     assert!(summary
         .nodes
         .iter()
         .all(|n| n.from == "client (ssh channel)"));
+}
+
+/// A node fed through its channel that fails there is said in its report,
+/// and keeps every other node from pruning (they stay alike).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_that_fails_through_its_channel_keeps_the_others_from_pruning() {
+    let names = ["node-a:1", "node-w:1"];
+    let (directory, nodes) = start_nodes(&names);
+    let set = Set::new(1 << 20, 8, 2, 100);
+    write(&nodes[0].file("in/set/stale"), b"x");
+    let summary = past_a_wall(&set, &directory, &names, vec!["node-w:1"], true, &nodes[0]).await;
+    assert!(!summary.all_ok(), "{:#?}", summary.nodes);
+    assert!(summary.nodes[0].ok, "{:#?}", summary.nodes);
+    set.assert_on(&nodes[..1], &names[..1], &summary);
+    let w = &summary.nodes[1];
+    assert!(
+        !w.ok && w.error.contains("through its ssh channel"),
+        "{w:#?}"
+    );
+    assert!(nodes[0].file("in/set/stale").exists(), "a was pruned alone");
 }

@@ -136,6 +136,19 @@ async fn failed(name: &str, mut child: Child, stderr: ChildStderr) -> NodeError 
         .find(|l| !l.trim().is_empty())
         .unwrap_or("")
         .trim();
+    not_started(name, code, last)
+}
+
+/// Why the far side's haul did not start: its exit `code` and the last
+/// line it (or ssh) said.
+fn not_started(name: &str, code: Option<i32>, last: &str) -> NodeError {
+    // The loader's "version `GLIBC_2.34' not found (required by …)": a
+    // haul is there, built for a newer system.
+    if last.contains("GLIBC_") {
+        return NodeError::Usage(format!(
+            "{name}: haul there cannot run: that system's C library is older than the build needs ({last}); put a build for older systems there (scripts/portable.sh links one against glibc 2.17), or run that build here with --ssh-install"
+        ));
+    }
     if code == Some(127) || last.contains("not found") || last.contains("No such file") {
         return NodeError::Usage(format!(
             "{name}: no haul there ({last}): install it on that host, name it with --remote-haul PATH, or pass --ssh-install to copy this one there"
@@ -156,4 +169,27 @@ async fn first_line(r: &mut BufReader<ChildStdout>) -> io::Result<String> {
         return Err(io::ErrorKind::UnexpectedEof.into());
     }
     Ok(String::from_utf8_lossy(&line).trim_end().to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::not_started;
+
+    #[test]
+    fn a_haul_too_new_for_the_far_sides_c_library_is_told_apart_from_no_haul() {
+        let loader = "/home/u/.cache/haul/bin/haul-0.1.0-ab: /lib64/libc.so.6: version `GLIBC_2.34' not found (required by /home/u/.cache/haul/bin/haul-0.1.0-ab)";
+        let e = not_started("u@old", Some(1), loader).to_string();
+        assert!(
+            e.contains("C library is older") && e.contains("portable.sh"),
+            "{e}"
+        );
+        assert!(!e.contains("no haul there"), "{e}");
+        let e = not_started("u@h", Some(127), "sh: 1: haul: not found").to_string();
+        assert!(
+            e.contains("no haul there") && e.contains("--ssh-install"),
+            "{e}"
+        );
+        let e = not_started("u@h", Some(255), "Permission denied (publickey).").to_string();
+        assert!(e.starts_with("ssh u@h failed"), "{e}");
+    }
 }
