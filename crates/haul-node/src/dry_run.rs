@@ -37,6 +37,9 @@ pub(crate) struct Side {
     /// A node's tree, pushed to: whether it keeps a directory's set-group-id
     /// bit is its operator's choice, unknown here.
     pub node: bool,
+    /// A node's tree listed with owners: whether it sets owners and groups
+    /// on what it receives (it said so).
+    pub takes_owners: bool,
 }
 
 impl Side {
@@ -328,7 +331,8 @@ pub(crate) async fn node_entry(
         Some(Listed::Error { message, .. }) => {
             return Err(NodeError::Usage(format!("{path} on the node: {message}")))
         }
-        None => None,
+        // Not asked for (no owners in the request).
+        Some(Listed::Takes { .. }) | None => None,
     };
     let _ = w.send(&Message::Bye).await;
     Ok(entry)
@@ -371,6 +375,7 @@ pub(crate) async fn list_node_with(
                 }
                 side.entries.push(entry);
             }
+            Listed::Takes { owners } => side.takes_owners = owners,
             Listed::Error {
                 code: ErrorCode::Skipped,
                 ..
@@ -439,12 +444,12 @@ fn compare(
     };
     let theirs: HashMap<&str, &Entry> = dest.entries.iter().map(|e| (e.path.as_str(), e)).collect();
     // What a receiver there would give each entry: here, as this process
-    // applies it; a node's policy (`--keep-owners`) is its own, so a push
-    // says what one that takes no owners would change.
+    // applies it; a node as it said it does (`Takes`: root and
+    // `--keep-owners`).
     let policy = match dest_is_node {
         false => haul_engine::attrs::AttrPolicy::here(opts.keep),
         true => haul_engine::attrs::AttrPolicy {
-            owners: false,
+            owners: dest.takes_owners,
             asked: None,
             why_not: "",
         },

@@ -6,8 +6,9 @@
 //! `Hashed` (or a `FileError` saying why the node could not read it) when
 //! the request asked for sums; `FileError`s for what the walk could not
 //! list (`Skipped`: left out by policy, a warning); `KeepAlive`s while a
-//! slow walk runs; `Bye` at its end. [`next`] turns that into one
-//! [`Listed`] at a time.
+//! slow walk runs; `Bye` at its end. Asked for owners or groups, it starts
+//! with `Takes` (v20): whether the node sets them. [`next`] turns that
+//! into one [`Listed`] at a time.
 
 use haul_proto::{Digest, Entry, EntryKind, ErrorCode, Message};
 use haul_transport::MessageReader;
@@ -24,6 +25,12 @@ pub(crate) enum Listed {
         entry: Entry,
         /// With sums, for a file: its hash, or why there is none.
         sum: Option<Result<Digest, String>>,
+    },
+    /// Whether the node sets owners and groups on what it receives
+    /// (first, when the listing asked for them).
+    Takes {
+        /// It does.
+        owners: bool,
     },
     /// Something the node could not list, or left out (`Skipped`).
     Error {
@@ -51,6 +58,7 @@ pub(crate) async fn next(
             Message::FileError { code, message, .. } => {
                 return Ok(Some(Listed::Error { code, message }))
             }
+            Message::Takes { owners } => return Ok(Some(Listed::Takes { owners })),
             Message::KeepAlive => {}
             Message::Bye => return Ok(None),
             other => {

@@ -61,7 +61,13 @@ pub async fn pull(
     let mut pending = None;
     let mut renamed = None;
     if let Some(one) = one {
-        let first = listing::next(&mut lr, opts.checksum).await?;
+        // What the node sets when it receives is no pull's business.
+        let first = loop {
+            match listing::next(&mut lr, opts.checksum).await? {
+                Some(Listed::Takes { .. }) => continue,
+                other => break other,
+            }
+        };
         if matches!(&first, Some(Listed::Entry { entry, .. }) if entry.path == top && entry.kind != EntryKind::Dir)
         {
             renamed = Some(one);
@@ -404,6 +410,7 @@ async fn read_listing(
         let (entry, sum) = match listed_now {
             None => return Ok(()),
             Some(Listed::Entry { entry, sum }) => (entry, sum),
+            Some(Listed::Takes { .. }) => continue,
             Some(Listed::Error { .. }) if resume.catching_up() => continue,
             Some(Listed::Error {
                 code: ErrorCode::Skipped,

@@ -1037,6 +1037,11 @@ impl Server {
                 version: PROTOCOL_VERSION,
             })
             .await?;
+        // What a push's dry run needs to itemize as this node would.
+        if keep.owner || keep.group {
+            let owners = haul_engine::attrs::AttrPolicy::node(self.opts.keep_owners).owners;
+            writer.send(&Message::Takes { owners }).await?;
+        }
         // The walk is blocking filesystem work: run it on a blocking thread
         // and stream entries through a bounded channel.
         let (tx, mut rx) = tokio::sync::mpsc::channel(1024);

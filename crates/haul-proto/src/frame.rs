@@ -70,6 +70,7 @@ mod kind {
     pub const LINK: u8 = 27;
     pub const UNSEALED: u8 = 28;
     pub const QUIET: u8 = 29;
+    pub const TAKES: u8 = 30;
 }
 
 /// Fewest bytes one encoded [`RelayTarget`] takes (two empty strings, a
@@ -342,6 +343,10 @@ pub fn encode(msg: &Message, out: &mut Vec<u8>) {
             w.u8(kind::QUIET);
             w.u64(*edge);
             w.u32(*millis);
+        }
+        Message::Takes { owners } => {
+            w.u8(kind::TAKES);
+            w.u8(u8::from(*owners));
         }
         Message::Report {
             ok,
@@ -656,6 +661,7 @@ fn decode_body(body: &[u8]) -> Result<Message, DecodeError> {
             edge: r.u64()?,
             millis: r.u32()?,
         },
+        kind::TAKES => Message::Takes { owners: r.bool()? },
         kind::REPORT => {
             let (ok, failed, bytes, message) = (r.u64()?, r.u64()?, r.u64()?, r.str()?);
             let n = r.count(4)?;
@@ -734,6 +740,7 @@ fn kind_name(k: u8) -> Result<&'static str, DecodeError> {
         kind::PROGRESS => "Progress",
         kind::UNSEALED => "Unsealed",
         kind::QUIET => "Quiet",
+        kind::TAKES => "Takes",
         kind::SEALED => "Sealed",
         kind::VOUCHED => "Vouched",
         other => return Err(DecodeError::UnknownKind(other)),

@@ -60,6 +60,8 @@ fn hex_snapshots_of_sending_edges() {
         }),
         "0000000d1d0000000000000007000009c4"
     );
+    // v20: a node says whether it sets owners.
+    assert_eq!(hex_of(&Message::Takes { owners: true }), "000000021e01");
 }
 
 #[test]
@@ -544,6 +546,7 @@ fn arb_message() -> impl Strategy<Value = Message> {
             }
         }),
         (any::<u64>(), any::<u32>()).prop_map(|(edge, millis)| Message::Quiet { edge, millis }),
+        any::<bool>().prop_map(|owners| Message::Takes { owners }),
         (
             proptest::collection::vec(
                 (arb_string(), arb_string(), digest, 0u32..64, any::<u64>()),

@@ -267,21 +267,9 @@ fn a_x_a_keep_what_rsync_keeps_for_copies_pushes_pulls_and_fan_out() {
         .filter(|l| !l.starts_with("dry run:"))
         .collect();
     dry_said.sort();
-    // A push's dry run cannot know that this node takes owners (it runs
-    // with --keep-owners): it says what one that does not would change —
-    // the same lines without owners, groups, set-id bits, trusted.* and
-    // the capability.
-    assert_eq!(
-        dry_said,
-        [
-            ".d........x d/",
-            ".d.......a. shared/",
-            ".f........x d/named",
-            ".f.......a. acl.txt",
-            ".f.......ax plain",
-        ],
-        "-n -i"
-    );
+    // The node said it takes owners (it runs with --keep-owners, v20):
+    // the dry run says the run's very lines, owners and groups included.
+    assert_eq!(dry_said, ours, "-n -i");
     assert_eq!(
         snapshot(&s.path("keeper/again")),
         want,
@@ -585,4 +573,56 @@ fn owners_go_by_name_unless_numeric_ids_both_ways() {
         assert_eq!(owner(&here.join("named")), named, "pull {dir}");
         assert_eq!(owner(&here.join("numbered")), (4321, 5432), "pull {dir}");
     }
+}
+
+/// A push's dry run itemizes owners as the node would set them: a node
+/// that keeps owners (root, `--keep-owners`) says `og` for a file whose
+/// owner changed, in the dry run as in the run; one that does not keep
+/// them says nothing of it, in either.
+#[test]
+#[cfg_attr(
+    not(feature = "root-tests"),
+    ignore = "needs root: run as root with --features root-tests (scripts/test.sh does)"
+)]
+fn a_push_dry_run_itemizes_owners_as_the_node_sets_them() {
+    assert_root("keeping owners");
+    let s = Scratch::new();
+    let src = s.path("src");
+    write_file(&src.join("plain"), 10, 1);
+    write_file(&src.join("other"), 10, 2);
+    let from = format!("{}/", src.display());
+    let keeper = Node::start(
+        &s.path("keeper"),
+        &s.path("config"),
+        &["--token", "t", "--keep-owners"],
+    );
+    let plain = Node::start(&s.path("plain"), &s.path("config"), &["--token", "t"]);
+    let lines = |out: &std::process::Output| -> Vec<String> {
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter(|l| !l.starts_with("dry run:") && !l.starts_with("ok:"))
+            .map(str::to_owned)
+            .collect()
+    };
+    for node in [&keeper, &plain] {
+        ok(&client(
+            &s,
+            &["push", "-a", "--token", "t", &from, &node.url("in")],
+        ));
+    }
+    sh(&format!(
+        "chown daemon:daemon {}",
+        src.join("plain").display()
+    ));
+    for (node, want) in [(&keeper, vec![".f....og... plain"]), (&plain, vec![])] {
+        let url = node.url("in");
+        let dry = client(&s, &["push", "-n", "-ai", "--token", "t", &from, &url]);
+        ok(&dry);
+        assert_eq!(lines(&dry), want, "dry run to {url}");
+        let run = client(&s, &["push", "-ai", "--token", "t", &from, &url]);
+        ok(&run);
+        assert_eq!(lines(&run), want, "run to {url}");
+    }
+    let owner = std::fs::metadata(s.path("keeper/in/plain")).unwrap();
+    assert_eq!((owner.uid(), owner.gid()), (1, 1));
 }
