@@ -12,15 +12,27 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 glibc=${GLIBC:-2.17}
-target=${CARGO_TARGET_DIR:-target}
-triple=x86_64-unknown-linux-gnu
-python3 -c 'import ziglang' 2>/dev/null ||
-  python3 -m pip install -q --break-system-packages ziglang==0.17.1 >&2
-cargo-zigbuild --version 2>/dev/null | grep -q 0.24.1 ||
-  cargo install --locked --quiet cargo-zigbuild --version 0.24.1 >&2
+zig=0.17.1
+zigbuild=0.24.1
+arch=$(uname -m)
+triple=$arch-unknown-linux-gnu
+command -v objdump >/dev/null || { echo "portable.sh: needs objdump (apt-get install binutils)" >&2; exit 1; }
+[ "$(python3 -m pip show ziglang 2>/dev/null | sed -n 's/^Version: //p')" = "$zig" ] ||
+  python3 -m pip install -q --break-system-packages "ziglang==$zig" >&2
+# That zig, not another one on PATH.
+CARGO_ZIGBUILD_ZIG_PATH=$(python3 -c 'import os, ziglang; print(os.path.join(os.path.dirname(ziglang.__file__), "zig"))')
+export CARGO_ZIGBUILD_ZIG_PATH
+cargo-zigbuild --version 2>/dev/null | grep -qxF "cargo-zigbuild $zigbuild" ||
+  cargo install --locked --quiet cargo-zigbuild --version "$zigbuild" >&2
 cargo zigbuild --locked --quiet --release -p haul --target "$triple.$glibc" >&2
+target=$(cargo metadata --format-version 1 --no-deps |
+  python3 -c 'import json, sys; print(json.load(sys.stdin)["target_directory"])')
 bin=$target/$triple/release/haul
-newest=$(objdump -T "$bin" | grep -o 'GLIBC_[0-9][0-9.]*' | sed 's/GLIBC_//' | sort -uV | tail -1)
+newest=$(objdump -T "$bin" | grep -o 'GLIBC_[0-9][0-9.]*' | sed 's/GLIBC_//' | sort -uV | tail -1 || true)
+if [ -z "$newest" ]; then
+  echo "portable.sh: $bin names no glibc symbol version: not checked" >&2
+  exit 1
+fi
 if [ "$(printf '%s\n%s\n' "$newest" "$glibc" | sort -V | tail -1)" != "$glibc" ]; then
   echo "portable.sh: $bin needs glibc $newest, more than $glibc" >&2
   exit 1

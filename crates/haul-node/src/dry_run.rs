@@ -325,13 +325,19 @@ pub(crate) async fn node_entry(
         }) => return Ok(None),
         Err(e) => return Err(e),
     };
-    let entry = match listing::next(&mut r, false).await? {
+    // What the node sets on what it receives is not this look's business.
+    let first = loop {
+        match listing::next(&mut r, false).await? {
+            Some(Listed::Takes { .. }) => continue,
+            other => break other,
+        }
+    };
+    let entry = match first {
         Some(Listed::Entry { entry, .. }) => Some(entry),
         // The top itself could not be read: it is there.
         Some(Listed::Error { message, .. }) => {
             return Err(NodeError::Usage(format!("{path} on the node: {message}")))
         }
-        // Not asked for (no owners in the request).
         Some(Listed::Takes { .. }) | None => None,
     };
     let _ = w.send(&Message::Bye).await;
@@ -375,7 +381,15 @@ pub(crate) async fn list_node_with(
                 }
                 side.entries.push(entry);
             }
-            Listed::Takes { owners } => side.takes_owners = owners,
+            // First, or not at all (v20).
+            Listed::Takes { owners } if side.entries.is_empty() && side.errors == 0 => {
+                side.takes_owners = owners
+            }
+            Listed::Takes { .. } => {
+                return Err(NodeError::Protocol(
+                    "the node said what it takes after its listing began".into(),
+                ))
+            }
             Listed::Error {
                 code: ErrorCode::Skipped,
                 ..
@@ -479,9 +493,13 @@ fn compare(
             | (EntryKind::Symlink { .. }, Some(EntryKind::Symlink { .. })) => {
                 // -i: what the run would change about it — a directory's
                 // mtime or mode, where a symlink points (it is made again).
-                // Pushed to a node, a directory's set-group-id bit is left
-                // out: one that takes no owners does not keep it.
-                let setgid = if dest_is_node { 0o5777 } else { 0o7777 };
+                // Pushed to a node that takes no owners, a directory's
+                // set-group-id bit is left out: it does not keep it.
+                let setgid = if dest_is_node && !dest.takes_owners {
+                    0o5777
+                } else {
+                    0o7777
+                };
                 let found = there.map(|t| haul_engine::itemize::Found {
                     perms: t.mode & setgid,
                     ..haul_engine::itemize::Found::listed(t)

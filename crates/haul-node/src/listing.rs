@@ -6,9 +6,9 @@
 //! `Hashed` (or a `FileError` saying why the node could not read it) when
 //! the request asked for sums; `FileError`s for what the walk could not
 //! list (`Skipped`: left out by policy, a warning); `KeepAlive`s while a
-//! slow walk runs; `Bye` at its end. Asked for owners or groups, it starts
-//! with `Takes` (v20): whether the node sets them. [`next`] turns that
-//! into one [`Listed`] at a time.
+//! slow walk runs; `Bye` at its end. Asked for owners, groups or extended
+//! attributes, it starts with `Takes` (v20): whether the node sets owners
+//! (and `trusted.*`). [`next`] turns that into one [`Listed`] at a time.
 
 use haul_proto::{Digest, Entry, EntryKind, ErrorCode, Message};
 use haul_transport::MessageReader;

@@ -1038,7 +1038,7 @@ impl Server {
             })
             .await?;
         // What a push's dry run needs to itemize as this node would.
-        if keep.owner || keep.group {
+        if keep.owner || keep.group || keep.xattrs {
             let owners = haul_engine::attrs::AttrPolicy::node(self.opts.keep_owners).owners;
             writer.send(&Message::Takes { owners }).await?;
         }

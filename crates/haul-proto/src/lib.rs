@@ -45,8 +45,8 @@
 //! pull: Hello{.., List{path, sums}} -> Listing{entry}... Bye   (one connection lists;
 //!       with sums (v6, `--checksum`, `haul check`) each file's Listing is
 //!       followed by Hashed{root}, its BLAKE3, or by FileError{Io}; v20:
-//!       asked for owners or groups, Takes{owners} comes first: whether
-//!       the node sets them on what it receives)
+//!       asked for owners, groups or xattrs, Takes{owners} comes first:
+//!       whether the node sets owners and trusted.* on what it receives)
 //!       Hello{.., Fetch{keep}} on each worker connection (v11: `keep` says
 //!       which of owner, group, xattrs and ACLs its offers carry; v17:
 //!       `rate_hint`, the rate the node's QUIC sender starts at, from the

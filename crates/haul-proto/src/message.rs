@@ -69,10 +69,10 @@
 /// served offer with one is a protocol error. [`Attrs::all_trusted`] (bit
 /// 7 of an entry's attribute flags): only a source that could read
 /// `trusted.*` has a receiver remove those it lacks.
-/// Version 20: [`Message::Takes`]: a node's listing asked for owners or
-/// groups starts by saying whether that node sets them on what it
-/// receives (root and `--keep-owners`): a push's dry run itemizes as it
-/// would.
+/// Version 20: [`Message::Takes`]: a node's listing asked for owners,
+/// groups or extended attributes starts by saying whether that node sets
+/// owners (and `trusted.*`/`security.*`) on what it receives (root and
+/// `--keep-owners`): a push's dry run itemizes as it would.
 pub const PROTOCOL_VERSION: u16 = 20;
 
 /// Which metadata beyond mode, mtime and symlinks a transfer keeps:
@@ -919,7 +919,8 @@ pub enum Message {
     /// file, hashing a whole file, syncing a batch): "still here". Ignored.
     KeepAlive,
     /// Node → client, first in its answer to a [`Request::List`] whose
-    /// `keep` asked for owners or groups (version 20): whether this node
+    /// `keep` asked for owners, groups or extended attributes (version
+    /// 20): whether this node
     /// sets owners and groups (and with them `trusted.*`/`security.*`) on
     /// what it receives — it runs as root and its operator said
     /// `--keep-owners`. A push's dry run says what that node would change.

@@ -138,7 +138,7 @@ pub async fn push(
             }
             let node = at.node_path(&usage(named.options_for(shown, opts.clone()))?);
             let report =
-                haul_node::dry_run_push(&paths, &node, &opts, false, display.clone()).await?;
+                haul_node::dry_run_push(&paths, &node, &opts, opts.delete, display.clone()).await?;
             display.finish();
             output::print_dry_run_report(mode, &report);
             if report.errors > 0 {

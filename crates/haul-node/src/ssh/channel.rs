@@ -139,17 +139,26 @@ async fn failed(name: &str, mut child: Child, stderr: ChildStderr) -> NodeError 
     not_started(name, code, last)
 }
 
+/// The loader's words when a binary needs a newer C library than the
+/// system has ("version `GLIBC_2.34' not found (required by …)"): what to
+/// do instead. `None`: `last` is not that.
+pub(super) fn too_new_for_libc(name: &str, last: &str) -> Option<NodeError> {
+    (last.contains("version `GLIBC_") && last.contains("not found")).then(|| {
+        NodeError::Usage(format!(
+            "{name}: haul there cannot run: that system's C library is older than the build needs ({last}); put a build for older systems there (scripts/portable.sh links one against glibc 2.17), or run that build here with --ssh-install"
+        ))
+    })
+}
+
 /// Why the far side's haul did not start: its exit `code` and the last
 /// line it (or ssh) said.
 fn not_started(name: &str, code: Option<i32>, last: &str) -> NodeError {
-    // The loader's "version `GLIBC_2.34' not found (required by …)": a
-    // haul is there, built for a newer system.
-    if last.contains("GLIBC_") {
-        return NodeError::Usage(format!(
-            "{name}: haul there cannot run: that system's C library is older than the build needs ({last}); put a build for older systems there (scripts/portable.sh links one against glibc 2.17), or run that build here with --ssh-install"
-        ));
+    if let Some(e) = too_new_for_libc(name, last) {
+        return e;
     }
-    if code == Some(127) || last.contains("not found") || last.contains("No such file") {
+    // The shell could not find it (127: "haul: not found", "command not
+    // found", or a path that is not there).
+    if code == Some(127) || last.contains("command not found") || last.ends_with(": not found") {
         return NodeError::Usage(format!(
             "{name}: no haul there ({last}): install it on that host, name it with --remote-haul PATH, or pass --ssh-install to copy this one there"
         ));
@@ -191,5 +200,9 @@ mod tests {
         );
         let e = not_started("u@h", Some(255), "Permission denied (publickey).").to_string();
         assert!(e.starts_with("ssh u@h failed"), "{e}");
+        // A haul that ran and failed on a missing file of its own is there.
+        let ran = "error: /srv/x: No such file or directory (os error 2)";
+        let e = not_started("u@h", Some(2), ran).to_string();
+        assert!(e.contains("haul did not start there (exit 2)"), "{e}");
     }
 }

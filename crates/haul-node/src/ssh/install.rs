@@ -174,7 +174,14 @@ async fn run(
         .unwrap_or("")
         .trim()
         .to_owned();
-    match status.map(|s| s.code()) {
+    let code = status.map(|s| s.code());
+    // The copy arrived, and the loader there refused to run it.
+    if !matches!(code, Ok(Some(0))) {
+        if let Some(e) = channel::too_new_for_libc(name, &last) {
+            return Err(e);
+        }
+    }
+    match code {
         Ok(Some(0)) if fed.is_ok() => Ok(out),
         Ok(Some(255)) => Err(NodeError::Usage(format!("ssh {name} failed: {last}"))),
         Ok(code) => Err(NodeError::Usage(format!(

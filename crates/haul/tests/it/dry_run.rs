@@ -214,9 +214,11 @@ fn a_fan_out_dry_run_reports_each_node_and_changes_none() {
     let mut c = haul(&s_.path("config"));
     c.args(["push", "-q"]).arg(&src).arg(a.url("in"));
     ok(&run(c, T));
+    // What --delete would remove on a is listed, and stays.
+    write_file(&s_.path("a/in/data/stale"), 5, 3);
     let before = (state(&s_.path("a")), state(&s_.path("b")));
     let mut c = haul(&s_.path("config"));
-    c.args(["--json", "push", "-n"])
+    c.args(["--json", "push", "-n", "--delete"])
         .arg(&src)
         .arg(a.url("in"))
         .arg(b.url("in"));
@@ -231,9 +233,10 @@ fn a_fan_out_dry_run_reports_each_node_and_changes_none() {
     assert_eq!(
         (
             lines[0]["send_files"].as_u64(),
-            lines[0]["up_to_date_files"].as_u64()
+            lines[0]["up_to_date_files"].as_u64(),
+            lines[0]["delete"].as_u64()
         ),
-        (Some(0), Some(2))
+        (Some(0), Some(2), Some(1))
     );
     assert_eq!(
         (
