@@ -8,7 +8,9 @@
 //! [`Walk`] is the dataset of local source paths, walked through the
 //! filter (`LocalTree`: every file opened beneath held descriptors);
 //! [`Chosen`] is a list of files beneath one directory (what a daemon owes
-//! its sites), each opened beneath the directory's held descriptor.
+//! its sites), each opened beneath the directory's held descriptor;
+//! [`Subset`] is the entries of another dataset a predicate takes (a
+//! fan-out's files some nodes keep, or bring in line, sent apart).
 
 use std::sync::Arc;
 
@@ -16,7 +18,7 @@ use std::collections::BTreeSet;
 use std::path::PathBuf;
 
 use haul_engine::Filter;
-use haul_engine::{EntryIter, LocalTree, Source as _};
+use haul_engine::{EntryIter, LocalTree, Source as _, SourceEntry};
 use haul_root::Root;
 
 use crate::NodeError;
@@ -189,6 +191,57 @@ impl Dataset for Chosen {
 
     fn mirrored(&self) -> Option<&str> {
         None
+    }
+}
+
+/// What a predicate over entries takes.
+pub(crate) type Takes = Arc<dyn Fn(&haul_proto::Entry) -> bool + Send + Sync>;
+
+/// The entries of a dataset a predicate takes (an entry that could not be
+/// read goes on, for its send to fail it once).
+pub(crate) struct Subset {
+    inner: Arc<dyn Dataset>,
+    takes: Takes,
+    /// Whether an entry that could not be read goes on (to fail once).
+    errors: bool,
+}
+
+impl Subset {
+    /// The entries of `inner` that `takes` takes, and those it could not
+    /// read.
+    pub fn taking(inner: Arc<dyn Dataset>, takes: Takes) -> Self {
+        Self {
+            inner,
+            takes,
+            errors: true,
+        }
+    }
+
+    /// Without the entries it could not read (told already).
+    pub fn without_errors(self) -> Arc<dyn Dataset> {
+        Arc::new(Self {
+            errors: false,
+            ..self
+        })
+    }
+}
+
+impl Dataset for Subset {
+    fn entries(&self) -> Result<EntryIter, NodeError> {
+        let (takes, errors) = (self.takes.clone(), self.errors);
+        let walk = self.inner.entries()?;
+        Ok(Box::new(walk.filter(move |item| match item {
+            Ok(SourceEntry { entry, .. }) => takes(entry),
+            Err(_) => errors,
+        })))
+    }
+
+    fn tops(&self) -> Result<Vec<String>, NodeError> {
+        self.inner.tops()
+    }
+
+    fn mirrored(&self) -> Option<&str> {
+        self.inner.mirrored()
     }
 }
 

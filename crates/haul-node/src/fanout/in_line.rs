@@ -17,9 +17,8 @@ use std::sync::Arc;
 use haul_proto::{Digest, EntryKind};
 use haul_run::summary::Tally;
 
-use super::kept::Subset;
 use crate::checksum::{Listed, SameContent};
-use crate::dataset::Dataset;
+use crate::dataset::{Dataset, Subset};
 use crate::dial::{Dialer, NodePath};
 use crate::{NodeError, NodeUrl};
 

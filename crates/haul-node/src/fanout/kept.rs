@@ -16,13 +16,12 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use haul_engine::quick_check::{kept, Held};
-use haul_engine::{EntryIter, SourceEntry};
 use haul_proto::{EntryKind, SkipRule};
 use haul_run::summary::Tally;
 
 use super::{join_errors, NodeReport, Run};
 use crate::checksum::SameContent;
-use crate::dataset::Dataset;
+use crate::dataset::{Dataset, Subset};
 use crate::dial::{Dialer, NodePath};
 use crate::{NodeError, NodeUrl};
 
@@ -151,57 +150,6 @@ impl Kept {
                 _ => false,
             }),
         )))
-    }
-}
-
-/// What a predicate over entries takes.
-type Takes = Arc<dyn Fn(&haul_proto::Entry) -> bool + Send + Sync>;
-
-/// The entries of a dataset a predicate takes (an entry that could not be
-/// read goes on, for its send to fail it once).
-pub(super) struct Subset {
-    inner: Arc<dyn Dataset>,
-    takes: Takes,
-    /// Whether an entry that could not be read goes on (to fail once).
-    errors: bool,
-}
-
-impl Subset {
-    /// The entries of `inner` that `takes` takes, and those it could not
-    /// read.
-    pub fn taking(inner: Arc<dyn Dataset>, takes: Takes) -> Self {
-        Self {
-            inner,
-            takes,
-            errors: true,
-        }
-    }
-
-    /// Without the entries it could not read (told already).
-    pub fn without_errors(self) -> Arc<dyn Dataset> {
-        Arc::new(Self {
-            errors: false,
-            ..self
-        })
-    }
-}
-
-impl Dataset for Subset {
-    fn entries(&self) -> Result<EntryIter, NodeError> {
-        let (takes, errors) = (self.takes.clone(), self.errors);
-        let walk = self.inner.entries()?;
-        Ok(Box::new(walk.filter(move |item| match item {
-            Ok(SourceEntry { entry, .. }) => takes(entry),
-            Err(_) => errors,
-        })))
-    }
-
-    fn tops(&self) -> Result<Vec<String>, NodeError> {
-        self.inner.tops()
-    }
-
-    fn mirrored(&self) -> Option<&str> {
-        self.inner.mirrored()
     }
 }
 
