@@ -128,6 +128,8 @@ pub async fn push(
         // Each destination compared with the source on its own: what the
         // fan-out would deliver to it (nothing is relayed or admitted).
         let mut code = exit::OK;
+        // --max-delete: a node over it keeps every node from pruning.
+        let mut over = None;
         for (at, shown) in ats.iter().zip(&dests) {
             match mode {
                 Mode::Json => {
@@ -143,6 +145,21 @@ pub async fn push(
             output::print_dry_run_report(mode, &report);
             if report.errors > 0 {
                 code = exit::PARTIAL;
+            }
+            if opts.max_delete.is_some_and(|n| report.delete > n) && over.is_none() {
+                over = Some(shown.clone());
+            }
+        }
+        if let (Some(node), true) = (over, opts.delete) {
+            let message = format!(
+                "--max-delete: {node} would lose more than allowed, so the run deletes nothing on any node (they stay alike)"
+            );
+            match mode {
+                Mode::Json => {
+                    output::json_line(&serde_json::json!({"event": "warning", "message": message}))
+                }
+                Mode::Human => eprintln!("warning: {message}"),
+                Mode::Quiet => {}
             }
         }
         return Ok(code);

@@ -246,6 +246,25 @@ fn a_fan_out_dry_run_reports_each_node_and_changes_none() {
         (Some(2), Some(0))
     );
     assert_eq!((state(&s_.path("a")), state(&s_.path("b"))), before);
+    // With --max-delete 0, a's one deletion keeps every node from pruning,
+    // and the dry run says so.
+    let mut c = haul(&s_.path("config"));
+    c.args(["--json", "push", "-n", "--delete", "--max-delete", "0"])
+        .arg(&src)
+        .arg(a.url("in"))
+        .arg(b.url("in"));
+    let out = run(c, T);
+    let said = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        said.lines()
+            .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+            .any(|v| v["event"] == "warning"
+                && v["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("deletes nothing on any node"))),
+        "{said}"
+    );
+    assert_eq!((state(&s_.path("a")), state(&s_.path("b"))), before);
 }
 
 /// The actions a real `--json` run took, in the dry run's words: files
