@@ -83,12 +83,11 @@ impl Fleet {
                 // `--ssh-tunnel`: nothing to start, each connection starts
                 // its own over the channel.
                 if opts.ssh.tunnel {
-                    return (i, Ok((None, None, path, at, opts.ssh)));
+                    return (i, Ok((None, path, at, opts.ssh)));
                 }
                 let dial = SshDial::new(&at, root, &opts);
                 let started = dial.offered().await;
-                let started =
-                    started.map(|(ch, offer)| (Some(ch), Some(offer), path, at, opts.ssh));
+                let started = started.map(|started| (Some(started), path, at, opts.ssh));
                 (i, started)
             });
         }
@@ -106,11 +105,14 @@ impl Fleet {
         let mut sessions = Vec::new();
         let mut urls = Vec::new();
         for (i, outcome) in started.enumerate() {
-            urls.push(outcome.map(|(channel, offer, path, at, ssh)| {
+            urls.push(outcome.map(|(started, path, at, ssh)| {
                 // A node reached over its channel only has no address: it
                 // is known by a name no network dial could take.
-                let (addr, token, fingerprint) = match offer {
-                    Some(o) => (o.addr.to_string(), o.token, o.fingerprint),
+                let (addr, token, fingerprint) = match started {
+                    Some((channel, o)) => {
+                        sessions.push(channel);
+                        (o.addr.to_string(), o.token, o.fingerprint)
+                    }
                     None => (
                         format!("ssh-channel-{i}.invalid:0"),
                         String::new(),
@@ -126,7 +128,6 @@ impl Fleet {
                         ssh,
                     },
                 );
-                sessions.extend(channel);
                 NodeUrl { addr, path }
             }));
         }
