@@ -31,6 +31,7 @@ AuthorizedKeysFile $W/authorized_keys
 StrictModes no
 UsePAM no
 PermitRootLogin yes
+SetEnv SHLVL=1
 PasswordAuthentication no
 UseDNS no
 EOF

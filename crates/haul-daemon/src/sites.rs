@@ -25,6 +25,11 @@ pub struct SiteSpec {
     pub rate: Option<f64>,
     /// How it is reached: its token, transport, security, ssh.
     pub client: ClientOptions,
+    /// The site it is fed and reached through (`downstream` in that
+    /// site's config): a fan-out plans it as that site's child, and every
+    /// connection to it goes through that site's node
+    /// ([`haul_node::jump`]).
+    pub via: Option<Arc<SiteSpec>>,
 }
 
 impl SiteSpec {
@@ -93,11 +98,27 @@ pub(crate) async fn reach(sites: &[&SiteSpec]) -> Reached {
             urls.len() - 1
         }));
     }
+    // A site reached through another: that one's address and options
+    // too, whether or not it is a destination this round.
+    let mut via = HashMap::new();
+    for site in sites {
+        let mut below = *site;
+        while let Some(up) = &below.via {
+            if let (NodeAt::Haul(b), NodeAt::Haul(u)) = (&below.at, &up.at) {
+                via.insert(b.addr.clone(), u.addr.clone());
+                options
+                    .entry(u.addr.clone())
+                    .or_insert_with(|| up.client.clone());
+            }
+            below = up;
+        }
+    }
     Reached {
         placed,
         urls,
         reach: Arc::new(ByAddress {
             options,
+            via,
             // The fleet knows each ssh site's channel (`Reach::channel`).
             otherwise: match &fleet {
                 Some(fleet) => fleet.clone(),

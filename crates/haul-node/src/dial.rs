@@ -444,6 +444,13 @@ pub trait Reach: Send + Sync + std::fmt::Debug {
     fn channel(&self, _addr: &str, _opts: &ClientOptions) -> Option<Channelled> {
         None
     }
+
+    /// The node (`host:port`) through which the node at `addr` is reached
+    /// ([`crate::jump`]): a fan-out plans it as that node's child. `None`:
+    /// it is reached directly.
+    fn via(&self, _addr: &str) -> Option<String> {
+        None
+    }
 }
 
 /// A node's other way ([`Reach::channel`]).
@@ -465,15 +472,45 @@ pub struct ByAddress {
     pub options: std::collections::HashMap<String, ClientOptions>,
     /// How the others are reached.
     pub otherwise: Arc<dyn Reach>,
+    /// Nodes reached through another (`host:port` → the node in between,
+    /// itself reached as this says): a daemon's downstream sites.
+    pub via: std::collections::HashMap<String, String>,
 }
 
-impl Reach for ByAddress {
-    fn dialer(&self, addr: &str, opts: &ClientOptions) -> Dialer {
-        let Some(own) = self.options.get(addr) else {
-            return self.otherwise.dialer(addr, opts);
+/// Most nodes in between on the way to one (a distribution tree's depth).
+const MAX_JUMPS: usize = 8;
+
+impl ByAddress {
+    fn dialer_within(&self, addr: &str, opts: &ClientOptions, jumps: usize) -> Dialer {
+        let Some(between) = self.via.get(addr).filter(|_| jumps < MAX_JUMPS) else {
+            return self.direct(addr, opts);
         };
-        // A key the caller pinned (a fan-out, from the node's admission)
-        // stays pinned when the node's own options pin none.
+        let own = self.own(addr, opts);
+        // The node in between is pinned to its own key, never to the one
+        // the caller pinned for this node.
+        let mut theirs = opts.clone();
+        if let Security::Tls { fingerprint, .. } = &mut theirs.security {
+            *fingerprint = None;
+        }
+        theirs.transport = Transport::Tcp;
+        let way = crate::jump::Jumped {
+            via: self.dialer_within(between, &theirs, jumps + 1),
+            to: addr.to_owned(),
+            security: own.security.clone(),
+            timeouts: own.timeouts,
+        };
+        Dialer::new(way.into_dial(), own.token.clone(), own.timeouts)
+            .compressing(own.packing())
+            .learning(own.tuning.path.clone())
+    }
+
+    /// The options the node at `addr` is dialled with: its own, keeping a
+    /// key the caller pinned (a fan-out's, from the node's admission) when
+    /// its own pin none; the caller's for a node this map does not know.
+    fn own(&self, addr: &str, opts: &ClientOptions) -> ClientOptions {
+        let Some(own) = self.options.get(addr) else {
+            return opts.clone();
+        };
         let mut own = own.clone();
         if let (
             haul_transport::Security::Tls {
@@ -491,12 +528,29 @@ impl Reach for ByAddress {
         if own.transport == Transport::Auto {
             own.transport = opts.transport;
         }
-        Dialer::network(addr, &own)
+        own
+    }
+
+    fn direct(&self, addr: &str, opts: &ClientOptions) -> Dialer {
+        if !self.options.contains_key(addr) {
+            return self.otherwise.dialer(addr, opts);
+        }
+        Dialer::network(addr, &self.own(addr, opts))
+    }
+}
+
+impl Reach for ByAddress {
+    fn dialer(&self, addr: &str, opts: &ClientOptions) -> Dialer {
+        self.dialer_within(addr, opts, 0)
     }
 
     fn channel(&self, addr: &str, opts: &ClientOptions) -> Option<Channelled> {
         let own = self.options.get(addr).unwrap_or(opts);
         self.otherwise.channel(addr, own)
+    }
+
+    fn via(&self, addr: &str) -> Option<String> {
+        self.via.get(addr).cloned()
     }
 }
 

@@ -7,7 +7,8 @@
 //!    over ssh whose port the client cannot reach is fed through its ssh
 //!    channel instead, by a push of its own ([`channel_fed`]).
 //! 2. **Plan.** [`haul_plan::Plan`] over the admitted nodes (a chain by
-//!    default); each node with children gets `Forward{children}`: their
+//!    default; a node reached through another, [`crate::jump`], is that
+//!    node's child); each node with children gets `Forward{children}`: their
 //!    address, the key fingerprint this client saw, their ticket. A node's
 //!    token never leaves this client.
 //! 3. **Send.** The client pushes to its own children only, with
@@ -355,7 +356,16 @@ pub async fn push_fanout(
         .iter()
         .map(|a| (a.index, a.dialer.clone()))
         .collect();
-    let plan = Plan::build_among(&rates, shape, largest, Candidates::All);
+    // A node reached through another ([`Reach::via`]) is that node's child:
+    // the relay sends to it directly, as the client could not.
+    let fixed: Vec<Option<usize>> = admitted
+        .iter()
+        .map(|a| {
+            let via = fan.reach.via(&a.addr)?;
+            admitted.iter().position(|b| b.addr == via)
+        })
+        .collect();
+    let plan = Plan::build_fixed(&rates, shape, largest, Candidates::All, &fixed);
     for (i, a) in admitted.iter().enumerate() {
         let from: Vec<String> = (0..plan.stripe_count())
             .map(|s| match plan.stripe(s)[i] {

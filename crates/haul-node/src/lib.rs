@@ -7,7 +7,8 @@
 //!   session's; a driver decides only how.
 //! - [`server`]: `haul serve`: handshake, authentication, dispatch.
 //! - [`dial`]: reaching a node: a [`Dialer`] per node (network, or a
-//!   [`Server`] in process), the handshake every way shares.
+//!   [`Server`] in process), the handshake every way shares; [`jump`]: a
+//!   node reached through another (`haul serve --jump-to`).
 //! - [`client`]: what every client command shares ([`ClientOptions`], how
 //!   a command ends); the commands: [`push`], [`pull`], [`local_copy`],
 //!   `--checksum` in [`checksum`]. A pool of connections (`-j`, `--streams`,
@@ -37,6 +38,7 @@ pub mod fanout;
 pub mod forging;
 mod hard_links;
 pub mod jobs;
+pub mod jump;
 mod listing;
 mod listing_resume;
 pub mod local_copy;

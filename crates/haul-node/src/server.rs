@@ -70,6 +70,9 @@ pub struct ServeOptions {
     /// attributes that clients send are applied (only when the node runs
     /// as root); otherwise they are ignored and the node says so once.
     pub keep_owners: bool,
+    /// `--jump-to HOST:PORT`: the nodes this one passes a client's
+    /// connection on to ([`Request::Jump`]: a site only this node reaches).
+    pub jump_to: Vec<String>,
 }
 
 /// How often a serving node looks for abandoned staging files.
@@ -130,6 +133,7 @@ fn request_of(request: &Request) -> (&'static str, &str) {
         Request::Prune { dest, .. } => ("prune", dest),
         Request::Link { dest, .. } => ("link", dest),
         Request::Fetch { .. } => ("fetch", ""),
+        Request::Jump { to } => ("jump", to),
     }
 }
 
@@ -597,6 +601,18 @@ impl Server {
                 .await;
                 self.dest.session_ended();
                 linked
+            }
+            Request::Jump { to } => {
+                let stream = match crate::jump::onward(&to, &self.opts.jump_to, t).await {
+                    Ok(stream) => stream,
+                    Err((code, msg)) => return self.refuse(&mut writer, code, msg).await,
+                };
+                writer
+                    .send(&Message::Welcome {
+                        version: PROTOCOL_VERSION,
+                    })
+                    .await?;
+                crate::jump::pipe((reader, writer), stream, t.idle).await
             }
             Request::Fetch {
                 keep, rate_hint, ..

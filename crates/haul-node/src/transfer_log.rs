@@ -86,7 +86,8 @@ pub struct LogRecord {
     /// How it authenticated: `token:XXXXXXXX` ([`token_id`]), `open` (no
     /// token needed), `ticket` (a fan-out's relayed push) or `refused`.
     pub auth: String,
-    /// What it asked for: `push`, `fetch`, `list`, `prune` or `relay`.
+    /// What it asked for: `push`, `fetch`, `list`, `prune`, `relay`,
+    /// `link` or `jump` (a connection passed on to the node `path` names).
     pub request: &'static str,
     /// The request's path, or the file's, relative to the root.
     pub path: String,

@@ -305,6 +305,74 @@ impl Plan {
         }
     }
 
+    /// As [`Plan::build_among`], with some parents fixed: `fixed[i] =
+    /// Some(p)` makes node `i` node `p`'s child in every stripe (a node only
+    /// `p` reaches: a daemon's downstream site). The plan is built over the
+    /// other nodes, and each fixed one hangs beneath its parent, with no
+    /// room for children of others (a lost node's orphans never go to it).
+    /// A fixed parent out of range, or fixed parents that loop, are ignored:
+    /// those nodes are planned as any other.
+    pub fn build_fixed(
+        rates: &Rates,
+        shape: Shape,
+        size: u64,
+        candidates: Candidates,
+        fixed: &[Option<usize>],
+    ) -> Self {
+        let n = rates.nodes.len();
+        let parent_of = |i: usize| fixed.get(i).copied().flatten().filter(|&p| p < n && p != i);
+        // Fixed when its fixed parents lead, without a loop, to a free node.
+        let is_fixed = |i: usize| {
+            let mut at = i;
+            for _ in 0..=n {
+                match parent_of(at) {
+                    None => return at != i,
+                    Some(p) => at = p,
+                }
+            }
+            false
+        };
+        let free: Vec<usize> = (0..n).filter(|&i| !is_fixed(i)).collect();
+        if free.len() == n {
+            return Self::build_among(rates, shape, size, candidates);
+        }
+        let among = Rates {
+            client: rates.client,
+            nodes: free.iter().map(|&i| rates.nodes[i]).collect(),
+            delay: rates.delay,
+        };
+        let base = Self::build_among(&among, shape, size, candidates);
+        let widen = |planned: &[Parent]| {
+            let mut parents = vec![Parent::Client; n];
+            for (k, &i) in free.iter().enumerate() {
+                parents[i] = match planned[k] {
+                    Parent::Client => Parent::Client,
+                    Parent::Node(p) => Parent::Node(free[p]),
+                };
+            }
+            for (i, parent) in parents.iter_mut().enumerate() {
+                if let (true, Some(p)) = (is_fixed(i), parent_of(i)) {
+                    *parent = Parent::Node(p);
+                }
+            }
+            parents
+        };
+        let stripes: Vec<Vec<Parent>> = base.stripes.iter().map(|s| widen(s)).collect();
+        let mut room = Vec::new();
+        if !base.room.is_empty() {
+            room = vec![0; n];
+            for (k, &i) in free.iter().enumerate() {
+                room[i] = base.room[k];
+            }
+        }
+        Self {
+            shape: base.shape,
+            parents: widen(&base.parents),
+            stripes,
+            room,
+        }
+    }
+
     fn chain(order: &[usize]) -> Self {
         let mut parents = vec![Parent::Client; order.len()];
         for w in order.windows(2) {

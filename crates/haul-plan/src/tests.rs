@@ -506,3 +506,55 @@ mod routing {
         }
     }
 }
+
+#[test]
+fn fixed_parents_hang_beneath_their_node_in_every_stripe_and_the_rest_is_planned_as_usual() {
+    // Node 3 only node 0 reaches, node 4 only node 3 (a two-level tree).
+    let fixed = [None, None, None, Some(0), Some(3)];
+    let rates = Rates::unknown(5);
+    for shape in [Shape::Chain, Shape::Tree(2), Shape::Stripes(2), Shape::Auto] {
+        let plan = Plan::build_fixed(&rates, shape, 64 * MIB, Candidates::All, &fixed);
+        for s in 0..plan.stripe_count() {
+            let parents = plan.stripe(s);
+            assert_eq!(parents.len(), 5, "{shape}");
+            assert_eq!(parents[3], Parent::Node(0), "{shape} stripe {s}");
+            assert_eq!(parents[4], Parent::Node(3), "{shape} stripe {s}");
+            // The free nodes are planned among themselves: none is fed by
+            // a fixed one, and each reaches the client.
+            for i in 0..3 {
+                assert!(
+                    !matches!(parents[i], Parent::Node(3 | 4)),
+                    "{shape}: {parents:?}"
+                );
+                assert!(depth_in(parents, i) <= 3, "{shape}: {parents:?}");
+            }
+        }
+        // The same plan over the three free nodes, widened.
+        let free = Plan::build_among(&Rates::unknown(3), shape, 64 * MIB, Candidates::All);
+        assert_eq!(plan.shape, free.shape);
+        assert_eq!(plan.parents[..3], free.parents[..]);
+        if !plan.room.is_empty() {
+            assert_eq!(plan.room[3..], [0, 0]);
+        }
+        // Node 0 lost: its fixed child goes to the nearest live ancestor.
+        let mut routing = Routing::new(&plan);
+        routing.lost(0);
+        assert_ne!(routing.parent(3), Parent::Node(0), "{shape}");
+        assert_eq!(routing.parent(4), Parent::Node(3), "{shape}");
+    }
+}
+
+#[test]
+fn fixed_parents_that_loop_or_point_nowhere_are_planned_as_free() {
+    let rates = Rates::unknown(4);
+    let plain = Plan::build(&rates, Shape::Chain, MIB);
+    for fixed in [
+        vec![None, Some(2), Some(1), None],
+        vec![Some(0), None, None, None],
+        vec![None, Some(9), None, None],
+        vec![],
+    ] {
+        let plan = Plan::build_fixed(&rates, Shape::Chain, MIB, Candidates::All, &fixed);
+        assert_eq!(plan, plain, "{fixed:?}");
+    }
+}

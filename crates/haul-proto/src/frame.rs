@@ -5,8 +5,8 @@
 
 use crate::message::{
     Attrs, Backup, ChunkHeader, ChunkSeal, Digest, Entry, EntryKind, ErrorCode, Keep, Message,
-    Principal, RelayTarget, Request, Seal, Stripe, Xattr, MAX_SEALS, MAX_STRIPES, MAX_XATTRS,
-    MAX_XATTR_NAME, MAX_XATTR_VALUE,
+    Principal, RelayTarget, Request, Seal, Stripe, Xattr, MAX_PIPED, MAX_SEALS, MAX_STRIPES,
+    MAX_XATTRS, MAX_XATTR_NAME, MAX_XATTR_VALUE,
 };
 
 /// Largest frame body accepted (kind byte included).
@@ -71,6 +71,7 @@ mod kind {
     pub const UNSEALED: u8 = 28;
     pub const QUIET: u8 = 29;
     pub const TAKES: u8 = 30;
+    pub const PIPED: u8 = 31;
 }
 
 /// Fewest bytes one encoded [`RelayTarget`] takes (two empty strings, a
@@ -171,6 +172,10 @@ pub fn encode(msg: &Message, out: &mut Vec<u8>) {
                     w.str(dest);
                     w.backup(backup.as_ref());
                     w.u8(skip.bits());
+                }
+                Request::Jump { to } => {
+                    w.u8(9);
+                    w.str(to);
                 }
             }
         }
@@ -348,6 +353,11 @@ pub fn encode(msg: &Message, out: &mut Vec<u8>) {
             w.u8(kind::TAKES);
             w.u8(u8::from(*owners));
         }
+        Message::Piped { data } => {
+            w.u8(kind::PIPED);
+            w.u32(data.len() as u32);
+            w.0.extend_from_slice(data);
+        }
         Message::Report {
             ok,
             failed,
@@ -517,6 +527,7 @@ fn decode_body(body: &[u8]) -> Result<Message, DecodeError> {
                     }
                     Request::Link { dest, backup, skip }
                 }
+                9 => Request::Jump { to: r.str()? },
                 _ => return Err(DecodeError::Malformed(name)),
             };
             Message::Hello {
@@ -662,6 +673,15 @@ fn decode_body(body: &[u8]) -> Result<Message, DecodeError> {
             millis: r.u32()?,
         },
         kind::TAKES => Message::Takes { owners: r.bool()? },
+        kind::PIPED => {
+            let n = r.u32()? as usize;
+            if n > MAX_PIPED {
+                return Err(DecodeError::Malformed(name));
+            }
+            Message::Piped {
+                data: r.take(n)?.to_vec(),
+            }
+        }
         kind::REPORT => {
             let (ok, failed, bytes, message) = (r.u64()?, r.u64()?, r.u64()?, r.str()?);
             let n = r.count(4)?;
@@ -741,6 +761,7 @@ fn kind_name(k: u8) -> Result<&'static str, DecodeError> {
         kind::UNSEALED => "Unsealed",
         kind::QUIET => "Quiet",
         kind::TAKES => "Takes",
+        kind::PIPED => "Piped",
         kind::SEALED => "Sealed",
         kind::VOUCHED => "Vouched",
         other => return Err(DecodeError::UnknownKind(other)),

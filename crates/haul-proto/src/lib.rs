@@ -82,6 +82,15 @@
 //!       Hello{.., Link{dest}} -> then, a window ahead, answered in order,
 //!       Link{path, target} ->  <- Done{ok, root[0] = 1 if already linked, message}
 //!       ... Bye             (both under dest; target a regular file, beneath the root)
+//! jump (v21), to a node the client cannot reach itself, through one its
+//!       operator allowed to reach it (`haul serve --jump-to HOST:PORT`):
+//!       Hello{.., Jump{to: "host:port"}} ->
+//!                                       <- Welcome   (once its TCP connection to `to` is up;
+//!                                                     Refused: not allowed, or unreachable)
+//!       Piped{bytes} ->  <- Piped{bytes}   (each way, in order, at most 64 KiB each: the
+//!                                          client's own TLS session with `to`, handshake,
+//!                                          token and all, which this node cannot read)
+//!       Bye ->  <- Bye                      (a direction ended; both: the node closes)
 //!
 //! sender                                   receiver
 //!   Offer{id, entry, chunks a..b}   ->                 (up to a window of offers ahead;
@@ -262,8 +271,8 @@ pub mod seal;
 pub use frame::{decode_frame, encode, DecodeError, Decoded, MAX_FRAME_LEN};
 pub use message::{
     Attrs, Backup, ChunkHeader, ChunkSeal, Digest, Entry, EntryKind, ErrorCode, Keep, Message,
-    OriginKey, Principal, RelayTarget, Request, Seal, SkipRule, Stripe, Ticket, Xattr, MAX_SEALS,
-    MAX_STRIPES, MAX_XATTRS, MAX_XATTR_NAME, MAX_XATTR_VALUE, PROTOCOL_VERSION,
+    OriginKey, Principal, RelayTarget, Request, Seal, SkipRule, Stripe, Ticket, Xattr, MAX_PIPED,
+    MAX_SEALS, MAX_STRIPES, MAX_XATTRS, MAX_XATTR_NAME, MAX_XATTR_VALUE, PROTOCOL_VERSION,
 };
 pub use path::{
     check_entry_path, is_state_dir, symlink_target_refused_anywhere, validate_entry_path,

@@ -73,7 +73,14 @@
 /// groups or extended attributes starts by saying whether that node sets
 /// owners (and `trusted.*`/`security.*`) on what it receives (root and
 /// `--keep-owners`): a push's dry run itemizes as it would.
-pub const PROTOCOL_VERSION: u16 = 20;
+/// Version 21: [`Request::Jump`] and [`Message::Piped`]: a node its
+/// operator allowed (`haul serve --jump-to ADDR`) passes a connection on to
+/// another node, the bytes of the client's own TLS session with that node
+/// carried as `Piped` messages (a site the client cannot reach itself).
+pub const PROTOCOL_VERSION: u16 = 21;
+
+/// Most bytes one [`Message::Piped`] carries.
+pub const MAX_PIPED: usize = 64 << 10;
 
 /// Which metadata beyond mode, mtime and symlinks a transfer keeps:
 /// rsync's `-o`, `-g`, `-X` and `-A` (and `--numeric-ids`). A sender puts
@@ -418,6 +425,19 @@ pub enum Request {
         /// `--ignore-existing`, `--size-only`, `-u`: a file already at a
         /// name that the rule keeps is left as it is.
         skip: SkipRule,
+    },
+    /// A connection passed on (version 21): the node connects to `to`
+    /// (`host:port`, one its operator named with `haul serve --jump-to`)
+    /// over TCP, answers `Welcome` once that connection is up (`Refused`
+    /// when it may not or cannot), and from then on both sides send only
+    /// [`Message::Piped`]: what the client sends is written to `to`, what
+    /// `to` sends comes back, until either side sends [`Message::Bye`]
+    /// (its direction ended). The client runs its own TLS session, token
+    /// and all, with the node at `to` inside: this node sees only its
+    /// ciphertext.
+    Jump {
+        /// The node to reach from here, `host:port`.
+        to: String,
     },
 }
 
@@ -927,5 +947,11 @@ pub enum Message {
     Takes {
         /// Owners and groups are set.
         owners: bool,
+    },
+    /// Bytes of a connection passed on ([`Request::Jump`], version 21), in
+    /// order; at most [`MAX_PIPED`] at a time.
+    Piped {
+        /// The bytes.
+        data: Vec<u8>,
     },
 }

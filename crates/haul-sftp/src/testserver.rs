@@ -4,8 +4,13 @@
 //! ed25519 client key (in `authorized_keys`), a `known_hosts` file that
 //! already trusts the host key, an `sshd_config` (127.0.0.1, a free port,
 //! `internal-sftp`, password and public-key auth, `UsePAM no`, `StrictModes
-//! no`, root login allowed) and a fixture directory [`TestServer::root`]
+//! no`, root login allowed, `SetEnv SHLVL=1`) and a fixture directory
+//! [`TestServer::root`]
 //! (world-readable, so the password user [`PASSWORD_USER`] can read it).
+//! `SHLVL=1` keeps a session's bash from reading the user's `~/.bashrc`
+//! (bash reads it for a command run by sshd only at shell level 1): a
+//! developer's shell set-up — a `pyenv init` waiting on a stale lock, an
+//! `echo` — is not part of what a test runs.
 //! It runs `/usr/sbin/sshd -D -e -f CONF` as a child and waits (bounded)
 //! for the SSH banner. Needs root (sshd privilege separation); creates
 //! `/run/sshd` when missing. SFTP paths are real paths: there is no chroot.
@@ -144,12 +149,13 @@ pub fn ensure_password_user() -> io::Result<()> {
 impl TestServer {
     /// Generates keys and config in a temp dir and starts sshd.
     pub fn start() -> io::Result<Self> {
-        Self::start_with("")
+        Self::start_with_env("")
     }
 
-    /// [`TestServer::start`] with `extra` lines in `sshd_config` (such as
-    /// `SetEnv PATH=/usr/bin:/bin` for what a session sees).
-    pub fn start_with(extra: &str) -> io::Result<Self> {
+    /// [`TestServer::start`] with more variables a session sees
+    /// (`NAME=value` words, such as `PATH=/usr/bin:/bin`; sshd reads one
+    /// `SetEnv` line only, so they join its `SHLVL=1`).
+    pub fn start_with_env(env: &str) -> io::Result<Self> {
         std::fs::create_dir_all("/run/sshd")?;
         let dir = tempfile::Builder::new().prefix("haul-sftp-").tempdir()?;
         let d = dir.path();
@@ -186,7 +192,7 @@ impl TestServer {
              X11Forwarding no\n\
              AllowTcpForwarding no\n\
              Subsystem sftp internal-sftp\n\
-             {extra}\n",
+             SetEnv SHLVL=1 {env}\n",
             d = d.display()
         );
         std::fs::write(d.join("sshd_config"), conf)?;

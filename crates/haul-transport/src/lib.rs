@@ -39,7 +39,9 @@ pub use pace::RateLimit;
 pub use packing::{Packing, Unpacking};
 pub use path::{Flow, PathHint, PathLearning, PathSeen};
 pub use quic::{connect_quic, QuicAccepted, QuicListener};
-pub use socket::{connect, Accepted, Listener, PeerKey, Security, Transport, Tuning};
+pub use socket::{
+    connect, connect_through, Accepted, Listener, PeerKey, Security, Transport, Tuning,
+};
 
 /// The directory haul keeps its configuration in: `$HAUL_CONFIG_DIR`, else
 /// `$XDG_CONFIG_HOME/haul` (usually `~/.config/haul`).

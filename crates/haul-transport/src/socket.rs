@@ -171,6 +171,56 @@ pub async fn connect(
             known_hosts,
         } => Pinning::new(addr, fingerprint, known_hosts),
     };
+    let (tls, key) = tls_handshake(read_buffered(stream), addr, pinning, timeouts).await?;
+    let (r, w) = tokio::io::split(tls);
+    let mut reader = FrameReader::new(Box::new(r), timeouts.idle);
+    reader.set_pace(tuning.pace.clone());
+    reader.set_meter(tuning.meter.clone());
+    let mut writer = FrameWriter::new(Sink::Boxed(Box::new(w)), timeouts.idle);
+    writer.set_pace(tuning.pace.clone());
+    writer.set_tcp_meter(fd, tuning.meter.clone());
+    Ok(((Box::new(reader), Box::new(writer)), Some(key)))
+}
+
+/// Connects to the node `addr` names over `stream`, a byte stream that
+/// already reaches it (a connection another node passes on, `Jump`): TLS
+/// with `security`'s pinning inside it, as [`connect`] over TCP, or frames
+/// as they are in plaintext. Returns the server's key as [`connect`] does.
+pub async fn connect_through<S>(
+    stream: S,
+    addr: &str,
+    security: &Security,
+    timeouts: Timeouts,
+) -> Result<(Connection, Option<PeerKey>), TransportError>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let pinning = match security {
+        Security::Plaintext => {
+            let (r, w) = tokio::io::split(stream);
+            return Ok((crate::stream_connection(r, w, timeouts), None));
+        }
+        Security::Tls {
+            fingerprint,
+            known_hosts,
+        } => Pinning::new(addr, fingerprint, known_hosts),
+    };
+    let (tls, key) = tls_handshake(stream, addr, pinning, timeouts).await?;
+    let (r, w) = tokio::io::split(tls);
+    Ok((crate::stream_connection(r, w, timeouts), Some(key)))
+}
+
+/// The client's TLS handshake over `stream` with the node `addr` names,
+/// its key checked as `pinning` says, within the handshake timeout.
+async fn tls_handshake<S>(
+    stream: S,
+    addr: &str,
+    pinning: Pinning,
+    timeouts: Timeouts,
+) -> Result<(tokio_rustls::client::TlsStream<S>, PeerKey), TransportError>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
     let cfg = client_config(pinning.verifier.clone()).map_err(|e| TransportError::Tls {
         host: addr.to_owned(),
         source: std::io::Error::other(e),
@@ -179,7 +229,7 @@ pub async fn connect(
         host: addr.to_owned(),
         source: std::io::Error::other(e),
     })?;
-    let handshake = TlsConnector::from(cfg).connect(name, read_buffered(stream));
+    let handshake = TlsConnector::from(cfg).connect(name, stream);
     let tls = match tokio::time::timeout(timeouts.handshake, handshake).await {
         Err(_) => {
             return Err(TransportError::Timeout {
@@ -190,15 +240,7 @@ pub async fn connect(
         Ok(Err(e)) => return Err(pinning.failed(e)),
         Ok(Ok(tls)) => tls,
     };
-    let key = pinning.accepted()?;
-    let (r, w) = tokio::io::split(tls);
-    let mut reader = FrameReader::new(Box::new(r), timeouts.idle);
-    reader.set_pace(tuning.pace.clone());
-    reader.set_meter(tuning.meter.clone());
-    let mut writer = FrameWriter::new(Sink::Boxed(Box::new(w)), timeouts.idle);
-    writer.set_pace(tuning.pace.clone());
-    writer.set_tcp_meter(fd, tuning.meter.clone());
-    Ok(((Box::new(reader), Box::new(writer)), Some(key)))
+    Ok((tls, pinning.accepted()?))
 }
 
 /// The addresses `addr` (host:port) names, within the connect timeout.

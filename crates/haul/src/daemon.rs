@@ -5,7 +5,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::SystemTime;
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use haul_catalog::{Catalog, State};
 use haul_daemon::{Board, Command, DaemonOptions, SourceFrom, SourceSpec};
 use haul_remote::{RemoteUrl, Secret};
@@ -150,11 +150,20 @@ fn delivery_plan(sites: &[SitePlan], names: &[String]) -> String {
         nodes: rates,
         delay: 0.0,
     };
-    let plan = haul_plan::Plan::build_among(
+    // A site fed through another hangs beneath it.
+    let fixed: Vec<Option<usize>> = names
+        .iter()
+        .map(|n| {
+            let via = sites.iter().find(|s| &s.name == n)?.via.as_ref()?;
+            names.iter().position(|m| m == via)
+        })
+        .collect();
+    let plan = haul_plan::Plan::build_fixed(
         &rates,
         haul_plan::Shape::Auto,
         64 << 20,
         haul_plan::Candidates::All,
+        &fixed,
     );
     let order: Vec<String> = plan
         .parents
@@ -211,18 +220,34 @@ async fn open_catalog(url: &str) -> Result<Arc<dyn Catalog>> {
 
 /// The daemon's options from a validated config (opening each remote).
 fn daemon_options(config: &DaemonConfig) -> Result<DaemonOptions> {
-    let sites = config
-        .sites
-        .iter()
-        .map(|s| {
-            Arc::new(haul_daemon::SiteSpec {
-                name: s.name.clone(),
-                at: s.at.clone(),
-                rate: s.rate,
-                client: s.client.clone(),
-            })
-        })
-        .collect::<Vec<_>>();
+    // A site's `via` first (the config has no loops: each round builds
+    // at least one).
+    let mut built: Vec<Option<Arc<haul_daemon::SiteSpec>>> = vec![None; config.sites.len()];
+    while built.iter().any(Option::is_none) {
+        let before = built.iter().flatten().count();
+        for (i, s) in config.sites.iter().enumerate() {
+            let via = match &s.via {
+                None => None,
+                Some(up) => match built.iter().flatten().find(|b| &b.name == up) {
+                    Some(b) => Some(b.clone()),
+                    None => continue,
+                },
+            };
+            if built[i].is_none() {
+                built[i] = Some(Arc::new(haul_daemon::SiteSpec {
+                    name: s.name.clone(),
+                    at: s.at.clone(),
+                    rate: s.rate,
+                    client: s.client.clone(),
+                    via,
+                }));
+            }
+        }
+        if built.iter().flatten().count() == before {
+            bail!("the sites' downstream lists form a loop");
+        }
+    }
+    let sites: Vec<Arc<haul_daemon::SiteSpec>> = built.into_iter().flatten().collect();
     let sources = config
         .sources
         .iter()

@@ -125,6 +125,12 @@ pub struct SiteConfig {
     /// An ssh site: copy this build there once, as `--ssh-install`.
     #[serde(default)]
     pub ssh_install: bool,
+    /// Sites fed through this one (a distribution tree: LDM's downstream
+    /// sites): every file delivered here goes on to them, this site
+    /// relaying it, and the daemon reaches them only through this site's
+    /// node (`haul serve --jump-to HOST:PORT` there, for each).
+    #[serde(default)]
+    pub downstream: Vec<String>,
 }
 
 /// The console's token, from `status_token` or `status_token_file`.
@@ -370,6 +376,9 @@ pub struct SitePlan {
     pub transfer: TransferArgs,
     /// Those flags as the client's options (the token read once).
     pub client: haul_node::ClientOptions,
+    /// The site it is fed and reached through (whose `downstream` names
+    /// it).
+    pub via: Option<String>,
 }
 
 /// A source that is a haul node, validated.
@@ -528,6 +537,7 @@ pub fn parse(text: &str) -> Result<DaemonConfig> {
         }
         sites.push(plan);
     }
+    downstream_sites(&file.site, &mut sites, &at)?;
     let mut names = std::collections::HashSet::new();
     let mut sources = Vec::new();
     for s in &file.source {
@@ -571,6 +581,7 @@ pub fn parse(text: &str) -> Result<DaemonConfig> {
                 );
             }
         }
+        plan.deliver = with_downstream(&plan.deliver, &sites);
         sources.push(plan);
     }
     if file.max_files == 0 || file.max_files_per_host == 0 {
@@ -692,7 +703,93 @@ fn site_plan(s: &SiteConfig, at: &dyn Fn(std::ops::Range<usize>) -> String) -> R
         rate,
         transfer,
         client,
+        via: None,
     })
+}
+
+/// Each site's `downstream`, checked, noted as the `via` of the sites it
+/// names: a site named there is one (the daemon reaches it only through
+/// that one), a `haul://` node (the site above passes connections on to
+/// its port) below a `haul://` node (one that runs `haul serve
+/// --jump-to`), under one site at most, and the sites form no loop.
+fn downstream_sites(
+    given: &[Spanned<SiteConfig>],
+    sites: &mut [SitePlan],
+    at: &dyn Fn(std::ops::Range<usize>) -> String,
+) -> Result<()> {
+    for site in given {
+        let (line, up) = (at(site.span()), site.get_ref());
+        for name in &up.downstream {
+            let known: Vec<&str> = sites.iter().map(|s| s.name.as_str()).collect();
+            let Some(i) = sites.iter().position(|s| &s.name == name) else {
+                bail!(
+                    "{line}: [[site]] {:?}: downstream names {name:?}, and no [[site]] has that name (the sites are {})",
+                    up.name,
+                    known.join(", ")
+                );
+            };
+            if name == &up.name {
+                bail!("{line}: [[site]] {name:?} names itself downstream");
+            }
+            if let Some(other) = &sites[i].via {
+                bail!(
+                    "{line}: [[site]] {name:?} is downstream of both {other:?} and {:?}: a site is fed through one site",
+                    up.name
+                );
+            }
+            if !matches!(sites[i].at, NodeAt::Haul(_)) {
+                bail!(
+                    "{line}: [[site]] {name:?} is downstream of {:?}, and is reached over ssh: a site reached through another must be a running node (haul://HOST:PORT/DIR)",
+                    up.name
+                );
+            }
+            let above = sites.iter().find(|s| s.name == up.name);
+            if !above.is_some_and(|s| matches!(s.at, NodeAt::Haul(_))) {
+                bail!(
+                    "{line}: [[site]] {:?} has downstream sites, and is reached over ssh: the site they are reached through must be a running node (haul://HOST:PORT/DIR) whose `haul serve` passes connections on to them (--jump-to)",
+                    up.name
+                );
+            }
+            sites[i].via = Some(up.name.clone());
+        }
+    }
+    for s in sites.iter() {
+        let mut at_site = s;
+        for _ in 0..sites.len() {
+            let Some(up) = &at_site.via else { break };
+            if up == &s.name {
+                bail!(
+                    "[[site]] {:?}: the sites' downstream lists form a loop through it",
+                    s.name
+                );
+            }
+            match sites.iter().find(|x| &x.name == up) {
+                Some(next) => at_site = next,
+                None => break,
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `deliver` with every site downstream of those it names, after them
+/// (each once): a file delivered to a site goes on to the sites below it.
+fn with_downstream(deliver: &[String], sites: &[SitePlan]) -> Vec<String> {
+    let mut all: Vec<String> = Vec::new();
+    let mut queue: std::collections::VecDeque<&String> = deliver.iter().collect();
+    while let Some(name) = queue.pop_front() {
+        if all.contains(name) {
+            continue;
+        }
+        all.push(name.clone());
+        queue.extend(
+            sites
+                .iter()
+                .filter(|s| s.via.as_ref() == Some(name))
+                .map(|s| &s.name),
+        );
+    }
+    all
 }
 
 /// A source's directory under the global staging: its name as one path
@@ -1072,6 +1169,63 @@ deliver = ["a", "b"]
         // Neither a remote nor a node.
         let e = error_of(&MINIMAL.replace("https://archive.example/pub/sst/", "/local/dir"));
         assert!(e.contains("nor a haul node"), "{e}");
+    }
+
+    #[test]
+    fn downstream_sites_are_fed_through_the_site_above_and_delivered_with_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().display();
+        std::fs::write(dir.path().join("c.token"), "t-c\n").unwrap();
+        let tree = with_sites(dir.path())
+            .replace(
+                "token_file = \"{d}/a.token\"".replace("{d}", &d.to_string()).as_str(),
+                &format!("token_file = \"{d}/a.token\"\ndownstream = [\"b\"]"),
+            )
+            .replace(
+                "[[source]]",
+                &format!(
+                    "[[site]]\nname = \"c\"\nurl = \"haul://c.example:7878/sst\"\ntoken_file = \"{d}/c.token\"\n\n[[source]]"
+                ),
+            )
+            .replace("deliver = [\"a\", \"b\"]", "deliver = [\"a\"]");
+        let c = parse(&tree).unwrap();
+        assert_eq!(c.sites[1].via.as_deref(), Some("a"));
+        assert_eq!(c.sites[0].via, None);
+        // Delivering to a delivers to b, beneath it.
+        assert_eq!(c.sources[0].deliver, ["a", "b"]);
+        // Two levels: c beneath b; named once however it is reached.
+        let deeper = tree.replace(
+            &format!("token_file = \"{d}/b.token\""),
+            &format!("token_file = \"{d}/b.token\"\ndownstream = [\"c\"]"),
+        );
+        let c = parse(&deeper.replace("deliver = [\"a\"]", "deliver = [\"c\", \"a\"]")).unwrap();
+        assert_eq!(c.sources[0].deliver, ["c", "a", "b"]);
+        // Refused: a name no site has, itself, two sites above one, a loop,
+        // and ssh on either end.
+        let e = error_of(&tree.replace("downstream = [\"b\"]", "downstream = [\"x\"]"));
+        assert!(e.contains("downstream names \"x\", and no [[site]]"), "{e}");
+        let e = error_of(&tree.replace("downstream = [\"b\"]", "downstream = [\"a\"]"));
+        assert!(e.contains("names itself downstream"), "{e}");
+        let e = error_of(&tree.replace(
+            &format!("token_file = \"{d}/c.token\""),
+            &format!("token_file = \"{d}/c.token\"\ndownstream = [\"b\"]"),
+        ));
+        assert!(e.contains("downstream of both"), "{e}");
+        let e = error_of(&deeper.replace(
+            &format!("token_file = \"{d}/c.token\""),
+            &format!("token_file = \"{d}/c.token\"\ndownstream = [\"a\"]"),
+        ));
+        assert!(e.contains("form a loop"), "{e}");
+        let e = error_of(&tree.replace(
+            &format!("url = \"haul://b.example:7878/sst\"\ntoken_file = \"{d}/b.token\""),
+            "url = \"haul@far.example:/srv/b\"",
+        ));
+        assert!(e.contains("must be a running node"), "{e}");
+        let e = error_of(&tree.replace(
+            &format!("url = \"haul://a.example:7878/sst\"\ntoken_file = \"{d}/a.token\""),
+            "url = \"haul@far.example:/srv/a\"",
+        ));
+        assert!(e.contains("--jump-to"), "{e}");
     }
 
     #[test]

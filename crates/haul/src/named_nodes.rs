@@ -187,6 +187,7 @@ impl NamedNodes {
         Ok(Arc::new(ByAddress {
             options: named,
             otherwise,
+            via: std::collections::HashMap::new(),
         }))
     }
 }

@@ -190,7 +190,25 @@ pub(crate) fn serve_options(
         partial_ttl,
         read_only: args.read_only,
         keep_owners: args.keep_owners,
+        jump_to: args
+            .jump_to
+            .iter()
+            .map(|a| jump_target(a))
+            .collect::<Result<_>>()?,
     })
+}
+
+/// A `--jump-to` target: `HOST:PORT`, as the node dials it.
+fn jump_target(addr: &str) -> Result<String> {
+    match addr.rsplit_once(':') {
+        Some((host, port)) if !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p > 0) => {
+            Ok(addr.to_owned())
+        }
+        _ => Err(UsageError(format!(
+            "--jump-to {addr:?}: give the node to pass connections on to as HOST:PORT"
+        ))
+        .into()),
+    }
 }
 
 /// The node's transfer log: `--log-format`, `--log-file`.

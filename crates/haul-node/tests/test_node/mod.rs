@@ -119,6 +119,7 @@ impl TestNode {
                 partial_ttl: None,
                 read_only: false,
                 keep_owners: false,
+                jump_to: Vec::new(),
             },
             reach,
         )

@@ -62,6 +62,17 @@ fn hex_snapshots_of_sending_edges() {
     );
     // v20: a node says whether it sets owners.
     assert_eq!(hex_of(&Message::Takes { owners: true }), "000000021e01");
+    // v21: a connection passed on, and its bytes.
+    let jump = Message::Hello {
+        version: 21,
+        token: String::new(),
+        request: Request::Jump { to: "b:1".into() },
+    };
+    assert_eq!(hex_of(&jump), "0000000f010015000000000900000003623a31");
+    assert_eq!(
+        hex_of(&Message::Piped { data: vec![1, 2] }),
+        "000000071f000000020102"
+    );
 }
 
 #[test]
@@ -547,6 +558,12 @@ fn arb_message() -> impl Strategy<Value = Message> {
         }),
         (any::<u64>(), any::<u32>()).prop_map(|(edge, millis)| Message::Quiet { edge, millis }),
         any::<bool>().prop_map(|owners| Message::Takes { owners }),
+        proptest::collection::vec(any::<u8>(), 0..300).prop_map(|data| Message::Piped { data }),
+        arb_string().prop_map(|to| Message::Hello {
+            version: 21,
+            token: String::new(),
+            request: Request::Jump { to },
+        }),
         (
             proptest::collection::vec(
                 (arb_string(), arb_string(), digest, 0u32..64, any::<u64>()),

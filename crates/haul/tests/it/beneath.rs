@@ -303,8 +303,9 @@ fn fake_node(listener: TcpListener, mut before_first_commit: impl FnMut() + Send
             | Request::Admit { .. }
             | Request::Relayed { .. }
             | Request::Prune { .. }
-            | Request::Link { .. } => {
-                panic!("the client does not push")
+            | Request::Link { .. }
+            | Request::Jump { .. } => {
+                panic!("the client only lists and fetches")
             }
         }
     }

@@ -21,10 +21,16 @@ impl Daemon {
 
     /// [`Daemon::start`] with more environment (an S3 source's credentials).
     pub(crate) fn start_env(config: &Path, log: &Path, env: &[(&str, String)]) -> Daemon {
-        let child = Command::new(BIN)
+        let mut cmd = Command::new(BIN);
+        cmd.envs(env.iter().map(|(k, v)| (k, v)));
+        Self::spawn(cmd, config, log)
+    }
+
+    /// The daemon `cmd` runs (`haul` with nothing yet: a lab host's).
+    pub(crate) fn spawn(mut cmd: Command, config: &Path, log: &Path) -> Daemon {
+        let child = cmd
             .args(["daemon", "--config"])
             .arg(config)
-            .envs(env.iter().map(|(k, v)| (k, v)))
             .env("HAUL_LOG", "info")
             .stdin(Stdio::null())
             .stdout(Stdio::null())

@@ -14,12 +14,22 @@ use crate::harness::http_get;
 use crate::harness::{b3, logged_with_payload, wait_for, write_file, Node, Scratch};
 
 /// A site: a node with its own token, logging each file it receives.
-struct Site {
-    node: Node,
-    name: &'static str,
+pub(crate) struct Site {
+    pub(crate) node: Node,
+    pub(crate) name: &'static str,
 }
 
-fn start_site(s: &Scratch, name: &'static str, listen: &str) -> Site {
+pub(crate) fn start_site(s: &Scratch, name: &'static str, listen: &str) -> Site {
+    start_site_with(s, name, listen, &[])
+}
+
+/// [`start_site`] with more `haul serve` flags.
+pub(crate) fn start_site_with(
+    s: &Scratch,
+    name: &'static str,
+    listen: &str,
+    extra: &[&str],
+) -> Site {
     let token = s.path(&format!("{name}.token"));
     std::fs::write(&token, format!("token-of-{name}\n")).unwrap();
     let log = s.path(&format!("{name}.log"));
@@ -29,19 +39,23 @@ fn start_site(s: &Scratch, name: &'static str, listen: &str) -> Site {
         &s.path(&format!("config-{name}")),
         listen,
         &[
-            "--token-file",
-            &token.display().to_string(),
-            "--log-format",
-            "json",
-            "--log-file",
-            &log.display().to_string(),
-        ],
+            &[
+                "--token-file",
+                &token.display().to_string(),
+                "--log-format",
+                "json",
+                "--log-file",
+                &log.display().to_string(),
+            ][..],
+            extra,
+        ]
+        .concat(),
     );
     Site { node, name }
 }
 
 /// How many times each path was received by site `name` (its log).
-fn received(s: &Scratch, name: &str) -> HashMap<String, usize> {
+pub(crate) fn received(s: &Scratch, name: &str) -> HashMap<String, usize> {
     logged_with_payload(&s.path(&format!("{name}.log")), "file_received")
 }
 
@@ -108,7 +122,7 @@ deliver = [{names}]
 }
 
 /// Every one of `files` at `site` as at the archive.
-fn holds(s: &Scratch, site: &str, archive: &Path, files: &[&str]) -> bool {
+pub(crate) fn holds(s: &Scratch, site: &str, archive: &Path, files: &[&str]) -> bool {
     files.iter().all(|f| {
         let there = s.path(&format!("site-{site}/sst/{f}"));
         there.exists() && b3(&there) == b3(&archive.join(f))

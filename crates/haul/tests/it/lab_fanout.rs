@@ -370,3 +370,97 @@ fn lab_fan_out_moves_a_node_off_a_path_cut_between_two_live_relays() {
     eprintln!("path h3-h4 cut: {took:.2} s, clean {clean:.2} s");
     assert!(took < clean + 12.0, "{took} s, clean {clean} s: {f}");
 }
+
+#[test]
+#[cfg_attr(
+    not(feature = "root-tests"),
+    ignore = "needs root: run as root with --features root-tests (scripts/test.sh does)"
+)]
+fn lab_daemon_feeds_a_site_it_has_no_route_to_through_the_site_above_it() {
+    let _turn = root();
+    let lab = Lab::builder()
+        .hosts(4)
+        .link("rate 100mbit delay 5ms")
+        .seed(5)
+        .start()
+        .expect("lab");
+    let s = Scratch::new();
+    // h1: the daemon, and the node it acquires from (on h1's own loopback).
+    write_file(&s.path("archive/sst/f0.nc"), 6 << 20, 1);
+    write_file(&s.path("archive/sst/f1.nc"), 20_000, 2);
+    let source = Node::spawn(
+        lab.host(1).command(BIN),
+        &s.path("archive"),
+        &s.path("cfg"),
+        "127.0.0.1:7000",
+        &["--open", "--plaintext"],
+    );
+    // h2: site a, passing connections on to h3 and h4 (sites b and c);
+    // the daemon's host has no path to h3.
+    let below: Vec<String> = (3..=4)
+        .map(|h| format!("{}:7878", lab.host(h).addr()))
+        .collect();
+    let a = {
+        let host = lab.host(2);
+        let listen = format!("{}:7878", host.addr());
+        let mut flags = vec!["--open", "--plaintext"];
+        for b in &below {
+            flags.extend(["--jump-to", b.as_str()]);
+        }
+        Node::spawn(
+            host.command(BIN),
+            &s.path("n2"),
+            &s.path("cfg"),
+            &listen,
+            &flags,
+        )
+    };
+    let others = lab_nodes(&lab, &s, 3..=4, None);
+    lab.path_down(1, 3).expect("path down");
+    // Said directly, h3 cannot be reached from h1.
+    let mut ls = lab.host(1).command(BIN);
+    ls.args(["--timeout", "3", "ls", "--plaintext"])
+        .arg(others[0].url(""))
+        .env("HAUL_CONFIG_DIR", s.path("client"));
+    let out = run(ls, LIMIT);
+    assert!(!out.status.success(), "h3 reached from h1 directly");
+    let mut text = format!(
+        "catalog = \"sqlite:{}\"\ndown_retry = \"1s\"\n",
+        s.path("catalog.db").display()
+    );
+    for (name, node, extra) in [
+        ("a", &a, "downstream = [\"b\", \"c\"]"),
+        ("b", &others[0], ""),
+        ("c", &others[1], ""),
+    ] {
+        text += &format!(
+            "\n[[site]]\nname = \"{name}\"\nurl = \"{}\"\nplaintext = true\ntimeout = 5\n{extra}\n",
+            node.url("sst")
+        );
+    }
+    text += &format!(
+        "\n[[source]]\nname = \"sst\"\nurl = \"{}\"\nplaintext = true\ndest = \"{}\"\nschedule = \"every 2s\"\ndeliver = [\"a\"]\n",
+        source.url("sst/"),
+        s.path("acquired").display()
+    );
+    let config = s.path("haul.toml");
+    std::fs::write(&config, text).unwrap();
+    let mut cmd = lab.host(1).command(BIN);
+    cmd.env("HAUL_CONFIG_DIR", s.path("client"));
+    let mut daemon = crate::daemon::Daemon::spawn(cmd, &config, &s.path("daemon.log"));
+    wait_for(LIMIT, "the files at a, b and c", || {
+        (2..=4).all(|h| {
+            ["f0.nc", "f1.nc"].iter().all(|f| {
+                let there = s.path(&format!("n{h}/sst/{f}"));
+                there.exists() && b3(&there) == b3(&s.path(&format!("archive/sst/{f}")))
+            })
+        })
+    });
+    let log = daemon.log();
+    assert!(
+        log.contains(&format!("{} <- {}", below[0], a.addr)),
+        "b planned beneath a: {log}"
+    );
+    assert!(daemon.terminate().success(), "{log}");
+    lab.path_up(1, 3).expect("path up");
+}

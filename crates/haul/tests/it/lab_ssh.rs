@@ -65,7 +65,8 @@ impl Sshd {
             format!(
                 "ListenAddress {addr}\nPort 22\nHostKey {d}/host\nPidFile {d}/sshd_{n}.pid\n\
                  AuthorizedKeysFile {d}/authorized_keys\nStrictModes no\nUsePAM no\n\
-                 PermitRootLogin yes\nPasswordAuthentication no\nUseDNS no\nMaxStartups 100\n",
+                 PermitRootLogin yes\nPasswordAuthentication no\nUseDNS no\nMaxStartups 100\n\
+                 SetEnv SHLVL=1\n",
                 addr = host.addr(),
                 d = d.display(),
                 n = host.name()

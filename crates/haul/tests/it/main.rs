@@ -17,6 +17,7 @@ mod daemon;
 mod daemon_faults;
 mod daemon_nodes;
 mod daemon_sites;
+mod daemon_tree;
 mod dry_run;
 mod env_flags;
 mod fanout;

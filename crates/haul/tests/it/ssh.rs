@@ -462,8 +462,8 @@ fn a_forced_command_confines_the_key_to_its_directory_and_read_only_refuses_writ
 fn no_haul_there_is_said_then_ssh_install_copies_this_build_once_and_reuses_it() {
     let cache = tempfile::tempdir().unwrap();
     // The sessions' PATH has no haul; the cache is this test's own.
-    let srv = TestServer::start_with(&format!(
-        "SetEnv PATH=/usr/bin:/bin XDG_CACHE_HOME={}",
+    let srv = TestServer::start_with_env(&format!(
+        "PATH=/usr/bin:/bin XDG_CACHE_HOME={}",
         cache.path().display()
     ))
     .expect("start sshd");

@@ -1,0 +1,120 @@
+//! A distribution tree in one daemon config (issue 33's item 5): site `a`
+//! names `b` and `c` as its `downstream`, a source delivers to `a`, and
+//! every file reaches all three — `b` and `c` fed by `a`'s relay, every
+//! connection the daemon makes to them passed on by `a`'s node (`haul
+//! serve --jump-to`). A downstream site `a` may not pass connections on to
+//! is said so, with the flag that allows it; the others go on. (That the
+//! daemon needs no route to `b` at all is `lab_fanout`'s two-level test.)
+
+use std::time::Duration;
+
+use crate::daemon::{catalog, checked, Daemon};
+use crate::daemon_sites::{holds, received, start_site, start_site_with, Site};
+use crate::harness::{wait_for, write_file, Scratch};
+
+fn site_toml(s: &Scratch, site: &Site, extra: &str) -> String {
+    format!(
+        "\n[[site]]\nname = \"{name}\"\nurl = \"{url}\"\ntoken_file = \"{token}\"\nfingerprint = \"{fp}\"\n{extra}\n",
+        name = site.name,
+        url = site.node.url("sst"),
+        token = s.path(&format!("{}.token", site.name)).display(),
+        fp = site.node.fingerprint.as_deref().unwrap_or(""),
+    )
+}
+
+#[test]
+fn a_site_feeds_its_downstream_sites_and_passes_the_daemons_connections_on() {
+    let s = Scratch::new();
+    let http = haul_http::testserver::TestServer::start().expect("nginx");
+    let archive = http.root().join("sst");
+    write_file(&archive.join("f0.nc"), 9 << 20, 1);
+    write_file(&archive.join("f1.nc"), 10_000, 2);
+    let (b, c, d) = (
+        start_site(&s, "b", "127.0.0.1:0"),
+        start_site(&s, "c", "127.0.0.1:0"),
+        start_site(&s, "d", "127.0.0.1:0"),
+    );
+    // a passes connections on to b and c, not to d.
+    let a = start_site_with(
+        &s,
+        "a",
+        "127.0.0.1:0",
+        &["--jump-to", &b.node.addr, "--jump-to", &c.node.addr],
+    );
+    let mut text = format!(
+        "catalog = \"sqlite:{}\"\ndown_retry = \"1s\"\n",
+        s.path("catalog.db").display()
+    );
+    text += &site_toml(&s, &a, "downstream = [\"b\", \"c\", \"d\"]");
+    for site in [&b, &c, &d] {
+        text += &site_toml(&s, site, "");
+    }
+    text += &format!(
+        "\n[[source]]\nname = \"sst\"\nurl = \"{}\"\ndest = \"{}\"\nschedule = \"every 1s\"\ninclude = [\"*.nc\"]\ndeliver = [\"a\"]\n",
+        http.http_url("/sst/"),
+        s.path("acquired").display()
+    );
+    let config = s.path("haul.toml");
+    std::fs::write(&config, text).unwrap();
+    // --check: delivering to a delivers below it too, each beneath a.
+    let said = checked(&config);
+    assert!(
+        said.contains("deliver:  a, b, c, d (oldest first)"),
+        "{said}"
+    );
+    for below in ["a -> b", "a -> c", "a -> d"] {
+        assert!(said.contains(below), "{below}: {said}");
+    }
+    let mut daemon = Daemon::start(&config, &s.path("daemon.log"));
+    let files = ["f0.nc", "f1.nc"];
+    wait_for(Duration::from_secs(90), "the files at a, b and c", || {
+        ["a", "b", "c"]
+            .iter()
+            .all(|n| holds(&s, n, &archive, &files))
+    });
+    // Each received each file once; b and c from a's relay, which the
+    // plan put above them.
+    for site in ["a", "b", "c"] {
+        let got = received(&s, site);
+        for f in files {
+            assert_eq!(
+                got.get(&format!("sst/{f}")),
+                Some(&1),
+                "{site} {f}: {got:?}"
+            );
+        }
+    }
+    let log = daemon.log();
+    for below in [&b, &c] {
+        let planned = format!("{} <- {}", below.node.addr, a.node.addr);
+        assert!(log.contains(&planned), "{planned}: {log}");
+    }
+    // a's transfer log: the daemon's connections to b and c came through it.
+    let a_log = std::fs::read_to_string(s.path("a.log")).unwrap();
+    for below in [&b, &c] {
+        assert!(
+            a_log.lines().any(|l| l.contains("\"request\":\"jump\"")
+                && l.contains(&format!("\"path\":\"{}\"", below.node.addr))),
+            "no jump to {}: {a_log}",
+            below.node.addr
+        );
+    }
+    // d: refused by a, said with the flag that would allow it; nothing
+    // arrived there.
+    wait_for(Duration::from_secs(30), "d's failures recorded", || {
+        catalog(&config, &["list", "--site", "d", "--state", "failed"]).len() == 2
+    });
+    let failed = catalog(&config, &["list", "--site", "d", "--state", "failed"]);
+    let error = failed[0]["error"].as_str().unwrap_or_default();
+    assert!(
+        error.contains(&format!("--jump-to {}", d.node.addr)),
+        "{failed:?}"
+    );
+    assert!(received(&s, "d").is_empty());
+    for site in ["b", "c"] {
+        wait_for(Duration::from_secs(30), "b and c confirmed", || {
+            catalog(&config, &["list", "--site", site, "--state", "delivered"]).len() == 2
+        });
+    }
+    assert!(daemon.terminate().success());
+}
