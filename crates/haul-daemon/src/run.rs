@@ -298,10 +298,11 @@ impl RunGate {
 
     /// Gives back the claims of files whose downloads never started (the
     /// fetch stopped early).
-    async fn release_unstarted(&self) {
+    /// Gives back the claims of files not started; how many there were.
+    async fn release_unstarted(&self) -> usize {
         let left: Vec<String> = self.claims.lock().await.ours.drain().collect();
         if left.is_empty() {
-            return;
+            return 0;
         }
         let (name, worker) = (self.source.name.clone(), self.ctx.worker.clone());
         let n = left.len();
@@ -311,7 +312,7 @@ impl RunGate {
         .await;
         if let Err(e) = released.map_err(|e| (self.ctx.writes.refusing(), e)) {
             if e.0 {
-                return; // said once by the catalog's writes
+                return n; // said once by the catalog's writes
             }
             let e = e.1;
             tracing::warn!(
@@ -319,6 +320,7 @@ impl RunGate {
                 self.source.name
             );
         }
+        n
     }
 
     fn retry_after(&self, rel: &str) -> Duration {
@@ -661,6 +663,9 @@ pub(crate) async fn run_once(
             .as_ref()
             .map(|l| l.daemon_run(&source.name, &source.url)),
     });
+    // A node source's place in the node's journal: advanced only by a run
+    // that handled everything its listing named.
+    let mut list_cursor = None;
     let result = match &source.from {
         SourceFrom::Remote {
             remote,
@@ -695,6 +700,7 @@ pub(crate) async fn run_once(
                 // receives whatever it starts, whatever DEST holds).
                 opts.gate = Some(Gate(gate.clone()));
                 opts.staging = source.staging.clone();
+                list_cursor.clone_from(&opts.list_cursor);
                 match std::fs::create_dir_all(&source.dest) {
                     Err(e) => Err(DaemonError::Fetch(format!(
                         "cannot make dest {}: {e}",
@@ -708,7 +714,7 @@ pub(crate) async fn run_once(
             }
         },
     };
-    gate.release_unstarted().await;
+    let unstarted = gate.release_unstarted().await;
     // Listed, but its files stopped reaching the source: a source that is
     // down, tried again with the daemon's backoff.
     let result = match (result, gate.source_lost()) {
@@ -718,6 +724,18 @@ pub(crate) async fn run_once(
         (r, _) => r,
     };
     let counts = gate.counts();
+    if let Some(cursor) = &list_cursor {
+        if result.is_ok() && counts.failed == 0 && unstarted == 0 {
+            cursor.advance();
+        }
+        if cursor.last_changes_only() == Some(true) {
+            tracing::info!(
+                "{}: the node listed only what changed since the last run ({} file(s))",
+                source.name,
+                counts.listed
+            );
+        }
+    }
     let error = result.as_ref().err().map(ToString::to_string);
     let ended = unix(SystemTime::now());
     ctx.writes

@@ -214,6 +214,20 @@ fn io_error(path: &Path, source: std::io::Error) -> SourceError {
     }
 }
 
+/// Whether nothing is at `rel` beneath `root` now (or a directory on the
+/// way is gone).
+fn gone(root: &Root, rel: &str) -> bool {
+    let comps: Vec<&str> = rel.split('/').collect();
+    let Some((last, parents)) = comps.split_last() else {
+        return false;
+    };
+    match root.open_dir(parents) {
+        Err(haul_root::ResolveError::NotFound(_)) => true,
+        Err(_) => false,
+        Ok(dir) => matches!(dir.stat(last), Ok(None)),
+    }
+}
+
 /// Opens the operator's `path` as the top of a tree.
 fn open_path_top(path: &Path, contents: bool) -> Result<Top, SourceError> {
     let err = |e| io_error(path, e);
@@ -426,6 +440,64 @@ impl LocalTree {
             }
             Top::Path { .. } => Err(SourceError::BadName(rel.to_owned())),
         }
+    }
+
+    /// What a listing of `base` beneath `root` (its contents with
+    /// `contents`, as [`LocalTree::beneath`]) holds of `changed` — paths
+    /// beneath the root, from a watch's journal (`haul serve --watch`) —,
+    /// with the directories above each up to `base`: each entry as the
+    /// whole listing would name it, parents first, each once. A path no
+    /// longer there is left out (a listing names what is there).
+    pub fn changed_beneath(
+        root: Root,
+        changed: Vec<String>,
+        base: String,
+        contents: bool,
+        keep: haul_proto::Keep,
+    ) -> EntryIter {
+        let attrs = keep.any().then(|| Arc::new(AttrReader::new(keep)));
+        // (wire name, path beneath the root), in walk order.
+        let mut wanted: std::collections::BTreeMap<Vec<String>, String> = Default::default();
+        let top = base.rsplit('/').next().unwrap_or_default().to_owned();
+        for path in changed {
+            let inner = match base.is_empty() {
+                true => Some(path.as_str()),
+                false if path == base => (!contents).then_some(""),
+                false => path.strip_prefix(&format!("{base}/")),
+            };
+            let Some(inner) = inner else { continue };
+            let comps: Vec<&str> = inner.split('/').filter(|c| !c.is_empty()).collect();
+            // Each directory on the way, then the path itself.
+            let first = usize::from(contents || base.is_empty());
+            for n in first..=comps.len() {
+                let rel = comps[..n.min(comps.len())].join("/");
+                let wire: Vec<String> = match contents || base.is_empty() {
+                    true => comps[..n].iter().map(|c| (*c).to_owned()).collect(),
+                    false => std::iter::once(top.clone())
+                        .chain(comps[..n].iter().map(|c| (*c).to_owned()))
+                        .collect(),
+                };
+                let beneath = match (base.is_empty(), rel.is_empty()) {
+                    (true, _) => rel,
+                    (false, true) => base.clone(),
+                    (false, false) => format!("{base}/{rel}"),
+                };
+                if !wire.is_empty() {
+                    wanted.entry(wire).or_insert(beneath);
+                }
+            }
+        }
+        Box::new(wanted.into_iter().filter_map(move |(wire, beneath)| {
+            match Self::entry_beneath(&root, &beneath, attrs.as_ref()) {
+                Ok(mut src) => {
+                    src.entry.path = wire.join("/");
+                    Some(Ok(src))
+                }
+                // Removed since it changed: nothing to list.
+                Err(_) if gone(&root, &beneath) => None,
+                Err(e) => Some(Err(e)),
+            }
+        }))
     }
 
     /// The wire name of the tree's top: its entries are `TOP/...`, or bare
@@ -980,5 +1052,63 @@ mod swap_tests {
         let mut got = String::new();
         std::io::Read::read_to_string(&mut open_local(&f).unwrap(), &mut got).unwrap();
         assert_eq!(got, "decoy");
+    }
+}
+
+#[cfg(test)]
+mod changed_tests {
+    use super::*;
+
+    fn names(root: &Root, changed: &[&str], base: &str, contents: bool) -> Vec<(String, bool)> {
+        let changed = changed.iter().map(|p| (*p).to_owned()).collect();
+        LocalTree::changed_beneath(
+            root.clone(),
+            changed,
+            base.to_owned(),
+            contents,
+            haul_proto::Keep::default(),
+        )
+        .map(|e| {
+            let e = e.unwrap().entry;
+            (e.path, e.kind == EntryKind::Dir)
+        })
+        .collect()
+    }
+
+    #[test]
+    fn changed_paths_are_named_as_the_whole_listing_names_them_parents_first() {
+        let tmp = tempfile::tempdir().unwrap();
+        let d = tmp.path();
+        std::fs::create_dir_all(d.join("data/new/x")).unwrap();
+        std::fs::write(d.join("data/new/x/f"), b"f").unwrap();
+        std::fs::write(d.join("data/a"), b"a").unwrap();
+        std::fs::write(d.join("other"), b"o").unwrap();
+        let root = Root::open(d).unwrap();
+        let changed = ["data/new/x/f", "data/a", "data/gone", "other", "data/a"];
+        // `data/`: its contents, bare names, directories on the way first.
+        assert_eq!(
+            names(&root, &changed, "data", true),
+            [
+                ("a".into(), false),
+                ("new".into(), true),
+                ("new/x".into(), true),
+                ("new/x/f".into(), false)
+            ]
+        );
+        // `data`: under its own name, itself first.
+        assert_eq!(
+            names(&root, &changed, "data", false),
+            [
+                ("data".into(), true),
+                ("data/a".into(), false),
+                ("data/new".into(), true),
+                ("data/new/x".into(), true),
+                ("data/new/x/f".into(), false)
+            ]
+        );
+        // The root: everything, by its path beneath it.
+        let all = names(&root, &changed, "", true);
+        assert_eq!(all.len(), 6, "{all:?}");
+        assert!(all.contains(&("other".into(), false)));
     }
 }

@@ -93,6 +93,10 @@ pub struct ClientOptions {
     /// A pull's gate (the daemon's catalog): which listed files are
     /// fetched, when, and what became of each ([`crate::pull_gate`]).
     pub gate: Option<haul_remote::gate::Gate>,
+    /// A pull's place in the node's journal of changes (a daemon's node
+    /// source): its listing names only what changed since, where the
+    /// node watches its root ([`crate::ListCursor`]).
+    pub list_cursor: Option<Arc<crate::listing::ListCursor>>,
     /// Where a pull stages its partial files (the daemon's `staging`, on
     /// DEST's filesystem); `None`: `DEST/.haul/partial`.
     pub staging: Option<std::path::PathBuf>,
@@ -172,6 +176,7 @@ impl Default for ClientOptions {
             force: false,
             ssh: crate::ssh::SshOptions::default(),
             gate: None,
+            list_cursor: None,
             staging: None,
         }
     }

@@ -315,6 +315,7 @@ pub(crate) async fn node_entry(
         path: path.into(),
         sums: false,
         keep: haul_proto::Keep::default(),
+        since: None,
     };
     // As a transfer's first connection: a silent node is tried again.
     let (mut r, mut w) = match crate::pool::open_first(dialer, opts, request, observer).await {
@@ -338,7 +339,7 @@ pub(crate) async fn node_entry(
         Some(Listed::Error { message, .. }) => {
             return Err(NodeError::Usage(format!("{path} on the node: {message}")))
         }
-        Some(Listed::Takes { .. }) | None => None,
+        Some(Listed::Takes { .. } | Listed::Cursor { .. }) | None => None,
     };
     let _ = w.send(&Message::Bye).await;
     Ok(entry)
@@ -357,6 +358,7 @@ pub(crate) async fn list_node_with(
         path: path.into(),
         sums,
         keep,
+        since: None,
     };
     let (mut r, mut w) = match dialer.open(request).await {
         Ok(conn) => conn,
@@ -385,6 +387,7 @@ pub(crate) async fn list_node_with(
             Listed::Takes { owners } if side.entries.is_empty() && side.errors == 0 => {
                 side.takes_owners = owners
             }
+            Listed::Cursor { .. } => {}
             Listed::Takes { .. } => {
                 return Err(NodeError::Protocol(
                     "the node said what it takes after its listing began".into(),

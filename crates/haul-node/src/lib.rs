@@ -71,6 +71,7 @@ pub use fanout::{push_fanout, FanoutOptions, FanoutSummary, NodeReport};
 pub use haul_run::concurrency::Concurrency;
 pub use haul_run::summary::DryRunReport;
 pub use haul_run::summary::{self, Summary};
+pub use listing::ListCursor;
 pub use local_copy::copy_local;
 pub use ls::{ls_local, ls_node, Listing};
 pub use node_at::NodeAt;

@@ -32,6 +32,14 @@ pub(crate) enum Listed {
         /// It does.
         owners: bool,
     },
+    /// Where the node's journal stood when the listing began (last, when
+    /// the listing was asked `since` a cursor: v22).
+    Cursor {
+        /// The place.
+        cursor: haul_proto::Cursor,
+        /// The listing named only what changed since the cursor asked.
+        changes_only: bool,
+    },
     /// Something the node could not list, or left out (`Skipped`).
     Error {
         /// Why, as a code.
@@ -59,6 +67,15 @@ pub(crate) async fn next(
                 return Ok(Some(Listed::Error { code, message }))
             }
             Message::Takes { owners } => return Ok(Some(Listed::Takes { owners })),
+            Message::Cursor {
+                cursor,
+                changes_only,
+            } => {
+                return Ok(Some(Listed::Cursor {
+                    cursor,
+                    changes_only,
+                }))
+            }
             Message::KeepAlive => {}
             Message::Bye => return Ok(None),
             other => {
@@ -87,6 +104,74 @@ async fn sum_of(
                 )))
             }
         }
+    }
+}
+
+/// How long a pull asking only for changes goes before it asks for a
+/// whole listing again: a change the node's journal missed (none should)
+/// is found within this.
+pub const WHOLE_LISTING_EVERY: std::time::Duration = std::time::Duration::from_secs(3600);
+
+/// A pull's place in a watching node's journal (`haul serve --watch`),
+/// kept from run to run by its caller (a daemon's node source). A listing
+/// asks for what changed after [`ListCursor::asked`]; the cursor the node
+/// ends it with is only [`ListCursor::offered`] until the caller
+/// [`ListCursor::advance`]s to it — once everything that listing named was
+/// handled, so a file that failed is listed again next time. Every
+/// [`WHOLE_LISTING_EVERY`] the cursor asked is none: a whole listing.
+#[derive(Debug, Default)]
+pub struct ListCursor {
+    state: std::sync::Mutex<CursorState>,
+}
+
+#[derive(Debug, Default)]
+struct CursorState {
+    current: Option<haul_proto::Cursor>,
+    offered: Option<haul_proto::Cursor>,
+    /// When the last whole listing was offered.
+    whole: Option<std::time::Instant>,
+    /// What the last listing was: only changes, or everything.
+    last_changes_only: Option<bool>,
+}
+
+impl ListCursor {
+    fn state(&self) -> std::sync::MutexGuard<'_, CursorState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The cursor a listing asks since: the last one advanced to, or none
+    /// (epoch 0: the whole tree) at first and every hour.
+    pub fn asked(&self) -> haul_proto::Cursor {
+        let s = self.state();
+        let due = s.whole.is_none_or(|t| t.elapsed() >= WHOLE_LISTING_EVERY);
+        match (s.current, due) {
+            (Some(c), false) => c,
+            _ => haul_proto::Cursor { epoch: 0, seq: 0 },
+        }
+    }
+
+    /// The node's cursor at the end of a listing.
+    pub fn offered(&self, cursor: haul_proto::Cursor, changes_only: bool) {
+        let mut s = self.state();
+        s.offered = Some(cursor);
+        s.last_changes_only = Some(changes_only);
+        if !changes_only {
+            s.whole = Some(std::time::Instant::now());
+        }
+    }
+
+    /// Everything the last listing named was handled: the next asks from
+    /// where it began.
+    pub fn advance(&self) {
+        let mut s = self.state();
+        if let Some(c) = s.offered.take() {
+            s.current = Some(c);
+        }
+    }
+
+    /// Whether the last listing named only changes (`None`: none ended).
+    pub fn last_changes_only(&self) -> Option<bool> {
+        self.state().last_changes_only
     }
 }
 

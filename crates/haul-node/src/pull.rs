@@ -55,6 +55,13 @@ pub async fn pull(
         path: remote.path.clone(),
         sums: opts.checksum,
         keep: opts.keep,
+        // Never for --delete: what a listing of changes leaves out is no
+        // file to remove.
+        since: opts
+            .list_cursor
+            .as_ref()
+            .filter(|_| !opts.delete)
+            .map(|c| c.asked()),
     };
     let (mut lr, mut lw) =
         open_first(&remote.dialer, opts, list_request.clone(), tally.as_ref()).await?;
@@ -411,6 +418,15 @@ async fn read_listing(
             None => return Ok(()),
             Some(Listed::Entry { entry, sum }) => (entry, sum),
             Some(Listed::Takes { .. }) => continue,
+            Some(Listed::Cursor {
+                cursor,
+                changes_only,
+            }) => {
+                if let Some(c) = &opts.list_cursor {
+                    c.offered(cursor, changes_only);
+                }
+                continue;
+            }
             Some(Listed::Error { .. }) if resume.catching_up() => continue,
             Some(Listed::Error {
                 code: ErrorCode::Skipped,

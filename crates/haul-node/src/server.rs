@@ -73,6 +73,10 @@ pub struct ServeOptions {
     /// `--jump-to HOST:PORT`: the nodes this one passes a client's
     /// connection on to ([`Request::Jump`]: a site only this node reaches).
     pub jump_to: Vec<String>,
+    /// `--watch`: journal what changes beneath the root (inotify), so a
+    /// listing asked `since` a cursor names only that
+    /// ([`haul_root::watch`]).
+    pub watch: bool,
 }
 
 /// How often a serving node looks for abandoned staging files.
@@ -90,6 +94,10 @@ pub struct Server {
     in_flight: Arc<std::sync::atomic::AtomicUsize>,
     /// What it served since it started ([`Server::counters`]).
     counters: Arc<NodeCounters>,
+    /// `--watch`: what changed beneath the root since a cursor.
+    watch: Option<haul_root::watch::Watch>,
+    /// The watch's failure was logged.
+    watch_broken_said: std::sync::atomic::AtomicBool,
 }
 
 /// Counts a connection while it is served.
@@ -160,6 +168,19 @@ impl Server {
         dest.replace_files_in_the_way();
         dest.set_attr_policy(haul_engine::attrs::AttrPolicy::node(opts.keep_owners));
         let buffers = ChunkBuffers::new(opts.chunk_memory);
+        let watch = match opts.watch {
+            false => None,
+            true => match haul_root::watch::Watch::start(dest.held_root(), haul_proto::STATE_DIR) {
+                Ok(w) => Some(w),
+                Err(e) => {
+                    tracing::warn!(
+                        "--watch: {}: {e}; listings walk the whole tree instead",
+                        opts.root.display()
+                    );
+                    None
+                }
+            },
+        };
         Ok(Arc::new(Self {
             opts,
             dest,
@@ -168,6 +189,8 @@ impl Server {
             reach,
             in_flight: Arc::default(),
             counters: Arc::default(),
+            watch,
+            watch_broken_said: Default::default(),
         }))
     }
 
@@ -568,9 +591,12 @@ impl Server {
                 stripe,
                 edge,
             } => self.relayed(reader, writer, &ticket, stripe, edge).await,
-            Request::List { path, sums, keep } => {
-                self.list(reader, writer, &path, sums, keep).await
-            }
+            Request::List {
+                path,
+                sums,
+                keep,
+                since,
+            } => self.list(reader, writer, &path, sums, keep, since).await,
             Request::Prune { dest, backup } => {
                 let backups = self.welcome_into(&mut writer, &dest, backup).await?;
                 // As a push's session: the mtimes of directories it removes
@@ -1024,6 +1050,7 @@ impl Server {
         path: &str,
         sums: bool,
         keep: haul_proto::Keep,
+        since: Option<haul_proto::Cursor>,
     ) -> Result<(), NodeError> {
         let trimmed = path.trim_end_matches('/');
         if let Err(e) = haul_proto::validate_rel_path(trimmed) {
@@ -1058,12 +1085,23 @@ impl Server {
             let owners = haul_engine::attrs::AttrPolicy::node(self.opts.keep_owners).owners;
             writer.send(&Message::Takes { owners }).await?;
         }
+        // Asked since a cursor: what changed after it, where the journal
+        // can tell, and the cursor this listing began at.
+        let (changed, cursor) = self.changed_since(since, keep);
+        let items: haul_engine::EntryIter = match changed {
+            Some(paths) => {
+                let root = self.dest.held_root().clone();
+                let (base, contents) = (trimmed.to_owned(), contents);
+                haul_engine::LocalTree::changed_beneath(root, paths, base, contents, keep)
+            }
+            None => Box::new(tree).entries(),
+        };
         // The walk is blocking filesystem work: run it on a blocking thread
         // and stream entries through a bounded channel.
         let (tx, mut rx) = tokio::sync::mpsc::channel(1024);
         let root = self.dest.root().to_owned();
         let walker = tokio::task::spawn_blocking(move || {
-            for item in Box::new(tree).entries() {
+            for item in items {
                 let (listed, hashed) = match item {
                     Ok(src) => {
                         let hashed = (sums && src.entry.kind == EntryKind::File)
@@ -1107,6 +1145,9 @@ impl Server {
             }
         }
         let _ = walker.await;
+        if let Some(msg) = cursor {
+            writer.send(&msg).await?;
+        }
         writer.send(&Message::Bye).await?;
         match reader.recv().await {
             Ok(Message::Bye) | Err(_) => Ok(()),
@@ -1114,6 +1155,52 @@ impl Server {
                 "expected Bye after listing, got {other:?}"
             ))),
         }
+    }
+
+    /// For a listing asked `since` a cursor: the paths changed after it
+    /// (`None`: list everything — no watch, another epoch, `-H`'s listing
+    /// of links, which needs every name) and the `Cursor` message that
+    /// ends the listing (`None`: not asked).
+    fn changed_since(
+        &self,
+        since: Option<haul_proto::Cursor>,
+        keep: haul_proto::Keep,
+    ) -> (Option<Vec<String>>, Option<Message>) {
+        let Some(asked) = since else {
+            return (None, None);
+        };
+        let Some(watch) = &self.watch else {
+            let none = haul_proto::Cursor { epoch: 0, seq: 0 };
+            return (
+                None,
+                Some(Message::Cursor {
+                    cursor: none,
+                    changes_only: false,
+                }),
+            );
+        };
+        if let Some(why) = watch.broken() {
+            if !self
+                .watch_broken_said
+                .swap(true, std::sync::atomic::Ordering::Relaxed)
+            {
+                tracing::warn!("--watch stopped: {why}; listings walk the whole tree");
+            }
+        }
+        let c = haul_root::watch::Cursor {
+            epoch: asked.epoch,
+            seq: asked.seq,
+        };
+        let (changed, now) = watch.since_and_cursor(c);
+        let changed = changed.filter(|_| !keep.hard_links);
+        let msg = Message::Cursor {
+            cursor: haul_proto::Cursor {
+                epoch: now.epoch,
+                seq: now.seq,
+            },
+            changes_only: changed.is_some(),
+        };
+        (changed, Some(msg))
     }
 }
 

@@ -4,9 +4,9 @@
 //! rejects any length above its limit before looking further.
 
 use crate::message::{
-    Attrs, Backup, ChunkHeader, ChunkSeal, Digest, Entry, EntryKind, ErrorCode, Keep, Message,
-    Principal, RelayTarget, Request, Seal, Stripe, Xattr, MAX_PIPED, MAX_SEALS, MAX_STRIPES,
-    MAX_XATTRS, MAX_XATTR_NAME, MAX_XATTR_VALUE,
+    Attrs, Backup, ChunkHeader, ChunkSeal, Cursor, Digest, Entry, EntryKind, ErrorCode, Keep,
+    Message, Principal, RelayTarget, Request, Seal, Stripe, Xattr, MAX_PIPED, MAX_SEALS,
+    MAX_STRIPES, MAX_XATTRS, MAX_XATTR_NAME, MAX_XATTR_VALUE,
 };
 
 /// Largest frame body accepted (kind byte included).
@@ -72,6 +72,7 @@ mod kind {
     pub const QUIET: u8 = 29;
     pub const TAKES: u8 = 30;
     pub const PIPED: u8 = 31;
+    pub const CURSOR: u8 = 32;
 }
 
 /// Fewest bytes one encoded [`RelayTarget`] takes (two empty strings, a
@@ -112,10 +113,23 @@ pub fn encode(msg: &Message, out: &mut Vec<u8>) {
                     }
                     w.u64(*rate_hint);
                 }
-                Request::List { path, sums, keep } => {
+                Request::List {
+                    path,
+                    sums,
+                    keep,
+                    since,
+                } => {
                     w.u8(2);
                     w.str(path);
                     w.u8(u8::from(*sums) | (keep.bits() << 1));
+                    match since {
+                        None => w.u8(0),
+                        Some(c) => {
+                            w.u8(1);
+                            w.u64(c.epoch);
+                            w.u64(c.seq);
+                        }
+                    }
                 }
                 Request::Fetch {
                     keep,
@@ -358,6 +372,15 @@ pub fn encode(msg: &Message, out: &mut Vec<u8>) {
             w.u32(data.len() as u32);
             w.0.extend_from_slice(data);
         }
+        Message::Cursor {
+            cursor,
+            changes_only,
+        } => {
+            w.u8(kind::CURSOR);
+            w.u64(cursor.epoch);
+            w.u64(cursor.seq);
+            w.u8(u8::from(*changes_only));
+        }
         Message::Report {
             ok,
             failed,
@@ -469,10 +492,24 @@ fn decode_body(body: &[u8]) -> Result<Message, DecodeError> {
                 2 => {
                     let path = r.str()?;
                     let flags = r.u8()?;
+                    let keep = Keep::from_bits(flags >> 1).ok_or(DecodeError::Malformed(name))?;
+                    // Absent in an older peer's Hello: its version is what
+                    // the node refuses it for.
+                    let since = match r.buf.is_empty() {
+                        true => None,
+                        false => match r.bool()? {
+                            false => None,
+                            true => Some(Cursor {
+                                epoch: r.u64()?,
+                                seq: r.u64()?,
+                            }),
+                        },
+                    };
                     Request::List {
                         path,
                         sums: flags & 1 != 0,
-                        keep: Keep::from_bits(flags >> 1).ok_or(DecodeError::Malformed(name))?,
+                        keep,
+                        since,
                     }
                 }
                 3 => {
@@ -673,6 +710,13 @@ fn decode_body(body: &[u8]) -> Result<Message, DecodeError> {
             millis: r.u32()?,
         },
         kind::TAKES => Message::Takes { owners: r.bool()? },
+        kind::CURSOR => Message::Cursor {
+            cursor: Cursor {
+                epoch: r.u64()?,
+                seq: r.u64()?,
+            },
+            changes_only: r.bool()?,
+        },
         kind::PIPED => {
             let n = r.u32()? as usize;
             if n > MAX_PIPED {
@@ -762,6 +806,7 @@ fn kind_name(k: u8) -> Result<&'static str, DecodeError> {
         kind::QUIET => "Quiet",
         kind::TAKES => "Takes",
         kind::PIPED => "Piped",
+        kind::CURSOR => "Cursor",
         kind::SEALED => "Sealed",
         kind::VOUCHED => "Vouched",
         other => return Err(DecodeError::UnknownKind(other)),

@@ -43,6 +43,9 @@
 //!                                       <- Welcome{version}      (or Refused, then close)
 //! push: the client is the *sender*, the server the *receiver*.
 //! pull: Hello{.., List{path, sums}} -> Listing{entry}... Bye   (one connection lists;
+//!       v22: List{.., since: cursor} -> only what changed after the cursor where the
+//!       node watches its root (`haul serve --watch`) and the cursor is its journal's,
+//!       else everything; then Cursor{cursor, changes_only} before Bye)
 //!       with sums (v6, `--checksum`, `haul check`) each file's Listing is
 //!       followed by Hashed{root}, its BLAKE3, or by FileError{Io}; v20:
 //!       asked for owners, groups or xattrs, Takes{owners} comes first:
@@ -270,9 +273,10 @@ pub mod seal;
 
 pub use frame::{decode_frame, encode, DecodeError, Decoded, MAX_FRAME_LEN};
 pub use message::{
-    Attrs, Backup, ChunkHeader, ChunkSeal, Digest, Entry, EntryKind, ErrorCode, Keep, Message,
-    OriginKey, Principal, RelayTarget, Request, Seal, SkipRule, Stripe, Ticket, Xattr, MAX_PIPED,
-    MAX_SEALS, MAX_STRIPES, MAX_XATTRS, MAX_XATTR_NAME, MAX_XATTR_VALUE, PROTOCOL_VERSION,
+    Attrs, Backup, ChunkHeader, ChunkSeal, Cursor, Digest, Entry, EntryKind, ErrorCode, Keep,
+    Message, OriginKey, Principal, RelayTarget, Request, Seal, SkipRule, Stripe, Ticket, Xattr,
+    MAX_PIPED, MAX_SEALS, MAX_STRIPES, MAX_XATTRS, MAX_XATTR_NAME, MAX_XATTR_VALUE,
+    PROTOCOL_VERSION,
 };
 pub use path::{
     check_entry_path, is_state_dir, symlink_target_refused_anywhere, validate_entry_path,

@@ -77,7 +77,21 @@
 /// operator allowed (`haul serve --jump-to ADDR`) passes a connection on to
 /// another node, the bytes of the client's own TLS session with that node
 /// carried as `Piped` messages (a site the client cannot reach itself).
-pub const PROTOCOL_VERSION: u16 = 21;
+/// Version 22: `List{since}` and [`Message::Cursor`]: a node that watches
+/// its root (`haul serve --watch`) lists only what changed after the
+/// client's cursor, and ends every listing asked with one by a new cursor
+/// (a downstream daemon's runs list what is new without a tree walk).
+pub const PROTOCOL_VERSION: u16 = 22;
+
+/// A place in a watching node's journal of changes ([`Request::List`]'s
+/// `since`, [`Message::Cursor`]): opaque to the client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cursor {
+    /// Which run of the node's journal.
+    pub epoch: u64,
+    /// The last change behind it.
+    pub seq: u64,
+}
 
 /// Most bytes one [`Message::Piped`] carries.
 pub const MAX_PIPED: usize = 64 << 10;
@@ -356,6 +370,12 @@ pub enum Request {
         /// What each listed entry carries beyond mode and mtime (version
         /// 11): a pull makes directories and symlinks from the listing.
         keep: Keep,
+        /// Version 22: list only what changed after this cursor, where the
+        /// node can tell (it watches its root, and the cursor is from its
+        /// journal's current run), else everything; either way the
+        /// listing ends with [`Message::Cursor`]. `None`: everything, and
+        /// no cursor.
+        since: Option<Cursor>,
     },
     /// The client will ask for files with [`Message::Want`]; the server is the sender.
     Fetch {
@@ -953,5 +973,15 @@ pub enum Message {
     Piped {
         /// The bytes.
         data: Vec<u8>,
+    },
+    /// Node → client, last before `Bye` in a listing asked with `since`
+    /// (version 22): where the node's journal stood when the listing
+    /// began; the next `List{since}` names it.
+    Cursor {
+        /// The place.
+        cursor: Cursor,
+        /// The listing held only what changed after the cursor asked
+        /// with (else it held everything).
+        changes_only: bool,
     },
 }

@@ -38,12 +38,15 @@
 //! without `unsafe` here.
 //!
 //! [`walk`] walks a tree the same way (each directory opened relative to its
-//! parent's descriptor), for serving a root and for reading local trees.
+//! parent's descriptor), for serving a root and for reading local trees;
+//! [`watch`] journals what changes beneath a root (inotify, each directory
+//! watched through its own descriptor).
 
 mod attrs;
 mod dir;
 pub mod identity;
 pub mod walk;
+pub mod watch;
 
 use std::io;
 use std::path::{Path, PathBuf};

@@ -510,6 +510,13 @@ pub struct ServeArgs {
     /// read it. Repeatable.
     #[arg(long, value_name = "HOST:PORT", conflicts_with = "stdio")]
     pub jump_to: Vec<String>,
+    /// Watch the root for changes (inotify: one watch per directory) and
+    /// keep a journal of them, so a downstream daemon's runs list only what
+    /// is new since its last one instead of walking the whole tree (an
+    /// unwatchable tree — fs.inotify.max_user_watches — is walked as before,
+    /// said once).
+    #[arg(long)]
+    pub watch: bool,
 }
 
 /// Flags shared by push and pull.

@@ -335,11 +335,15 @@ fn node_source(plan: &SourcePlan, node: &daemon_config::NodeSource) -> SourceOri
         plan.filter.clone(),
         plan.remote.clone(),
     );
+    // Kept from run to run: a node that watches its root (`--watch`) then
+    // lists only what changed since the last run that handled everything.
+    let cursor = Arc::new(haul_node::ListCursor::default());
     let from = SourceFrom::Node(Arc::new(move || {
         let filter =
             daemon_config::node_filter(&filter, &remote_args).map_err(|e| format!("{e:#}"))?;
         let mut opts = client.clone();
         opts.filter = Some(Arc::new(filter));
+        opts.list_cursor = Some(cursor.clone());
         Ok((at.node_path(&opts), opts))
     }));
     (from, plan.shown_url(), host, node.client.timeouts.idle)

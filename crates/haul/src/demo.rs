@@ -129,6 +129,7 @@ async fn demo(dir: &Path, args: &DemoArgs, mode: Mode) -> Result<u8> {
         read_only: false,
         keep_owners: false,
         jump_to: Vec::new(),
+        watch: false,
     })?;
     let listener = Listener::bind("127.0.0.1:0".parse()?, Some(&identity), None).await?;
     let addr = listener.local_addr()?;

@@ -195,6 +195,7 @@ pub(crate) fn serve_options(
             .iter()
             .map(|a| jump_target(a))
             .collect::<Result<_>>()?,
+        watch: args.watch,
     })
 }
 

@@ -120,6 +120,7 @@ impl TestNode {
                 read_only: false,
                 keep_owners: false,
                 jump_to: Vec::new(),
+                watch: false,
             },
             reach,
         )

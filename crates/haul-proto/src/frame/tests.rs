@@ -73,6 +73,30 @@ fn hex_snapshots_of_sending_edges() {
         hex_of(&Message::Piped { data: vec![1, 2] }),
         "000000071f000000020102"
     );
+    // v22: a listing of what changed since a cursor, and the next cursor.
+    let since = Message::Hello {
+        version: 22,
+        token: String::new(),
+        request: Request::List {
+            path: "d".into(),
+            sums: false,
+            keep: crate::Keep::default(),
+            since: Some(crate::Cursor { epoch: 1, seq: 2 }),
+        },
+    };
+    assert_eq!(
+        hex_of(&since),
+        "0000001f0100160000000002000000016400010000000000000001\
+         0000000000000002"
+    );
+    assert_eq!(
+        hex_of(&Message::Cursor {
+            cursor: crate::Cursor { epoch: 1, seq: 2 },
+            changes_only: true
+        }),
+        "000000122000000000000000010000000000000002\
+         01"
+    );
 }
 
 #[test]
@@ -476,13 +500,26 @@ fn arb_message() -> impl Strategy<Value = Message> {
                     }
                 }
             ),
-        (arb_string(), any::<bool>(), 0u8..32).prop_map(|(path, sums, keep)| Message::Hello {
-            version: 1,
-            token: String::new(),
-            request: Request::List {
-                path,
-                sums,
-                keep: crate::Keep::from_bits(keep).unwrap_or_default()
+        (
+            arb_string(),
+            any::<bool>(),
+            0u8..32,
+            proptest::option::of((any::<u64>(), any::<u64>()))
+        )
+            .prop_map(|(path, sums, keep, since)| Message::Hello {
+                version: 1,
+                token: String::new(),
+                request: Request::List {
+                    path,
+                    sums,
+                    keep: crate::Keep::from_bits(keep).unwrap_or_default(),
+                    since: since.map(|(epoch, seq)| crate::Cursor { epoch, seq }),
+                }
+            }),
+        (any::<u64>(), any::<u64>(), any::<bool>()).prop_map(|(epoch, seq, changes_only)| {
+            Message::Cursor {
+                cursor: crate::Cursor { epoch, seq },
+                changes_only,
             }
         }),
         digest.prop_map(|root| Message::Hashed { root }),

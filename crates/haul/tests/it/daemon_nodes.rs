@@ -308,3 +308,77 @@ deliver = ["s", "t", "u"]
     assert_eq!(shown[0]["blake3"], b3(&far.join("sub/b.nc")).as_str());
     drop(daemon);
 }
+
+/// The `N` of each "run ended: N listed" line of a daemon's log.
+fn listed_per_run(log: &str) -> Vec<u64> {
+    log.lines()
+        .filter_map(|l| l.split("run ended: ").nth(1))
+        .filter_map(|rest| rest.split(' ').next()?.parse().ok())
+        .collect()
+}
+
+#[test]
+fn a_watching_node_lists_only_what_is_new_since_the_daemons_last_run() {
+    let s = Scratch::new();
+    let token = s.path("up.token");
+    std::fs::write(&token, "token-of-up\n").unwrap();
+    let data = s.path("up/data");
+    write_file(&data.join("f0.nc"), 3 << 20, 1);
+    write_file(&data.join("sub/f1.nc"), 10_000, 2);
+    write_file(&data.join("skip.txt"), 10, 3);
+    // A tree a whole listing would name each run.
+    for i in 0..20 {
+        write_file(&data.join(format!("old/g{i}.nc")), 100 + i, 10 + i);
+    }
+    let up = Node::start(
+        &s.path("up"),
+        &s.path("config-up"),
+        &["--token-file", &token.display().to_string(), "--watch"],
+    );
+    let acquired = s.path("acquired");
+    let config = s.path("haul.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "catalog = \"sqlite:{}\"\n\n[[source]]\nname = \"sst\"\nurl = \"{}\"\ntoken_file = \"{}\"\nfingerprint = \"{}\"\ndest = \"{}\"\nschedule = \"every 1s\"\nrefetch = \"if-changed\"\ninclude = [\"*.nc\"]\n",
+            s.path("catalog.db").display(),
+            up.url("data"),
+            token.display(),
+            up.fingerprint.as_deref().unwrap_or(""),
+            acquired.display()
+        ),
+    )
+    .unwrap();
+    let daemon = Daemon::start(&config, &s.path("daemon.log"));
+    let first = ["f0.nc", "sub/f1.nc", "old/g7.nc"];
+    wait_for(Duration::from_secs(60), "the first files", || {
+        same(&acquired, &data, &first)
+    });
+    // Runs after the first list what changed: a file the node recorded
+    // its hash on as it sent it (an attribute changed), then nothing.
+    wait_for(Duration::from_secs(30), "runs that list nothing", || {
+        listed_per_run(&daemon.log()).ends_with(&[0, 0])
+    });
+    let runs = listed_per_run(&daemon.log());
+    assert_eq!(runs[0], 22, "the first run lists everything: {runs:?}");
+    assert!(runs[1..].iter().all(|&n| n <= 2), "{runs:?}");
+    // New files — one in a directory made after the watch began, three
+    // levels deep — and one rewritten in place: listed, fetched.
+    write_file(&data.join("sub/f2.nc"), 20_000, 4);
+    write_file(&data.join("new/x/f3.nc"), 30_000, 5);
+    write_file(&data.join("f0.nc"), 3 << 20, 6);
+    let all = ["f0.nc", "sub/f1.nc", "sub/f2.nc", "new/x/f3.nc"];
+    wait_for(Duration::from_secs(60), "the new and changed files", || {
+        same(&acquired, &data, &all)
+    });
+    let log = daemon.log();
+    let runs = listed_per_run(&log);
+    assert!(
+        runs[1..].iter().all(|&n| n <= 4),
+        "later runs list what changed, not the tree: {runs:?}"
+    );
+    assert!(
+        log.contains("sst: the node listed only what changed since the last run"),
+        "{log}"
+    );
+}

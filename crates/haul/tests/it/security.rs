@@ -240,6 +240,7 @@ fn a_malicious_puller_cannot_read_outside_the_root() {
             path: "out".into(),
             sums: false,
             keep: Default::default(),
+            since: None,
         }),
         Message::Refused { .. }
     ));
@@ -249,6 +250,7 @@ fn a_malicious_puller_cannot_read_outside_the_root() {
             path: "../".into(),
             sums: false,
             keep: Default::default(),
+            since: None,
         }),
         Message::Refused { .. }
     ));
