@@ -424,6 +424,10 @@ async fn deliver(d: &Distributor, spec: &SourceSpec, claimed: &Batch, shared: &M
         );
     // What the source keeps, on every site.
     opts.keep = spec.keep;
+    // That site's pin is no other site's: each site's own options (its
+    // key, token) come from the reach, and an admitted site's key is
+    // pinned by the fan-out itself.
+    opts.unpin();
     let seen = Arc::new(Seen::new(&spec.dest));
     let names: Vec<&str> = claimed.iter().map(|(s, _)| s.name.as_str()).collect();
     let unique: HashSet<&String> = files.iter().collect();

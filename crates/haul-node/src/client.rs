@@ -103,6 +103,15 @@ pub struct ClientOptions {
 }
 
 impl ClientOptions {
+    /// Drops a key pin these options carry (`--fingerprint`, or one a
+    /// fan-out took at admission): options shared by many nodes must not
+    /// pin one node's key on the others.
+    pub fn unpin(&mut self) {
+        if let haul_transport::Security::Tls { fingerprint, .. } = &mut self.security {
+            *fingerprint = None;
+        }
+    }
+
     /// Connections one large file is split across: `--streams`, or two
     /// while `--transport auto` may still be measuring, so that a single
     /// large file is carried by both transports and the trial compares

@@ -21,7 +21,9 @@ use haul_session::{Event, Observer};
 /// The requests a connection can make, as counted: the transfer log's
 /// names, but `fanout` for a fan-out's control connection (whose files,
 /// relayed in by its upstreams' `relay` connections, count on it).
-pub const REQUESTS: [&str; 7] = ["push", "fetch", "list", "prune", "link", "fanout", "relay"];
+pub const REQUESTS: [&str; 8] = [
+    "push", "fetch", "list", "prune", "link", "fanout", "relay", "jump",
+];
 
 /// The causes a refusal is counted under.
 pub const REFUSAL_CAUSES: [&str; 6] = [

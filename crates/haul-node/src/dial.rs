@@ -489,9 +489,9 @@ impl ByAddress {
         // The node in between is pinned to its own key, never to the one
         // the caller pinned for this node.
         let mut theirs = opts.clone();
-        if let Security::Tls { fingerprint, .. } = &mut theirs.security {
-            *fingerprint = None;
-        }
+        theirs.unpin();
+        // Nor its token: the node in between has its own options, or none.
+        theirs.token = String::new();
         theirs.transport = Transport::Tcp;
         let way = crate::jump::Jumped {
             via: self.dialer_within(between, &theirs, jumps + 1),

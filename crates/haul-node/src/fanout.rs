@@ -357,12 +357,17 @@ pub async fn push_fanout(
         .map(|a| (a.index, a.dialer.clone()))
         .collect();
     // A node reached through another ([`Reach::via`]) is that node's child:
-    // the relay sends to it directly, as the client could not.
-    let fixed: Vec<Option<usize>> = admitted
+    // the relay sends to it directly, as the client could not. When that
+    // node is not in this transfer, only the client reaches it (through
+    // that node's port): its leaf, never a relay's child nor a relay.
+    let fixed: Vec<Option<Parent>> = admitted
         .iter()
         .map(|a| {
             let via = fan.reach.via(&a.addr)?;
-            admitted.iter().position(|b| b.addr == via)
+            Some(match admitted.iter().position(|b| b.addr == via) {
+                Some(j) => Parent::Node(j),
+                None => Parent::Client,
+            })
         })
         .collect();
     let plan = Plan::build_fixed(&rates, shape, largest, Candidates::All, &fixed);

@@ -8,7 +8,8 @@
 //!   request — and runs its own TLS session with the node at `to` inside
 //!   it (`haul_transport::connect_through`): `to`'s key is pinned as if it
 //!   were dialled directly, `to`'s token travels inside that session, and
-//!   the node in between forwards ciphertext it cannot read.
+//!   the node in between forwards ciphertext it cannot read (with TLS: a
+//!   plaintext node's session is as readable there as on any network).
 //! - The node in between ([`onward`]) passes a connection on only to an
 //!   address its operator named (`haul serve --jump-to HOST:PORT`), over
 //!   TCP, within the connect timeout, and says why when it does not.
@@ -16,11 +17,13 @@
 //!   way, a byte stream the other, `Bye` for a direction that ended, every
 //!   wait bounded by the idle limit.
 //!
-//! Data that moves in a fan-out does not come this way: a node reached
-//! through another is planned as that node's child, and the relay sends to
-//! it directly (`haul_plan::Plan::build_fixed`). What comes this way is
-//! the client's own: admission, listings, prunes, links — and a send when
-//! re-routing leaves the client as its sender.
+//! Data that moves in a fan-out does not come this way when it can be
+//! helped: a node reached through another is planned as that node's
+//! child, and the relay sends to it directly (`haul_plan::Plan::build_fixed`).
+//! What comes this way is the client's own: admission, listings, prunes,
+//! links — and the data when the node in between is not in the transfer
+//! (it owed nothing this round) or was lost from it: the node reached is
+//! then the client's leaf, never another relay's child (`Plan::pinned`).
 //!
 //! Written here rather than taken from a crate: the pipe is ~40 lines over
 //! the message transport every connection already has.
@@ -125,6 +128,8 @@ pub(crate) async fn onward(
     match dialled.await {
         Ok(Ok(stream)) => {
             tracing::info!("passing a connection on to {to}");
+            // Handshakes and heartbeats are small frames: no Nagle delay.
+            let _ = stream.set_nodelay(true);
             Ok(stream)
         }
         Ok(Err(e)) => Err((ErrorCode::Io, format!("it cannot reach {to}: {e}"))),
@@ -138,19 +143,24 @@ pub(crate) async fn onward(
 
 /// Moves bytes between `conn` (`Piped` messages) and `stream` both ways
 /// until each way ended (`Bye` one way, end of stream the other), or
-/// either failed, or nothing moved for `idle` one way while that way
-/// waited.
+/// either failed. The session inside may leave one way silent for long
+/// (a sender waiting on nothing): while the stream is quiet this side
+/// says `KeepAlive` every third of `idle`, so `conn`'s own idle limit
+/// counts only a peer that is gone; once the peer's way ended, the
+/// stream has `idle` to end too, and a write nobody reads fails after it.
 pub(crate) async fn pipe<S>(conn: Connection, stream: S, idle: Duration) -> Result<(), NodeError>
 where
     S: AsyncRead + AsyncWrite + Unpin + Send,
 {
     let (mut r, mut w) = conn;
     let (mut from_stream, mut to_stream) = tokio::io::split(stream);
+    let peer_ended = std::sync::atomic::AtomicBool::new(false);
     let inbound = async {
         loop {
             match r.recv().await? {
                 Message::Piped { data } => within(idle, to_stream.write_all(&data)).await?,
                 Message::Bye => {
+                    peer_ended.store(true, std::sync::atomic::Ordering::Relaxed);
                     // Its end of the stream may be gone already: nothing
                     // more to say to it either way.
                     let _ = within(idle, to_stream.shutdown()).await;
@@ -167,8 +177,18 @@ where
     };
     let outbound = async {
         let mut buf = vec![0u8; MAX_PIPED];
+        let beat = (idle / 3).max(Duration::from_millis(100));
         loop {
-            let n = within(idle, from_stream.read(&mut buf)).await?;
+            let n = match peer_ended.load(std::sync::atomic::Ordering::Relaxed) {
+                true => within(idle, from_stream.read(&mut buf)).await?,
+                false => match tokio::time::timeout(beat, from_stream.read(&mut buf)).await {
+                    Ok(read) => read.map_err(|e| NodeError::Transport(e.into()))?,
+                    Err(_) => {
+                        w.send(&Message::KeepAlive).await?;
+                        continue;
+                    }
+                },
+            };
             if n == 0 {
                 w.send(&Message::Bye).await?;
                 return Ok::<_, NodeError>(());
@@ -280,5 +300,42 @@ mod tests {
             .unwrap_err();
         assert_eq!(unreachable.0, ErrorCode::Io);
         assert!(unreachable.1.contains("cannot reach"), "{}", unreachable.1);
+    }
+
+    #[tokio::test]
+    async fn a_quiet_stream_is_kept_alive_and_the_pipe_waits_for_it() {
+        let idle = Duration::from_millis(300);
+        let (mut near, far) = memory_pair(Timeouts {
+            idle,
+            ..Timeouts::default()
+        });
+        let (mut stream, piped) = tokio::io::duplex(1024);
+        let piping = tokio::spawn(pipe(far, piped, idle));
+        // Ten idle limits of silence from the stream: keepalives, no end
+        // (this side answers in kind, as the pipe at its end does).
+        let mut beats = 0;
+        let until = tokio::time::Instant::now() + idle * 10;
+        while tokio::time::Instant::now() < until {
+            match tokio::time::timeout(idle, near.0.recv()).await {
+                Ok(Ok(Message::KeepAlive)) => beats += 1,
+                other => panic!("{other:?}"),
+            }
+            near.1.send(&Message::KeepAlive).await.unwrap();
+        }
+        assert!(beats >= 20, "{beats}");
+        assert!(!piping.is_finished());
+        stream.write_all(b"late").await.unwrap();
+        let mut got = Vec::new();
+        while got.len() < 4 {
+            match near.0.recv().await.unwrap() {
+                Message::Piped { data } => got.extend(data),
+                Message::KeepAlive => {}
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(got, b"late");
+        drop(stream);
+        near.1.send(&Message::Bye).await.unwrap();
+        piping.await.unwrap().unwrap();
     }
 }

@@ -241,6 +241,11 @@ pub struct Plan {
     /// (where a lost node's children can go). Empty for a chain or a tree.
     #[serde(skip)]
     pub room: Vec<usize>,
+    /// Nodes whose parent is fixed ([`Plan::build_fixed`]: a node only
+    /// its parent, or only the client, reaches): re-routing gives such a
+    /// node to the client, never to another relay. Empty: none.
+    #[serde(skip)]
+    pub pinned: Vec<bool>,
 }
 
 /// The `k`s `auto` tries for trees and striped trees.
@@ -306,28 +311,37 @@ impl Plan {
     }
 
     /// As [`Plan::build_among`], with some parents fixed: `fixed[i] =
-    /// Some(p)` makes node `i` node `p`'s child in every stripe (a node only
-    /// `p` reaches: a daemon's downstream site). The plan is built over the
-    /// other nodes, and each fixed one hangs beneath its parent, with no
-    /// room for children of others (a lost node's orphans never go to it).
-    /// A fixed parent out of range, or fixed parents that loop, are ignored:
-    /// those nodes are planned as any other.
+    /// Some(Node(p))` makes node `i` node `p`'s child in every stripe (a
+    /// node only `p` reaches: a daemon's downstream site), `Some(Client)`
+    /// the client's (a node only the client reaches, through a node not in
+    /// this plan). The plan is built over the other nodes, and each fixed
+    /// one hangs beneath its parent, a leaf for all but its own fixed
+    /// children, with no room for others' (a lost node's orphans never go
+    /// to it) and [`Plan::pinned`]. A fixed parent out of range, or fixed
+    /// parents that loop, are ignored: those nodes are planned as any other.
     pub fn build_fixed(
         rates: &Rates,
         shape: Shape,
         size: u64,
         candidates: Candidates,
-        fixed: &[Option<usize>],
+        fixed: &[Option<Parent>],
     ) -> Self {
         let n = rates.nodes.len();
-        let parent_of = |i: usize| fixed.get(i).copied().flatten().filter(|&p| p < n && p != i);
-        // Fixed when its fixed parents lead, without a loop, to a free node.
+        let parent_of = |i: usize| {
+            fixed.get(i).copied().flatten().filter(|p| match p {
+                Parent::Client => true,
+                Parent::Node(p) => *p < n && *p != i,
+            })
+        };
+        // Fixed when its fixed parents lead, without a loop, to a free
+        // node or the client.
         let is_fixed = |i: usize| {
             let mut at = i;
             for _ in 0..=n {
                 match parent_of(at) {
                     None => return at != i,
-                    Some(p) => at = p,
+                    Some(Parent::Client) => return true,
+                    Some(Parent::Node(p)) => at = p,
                 }
             }
             false
@@ -341,7 +355,11 @@ impl Plan {
             nodes: free.iter().map(|&i| rates.nodes[i]).collect(),
             delay: rates.delay,
         };
-        let base = Self::build_among(&among, shape, size, candidates);
+        // Every node fixed (to the client): a chain of none below them.
+        let base = match free.is_empty() {
+            true => Self::chain(&[]),
+            false => Self::build_among(&among, shape, size, candidates),
+        };
         let widen = |planned: &[Parent]| {
             let mut parents = vec![Parent::Client; n];
             for (k, &i) in free.iter().enumerate() {
@@ -352,7 +370,7 @@ impl Plan {
             }
             for (i, parent) in parents.iter_mut().enumerate() {
                 if let (true, Some(p)) = (is_fixed(i), parent_of(i)) {
-                    *parent = Parent::Node(p);
+                    *parent = p;
                 }
             }
             parents
@@ -370,6 +388,7 @@ impl Plan {
             parents: widen(&base.parents),
             stripes,
             room,
+            pinned: (0..n).map(is_fixed).collect(),
         }
     }
 
@@ -383,6 +402,7 @@ impl Plan {
             parents,
             stripes: Vec::new(),
             room: Vec::new(),
+            pinned: Vec::new(),
         }
     }
 
@@ -403,6 +423,7 @@ impl Plan {
             parents,
             stripes: Vec::new(),
             room: Vec::new(),
+            pinned: Vec::new(),
         }
     }
 

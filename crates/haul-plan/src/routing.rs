@@ -76,6 +76,9 @@ pub struct Routing {
     /// The plan's room per node (empty: orphans go to the nearest live
     /// ancestor).
     room: Vec<usize>,
+    /// Nodes only their fixed parent (or the client) reaches: re-homed to
+    /// the client, never to another relay ([`Plan::pinned`]).
+    pinned: Vec<bool>,
     alive: Vec<bool>,
     done: Vec<bool>,
     /// (child, parent): paths that failed while both lived; never used
@@ -93,6 +96,7 @@ impl Routing {
                 .collect(),
             striped: !plan.stripes.is_empty(),
             room: plan.room.clone(),
+            pinned: plan.pinned.clone(),
             alive: vec![true; n],
             done: vec![false; n],
             cuts: Vec::new(),
@@ -388,6 +392,11 @@ impl Routing {
     /// when no node has room left. A node whose path to `orphan` was cut is
     /// never chosen (the client stands in for such an `up`).
     fn adopter(&self, stripe: usize, orphan: usize, up: Parent, load: &[usize]) -> Parent {
+        // Only the client reaches it besides its own parent (through that
+        // parent's node, passing the connection on).
+        if self.pinned.get(orphan) == Some(&true) {
+            return Parent::Client;
+        }
         let spare = |p: usize| {
             let room = self.room.get(p).copied().unwrap_or(0);
             room.saturating_sub(load.get(p).copied().unwrap_or(usize::MAX))

@@ -79,6 +79,7 @@ pub(crate) fn build(order: &[usize], rates: &Rates, k: u32) -> Plan {
         parents: stripes.first().cloned().unwrap_or_default(),
         stripes,
         room,
+        pinned: Vec::new(),
     }
 }
 

@@ -166,6 +166,7 @@ fn a_plan_with_a_cycle_never_completes() {
         parents: vec![Parent::Node(1), Parent::Node(0)],
         stripes: Vec::new(),
         room: Vec::new(),
+        pinned: Vec::new(),
     };
     assert!(plan
         .predict_with(&Rates::unknown(2), MIB, MIB)
@@ -510,7 +511,13 @@ mod routing {
 #[test]
 fn fixed_parents_hang_beneath_their_node_in_every_stripe_and_the_rest_is_planned_as_usual() {
     // Node 3 only node 0 reaches, node 4 only node 3 (a two-level tree).
-    let fixed = [None, None, None, Some(0), Some(3)];
+    let fixed = [
+        None,
+        None,
+        None,
+        Some(Parent::Node(0)),
+        Some(Parent::Node(3)),
+    ];
     let rates = Rates::unknown(5);
     for shape in [Shape::Chain, Shape::Tree(2), Shape::Stripes(2), Shape::Auto] {
         let plan = Plan::build_fixed(&rates, shape, 64 * MIB, Candidates::All, &fixed);
@@ -536,11 +543,18 @@ fn fixed_parents_hang_beneath_their_node_in_every_stripe_and_the_rest_is_planned
         if !plan.room.is_empty() {
             assert_eq!(plan.room[3..], [0, 0]);
         }
-        // Node 0 lost: its fixed child goes to the nearest live ancestor.
+        assert_eq!(plan.pinned, [false, false, false, true, true]);
+        // Node 0 lost: its fixed child goes to the client, never to a
+        // relay (which cannot reach it), in every stripe.
         let mut routing = Routing::new(&plan);
         routing.lost(0);
-        assert_ne!(routing.parent(3), Parent::Node(0), "{shape}");
-        assert_eq!(routing.parent(4), Parent::Node(3), "{shape}");
+        for s in 0..plan.stripe_count() {
+            assert_eq!(routing.parent_in(s, 3), Parent::Client, "{shape} {s}");
+            assert_eq!(routing.parent_in(s, 4), Parent::Node(3), "{shape} {s}");
+        }
+        // Node 3 lost: its child too.
+        routing.lost(3);
+        assert_eq!(routing.parent(4), Parent::Client, "{shape}");
     }
 }
 
@@ -548,13 +562,38 @@ fn fixed_parents_hang_beneath_their_node_in_every_stripe_and_the_rest_is_planned
 fn fixed_parents_that_loop_or_point_nowhere_are_planned_as_free() {
     let rates = Rates::unknown(4);
     let plain = Plan::build(&rates, Shape::Chain, MIB);
+    let n = |i| Some(Parent::Node(i));
     for fixed in [
-        vec![None, Some(2), Some(1), None],
-        vec![Some(0), None, None, None],
-        vec![None, Some(9), None, None],
+        vec![None, n(2), n(1), None],
+        vec![n(0), None, None, None],
+        vec![None, n(9), None, None],
         vec![],
     ] {
         let plan = Plan::build_fixed(&rates, Shape::Chain, MIB, Candidates::All, &fixed);
         assert_eq!(plan, plain, "{fixed:?}");
     }
+}
+
+#[test]
+fn a_node_fixed_to_the_client_is_its_leaf_in_every_stripe() {
+    // Node 1 only the client reaches (its parent is in no plan).
+    let fixed = [None, Some(Parent::Client), None, None];
+    for shape in [Shape::Chain, Shape::Tree(2), Shape::Stripes(2)] {
+        let plan = Plan::build_fixed(&Rates::unknown(4), shape, 64 * MIB, Candidates::All, &fixed);
+        for s in 0..plan.stripe_count() {
+            let parents = plan.stripe(s);
+            assert_eq!(parents[1], Parent::Client, "{shape}");
+            assert!(!parents.contains(&Parent::Node(1)), "{shape}: {parents:?}");
+        }
+        let mut routing = Routing::new(&plan);
+        // Whoever is lost, it is never anyone's adopted child.
+        routing.lost(0);
+        for s in 0..plan.stripe_count() {
+            assert!(routing.children_in(s, Parent::Node(1)).is_empty());
+        }
+    }
+    // Every node fixed to the client: each fed by it.
+    let all = [Some(Parent::Client); 3];
+    let plan = Plan::build_fixed(&Rates::unknown(3), Shape::Auto, MIB, Candidates::All, &all);
+    assert_eq!(plan.parents, [Parent::Client; 3]);
 }

@@ -503,11 +503,12 @@ pub struct ServeArgs {
     /// are always kept.
     #[arg(long)]
     pub keep_owners: bool,
-    /// Pass connections of this node's clients (its token) on to the node at
-    /// HOST:PORT, which they cannot reach themselves: a daemon's site
-    /// downstream of this one (`downstream = [..]` in its config). The
-    /// client's TLS session with that node runs inside; this node cannot
-    /// read it. Repeatable.
+    /// Pass connections of this node's clients (those it accepts: its token,
+    /// or anyone's with --open) on to the node at HOST:PORT, which they
+    /// cannot reach themselves: a daemon's site downstream of this one
+    /// (`downstream = [..]` in its config). No other address is reached. The
+    /// client's TLS session with that node runs inside, which this node
+    /// cannot read. Repeatable.
     #[arg(long, value_name = "HOST:PORT", conflicts_with = "stdio")]
     pub jump_to: Vec<String>,
     /// Watch the root for changes (inotify: one watch per directory) and

@@ -151,11 +151,14 @@ fn delivery_plan(sites: &[SitePlan], names: &[String]) -> String {
         delay: 0.0,
     };
     // A site fed through another hangs beneath it.
-    let fixed: Vec<Option<usize>> = names
+    let fixed: Vec<Option<haul_plan::Parent>> = names
         .iter()
         .map(|n| {
             let via = sites.iter().find(|s| &s.name == n)?.via.as_ref()?;
-            names.iter().position(|m| m == via)
+            Some(match names.iter().position(|m| m == via) {
+                Some(j) => haul_plan::Parent::Node(j),
+                None => haul_plan::Parent::Client,
+            })
         })
         .collect();
     let plan = haul_plan::Plan::build_fixed(

@@ -707,6 +707,10 @@ fn site_plan(s: &SiteConfig, at: &dyn Fn(std::ops::Range<usize>) -> String) -> R
     })
 }
 
+/// Most sites a connection is passed on through to reach one
+/// (`haul_node::dial`'s own limit).
+const MAX_SITE_DEPTH: usize = 8;
+
 /// Each site's `downstream`, checked, noted as the `via` of the sites it
 /// names: a site named there is one (the daemon reaches it only through
 /// that one), a `haul://` node (the site above passes connections on to
@@ -732,6 +736,12 @@ fn downstream_sites(
                 bail!("{line}: [[site]] {name:?} names itself downstream");
             }
             if let Some(other) = &sites[i].via {
+                if other == &up.name {
+                    bail!(
+                        "{line}: [[site]] {:?} names {name:?} downstream twice",
+                        up.name
+                    );
+                }
                 bail!(
                     "{line}: [[site]] {name:?} is downstream of both {other:?} and {:?}: a site is fed through one site",
                     up.name
@@ -755,11 +765,17 @@ fn downstream_sites(
     }
     for s in sites.iter() {
         let mut at_site = s;
-        for _ in 0..sites.len() {
+        for depth in 0..sites.len() {
             let Some(up) = &at_site.via else { break };
             if up == &s.name {
                 bail!(
                     "[[site]] {:?}: the sites' downstream lists form a loop through it",
+                    s.name
+                );
+            }
+            if depth >= MAX_SITE_DEPTH {
+                bail!(
+                    "[[site]] {:?} is more than {MAX_SITE_DEPTH} sites below the daemon: a connection is passed on {MAX_SITE_DEPTH} times at most",
                     s.name
                 );
             }
@@ -1206,6 +1222,8 @@ deliver = ["a", "b"]
         assert!(e.contains("downstream names \"x\", and no [[site]]"), "{e}");
         let e = error_of(&tree.replace("downstream = [\"b\"]", "downstream = [\"a\"]"));
         assert!(e.contains("names itself downstream"), "{e}");
+        let e = error_of(&tree.replace("downstream = [\"b\"]", "downstream = [\"b\", \"b\"]"));
+        assert!(e.contains("names \"b\" downstream twice"), "{e}");
         let e = error_of(&tree.replace(
             &format!("token_file = \"{d}/c.token\""),
             &format!("token_file = \"{d}/c.token\"\ndownstream = [\"b\"]"),

@@ -29,6 +29,10 @@ fn a_site_feeds_its_downstream_sites_and_passes_the_daemons_connections_on() {
     let archive = http.root().join("sst");
     write_file(&archive.join("f0.nc"), 9 << 20, 1);
     write_file(&archive.join("f1.nc"), 10_000, 2);
+    // A second source that delivers to b alone: a owes nothing of it, so
+    // the daemon feeds b itself, through a's node.
+    let only_b = http.root().join("only-b");
+    write_file(&only_b.join("g0.nc"), 5 << 20, 7);
     let (b, c, d) = (
         start_site(&s, "b", "127.0.0.1:0"),
         start_site(&s, "c", "127.0.0.1:0"),
@@ -53,6 +57,11 @@ fn a_site_feeds_its_downstream_sites_and_passes_the_daemons_connections_on() {
         "\n[[source]]\nname = \"sst\"\nurl = \"{}\"\ndest = \"{}\"\nschedule = \"every 1s\"\ninclude = [\"*.nc\"]\ndeliver = [\"a\"]\n",
         http.http_url("/sst/"),
         s.path("acquired").display()
+    );
+    text += &format!(
+        "\n[[source]]\nname = \"direct\"\nurl = \"{}\"\ndest = \"{}\"\nschedule = \"every 1s\"\ndeliver = [\"b\"]\n",
+        http.http_url("/only-b/"),
+        s.path("acquired-b").display()
     );
     let config = s.path("haul.toml");
     std::fs::write(&config, text).unwrap();
@@ -99,6 +108,13 @@ fn a_site_feeds_its_downstream_sites_and_passes_the_daemons_connections_on() {
             below.node.addr
         );
     }
+    // The second source's file: at b, fed by the daemon through a (a
+    // passed the connection on), and nowhere else.
+    wait_for(Duration::from_secs(60), "g0 at b", || {
+        holds(&s, "b", &only_b, &["g0.nc"])
+    });
+    assert!(!s.path("site-a/sst/g0.nc").exists());
+    assert!(!s.path("site-c/sst/g0.nc").exists());
     // d: refused by a, said with the flag that would allow it; nothing
     // arrived there.
     wait_for(Duration::from_secs(30), "d's failures recorded", || {
@@ -111,9 +127,9 @@ fn a_site_feeds_its_downstream_sites_and_passes_the_daemons_connections_on() {
         "{failed:?}"
     );
     assert!(received(&s, "d").is_empty());
-    for site in ["b", "c"] {
+    for (site, files) in [("b", 3), ("c", 2)] {
         wait_for(Duration::from_secs(30), "b and c confirmed", || {
-            catalog(&config, &["list", "--site", site, "--state", "delivered"]).len() == 2
+            catalog(&config, &["list", "--site", site, "--state", "delivered"]).len() == files
         });
     }
     assert!(daemon.terminate().success());
