@@ -89,6 +89,10 @@ struct RunGate {
     run: i64,
     /// Files in a row that could not reach the source, and the last error.
     unreachable: std::sync::Mutex<(u32, Option<String>)>,
+    /// A listed file this run left for a later one (a failed file waiting
+    /// out its retry, one another worker holds or that could not be
+    /// claimed): a node source's cursor does not pass it.
+    left_for_later: std::sync::atomic::AtomicBool,
 }
 
 /// Files between their admission and their download's start.
@@ -422,11 +426,15 @@ impl FileGate for RunGate {
         // claimed when a download slot is free (`start`), in batches the
         // size of about a second of this worker's downloads, so workers
         // sharing a catalog take files as they can fetch them.
-        if self
+        if let Some(k) = self
             .known
             .get(&seen.path)
-            .is_some_and(|k| k.needs_nothing(&seen, self.source.refetch, now))
+            .filter(|k| k.needs_nothing(&seen, self.source.refetch, now))
         {
+            // Done, or failed and waiting: only the second is for later.
+            if k.state != "fetched" {
+                self.left_for_later.store(true, Ordering::Relaxed);
+            }
             return false;
         }
         let mut claims = self.claims.lock().await;
@@ -443,6 +451,7 @@ impl FileGate for RunGate {
         // source does not answer (the run ends; the daemon's backoff for a
         // down source decides when it is tried again).
         if self.ctx.writes.refusing() || self.source_lost().is_some() {
+            self.left_for_later.store(true, Ordering::Relaxed);
             return None;
         }
         {
@@ -452,6 +461,7 @@ impl FileGate for RunGate {
             }
             // Not ours: another worker holds it, or the claim failed (logged).
             if !claims.ours.remove(&file.rel) {
+                self.left_for_later.store(true, Ordering::Relaxed);
                 return None;
             }
             claims.started += 1;
@@ -597,6 +607,9 @@ fn secs(d: Duration) -> i64 {
 struct RunLog {
     source: String,
     transfer_log: Option<Arc<haul_node::transfer_log::ConnectionLog>>,
+    /// An entry failed (a listed file, or something the listing could not
+    /// name): a node source's cursor does not pass it.
+    had_errors: std::sync::atomic::AtomicBool,
 }
 
 impl Observer for RunLog {
@@ -606,6 +619,7 @@ impl Observer for RunLog {
         }
         match event {
             Event::FileError { path, error, .. } => {
+                self.had_errors.store(true, Ordering::Relaxed);
                 tracing::warn!("{}: {path}: {error}", self.source);
             }
             Event::Warning { message } => tracing::warn!("{}: {message}", self.source),
@@ -655,6 +669,7 @@ pub(crate) async fn run_once(
         bytes: AtomicU64::new(0),
         run: id,
         unreachable: std::sync::Mutex::new((0, None)),
+        left_for_later: Default::default(),
     });
     let observer = Arc::new(RunLog {
         source: source.name.clone(),
@@ -662,6 +677,7 @@ pub(crate) async fn run_once(
             .log
             .as_ref()
             .map(|l| l.daemon_run(&source.name, &source.url)),
+        had_errors: Default::default(),
     });
     // A node source's place in the node's journal: advanced only by a run
     // that handled everything its listing named.
@@ -685,7 +701,7 @@ pub(crate) async fn run_once(
                     path,
                     &source.dest,
                     opts,
-                    observer,
+                    observer.clone(),
                     source.timeout,
                 )
                 .await
@@ -706,7 +722,7 @@ pub(crate) async fn run_once(
                         "cannot make dest {}: {e}",
                         source.dest.display()
                     ))),
-                    Ok(()) => haul_node::pull(&at, &source.dest, &opts, observer)
+                    Ok(()) => haul_node::pull(&at, &source.dest, &opts, observer.clone())
                         .await
                         .map(|_| ())
                         .map_err(|e| DaemonError::Fetch(haul_run::error_text(&e))),
@@ -725,7 +741,12 @@ pub(crate) async fn run_once(
     };
     let counts = gate.counts();
     if let Some(cursor) = &list_cursor {
-        if result.is_ok() && counts.failed == 0 && unstarted == 0 {
+        let handled_all = result.is_ok()
+            && counts.failed == 0
+            && unstarted == 0
+            && !gate.left_for_later.load(Ordering::Relaxed)
+            && !observer.had_errors.load(Ordering::Relaxed);
+        if handled_all {
             cursor.advance();
         }
         if cursor.last_changes_only() == Some(true) {

@@ -115,9 +115,12 @@ pub const WHOLE_LISTING_EVERY: std::time::Duration = std::time::Duration::from_s
 /// A pull's place in a watching node's journal (`haul serve --watch`),
 /// kept from run to run by its caller (a daemon's node source). A listing
 /// asks for what changed after [`ListCursor::asked`]; the cursor the node
-/// ends it with is only [`ListCursor::offered`] until the caller
-/// [`ListCursor::advance`]s to it — once everything that listing named was
-/// handled, so a file that failed is listed again next time. Every
+/// starts it with is [`ListCursor::offered`] (the first one: a listing
+/// that broke and was listed again keeps the cursor of the first, so
+/// nothing that changed between the two is passed over), counts once a
+/// listing reached its end ([`ListCursor::listed_to_the_end`]), and the
+/// caller [`ListCursor::advance`]s to it only once everything the listing
+/// named was handled — a file that failed is listed again next time. Every
 /// [`WHOLE_LISTING_EVERY`] the cursor asked is none: a whole listing.
 #[derive(Debug, Default)]
 pub struct ListCursor {
@@ -128,6 +131,8 @@ pub struct ListCursor {
 struct CursorState {
     current: Option<haul_proto::Cursor>,
     offered: Option<haul_proto::Cursor>,
+    /// A listing of this pull reached its `Bye`.
+    complete: bool,
     /// When the last whole listing was offered.
     whole: Option<std::time::Instant>,
     /// What the last listing was: only changes, or everything.
@@ -142,7 +147,11 @@ impl ListCursor {
     /// The cursor a listing asks since: the last one advanced to, or none
     /// (epoch 0: the whole tree) at first and every hour.
     pub fn asked(&self) -> haul_proto::Cursor {
-        let s = self.state();
+        let mut s = self.state();
+        // A new pull: nothing an earlier one offered counts any more.
+        s.offered = None;
+        s.complete = false;
+        s.last_changes_only = None;
         let due = s.whole.is_none_or(|t| t.elapsed() >= WHOLE_LISTING_EVERY);
         match (s.current, due) {
             (Some(c), false) => c,
@@ -150,9 +159,13 @@ impl ListCursor {
         }
     }
 
-    /// The node's cursor at the end of a listing.
+    /// The node's cursor at the start of a listing (the first this pull
+    /// got; later ones, of listings again after a break, are not used).
     pub fn offered(&self, cursor: haul_proto::Cursor, changes_only: bool) {
         let mut s = self.state();
+        if s.offered.is_some() {
+            return;
+        }
         s.offered = Some(cursor);
         s.last_changes_only = Some(changes_only);
         if !changes_only {
@@ -160,10 +173,19 @@ impl ListCursor {
         }
     }
 
+    /// A listing of this pull reached its end: what it named is all the
+    /// node had to say since the cursor asked.
+    pub fn listed_to_the_end(&self) {
+        self.state().complete = true;
+    }
+
     /// Everything the last listing named was handled: the next asks from
-    /// where it began.
+    /// where it began (only if it reached its end).
     pub fn advance(&self) {
         let mut s = self.state();
+        if !s.complete {
+            return;
+        }
         if let Some(c) = s.offered.take() {
             s.current = Some(c);
         }
@@ -182,4 +204,39 @@ pub(crate) fn list_top(path: &str) -> String {
         return String::new();
     }
     path.rsplit('/').next().unwrap_or_default().to_owned()
+}
+
+#[cfg(test)]
+mod cursor_tests {
+    use super::*;
+    use haul_proto::Cursor;
+
+    #[test]
+    fn a_cursor_counts_only_when_its_listing_ended_and_the_caller_advanced() {
+        let c = ListCursor::default();
+        let none = Cursor { epoch: 0, seq: 0 };
+        let (first, later) = (Cursor { epoch: 7, seq: 3 }, Cursor { epoch: 7, seq: 9 });
+        // First pull: a whole listing, whose end came.
+        assert_eq!(c.asked(), none);
+        c.offered(first, false);
+        c.listed_to_the_end();
+        c.advance();
+        // Within the hour, the next pull asks from there.
+        assert_eq!(c.asked(), first);
+        // A listing that broke and was listed again: the first cursor is
+        // kept; without an end, or without the caller's advance, it does
+        // not count.
+        c.offered(later, true);
+        c.offered(Cursor { epoch: 7, seq: 12 }, true);
+        c.advance();
+        assert_eq!(c.asked(), first, "no end: not advanced");
+        c.offered(later, true);
+        c.listed_to_the_end();
+        assert_eq!(c.last_changes_only(), Some(true));
+        // The caller found something left for later: no advance; the next
+        // pull forgets what this one was offered.
+        assert_eq!(c.asked(), first);
+        c.advance();
+        assert_eq!(c.asked(), first);
+    }
 }

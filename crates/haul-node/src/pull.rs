@@ -415,7 +415,12 @@ async fn read_listing(
             None => listing::next(rd, opts.checksum).await?,
         };
         let (entry, sum) = match listed_now {
-            None => return Ok(()),
+            None => {
+                if let Some(c) = &opts.list_cursor {
+                    c.listed_to_the_end();
+                }
+                return Ok(());
+            }
             Some(Listed::Entry { entry, sum }) => (entry, sum),
             Some(Listed::Takes { .. }) => continue,
             Some(Listed::Cursor {

@@ -1086,8 +1086,12 @@ impl Server {
             writer.send(&Message::Takes { owners }).await?;
         }
         // Asked since a cursor: what changed after it, where the journal
-        // can tell, and the cursor this listing began at.
-        let (changed, cursor) = self.changed_since(since, keep);
+        // can tell, and the cursor this listing began at — said first, so
+        // a listing that breaks and is listed again keeps this one.
+        let (changed, cursor) = self.changed_since(since, keep).await;
+        if let Some(msg) = cursor {
+            writer.send(&msg).await?;
+        }
         let items: haul_engine::EntryIter = match changed {
             Some(paths) => {
                 let root = self.dest.held_root().clone();
@@ -1144,10 +1148,11 @@ impl Server {
                 Err(_) => writer.send(&Message::KeepAlive).await?,
             }
         }
-        let _ = walker.await;
-        if let Some(msg) = cursor {
-            writer.send(&msg).await?;
-        }
+        // A walk that ended abnormally ends no listing: without `Bye` the
+        // client sees it broken, never complete.
+        walker.await.map_err(|e| {
+            NodeError::Internal(format!("the listing's walk ended abnormally: {e}"))
+        })?;
         writer.send(&Message::Bye).await?;
         match reader.recv().await {
             Ok(Message::Bye) | Err(_) => Ok(()),
@@ -1161,7 +1166,7 @@ impl Server {
     /// (`None`: list everything — no watch, another epoch, `-H`'s listing
     /// of links, which needs every name) and the `Cursor` message that
     /// ends the listing (`None`: not asked).
-    fn changed_since(
+    async fn changed_since(
         &self,
         since: Option<haul_proto::Cursor>,
         keep: haul_proto::Keep,
@@ -1191,7 +1196,13 @@ impl Server {
             epoch: asked.epoch,
             seq: asked.seq,
         };
-        let (changed, now) = watch.since_and_cursor(c);
+        // The journal's lock is short, but the copy may be long: not on
+        // the runtime's threads.
+        let w = watch.clone();
+        let Ok((changed, now)) = tokio::task::spawn_blocking(move || w.since_and_cursor(c)).await
+        else {
+            return (None, None);
+        };
         let changed = changed.filter(|_| !keep.hard_links);
         let msg = Message::Cursor {
             cursor: haul_proto::Cursor {

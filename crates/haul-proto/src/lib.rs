@@ -45,7 +45,8 @@
 //! pull: Hello{.., List{path, sums}} -> Listing{entry}... Bye   (one connection lists;
 //!       v22: List{.., since: cursor} -> only what changed after the cursor where the
 //!       node watches its root (`haul serve --watch`) and the cursor is its journal's,
-//!       else everything; then Cursor{cursor, changes_only} before Bye)
+//!       else everything; Cursor{cursor, changes_only} comes first, and counts for
+//!       the client only once the listing reached Bye)
 //!       with sums (v6, `--checksum`, `haul check`) each file's Listing is
 //!       followed by Hashed{root}, its BLAKE3, or by FileError{Io}; v20:
 //!       asked for owners, groups or xattrs, Takes{owners} comes first:

@@ -373,8 +373,8 @@ pub enum Request {
         /// Version 22: list only what changed after this cursor, where the
         /// node can tell (it watches its root, and the cursor is from its
         /// journal's current run), else everything; either way the
-        /// listing ends with [`Message::Cursor`]. `None`: everything, and
-        /// no cursor.
+        /// listing starts with [`Message::Cursor`]. `None`: everything,
+        /// and no cursor.
         since: Option<Cursor>,
     },
     /// The client will ask for files with [`Message::Want`]; the server is the sender.
@@ -974,9 +974,10 @@ pub enum Message {
         /// The bytes.
         data: Vec<u8>,
     },
-    /// Node → client, last before `Bye` in a listing asked with `since`
-    /// (version 22): where the node's journal stood when the listing
-    /// began; the next `List{since}` names it.
+    /// Node → client, first in a listing asked with `since` (after
+    /// `Takes`; version 22): where the node's journal stood when the
+    /// listing began; the next `List{since}` names it once this listing
+    /// reached its `Bye`.
     Cursor {
         /// The place.
         cursor: Cursor,

@@ -1,34 +1,48 @@
 //! What changed beneath a root since a moment (`haul serve --watch`): a
-//! journal of the names created, written, renamed into place or whose
-//! metadata changed, fed by inotify, so a node answers "what is new since
-//! my last listing" (a downstream daemon's run) without walking its tree.
+//! journal of the names created, written, truncated, renamed into place or
+//! whose metadata changed, fed by inotify, so a node answers "what is new
+//! since my last listing" (a downstream daemon's run) without walking its
+//! tree.
 //!
 //! Every directory beneath the root is watched through its own held
 //! descriptor (`/proc/self/fd/N`, never a path from the top), the root's
-//! state directory (`.haul`) excepted. Each change gets the next sequence
-//! number; a [`Cursor`] is an epoch and a sequence number, and
-//! [`Watch::since`] answers with the names changed after it — or `None`
+//! state directory (`.haul`, any case) excepted. Each change gets the next
+//! sequence number (a path changed again moves to the end: the journal
+//! holds each path once); a [`Cursor`] is an epoch and a sequence number,
+//! and [`Watch::since`] answers with the paths changed after it — or `None`
 //! when it cannot be sure, and the caller walks the whole tree as it would
 //! without a watch:
-//! - the cursor is from another epoch: another run of this node, or one
-//!   before the journal was reset (the kernel's event queue overflowed, a
-//!   directory was renamed — every name under it moved —, a watch could not
-//!   be added: `fs.inotify.max_user_watches`);
-//! - the journal no longer reaches back to it (it keeps the last
-//!   [`KEEP`] changes).
+//! - the cursor is from another epoch: another run of this node (a random
+//!   epoch each start), or one before the journal was reset (the kernel's
+//!   event queue overflowed);
+//! - the journal no longer reaches back to it (it keeps the [`KEEP`] paths
+//!   changed last);
+//! - the watch stopped: a directory could not be watched because the
+//!   kernel's limit was reached (`fs.inotify.max_user_watches`), or its
+//!   events could not be read. A directory that vanished before its watch,
+//!   or that this user may not read, is left out as a walk would fail it.
 //!
-//! A directory that appears is watched first and then read, and everything
-//! in it is journaled: what was written into it before its watch existed
-//! is not missed. Removals are not journaled (a listing of what changed
-//! names what is there). The journal is advisory: the caller stats what it
-//! names, as a walk would.
+//! A directory that appears (made, or moved in from outside the root) is
+//! watched first and then read, and everything in it is journaled: what was
+//! written into it before its watch existed is not missed. A directory
+//! renamed within the root keeps its watches under the new name and
+//! everything beneath it is journaled under it; one moved out loses its
+//! watches. Removals are not journaled (a listing of what changed names
+//! what is there). The journal is advisory: the caller stats what it names,
+//! as a walk would. What inotify does not see is not journaled: writes
+//! through a memory mapping, and changes another machine makes on a
+//! network filesystem; a daemon's hourly whole listing finds those.
+//!
+//! The watching thread holds the journal's lock only to add to it, never
+//! while it reads a directory.
 //!
 //! inotify through `rustix` (already the crate's way to the kernel); the
 //! `notify` crate would add a thread model and event debouncing haul does
 //! not want, and it watches by path.
 
-use std::collections::{HashMap, VecDeque};
-use std::ffi::OsStr;
+use std::collections::{BTreeMap, HashMap};
+use std::ffi::{OsStr, OsString};
+use std::hash::{BuildHasher, Hasher};
 use std::io;
 use std::mem::MaybeUninit;
 use std::os::fd::{AsFd, OwnedFd};
@@ -40,12 +54,12 @@ use rustix::fs::inotify::{self, CreateFlags, ReadFlags, WatchFlags};
 use crate::dir::{errno, proc_fd};
 use crate::{Dir, Root};
 
-/// Changes the journal keeps; a cursor older than the last `KEEP` is
+/// Paths the journal keeps; a cursor from before the oldest kept change is
 /// answered with `None` (a whole listing).
-pub const KEEP: usize = 1 << 20;
+pub const KEEP: usize = 1 << 18;
 
-/// Directories watched at most before the journal gives up (each is a
-/// kernel watch, bounded by `fs.inotify.max_user_watches` too).
+/// Directories watched at most before the watch stops (each is a kernel
+/// watch, bounded by `fs.inotify.max_user_watches` too).
 const MAX_DIRS: usize = 1 << 20;
 
 /// A place in a watch's journal.
@@ -57,11 +71,13 @@ pub struct Cursor {
     pub seq: u64,
 }
 
-/// What events a directory's watch reports. (Not `DONT_FOLLOW`: the
-/// name watched is the descriptor's `/proc/self/fd` link, which must be
-/// followed to the directory it holds.)
+/// What events a directory's watch reports (`MODIFY` too: a write that
+/// leaves the file open, a truncation, an mtime set alone). Not
+/// `DONT_FOLLOW`: the name watched is the descriptor's `/proc/self/fd`
+/// link, which must be followed to the directory it holds.
 const EVENTS: WatchFlags = WatchFlags::CREATE
     .union(WatchFlags::CLOSE_WRITE)
+    .union(WatchFlags::MODIFY)
     .union(WatchFlags::MOVED_TO)
     .union(WatchFlags::MOVED_FROM)
     .union(WatchFlags::ATTRIB)
@@ -74,23 +90,25 @@ struct Journal {
     epoch: u64,
     /// The last change's number.
     seq: u64,
-    /// The oldest change kept is `first_kept + 1`… (cursors at or after
-    /// `first_kept` are answerable).
+    /// Cursors at or after this are answerable.
     first_kept: u64,
-    changes: VecDeque<(u64, String)>,
-    /// Each watched directory's path beneath the root ("" for the root).
-    dirs: HashMap<i32, String>,
-    /// Why the journal stopped (a watch could not be added): then every
-    /// answer is `None`.
+    /// Each path once, by the number of its last change.
+    changes: BTreeMap<u64, String>,
+    latest: HashMap<String, u64>,
+    /// Why the watch stopped: then every answer is `None`.
     broken: Option<String>,
 }
 
 impl Journal {
     fn note(&mut self, path: String) {
         self.seq += 1;
-        self.changes.push_back((self.seq, path));
+        if let Some(old) = self.latest.insert(path.clone(), self.seq) {
+            self.changes.remove(&old);
+        }
+        self.changes.insert(self.seq, path);
         while self.changes.len() > KEEP {
-            if let Some((seq, _)) = self.changes.pop_front() {
+            if let Some((seq, p)) = self.changes.pop_first() {
+                self.latest.remove(&p);
                 self.first_kept = seq;
             }
         }
@@ -98,9 +116,10 @@ impl Journal {
 
     /// Forgets everything: no cursor handed out so far is answered.
     fn reset(&mut self) {
-        self.epoch = self.epoch.wrapping_add(1);
+        self.epoch = self.epoch.wrapping_add(1) | 1;
         self.first_kept = self.seq;
         self.changes.clear();
+        self.latest.clear();
     }
 }
 
@@ -116,39 +135,44 @@ impl std::fmt::Debug for Watch {
     }
 }
 
+/// A random epoch for a journal that starts (never 0: a node without a
+/// watch hands out epoch 0).
+fn random_epoch() -> u64 {
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    h.finish() | 1
+}
+
 impl Watch {
     /// Watches every directory beneath `root` but `skip` (its state
-    /// directory's name), on a thread of its own for the process's life.
+    /// directory's name, any case), on a thread of its own for the
+    /// process's life.
     pub fn start(root: &Root, skip: &str) -> io::Result<Watch> {
         let fd = inotify::init(CreateFlags::CLOEXEC).map_err(errno)?;
-        let epoch = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64)
-            ^ u64::from(std::process::id()) << 32
-            // Never 0: a node without a watch hands out epoch 0.
-            | 1;
         let journal = Arc::new(Mutex::new(Journal {
-            epoch,
+            epoch: random_epoch(),
             seq: 0,
             first_kept: 0,
-            changes: VecDeque::new(),
-            dirs: HashMap::new(),
+            changes: BTreeMap::new(),
+            latest: HashMap::new(),
             broken: None,
         }));
-        let top = root.dir().reopen()?;
-        let watcher = Watcher {
+        let mut watcher = Watcher {
             fd,
-            root: top,
+            root: root.dir().reopen()?,
             skip: skip.to_owned(),
             journal: journal.clone(),
+            dirs: HashMap::new(),
+            moved_from: None,
         };
-        {
-            let mut j = lock(&journal);
-            if let Err(e) = watcher.add_tree(&mut j, &watcher.root.reopen()?, String::new(), false)
-            {
-                return Err(io::Error::new(e.kind(), format!("cannot watch it: {e}")));
-            }
-        }
+        let top = watcher.root.reopen()?;
+        watcher
+            .add_tree(top, String::new(), &mut Vec::new())
+            .map_err(|e| io::Error::new(e.kind(), format!("cannot watch it: {e}")))?;
         std::thread::Builder::new()
             .name("haul-watch".into())
             .spawn(move || watcher.run())?;
@@ -165,7 +189,7 @@ impl Watch {
         }
     }
 
-    /// The paths (beneath the root, each once, in the order they first
+    /// The paths (beneath the root, each once, in the order they last
     /// changed) that changed after `cursor`; `None` when that cannot be
     /// told (see the module docs).
     pub fn since(&self, cursor: Cursor) -> Option<Vec<String>> {
@@ -180,29 +204,20 @@ impl Watch {
             epoch: j.epoch,
             seq: j.seq,
         };
-        (Self::changed(&j, cursor), now)
-    }
-
-    fn changed(j: &Journal, cursor: Cursor) -> Option<Vec<String>> {
-        if j.broken.is_some()
-            || cursor.epoch != j.epoch
-            || cursor.seq < j.first_kept
-            || cursor.seq > j.seq
-        {
-            return None;
-        }
-        let mut seen = std::collections::HashSet::new();
-        Some(
+        let answerable = j.broken.is_none()
+            && cursor.epoch == j.epoch
+            && cursor.seq >= j.first_kept
+            && cursor.seq <= j.seq;
+        let changed = answerable.then(|| {
             j.changes
-                .iter()
-                .filter(|(seq, _)| *seq > cursor.seq)
-                .filter(|(_, p)| seen.insert(p.as_str()))
+                .range(cursor.seq.saturating_add(1)..)
                 .map(|(_, p)| p.clone())
-                .collect(),
-        )
+                .collect()
+        });
+        (changed, now)
     }
 
-    /// Why the journal stopped, if it did (said once by the caller).
+    /// Why the watch stopped, if it did (said once by the caller).
     pub fn broken(&self) -> Option<String> {
         lock(&self.journal).broken.clone()
     }
@@ -212,11 +227,17 @@ fn lock(j: &Mutex<Journal>) -> MutexGuard<'_, Journal> {
     j.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// The watching thread's own state.
 struct Watcher {
     fd: OwnedFd,
     root: Dir,
     skip: String,
     journal: Arc<Mutex<Journal>>,
+    /// Each watched directory's path beneath the root ("" for the root).
+    dirs: HashMap<i32, String>,
+    /// A directory just moved away (its cookie and path): the next event
+    /// says where to, or that it left the root.
+    moved_from: Option<(u32, String)>,
 }
 
 fn joined(dir: &str, name: &OsStr) -> Option<String> {
@@ -227,40 +248,65 @@ fn joined(dir: &str, name: &OsStr) -> Option<String> {
     })
 }
 
+/// Whether `path` is `dir` or beneath it.
+fn within(path: &str, dir: &str) -> bool {
+    path == dir || (path.starts_with(dir) && path.as_bytes().get(dir.len()) == Some(&b'/'))
+}
+
+/// Errors that leave a directory out (as a walk would fail it) rather than
+/// stop the watch: it vanished, this user may not read it, or it is no
+/// directory any more.
+fn left_out(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::NotFound | io::ErrorKind::PermissionDenied | io::ErrorKind::NotADirectory
+    )
+}
+
 impl Watcher {
-    /// Watches `dir` (at `path`) and every directory beneath it; with
-    /// `note`, journals every name found (a directory that just appeared).
-    fn add_tree(&self, j: &mut Journal, dir: &Dir, path: String, note: bool) -> io::Result<()> {
-        if j.dirs.len() >= MAX_DIRS {
-            return Err(io::Error::other(format!(
-                "more than {MAX_DIRS} directories"
-            )));
-        }
-        let wd = inotify::add_watch(&self.fd, proc_fd(dir.fd()), EVENTS).map_err(|e| {
-            let e = errno(e);
-            match e.raw_os_error() {
-                Some(28) => io::Error::other(
-                    "the kernel's limit on watches was reached (raise the sysctl fs.inotify.max_user_watches)",
-                ),
-                _ => e,
+    fn is_state_dir(&self, dir: &str, name: &OsStr) -> bool {
+        dir.is_empty() && name.as_bytes().eq_ignore_ascii_case(self.skip.as_bytes())
+    }
+
+    /// Watches `dir` (at `path`) and every directory beneath it, adding to
+    /// `found` every path beneath it (for a directory that just appeared).
+    /// A subdirectory that cannot be watched for [`left_out`]'s reasons is
+    /// skipped; anything else (the kernel's limit) stops the watch.
+    fn add_tree(&mut self, dir: Dir, path: String, found: &mut Vec<String>) -> io::Result<()> {
+        let mut stack = vec![(dir, path)];
+        while let Some((dir, path)) = stack.pop() {
+            if self.dirs.len() >= MAX_DIRS {
+                return Err(io::Error::other(format!(
+                    "more than {MAX_DIRS} directories"
+                )));
             }
-        })?;
-        j.dirs.insert(wd, path.clone());
-        for name in dir.names()? {
-            if path.is_empty() && name.as_bytes() == self.skip.as_bytes() {
-                continue;
-            }
-            let Some(child) = joined(&path, &name) else {
-                continue;
+            let added = inotify::add_watch(&self.fd, proc_fd(dir.fd()), EVENTS)
+                .map_err(errno)
+                .and_then(|wd| Ok((wd, dir.names()?)));
+            let (wd, names) = match added {
+                Ok(ok) => ok,
+                Err(e) if left_out(&e) && !path.is_empty() => continue,
+                Err(e) if e.raw_os_error() == Some(28) => {
+                    return Err(io::Error::other(
+                        "the kernel's limit on watches was reached (raise the sysctl fs.inotify.max_user_watches)",
+                    ))
+                }
+                Err(e) => return Err(e),
             };
-            if note {
-                j.note(child.clone());
-            }
-            if let Ok(Some(meta)) = dir.stat(&name) {
-                if meta.is_dir() {
-                    // Gone or replaced meanwhile: its own events say so.
-                    if let Ok(sub) = dir.subdir(&name) {
-                        self.add_tree(j, &sub, child, note)?;
+            self.dirs.insert(wd, path.clone());
+            for name in names {
+                if self.is_state_dir(&path, &name) {
+                    continue;
+                }
+                let Some(child) = joined(&path, &name) else {
+                    continue;
+                };
+                found.push(child.clone());
+                if let Ok(Some(meta)) = dir.stat(&name) {
+                    if meta.is_dir() {
+                        if let Ok(sub) = dir.subdir(&name) {
+                            stack.push((sub, child));
+                        }
                     }
                 }
             }
@@ -268,102 +314,172 @@ impl Watcher {
         Ok(())
     }
 
-    fn run(self) {
+    /// Drops the watches of `path` and every directory beneath it.
+    fn drop_tree(&mut self, path: &str) {
+        let gone: Vec<i32> = self
+            .dirs
+            .iter()
+            .filter(|(_, p)| within(p, path))
+            .map(|(wd, _)| *wd)
+            .collect();
+        for wd in gone {
+            self.dirs.remove(&wd);
+            let _ = inotify::remove_watch(&self.fd, wd);
+        }
+    }
+
+    /// The directory at `path` beneath the root, if it is still there.
+    fn open(&self, path: &str) -> Option<Dir> {
+        let mut dir = self.root.reopen().ok()?;
+        for comp in path.split('/').filter(|c| !c.is_empty()) {
+            dir = dir.subdir(comp).ok()?;
+        }
+        Some(dir)
+    }
+
+    fn stop(&self, why: String) {
+        lock(&self.journal).broken = Some(why);
+    }
+
+    fn run(mut self) {
         let mut buf = vec![MaybeUninit::<u8>::uninit(); 64 << 10];
-        let mut reader = inotify::Reader::new(self.fd.as_fd(), &mut buf);
+        let fd = match self.fd.try_clone() {
+            Ok(fd) => fd,
+            Err(e) => return self.stop(format!("cannot read its events: {e}")),
+        };
+        let mut reader = inotify::Reader::new(fd.as_fd(), &mut buf);
         loop {
-            let (wd, events, name) = match reader.next() {
+            let (wd, events, cookie, name) = match reader.next() {
                 Ok(event) => (
                     event.wd(),
                     event.events(),
+                    event.cookie(),
                     event
                         .file_name()
                         .map(|n| OsStr::from_bytes(n.to_bytes()).to_owned()),
                 ),
                 Err(rustix::io::Errno::INTR) => continue,
-                Err(e) => {
-                    lock(&self.journal).broken = Some(format!("reading its events failed: {e}"));
-                    return;
-                }
+                Err(e) => return self.stop(format!("reading its events failed: {e}")),
+            };
+            let mut found = Vec::new();
+            let reset = match self.apply(wd, events, cookie, name, &mut found) {
+                Ok(reset) => reset,
+                Err(e) => return self.stop(e.to_string()),
             };
             let mut j = lock(&self.journal);
-            if j.broken.is_some() {
-                return;
+            if reset {
+                j.reset();
             }
-            if let Err(e) = self.apply(&mut j, wd, events, name.as_deref()) {
-                j.broken = Some(e.to_string());
-                return;
+            for path in found {
+                j.note(path);
             }
         }
     }
 
+    /// What one event means: the paths to journal (into `found`), and
+    /// whether the journal must start again (`true`).
     fn apply(
-        &self,
-        j: &mut Journal,
+        &mut self,
         wd: i32,
         events: ReadFlags,
-        name: Option<&OsStr>,
-    ) -> io::Result<()> {
+        cookie: u32,
+        name: Option<OsString>,
+        found: &mut Vec<String>,
+    ) -> io::Result<bool> {
+        // A directory moved away whose next event is not its arrival left
+        // the root.
+        if let Some((c, from)) = self.moved_from.take() {
+            let arrives = events.contains(ReadFlags::MOVED_TO | ReadFlags::ISDIR) && cookie == c;
+            if !arrives {
+                self.drop_tree(&from);
+            } else {
+                self.moved_from = Some((c, from));
+            }
+        }
         if events.contains(ReadFlags::QUEUE_OVERFLOW) {
             // Events were lost: nothing handed out can be answered, and a
             // directory made meanwhile may have no watch yet.
-            j.reset();
-            j.dirs.clear();
-            return self.add_tree(j, &self.root.reopen()?, String::new(), false);
+            let all: Vec<i32> = self.dirs.keys().copied().collect();
+            for wd in all {
+                let _ = inotify::remove_watch(&self.fd, wd);
+            }
+            self.dirs.clear();
+            self.moved_from = None;
+            let top = self.root.reopen()?;
+            self.add_tree(top, String::new(), &mut Vec::new())?;
+            return Ok(true);
         }
         if events.contains(ReadFlags::IGNORED) {
-            j.dirs.remove(&wd);
-            return Ok(());
+            self.dirs.remove(&wd);
+            return Ok(false);
         }
-        let Some(dir) = j.dirs.get(&wd).cloned() else {
-            return Ok(());
+        let Some(dir) = self.dirs.get(&wd).cloned() else {
+            return Ok(false);
         };
         if events.intersects(ReadFlags::DELETE_SELF | ReadFlags::MOVE_SELF) {
             if dir.is_empty() {
-                j.reset();
-                j.broken = Some("the served directory itself was removed or moved".into());
+                return Err(io::Error::other(
+                    "the served directory itself was removed or moved",
+                ));
             }
-            return Ok(());
+            return Ok(false);
         }
-        let Some(name) = name else { return Ok(()) };
-        if dir.is_empty() && name.as_bytes() == self.skip.as_bytes() {
-            return Ok(());
+        let Some(name) = name else { return Ok(false) };
+        if self.is_state_dir(&dir, &name) {
+            return Ok(false);
         }
-        let Some(path) = joined(&dir, name) else {
-            return Ok(());
+        let Some(path) = joined(&dir, &name) else {
+            return Ok(false);
         };
         let is_dir = events.contains(ReadFlags::ISDIR);
-        if is_dir && events.intersects(ReadFlags::MOVED_FROM | ReadFlags::MOVED_TO) {
-            // Every name beneath it moved: the watches' paths are stale.
-            j.reset();
-            j.dirs.clear();
-            return self.add_tree(j, &self.root.reopen()?, String::new(), false);
+        if is_dir && events.contains(ReadFlags::MOVED_FROM) {
+            self.moved_from = Some((cookie, path));
+            return Ok(false);
         }
-        if events.contains(ReadFlags::MOVED_FROM) {
-            return Ok(());
+        found.push(path.clone());
+        if !is_dir || !events.intersects(ReadFlags::CREATE | ReadFlags::MOVED_TO) {
+            return Ok(false);
         }
-        j.note(path.clone());
-        if is_dir && events.contains(ReadFlags::CREATE) {
-            let Some(parent) = self.open(&dir)? else {
-                return Ok(());
-            };
-            if let Ok(sub) = parent.subdir(name) {
-                self.add_tree(j, &sub, path, true)?;
+        // Renamed within the root: its watches carry on under the new
+        // name, and everything beneath it is journaled there.
+        if let Some((_, from)) = self.moved_from.take() {
+            for p in self.dirs.values_mut() {
+                if within(p, &from) {
+                    *p = format!("{path}{}", &p[from.len()..]);
+                }
             }
+            if let Some(d) = self.open(&path) {
+                self.note_beneath(&d, &path, found);
+            }
+            return Ok(false);
         }
-        Ok(())
+        // Made, or moved in from outside: watched, then read.
+        if let Some(sub) = self.open(&path) {
+            self.add_tree(sub, path, found)?;
+        }
+        Ok(false)
     }
 
-    /// The directory at `path` beneath the root, if it is still there.
-    fn open(&self, path: &str) -> io::Result<Option<Dir>> {
-        let mut dir = self.root.reopen()?;
-        for comp in path.split('/').filter(|c| !c.is_empty()) {
-            match dir.subdir(comp) {
-                Ok(sub) => dir = sub,
-                Err(_) => return Ok(None),
+    /// Every path beneath `dir` (at `path`), already watched.
+    fn note_beneath(&self, dir: &Dir, path: &str, found: &mut Vec<String>) {
+        let mut stack = match dir.reopen() {
+            Ok(d) => vec![(d, path.to_owned())],
+            Err(_) => return,
+        };
+        while let Some((dir, path)) = stack.pop() {
+            let Ok(names) = dir.names() else { continue };
+            for name in names {
+                let Some(child) = joined(&path, &name) else {
+                    continue;
+                };
+                found.push(child.clone());
+                if matches!(dir.stat(&name), Ok(Some(m)) if m.is_dir()) {
+                    if let Ok(sub) = dir.subdir(&name) {
+                        stack.push((sub, child));
+                    }
+                }
             }
         }
-        Ok(Some(dir))
     }
 }
 
@@ -438,21 +554,78 @@ mod tests {
     }
 
     #[test]
-    fn a_renamed_directory_resets_the_journal_and_keeps_watching() {
+    fn renamed_moved_in_and_moved_out_directories_are_followed() {
         let d = tempfile::tempdir().unwrap();
-        std::fs::create_dir_all(d.path().join("a/b")).unwrap();
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(d.path().join("tree/a/b")).unwrap();
+        std::fs::write(d.path().join("tree/a/b/old"), b"o").unwrap();
+        std::fs::create_dir_all(outside.path().join("in/deep")).unwrap();
+        std::fs::write(outside.path().join("in/deep/f"), b"f").unwrap();
+        let root = Root::open(&d.path().join("tree")).unwrap();
+        let w = Watch::start(&root, ".haul").unwrap();
+        let c0 = w.cursor();
+        // Renamed within the root: no reset, its contents under the new
+        // name, and its watches follow it.
+        std::fs::rename(d.path().join("tree/a"), d.path().join("tree/z")).unwrap();
+        eventually(&w, c0, &["z", "z/b", "z/b/old"]);
+        let c1 = w.cursor();
+        std::fs::write(d.path().join("tree/z/b/new"), b"n").unwrap();
+        assert_eq!(eventually(&w, c1, &["z/b/new"]), ["z/b/new"]);
+        // Moved in from outside: watched, all of it journaled.
+        std::fs::rename(outside.path().join("in"), d.path().join("tree/in")).unwrap();
+        eventually(&w, c1, &["in", "in/deep", "in/deep/f"]);
+        let c2 = w.cursor();
+        std::fs::write(d.path().join("tree/in/deep/g"), b"g").unwrap();
+        eventually(&w, c2, &["in/deep/g"]);
+        // Moved out: no longer watched (what happens there is not ours).
+        std::fs::rename(d.path().join("tree/in"), outside.path().join("back")).unwrap();
+        std::fs::write(d.path().join("tree/marker"), b"m").unwrap();
+        eventually(&w, c2, &["marker"]);
+        std::fs::write(outside.path().join("back/deep/h"), b"h").unwrap();
+        std::fs::write(d.path().join("tree/marker2"), b"m").unwrap();
+        let after = eventually(&w, c2, &["marker2"]);
+        assert!(!after.iter().any(|p| p.contains("deep/h")), "{after:?}");
+        // A write that leaves the file open, and an mtime set alone.
+        let c4 = w.cursor();
+        let mut open = std::fs::OpenOptions::new()
+            .append(true)
+            .open(d.path().join("tree/z/b/old"))
+            .unwrap();
+        std::io::Write::write_all(&mut open, b"more").unwrap();
+        eventually(&w, c4, &["z/b/old"]);
+        let c5 = w.cursor();
+        let t = std::time::SystemTime::UNIX_EPOCH + Duration::from_secs(1_000_000);
+        std::fs::File::options()
+            .write(true)
+            .open(d.path().join("tree/marker"))
+            .unwrap()
+            .set_modified(t)
+            .unwrap();
+        eventually(&w, c5, &["marker"]);
+        // The state directory in any case is nobody's business.
+        std::fs::create_dir(d.path().join("tree/.HAUL")).unwrap();
+        std::fs::write(d.path().join("tree/.HAUL/x"), b"x").unwrap();
+        std::fs::write(d.path().join("tree/marker3"), b"m").unwrap();
+        let last = eventually(&w, c5, &["marker3"]);
+        assert!(
+            !last.iter().any(|p| p.to_lowercase().starts_with(".haul")),
+            "{last:?}"
+        );
+        assert!(w.broken().is_none());
+    }
+
+    #[test]
+    fn the_journal_holds_each_path_once_at_its_last_change() {
+        let d = tempfile::tempdir().unwrap();
         let root = Root::open(d.path()).unwrap();
         let w = Watch::start(&root, ".haul").unwrap();
         let c0 = w.cursor();
-        std::fs::rename(d.path().join("a"), d.path().join("z")).unwrap();
-        let started = Instant::now();
-        while w.since(c0).is_some() {
-            assert!(started.elapsed() < Duration::from_secs(10), "no reset");
-            std::thread::sleep(Duration::from_millis(10));
+        for i in 0..50u8 {
+            std::fs::write(d.path().join("a"), [i]).unwrap();
         }
-        // Watching again, under the new names.
-        let c1 = w.cursor();
-        std::fs::write(d.path().join("z/b/f"), b"f").unwrap();
-        assert_eq!(eventually(&w, c1, &["z/b/f"]), ["z/b/f"]);
+        std::fs::write(d.path().join("b"), b"b").unwrap();
+        std::fs::write(d.path().join("a"), b"last").unwrap();
+        let got = eventually(&w, c0, &["a", "b"]);
+        assert_eq!(got.iter().filter(|p| *p == "a").count(), 1, "{got:?}");
     }
 }

@@ -516,7 +516,7 @@ pub struct ServeArgs {
     /// is new since its last one instead of walking the whole tree (an
     /// unwatchable tree — fs.inotify.max_user_watches — is walked as before,
     /// said once).
-    #[arg(long)]
+    #[arg(long, conflicts_with_all = ["stdio", "ssh", "restrict"])]
     pub watch: bool,
 }
 

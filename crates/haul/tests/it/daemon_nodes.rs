@@ -340,8 +340,9 @@ fn a_watching_node_lists_only_what_is_new_since_the_daemons_last_run() {
     std::fs::write(
         &config,
         format!(
-            "catalog = \"sqlite:{}\"\n\n[[source]]\nname = \"sst\"\nurl = \"{}\"\ntoken_file = \"{}\"\nfingerprint = \"{}\"\ndest = \"{}\"\nschedule = \"every 1s\"\nrefetch = \"if-changed\"\ninclude = [\"*.nc\"]\n",
+            "catalog = \"sqlite:{}\"\nstatus = \"127.0.0.1:{}\"\n\n[[source]]\nname = \"sst\"\nurl = \"{}\"\ntoken_file = \"{}\"\nfingerprint = \"{}\"\ndest = \"{}\"\nschedule = \"every 1s\"\nrefetch = \"if-changed\"\ninclude = [\"*.nc\"]\n",
             s.path("catalog.db").display(),
+            free_port(),
             up.url("data"),
             token.display(),
             up.fingerprint.as_deref().unwrap_or(""),

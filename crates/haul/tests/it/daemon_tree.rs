@@ -45,9 +45,11 @@ fn a_site_feeds_its_downstream_sites_and_passes_the_daemons_connections_on() {
         "127.0.0.1:0",
         &["--jump-to", &b.node.addr, "--jump-to", &c.node.addr],
     );
+    // A status port of its own: the default one is any other test's too.
     let mut text = format!(
-        "catalog = \"sqlite:{}\"\ndown_retry = \"1s\"\n",
-        s.path("catalog.db").display()
+        "catalog = \"sqlite:{}\"\nstatus = \"127.0.0.1:{}\"\ndown_retry = \"1s\"\n",
+        s.path("catalog.db").display(),
+        crate::daemon::free_port()
     );
     text += &site_toml(&s, &a, "downstream = [\"b\", \"c\", \"d\"]");
     for site in [&b, &c, &d] {
