@@ -748,6 +748,11 @@ pub(crate) async fn run_once(
             && !observer.had_errors.load(Ordering::Relaxed);
         if handled_all {
             cursor.advance();
+        } else {
+            tracing::info!(
+                "{}: something this run listed was left for later: the next run asks the node again from the same place",
+                source.name
+            );
         }
         if cursor.last_changes_only() == Some(true) {
             tracing::info!(

@@ -168,9 +168,6 @@ impl ListCursor {
         }
         s.offered = Some(cursor);
         s.last_changes_only = Some(changes_only);
-        if !changes_only {
-            s.whole = Some(std::time::Instant::now());
-        }
     }
 
     /// A listing of this pull reached its end: what it named is all the
@@ -188,6 +185,11 @@ impl ListCursor {
         }
         if let Some(c) = s.offered.take() {
             s.current = Some(c);
+            // A whole listing that was handled: the next whole one is due
+            // an hour from now.
+            if s.last_changes_only == Some(false) {
+                s.whole = Some(std::time::Instant::now());
+            }
         }
     }
 
@@ -238,5 +240,12 @@ mod cursor_tests {
         assert_eq!(c.asked(), first);
         c.advance();
         assert_eq!(c.asked(), first);
+        // A whole listing offered but never handled does not count as the
+        // hourly one: a fresh cursor still asks for a whole listing.
+        let fresh = ListCursor::default();
+        fresh.asked();
+        fresh.offered(first, false);
+        fresh.listed_to_the_end();
+        assert_eq!(fresh.asked(), none);
     }
 }

@@ -72,6 +72,15 @@ pub async fn pull(
         let first = loop {
             match listing::next(&mut lr, opts.checksum).await? {
                 Some(Listed::Takes { .. }) => continue,
+                Some(Listed::Cursor {
+                    cursor,
+                    changes_only,
+                }) => {
+                    if let Some(c) = &opts.list_cursor {
+                        c.offered(cursor, changes_only);
+                    }
+                    continue;
+                }
                 other => break other,
             }
         };

@@ -1184,14 +1184,6 @@ impl Server {
                 }),
             );
         };
-        if let Some(why) = watch.broken() {
-            if !self
-                .watch_broken_said
-                .swap(true, std::sync::atomic::Ordering::Relaxed)
-            {
-                tracing::warn!("--watch stopped: {why}; listings walk the whole tree");
-            }
-        }
         let c = haul_root::watch::Cursor {
             epoch: asked.epoch,
             seq: asked.seq,
@@ -1199,10 +1191,22 @@ impl Server {
         // The journal's lock is short, but the copy may be long: not on
         // the runtime's threads.
         let w = watch.clone();
-        let Ok((changed, now)) = tokio::task::spawn_blocking(move || w.since_and_cursor(c)).await
+        let Ok((changed, now, broken)) = tokio::task::spawn_blocking(move || {
+            let (changed, now) = w.since_and_cursor(c);
+            (changed, now, w.broken())
+        })
+        .await
         else {
             return (None, None);
         };
+        if let Some(why) = broken {
+            if !self
+                .watch_broken_said
+                .swap(true, std::sync::atomic::Ordering::Relaxed)
+            {
+                tracing::warn!("--watch stopped: {why}; listings walk the whole tree");
+            }
+        }
         let changed = changed.filter(|_| !keep.hard_links);
         let msg = Message::Cursor {
             cursor: haul_proto::Cursor {

@@ -167,11 +167,11 @@ impl Watch {
             skip: skip.to_owned(),
             journal: journal.clone(),
             dirs: HashMap::new(),
+            paths: HashMap::new(),
             moved_from: None,
         };
-        let top = watcher.root.reopen()?;
         watcher
-            .add_tree(top, String::new(), &mut Vec::new())
+            .add_tree(String::new(), &mut Vec::new())
             .map_err(|e| io::Error::new(e.kind(), format!("cannot watch it: {e}")))?;
         std::thread::Builder::new()
             .name("haul-watch".into())
@@ -235,6 +235,8 @@ struct Watcher {
     journal: Arc<Mutex<Journal>>,
     /// Each watched directory's path beneath the root ("" for the root).
     dirs: HashMap<i32, String>,
+    /// The same the other way.
+    paths: HashMap<String, i32>,
     /// A directory just moved away (its cookie and path): the next event
     /// says where to, or that it left the root.
     moved_from: Option<(u32, String)>,
@@ -268,32 +270,47 @@ impl Watcher {
         dir.is_empty() && name.as_bytes().eq_ignore_ascii_case(self.skip.as_bytes())
     }
 
-    /// Watches `dir` (at `path`) and every directory beneath it, adding to
-    /// `found` every path beneath it (for a directory that just appeared).
-    /// A subdirectory that cannot be watched for [`left_out`]'s reasons is
-    /// skipped; anything else (the kernel's limit) stops the watch.
-    fn add_tree(&mut self, dir: Dir, path: String, found: &mut Vec<String>) -> io::Result<()> {
-        let mut stack = vec![(dir, path)];
-        while let Some((dir, path)) = stack.pop() {
+    /// Watches the directory at `path` and every directory beneath it,
+    /// adding to `found` every path beneath it (for a directory that just
+    /// appeared). Each directory is opened from the root when its turn
+    /// comes (component by component, no symlink followed), so the walk
+    /// holds a few descriptors, not one per pending directory. A directory
+    /// that vanished or is no directory any more is skipped; one this user
+    /// may not read is skipped until its mode changes (its `ATTRIB` event
+    /// watches it then); anything else (the kernel's limit, out of
+    /// descriptors) stops the watch.
+    fn add_tree(&mut self, path: String, found: &mut Vec<String>) -> io::Result<()> {
+        let mut stack = vec![path];
+        while let Some(path) = stack.pop() {
             if self.dirs.len() >= MAX_DIRS {
                 return Err(io::Error::other(format!(
                     "more than {MAX_DIRS} directories"
                 )));
             }
-            let added = inotify::add_watch(&self.fd, proc_fd(dir.fd()), EVENTS)
-                .map_err(errno)
-                .and_then(|wd| Ok((wd, dir.names()?)));
-            let (wd, names) = match added {
-                Ok(ok) => ok,
-                Err(e) if left_out(&e) && !path.is_empty() => continue,
-                Err(e) if e.raw_os_error() == Some(28) => {
-                    return Err(io::Error::other(
-                        "the kernel's limit on watches was reached (raise the sysctl fs.inotify.max_user_watches)",
-                    ))
+            let Some(dir) = self.open(&path) else {
+                continue;
+            };
+            let wd = match inotify::add_watch(&self.fd, proc_fd(dir.fd()), EVENTS) {
+                Ok(wd) => wd,
+                Err(e) => {
+                    let e = errno(e);
+                    if left_out(&e) && !path.is_empty() {
+                        continue;
+                    }
+                    if e.raw_os_error() == Some(28) {
+                        return Err(io::Error::other(
+                            "the kernel's limit on watches was reached (raise the sysctl fs.inotify.max_user_watches)",
+                        ));
+                    }
+                    return Err(e);
                 }
+            };
+            self.set_dir(wd, path.clone());
+            let names = match dir.names() {
+                Ok(names) => names,
+                Err(e) if left_out(&e) && !path.is_empty() => continue,
                 Err(e) => return Err(e),
             };
-            self.dirs.insert(wd, path.clone());
             for name in names {
                 if self.is_state_dir(&path, &name) {
                     continue;
@@ -302,16 +319,29 @@ impl Watcher {
                     continue;
                 };
                 found.push(child.clone());
-                if let Ok(Some(meta)) = dir.stat(&name) {
-                    if meta.is_dir() {
-                        if let Ok(sub) = dir.subdir(&name) {
-                            stack.push((sub, child));
-                        }
-                    }
+                if matches!(dir.stat(&name), Ok(Some(m)) if m.is_dir()) {
+                    stack.push(child);
                 }
             }
         }
         Ok(())
+    }
+
+    fn set_dir(&mut self, wd: i32, path: String) {
+        if let Some(old) = self.dirs.insert(wd, path.clone()) {
+            if self.paths.get(&old) == Some(&wd) {
+                self.paths.remove(&old);
+            }
+        }
+        self.paths.insert(path, wd);
+    }
+
+    fn unset_dir(&mut self, wd: i32) {
+        if let Some(old) = self.dirs.remove(&wd) {
+            if self.paths.get(&old) == Some(&wd) {
+                self.paths.remove(&old);
+            }
+        }
     }
 
     /// Drops the watches of `path` and every directory beneath it.
@@ -323,7 +353,7 @@ impl Watcher {
             .map(|(wd, _)| *wd)
             .collect();
         for wd in gone {
-            self.dirs.remove(&wd);
+            self.unset_dir(wd);
             let _ = inotify::remove_watch(&self.fd, wd);
         }
     }
@@ -367,11 +397,14 @@ impl Watcher {
                 Err(e) => return self.stop(e.to_string()),
             };
             let mut j = lock(&self.journal);
-            if reset {
+            // More than the journal keeps (a huge tree moved in): nothing
+            // handed out can be answered; the next listings are whole.
+            if reset || found.len() > KEEP {
                 j.reset();
-            }
-            for path in found {
-                j.note(path);
+            } else {
+                for path in found {
+                    j.note(path);
+                }
             }
         }
     }
@@ -399,18 +432,24 @@ impl Watcher {
         if events.contains(ReadFlags::QUEUE_OVERFLOW) {
             // Events were lost: nothing handed out can be answered, and a
             // directory made meanwhile may have no watch yet.
-            let all: Vec<i32> = self.dirs.keys().copied().collect();
-            for wd in all {
-                let _ = inotify::remove_watch(&self.fd, wd);
-            }
+            // Watched again first (a directory still there keeps its
+            // watch), then only what was not found again is removed:
+            // removing every watch would queue an event each, enough to
+            // overflow again.
+            let before: Vec<i32> = self.dirs.keys().copied().collect();
             self.dirs.clear();
+            self.paths.clear();
             self.moved_from = None;
-            let top = self.root.reopen()?;
-            self.add_tree(top, String::new(), &mut Vec::new())?;
+            self.add_tree(String::new(), &mut Vec::new())?;
+            for wd in before {
+                if !self.dirs.contains_key(&wd) {
+                    let _ = inotify::remove_watch(&self.fd, wd);
+                }
+            }
             return Ok(true);
         }
         if events.contains(ReadFlags::IGNORED) {
-            self.dirs.remove(&wd);
+            self.unset_dir(wd);
             return Ok(false);
         }
         let Some(dir) = self.dirs.get(&wd).cloned() else {
@@ -437,49 +476,49 @@ impl Watcher {
             return Ok(false);
         }
         found.push(path.clone());
-        if !is_dir || !events.intersects(ReadFlags::CREATE | ReadFlags::MOVED_TO) {
+        if !is_dir {
             return Ok(false);
         }
-        // Renamed within the root: its watches carry on under the new
-        // name, and everything beneath it is journaled there.
-        if let Some((_, from)) = self.moved_from.take() {
-            for p in self.dirs.values_mut() {
-                if within(p, &from) {
-                    *p = format!("{path}{}", &p[from.len()..]);
-                }
+        // A directory's mode changed: one this user could not read may be
+        // readable now, and then it is watched and read.
+        if events.contains(ReadFlags::ATTRIB) {
+            if !self.paths.contains_key(&path) {
+                self.add_tree(path, found)?;
             }
-            if let Some(d) = self.open(&path) {
-                self.note_beneath(&d, &path, found);
+            return Ok(false);
+        }
+        if !events.intersects(ReadFlags::CREATE | ReadFlags::MOVED_TO) {
+            return Ok(false);
+        }
+        // Renamed within the root: walked again where it is now (a
+        // directory already watched keeps its watch and takes its new
+        // name; one made meanwhile is watched), and where it was, for an
+        // exchange of two directories; what was beneath the old name and
+        // is found nowhere now is dropped.
+        if let Some((_, from)) = self.moved_from.take() {
+            let before: Vec<i32> = self
+                .dirs
+                .iter()
+                .filter(|(_, p)| within(p, &from))
+                .map(|(wd, _)| *wd)
+                .collect();
+            self.add_tree(path, found)?;
+            if self.open(&from).is_some() {
+                self.add_tree(from.clone(), found)?;
+            }
+            for wd in before {
+                if self.dirs.get(&wd).is_some_and(|p| within(p, &from))
+                    && self.open(&from).is_none()
+                {
+                    self.unset_dir(wd);
+                    let _ = inotify::remove_watch(&self.fd, wd);
+                }
             }
             return Ok(false);
         }
         // Made, or moved in from outside: watched, then read.
-        if let Some(sub) = self.open(&path) {
-            self.add_tree(sub, path, found)?;
-        }
+        self.add_tree(path, found)?;
         Ok(false)
-    }
-
-    /// Every path beneath `dir` (at `path`), already watched.
-    fn note_beneath(&self, dir: &Dir, path: &str, found: &mut Vec<String>) {
-        let mut stack = match dir.reopen() {
-            Ok(d) => vec![(d, path.to_owned())],
-            Err(_) => return,
-        };
-        while let Some((dir, path)) = stack.pop() {
-            let Ok(names) = dir.names() else { continue };
-            for name in names {
-                let Some(child) = joined(&path, &name) else {
-                    continue;
-                };
-                found.push(child.clone());
-                if matches!(dir.stat(&name), Ok(Some(m)) if m.is_dir()) {
-                    if let Ok(sub) = dir.subdir(&name) {
-                        stack.push((sub, child));
-                    }
-                }
-            }
-        }
     }
 }
 
@@ -627,5 +666,33 @@ mod tests {
         std::fs::write(d.path().join("a"), b"last").unwrap();
         let got = eventually(&w, c0, &["a", "b"]);
         assert_eq!(got.iter().filter(|p| *p == "a").count(), 1, "{got:?}");
+    }
+
+    #[test]
+    fn two_directories_exchanged_keep_their_names_apart() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(d.path().join("cur/x")).unwrap();
+        std::fs::create_dir_all(d.path().join("next/y")).unwrap();
+        let root = Root::open(d.path()).unwrap();
+        let w = Watch::start(&root, ".haul").unwrap();
+        let c0 = w.cursor();
+        rustix::fs::renameat_with(
+            rustix::fs::CWD,
+            d.path().join("cur"),
+            rustix::fs::CWD,
+            d.path().join("next"),
+            rustix::fs::RenameFlags::EXCHANGE,
+        )
+        .unwrap();
+        eventually(&w, c0, &["cur/y", "next/x"]);
+        let c1 = w.cursor();
+        // Each side's watches are named by where they are now.
+        std::fs::write(d.path().join("cur/y/f"), b"f").unwrap();
+        std::fs::write(d.path().join("next/x/g"), b"g").unwrap();
+        let got = eventually(&w, c1, &["cur/y/f", "next/x/g"]);
+        assert!(
+            !got.iter().any(|p| p == "cur/x/g" || p == "next/y/f"),
+            "{got:?}"
+        );
     }
 }
