@@ -49,6 +49,23 @@ pub(crate) enum Listed {
     },
 }
 
+impl Listed {
+    /// A listing's cursor, offered to the pull's [`ListCursor`] (if any);
+    /// anything else is not a cursor and is left alone.
+    pub(crate) fn offer_to(&self, to: &Option<std::sync::Arc<ListCursor>>) {
+        if let (
+            Listed::Cursor {
+                cursor,
+                changes_only,
+            },
+            Some(c),
+        ) = (self, to)
+        {
+            c.offered(*cursor, *changes_only);
+        }
+    }
+}
+
 /// The next item of a listing asked `sums` or not; `None` at its end.
 pub(crate) async fn next(
     rd: &mut Box<dyn MessageReader>,

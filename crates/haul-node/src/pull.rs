@@ -72,15 +72,7 @@ pub async fn pull(
         let first = loop {
             match listing::next(&mut lr, opts.checksum).await? {
                 Some(Listed::Takes { .. }) => continue,
-                Some(Listed::Cursor {
-                    cursor,
-                    changes_only,
-                }) => {
-                    if let Some(c) = &opts.list_cursor {
-                        c.offered(cursor, changes_only);
-                    }
-                    continue;
-                }
+                Some(cursor @ Listed::Cursor { .. }) => cursor.offer_to(&opts.list_cursor),
                 other => break other,
             }
         };
@@ -432,13 +424,8 @@ async fn read_listing(
             }
             Some(Listed::Entry { entry, sum }) => (entry, sum),
             Some(Listed::Takes { .. }) => continue,
-            Some(Listed::Cursor {
-                cursor,
-                changes_only,
-            }) => {
-                if let Some(c) = &opts.list_cursor {
-                    c.offered(cursor, changes_only);
-                }
+            Some(cursor @ Listed::Cursor { .. }) => {
+                cursor.offer_to(&opts.list_cursor);
                 continue;
             }
             Some(Listed::Error { .. }) if resume.catching_up() => continue,
