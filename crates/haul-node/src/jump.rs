@@ -114,7 +114,7 @@ pub(crate) async fn onward(
     to: &str,
     allowed: &[String],
     timeouts: Timeouts,
-) -> Result<tokio::net::TcpStream, (ErrorCode, String)> {
+) -> Result<Box<dyn haul_transport::ByteStream>, (ErrorCode, String)> {
     if !allowed.iter().any(|a| a == to) {
         return Err((
             ErrorCode::Unauthorized,
@@ -124,20 +124,12 @@ pub(crate) async fn onward(
             ),
         ));
     }
-    let dialled = tokio::time::timeout(timeouts.connect, tokio::net::TcpStream::connect(to));
-    match dialled.await {
-        Ok(Ok(stream)) => {
+    match haul_transport::connect_bytes(to, timeouts).await {
+        Ok(stream) => {
             tracing::info!("passing a connection on to {to}");
-            // Handshakes and heartbeats are small frames: no Nagle delay.
-            let _ = stream.set_nodelay(true);
             Ok(stream)
         }
-        Ok(Err(e)) => Err((ErrorCode::Io, format!("it cannot reach {to}: {e}"))),
-        Err(_) => {
-            let secs = timeouts.connect.as_secs();
-            let msg = format!("it cannot reach {to}: no answer within {secs}s");
-            Err((ErrorCode::Io, msg))
-        }
+        Err(e) => Err((ErrorCode::Io, format!("it cannot reach {to}: {e}"))),
     }
 }
 
@@ -284,20 +276,26 @@ mod tests {
 
     #[tokio::test]
     async fn only_the_nodes_its_operator_named_are_reached() {
-        let refused = onward("127.0.0.1:9", &["127.0.0.1:10".into()], Timeouts::default())
-            .await
-            .unwrap_err();
+        let Err(refused) =
+            onward("127.0.0.1:9", &["127.0.0.1:10".into()], Timeouts::default()).await
+        else {
+            panic!("reached an address not allowed");
+        };
         assert_eq!(refused.0, ErrorCode::Unauthorized);
         assert!(refused.1.contains("--jump-to 127.0.0.1:9"), "{}", refused.1);
         // Named, but nothing listens there: said, not hung.
         let port = {
-            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let any = "127.0.0.1:0".parse().unwrap();
+            let l = haul_transport::Listener::bind(any, None, None)
+                .await
+                .unwrap();
             l.local_addr().unwrap().port()
         };
         let to = format!("127.0.0.1:{port}");
-        let unreachable = onward(&to, std::slice::from_ref(&to), Timeouts::default())
-            .await
-            .unwrap_err();
+        let Err(unreachable) = onward(&to, std::slice::from_ref(&to), Timeouts::default()).await
+        else {
+            panic!("reached a port nothing listens on");
+        };
         assert_eq!(unreachable.0, ErrorCode::Io);
         assert!(unreachable.1.contains("cannot reach"), "{}", unreachable.1);
     }

@@ -32,8 +32,8 @@ pub(crate) enum Listed {
         /// It does.
         owners: bool,
     },
-    /// Where the node's journal stood when the listing began (last, when
-    /// the listing was asked `since` a cursor: v22).
+    /// Where the node's journal stood when the listing began (first, after
+    /// `Takes`, when the listing was asked `since` a cursor: v22).
     Cursor {
         /// The place.
         cursor: haul_proto::Cursor,
@@ -210,7 +210,8 @@ impl ListCursor {
         }
     }
 
-    /// Whether the last listing named only changes (`None`: none ended).
+    /// Whether this pull's listing named only changes (`None`: no cursor
+    /// was offered yet).
     pub fn last_changes_only(&self) -> Option<bool> {
         self.state().last_changes_only
     }
@@ -257,12 +258,11 @@ mod cursor_tests {
         assert_eq!(c.asked(), first);
         c.advance();
         assert_eq!(c.asked(), first);
-        // A whole listing offered but never handled does not count as the
-        // hourly one: a fresh cursor still asks for a whole listing.
-        let fresh = ListCursor::default();
-        fresh.asked();
-        fresh.offered(first, false);
-        fresh.listed_to_the_end();
-        assert_eq!(fresh.asked(), none);
+        // A listing of changes that ended and was handled: the next asks
+        // from its cursor.
+        c.offered(later, true);
+        c.listed_to_the_end();
+        c.advance();
+        assert_eq!(c.asked(), later);
     }
 }

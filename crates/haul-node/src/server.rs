@@ -1165,7 +1165,7 @@ impl Server {
     /// For a listing asked `since` a cursor: the paths changed after it
     /// (`None`: list everything — no watch, another epoch, `-H`'s listing
     /// of links, which needs every name) and the `Cursor` message that
-    /// ends the listing (`None`: not asked).
+    /// starts the listing (`None`: not asked).
     async fn changed_since(
         &self,
         since: Option<haul_proto::Cursor>,

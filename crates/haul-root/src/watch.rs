@@ -4,9 +4,10 @@
 //! since my last listing" (a downstream daemon's run) without walking its
 //! tree.
 //!
-//! Every directory beneath the root is watched through its own held
-//! descriptor (`/proc/self/fd/N`, never a path from the top), the root's
-//! state directory (`.haul`, any case) excepted. Each change gets the next
+//! Every directory beneath the root is watched through a descriptor of its
+//! own (`/proc/self/fd/N`, opened from the root one component at a time,
+//! no symlink followed), the root's state directory (`.haul`, any case)
+//! excepted. Each change gets the next
 //! sequence number (a path changed again moves to the end: the journal
 //! holds each path once); a [`Cursor`] is an epoch and a sequence number,
 //! and [`Watch::since`] answers with the paths changed after it — or `None`
@@ -168,6 +169,7 @@ impl Watch {
             journal: journal.clone(),
             dirs: HashMap::new(),
             paths: HashMap::new(),
+            touched: Default::default(),
             moved_from: None,
         };
         watcher
@@ -237,6 +239,9 @@ struct Watcher {
     dirs: HashMap<i32, String>,
     /// The same the other way.
     paths: HashMap<String, i32>,
+    /// The watches a walk set (a rename's two walks: what neither found
+    /// again is dropped).
+    touched: std::collections::HashSet<i32>,
     /// A directory just moved away (its cookie and path): the next event
     /// says where to, or that it left the root.
     moved_from: Option<(u32, String)>,
@@ -287,8 +292,12 @@ impl Watcher {
                     "more than {MAX_DIRS} directories"
                 )));
             }
-            let Some(dir) = self.open(&path) else {
-                continue;
+            let dir = match self.open(&path)? {
+                Some(dir) => dir,
+                None if path.is_empty() => {
+                    return Err(io::Error::other("the served directory itself is gone"))
+                }
+                None => continue,
             };
             let wd = match inotify::add_watch(&self.fd, proc_fd(dir.fd()), EVENTS) {
                 Ok(wd) => wd,
@@ -305,12 +314,20 @@ impl Watcher {
                     return Err(e);
                 }
             };
-            self.set_dir(wd, path.clone());
+            // Watched only once it could be read: one that cannot be (no
+            // search permission) is watched when its mode changes (its
+            // parent's ATTRIB).
             let names = match dir.names() {
                 Ok(names) => names,
-                Err(e) if left_out(&e) && !path.is_empty() => continue,
+                Err(e) if left_out(&e) && !path.is_empty() => {
+                    if !self.dirs.contains_key(&wd) {
+                        let _ = inotify::remove_watch(&self.fd, wd);
+                    }
+                    continue;
+                }
                 Err(e) => return Err(e),
             };
+            self.set_dir(wd, path.clone());
             for name in names {
                 if self.is_state_dir(&path, &name) {
                     continue;
@@ -328,6 +345,7 @@ impl Watcher {
     }
 
     fn set_dir(&mut self, wd: i32, path: String) {
+        self.touched.insert(wd);
         if let Some(old) = self.dirs.insert(wd, path.clone()) {
             if self.paths.get(&old) == Some(&wd) {
                 self.paths.remove(&old);
@@ -359,12 +377,18 @@ impl Watcher {
     }
 
     /// The directory at `path` beneath the root, if it is still there.
-    fn open(&self, path: &str) -> Option<Dir> {
-        let mut dir = self.root.reopen().ok()?;
+    /// `None` when it vanished or is no directory any more ([`left_out`]);
+    /// any other failure (out of descriptors) is an error.
+    fn open(&self, path: &str) -> io::Result<Option<Dir>> {
+        let mut dir = self.root.reopen()?;
         for comp in path.split('/').filter(|c| !c.is_empty()) {
-            dir = dir.subdir(comp).ok()?;
+            dir = match dir.subdir(comp) {
+                Ok(sub) => sub,
+                Err(e) if left_out(&e) => return Ok(None),
+                Err(e) => return Err(e),
+            };
         }
-        Some(dir)
+        Ok(Some(dir))
     }
 
     fn stop(&self, why: String) {
@@ -419,16 +443,7 @@ impl Watcher {
         name: Option<OsString>,
         found: &mut Vec<String>,
     ) -> io::Result<bool> {
-        // A directory moved away whose next event is not its arrival left
-        // the root.
-        if let Some((c, from)) = self.moved_from.take() {
-            let arrives = events.contains(ReadFlags::MOVED_TO | ReadFlags::ISDIR) && cookie == c;
-            if !arrives {
-                self.drop_tree(&from);
-            } else {
-                self.moved_from = Some((c, from));
-            }
-        }
+        self.touched.clear();
         if events.contains(ReadFlags::QUEUE_OVERFLOW) {
             // Events were lost: nothing handed out can be answered, and a
             // directory made meanwhile may have no watch yet.
@@ -447,6 +462,16 @@ impl Watcher {
                 }
             }
             return Ok(true);
+        }
+        // A directory moved away whose next event is not its arrival left
+        // the root.
+        if let Some((c, from)) = self.moved_from.take() {
+            let arrives = events.contains(ReadFlags::MOVED_TO | ReadFlags::ISDIR) && cookie == c;
+            if !arrives {
+                self.drop_tree(&from);
+            } else {
+                self.moved_from = Some((c, from));
+            }
         }
         if events.contains(ReadFlags::IGNORED) {
             self.unset_dir(wd);
@@ -502,14 +527,11 @@ impl Watcher {
                 .filter(|(_, p)| within(p, &from))
                 .map(|(wd, _)| *wd)
                 .collect();
+            self.touched.clear();
             self.add_tree(path, found)?;
-            if self.open(&from).is_some() {
-                self.add_tree(from.clone(), found)?;
-            }
+            self.add_tree(from, found)?;
             for wd in before {
-                if self.dirs.get(&wd).is_some_and(|p| within(p, &from))
-                    && self.open(&from).is_none()
-                {
+                if !self.touched.contains(&wd) {
                     self.unset_dir(wd);
                     let _ = inotify::remove_watch(&self.fd, wd);
                 }

@@ -40,7 +40,8 @@ pub use packing::{Packing, Unpacking};
 pub use path::{Flow, PathHint, PathLearning, PathSeen};
 pub use quic::{connect_quic, QuicAccepted, QuicListener};
 pub use socket::{
-    connect, connect_through, Accepted, Listener, PeerKey, Security, Transport, Tuning,
+    connect, connect_bytes, connect_through, Accepted, ByteStream, Listener, PeerKey, Security,
+    Transport, Tuning,
 };
 
 /// The directory haul keeps its configuration in: `$HAUL_CONFIG_DIR`, else

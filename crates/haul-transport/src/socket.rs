@@ -182,6 +182,38 @@ pub async fn connect(
     Ok(((Box::new(reader), Box::new(writer)), Some(key)))
 }
 
+/// A byte stream both ways (a TCP connection, an in-memory pipe), for what
+/// moves raw bytes rather than haul's frames.
+pub trait ByteStream: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
+
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> ByteStream for T {}
+
+/// A plain TCP connection to `addr` (`host:port`), within the connect
+/// timeout, with no TLS and no framing: what a node that passes a client's
+/// connection on (`Jump`) writes the client's bytes to.
+pub async fn connect_bytes(
+    addr: &str,
+    timeouts: Timeouts,
+) -> Result<Box<dyn ByteStream>, TransportError> {
+    let addrs = resolve(addr, timeouts).await?;
+    let stream = match tokio::time::timeout(timeouts.connect, TcpStream::connect(&addrs[..])).await
+    {
+        Ok(r) => r.map_err(|source| TransportError::Connect {
+            addr: addr.to_owned(),
+            source,
+        })?,
+        Err(_) => return Err(TransportError::Unanswered {
+            addr: addr.to_owned(),
+            what: "the TCP connection",
+            secs: timeouts.connect.as_secs(),
+            hint: "is the host up, the address right, and the port open (no firewall dropping it)?",
+        }),
+    };
+    // Handshakes and heartbeats are small frames: no Nagle delay.
+    tune(&stream, None);
+    Ok(Box::new(stream))
+}
+
 /// Connects to the node `addr` names over `stream`, a byte stream that
 /// already reaches it (a connection another node passes on, `Jump`): TLS
 /// with `security`'s pinning inside it, as [`connect`] over TCP, or frames
