@@ -498,6 +498,7 @@ impl ByAddress {
             to: addr.to_owned(),
             security: own.security.clone(),
             timeouts: own.timeouts,
+            tuning: own.tuning.clone(),
         };
         Dialer::new(way.into_dial(), own.token.clone(), own.timeouts)
             .compressing(own.packing())

@@ -49,6 +49,9 @@ pub struct Jumped {
     pub security: Security,
     /// Handshake and idle limits.
     pub timeouts: Timeouts,
+    /// The node reached's own tuning: its `--max-rate` (a site's
+    /// `max_rate`) paces what goes through the node in between.
+    pub tuning: haul_transport::Tuning,
 }
 
 impl Dial for Jumped {
@@ -80,7 +83,8 @@ impl Dial for Jumped {
                 }
             });
             let (conn, key) =
-                connect_through(near, &self.to, &self.security, self.timeouts).await?;
+                connect_through(near, &self.to, &self.security, self.timeouts, &self.tuning)
+                    .await?;
             let over = match key {
                 Some(_) => "TLS 1.3, passed on by another node",
                 None => "plaintext, passed on by another node",

@@ -135,23 +135,8 @@ pub async fn connect(
     timeouts: Timeouts,
     tuning: &Tuning,
 ) -> Result<(Connection, Option<PeerKey>), TransportError> {
-    let socket_buffer = tuning.socket_buffer;
-    let connect_err = |source| TransportError::Connect {
-        addr: addr.to_owned(),
-        source,
-    };
-    let addrs = resolve(addr, timeouts).await?;
-    let stream = match tokio::time::timeout(timeouts.connect, TcpStream::connect(&addrs[..])).await
-    {
-        Ok(r) => r.map_err(connect_err)?,
-        Err(_) => return Err(TransportError::Unanswered {
-            addr: addr.to_owned(),
-            what: "the TCP connection",
-            secs: timeouts.connect.as_secs(),
-            hint: "is the host up, the address right, and the port open (no firewall dropping it)?",
-        }),
-    };
-    tune(&stream, socket_buffer);
+    let stream = tcp_connect(addr, timeouts).await?;
+    tune(&stream, tuning.socket_buffer);
     // Valid while the connection's writer holds the socket's write half.
     let fd = std::os::fd::AsRawFd::as_raw_fd(&stream);
     let pinning = match security {
@@ -195,23 +180,29 @@ pub async fn connect_bytes(
     addr: &str,
     timeouts: Timeouts,
 ) -> Result<Box<dyn ByteStream>, TransportError> {
+    let stream = tcp_connect(addr, timeouts).await?;
+    // Handshakes and heartbeats are small frames: no Nagle delay.
+    tune(&stream, None);
+    Ok(Box::new(stream))
+}
+
+/// The TCP connection to `addr` (`host:port`: resolved, then connected),
+/// each within the connect timeout; what to check is said when it is not
+/// answered.
+async fn tcp_connect(addr: &str, timeouts: Timeouts) -> Result<TcpStream, TransportError> {
     let addrs = resolve(addr, timeouts).await?;
-    let stream = match tokio::time::timeout(timeouts.connect, TcpStream::connect(&addrs[..])).await
-    {
+    match tokio::time::timeout(timeouts.connect, TcpStream::connect(&addrs[..])).await {
         Ok(r) => r.map_err(|source| TransportError::Connect {
             addr: addr.to_owned(),
             source,
-        })?,
-        Err(_) => return Err(TransportError::Unanswered {
+        }),
+        Err(_) => Err(TransportError::Unanswered {
             addr: addr.to_owned(),
             what: "the TCP connection",
             secs: timeouts.connect.as_secs(),
             hint: "is the host up, the address right, and the port open (no firewall dropping it)?",
         }),
-    };
-    // Handshakes and heartbeats are small frames: no Nagle delay.
-    tune(&stream, None);
-    Ok(Box::new(stream))
+    }
 }
 
 /// Connects to the node `addr` names over `stream`, a byte stream that
@@ -223,6 +214,7 @@ pub async fn connect_through<S>(
     addr: &str,
     security: &Security,
     timeouts: Timeouts,
+    tuning: &Tuning,
 ) -> Result<(Connection, Option<PeerKey>), TransportError>
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
@@ -230,7 +222,7 @@ where
     let pinning = match security {
         Security::Plaintext => {
             let (r, w) = tokio::io::split(stream);
-            return Ok((crate::stream_connection(r, w, timeouts), None));
+            return Ok((paced(r, w, timeouts, tuning), None));
         }
         Security::Tls {
             fingerprint,
@@ -239,7 +231,21 @@ where
     };
     let (tls, key) = tls_handshake(stream, addr, pinning, timeouts).await?;
     let (r, w) = tokio::io::split(tls);
-    Ok((crate::stream_connection(r, w, timeouts), Some(key)))
+    Ok((paced(r, w, timeouts, tuning), Some(key)))
+}
+
+/// Frames over a stream's two halves at `tuning`'s pace (`--max-rate`).
+fn paced(
+    r: impl tokio::io::AsyncRead + Unpin + Send + 'static,
+    w: impl tokio::io::AsyncWrite + Unpin + Send + 'static,
+    timeouts: Timeouts,
+    tuning: &Tuning,
+) -> Connection {
+    let mut reader = FrameReader::new(Box::new(r), timeouts.idle);
+    reader.set_pace(tuning.pace.clone());
+    let mut writer = FrameWriter::new(Sink::Boxed(Box::new(w)), timeouts.idle);
+    writer.set_pace(tuning.pace.clone());
+    (Box::new(reader), Box::new(writer))
 }
 
 /// The client's TLS handshake over `stream` with the node `addr` names,

@@ -52,7 +52,9 @@ fn a_site_feeds_its_downstream_sites_and_passes_the_daemons_connections_on() {
         crate::daemon::free_port()
     );
     text += &site_toml(&s, &a, "downstream = [\"b\", \"c\", \"d\"]");
-    for site in [&b, &c, &d] {
+    // b's max_rate caps what the daemon itself sends it, also through a.
+    text += &site_toml(&s, &b, "max_rate = \"2M\"");
+    for site in [&c, &d] {
         text += &site_toml(&s, site, "");
     }
     text += &format!(
@@ -117,6 +119,16 @@ fn a_site_feeds_its_downstream_sites_and_passes_the_daemons_connections_on() {
     });
     assert!(!s.path("site-a/sst/g0.nc").exists());
     assert!(!s.path("site-c/sst/g0.nc").exists());
+    // At b's max_rate: 5 MiB at 2 MiB/s takes more than 2 s (a moment on
+    // loopback without it).
+    let b_log = std::fs::read_to_string(s.path("b.log")).unwrap();
+    let secs = b_log
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|r| r["event"] == "file_received" && r["path"] == "sst/g0.nc")
+        .and_then(|r| r["secs"].as_f64())
+        .expect("g0's line in b's log");
+    assert!(secs > 2.0, "g0 reached b in {secs} s: not at its max_rate");
     // d: refused by a, said with the flag that would allow it; nothing
     // arrived there.
     wait_for(Duration::from_secs(30), "d's failures recorded", || {
