@@ -173,7 +173,7 @@ impl Watch {
             moved_from: None,
         };
         watcher
-            .add_tree(String::new(), &mut Vec::new())
+            .add_tree(String::new(), None)
             .map_err(|e| io::Error::new(e.kind(), format!("cannot watch it: {e}")))?;
         std::thread::Builder::new()
             .name("haul-watch".into())
@@ -276,15 +276,15 @@ impl Watcher {
     }
 
     /// Watches the directory at `path` and every directory beneath it,
-    /// adding to `found` every path beneath it (for a directory that just
-    /// appeared). Each directory is opened from the root when its turn
+    /// adding to `found` (if given: a directory that just appeared) every
+    /// path beneath it. Each directory is opened from the root when its turn
     /// comes (component by component, no symlink followed), so the walk
     /// holds a few descriptors, not one per pending directory. A directory
     /// that vanished or is no directory any more is skipped; one this user
     /// may not read is skipped until its mode changes (its `ATTRIB` event
     /// watches it then); anything else (the kernel's limit, out of
     /// descriptors) stops the watch.
-    fn add_tree(&mut self, path: String, found: &mut Vec<String>) -> io::Result<()> {
+    fn add_tree(&mut self, path: String, mut found: Option<&mut Vec<String>>) -> io::Result<()> {
         let mut stack = vec![path];
         while let Some(path) = stack.pop() {
             if self.dirs.len() >= MAX_DIRS {
@@ -335,7 +335,9 @@ impl Watcher {
                 let Some(child) = joined(&path, &name) else {
                     continue;
                 };
-                found.push(child.clone());
+                if let Some(found) = found.as_deref_mut() {
+                    found.push(child.clone());
+                }
                 if matches!(dir.stat(&name), Ok(Some(m)) if m.is_dir()) {
                     stack.push(child);
                 }
@@ -455,7 +457,7 @@ impl Watcher {
             self.dirs.clear();
             self.paths.clear();
             self.moved_from = None;
-            self.add_tree(String::new(), &mut Vec::new())?;
+            self.add_tree(String::new(), None)?;
             for wd in before {
                 if !self.dirs.contains_key(&wd) {
                     let _ = inotify::remove_watch(&self.fd, wd);
@@ -472,6 +474,13 @@ impl Watcher {
             } else {
                 self.moved_from = Some((c, from));
             }
+        }
+        if events.intersects(ReadFlags::IGNORED | ReadFlags::UNMOUNT)
+            && self.dirs.get(&wd).is_some_and(String::is_empty)
+        {
+            return Err(io::Error::other(
+                "the served directory is no longer watched (its filesystem was unmounted?)",
+            ));
         }
         if events.contains(ReadFlags::IGNORED) {
             self.unset_dir(wd);
@@ -508,7 +517,7 @@ impl Watcher {
         // readable now, and then it is watched and read.
         if events.contains(ReadFlags::ATTRIB) {
             if !self.paths.contains_key(&path) {
-                self.add_tree(path, found)?;
+                self.add_tree(path, Some(found))?;
             }
             return Ok(false);
         }
@@ -528,8 +537,8 @@ impl Watcher {
                 .map(|(wd, _)| *wd)
                 .collect();
             self.touched.clear();
-            self.add_tree(path, found)?;
-            self.add_tree(from, found)?;
+            self.add_tree(path, Some(&mut *found))?;
+            self.add_tree(from, Some(&mut *found))?;
             for wd in before {
                 if !self.touched.contains(&wd) {
                     self.unset_dir(wd);
@@ -539,7 +548,7 @@ impl Watcher {
             return Ok(false);
         }
         // Made, or moved in from outside: watched, then read.
-        self.add_tree(path, found)?;
+        self.add_tree(path, Some(found))?;
         Ok(false)
     }
 }

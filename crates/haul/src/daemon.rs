@@ -54,7 +54,7 @@ pub fn check(args: &DaemonArgs, json: bool) -> Result<u8> {
             "max_files": config.max_files, "max_files_per_host": config.max_files_per_host,
             "staging": config.staging.as_ref().map(|p| p.display().to_string()),
             "sites": config.sites.iter().map(|s| serde_json::json!({
-                "name": s.name, "url": s.at.shown(),
+                "name": s.name, "url": s.at.shown(), "via": s.via,
                 "rate": s.rate, "transport": s.transfer.transport.as_deref().unwrap_or("tcp"),
             })).collect::<Vec<_>>(),
             "sources": sources,
@@ -81,14 +81,17 @@ pub fn check(args: &DaemonArgs, json: bool) -> Result<u8> {
     }
     for site in &config.sites {
         println!(
-            "site {}: {} ({}{})",
+            "site {}: {} ({}{}{})",
             site.name,
             site.at.shown(),
             site.transfer.transport.as_deref().unwrap_or("tcp"),
             site.rate.map_or_else(String::new, |r| format!(
                 ", uploads {}/s",
                 crate::output::human_bytes(r as u64)
-            ))
+            )),
+            site.via
+                .as_ref()
+                .map_or_else(String::new, |v| format!(", fed and reached through {v}"))
         );
     }
     for (s, url, next) in &out {

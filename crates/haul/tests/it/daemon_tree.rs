@@ -75,6 +75,11 @@ fn a_site_feeds_its_downstream_sites_and_passes_the_daemons_connections_on() {
         said.contains("deliver:  a, b, c, d (oldest first)"),
         "{said}"
     );
+    let c_line = format!(
+        "site c: {} (tcp, fed and reached through a)",
+        c.node.url("sst")
+    );
+    assert!(said.contains(&c_line), "{said}");
     for below in ["a -> b", "a -> c", "a -> d"] {
         assert!(said.contains(below), "{below}: {said}");
     }
