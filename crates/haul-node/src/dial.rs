@@ -478,7 +478,7 @@ pub struct ByAddress {
 }
 
 /// Most nodes in between on the way to one (a distribution tree's depth).
-const MAX_JUMPS: usize = 8;
+pub const MAX_JUMPS: usize = 8;
 
 impl ByAddress {
     fn dialer_within(&self, addr: &str, opts: &ClientOptions, jumps: usize) -> Dialer {

@@ -64,7 +64,7 @@ pub use buffers::ChunkBuffers;
 pub use check::{check, check_local, CheckReport, CheckSide};
 pub use chunk_work::ChunkWork;
 pub use client::{ClientOptions, DEFAULT_WINDOW};
-pub use dial::{ByAddress, Channelled, Dial, Dialer, NodePath, OverNetwork, Reach};
+pub use dial::{ByAddress, Channelled, Dial, Dialer, NodePath, OverNetwork, Reach, MAX_JUMPS};
 pub use dry_run::{dry_run_local, dry_run_pull, dry_run_push};
 pub use error::NodeError;
 pub use fanout::{push_fanout, FanoutOptions, FanoutSummary, NodeReport};

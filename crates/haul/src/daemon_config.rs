@@ -707,9 +707,9 @@ fn site_plan(s: &SiteConfig, at: &dyn Fn(std::ops::Range<usize>) -> String) -> R
     })
 }
 
-/// Most sites a connection is passed on through to reach one
-/// (`haul_node::dial`'s own limit).
-const MAX_SITE_DEPTH: usize = 8;
+/// Most sites a connection is passed on through to reach one: the
+/// dialer's own limit.
+const MAX_SITE_DEPTH: usize = haul_node::MAX_JUMPS;
 
 /// Each site's `downstream`, checked, noted as the `via` of the sites it
 /// names: a site named there is one (the daemon reaches it only through
