@@ -3,8 +3,10 @@
 # OpenSSH sshd in h2 with keys of its own, clients in h1. Needs HAUL (the
 # binary) and LINK; sets W (a scratch directory, removed at exit), ADDR,
 # SRV and CLI (command prefixes for h2 and h1), RSH (the ssh command for
-# -e) and PORT; cleans up (sshd, the lab, W) at exit. BENCH names the lab.
-W=$(mktemp -d "/dev/shm/haul-$BENCH.XXXXXX")
+# -e) and PORT; cleans up (sshd, the lab, W) at exit. BENCH names the lab;
+# SCRATCH (default /dev/shm) is where W is made: a disk's filesystem to
+# measure what reading costs there.
+W=$(mktemp -d "${SCRATCH:-/dev/shm}/haul-$BENCH.XXXXXX")
 export HAUL_LAB=$BENCH
 "$HAUL" lab down >/dev/null 2>&1 || true
 "$HAUL" lab up --hosts 2 --link "$LINK" >/dev/null

@@ -8,7 +8,10 @@
 #
 #   sudo bash bench/sparse.sh                       # about 15 minutes
 # Environment: GIB (10), DATA_MIB (100), RUNS (2), LINK ('rate 1gbit delay 1ms'),
-#   TOOLS ("haul haul-S rsync rsync-S").
+#   TOOLS ("haul haul-S rsync rsync-S"), SCRATCH (/dev/shm: where the file
+#   and its copy are; a disk's filesystem shows what reading holes costs
+#   there), COLD (1: before each copy drop the page cache and haul's hash
+#   record of the file, as a file sent once finds them), HAUL_BIN (a haul binary to run instead of building one).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 GIB=${GIB:-10}
@@ -21,8 +24,8 @@ for pair in /usr/sbin/sshd:openssh-server ssh:openssh-client rsync:rsync; do
   command -v "${pair%%:*}" >/dev/null 2>&1 || [ -x "${pair%%:*}" ] ||
     { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${pair#*:}" >/dev/null; }
 done
-cargo build --release -q -p haul
-HAUL=$PWD/target/release/haul
+[ -n "${HAUL_BIN:-}" ] || cargo build --release -q -p haul
+HAUL=${HAUL_BIN:-$PWD/target/release/haul}
 BENCH=sbench
 # shellcheck source=bench/lab-sshd.sh
 . bench/lab-sshd.sh
@@ -56,6 +59,10 @@ for tool in $TOOLS; do
   times=() sent=()
   for _ in $(seq "$RUNS"); do
     rm -rf "$W/dst" && mkdir -p "$W/dst"
+    if [ "${COLD:-0}" = 1 ]; then
+      setfattr -x user.haul.blake3 "$W/src/disk.img" 2>/dev/null || true
+      sync && echo 3 >/proc/sys/vm/drop_caches
+    fi
     b0=$(tx)
     t0=$(date +%s.%N)
     copy "$tool"

@@ -181,11 +181,21 @@ fn read_in_pieces(
         } else {
             &mut buf[..n]
         };
-        file.read_exact_at(piece, offset + done as u64)?;
+        read_at(file, entry, piece, offset + done as u64)?;
         hash(piece);
         done += n;
     }
     Ok(())
+}
+
+/// Reads `buf.len()` bytes of `entry`'s file at `offset`: a sparse file's
+/// (`-S`) holes zero-filled, not read ([`haul_root::read_sparse_at`]).
+pub(crate) fn read_at(file: &File, entry: &Entry, buf: &mut [u8], offset: u64) -> io::Result<()> {
+    if entry.attrs.as_ref().is_some_and(|a| a.sparse) {
+        haul_root::read_sparse_at(file, buf, offset).map(drop)
+    } else {
+        file.read_exact_at(buf, offset)
+    }
 }
 
 /// A complete local file, and the version of it that is sent: its identity
@@ -306,7 +316,7 @@ impl ChunkSource for LocalFile {
                     let len = entry.chunk_len(index) as usize;
                     buf.resize(len, 0);
                     let offset = u64::from(index) * u64::from(entry.chunk_size);
-                    self.file.read_exact_at(buf, offset)?;
+                    read_at(&self.file, entry, buf, offset)?;
                 }
                 Ok(ChunkRead {
                     digest,
@@ -564,5 +574,58 @@ mod tests {
             assert!(VerifiedChunk::check(&e, i, &a[1..], &d).is_none());
         }
         assert!(mem.read_chunk(&e, 3, &mut Vec::new(), true).is_err());
+    }
+
+    /// Bytes this thread has read through `read` and `pread` so far.
+    fn read_by_this_thread() -> Option<u64> {
+        let io = std::fs::read_to_string("/proc/thread-self/io").ok()?;
+        io.lines()
+            .find_map(|l| l.strip_prefix("rchar: "))
+            .and_then(|n| n.trim().parse().ok())
+    }
+
+    #[test]
+    fn a_sparse_files_holes_are_hashed_as_zeros_without_being_read() {
+        use std::os::unix::fs::FileExt as _;
+        let mib = 1u64 << 20;
+        let tmp = tempfile::NamedTempFile::new().unwrap();
+        let f = tmp.as_file();
+        f.set_len(16 * mib).unwrap();
+        f.write_all_at(&[5u8; 4096], 8 * mib).unwrap();
+        f.sync_all().unwrap();
+        let mut plain = entry(16 * mib);
+        plain.chunk_size = 4 << 20;
+        let mut sparse = plain.clone();
+        sparse.attrs = Some(Box::new(haul_proto::Attrs {
+            sparse: true,
+            ..Default::default()
+        }));
+        let file = LocalFile::open(File::open(tmp.path()).unwrap()).unwrap();
+        let mut read = [0u64; 2];
+        for (e, read) in [&plain, &sparse].into_iter().zip(&mut read) {
+            for keep in [true, false] {
+                for i in 0..4 {
+                    let mut want = vec![0u8; 4 << 20];
+                    f.read_exact_at(&mut want, u64::from(i) * 4 * mib).unwrap();
+                    let want = chunk_digest(&want, i, e.chunk_size, e.size);
+                    let before = read_by_this_thread();
+                    let got = file.hash_chunk(e, i, &mut Vec::new()).unwrap();
+                    let mut buf = Vec::new();
+                    let r = file.read_chunk(e, i, &mut buf, keep).unwrap();
+                    *read += read_by_this_thread().unwrap_or(0) - before.unwrap_or(0);
+                    assert_eq!(got, want, "chunk {i}");
+                    assert_eq!(r.digest, want, "chunk {i}");
+                }
+            }
+        }
+        // Where the kernel counts reads and the filesystem reports holes,
+        // the sparse reads read about the one block of data (its
+        // filesystem block, twice per chunk read) and the plain ones all.
+        let mut whole = vec![0u8; 16 << 20];
+        let reports = haul_root::read_sparse_at(f, &mut whole, 0).unwrap() >= 15 * mib;
+        if read_by_this_thread().is_some() && reports {
+            assert!(read[0] >= 64 * mib, "plain: {}", read[0]);
+            assert!(read[1] < mib, "sparse: {}", read[1]);
+        }
     }
 }

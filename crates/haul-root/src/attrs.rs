@@ -92,59 +92,6 @@ pub fn file_remove_xattr(file: &File, name: &[u8]) -> io::Result<()> {
     }
 }
 
-/// Writes `data` at `offset` of `file` with its runs of zeros (4 KiB at a
-/// time) left as holes (`-S`). Where the file may hold other bytes there
-/// (`punch`: a resumed staging file), a run of at least 64 KiB is punched
-/// and a shorter one written, so whatever was there reads as zeros after;
-/// where it holds nothing yet (a staging file made its full length as a
-/// hole and never written there), zero runs are simply not written. A
-/// filesystem that cannot punch holes gets the zeros written.
-pub fn write_sparse_at(file: &File, data: &[u8], offset: u64, punch: bool) -> io::Result<()> {
-    use std::os::unix::fs::FileExt;
-    const BLOCK: usize = 4096;
-    const SMALLEST_PUNCH: usize = 64 << 10;
-    let zero = |at: usize| {
-        let b = &data[at..(at + BLOCK).min(data.len())];
-        let (words, rest) = b.split_at(b.len() - b.len() % 8);
-        words
-            .chunks_exact(8)
-            .all(|w| u64::from_ne_bytes([w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7]]) == 0)
-            && rest.iter().all(|x| *x == 0)
-    };
-    let mut at = 0;
-    let mut hole = !data.is_empty() && zero(0);
-    while at < data.len() {
-        // The run of blocks like the first, and what the next block is.
-        let mut end = (at + BLOCK).min(data.len());
-        let mut next = hole;
-        while end < data.len() {
-            next = zero(end);
-            if next != hole {
-                break;
-            }
-            end = (end + BLOCK).min(data.len());
-        }
-        let (run, pos) = (&data[at..end], offset + at as u64);
-        let done = hole
-            && (!punch
-                || (run.len() >= SMALLEST_PUNCH
-                    && rustix::fs::fallocate(
-                        file,
-                        rustix::fs::FallocateFlags::PUNCH_HOLE
-                            | rustix::fs::FallocateFlags::KEEP_SIZE,
-                        pos,
-                        run.len() as u64,
-                    )
-                    .is_ok()));
-        if !done {
-            file.write_all_at(run, pos)?;
-        }
-        at = end;
-        hole = next;
-    }
-    Ok(())
-}
-
 /// Sets the owner and group of an open file (`None` leaves one as it is).
 pub fn file_set_owner(file: &File, uid: Option<u32>, gid: Option<u32>) -> io::Result<()> {
     rustix::fs::fchown(file, uid.map(Uid::from_raw), gid.map(Gid::from_raw)).map_err(errno)
@@ -288,40 +235,6 @@ impl Dir {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn sparse_writes_read_back_exactly_and_leave_holes() {
-        use std::os::unix::fs::{FileExt, MetadataExt};
-        let t = tempfile::tempdir().unwrap();
-        let mut data = vec![0u8; 1 << 20];
-        data[5000] = 1; // one block of data, then zeros
-        data[(1 << 20) - 1] = 2; // and the last byte
-        for punch in [false, true] {
-            let path = t.path().join(format!("f{punch}"));
-            let file = std::fs::OpenOptions::new()
-                .read(true)
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .open(&path)
-                .unwrap();
-            if punch {
-                // Stale bytes where the zeros go: punched or overwritten.
-                file.write_all_at(&vec![9u8; 1 << 20], 0).unwrap();
-            } else {
-                file.set_len(1 << 20).unwrap();
-            }
-            write_sparse_at(&file, &data, 0, punch).unwrap();
-            let mut back = vec![7u8; 1 << 20];
-            file.read_exact_at(&mut back, 0).unwrap();
-            assert!(back == data, "punch {punch}");
-            let blocks = std::fs::metadata(&path).unwrap().blocks() * 512;
-            assert!(
-                blocks < 256 << 10,
-                "punch {punch}: {blocks} bytes allocated"
-            );
-        }
-    }
 
     #[test]
     fn user_attributes_are_read_and_set_through_held_descriptors() {

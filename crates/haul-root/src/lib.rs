@@ -45,6 +45,7 @@
 mod attrs;
 mod dir;
 pub mod identity;
+mod sparse;
 pub mod walk;
 pub mod watch;
 
@@ -54,12 +55,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 pub use attrs::{
-    file_get_xattr, file_remove_xattr, file_set_owner, file_set_xattr, file_xattrs,
-    write_sparse_at, Xattrs,
+    file_get_xattr, file_remove_xattr, file_set_owner, file_set_xattr, file_xattrs, Xattrs,
 };
 pub use dir::{Dir, Meta, ProcLink};
 pub use identity::FileIdentity;
 use rustix::fs::{Mode, OFlags, ResolveFlags};
+pub use sparse::{read_sparse_at, write_sparse_at};
 
 /// Why a path could not be resolved beneath a root.
 #[derive(Debug, thiserror::Error)]

@@ -11,7 +11,9 @@
 //! block's first word —, with zstd's fastest level: its zeros then cost a
 //! few bytes, and its data goes through zstd's fast path for what does not
 //! shrink. So a sparse file's data crosses, not its holes, with no data map
-//! in the protocol: a hole is a run of zeros, found where it is read.
+//! in the protocol: a hole is a run of zeros, found where it is read (the
+//! sender does not even read it: `haul_root::read_sparse_at` zero-fills
+//! what `SEEK_DATA` says is a hole).
 //! The header says so ([`ChunkHeader::packed`]: the chunk's own length);
 //! transports carry the `len` compressed bytes like any payload, so TCP,
 //! TLS and QUIC need nothing of their own, and every pace and rate limit

@@ -831,9 +831,9 @@ pub struct RsyncArgs {
     /// copy, fan-out).
     #[arg(short = 'H', long)]
     pub hard_links: bool,
-    /// Sparse files: chunks of zeros are not sent, and runs of zeros are
-    /// written as holes (rsync's -S; the file's BLAKE3 is of its bytes,
-    /// zeros included).
+    /// Sparse files: holes are not read (SEEK_DATA) and chunks of zeros
+    /// are not sent, and runs of zeros are written as holes (rsync's -S;
+    /// the file's BLAKE3 is of its bytes, zeros included).
     #[arg(short = 'S', long)]
     pub sparse: bool,
     /// Recurse into directories (always).

@@ -140,3 +140,113 @@ fn a_file_zeroed_since_arrives_with_holes_byte_for_byte() {
     assert_eq!(b3(&s.path("node/in/f")), b3(&src));
     assert!(allocated(&s.path("node/in/f")) < 4 << 20);
 }
+
+/// A hostile client claims zeros it has no right to: a chunk of zeros (a
+/// header alone) past the file's end, one longer than its chunk, and one
+/// whose digest is of other bytes. Each is refused or found bad; nothing
+/// is written under the file's name, and the node goes on serving.
+#[test]
+fn a_hostile_peers_claims_of_holes_are_refused_or_found_out() {
+    use haul_proto::{Attrs, ChunkHeader, Message};
+    let s = Scratch::new();
+    let node = crate::beneath::open_node(&s);
+    let mut entry = crate::raw::file("f", 8 << 20);
+    entry.attrs = Some(Box::new(Attrs {
+        sparse: true,
+        ..Attrs::default()
+    }));
+    let cs = entry.chunk_size;
+    let zero = |index: u32, claimed: u32, digest| {
+        Message::Chunk(ChunkHeader {
+            packed: Some(claimed),
+            from_record: false,
+            id: 1,
+            index,
+            len: 0,
+            digest,
+            seal: None,
+        })
+    };
+    let zeros = vec![0u8; cs as usize];
+    let ones = vec![1u8; cs as usize];
+    let digest = |data: &[u8], i| haul_engine::hash::chunk_digest(data, i, cs, entry.size);
+    let offer = |raw: &mut crate::raw::Raw| {
+        raw.send(&Message::Offer {
+            content: None,
+            id: 1,
+            entry: entry.clone(),
+            first: 0,
+            end: 2,
+            seal: None,
+        });
+        let need = raw.recv_skipping_keepalives();
+        assert!(
+            matches!(need, Some(Message::Need { skip: false, .. })),
+            "{need:?}"
+        );
+    };
+    // Past the end, and longer than its chunk: the session is refused.
+    for (index, claimed) in [(2, cs), (7, cs), (0, 2 * cs), (1, cs + 1)] {
+        let mut raw = crate::beneath::push_session(&node);
+        offer(&mut raw);
+        raw.send(&zero(index, claimed, digest(&zeros, index.min(1))));
+        raw.send(&Message::RangeEnd { id: 1, chunks: 1 });
+        let answer = raw.recv_skipping_keepalives();
+        assert!(
+            matches!(answer, None | Some(Message::FileError { .. })),
+            "chunk {index} of {claimed} bytes: {answer:?}"
+        );
+    }
+    // Zeros under the digest of other bytes: the chunk is bad, and a
+    // commit of the file those bytes would make is refused.
+    let mut raw = crate::beneath::push_session(&node);
+    offer(&mut raw);
+    raw.send(&zero(0, cs, digest(&ones, 0)));
+    raw.send(&zero(1, cs, digest(&zeros, 1)));
+    raw.send(&Message::RangeEnd { id: 1, chunks: 2 });
+    let answer = raw.recv_skipping_keepalives();
+    assert!(
+        matches!(answer, Some(Message::RangeStatus { ref bad, .. }) if bad == &[0]),
+        "{answer:?}"
+    );
+    let mut lie = ones.clone();
+    lie.extend_from_slice(&zeros);
+    raw.send(&Message::Commit {
+        id: 1,
+        root: crate::raw::file_root(&entry, &lie),
+    });
+    let done = raw.recv_skipping_keepalives();
+    assert!(
+        matches!(done, Some(Message::Done { ok: false, .. })),
+        "{done:?}"
+    );
+    drop(raw);
+    assert!(!s.path("node/f").exists(), "nothing under the file's name");
+    // The node still serves an honest push of the same file.
+    let mut raw = crate::beneath::push_session(&node);
+    offer(&mut raw);
+    raw.send(&zero(0, cs, digest(&zeros, 0)));
+    raw.send(&zero(1, cs, digest(&zeros, 1)));
+    raw.send(&Message::RangeEnd { id: 1, chunks: 2 });
+    let answer = raw.recv_skipping_keepalives();
+    assert!(
+        matches!(answer, Some(Message::RangeStatus { ref bad, .. }) if bad.is_empty()),
+        "{answer:?}"
+    );
+    let mut all = zeros.clone();
+    all.extend_from_slice(&zeros);
+    raw.send(&Message::Commit {
+        id: 1,
+        root: crate::raw::file_root(&entry, &all),
+    });
+    let done = raw.recv_skipping_keepalives();
+    assert!(
+        matches!(done, Some(Message::Done { ok: true, .. })),
+        "{done:?}"
+    );
+    assert_eq!(std::fs::metadata(s.path("node/f")).unwrap().len(), 8 << 20);
+    assert!(
+        allocated(&s.path("node/f")) < 1 << 20,
+        "the holes stay holes"
+    );
+}
