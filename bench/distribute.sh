@@ -18,7 +18,8 @@
 #   sudo bash bench/distribute.sh
 # Environment: COUNT (60), MIN (1), MAX (8) MiB, INTERVAL (0.5 s), SITES
 # ("4 8"), RUNS (1), METHODS (all three), LINK, OUT (bench/results), DATA
-# (/dev/shm).
+# (/dev/shm), LOGS (a directory to keep each run's daemon log and file
+# appearances in).
 # Writes OUT/distribute.csv (one row per file, method and run) and, with
 # gnuplot, OUT/distribute.png (latency to the last site, sorted).
 set -euo pipefail
@@ -156,6 +157,7 @@ measure() {
   tx1=$(tx_bytes)
   kill -TERM "$dpid" 2>/dev/null || true
   wait "$dpid" 2>/dev/null || true
+  [ -n "${LOGS:-}" ] && mkdir -p "$LOGS" && cp "$W/$tag.daemon.log" "$W/$tag.appear" "$LOGS/"
   python3 - "$method" "$n" "$run" "$tag" "$W" "$CSV" "$((tx1 - tx0))" "$TOTAL" >>"$SUMMARY" <<'PY'
 import json, re, statistics, sys
 from datetime import datetime, timezone

@@ -60,6 +60,7 @@ for tool in $TOOLS; do
   for _ in $(seq "$RUNS"); do
     rm -rf "$W/dst" && mkdir -p "$W/dst"
     if [ "${COLD:-0}" = 1 ]; then
+      command -v setfattr >/dev/null || { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq attr >/dev/null; }
       setfattr -x user.haul.blake3 "$W/src/disk.img" 2>/dev/null || true
       sync && echo 3 >/proc/sys/vm/drop_caches
     fi

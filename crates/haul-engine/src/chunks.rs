@@ -619,13 +619,14 @@ mod tests {
             }
         }
         // Where the kernel counts reads and the filesystem reports holes,
-        // the sparse reads read about the one block of data (its
-        // filesystem block, twice per chunk read) and the plain ones all.
+        // the sparse reads read the 256 KiB step holding the one block of
+        // data (four times: each chunk is read four ways) and the plain
+        // ones everything, four times.
         let mut whole = vec![0u8; 16 << 20];
         let reports = haul_root::read_sparse_at(f, &mut whole, 0).unwrap() >= 15 * mib;
         if read_by_this_thread().is_some() && reports {
             assert!(read[0] >= 64 * mib, "plain: {}", read[0]);
-            assert!(read[1] < mib, "sparse: {}", read[1]);
+            assert!(read[1] < 2 * mib, "sparse: {}", read[1]);
         }
     }
 }

@@ -12,8 +12,8 @@
 //! few bytes, and its data goes through zstd's fast path for what does not
 //! shrink. So a sparse file's data crosses, not its holes, with no data map
 //! in the protocol: a hole is a run of zeros, found where it is read (the
-//! sender does not even read it: `haul_root::read_sparse_at` zero-fills
-//! what `SEEK_DATA` says is a hole).
+//! sender does not even read it where `SEEK_DATA` can be trusted:
+//! `haul_root::read_sparse_at`).
 //! The header says so ([`ChunkHeader::packed`]: the chunk's own length);
 //! transports carry the `len` compressed bytes like any payload, so TCP,
 //! TLS and QUIC need nothing of their own, and every pace and rate limit

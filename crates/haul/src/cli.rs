@@ -831,9 +831,10 @@ pub struct RsyncArgs {
     /// copy, fan-out).
     #[arg(short = 'H', long)]
     pub hard_links: bool,
-    /// Sparse files: holes are not read (SEEK_DATA) and chunks of zeros
-    /// are not sent, and runs of zeros are written as holes (rsync's -S;
-    /// the file's BLAKE3 is of its bytes, zeros included).
+    /// Sparse files: chunks of zeros are not sent (and a file sent from
+    /// ext4, XFS, Btrfs or tmpfs has its holes found with SEEK_DATA, not
+    /// read), and runs of zeros are written as holes (rsync's -S; the
+    /// file's BLAKE3 is of its bytes, zeros included).
     #[arg(short = 'S', long)]
     pub sparse: bool,
     /// Recurse into directories (always).
