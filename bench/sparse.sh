@@ -11,7 +11,7 @@
 #   TOOLS ("haul haul-S rsync rsync-S"), SCRATCH (/dev/shm: where the file
 #   and its copy are; a disk's filesystem shows what reading holes costs
 #   there), COLD (1: before each copy drop the page cache and haul's hash
-#   record of the file, as a file sent once finds them), HAUL_BIN (a haul binary to run instead of building one).
+#   record of the file kept as an xattr, as a file sent once finds them), HAUL_BIN (a haul binary to run instead of building one).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 GIB=${GIB:-10}
