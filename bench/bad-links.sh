@@ -176,6 +176,7 @@ measure() { # $1 tool, $2 file, $3 size MiB
     case $v in '>'* | corrupt) echo "$v"; return ;; esac
     vals+=("$v")
   done
+  echo "  $1 runs: ${vals[*]}" >&2
   printf '%s\n' "${vals[@]}" | median
 }
 

@@ -90,5 +90,5 @@ fi
 if [ $# -eq 0 ]; then
   echo "== vendor/quinn-proto: the patch's unit tests =="
   (cd vendor/quinn-proto && cargo test --locked --lib --no-default-features --features rustls-ring -- \
-    connection::spaces connection::late_acks)
+    connection::spaces connection::late_acks connection::assembler)
 fi

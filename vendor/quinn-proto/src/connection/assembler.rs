@@ -212,10 +212,14 @@ impl Assembler {
         // balance between defragmentation overhead and over-allocation.
         let threshold = 32768.max(buffered * 3 / 2);
         // Small gapped frames hold over-allocation below the threshold, so bound the count too.
-        if over_allocation > threshold || self.data.len() > COMPACT_THRESHOLD {
+        // haul's patch: the bound grows with the bytes held (see `max_chunks`); after
+        // defragmenting, `self.buffered` counts each byte once.
+        if over_allocation > threshold
+            || self.data.len() > COMPACT_THRESHOLD.max(2 * max_chunks(buffered))
+        {
             self.defragment();
             // ngtcp2 uses a threshold of 4000 -- try to be a little more conservative?
-            if self.data.len() > MAX_CHUNKS {
+            if self.data.len() > max_chunks(self.buffered) {
                 return Err(TooManyChunks);
             }
         }
@@ -359,6 +363,23 @@ pub(crate) struct TooManyChunks;
 /// Independent of how much memory those spans over-allocate. A frame is rejected only
 /// if compaction cannot get the count back down to this.
 const MAX_CHUNKS: usize = 1024;
+
+/// haul's patch: bytes held per span a stream may keep beyond `MAX_CHUNKS`.
+///
+/// A fixed 1,024 spans closed connections of legitimate peers: a 4 MiB stream
+/// (haul's chunk) arrives as ~3,000 packets, and at 50 % loss, or while the
+/// application reads other streams first, more than 1,024 of its packets wait
+/// between holes (`too many gaps in stream buffer`, an internal error that ends
+/// the connection). A span per 512 bytes held lets every full-sized packet be a
+/// span of its own, twice over, while what a span costs stays a fraction of
+/// the bytes it holds — which flow control bounds: a peer sending tiny gapped
+/// frames is still refused at `MAX_CHUNKS`.
+const SPAN_BYTES: usize = 512;
+
+/// haul's patch: spans a stream holding `buffered` distinct bytes may keep.
+fn max_chunks(buffered: usize) -> usize {
+    MAX_CHUNKS.max(buffered / SPAN_BYTES)
+}
 
 /// Minimum size of a defragmented chunk that is retained without coalescing.
 ///
@@ -783,6 +804,52 @@ mod test {
             max_len > MAX_CHUNKS,
             "buffer compacted on every frame (max observed len {max_len})"
         );
+    }
+
+    /// haul's patch: a 4 MiB stream of 1,200-byte packets with every other
+    /// one missing (1,747 holes) is kept, and reads back whole once they
+    /// arrive; tiny gapped frames are still refused at `MAX_CHUNKS`.
+    #[test]
+    fn a_lossy_streams_holes_are_kept_in_proportion_to_what_it_holds() {
+        const PACKET: usize = 1200;
+        let stream: Vec<u8> = (0..4u32 << 20).map(|i| (i % 251) as u8).collect();
+        for ordered in [true, false] {
+            let mut x = Assembler::new();
+            x.ensure_ordering(ordered).unwrap();
+            let packets: Vec<(usize, &[u8])> = stream
+                .chunks(PACKET)
+                .enumerate()
+                .map(|(i, p)| (i * PACKET, p))
+                .collect();
+            for (at, p) in packets.iter().skip(1).step_by(2) {
+                x.insert(*at as u64, Bytes::copy_from_slice(p), PACKET)
+                    .expect("a lossy stream's holes are no attack");
+            }
+            assert!(x.data.len() > MAX_CHUNKS, "{} spans", x.data.len());
+            for (at, p) in packets.iter().step_by(2) {
+                x.insert(*at as u64, Bytes::copy_from_slice(p), PACKET)
+                    .expect("filling the holes");
+            }
+            let mut back = vec![0u8; stream.len()];
+            let mut read = 0;
+            while let Some(chunk) = x.read(usize::MAX, ordered) {
+                let at = chunk.offset as usize;
+                back[at..at + chunk.bytes.len()].copy_from_slice(&chunk.bytes);
+                read += chunk.bytes.len();
+            }
+            assert_eq!(read, stream.len(), "ordered: {ordered}");
+            assert!(back == stream, "ordered: {ordered}");
+        }
+        assert_eq!(max_chunks(0), MAX_CHUNKS);
+        assert_eq!(max_chunks(4 << 20), 8192);
+        // One far frame gives a flood of tiny fresh heads no more room.
+        let mut x = Assembler::new();
+        x.ensure_ordering(false).unwrap();
+        x.insert(4 << 20, Bytes::from_static(b"ab"), 2).unwrap();
+        let refused = (1..=(4 * MAX_CHUNKS as u64))
+            .map(|k| x.insert((4 << 20) - 2 * k, Bytes::from_static(b"a"), 1))
+            .any(|r| r.is_err());
+        assert!(refused && x.data.len() <= 2 * MAX_CHUNKS + 1);
     }
 
     fn next_unordered(x: &mut Assembler) -> Chunk {
