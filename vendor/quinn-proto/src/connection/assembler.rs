@@ -22,6 +22,9 @@ pub(super) struct Assembler {
     /// aka the stream offset.
     bytes_read: u64,
     end: u64,
+    /// haul's patch: spans kept after the last compaction that passed; the next one
+    /// comes at twice as many (never below `COMPACT_THRESHOLD`).
+    compacted: usize,
 }
 
 impl Assembler {
@@ -212,16 +215,18 @@ impl Assembler {
         // balance between defragmentation overhead and over-allocation.
         let threshold = 32768.max(buffered * 3 / 2);
         // Small gapped frames hold over-allocation below the threshold, so bound the count too.
-        // haul's patch: the bound grows with the bytes held (see `max_chunks`); after
-        // defragmenting, `self.buffered` counts each byte once.
+        // haul's patch: the bound grows with the bytes held (see `max_chunks`), counted
+        // after defragmenting, when `self.buffered` counts each byte once; compaction
+        // comes at twice the spans the last one kept (duplicates cannot put it off).
         if over_allocation > threshold
-            || self.data.len() > COMPACT_THRESHOLD.max(2 * max_chunks(buffered))
+            || self.data.len() > COMPACT_THRESHOLD.max(2 * self.compacted)
         {
             self.defragment();
             // ngtcp2 uses a threshold of 4000 -- try to be a little more conservative?
             if self.data.len() > max_chunks(self.buffered) {
                 return Err(TooManyChunks);
             }
+            self.compacted = self.data.len();
         }
 
         Ok(())
@@ -237,6 +242,7 @@ impl Assembler {
         self.data.clear();
         self.buffered = 0;
         self.allocated = 0;
+        self.compacted = 0; // haul's patch
     }
 }
 
@@ -807,8 +813,10 @@ mod test {
     }
 
     /// haul's patch: a 4 MiB stream of 1,200-byte packets with every other
-    /// one missing (1,747 holes) is kept, and reads back whole once they
-    /// arrive; tiny gapped frames are still refused at `MAX_CHUNKS`.
+    /// one missing (1,748 holes), each in a packet buffer four times its size
+    /// (so over-allocation compacts it as it comes), is kept and reads back
+    /// whole once they arrive — upstream refuses it at ~1,280 spans —; tiny
+    /// gapped frames are still refused at `MAX_CHUNKS`.
     #[test]
     fn a_lossy_streams_holes_are_kept_in_proportion_to_what_it_holds() {
         const PACKET: usize = 1200;
@@ -822,9 +830,14 @@ mod test {
                 .map(|(i, p)| (i * PACKET, p))
                 .collect();
             for (at, p) in packets.iter().skip(1).step_by(2) {
-                x.insert(*at as u64, Bytes::copy_from_slice(p), PACKET)
+                x.insert(*at as u64, Bytes::copy_from_slice(p), 4 * PACKET)
                     .expect("a lossy stream's holes are no attack");
             }
+            assert!(
+                x.compacted > MAX_CHUNKS,
+                "compacted at {} spans",
+                x.compacted
+            );
             assert!(x.data.len() > MAX_CHUNKS, "{} spans", x.data.len());
             for (at, p) in packets.iter().step_by(2) {
                 x.insert(*at as u64, Bytes::copy_from_slice(p), PACKET)
@@ -850,6 +863,26 @@ mod test {
             .map(|k| x.insert((4 << 20) - 2 * k, Bytes::from_static(b"a"), 1))
             .any(|r| r.is_err());
         assert!(refused && x.data.len() <= 2 * MAX_CHUNKS + 1);
+        // Duplicates (kept apart in ordered mode) of 1 MiB held do not put the
+        // compaction of tiny gapped frames off: the spans stay within twice
+        // what the distinct bytes held allow, and are then refused.
+        let mut x = Assembler::new();
+        let held = Bytes::from(vec![7u8; 1 << 20]);
+        for _ in 0..8 {
+            x.insert(1, held.clone(), held.len()).unwrap();
+        }
+        let mut refused = false;
+        for k in 0..(8 * MAX_CHUNKS as u64) {
+            if x.insert((2 << 20) + 4 * k, Bytes::from_static(b"a"), 1)
+                .is_err()
+            {
+                refused = true;
+                break;
+            }
+            let allowed = 2 * max_chunks((1 << 20) + k as usize + 1) + 1;
+            assert!(x.data.len() <= allowed, "{} spans", x.data.len());
+        }
+        assert!(refused);
     }
 
     fn next_unordered(x: &mut Assembler) -> Chunk {
