@@ -112,7 +112,9 @@ pub(crate) async fn open_first(
         };
         let silent = matches!(
             err,
-            NodeError::Transport(TransportError::Timeout { .. } | TransportError::Closed)
+            NodeError::Transport(
+                TransportError::Timeout { .. } | TransportError::Closed | TransportError::Lost(_)
+            )
         );
         let wait = match backoff.next_wait() {
             Some(wait) if silent => wait,

@@ -104,7 +104,32 @@ pub enum TransportError {
         /// Underlying error.
         source: io::Error,
     },
+    /// The QUIC connection ended under the transfer; the text says how.
+    #[error("the QUIC connection was lost: {0}")]
+    Lost(String),
     /// Any other I/O error on the connection.
     #[error("connection error: {0}")]
-    Io(#[from] io::Error),
+    Io(io::Error),
+}
+
+impl From<io::Error> for TransportError {
+    /// An I/O error, or a transport error that travelled inside one (the
+    /// QUIC control stream's, `quic::lost`) taken out again.
+    fn from(e: io::Error) -> Self {
+        if !e
+            .get_ref()
+            .is_some_and(|inner| inner.is::<TransportError>())
+        {
+            return Self::Io(e);
+        }
+        let kind = e.kind();
+        match e
+            .into_inner()
+            .map(|inner| inner.downcast::<TransportError>())
+        {
+            Some(Ok(carried)) => *carried,
+            Some(Err(other)) => Self::Io(io::Error::new(kind, other)),
+            None => Self::Io(kind.into()),
+        }
+    }
 }

@@ -29,6 +29,7 @@ use haul_congestion::RateConfig;
 use quinn::crypto::rustls::{QuicClientConfig, QuicServerConfig};
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
+mod lost;
 mod reader;
 mod windows;
 mod writer;
@@ -257,6 +258,11 @@ impl QuicAccepted {
     /// Runs the handshake and takes the client's message stream.
     pub async fn establish(self, timeouts: Timeouts) -> Result<Connection, TransportError> {
         let peer = self.peer().to_string();
+        // The connection's idle limit is the listener's, on every reader.
+        let timeouts = Timeouts {
+            idle: self.idle,
+            ..timeouts
+        };
         let slot = Arc::new(HintSlot::default());
         let mut config = self.config;
         config.transport_config(transport(self.idle, None, slot.clone()));
@@ -466,6 +472,7 @@ fn halves(
     );
     let write = QuicWrite {
         send: Some(send),
+        idle: timeouts.idle,
         conn: conn.clone(),
         endpoint,
         learning,
@@ -490,6 +497,8 @@ mod tests;
 /// The control stream's receiving half.
 struct QuicRead {
     recv: quinn::RecvStream,
+    /// The connection's idle limit, for the error that says it ran out.
+    idle: Duration,
 }
 
 impl AsyncRead for QuicRead {
@@ -498,7 +507,10 @@ impl AsyncRead for QuicRead {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.recv).poll_read(cx, buf)
+        let idle = self.idle;
+        Pin::new(&mut self.recv)
+            .poll_read(cx, buf)
+            .map_err(|e| lost::into_io(e, idle))
     }
 }
 
@@ -507,6 +519,8 @@ impl AsyncRead for QuicRead {
 /// [`CLOSE_WAIT`] later), so a last message is never cut off.
 struct QuicWrite {
     send: Option<quinn::SendStream>,
+    /// The connection's idle limit, for the error that says it ran out.
+    idle: Duration,
     conn: quinn::Connection,
     endpoint: Option<quinn::Endpoint>,
     learning: Option<Arc<PathLearning>>,
@@ -518,24 +532,31 @@ impl AsyncWrite for QuicWrite {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<std::io::Result<usize>> {
+        let idle = self.idle;
         match self.send.as_mut() {
             Some(s) => Pin::new(s)
                 .poll_write(cx, buf)
-                .map_err(std::io::Error::from),
+                .map_err(|e| lost::into_io(e.into(), idle)),
             None => Poll::Ready(Err(std::io::ErrorKind::BrokenPipe.into())),
         }
     }
 
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let idle = self.idle;
         match self.send.as_mut() {
-            Some(s) => Pin::new(s).poll_flush(cx),
+            Some(s) => Pin::new(s)
+                .poll_flush(cx)
+                .map_err(|e| lost::into_io(e, idle)),
             None => Poll::Ready(Ok(())),
         }
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        let idle = self.idle;
         match self.send.as_mut() {
-            Some(s) => Pin::new(s).poll_shutdown(cx),
+            Some(s) => Pin::new(s)
+                .poll_shutdown(cx)
+                .map_err(|e| lost::into_io(e, idle)),
             None => Poll::Ready(Ok(())),
         }
     }

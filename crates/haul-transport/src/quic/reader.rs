@@ -113,11 +113,14 @@ impl QuicReader {
             conn,
             tx,
             window.clone(),
-            activity.clone(),
+            (activity.clone(), idle),
             (pace.clone(), meter.clone()),
             expected.clone(),
         ));
-        let read = super::QuicRead { recv: control };
+        let read = super::QuicRead {
+            recv: control,
+            idle,
+        };
         let mut control = FrameReader::new(Box::new(read), CONTROL_IDLE);
         control.set_pace(pace);
         control.set_meter(meter);
@@ -259,7 +262,7 @@ async fn accept_chunks(
     conn: quinn::Connection,
     tx: mpsc::UnboundedSender<Delivery>,
     window: Arc<Semaphore>,
-    activity: Arc<Activity>,
+    (activity, idle): (Arc<Activity>, Duration),
     (pace, meter): (Option<Arc<RateLimit>>, Option<Arc<crate::Meter>>),
     expected: Arc<AtomicU64>,
 ) {
@@ -275,7 +278,7 @@ async fn accept_chunks(
                     let (pace, times, meter) = (pace.clone(), times.clone(), meter.clone());
                     tokio::spawn(async move {
                         let arrival = (&*activity, meter.as_deref());
-                        if let Some(got) = read_chunk_stream(s, &window, arrival, pace.as_deref(), &times).await {
+                        if let Some(got) = read_chunk_stream(s, &window, arrival, pace.as_deref(), (&times, idle)).await {
                             let _ = tx.send(got);
                         }
                     });
@@ -327,13 +330,13 @@ async fn read_chunk_stream(
     window: &Arc<Semaphore>,
     (activity, meter): (&Activity, Option<&crate::Meter>),
     pace: Option<&RateLimit>,
-    times: &ReadTimes,
+    (times, idle): (&ReadTimes, Duration),
 ) -> Option<Delivery> {
     let mut after = [0u8; 8];
     match s.read_exact(&mut after).await {
         Ok(()) => {}
         Err(quinn::ReadExactError::FinishedEarly(_)) => return Some(Err(broken("cut short"))),
-        Err(quinn::ReadExactError::ReadError(_)) => return Some(Err(TransportError::Closed)),
+        Err(quinn::ReadExactError::ReadError(e)) => return Some(Err(super::lost::read(&e, idle))),
     }
     let after = u64::from_le_bytes(after);
     let mut frame = Vec::with_capacity(64);
@@ -351,8 +354,8 @@ async fn read_chunk_stream(
                     Err(quinn::ReadExactError::FinishedEarly(_)) => {
                         return Some(Err(broken("cut short")))
                     }
-                    Err(quinn::ReadExactError::ReadError(_)) => {
-                        return Some(Err(TransportError::Closed))
+                    Err(quinn::ReadExactError::ReadError(e)) => {
+                        return Some(Err(super::lost::read(&e, idle)))
                     }
                 }
             }
@@ -401,7 +404,7 @@ async fn read_chunk_stream(
                 break;
             }
             Ok(None) => return Some(Err(broken("ended inside its payload"))),
-            Err(_) => return Some(Err(TransportError::Closed)),
+            Err(e) => return Some(Err(super::lost::read(&e, idle))),
         }
     }
     Some(Ok(Arrived {

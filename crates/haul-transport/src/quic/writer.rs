@@ -93,16 +93,15 @@ impl QuicWriter {
             what: "the peer to accept data",
             secs: idle.as_secs(),
         };
-        let closed = |_| TransportError::Closed;
         let mut s = tokio::time::timeout(idle, self.conn.open_uni())
             .await
             .map_err(timeout)?
-            .map_err(closed)?;
+            .map_err(|e| super::lost::connection(&e, idle))?;
         let pace = self.pace.clone();
         tokio::time::timeout(idle, s.write_all(&prefix))
             .await
             .map_err(timeout)?
-            .map_err(|_| TransportError::Closed)?;
+            .map_err(|e| super::lost::write(&e, idle))?;
         let slice = if pace.is_some() {
             SLICE
         } else {
@@ -115,7 +114,7 @@ impl QuicWriter {
             tokio::time::timeout(idle, s.write_all(part))
                 .await
                 .map_err(timeout)?
-                .map_err(|_| TransportError::Closed)?;
+                .map_err(|e| super::lost::write(&e, idle))?;
         }
         // Delivered in the background; the connection stays open until
         // the session's last message was acknowledged.
