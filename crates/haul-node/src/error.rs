@@ -56,7 +56,7 @@ impl NodeError {
     /// stopped answering, or could not be reached at all.
     pub fn fail_kind(&self) -> haul_run::FailKind {
         match self {
-            Self::Transport(TransportError::Timeout { .. }) => haul_run::FailKind::Timeout,
+            Self::Transport(t) if t.is_timeout() => haul_run::FailKind::Timeout,
             Self::Transport(
                 TransportError::Connect { .. }
                 | TransportError::Resolve { .. }

@@ -110,12 +110,12 @@ pub(crate) async fn open_first(
             Ok(conn) => return Ok(conn),
             Err(e) => e,
         };
-        let silent = matches!(
-            err,
-            NodeError::Transport(
-                TransportError::Timeout { .. } | TransportError::Closed | TransportError::Lost(_)
-            )
-        );
+        let silent = match &err {
+            NodeError::Transport(t) => {
+                t.is_timeout() || matches!(t, TransportError::Closed | TransportError::Lost(_))
+            }
+            _ => false,
+        };
         let wait = match backoff.next_wait() {
             Some(wait) if silent => wait,
             _ => return Err(err),

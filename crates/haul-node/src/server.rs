@@ -417,7 +417,7 @@ impl Server {
             // then exited: `--transport auto` races TCP and QUIC and keeps
             // one (a port check does the same). Nothing to serve, nothing
             // failed, never counted as open.
-            Err(e @ (TransportError::Closed | TransportError::Timeout { .. })) => {
+            Err(e) if e.is_timeout() || matches!(e, TransportError::Closed) => {
                 tracing::debug!("{peer} said no hello: {e}");
                 return Ok(());
             }

@@ -104,12 +104,27 @@ pub enum TransportError {
         /// Underlying error.
         source: io::Error,
     },
+    /// Nothing came from the peer for the QUIC connection's idle limit:
+    /// the smaller of both sides' `--timeout`, which this side cannot see.
+    #[error("no packet from the peer within the QUIC idle limit (the smaller of both sides' --timeout; {secs}s here): the node stopped, or the path went down (retry, or raise --timeout on both sides)")]
+    QuicIdle {
+        /// This side's idle limit.
+        secs: u64,
+    },
     /// The QUIC connection ended under the transfer; the text says how.
     #[error("the QUIC connection was lost: {0}")]
     Lost(String),
     /// Any other I/O error on the connection.
     #[error("connection error: {0}")]
-    Io(io::Error),
+    Io(#[source] io::Error),
+}
+
+impl TransportError {
+    /// The peer stopped answering: a wait ran past its limit, or QUIC's
+    /// idle timer did.
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, Self::Timeout { .. } | Self::QuicIdle { .. })
+    }
 }
 
 impl From<io::Error> for TransportError {

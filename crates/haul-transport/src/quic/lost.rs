@@ -29,26 +29,42 @@ pub(super) fn connection(e: &quinn::ConnectionError, idle: Duration) -> Transpor
             return TransportError::Closed
         }
         C::TimedOut => {
-            return TransportError::Timeout {
-                what: "any packet from the peer",
+            return TransportError::QuicIdle {
                 secs: idle.as_secs(),
             }
         }
-        C::ApplicationClosed(c) => format!("the peer closed it: {}", one_line(c)),
-        C::ConnectionClosed(c) => format!("the peer's QUIC stack ended it: {}", one_line(c)),
+        C::ApplicationClosed(c) => match one_line(&c.reason) {
+            r if r.is_empty() => format!("the peer closed it (code {})", c.error_code),
+            r => format!("the peer closed it: {r} (code {})", c.error_code),
+        },
+        C::ConnectionClosed(c) => match one_line(&c.reason) {
+            r if r.is_empty() => format!("the peer's QUIC stack ended it: {}", c.error_code),
+            r => format!("the peer's QUIC stack ended it: {}: {r}", c.error_code),
+        },
         C::Reset => "the peer no longer knows it (did the node restart?)".into(),
-        C::TransportError(t) => format!("QUIC error: {}", one_line(t)),
+        C::TransportError(t) => format!("QUIC error: {t}"),
         C::VersionMismatch => "the peer speaks no QUIC version this haul does".into(),
         C::CidsExhausted => "no connection IDs were left".into(),
     };
     TransportError::Lost(why)
 }
 
-/// A close reason as one short line: the peer chose its bytes.
-fn one_line(reason: &impl std::fmt::Display) -> String {
-    let text = reason.to_string();
-    let mut line: String = text.chars().filter(|c| !c.is_control()).take(200).collect();
-    if line.len() < text.len() && text.chars().count() > 200 {
+/// A close reason as one short line of text: the peer chose its bytes, so
+/// control and formatting characters (line breaks, bidirectional
+/// overrides, zero-width ones) become spaces, and it is cut at 200
+/// characters.
+fn one_line(reason: &[u8]) -> String {
+    let text = String::from_utf8_lossy(reason);
+    let mut chars = text.chars().map(|c| {
+        let hidden = matches!(c, '\u{200B}'..='\u{200F}' | '\u{2028}'..='\u{202E}' | '\u{2060}'..='\u{206F}' | '\u{FEFF}');
+        if c.is_control() || hidden {
+            ' '
+        } else {
+            c
+        }
+    });
+    let mut line: String = chars.by_ref().take(200).collect();
+    if chars.next().is_some() {
         line.push('…');
     }
     line
@@ -58,13 +74,18 @@ fn one_line(reason: &impl std::fmt::Display) -> String {
 pub(super) fn read(e: &quinn::ReadError, idle: Duration) -> TransportError {
     match e {
         quinn::ReadError::ConnectionLost(c) => connection(c, idle),
+        // Code 0: the peer dropped the stream, as it does when it is done.
+        quinn::ReadError::Reset(code) if *code == quinn::VarInt::from_u32(0) => {
+            TransportError::Closed
+        }
         quinn::ReadError::Reset(code) => {
             TransportError::Lost(format!("the peer abandoned a stream (code {code})"))
         }
-        // The stream's own state, not the peer: it is over.
-        quinn::ReadError::ClosedStream
-        | quinn::ReadError::IllegalOrderedRead
-        | quinn::ReadError::ZeroRttRejected => TransportError::Closed,
+        quinn::ReadError::ClosedStream => TransportError::Closed,
+        // This side's own use of the stream, not the peer.
+        e @ (quinn::ReadError::IllegalOrderedRead | quinn::ReadError::ZeroRttRejected) => {
+            TransportError::Io(io::Error::other(e.clone()))
+        }
     }
 }
 
@@ -72,12 +93,16 @@ pub(super) fn read(e: &quinn::ReadError, idle: Duration) -> TransportError {
 pub(super) fn write(e: &quinn::WriteError, idle: Duration) -> TransportError {
     match e {
         quinn::WriteError::ConnectionLost(c) => connection(c, idle),
-        quinn::WriteError::Stopped(code) => {
-            TransportError::Lost(format!("the peer stopped reading a stream (code {code})"))
-        }
-        quinn::WriteError::ClosedStream | quinn::WriteError::ZeroRttRejected => {
+        // Code 0: the peer dropped the stream unread, as it does when it
+        // is done.
+        quinn::WriteError::Stopped(code) if *code == quinn::VarInt::from_u32(0) => {
             TransportError::Closed
         }
+        quinn::WriteError::Stopped(code) => {
+            TransportError::Lost(format!("the peer stopped a stream (code {code})"))
+        }
+        quinn::WriteError::ClosedStream => TransportError::Closed,
+        e @ quinn::WriteError::ZeroRttRejected => TransportError::Io(io::Error::other(e.clone())),
     }
 }
 
@@ -96,4 +121,22 @@ pub(super) fn into_io(e: io::Error, idle: Duration) -> io::Error {
         None => return e,
     };
     io::Error::new(e.kind(), mapped)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::one_line;
+
+    #[test]
+    fn a_close_reason_is_one_short_line() {
+        assert_eq!(one_line(b"going away\nfor now"), "going away for now");
+        assert_eq!(one_line("a\u{202E}b\u{200B}c".as_bytes()), "a b c");
+        let long = "x".repeat(150) + &"\u{7}".repeat(60);
+        assert_eq!(
+            one_line(long.as_bytes()),
+            "x".repeat(150) + &" ".repeat(50) + "…"
+        );
+        assert_eq!(one_line(&[b'a'; 200]), "a".repeat(200));
+        assert_eq!(one_line(b"ok\xff"), "ok\u{FFFD}");
+    }
 }

@@ -552,11 +552,18 @@ impl AsyncWrite for QuicWrite {
     }
 
     fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        let idle = self.idle;
-        match self.send.as_mut() {
+        let Self {
+            send, conn, idle, ..
+        } = &mut *self;
+        match send.as_mut() {
+            // A stream that cannot be finished says only that it is closed:
+            // the connection says why.
             Some(s) => Pin::new(s)
                 .poll_shutdown(cx)
-                .map_err(|e| lost::into_io(e, idle)),
+                .map_err(|e| match conn.close_reason() {
+                    Some(why) => std::io::Error::new(e.kind(), lost::connection(&why, *idle)),
+                    None => lost::into_io(e, *idle),
+                }),
             None => Poll::Ready(Ok(())),
         }
     }
