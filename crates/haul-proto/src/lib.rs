@@ -106,9 +106,14 @@
 //!   Commit{id, root}                ->                 (sender knows every chunk digest)
 //!                                   <- Done{id, ok, root, message}
 //!   ... more offers ...
-//!   Bye                             ->
-//!                                   <- Bye
+//!   Bye                             ->                 (v23: as soon as every file in
+//!                                                      flight is committed, before their Done)
+//!                                   <- Done...  Bye    (the verdicts still owed, then goodbye)
 //! ```
+//! A closing sender says `Bye` once nothing it holds waits for more than
+//! its `Done` (v23); the receiver ends the commits under way — those whose
+//! writes were still outstanding too — answers each, and then says `Bye`.
+//! The goodbye so costs no round trip of its own.
 //! The receiver answers `RangeStatus` once `RangeEnd` arrived and as many
 //! chunks as it counts arrived and were checked: chunks may arrive in any
 //! order, before or after their `RangeEnd`, so a transport may carry each

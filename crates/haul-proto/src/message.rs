@@ -81,7 +81,7 @@
 /// its root (`haul serve --watch`) lists only what changed after the
 /// client's cursor, and ends every listing asked with one by a new cursor
 /// (a downstream daemon's runs list what is new without a tree walk).
-pub const PROTOCOL_VERSION: u16 = 22;
+pub const PROTOCOL_VERSION: u16 = 23;
 
 /// A place in a watching node's journal of changes ([`Request::List`]'s
 /// `since`, [`Message::Cursor`]): opaque to the client.

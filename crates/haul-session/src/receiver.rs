@@ -518,11 +518,17 @@ impl Receiver {
                         "the sender said Bye with {asked} file(s) still asked for"
                     )));
                 }
-                // Offers left half done are dropped; commits under way end first.
+                // Offers left half done are dropped; commits under way end
+                // first, those waiting for their writes too (a sender says
+                // `Bye` right after its last `Commit`, v23).
                 let idle: Vec<FileId> = self
                     .files
                     .iter()
-                    .filter(|(_, f)| f.phase != Phase::Committing)
+                    .filter(|(_, f)| match &f.phase {
+                        Phase::Committing => false,
+                        Phase::Receiving(round) => round.commit.is_none(),
+                        _ => true,
+                    })
                     .map(|(id, _)| *id)
                     .collect();
                 for id in idle {

@@ -8,7 +8,7 @@
 //!                          │                                         ▲              │
 //!                          │ Done (dirs, links, skip)                └── bad ───────┤ clean
 //!                          ▼                                                        ▼
-//!                        (gone)  ◀── Done ── AwaitingDone ◀── Commit ── Confirming ◀── (whole file, or last range)
+//!                        (gone)  ◀── Done ── Committed ◀── Commit ── Confirming ◀── (whole file, or last range)
 //!                                            Parked ── Finish ──▶ Finishing ──▶ Confirming
 //!                                    changed: Confirming ──▶ Settling ──▶ Reopening ──▶ Offered (a new id)
 //! ```
@@ -148,8 +148,12 @@ enum Phase {
     /// stripe's sender; `Done` (this stripe completed it) or `Release`
     /// (another sender's will) comes next.
     Assembling,
-    /// `Commit` sent, or skipped; waiting for `Done`.
+    /// Waiting for `Done`: the receiver skipped the file, or it is being
+    /// sealed or confirmed.
     AwaitingDone,
+    /// `Commit` sent: only the receiver's verdict (`Done`, `FileError`)
+    /// comes back, and a closing sender may say `Bye` already (v23).
+    Committed,
     /// Read in full: the driver checks the source did not change, then
     /// what [`Confirmed`] says follows.
     Confirming(Confirmed),
@@ -413,15 +417,18 @@ impl<S> Sender<S> {
 
     fn dispatch(&mut self, msg: Message) -> Result<(), SessionError> {
         if self.stage == Stage::ByeSent {
-            // After our goodbye, only the peer's is expected.
-            return match msg {
-                Message::KeepAlive => Ok(()),
+            // After our goodbye, the verdicts on the files committed
+            // before it (v23), then the peer's.
+            match msg {
+                Message::KeepAlive => return Ok(()),
                 Message::Bye => {
+                    self.without_verdict();
                     self.stage = Stage::Finished;
-                    Ok(())
+                    return Ok(());
                 }
-                other => Err(protocol(format!("expected Bye, got {other:?}"))),
-            };
+                Message::Done { .. } | Message::FileError { .. } if !self.flights.is_empty() => {}
+                other => return Err(protocol(format!("expected Bye, got {other:?}"))),
+            }
         }
         match msg {
             Message::Need { id, skip: true, .. } if !self.flights.contains_key(&id) => Ok(()),
@@ -942,7 +949,7 @@ impl<S> Sender<S> {
                 Err(e) => return self.fail_local(id, e),
             }
         }
-        f.phase = Phase::AwaitingDone;
+        f.phase = Phase::Committed;
         self.core.send(Message::Commit { id, root });
     }
 
@@ -1011,6 +1018,7 @@ impl<S> Sender<S> {
                 | Phase::Parked
                 | Phase::AwaitingStatus
                 | Phase::AwaitingDone
+                | Phase::Committed
                 | Phase::Confirming(Confirmed::RangeClean)
         ) {
             return Err(protocol(format!(
@@ -1132,10 +1140,29 @@ impl<S> Sender<S> {
         f.job
     }
 
+    /// A closing sender says `Bye` once nothing it holds needs more than
+    /// the receiver's verdict: every file committed (v23). The verdicts
+    /// come before the receiver's own `Bye`, so the goodbye costs no
+    /// round trip of its own.
     fn maybe_bye(&mut self) {
-        if self.stage == Stage::Closing && self.flights.is_empty() {
+        let only_verdicts = self.flights.values().all(|f| f.phase == Phase::Committed);
+        if self.stage == Stage::Closing && only_verdicts {
             self.core.send(Message::Bye);
             self.stage = Stage::ByeSent;
+        }
+    }
+
+    /// The receiver said `Bye` with files committed here still owed a
+    /// verdict: none of them is known to be delivered.
+    fn without_verdict(&mut self) {
+        let ids: Vec<FileId> = self.flights.keys().copied().collect();
+        for id in ids {
+            if let Some(job) = self.forget(id) {
+                self.core.event(Event::file_error(
+                    job.entry.path,
+                    "the receiver ended the session without its verdict on this file (not known to be delivered)",
+                ));
+            }
         }
     }
 

@@ -305,6 +305,12 @@ impl Driver {
             // and hashes that finished are not starved.
             let mut took = false;
             for _ in 0..BATCH {
+                // The peer's goodbye may come in one burst with the last
+                // verdicts, and its connection's end right after: nothing
+                // is read past it.
+                if self.session.is_finished() {
+                    break;
+                }
                 match rx.try_recv() {
                     Ok(msg) => {
                         self.session.handle(self.now, msg?)?;
