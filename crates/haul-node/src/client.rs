@@ -213,6 +213,14 @@ pub(crate) fn fail_leftovers<J: crate::jobs::Job>(
         tally.event(&Event::transfer_limit(tally.moved(), left.len()));
         return;
     }
+    if err.as_ref().is_some_and(NodeError::is_permanent) && tally.moved() == 0 {
+        // A refusal of the whole transfer (a wrong token, a changed key)
+        // before anything moved is its one line: the files a session held
+        // when the node's answer came (its first words go with `Hello`)
+        // are not listed one by one.
+        while queue.try_take(&[]).is_some() {}
+        return;
+    }
     let (reason, kind) = err.as_ref().map_or_else(
         || ("not transferred".into(), haul_run::FailKind::Error),
         |e| (e.to_string(), e.fail_kind()),

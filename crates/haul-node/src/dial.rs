@@ -25,6 +25,7 @@ use haul_transport::{
 
 use crate::ssh::direct::SshDial;
 use crate::ssh::SshLocation;
+use crate::welcome::{Answer, AwaitingWelcome};
 use crate::{ClientOptions, NodeError, NodeUrl, Server};
 
 /// A path on a node and the way to reach it: where a node command goes.
@@ -79,6 +80,9 @@ pub struct Reached {
     pub key: Option<PeerKey>,
     /// How it is carried, for the log ("TLS 1.3", "plaintext").
     pub over: &'static str,
+    /// Plaintext TCP: a node's answer may be TLS (a node not run with
+    /// `--plaintext`), so the dialer reads it before a session speaks.
+    pub plaintext: bool,
     /// The token this way of reaching learned for the node (a node started
     /// over ssh offers its own), instead of the dialer's.
     pub token: Option<String>,
@@ -219,8 +223,18 @@ impl Dialer {
     /// presented (`None` in plaintext and in process).
     pub async fn open_keyed(
         &self,
-        mut request: Request,
+        request: Request,
     ) -> Result<(Connection, Option<String>), NodeError> {
+        Ok(self.open_answered(request).await?.0)
+    }
+
+    /// [`Dialer::open_keyed`], also returning the node's [`Answer`] to the
+    /// `Hello`: read already, or still to come to a session that speaks
+    /// first (`welcome.rs`).
+    pub(crate) async fn open_answered(
+        &self,
+        mut request: Request,
+    ) -> Result<((Connection, Option<String>), Answer), NodeError> {
         let name = self.way.name();
         // Each data connection starts at the path's hint: a push's sender
         // is this side's controller, a pull's the node's.
@@ -251,6 +265,7 @@ impl Dialer {
             conn: (mut r, mut w),
             key,
             over,
+            plaintext,
             token,
         } = self.way.connect().await?;
         match &key {
@@ -260,6 +275,12 @@ impl Dialer {
             ),
             None => tracing::info!("connected to {name} ({over})"),
         }
+        // A session that speaks first (a push's offers, a pull's wants)
+        // says it right after `Hello`: the node's answer is read in front
+        // of the session's reader (`welcome.rs`). Plaintext TCP waits, so
+        // a TLS node's answer is told apart.
+        let speaks_first = matches!(request, Request::Push { .. } | Request::Fetch { .. });
+        let pipelined = speaks_first && !plaintext;
         w.send(&Message::Hello {
             version: PROTOCOL_VERSION,
             token: token.unwrap_or_else(|| self.token.clone()),
@@ -267,6 +288,48 @@ impl Dialer {
         })
         .await?;
         r.set_idle(self.timeouts.handshake);
+        let fingerprint = key.as_ref().map(|k| k.fingerprint.clone());
+        let (mut r, answer) = if pipelined {
+            let (r, answer) = AwaitingWelcome::new(r, key, name, self.timeouts.idle);
+            (
+                Box::new(r) as Box<dyn haul_transport::MessageReader>,
+                answer,
+            )
+        } else {
+            self.answered(&mut r, key).await?;
+            (r, Answer::welcomed())
+        };
+        if let Some(h) = pull_hint {
+            r.expect_rate(h.rate);
+        }
+        let kept_off = self.kept_off_wire.clone();
+        let r: Box<dyn haul_transport::MessageReader> =
+            Box::new(haul_transport::Unpacking::new(r).counting(kept_off.clone()));
+        let mut w: Box<dyn haul_transport::MessageWriter> = match packs {
+            Some(level) => {
+                let packing = haul_transport::Packing::new(w, level)?.counting(kept_off);
+                Box::new(match &self.frames {
+                    Some(f) => packing.reusing(f.clone()),
+                    None => packing,
+                })
+            }
+            None => w,
+        };
+        if let Some(h) = push_hint {
+            w.start_at(h);
+        }
+        Ok((((r, w), fingerprint), answer))
+    }
+
+    /// Reads the node's answer to `Hello` on `r`: `Ok` once it welcomed
+    /// the request; the key it presented pinned if met for the first time
+    /// once it answered in haul, whatever the answer.
+    async fn answered(
+        &self,
+        r: &mut Box<dyn haul_transport::MessageReader>,
+        key: Option<PeerKey>,
+    ) -> Result<(), NodeError> {
+        let name = self.way.name();
         let answer = match r.recv().await {
             Ok(answer) => answer,
             Err(TransportError::Decode(DecodeError::BadLength(len))) if looks_like_tls(len) => {
@@ -277,8 +340,6 @@ impl Dialer {
             Err(e) => return Err(e.into()),
         };
         r.set_idle(self.timeouts.idle);
-        // The server answered in haul: a key met for the first time is pinned
-        // now (trust on first use), whatever the answer.
         if let (Some(k), Message::Welcome { .. } | Message::Refused { .. }) = (&key, &answer) {
             if let Some(file) = k.trust()? {
                 tracing::warn!(
@@ -289,28 +350,7 @@ impl Dialer {
             }
         }
         match answer {
-            Message::Welcome { .. } => {
-                if let Some(h) = pull_hint {
-                    r.expect_rate(h.rate);
-                }
-                let kept_off = self.kept_off_wire.clone();
-                let r: Box<dyn haul_transport::MessageReader> =
-                    Box::new(haul_transport::Unpacking::new(r).counting(kept_off.clone()));
-                let mut w: Box<dyn haul_transport::MessageWriter> = match packs {
-                    Some(level) => {
-                        let packing = haul_transport::Packing::new(w, level)?.counting(kept_off);
-                        Box::new(match &self.frames {
-                            Some(f) => packing.reusing(f.clone()),
-                            None => packing,
-                        })
-                    }
-                    None => w,
-                };
-                if let Some(h) = push_hint {
-                    w.start_at(h);
-                }
-                Ok(((r, w), key.map(|k| k.fingerprint)))
-            }
+            Message::Welcome { .. } => Ok(()),
             Message::Refused { code, message } => Err(NodeError::Refused { code, message }),
             other => Err(NodeError::Protocol(format!(
                 "expected Welcome, got {other:?}"
@@ -376,6 +416,7 @@ impl Dial for Network {
                 }
             };
             Ok(Reached {
+                plaintext: key.is_none(),
                 conn,
                 key,
                 over,
@@ -419,6 +460,7 @@ impl Dial for InProcess {
                 conn: client,
                 key: None,
                 over: "in process",
+                plaintext: false,
                 token: None,
             })
         })

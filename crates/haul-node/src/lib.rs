@@ -59,6 +59,7 @@ pub mod status_routes;
 pub mod stripe_vouch;
 pub mod transfer_log;
 mod walk_count;
+mod welcome;
 
 pub use buffers::ChunkBuffers;
 pub use check::{check, check_local, CheckReport, CheckSide};

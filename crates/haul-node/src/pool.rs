@@ -23,6 +23,7 @@ use crate::dial::Dialer;
 use crate::drive::send::{run_sender, JobFeed, SenderCtx};
 use crate::jobs::SendJob;
 use crate::jobs::{Job, WorkQueue};
+use crate::welcome::Answer;
 use crate::NodeError;
 
 /// Numbers the connections of this process, so each has its own jitter.
@@ -104,10 +105,21 @@ pub(crate) async fn open_first(
     request: Request,
     tally: &dyn Observer,
 ) -> Result<Connection, NodeError> {
+    Ok(open_first_answered(dialer, opts, request, tally).await?.0)
+}
+
+/// [`open_first`], with the node's [`Answer`] to its `Hello` (still to
+/// come when its session speaks first).
+pub(crate) async fn open_first_answered(
+    dialer: &Dialer,
+    opts: &ClientOptions,
+    request: Request,
+    tally: &dyn Observer,
+) -> Result<(Connection, Answer), NodeError> {
     let mut backoff = connection_backoff(opts);
     loop {
-        let err = match dialer.open(request.clone()).await {
-            Ok(conn) => return Ok(conn),
+        let err = match dialer.open_answered(request.clone()).await {
+            Ok(((conn, _key), answer)) => return Ok((conn, answer)),
             Err(e) => e,
         };
         let silent = match &err {
@@ -248,17 +260,22 @@ where
 
 /// Sends every job of `queue` to the node `dialer` reaches over a pool of connections
 /// (`first` already open) asking `request`, with retries; returns how many
-/// connections ran and the error that stopped them, if any.
+/// connections ran and the error that stopped them, if any. The others
+/// wait for the node's answer on the first: one refusal ends the transfer
+/// on one connection, not on one per worker.
 pub(crate) async fn send_all(
     queue: &Arc<WorkQueue<SendJob>>,
     dialer: &Dialer,
     request: Request,
-    first: Option<Connection>,
+    first: Option<(Connection, Answer)>,
     opts: &ClientOptions,
     tally: &Arc<Tally>,
     ctx: SenderCtx,
 ) -> (u32, Option<NodeError>) {
-    let mut first = first;
+    let (mut first, answer) = match first {
+        Some((conn, answer)) => (Some(conn), answer),
+        None => (None, Answer::welcomed()),
+    };
     let retire = || queue.retire_one();
     run_pool(opts.jobs, tally, &retire, || {
         let (queue, tally, opts, ctx, dialer, request) = (
@@ -270,19 +287,24 @@ pub(crate) async fn send_all(
             request.clone(),
         );
         let mut ready = first.take();
+        let answer = answer.clone();
         async move {
             with_retries(&queue, &tally, &opts, || {
                 let conn = ready.take();
-                let (queue, tally, ctx, dialer, request) = (
+                let (queue, tally, ctx, dialer, request, mut answer) = (
                     queue.clone(),
                     tally.clone(),
                     ctx.clone(),
                     dialer.clone(),
                     request.clone(),
+                    answer.clone(),
                 );
                 async move {
                     let (r, w) = match conn {
                         Some(c) => c,
+                        // The node refused the first connection: its
+                        // worker reports it.
+                        None if !answer.wait().await => return Ok(()),
                         // No connection for a queue with nothing left to take
                         // (one small file needs one connection, not four);
                         // an open queue (a relay's) may still get jobs.

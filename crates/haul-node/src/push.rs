@@ -20,7 +20,7 @@ use crate::dial::NodePath;
 use crate::drive::send::SenderCtx;
 use crate::hard_links::{link_on_node, Links};
 use crate::jobs::{RangeGroup, SendJob, Source, WorkQueue};
-use crate::pool::open_first;
+use crate::pool::open_first_answered;
 use crate::pool::send_all;
 use crate::walk_count::{Counted, WalkCount};
 use crate::NodeError;
@@ -303,8 +303,9 @@ pub(crate) async fn push_entries(
         // The dialer fills it in from the path (`haul_transport::PathLearning`).
         rate_hint: 0,
     };
-    // Fail fast on a wrong address, token or key before spawning workers.
-    let first = open_first(&remote.dialer, opts, request.clone(), tally.as_ref()).await?;
+    // Fail fast on a wrong address or key before spawning workers (a wrong
+    // token: the others wait for the first one's answer, `send_all`).
+    let first = open_first_answered(&remote.dialer, opts, request.clone(), tally.as_ref()).await?;
     let ctx = SenderCtx::for_client(opts, tally, buffers);
     let (workers, err) = send_all(
         &queue,

@@ -206,25 +206,94 @@ async fn admission_is_refused_for_a_bad_path_or_token() {
 #[tokio::test]
 async fn a_node_that_never_answers_the_hello_times_out() {
     let node = TestNode::start();
-    // The Hello itself never arrives: the client's wait for Welcome ends at
-    // the handshake limit, not never.
-    let remote = node.at("x", [Some(Fault::stall(Direction::Outbound, 0))]);
-    let started = std::time::Instant::now();
-    let err = remote
-        .dialer
-        .open(Request::Fetch {
+    // The Hello itself never arrives: the client's wait ends at the
+    // handshake limit, not never — for a request whose answer comes first
+    // (a listing) and for a session whose first words go with the Hello
+    // (a pull's worker).
+    for request in [
+        Request::List {
+            path: "x".into(),
+            sums: false,
+            keep: Default::default(),
+            since: None,
+        },
+        Request::Fetch {
             keep: Default::default(),
             compress: 0,
             rate_hint: 0,
-        })
-        .await
-        .err()
+        },
+    ] {
+        let remote = node.at("x", [Some(Fault::stall(Direction::Outbound, 0))]);
+        let started = std::time::Instant::now();
+        // (The Hello cannot be written, or the Welcome never comes.)
+        let err = match remote.dialer.open(request).await {
+            Ok((mut r, _w)) => r.recv().await.err().map(NodeError::from),
+            Err(e) => Some(e),
+        }
         .expect("a silent node cannot be reached");
-    assert!(
-        matches!(err, NodeError::Transport(_)),
-        "a transport error: {err}"
-    );
-    assert!(started.elapsed() < Duration::from_secs(10));
+        assert!(
+            matches!(err, NodeError::Transport(ref t) if t.is_timeout()),
+            "a timeout: {err}"
+        );
+        assert!(started.elapsed() < Duration::from_secs(10));
+    }
+}
+
+/// A session that speaks first says its first words with `Hello` (v23):
+/// the dial returns before the node answered, the node's `Welcome` is
+/// taken off the front of what the session reads, and a refusal reaches
+/// the session as the message it ends with.
+#[tokio::test]
+async fn a_sessions_first_words_go_with_the_hello_and_the_answer_is_read_first() {
+    let node = TestNode::start();
+    let push = || Request::Push {
+        dest: "in".into(),
+        checksum: false,
+        replace_dirs: false,
+        skip: Default::default(),
+        backup: None,
+        rate_hint: 0,
+    };
+    // The node's answers never come back: a push's dial returns all the
+    // same, and its first message is on its way.
+    let remote = node.at("in", [Some(Fault::stall(Direction::Inbound, 0))]);
+    let (_r, mut w) = tokio::time::timeout(Duration::from_secs(5), remote.dialer.open(push()))
+        .await
+        .expect("the dial does not wait for Welcome")
+        .unwrap();
+    w.send(&haul_proto::Message::KeepAlive).await.unwrap();
+    // Welcomed: the session's reads start after the Welcome.
+    let ok = Dialer::in_process(node.server.clone(), TOKEN, node.timeouts);
+    let (mut r, mut w) = ok.open(push()).await.unwrap();
+    w.send(&haul_proto::Message::Bye).await.unwrap();
+    assert_eq!(r.recv().await.unwrap(), haul_proto::Message::Bye);
+    // Refused: the refusal is what the session reads.
+    let wrong = Dialer::in_process(node.server.clone(), "not-the-token", node.timeouts);
+    let (mut r, _w) = wrong.open(push()).await.unwrap();
+    match r.recv().await.unwrap() {
+        haul_proto::Message::Refused { code, .. } => assert_eq!(code, ErrorCode::Unauthorized),
+        other => panic!("{other:?}"),
+    }
+    // And a whole push with the wrong token ends as a refusal, exit code
+    // and all, not as a protocol error or a file's failure.
+    let src = tempfile::tempdir().unwrap();
+    let mut sources = Vec::new();
+    for name in ["f", "g", "h", "i", "j"] {
+        write(&src.path().join(name), b"data");
+        sources.push(src.path().join(name).display().to_string());
+    }
+    let mut opts = options(&node, 4);
+    opts.token = "not-the-token".into();
+    let at = haul_node::NodePath {
+        dialer: Dialer::in_process(node.server.clone(), &opts.token, node.timeouts),
+        path: "in/".into(),
+    };
+    let heard = Arc::new(Heard::default());
+    match haul_node::push(&sources, &at, &opts, heard.clone()).await {
+        Err(NodeError::Refused { code, .. }) => assert_eq!(code, ErrorCode::Unauthorized),
+        other => panic!("{other:?}"),
+    }
+    assert!(heard.warnings().is_empty(), "{:?}", heard.warnings());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

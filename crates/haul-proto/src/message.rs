@@ -81,6 +81,11 @@
 /// its root (`haul serve --watch`) lists only what changed after the
 /// client's cursor, and ends every listing asked with one by a new cursor
 /// (a downstream daemon's runs list what is new without a tree walk).
+/// Version 23: a closing sender says `Bye` as soon as every file it holds
+/// is committed, before their `Done`s (the receiver ends those commits,
+/// answers each, then says `Bye`); a client's session speaks right after
+/// its `Hello` (a push's offers, a pull's wants) and reads the node's
+/// `Welcome` or `Refused` first — each saves a round trip.
 pub const PROTOCOL_VERSION: u16 = 23;
 
 /// A place in a watching node's journal of changes ([`Request::List`]'s

@@ -418,6 +418,9 @@ impl Receiver {
                     self.stage = Stage::Finished;
                     Ok(())
                 }
+                // A node that refused the connection, answering `Hello`,
+                // after a pull that had nothing to ask said `Bye`.
+                Message::Refused { code, message } => Err(SessionError::Refused { code, message }),
                 other => Err(protocol(format!("expected Bye, got {other:?}"))),
             };
         }

@@ -224,9 +224,9 @@ enum Feed {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Stage {
     Running,
-    /// No more jobs: `Bye` once nothing is in flight.
+    /// No more jobs: `Bye` once everything in flight is committed.
     Closing,
-    /// `Bye` sent; waiting for the peer's.
+    /// `Bye` sent; waiting for the verdicts still owed, then the peer's.
     ByeSent,
     Finished,
 }
@@ -318,7 +318,8 @@ impl<S> Sender<S> {
         id
     }
 
-    /// No more jobs: say `Bye` once everything in flight is done.
+    /// No more jobs: say `Bye` once everything in flight is committed
+    /// (its verdict may still come after it).
     pub fn close_when_done(&mut self) {
         if self.stage == Stage::Running {
             self.stage = Stage::Closing;
@@ -421,12 +422,24 @@ impl<S> Sender<S> {
             // before it (v23), then the peer's.
             match msg {
                 Message::KeepAlive => return Ok(()),
+                // A receiver's goodbye comes after every verdict it owes:
+                // files without one go back to be sent again.
+                Message::Bye if !self.flights.is_empty() => {
+                    return Err(protocol(format!(
+                        "the receiver said Bye without its verdict on {} committed file(s)",
+                        self.flights.len()
+                    )))
+                }
                 Message::Bye => {
-                    self.without_verdict();
                     self.stage = Stage::Finished;
                     return Ok(());
                 }
                 Message::Done { .. } | Message::FileError { .. } if !self.flights.is_empty() => {}
+                // A node that refused the connection, answering `Hello`,
+                // after a session that had nothing to say said `Bye`.
+                Message::Refused { code, message } => {
+                    return Err(SessionError::Refused { code, message })
+                }
                 other => return Err(protocol(format!("expected Bye, got {other:?}"))),
             }
         }
@@ -1152,20 +1165,6 @@ impl<S> Sender<S> {
         }
     }
 
-    /// The receiver said `Bye` with files committed here still owed a
-    /// verdict: none of them is known to be delivered.
-    fn without_verdict(&mut self) {
-        let ids: Vec<FileId> = self.flights.keys().copied().collect();
-        for id in ids {
-            if let Some(job) = self.forget(id) {
-                self.core.event(Event::file_error(
-                    job.entry.path,
-                    "the receiver ended the session without its verdict on this file (not known to be delivered)",
-                ));
-            }
-        }
-    }
-
     /// The next message or chunk to send.
     pub fn poll_transmit(&mut self, now: Instant) -> Option<Transmit> {
         self.core.poll_transmit(now)
@@ -1220,7 +1219,7 @@ impl<S> Sender<S> {
         self.overdue_confirms(now);
         self.maybe_bye();
         let what = match self.stage {
-            Stage::ByeSent => "the receiver's goodbye",
+            Stage::ByeSent if self.flights.is_empty() => "the receiver's goodbye",
             _ => "the receiver's answer",
         };
         let expecting = self.expecting();

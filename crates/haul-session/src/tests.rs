@@ -1569,40 +1569,46 @@ fn a_relayed_receiver_tells_its_senders_silence_as_it_grows_and_goes_on() {
     assert!(quiet_events(&mut r).is_empty());
 }
 
-/// v23: a closing sender says `Bye` right after its last `Commit`, takes
-/// the verdicts still owed after it, and a file the receiver's own `Bye`
-/// left without one is reported as not delivered, never as done.
+/// v23: a closing sender says `Bye` right after its last `Commit` and
+/// takes the verdicts still owed after it; a receiver's `Bye` that leaves a
+/// committed file without one ends the session with that file given back
+/// (to be sent again), never reported as delivered.
 #[test]
 fn a_closing_sender_says_goodbye_with_its_last_commit_and_takes_the_verdicts_after_it() {
     let t0 = Instant::now();
-    let mut s: Sender<()> = Sender::push(SessionConfig::default(), t0);
-    for path in ["a", "b"] {
-        let entry = Entry {
-            path: path.into(),
-            ..one_file(3000)
-        };
-        s.push_job(t0, whole_job(entry));
-    }
-    s.close_when_done();
-    let offers = drain(&mut s, t0);
-    assert_eq!(offers.len(), 2, "{offers:?}");
-    assert_eq!(
-        send_whole(&mut s, t0, 1),
-        vec![SenderIo::Confirm { file: 1 }]
-    );
-    s.confirmed(t0, 1, Ok(()));
-    let sent = drain(&mut s, t0);
+    let start = |paths: &[&str]| {
+        let mut s: Sender<()> = Sender::push(SessionConfig::default(), t0);
+        for path in paths {
+            let entry = Entry {
+                path: (*path).into(),
+                ..one_file(3000)
+            };
+            s.push_job(t0, whole_job(entry));
+        }
+        s.close_when_done();
+        let offers = drain(&mut s, t0);
+        assert_eq!(offers.len(), paths.len(), "{offers:?}");
+        s
+    };
+    let commit = |s: &mut Sender<()>, id| {
+        assert_eq!(send_whole(s, t0, id), vec![SenderIo::Confirm { file: id }]);
+        s.confirmed(t0, id, Ok(()));
+        drain(s, t0)
+    };
+    let done = |id| Message::Done {
+        id,
+        ok: true,
+        root: [id as u8; 32],
+        message: String::new(),
+    };
+    let mut s = start(&["a", "b"]);
+    let sent = commit(&mut s, 1);
     assert!(
         matches!(sent.as_slice(), [Message::Commit { id: 1, .. }]),
         "{sent:?}"
     );
     // The second file is still being sent: no goodbye yet.
-    assert_eq!(
-        send_whole(&mut s, t0, 2),
-        vec![SenderIo::Confirm { file: 2 }]
-    );
-    s.confirmed(t0, 2, Ok(()));
-    let sent = drain(&mut s, t0);
+    let sent = commit(&mut s, 2);
     assert!(
         matches!(
             sent.as_slice(),
@@ -1610,27 +1616,35 @@ fn a_closing_sender_says_goodbye_with_its_last_commit_and_takes_the_verdicts_aft
         ),
         "{sent:?}"
     );
-    let done = |id| Message::Done {
-        id,
-        ok: true,
-        root: [0; 32],
-        message: String::new(),
-    };
     s.handle(t0, done(1)).unwrap();
+    s.handle(t0, done(2)).unwrap();
     assert!(!s.is_finished());
     s.handle(t0, Message::Bye).unwrap();
     assert!(s.is_finished());
-    let events: Vec<Event> = std::iter::from_fn(|| s.poll_event()).collect();
-    let verdicts: Vec<(&str, bool)> = events
-        .iter()
+    let delivered: Vec<(String, bool)> = std::iter::from_fn(|| s.poll_event())
         .filter_map(|e| match e {
-            Event::FileDone { path, .. } => Some((path.as_str(), true)),
-            Event::FileError { path, error, .. } => {
-                assert!(error.contains("without its verdict"), "{error}");
-                Some((path.as_str(), false))
-            }
+            Event::FileDone { path, skipped, .. } => Some((path, skipped)),
             _ => None,
         })
         .collect();
-    assert_eq!(verdicts, vec![("a", true), ("b", false)]);
+    assert_eq!(delivered, vec![("a".into(), false), ("b".into(), false)]);
+
+    // A receiver that says Bye with a verdict still owed.
+    let mut s = start(&["c"]);
+    let sent = commit(&mut s, 1);
+    assert!(
+        matches!(
+            sent.as_slice(),
+            [Message::Commit { id: 1, .. }, Message::Bye]
+        ),
+        "{sent:?}"
+    );
+    assert!(s.handle(t0, Message::Bye).is_err());
+    assert!(!std::iter::from_fn(|| s.poll_event()).any(|e| matches!(e, Event::FileDone { .. })));
+    let back: Vec<String> = s
+        .into_unfinished()
+        .into_iter()
+        .map(|j| j.entry.path)
+        .collect();
+    assert_eq!(back, vec!["c".to_string()]);
 }

@@ -39,6 +39,32 @@ pub(crate) async fn finish(w: &mut dyn haul_transport::MessageWriter) -> Result<
     Ok(())
 }
 
+/// How long a connection that broke before the peer said anything is
+/// still read for the node's refusal (a lost packet of it is sent again).
+const REFUSAL_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The reason a connection broke before the peer said anything: a node
+/// that refused it closed it, and a write may fail before its refusal,
+/// which came first, was read (a session's first words go out with
+/// `Hello`). `first` reads the peer's first message; a refusal there,
+/// within [`REFUSAL_WAIT`], is the error, else `error` is.
+pub(crate) async fn refusal_or(
+    error: NodeError,
+    first: impl std::future::Future<Output = Option<haul_proto::Message>>,
+) -> NodeError {
+    let broken = matches!(&error, NodeError::Transport(t)
+        if !t.is_timeout() && !matches!(t, haul_transport::TransportError::Superseded));
+    if !broken {
+        return error;
+    }
+    match tokio::time::timeout(REFUSAL_WAIT, first).await {
+        Ok(Some(haul_proto::Message::Refused { code, message })) => {
+            NodeError::Refused { code, message }
+        }
+        _ => error,
+    }
+}
+
 /// Gives a connection's work back when `--transport auto` chose the other
 /// transport for its node ([`haul_transport::MessageWriter::hand_back`]):
 /// says `Bye` (called between messages: the peer ends its session quietly,

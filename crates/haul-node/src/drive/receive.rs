@@ -162,9 +162,16 @@ pub async fn run_receiver(
         done_rx,
         now,
         peer_gone: false,
+        heard: false,
     };
     d.ctx.dest.session_started();
-    let result = d.run(wants.as_deref()).await;
+    let result = match d.run(wants.as_deref()).await {
+        Err(e) if !d.heard => {
+            let first = async { d.r.recv().await.ok() };
+            Err(super::refusal_or(e, first).await)
+        }
+        r => r,
+    };
     // A batch still committing (the connection broke) finishes its files,
     // and files whose Commit arrived are committed — they verified and the
     // sender asked for it; a retry then finds them in place — before the
@@ -205,6 +212,8 @@ struct Driver {
     now: Instant,
     /// The sender said `Bye` and closed: nothing more to read.
     peer_gone: bool,
+    /// A message from the peer arrived (after it, none is its refusal).
+    heard: bool,
     /// A fan-out's relay: changes when another upstream session starts,
     /// which may take this one's place (until then, and after, `None`).
     newer: Option<tokio::sync::watch::Receiver<u64>>,
@@ -499,6 +508,7 @@ impl Driver {
     }
 
     async fn incoming(&mut self, msg: Message) -> Result<(), NodeError> {
+        self.heard = true;
         let now = self.now;
         let Message::Chunk(h) = msg else {
             self.session.handle(now, msg)?;

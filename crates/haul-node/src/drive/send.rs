@@ -191,10 +191,17 @@ pub async fn run_sender(
         done_tx,
         woken: std::collections::HashSet::new(),
         now,
+        heard: false,
     };
     let (tx, mut rx) = mpsc::channel(4096);
     let reader_task = AbortOnDrop(tokio::spawn(forward(reader, tx)));
-    let result = d.run(&feed, &mut rx, done_rx).await;
+    let result = match d.run(&feed, &mut rx, done_rx).await {
+        Err(e) if !d.heard => {
+            let first = async { rx.recv().await?.ok() };
+            Err(super::refusal_or(e, first).await)
+        }
+        r => r,
+    };
     drop(reader_task);
     // What the session learned before the connection ended (a `Done` read
     // just before it broke or was handed back) is told, not dropped with
@@ -268,6 +275,8 @@ struct Driver {
     woken: std::collections::HashSet<FileId>,
     /// The time, read once per step (sessions need it in every call).
     now: Instant,
+    /// A message from the peer arrived (after it, none is its refusal).
+    heard: bool,
 }
 
 impl Driver {
@@ -313,6 +322,7 @@ impl Driver {
                 }
                 match rx.try_recv() {
                     Ok(msg) => {
+                        self.heard = true;
                         self.session.handle(self.now, msg?)?;
                         took = true;
                     }
@@ -343,7 +353,10 @@ impl Driver {
             self.now = Instant::now();
             match picked {
                 Picked::Msg(msg) => match msg {
-                    Some(msg) => self.session.handle(self.now, msg?)?,
+                    Some(msg) => {
+                        self.heard = true;
+                        self.session.handle(self.now, msg?)?
+                    }
                     None => return Err(TransportError::Closed.into()),
                 },
                 Picked::Done(done) => self.completed(done),
