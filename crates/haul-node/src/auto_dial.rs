@@ -268,11 +268,19 @@ impl Dial for AutoDial {
                 };
                 // The race's other transport: kept only while it may be
                 // chosen, and while its node still waits for its hello.
+                // The race's connections may be superseded at once: their
+                // sessions speak only once the node answered (`Reached::answer_first`).
                 if let Some((_, reached, _)) = spare.filter(|(_, _, at)| at.elapsed() < SPARE_FOR) {
-                    return Ok(reached);
+                    return Ok(Reached {
+                        answer_first: true,
+                        ..reached
+                    });
                 }
                 if race {
-                    return self.race().await;
+                    return self.race().await.map(|reached| Reached {
+                        answer_first: true,
+                        ..reached
+                    });
                 }
                 // The other transport's first handshake still under way:
                 // wait for it (or for the watcher to give up on it), then

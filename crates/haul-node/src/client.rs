@@ -213,11 +213,12 @@ pub(crate) fn fail_leftovers<J: crate::jobs::Job>(
         tally.event(&Event::transfer_limit(tally.moved(), left.len()));
         return;
     }
-    if err.as_ref().is_some_and(NodeError::is_permanent) && tally.moved() == 0 {
+    let nothing_done = tally.moved() == 0 && tally.entries_ok() == 0 && tally.failed() == 0;
+    if err.as_ref().is_some_and(NodeError::is_permanent) && nothing_done {
         // A refusal of the whole transfer (a wrong token, a changed key)
-        // before anything moved is its one line: the files a session held
-        // when the node's answer came (its first words go with `Hello`)
-        // are not listed one by one.
+        // before anything was done is its one line: the files a session
+        // held when the node's answer came (its first words go with
+        // `Hello`) are not listed one by one.
         while queue.try_take(&[]).is_some() {}
         return;
     }

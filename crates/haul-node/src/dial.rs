@@ -80,9 +80,13 @@ pub struct Reached {
     pub key: Option<PeerKey>,
     /// How it is carried, for the log ("TLS 1.3", "plaintext").
     pub over: &'static str,
-    /// Plaintext TCP: a node's answer may be TLS (a node not run with
-    /// `--plaintext`), so the dialer reads it before a session speaks.
-    pub plaintext: bool,
+    /// The dialer reads the node's answer before a session speaks: over
+    /// plaintext TCP (the answer may be TLS, from a node not run with
+    /// `--plaintext`, and is told apart), and for the first connections of
+    /// `--transport auto` (the other transport may take their place at
+    /// once, and work a session handed back carries no report of what the
+    /// node did with it).
+    pub answer_first: bool,
     /// The token this way of reaching learned for the node (a node started
     /// over ssh offers its own), instead of the dialer's.
     pub token: Option<String>,
@@ -265,7 +269,7 @@ impl Dialer {
             conn: (mut r, mut w),
             key,
             over,
-            plaintext,
+            answer_first,
             token,
         } = self.way.connect().await?;
         match &key {
@@ -280,7 +284,7 @@ impl Dialer {
         // of the session's reader (`welcome.rs`). Plaintext TCP waits, so
         // a TLS node's answer is told apart.
         let speaks_first = matches!(request, Request::Push { .. } | Request::Fetch { .. });
-        let pipelined = speaks_first && !plaintext;
+        let pipelined = speaks_first && !answer_first;
         w.send(&Message::Hello {
             version: PROTOCOL_VERSION,
             token: token.unwrap_or_else(|| self.token.clone()),
@@ -416,7 +420,7 @@ impl Dial for Network {
                 }
             };
             Ok(Reached {
-                plaintext: key.is_none(),
+                answer_first: key.is_none(),
                 conn,
                 key,
                 over,
@@ -460,7 +464,7 @@ impl Dial for InProcess {
                 conn: client,
                 key: None,
                 over: "in process",
-                plaintext: false,
+                answer_first: false,
                 token: None,
             })
         })

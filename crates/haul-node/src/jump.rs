@@ -90,7 +90,7 @@ impl Dial for Jumped {
                 None => "plaintext, passed on by another node",
             };
             Ok(Reached {
-                plaintext: key.is_none(),
+                answer_first: key.is_none(),
                 conn,
                 key,
                 over,

@@ -287,6 +287,10 @@ pub(crate) async fn send_all(
             request.clone(),
         );
         let mut ready = first.take();
+        // The first connection's worker is never held back (its retries
+        // report what ended it); the others wait for that connection's
+        // answer.
+        let gated = ready.is_none();
         let answer = answer.clone();
         async move {
             with_retries(&queue, &tally, &opts, || {
@@ -304,7 +308,7 @@ pub(crate) async fn send_all(
                         Some(c) => c,
                         // The node refused the first connection: its
                         // worker reports it.
-                        None if !answer.wait().await => return Ok(()),
+                        None if gated && !answer.wait().await => return Ok(()),
                         // No connection for a queue with nothing left to take
                         // (one small file needs one connection, not four);
                         // an open queue (a relay's) may still get jobs.

@@ -20,9 +20,13 @@
 //! The node reads the messages that came after `Hello` only once it
 //! welcomed the request, and drops them with the connection when it
 //! refuses; a session's first messages name files, never their bytes
-//! (those wait for the node's `Need`). Plaintext TCP does not go this way:
-//! a TLS node's answer there must be read as the dialer reads it, to say
-//! "drop --plaintext".
+//! (those wait for the node's `Need`). Two kinds of connection do not go
+//! this way ([`crate::dial::Reached::answer_first`]): plaintext TCP, where
+//! a TLS node's answer must be read as the dialer reads it, to say "drop
+//! --plaintext"; and the first connections of `--transport auto`, which
+//! the other transport may supersede at once — the node would then act on
+//! offers whose reports (a changed owner's `og`, say) the session hands
+//! back unread.
 
 use std::time::Duration;
 
@@ -121,7 +125,12 @@ impl AwaitingWelcome {
             )));
         }
         if let Some(k) = &asked.key {
-            if let Some(file) = k.trust()? {
+            let pinned = k.trust();
+            if pinned.is_err() {
+                // The key cannot be pinned: nor can it on another connection.
+                self.told.send_replace(Some(false));
+            }
+            if let Some(file) = pinned? {
                 tracing::warn!(
                     "trusting {} on first use: its key {} is now pinned in {}",
                     asked.name,

@@ -43,7 +43,8 @@
 //!                                       <- Welcome{version}      (or Refused, then close)
 //! v23: a session that speaks first (a push's offers, a pull's wants) does
 //!       so right after Hello, over TLS and QUIC (plaintext TCP waits, so a
-//!       TLS node's answer is told apart); the node reads them only once it
+//!       TLS node's answer is told apart, and so do `--transport auto`'s
+//!       racing first connections); the node reads them only once it
 //!       welcomed the request, and the client reads Welcome or Refused first.
 //! push: the client is the *sender*, the server the *receiver*.
 //! pull: Hello{.., List{path, sums}} -> Listing{entry}... Bye   (one connection lists;

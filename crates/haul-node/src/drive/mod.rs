@@ -40,7 +40,8 @@ pub(crate) async fn finish(w: &mut dyn haul_transport::MessageWriter) -> Result<
 }
 
 /// How long a connection that broke before the peer said anything is
-/// still read for the node's refusal (a lost packet of it is sent again).
+/// still read for the node's refusal (over QUIC a lost packet of it is
+/// sent again; over TCP a node's reset may have cut it off).
 const REFUSAL_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// The reason a connection broke before the peer said anything: a node

@@ -49,7 +49,7 @@ impl SshTunnel {
             conn: stream_connection(reader, ch.stdin, self.timeouts),
             key: None,
             over: "the ssh channel",
-            plaintext: false,
+            answer_first: false,
             token: None,
         })
     }
