@@ -25,7 +25,7 @@ use haul_transport::{
 
 use crate::ssh::direct::SshDial;
 use crate::ssh::SshLocation;
-use crate::welcome::{Answer, AwaitingWelcome};
+use crate::welcome::{pin_on_answer, Answer, AwaitingWelcome};
 use crate::{ClientOptions, NodeError, NodeUrl, Server};
 
 /// A path on a node and the way to reach it: where a node command goes.
@@ -345,13 +345,7 @@ impl Dialer {
         };
         r.set_idle(self.timeouts.idle);
         if let (Some(k), Message::Welcome { .. } | Message::Refused { .. }) = (&key, &answer) {
-            if let Some(file) = k.trust()? {
-                tracing::warn!(
-                    "trusting {name} on first use: its key {} is now pinned in {}",
-                    k.fingerprint,
-                    file.display()
-                );
-            }
+            pin_on_answer(k, name)?;
         }
         match answer {
             Message::Welcome { .. } => Ok(()),

@@ -64,6 +64,20 @@ impl Answer {
     }
 }
 
+/// Pins `key` if it was met for the first time — called once the node at
+/// `name` answered in haul (`Welcome` or `Refused`), whether the dialer or
+/// [`AwaitingWelcome`] read the answer.
+pub(crate) fn pin_on_answer(key: &PeerKey, name: &str) -> Result<(), TransportError> {
+    if let Some(file) = key.trust()? {
+        tracing::warn!(
+            "trusting {name} on first use: its key {} is now pinned in {}",
+            key.fingerprint,
+            file.display()
+        );
+    }
+    Ok(())
+}
+
 /// The node's answer to `Hello`, not read yet.
 struct Unanswered {
     /// The key to pin once the node answered in haul.
@@ -125,18 +139,10 @@ impl AwaitingWelcome {
             )));
         }
         if let Some(k) = &asked.key {
-            let pinned = k.trust();
-            if pinned.is_err() {
+            if let Err(e) = pin_on_answer(k, &asked.name) {
                 // The key cannot be pinned: nor can it on another connection.
                 self.told.send_replace(Some(false));
-            }
-            if let Some(file) = pinned? {
-                tracing::warn!(
-                    "trusting {} on first use: its key {} is now pinned in {}",
-                    asked.name,
-                    k.fingerprint,
-                    file.display()
-                );
+                return Err(e);
             }
         }
         let welcomed = matches!(msg, Message::Welcome { .. });
